@@ -1,0 +1,1 @@
+//! storefn-io: the io_uring engine that runs storage functions on the completion path.

@@ -1,0 +1,1 @@
+//! storefn-kv: BPF-KV, the B+-tree store XRP was evaluated on, byte-compatible.

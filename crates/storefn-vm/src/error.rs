@@ -1,0 +1,19 @@
+//! Run-time errors: what aborted an invocation, with the instruction index.
+
+/// Why an invocation was aborted. Every variant names the instruction (`insn #N`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VmError {
+    #[error("insn #{insn}: read of {len} bytes at {addr:#x} outside the program's regions")]
+    BadRead { insn: usize, addr: u64, len: u64 },
+    #[error(
+        "insn #{insn}: write of {len} bytes at {addr:#x} outside the program's writable regions"
+    )]
+    BadWrite { insn: usize, addr: u64, len: u64 },
+    #[error("insn #{insn}: back-jump budget of {budget} exhausted")]
+    BudgetExhausted { insn: usize, budget: u64 },
+    #[error("insn #{insn}: call depth exceeds {max}")]
+    CallDepth { insn: usize, max: usize },
+    #[error("insn #{insn}: helper {helper}: {reason}")]
+    Helper { insn: usize, helper: u32, reason: String },
+}

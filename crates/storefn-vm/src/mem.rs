@@ -1,0 +1,66 @@
+//! The sandbox: the address ranges an invocation may touch, and the run environment the
+//! interpreter and the JIT share.
+//!
+//! Contract (both engines): a load of `n` bytes at `a` is allowed iff `[a, a+n)` lies wholly
+//! inside one entry of `read`; a store iff it lies inside one entry of `write`. Anything else
+//! aborts the invocation with [`crate::VmError::BadAccess`] naming the instruction and address.
+//! Programs see real host addresses, so unmodified C pointer arithmetic works.
+
+/// Most regions one invocation can be granted (ctx, its writable parts, data, scratch, stack,
+/// rodata, rw globals, plus room for helper-specific buffers).
+pub const MAX_REGIONS: usize = 8;
+
+/// A half-open host address range `[start, end)`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Region {
+    #[must_use]
+    pub fn of(bytes: &[u8]) -> Self {
+        let start = bytes.as_ptr() as u64;
+        Self { start, end: start + bytes.len() as u64 }
+    }
+
+    /// Does `[addr, addr+len)` lie wholly inside? Overflow-safe.
+    #[must_use]
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        addr >= self.start && addr.checked_add(len).is_some_and(|e| e <= self.end)
+    }
+}
+
+/// Fixed-capacity region list (no allocation per invocation).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegionSet {
+    pub len: u64,
+    pub regions: [Region; MAX_REGIONS],
+}
+
+impl RegionSet {
+    /// # Panics
+    /// When more than [`MAX_REGIONS`] are pushed: a runtime bug, never program-controlled.
+    pub fn push(&mut self, r: Region) {
+        let i = usize::try_from(self.len).unwrap();
+        assert!(i < MAX_REGIONS, "region set full");
+        self.regions[i] = r;
+        self.len += 1;
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    #[must_use]
+    pub fn allows(&self, addr: u64, len: u64) -> bool {
+        self.as_slice().iter().any(|r| r.contains(addr, len))
+    }
+
+    #[must_use]
+    pub fn as_slice(&self) -> &[Region] {
+        &self.regions[..usize::try_from(self.len).unwrap()]
+    }
+}

@@ -1,0 +1,81 @@
+//! A loaded, linked program and the per-invocation run environment.
+//!
+//! Shared by the loader (which builds [`Program`]), the verifier (which checks it), the
+//! interpreter and the JIT (which run it against a [`RunEnv`]).
+
+use crate::insn::Insn;
+use crate::mem::RegionSet;
+
+/// Frames a program may nest (entry + BPF-to-BPF calls).
+pub const MAX_CALL_DEPTH: usize = 8;
+/// Stack bytes per frame (eBPF's 512).
+pub const STACK_FRAME_BYTES: usize = 512;
+/// One stack block serves every frame; frame k's r10 is `stack_top - k * STACK_FRAME_BYTES`.
+pub const STACK_BYTES: usize = MAX_CALL_DEPTH * STACK_FRAME_BYTES;
+/// Instruction slots a program may have after linking.
+pub const MAX_INSNS: usize = 65_536;
+/// Default budget of taken backward jumps per invocation (λ-IO's loop bound).
+pub const DEFAULT_BACK_JUMP_BUDGET: u64 = 1_000_000;
+
+/// What a program is for: fixes its context layout, region rights and helper table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProgType {
+    /// `struct bpf_xrp` (crate::xrp::XrpCtx): runs on each I/O completion of a chain.
+    Xrp,
+    /// λ-IO `struct context` (crate::xrp::LambdaCtx): runs over an input buffer into an output.
+    Lambda,
+}
+
+/// A program after loading and linking: the entry function first, subprograms appended.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// Section or symbol it was loaded from, for messages.
+    pub name: String,
+    pub prog_type: ProgType,
+    /// Linked instruction slots. BPF-to-BPF calls are `call` with src = 1 and a pc-relative
+    /// `imm` into this same vector; helper calls have src = 0 and the helper id in `imm`.
+    pub insns: Vec<Insn>,
+    /// Image of the program's globals: `.rodata*` first (read-only), then `.data`, `.bss`.
+    pub globals: Vec<u8>,
+    /// `globals[..globals_rw_start]` is read-only, `globals[globals_rw_start..]` writable.
+    pub globals_rw_start: usize,
+    /// `lddw` slots that load a global's address: (insn index, byte offset into `globals`).
+    /// At run time the register receives `RunEnv::globals_base + offset`.
+    pub global_relocs: Vec<(usize, u64)>,
+    /// Taken backward jumps allowed per invocation.
+    pub back_jump_budget: u64,
+}
+
+/// Kinds of run-time fault an engine records in [`RunEnv::fault`].
+pub mod fault {
+    pub const NONE: u32 = 0;
+    pub const BAD_READ: u32 = 1;
+    pub const BAD_WRITE: u32 = 2;
+    pub const BUDGET: u32 = 3;
+    pub const HELPER: u32 = 4;
+    pub const CALL_DEPTH: u32 = 5;
+}
+
+/// Where an engine reports a fault without unwinding (the JIT cannot return a Rust `Result`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FaultInfo {
+    pub kind: u32,
+    pub insn: u32,
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Everything one invocation may touch, in a fixed `repr(C)` layout the JIT addresses by offset.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RunEnv {
+    pub read: RegionSet,
+    pub write: RegionSet,
+    pub globals_base: u64,
+    pub back_jumps_left: u64,
+    pub fault: FaultInfo,
+    /// Opaque host state for helpers (trace log, ...); owned by the instance.
+    pub host: *mut std::ffi::c_void,
+}

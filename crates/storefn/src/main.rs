@@ -1,0 +1,53 @@
+//! `storefn`: one binary for programs, the KV store, the engine's benchmarks and plots.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod demo;
+mod io;
+mod kv;
+mod prog;
+
+/// Run small, verified eBPF storage functions where the data is.
+#[derive(Debug, Parser)]
+#[command(name = "storefn", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Storage functions: verify, disassemble, run, benchmark.
+    #[command(subcommand)]
+    Prog(prog::ProgCmd),
+    /// BPF-KV: create a database, look keys up through every path, benchmark.
+    #[command(subcommand)]
+    Kv(kv::KvCmd),
+    /// The io_uring engine: chain microbenchmarks.
+    #[command(subcommand)]
+    Io(io::IoCmd),
+    /// The README demo: build a small database, run every lookup path, compare.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Prog(c) => prog::run(&c),
+        Cmd::Kv(c) => kv::run(&c),
+        Cmd::Io(c) => io::run(&c),
+        Cmd::Demo(a) => demo::run(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What every subcommand returns: an exit code, or an error printed as `error: ...`.
+pub type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
