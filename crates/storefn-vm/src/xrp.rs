@@ -11,6 +11,7 @@ pub const XRP_SCRATCH_BYTES: usize = 4096;
 /// Byte offsets of `struct bpf_xrp` fields, named so the verifier, JIT and docs agree.
 pub const XRP_OFF_DATA: usize = 0;
 pub const XRP_OFF_DONE: usize = 8;
+pub const XRP_OFF_SLOT: usize = 12;
 pub const XRP_OFF_NEXT_ADDR: usize = 16;
 pub const XRP_OFF_SIZE: usize = 144;
 pub const XRP_OFF_SCRATCH: usize = 272;
@@ -25,7 +26,9 @@ pub const XRP_CTX_BYTES: usize = 280;
 pub struct XrpCtx {
     pub data: u64,
     pub done: i32,
-    _pad: u32,
+    /// storefn extension in XRP's padding: the fan-out slot (0..16) whose read just completed.
+    /// Set by the runtime; read-only to the program; unmodified XRP programs never look.
+    pub slot: u32,
     pub next_addr: [u64; XRP_MAX_FANOUT],
     pub size: [u64; XRP_MAX_FANOUT],
     pub scratch: u64,
@@ -36,7 +39,7 @@ impl Default for XrpCtx {
         Self {
             data: 0,
             done: 0,
-            _pad: 0,
+            slot: 0,
             next_addr: [0; XRP_MAX_FANOUT],
             size: [0; XRP_MAX_FANOUT],
             scratch: 0,
@@ -64,6 +67,7 @@ const _: () = {
     assert!(std::mem::size_of::<XrpCtx>() == XRP_CTX_BYTES);
     assert!(std::mem::offset_of!(XrpCtx, data) == XRP_OFF_DATA);
     assert!(std::mem::offset_of!(XrpCtx, done) == XRP_OFF_DONE);
+    assert!(std::mem::offset_of!(XrpCtx, slot) == XRP_OFF_SLOT);
     assert!(std::mem::offset_of!(XrpCtx, next_addr) == XRP_OFF_NEXT_ADDR);
     assert!(std::mem::offset_of!(XrpCtx, size) == XRP_OFF_SIZE);
     assert!(std::mem::offset_of!(XrpCtx, scratch) == XRP_OFF_SCRATCH);

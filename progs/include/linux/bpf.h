@@ -18,6 +18,7 @@
 struct bpf_xrp {
 	char *data;                         /* the block just read (read-only window) */
 	__s32 done;                         /* set to 1 to return to the application */
+	__u32 slot;                         /* storefn: fan-out slot whose read completed (in XRP's padding) */
 	__u64 next_addr[XRP_MAX_FANOUT];    /* logical file offsets to read next */
 	__u64 size[XRP_MAX_FANOUT];         /* 0 = no I/O in that slot */
 	char *scratch;                      /* application-owned scratch (arguments, results) */
