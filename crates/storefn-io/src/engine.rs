@@ -17,9 +17,8 @@ use crate::file::{open_file, resolve, statx_size_align, widen, FileEntry, FileId
 use crate::file::{ResolveError, Target};
 use crate::limits::{
     BUFFER_ALIGN, DATA_VIEW_BYTES, DEFAULT_BUFFERS, DEFAULT_CHAINS, DEFAULT_MAX_HOPS,
-    DEFAULT_RING_DEPTH, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES,
-    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, MAX_RING_DEPTH, SCRATCH_BYTES,
-    SLOT_BUFFER_BYTES,
+    DEFAULT_RING_DEPTH, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES, MAX_OUTSTANDING_PER_CHAIN,
+    MAX_REQUEST_BYTES, MAX_RING_DEPTH, SCRATCH_BYTES, SLOT_BUFFER_BYTES,
 };
 use crate::region::Region;
 use crate::StorageFn;
@@ -407,7 +406,9 @@ impl Engine {
         let errno = Errno::from_raw(-res);
         let path = entry.path.clone();
         Err(match errno {
-            Errno::NotSupported if self.cfg.iopoll => EngineError::IopollUnsupported { path, errno },
+            Errno::NotSupported if self.cfg.iopoll => {
+                EngineError::IopollUnsupported { path, errno }
+            }
             Errno::InvalidArgument if entry.mode == IoMode::Direct => EngineError::DirectRefused {
                 path,
                 reason: "the first O_DIRECT read returned EINVAL".into(),
@@ -709,9 +710,8 @@ impl Engine {
     ) {
         // SAFETY: buffer b's read has completed (its CQE is being handled) and the buffer is not
         // reissued before this function returns; `skip + view <= SLOT_BUFFER_BYTES` (check_read).
-        let data = unsafe {
-            std::slice::from_raw_parts(self.buf_ptr(b).add(op.skip as usize), view)
-        };
+        let data =
+            unsafe { std::slice::from_raw_parts(self.buf_ptr(b).add(op.skip as usize), view) };
         let sp = self.scratch_ptr(ci);
         // SAFETY: the scratch of slot ci belongs to this chain alone, and `data` (buffer region)
         // and the chain table are disjoint from it.
@@ -965,14 +965,8 @@ fn add_request(
         ResolveError::OutOfRange { file_size } => ChainError::OutOfRange { at, size, file_size },
     })?;
     let n = usize::from(c.npending);
-    c.pending[n] = Req {
-        addr,
-        dev_offset: r.dev_offset,
-        fd_index: r.fd_index,
-        size: size as u32,
-        pair,
-        hop,
-    };
+    c.pending[n] =
+        Req { addr, dev_offset: r.dev_offset, fd_index: r.fd_index, size: size as u32, pair, hop };
     c.npending += 1;
     c.issued += 1;
     Ok(())

@@ -156,8 +156,7 @@ pub(crate) fn statx_size_align(file: &File, path: &Path) -> Result<(u64, u32), E
         let errno = Errno::from_io(&std::io::Error::last_os_error());
         return Err(EngineError::Statx { path: path.to_path_buf(), errno });
     }
-    let align =
-        if stx.stx_mask & libc::STATX_DIOALIGN != 0 { stx.stx_dio_offset_align } else { 0 };
+    let align = if stx.stx_mask & libc::STATX_DIOALIGN != 0 { stx.stx_dio_offset_align } else { 0 };
     Ok((stx.stx_size, align))
 }
 
