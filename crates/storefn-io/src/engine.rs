@@ -391,15 +391,13 @@ impl Engine {
             .build()
             .user_data(PROBE_USER_DATA);
         self.push(&sqe);
-        loop {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(EngineError::Submit { errno: Errno::from_io(&e) }),
+        let res = loop {
+            self.enter(1)?;
+            if let Some(c) = self.ring.completion().next() {
+                debug_assert_eq!(c.user_data(), PROBE_USER_DATA);
+                break c.result();
             }
-        }
-        self.unsubmitted = false;
-        let res = self.ring.completion().next().map_or(-libc::EIO, |c| c.result());
+        };
         if res >= 0 {
             return Ok(());
         }
@@ -881,7 +879,7 @@ impl Engine {
             scratch.copy_from_slice(&c.scratch[..n]);
             out = Some(c.result);
         })
-        .map_err(ring_error)?;
+        .map_err(|e| ring_error(&e))?;
         out.expect("wait(1) on an engine with one live chain delivers it")
     }
 
@@ -907,14 +905,14 @@ impl Engine {
             }
             out = Some(c.result);
         })
-        .map_err(ring_error)?;
+        .map_err(|e| ring_error(&e))?;
         out.expect("wait(1) on an engine with one live read delivers it")
     }
 }
 
-fn ring_error(e: EngineError) -> ChainError {
+fn ring_error(e: &EngineError) -> ChainError {
     match e {
-        EngineError::Submit { errno } => ChainError::Ring { errno },
+        EngineError::Submit { errno } => ChainError::Ring { errno: *errno },
         _ => ChainError::Ring { errno: Errno::Other(0) },
     }
 }

@@ -52,8 +52,8 @@ pub const MAX_FILES: usize = 64;
 const _: () = {
     assert!(DEFAULT_BUFFERS <= DEFAULT_RING_DEPTH as usize);
     assert!(MAX_BUFFERS <= u16::MAX as usize + 1);
-    assert!(SLOT_BUFFER_BYTES % BUFFER_ALIGN == 0);
+    assert!(SLOT_BUFFER_BYTES.is_multiple_of(BUFFER_ALIGN));
     assert!(MAX_BLOCK_ALIGN.is_power_of_two());
-    assert!(DATA_VIEW_BYTES % MAX_BLOCK_ALIGN == 0);
+    assert!(DATA_VIEW_BYTES.is_multiple_of(MAX_BLOCK_ALIGN));
     assert!(MAX_OUTSTANDING_PER_CHAIN <= u8::MAX as usize);
 };

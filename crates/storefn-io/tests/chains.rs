@@ -271,7 +271,7 @@ fn function_fault_fails_the_chain_with_the_fault() {
     let fault = VmError::BadRead { insn: 7, addr: 0xdead, len: 8 };
     let mut prog = func(|_c, _d, _s| Err(VmError::BadRead { insn: 7, addr: 0xdead, len: 8 }));
     let err = e.read_xrp(id, 1024, 8, &mut prog, &mut []).unwrap_err();
-    assert_eq!(err.to_string().contains("insn #7"), true, "{err}");
+    assert!(err.to_string().contains("insn #7"), "{err}");
     assert!(matches!(err, ChainError::Fault { fault: ref f, at } if *f == fault && at.hop == 1));
 }
 
@@ -330,7 +330,7 @@ fn an_error_fails_only_its_own_chain() {
     let mut outcomes = Vec::new();
     for (i, &head) in lists.heads.iter().enumerate() {
         // Every third chain starts past the end of the file.
-        let start = if i % 3 == 0 { size + 512 * i as u64 } else { head };
+        let start = if i.is_multiple_of(3) { size + 512 * i as u64 } else { head };
         e.submit_chain(id, start, 16, i as u64, |_| {}).unwrap();
     }
     e.wait(lists.heads.len(), &mut walker, |c| {
@@ -343,7 +343,7 @@ fn an_error_fails_only_its_own_chain() {
     assert_eq!(outcomes.len(), lists.heads.len());
     for (token, r) in outcomes {
         let i = token as usize;
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             assert!(matches!(r, Err(ChainError::OutOfRange { at, .. }) if at.token == token));
         } else {
             assert_eq!(r.unwrap(), walk_list(&lists.bytes, lists.heads[i]));

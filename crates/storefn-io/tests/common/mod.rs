@@ -118,6 +118,9 @@ pub fn list_walker(
 pub const NODE: usize = 512;
 pub const NODE_MAX: usize = 30;
 
+/// A node being built: (smallest key, entries (key, value or child id), leaf?).
+type Pending = (u64, Vec<(u64, u64)>, bool);
+
 #[derive(Debug)]
 pub struct Tree {
     pub bytes: Vec<u8>,
@@ -135,8 +138,7 @@ pub fn random_tree(seed: u64, keys: usize, max_fan: usize) -> Tree {
     while map.len() < keys {
         map.insert(rng.gen_range(0..1u64 << 40), rng.gen::<u64>());
     }
-    // Each level: Vec<(smallest key, node content)>.
-    let mut level: Vec<(u64, Vec<(u64, u64)>, bool)> = Vec::new();
+    let mut level: Vec<Pending> = Vec::new();
     let entries: Vec<(u64, u64)> = map.iter().map(|(&k, &v)| (k, v)).collect();
     let mut i = 0;
     while i < entries.len() {
