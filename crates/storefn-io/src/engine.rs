@@ -229,6 +229,17 @@ impl std::fmt::Debug for Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        self.quiesce();
+        // Unregistering waits until the kernel drops its file references, so the files are
+        // really closed when the engine is gone (closing the ring alone releases them later,
+        // from a workqueue, and an immediate umount would find the file system busy).
+        let _ = self.ring.submitter().unregister_files();
+    }
+}
+
+impl Engine {
+    /// Waits for every read in flight (reads target the registered buffers).
+    fn quiesce(&mut self) {
         // Reads in flight still target the registered buffers; wait for every one before the
         // memory goes back to the allocator (closing the ring does not wait for them).
         while self.in_flight > 0 {
