@@ -13,8 +13,8 @@ use io_uring::{opcode, types, IoUring};
 use storefn_vm::XrpCtx;
 
 use crate::error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
+use crate::file::ResolveError;
 use crate::file::{open_file, resolve, statx_size_align, widen, FileEntry, FileId, IoMode};
-use crate::file::{ResolveError, Target};
 use crate::limits::{
     BUFFER_ALIGN, DATA_VIEW_BYTES, DEFAULT_BUFFERS, DEFAULT_CHAINS, DEFAULT_MAX_HOPS,
     DEFAULT_RING_DEPTH, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES, MAX_OUTSTANDING_PER_CHAIN,
@@ -376,7 +376,7 @@ impl Engine {
             .submitter()
             .register_files_update(idx32, &[fd])
             .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
-        if self.live == 0 && self.in_flight == 0 && self.size_of(&entry) > 0 {
+        if self.live == 0 && self.in_flight == 0 && entry.target.size_bytes() > 0 {
             if let Err(e) = self.probe(idx32, &entry) {
                 let _ = self.ring.submitter().register_files_update(idx32, &[-1]);
                 return Err(e);
@@ -386,17 +386,10 @@ impl Engine {
         Ok(FileId(idx32))
     }
 
-    fn size_of(&self, entry: &FileEntry) -> u64 {
-        let _ = self;
-        match entry.target {
-            Target::File { size_bytes, .. } => size_bytes,
-        }
-    }
-
     /// Reads the first block through the ring, synchronously (the engine is idle).
     fn probe(&mut self, idx: u32, entry: &FileEntry) -> Result<(), EngineError> {
         let b = *self.free_bufs.last().expect("idle engine has every buffer free");
-        let len = entry.align.max(512).min(self.size_of(entry).next_multiple_of(entry.align));
+        let len = entry.align.max(512).min(entry.target.size_bytes().next_multiple_of(entry.align));
         let sqe = opcode::ReadFixed::new(types::Fixed(idx), self.buf_ptr(b), len as u32, b)
             .offset(0)
             .build()
@@ -447,7 +440,7 @@ impl Engine {
     /// The file's size as the engine's range checks see it.
     #[must_use]
     pub fn file_size(&self, file: FileId) -> Option<u64> {
-        self.files.get(file.0 as usize)?.as_ref().map(|e| self.size_of(e))
+        self.files.get(file.0 as usize)?.as_ref().map(|e| e.target.size_bytes())
     }
 
     /// O_DIRECT offset alignment of the file (1 when buffered).
@@ -463,9 +456,7 @@ impl Engine {
     pub fn refresh_size(&mut self, file: FileId) -> Result<Option<u64>, EngineError> {
         let Some(Some(entry)) = self.files.get_mut(file.0 as usize) else { return Ok(None) };
         let (size, _) = statx_size_align(&entry.file, &entry.path)?;
-        match &mut entry.target {
-            Target::File { size_bytes, .. } => *size_bytes = size,
-        }
+        entry.target.set_size_bytes(size);
         Ok(Some(size))
     }
 

@@ -45,6 +45,23 @@ pub enum Target {
     },
 }
 
+impl Target {
+    /// The bound every request is checked against (`addr + size <= size_bytes`).
+    #[must_use]
+    pub fn size_bytes(&self) -> u64 {
+        match *self {
+            Self::File { size_bytes, .. } => size_bytes,
+        }
+    }
+
+    /// Updates the bound after the file changed size.
+    pub(crate) fn set_size_bytes(&mut self, size: u64) {
+        match self {
+            Self::File { size_bytes, .. } => *size_bytes = size,
+        }
+    }
+}
+
 /// A validated request: which registered fd to read and at which offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resolved {

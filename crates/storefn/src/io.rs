@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// Seed of the pointer file and the chain starts.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Threads for the in-flight cases (d and QD N); each has its own engine (one ring per
+    /// thread) and keeps --chains in flight.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Read through the page cache instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
@@ -220,6 +224,8 @@ impl Case {
 
 struct Bench<'a> {
     a: &'a BenchArgs,
+    cfg: EngineConfig,
+    mode: IoMode,
     e: Engine,
     id: FileId,
     nodes: u64,
@@ -228,8 +234,8 @@ struct Bench<'a> {
 }
 
 fn bench(a: &BenchArgs) -> CmdResult {
-    if a.depth == 0 || a.chains == 0 || a.requests == 0 {
-        return Err("--depth, --chains and --requests must be at least 1".into());
+    if a.depth == 0 || a.chains == 0 || a.requests == 0 || a.threads == 0 {
+        return Err("--depth, --chains, --requests and --threads must be at least 1".into());
     }
     if a.node < 16 || a.node > 4096 || !a.node.is_power_of_two() {
         return Err(format!("--node {}: must be a power of two in 16..=4096", a.node).into());
@@ -262,7 +268,8 @@ fn bench(a: &BenchArgs) -> CmdResult {
         other => other.to_string(),
     })?;
     let align = e.file_align(id).unwrap_or(1);
-    let mut b = Bench { a, e, id, nodes: size_bytes / a.node, align, path: bf.path.clone() };
+    let mut b =
+        Bench { a, cfg, mode, e, id, nodes: size_bytes / a.node, align, path: bf.path.clone() };
     let device = device_of(&bf.path);
     let cases = vec![
         b.case_pread()?,
@@ -290,12 +297,13 @@ fn bench(a: &BenchArgs) -> CmdResult {
     }
     let p50 = |i: usize| cases[i].pct(0.5);
     println!(
-        "io bench summary: device {device} mode {} depth {} chains {} | p50 us/hop: pread {:.1} \
+        "io bench summary: device {device} mode {} depth {} chains {} threads {} | p50 us/hop: pread {:.1} \
          uring-hop {:.1} chain {:.1} chains-{} {:.1} | hops/s: chain {:.0} chains-{} {:.0} | \
          device ref: QD1 p50 {:.1} us, QD{} {:.0} reads/s",
         if a.buffered { "buffered" } else { "direct" },
         a.depth,
         a.chains,
+        a.threads,
         p50(0),
         p50(1),
         p50(2),
@@ -318,7 +326,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
             "params": {
                 "depth": a.depth, "chains": a.chains, "requests": a.requests,
                 "warmup": a.warmup, "size_mb": a.size_mb, "node_bytes": a.node, "seed": a.seed,
-                "threads": 1,
+                "threads": a.threads,
             },
             "cases": cases.iter().map(Case::json).collect::<Vec<_>>(),
         });
@@ -409,53 +417,6 @@ impl Bench<'_> {
         })
     }
 
-    /// Keeps `chains` chains (or, with `plain`, single reads) in flight until all are done.
-    fn in_flight(
-        &mut self,
-        starts: &[u64],
-        plain: bool,
-        samples_ns: &mut Vec<u64>,
-    ) -> Result<(), Box<dyn std::error::Error>> {
-        let depth = u64::from(self.a.depth);
-        let per = if plain { 1 } else { depth };
-        let mut walk = hop_counter();
-        let t0 = Instant::now();
-        let mut submitted_ns = vec![0u64; starts.len()];
-        let (mut next, mut done) = (0, 0);
-        let mut failed = None;
-        while done < starts.len() {
-            while next < starts.len() && self.e.live() < self.a.chains {
-                submitted_ns[next] = t0.elapsed().as_nanos() as u64;
-                let tok = next as u64;
-                let r = if plain {
-                    self.e.submit_read(self.id, starts[next], 16, tok)
-                } else {
-                    self.e.submit_chain(self.id, starts[next], 16, tok, |s| {
-                        s[..8].copy_from_slice(&depth.to_le_bytes());
-                    })
-                };
-                r?;
-                next += 1;
-            }
-            let on_done = |c: storefn_io::Completion<'_>| {
-                let now = t0.elapsed().as_nanos() as u64;
-                if let Err(e) = c.result {
-                    failed.get_or_insert(e);
-                }
-                samples_ns.push((now - submitted_ns[c.token as usize]) / per);
-            };
-            done += if plain {
-                self.e.wait(1, &mut NoFunction, on_done)?
-            } else {
-                self.e.wait(1, &mut walk, on_done)?
-            };
-        }
-        match failed {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
-    }
-
     fn case_chains_in_flight(&mut self) -> Result<Case, Box<dyn std::error::Error>> {
         self.batch_case("d_chains_in_flight", 4, false, self.a.requests)
     }
@@ -490,17 +451,112 @@ impl Bench<'_> {
         plain: bool,
         n: usize,
     ) -> Result<Case, Box<dyn std::error::Error>> {
+        let (depth, chains, threads) = (u64::from(self.a.depth), self.a.chains, self.a.threads);
         let warm = self.starts(salt ^ 0xff, self.a.warmup);
-        let mut scratch_samples = Vec::with_capacity(warm.len());
-        self.in_flight(&warm, plain, &mut scratch_samples)?;
         let starts = self.starts(salt, n);
         let mut samples_ns = Vec::with_capacity(n);
-        let t0 = Instant::now();
-        self.in_flight(&starts, plain, &mut samples_ns)?;
-        let elapsed_s = t0.elapsed().as_secs_f64();
+        let elapsed_s = if threads == 1 {
+            let (e, id) = (&mut self.e, self.id);
+            keep_in_flight(e, id, depth, chains, &warm, plain, &mut Vec::new())?;
+            let t0 = Instant::now();
+            keep_in_flight(e, id, depth, chains, &starts, plain, &mut samples_ns)?;
+            t0.elapsed().as_secs_f64()
+        } else {
+            self.threaded(&warm, &starts, plain, &mut samples_ns)?
+        };
         samples_ns.sort_unstable();
-        let hops = if plain { n as u64 } else { n as u64 * u64::from(self.a.depth) };
+        let hops = if plain { n as u64 } else { n as u64 * depth };
         Ok(Case { name, hops, elapsed_s, samples_ns })
+    }
+
+    /// The in-flight case on `threads` threads, each with its own engine and share of starts.
+    fn threaded(
+        &self,
+        warm: &[u64],
+        starts: &[u64],
+        plain: bool,
+        samples_ns: &mut Vec<u64>,
+    ) -> Result<f64, Box<dyn std::error::Error>> {
+        let (depth, chains, threads) = (u64::from(self.a.depth), self.a.chains, self.a.threads);
+        let barrier = std::sync::Barrier::new(threads + 1);
+        let share = starts.len().div_ceil(threads);
+        let (cfg, mode, path) = (self.cfg, self.mode, &self.path);
+        let run = |mine: &[u64]| -> Result<Vec<u64>, String> {
+            let setup = Engine::new(cfg).and_then(|mut e| e.open(path, mode).map(|id| (e, id)));
+            let res = setup.map_err(|e| e.to_string()).and_then(|(mut e, id)| {
+                keep_in_flight(&mut e, id, depth, chains, warm, plain, &mut Vec::new())?;
+                Ok((e, id))
+            });
+            barrier.wait();
+            let (mut e, id) = res?;
+            let mut out = Vec::with_capacity(mine.len());
+            keep_in_flight(&mut e, id, depth, chains, mine, plain, &mut out)?;
+            Ok(out)
+        };
+        let (elapsed_s, results) = std::thread::scope(|s| {
+            let handles: Vec<_> = starts.chunks(share).map(|mine| s.spawn(|| run(mine))).collect();
+            // Threads past the chunk count never wait: pad the barrier for them.
+            for _ in handles.len()..threads {
+                barrier.wait();
+            }
+            barrier.wait();
+            let t0 = Instant::now();
+            let results: Vec<_> =
+                handles.into_iter().map(std::thread::ScopedJoinHandle::join).collect();
+            (t0.elapsed().as_secs_f64(), results)
+        });
+        for r in results {
+            samples_ns.extend(r.map_err(|_| "bench thread panicked")??);
+        }
+        Ok(elapsed_s)
+    }
+}
+
+/// Keeps `chains` chains (or, with `plain`, single reads) in flight until all are done;
+/// per-hop latency samples (chain latency / hops) go to `samples_ns`.
+fn keep_in_flight(
+    e: &mut Engine,
+    id: FileId,
+    depth: u64,
+    chains: usize,
+    starts: &[u64],
+    plain: bool,
+    samples_ns: &mut Vec<u64>,
+) -> Result<(), String> {
+    let per = if plain { 1 } else { depth };
+    let mut walk = hop_counter();
+    let t0 = Instant::now();
+    let mut submitted_ns = vec![0u64; starts.len()];
+    let (mut next, mut done) = (0, 0);
+    let mut failed = None;
+    while done < starts.len() {
+        while next < starts.len() && e.live() < chains {
+            submitted_ns[next] = t0.elapsed().as_nanos() as u64;
+            let tok = next as u64;
+            let r = if plain {
+                e.submit_read(id, starts[next], 16, tok)
+            } else {
+                e.submit_chain(id, starts[next], 16, tok, |s| {
+                    s[..8].copy_from_slice(&depth.to_le_bytes());
+                })
+            };
+            r.map_err(|e| e.to_string())?;
+            next += 1;
+        }
+        let on_done = |c: storefn_io::Completion<'_>| {
+            let now = t0.elapsed().as_nanos() as u64;
+            if let Err(e) = c.result {
+                failed.get_or_insert(e);
+            }
+            samples_ns.push((now - submitted_ns[c.token as usize]) / per);
+        };
+        let got =
+            if plain { e.wait(1, &mut NoFunction, on_done) } else { e.wait(1, &mut walk, on_done) };
+        done += got.map_err(|e| e.to_string())?;
+    }
+    match failed {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
     }
 }
 
