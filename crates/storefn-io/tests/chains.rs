@@ -450,3 +450,56 @@ fn synchronous_calls_need_an_idle_engine() {
     e.wait(1, &mut storefn_io::NoFunction, |_| {}).unwrap();
     e.read(id, 0, &mut [0u8; 8]).unwrap();
 }
+
+#[test]
+fn refresh_size_lets_chains_reach_appended_bytes() {
+    let f = tmp_file("grow", &vec![7u8; 4096]);
+    let (mut e, id) = engine(&f);
+    let mut buf = [0u8; 16];
+    let err = e.read(id, 8192, &mut buf).unwrap_err();
+    assert!(matches!(err, ChainError::OutOfRange { file_size: 4096, .. }), "{err}");
+    let mut more = std::fs::OpenOptions::new().append(true).open(&f.path).unwrap();
+    std::io::Write::write_all(&mut more, &vec![9u8; 8192]).unwrap();
+    more.sync_all().unwrap();
+    // The engine's bound is the size it last saw, until refreshed.
+    assert!(e.read(id, 8192, &mut buf).is_err());
+    assert_eq!(e.refresh_size(id).unwrap(), Some(12288));
+    e.read(id, 8192, &mut buf).unwrap();
+    assert_eq!(buf, [9u8; 16]);
+}
+
+#[test]
+fn errors_carry_the_context_for_a_plain_read_fallback() {
+    let lists = random_lists(8, 100, 2, 512);
+    let f = tmp_file("fallback", &lists.bytes);
+    let (mut e, id) = engine(&f);
+    // A function that faults on its third block: the caller redoes the walk from `at.start`.
+    let mut calls = 0;
+    let mut inner = list_walker();
+    let mut flaky = func(|ctx, data, s| {
+        calls += 1;
+        if calls == 3 {
+            return Err(VmError::BudgetExhausted { insn: 3, budget: 10 });
+        }
+        inner(ctx, data, s)
+    });
+    let head = lists.heads[0];
+    let err = e.read_xrp(id, head, 16, &mut flaky, &mut [0u8; 16]).unwrap_err();
+    let at = err.at().expect("chain context");
+    assert_eq!((at.start, at.hop, at.token), (head, 3, u64::MAX));
+    let second = get_u64(&lists.bytes, head as usize);
+    assert_eq!(at.addr, get_u64(&lists.bytes, second as usize));
+    // Fallback: plain reads from the start give the model's answer.
+    let (mut sum, mut n, mut node) = (0u64, 0u64, [0u8; 16]);
+    let mut addr = at.start;
+    loop {
+        e.read(id, addr, &mut node).unwrap();
+        sum = sum.wrapping_add(get_u64(&node, 8));
+        n += 1;
+        addr = get_u64(&node, 0);
+        if addr == 0 {
+            break;
+        }
+    }
+    assert_eq!((sum, n), walk_list(&lists.bytes, head));
+}
