@@ -82,6 +82,11 @@ struct CodeSec {
 /// # Errors
 /// A [`LoadError`] naming what is wrong; never panics on malformed input.
 pub fn load(elf: &[u8], select: Option<&str>, prog_type: ProgType) -> Result<Program, LoadError> {
+    // `object` reads headers in place and needs them aligned; `include_bytes!` data is not.
+    let words = aligned_copy(elf);
+    // SAFETY: `words` owns `words.len() * 8 >= elf.len()` initialised bytes, u8 has no
+    // alignment requirement, and the slice does not outlive `words`.
+    let elf = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), elf.len()) };
     let file = object::File::parse(elf).map_err(|e| LoadError::Parse(e.to_string()))?;
     check_header(&file)?;
     for s in file.sections() {
@@ -103,6 +108,16 @@ pub fn load(elf: &[u8], select: Option<&str>, prog_type: ProgType) -> Result<Pro
         global_relocs,
         back_jump_budget: DEFAULT_BACK_JUMP_BUDGET,
     })
+}
+
+fn aligned_copy(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        *w = u64::from_ne_bytes(b);
+    }
+    words
 }
 
 fn check_header(file: &object::File<'_>) -> Result<(), LoadError> {
