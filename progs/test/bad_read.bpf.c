@@ -1,0 +1,16 @@
+/* Run-time fault: reads data at a byte offset taken from scratch[0]; past the 4 KiB view the
+ * read is outside every region and aborts the invocation. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+SEC("xrp")
+__u32 prog(struct bpf_xrp *ctx)
+{
+	__u64 off = *(__u64 *)ctx->scratch;
+	__u64 v = *(__u64 *)(ctx->data + off);
+	((__u64 *)ctx->scratch)[1] = v;
+	ctx->done = 1;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
