@@ -285,7 +285,7 @@ pub fn alu(i: Insn, dst: u64, src_reg: u64) -> Option<u64> {
     let op = i.op & 0xf0;
     let is64 = i.class() == BPF_ALU64;
     if op == BPF_END {
-        return Some(end(i, dst)?);
+        return end(i, dst);
     }
     let src = if i.op & BPF_X != 0 {
         src_reg
@@ -423,6 +423,6 @@ mod tests {
         assert_eq!(sign_extend(0x80, 1), 0xffff_ffff_ffff_ff80);
         assert_eq!(sign_extend(0x7fff, 2), 0x7fff);
         assert_eq!(sign_extend(0x8000_0000, 4), 0xffff_ffff_8000_0000);
-        assert_eq!(size_bytes(BPF_LDX | BPF_MEM | BPF_DW), 8);
+        assert_eq!(size_bytes(BPF_LDX | BPF_MEM | crate::insn::BPF_DW), 8);
     }
 }

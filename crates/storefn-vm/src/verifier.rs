@@ -487,8 +487,7 @@ fn uses_defs(i: Insn) -> (u16, u16) {
         }
         BPF_STX => (d | s, 0),
         _ => match i.op & 0xf0 {
-            BPF_JA | BPF_CALL => (0, 0),
-            BPF_EXIT => (0, 0),
+            BPF_JA | BPF_CALL | BPF_EXIT => (0, 0),
             _ => (d | if x { s } else { 0 }, 0),
         },
     }
