@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
-use storefn_vm::ProgType;
+use storefn_vm::{ProgType, VmError};
 
 /// Opcodes the generator draws from: every valid one plus a few invalid ones.
 const OPS: &[u8] = &[
@@ -95,6 +95,8 @@ fn check(insns: Vec<Insn>) -> usize {
     }
     match run_unverified(p) {
         Ok(_) => 1,
+        // `Invalid` means the verifier let through something the engines cannot run.
+        Err(e @ VmError::Invalid { .. }) => panic!("verified program hit {e}"),
         Err(_) => 2,
     }
 }
