@@ -176,3 +176,10 @@ fn jit_engine_is_reported_not_silently_replaced() {
         Err(e) => assert!(e.to_string().contains("JIT"), "{e}"),
     }
 }
+
+/// The io engine moves instances to its worker threads.
+#[test]
+fn instance_is_send() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Instance>();
+}
