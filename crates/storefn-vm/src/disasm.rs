@@ -72,7 +72,6 @@ pub fn insn_text(insns: &[Insn], pc: usize) -> String {
         BPF_ST if i.op & 0xe0 == BPF_MEM => {
             format!("*({} *)(r{d} {off:+}) = {imm:#x}", size_name(i.op))
         }
-        BPF_ST => bad(),
         crate::insn::BPF_STX => match i.op & 0xe0 {
             BPF_MEM => format!("*({} *)(r{d} {off:+}) = r{s}", size_name(i.op)),
             BPF_ATOMIC => {

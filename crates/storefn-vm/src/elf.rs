@@ -221,6 +221,8 @@ impl<'f, 'd> Linker<'f, 'd> {
     fn build_globals(&mut self) -> Result<(), LoadError> {
         for writable in [false, true] {
             if writable {
+                // Aligned so that no read-only byte shares a word with writable ones.
+                self.globals.resize(self.globals.len().next_multiple_of(GLOBALS_ALIGN), 0);
                 self.globals_rw_start = self.globals.len();
             }
             for s in self.file.sections() {

@@ -5,6 +5,18 @@
 //! `INT_MIN % -1 = 0` (wrapping). Every load and store is checked against the invocation's
 //! regions ([`crate::mem`]); every taken backward jump spends one unit of the budget; callee-saved
 //! r6-r9 and the frame pointer r10 are restored when a BPF-to-BPF call returns.
+//!
+//! Details the JIT must match (differential tests compare r0, memory effects and the error):
+//! - at entry r1 = ctx, r10 = `stack_top`, every other register is 0;
+//! - after a helper call r1-r5 keep their values, after a BPF-to-BPF call they hold what the
+//!   callee left (the verifier forbids reading them either way, so this is unobservable);
+//! - a fault names the faulting instruction: the load/store/atomic, the helper `call`, the
+//!   backward jump that found the budget empty (budget in the error = `Program::back_jump_budget`),
+//!   the `call` that would exceed [`MAX_CALL_DEPTH`] frames;
+//! - atomics check the write regions first (`BadWrite`); every instance's write regions lie
+//!   inside its read regions, so an atomic never reports `BadRead`;
+//! - an `lddw` listed in `Program::global_relocs` loads `RunEnv::globals_base + offset`; any
+//!   other `lddw` loads its 64-bit immediate.
 
 use crate::helpers;
 use crate::insn::{
@@ -285,7 +297,7 @@ pub fn alu(i: Insn, dst: u64, src_reg: u64) -> Option<u64> {
     let op = i.op & 0xf0;
     let is64 = i.class() == BPF_ALU64;
     if op == BPF_END {
-        return Some(end(i, dst)?);
+        return end(i, dst);
     }
     let src = if i.op & BPF_X != 0 {
         src_reg
@@ -423,6 +435,6 @@ mod tests {
         assert_eq!(sign_extend(0x80, 1), 0xffff_ffff_ffff_ff80);
         assert_eq!(sign_extend(0x7fff, 2), 0x7fff);
         assert_eq!(sign_extend(0x8000_0000, 4), 0xffff_ffff_8000_0000);
-        assert_eq!(size_bytes(BPF_LDX | BPF_MEM | BPF_DW), 8);
+        assert_eq!(size_bytes(BPF_LDX | BPF_MEM | crate::insn::BPF_DW), 8);
     }
 }

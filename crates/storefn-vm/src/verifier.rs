@@ -140,6 +140,9 @@ fn unknown(pc: usize, i: Insn) -> Result<(), VerifyError> {
 
 /// The opcode allow-list (RFC 9669) and field checks of one instruction.
 fn check_insn(t: ProgType, pc: usize, i: Insn) -> Result<(), VerifyError> {
+    // Unused register fields must be valid too: the engines rely on every field being <= r10.
+    check_reg(pc, i.dst)?;
+    check_reg(pc, i.src)?;
     match i.class() {
         BPF_ALU | BPF_ALU64 => check_alu(pc, i),
         BPF_JMP | BPF_JMP32 => check_jmp(t, pc, i),
@@ -487,8 +490,7 @@ fn uses_defs(i: Insn) -> (u16, u16) {
         }
         BPF_STX => (d | s, 0),
         _ => match i.op & 0xf0 {
-            BPF_JA | BPF_CALL => (0, 0),
-            BPF_EXIT => (0, 0),
+            BPF_JA | BPF_CALL | BPF_EXIT => (0, 0),
             _ => (d | if x { s } else { 0 }, 0),
         },
     }

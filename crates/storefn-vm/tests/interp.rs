@@ -38,7 +38,7 @@ fn signed_division_overflow_and_signs() {
     assert_eq!(binop(BPF_MOD, false, 1, 0x8000_0000, NEG1), 0);
     assert_eq!(binop(BPF_DIV, true, 1, (-7i64) as u64, 2), (-3i64) as u64);
     assert_eq!(binop(BPF_MOD, true, 1, (-7i64) as u64, 2), (-1i64) as u64);
-    assert_eq!(binop(BPF_MOD, false, 1, (-7i32) as u32 as u64, 2), u64::from((-1i32) as u32));
+    assert_eq!(binop(BPF_MOD, false, 1, u64::from((-7i32) as u32), 2), u64::from((-1i32) as u32));
     // Unsigned division treats the same bits as huge.
     assert_eq!(binop(BPF_DIV, true, 0, (-7i64) as u64, 2), ((-7i64) as u64) / 2);
     // ALU64 unsigned division by an immediate sign-extends it first.

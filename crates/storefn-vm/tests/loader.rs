@@ -123,3 +123,16 @@ fn truncated_and_mutated_objects_never_panic() {
         assert_eq!(m, *elf, "{name}");
     }
 }
+
+// Regression: `object` refused objects whose bytes were not 8-byte aligned ("Invalid ELF header
+// size or alignment"), which is how `include_bytes!` data and slices into larger buffers arrive.
+#[test]
+fn loads_from_unaligned_bytes() {
+    let elf = storefn_progs::must("test/globals");
+    let mut buf = vec![0u8; elf.len() + 8];
+    for shift in 0..8 {
+        buf[shift..shift + elf.len()].copy_from_slice(elf);
+        let p = load(&buf[shift..shift + elf.len()], None, ProgType::Xrp).unwrap();
+        assert_eq!(p.insns.len(), 25, "shift {shift}");
+    }
+}

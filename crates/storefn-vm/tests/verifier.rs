@@ -68,6 +68,8 @@ fn rejects_bad_alu_fields() {
     );
     assert_eq!(v(asm![mov64_reg(0, 11), exit()]), "insn #0: invalid register r11");
     assert_eq!(v(asm![mov64_imm(12, 0), exit()]), "insn #0: invalid register r12");
+    // Unused register fields are checked too (the engines index registers by every field).
+    assert_eq!(v(asm![i(0xb7, 0, 13, 0, 0), exit()]), "insn #0: invalid register r13");
 }
 
 trait WithOff {
