@@ -50,3 +50,16 @@ where
 {
     f
 }
+
+/// A verified eBPF program of type `xrp`, run by the JIT or the interpreter. `run_xrp` points
+/// `ctx.data`/`ctx.scratch` at the slices and bounds every access by them (data read-only).
+impl StorageFn for storefn_vm::Instance {
+    fn invoke(
+        &mut self,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        self.run_xrp(ctx, data, scratch)
+    }
+}

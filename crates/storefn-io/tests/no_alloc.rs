@@ -89,3 +89,29 @@ fn steady_state_chains_and_reads_allocate_nothing() {
     drop(probe);
     assert_eq!(after - before, 0, "allocations during {hops} hops");
 }
+
+#[test]
+fn steady_state_vm_chains_allocate_nothing() {
+    let lists = random_lists(22, 4000, 200, 512);
+    let f = tmp_file("noalloc-vm", &lists.bytes);
+    let (mut e, id) = engine_with(EngineConfig { chains: 128, ..EngineConfig::default() }, &f);
+    let elf = storefn_progs::must("xrp_follow");
+    let prog = storefn_vm::load_verified(elf, None, storefn_vm::ProgType::Xrp).unwrap();
+    let mut inst = storefn_vm::Instance::new(prog, storefn_vm::Engine::Interp).unwrap();
+    let run = |e: &mut storefn_io::Engine, inst: &mut storefn_vm::Instance| {
+        let (mut next, mut done, mut hops) = (0usize, 0usize, 0u64);
+        while done < lists.heads.len() {
+            while next < lists.heads.len() && e.free_slots() > 0 {
+                e.submit_chain(id, lists.heads[next], 512, next as u64, |_| {}).unwrap();
+                next += 1;
+            }
+            done += e.wait(1, inst, |c| hops += u64::from(c.result.unwrap().hops)).unwrap();
+        }
+        hops
+    };
+    run(&mut e, &mut inst);
+    let before = allocs();
+    let hops = run(&mut e, &mut inst);
+    assert_eq!(allocs() - before, 0, "allocations during {hops} VM hops");
+    assert_eq!(hops, 4000);
+}
