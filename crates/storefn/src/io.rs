@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use storefn_io::{func, Engine, EngineConfig, EngineError, FileId, IoMode, NoFunction};
+use storefn_io::{func, Engine, EngineConfig, EngineError, FileId, IoMode, NoFunction, StorageFn};
 
 use crate::CmdResult;
 
@@ -56,12 +56,48 @@ pub struct BenchArgs {
     /// thread) and keeps --chains in flight.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Storage function of the chain cases: `rust` (a closure), `interp` or `jit` (the VM
+    /// running progs/io_hop_chain.bpf.c).
+    #[arg(long, value_enum, default_value_t = FnKind::Rust)]
+    function: FnKind,
     /// Read through the page cache instead of O_DIRECT.
     #[arg(long)]
     buffered: bool,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// Who runs the chain's storage function in the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FnKind {
+    Rust,
+    Interp,
+    Jit,
+}
+
+impl FnKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Rust => "rust",
+            Self::Interp => "interp",
+            Self::Jit => "jit",
+        }
+    }
+}
+
+/// The bench's chain function, built once per case (and per thread).
+fn chain_fn(kind: FnKind) -> Result<Box<dyn StorageFn>, String> {
+    let vm = match kind {
+        FnKind::Rust => return Ok(Box::new(hop_counter())),
+        FnKind::Interp => storefn_vm::Engine::Interp,
+        FnKind::Jit => storefn_vm::Engine::Jit,
+    };
+    let elf = storefn_progs::must("io_hop_chain");
+    let prog = storefn_vm::load_verified(elf, None, storefn_vm::ProgType::Xrp)
+        .map_err(|e| format!("io_hop_chain: {e}"))?;
+    let inst = storefn_vm::Instance::new(prog, vm).map_err(|e| format!("io_hop_chain: {e}"))?;
+    Ok(Box::new(inst))
 }
 
 pub fn run(cmd: &IoCmd) -> CmdResult {
@@ -297,10 +333,11 @@ fn bench(a: &BenchArgs) -> CmdResult {
     }
     let p50 = |i: usize| cases[i].pct(0.5);
     println!(
-        "io bench summary: device {device} mode {} depth {} chains {} threads {} | p50 us/hop: pread {:.1} \
+        "io bench summary: device {device} mode {} function {} depth {} chains {} threads {} | p50 us/hop: pread {:.1} \
          uring-hop {:.1} chain {:.1} chains-{} {:.1} | hops/s: chain {:.0} chains-{} {:.0} | \
          device ref: QD1 p50 {:.1} us, QD{} {:.0} reads/s",
         if a.buffered { "buffered" } else { "direct" },
+        a.function.name(),
         a.depth,
         a.chains,
         a.threads,
@@ -322,6 +359,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
             "device": device,
             "file": b.path.display().to_string(),
             "mode": if a.buffered { "buffered" } else { "direct" },
+            "function": a.function.name(),
             "alignment_bytes": b.align,
             "params": {
                 "depth": a.depth, "chains": a.chains, "requests": a.requests,
@@ -409,10 +447,15 @@ impl Bench<'_> {
 
     fn case_one_chain(&mut self) -> Result<Case, Box<dyn std::error::Error>> {
         let depth = u64::from(self.a.depth);
-        let mut walk = hop_counter();
+        let mut walk = chain_fn(self.a.function)?;
         self.timed_chains("c_one_chain", 3, |b, start| {
             let mut scratch = depth.to_le_bytes();
-            b.e.read_xrp(b.id, start, 16, &mut walk, &mut scratch)?;
+            let st = b.e.read_xrp(b.id, start, 16, &mut *walk, &mut scratch)?;
+            if u64::from(st.hops) != depth {
+                return Err(
+                    format!("chain from {start}: {} hops, expected {depth}", st.hops).into()
+                );
+            }
             Ok(())
         })
     }
@@ -457,9 +500,22 @@ impl Bench<'_> {
         let mut samples_ns = Vec::with_capacity(n);
         let elapsed_s = if threads == 1 {
             let (e, id) = (&mut self.e, self.id);
-            keep_in_flight(e, id, depth, chains, &warm, plain, &mut Vec::new())?;
+            let mut f = chain_fn(self.a.function)?;
+            keep_in_flight(
+                e,
+                Flight { id, depth, chains, plain },
+                &warm,
+                &mut *f,
+                &mut Vec::new(),
+            )?;
             let t0 = Instant::now();
-            keep_in_flight(e, id, depth, chains, &starts, plain, &mut samples_ns)?;
+            keep_in_flight(
+                e,
+                Flight { id, depth, chains, plain },
+                &starts,
+                &mut *f,
+                &mut samples_ns,
+            )?;
             t0.elapsed().as_secs_f64()
         } else {
             self.threaded(&warm, &starts, plain, &mut samples_ns)?
@@ -480,17 +536,24 @@ impl Bench<'_> {
         let (depth, chains, threads) = (u64::from(self.a.depth), self.a.chains, self.a.threads);
         let barrier = std::sync::Barrier::new(threads + 1);
         let share = starts.len().div_ceil(threads);
-        let (cfg, mode, path) = (self.cfg, self.mode, &self.path);
+        let (cfg, mode, path, kind) = (self.cfg, self.mode, &self.path, self.a.function);
         let run = |mine: &[u64]| -> Result<Vec<u64>, String> {
             let setup = Engine::new(cfg).and_then(|mut e| e.open(path, mode).map(|id| (e, id)));
             let res = setup.map_err(|e| e.to_string()).and_then(|(mut e, id)| {
-                keep_in_flight(&mut e, id, depth, chains, warm, plain, &mut Vec::new())?;
-                Ok((e, id))
+                let mut f = chain_fn(kind)?;
+                keep_in_flight(
+                    &mut e,
+                    Flight { id, depth, chains, plain },
+                    warm,
+                    &mut *f,
+                    &mut Vec::new(),
+                )?;
+                Ok((e, id, f))
             });
             barrier.wait();
-            let (mut e, id) = res?;
+            let (mut e, id, mut f) = res?;
             let mut out = Vec::with_capacity(mine.len());
-            keep_in_flight(&mut e, id, depth, chains, mine, plain, &mut out)?;
+            keep_in_flight(&mut e, Flight { id, depth, chains, plain }, mine, &mut *f, &mut out)?;
             Ok(out)
         };
         let (elapsed_s, results) = std::thread::scope(|s| {
@@ -512,19 +575,26 @@ impl Bench<'_> {
     }
 }
 
+/// What an in-flight run keeps going: `chains` chains of `depth` hops, or plain reads.
+#[derive(Debug, Clone, Copy)]
+struct Flight {
+    id: FileId,
+    depth: u64,
+    chains: usize,
+    plain: bool,
+}
+
 /// Keeps `chains` chains (or, with `plain`, single reads) in flight until all are done;
 /// per-hop latency samples (chain latency / hops) go to `samples_ns`.
 fn keep_in_flight(
     e: &mut Engine,
-    id: FileId,
-    depth: u64,
-    chains: usize,
+    fl: Flight,
     starts: &[u64],
-    plain: bool,
+    walk: &mut dyn StorageFn,
     samples_ns: &mut Vec<u64>,
 ) -> Result<(), String> {
+    let Flight { id, depth, chains, plain } = fl;
     let per = if plain { 1 } else { depth };
-    let mut walk = hop_counter();
     let t0 = Instant::now();
     let mut submitted_ns = vec![0u64; starts.len()];
     let (mut next, mut done) = (0, 0);
@@ -545,19 +615,25 @@ fn keep_in_flight(
         }
         let on_done = |c: storefn_io::Completion<'_>| {
             let now = t0.elapsed().as_nanos() as u64;
-            if let Err(e) = c.result {
-                failed.get_or_insert(e);
+            match c.result {
+                Err(e) => {
+                    failed.get_or_insert(e.to_string());
+                }
+                Ok(st) if !plain && u64::from(st.hops) != depth => {
+                    failed.get_or_insert(format!(
+                        "chain {}: {} hops, expected {depth}",
+                        c.token, st.hops
+                    ));
+                }
+                Ok(_) => {}
             }
             samples_ns.push((now - submitted_ns[c.token as usize]) / per);
         };
         let got =
-            if plain { e.wait(1, &mut NoFunction, on_done) } else { e.wait(1, &mut walk, on_done) };
+            if plain { e.wait(1, &mut NoFunction, on_done) } else { e.wait(1, walk, on_done) };
         done += got.map_err(|e| e.to_string())?;
     }
-    match failed {
-        Some(e) => Err(e.to_string()),
-        None => Ok(()),
-    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// The chain's storage function: scratch[0..8] counts the hops left; follow the node's first

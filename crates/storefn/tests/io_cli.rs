@@ -8,12 +8,18 @@ fn storefn() -> Command {
 
 #[test]
 fn io_bench_reports_every_case_with_a_summary_and_json() {
+    for function in ["rust", "interp"] {
+        bench_once(function);
+    }
+}
+
+fn bench_once(function: &str) {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let json = dir.join(format!("io-bench-{}.json", std::process::id()));
     let file = dir.join(format!("io-bench-{}.dat", std::process::id()));
     let out = storefn()
         .args(["io", "bench", "--size-mb", "2", "--requests", "20", "--warmup", "2"])
-        .args(["--depth", "3", "--chains", "4", "--seed", "9"])
+        .args(["--depth", "3", "--chains", "4", "--seed", "9", "--function", function])
         .arg("--file")
         .arg(&file)
         .arg("--json")
@@ -27,6 +33,7 @@ fn io_bench_reports_every_case_with_a_summary_and_json() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
+    assert_eq!(doc["function"], function);
     let cases = doc["cases"].as_array().unwrap();
     let names: Vec<&str> = cases.iter().map(|c| c["case"].as_str().unwrap()).collect();
     assert_eq!(
