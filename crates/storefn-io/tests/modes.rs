@@ -88,3 +88,28 @@ fn missing_file_is_an_open_error_with_the_path() {
     let err = e.open(std::path::Path::new("/nonexistent/x.db"), IoMode::Direct).unwrap_err();
     assert_eq!(err.to_string(), "/nonexistent/x.db: open failed: ENOENT (no such file)");
 }
+
+#[test]
+fn file_table_fills_up_by_name_and_close_frees_a_slot() {
+    let f = tmp_file("table", &[3u8; 4096]);
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    let ids: Vec<_> = (0..storefn_io::limits::MAX_FILES)
+        .map(|_| e.open(&f.path, IoMode::Direct).unwrap())
+        .collect();
+    let err = e.open(&f.path, IoMode::Direct).unwrap_err();
+    assert!(matches!(err, EngineError::TooManyFiles { max: 64 }), "{err}");
+    e.close(ids[5]).unwrap();
+    let again = e.open(&f.path, IoMode::Direct).unwrap();
+    assert_eq!(again, ids[5]);
+    let mut buf = [0u8; 8];
+    e.read(again, 100, &mut buf).unwrap();
+    assert_eq!(buf, [3u8; 8]);
+    let err = e.submit_read(ids[5], 0, 8, 0);
+    assert!(err.is_ok(), "slot 5 is open again");
+    e.wait(1, &mut storefn_io::NoFunction, |_| {}).unwrap();
+    e.close(ids[7]).unwrap();
+    assert_eq!(
+        e.submit_read(ids[7], 0, 8, 0),
+        Err(storefn_io::SubmitError::UnknownFile { file: ids[7].index() })
+    );
+}
