@@ -624,9 +624,17 @@ impl Engine {
         self.ready.push_back(ci as u32);
     }
 
-    /// One pass: reap every available completion, run functions, issue and submit the next
-    /// reads, then deliver finished chains. Returns the number delivered.
-    fn pass<P, F>(&mut self, prog: &mut P, on_done: &mut F) -> Result<usize, EngineError>
+    /// One pass: reap every available completion, run functions, queue the next reads, then
+    /// deliver finished chains. New SQEs are submitted before any callback runs (the device
+    /// works while the caller handles results); with nothing to deliver and `eager` false they
+    /// are left for the caller's next `io_uring_enter` (wait's submit-and-wait: one syscall).
+    /// Returns the number delivered.
+    fn pass<P, F>(
+        &mut self,
+        prog: &mut P,
+        on_done: &mut F,
+        eager: bool,
+    ) -> Result<usize, EngineError>
     where
         P: StorageFn + ?Sized,
         F: FnMut(Completion<'_>),
@@ -641,10 +649,14 @@ impl Engine {
             self.on_cqe(ud, res, prog);
         }
         self.serve_waiting();
-        self.flush()?;
+        if eager || !self.ready.is_empty() {
+            self.flush()?;
+        }
         let delivered = self.deliver(on_done);
         if delivered > 0 && !self.waiting.is_empty() {
             self.serve_waiting();
+        }
+        if eager {
             self.flush()?;
         }
         Ok(delivered)
@@ -825,7 +837,7 @@ impl Engine {
         P: StorageFn + ?Sized,
         F: FnMut(Completion<'_>),
     {
-        self.pass(prog, &mut on_done)
+        self.pass(prog, &mut on_done, true)
     }
 
     /// Like [`Engine::reap`], blocking until at least `min` chains were delivered or nothing
@@ -845,11 +857,13 @@ impl Engine {
     {
         let mut got = 0;
         loop {
-            got += self.pass(prog, &mut on_done)?;
+            got += self.pass(prog, &mut on_done, false)?;
             if got >= min || self.live == 0 {
+                self.flush()?;
                 return Ok(got);
             }
-            // Live chains are either ready (delivered next pass) or behind reads in flight.
+            // Live chains are either ready (delivered next pass) or behind reads in flight
+            // (submitted or pushed): submit what is pushed and wait in one syscall.
             if self.ready.is_empty() {
                 assert!(self.in_flight > 0, "live chains with nothing in flight");
                 self.enter(1)?;
