@@ -111,6 +111,19 @@ impl LoopFs {
     pub fn device(&self) -> &str {
         self.loopdev.as_deref().unwrap()
     }
+
+    /// Make ext4 share one allocation stream between files (mballoc's locality-group
+    /// preallocation for every size), so interleaved writes fragment at block granularity.
+    pub fn ext4_interleave_allocations(&self) {
+        ext4_interleave_allocations(Path::new(self.device()));
+    }
+}
+
+/// See [`LoopFs::ext4_interleave_allocations`]; `dev` is the ext4 file system's device.
+pub fn ext4_interleave_allocations(dev: &Path) {
+    let name = dev.file_name().unwrap().to_str().unwrap();
+    std::fs::write(format!("/sys/fs/ext4/{name}/mb_stream_req"), "1000000000")
+        .expect("set mb_stream_req");
 }
 
 impl Drop for LoopFs {
