@@ -118,6 +118,27 @@ fn correctness_on(kind: FsKind, mkfs_args: &[&str]) {
             assert!(disjoint, "a and b share device blocks: {ea:?} {eb:?}");
         }
     }
+    // A function that learned b's device offsets and asks a's digest for them gets either
+    // OutsideFile or a's own blocks, never b's.
+    let in_runs = |runs: &[storefn_io::digest::Extent], dev: u64| {
+        runs.iter().any(|e| e.physical <= dev && dev < e.physical + e.len)
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+    let probes = db
+        .extents()
+        .iter()
+        .map(|e| e.physical)
+        .chain((0..2000).map(|_| rng.gen::<u64>() >> rng.gen_range(0..64)));
+    for off in probes {
+        match d.map(off, 512) {
+            Ok(dev) => {
+                assert!(in_runs(d.extents(), dev) && in_runs(d.extents(), dev + 511), "{off}");
+                assert!(!in_runs(db.extents(), dev), "{off} reached b's blocks");
+            }
+            Err(DigestError::OutsideFile { .. } | DigestError::SpansExtents { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
     let size = d.file_size();
     for (off, len) in [(size, 1), (size - 1, 2), (size + 4096, 4096), (1 << 40, 512), (0, 0)] {
         assert!(
