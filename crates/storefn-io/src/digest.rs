@@ -224,22 +224,29 @@ impl FileIdentity {
     ///
     /// # Errors
     /// [`DigestError::Io`] when fstat fails.
-    pub fn of(file: &File) -> Result<(Self, libc::stat), DigestError> {
-        // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: the fd is open for the borrow of `file`; `st` is a valid out pointer.
-        if unsafe { libc::fstat(file.as_raw_fd(), &raw mut st) } != 0 {
-            return Err(DigestError::last_os("fstat"));
-        }
-        let id = Self {
+    pub fn of(file: &File) -> Result<Self, DigestError> {
+        Ok(Self::of_stat(&fstat(file)?))
+    }
+
+    fn of_stat(st: &libc::stat) -> Self {
+        Self {
             dev: st.st_dev,
             ino: st.st_ino,
             size: u64::try_from(st.st_size).unwrap_or(0),
             mtime: Timestamp { sec: st.st_mtime, nsec: st.st_mtime_nsec },
             ctime: Timestamp { sec: st.st_ctime, nsec: st.st_ctime_nsec },
-        };
-        Ok((id, st))
+        }
     }
+}
+
+fn fstat(file: &File) -> Result<libc::stat, DigestError> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open for the borrow of `file`; `st` is a valid out pointer.
+    if unsafe { libc::fstat(file.as_raw_fd(), &raw mut st) } != 0 {
+        return Err(DigestError::last_os("fstat"));
+    }
+    Ok(st)
 }
 
 /// One physically contiguous run of the file: `[logical, logical + len)` of the file lives at
@@ -286,7 +293,8 @@ impl Digest {
     /// `NotRegularFile`, `FiemapUnsupported`, `RefusedExtent`, `Hole`, `InconsistentExtents`,
     /// `TooManyExtents`, `Io` — all mean "stay on the file path".
     pub fn build(file: &File) -> Result<Self, DigestError> {
-        let (before, st) = FileIdentity::of(file)?;
+        let st = fstat(file)?;
+        let before = FileIdentity::of_stat(&st);
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(DigestError::NotRegularFile { mode: st.st_mode });
         }
@@ -294,9 +302,9 @@ impl Digest {
         let fiemap_extent_count = raw.len();
         let fs_block_size = fs_block_size(file)?;
         let extents = fiemap::check_and_merge(&raw, before.size, fs_block_size)?;
-        // FIEMAP_FLAG_SYNC may itself have changed nothing but timestamps must match: if the file
-        // moved under us while FIEMAP ran, the map may mix two layouts.
-        let (after, _) = FileIdentity::of(file)?;
+        // Without a lease a writer may run concurrently with the (batched) FIEMAP calls; an
+        // identity that moved means the map may mix two layouts.
+        let after = FileIdentity::of(file)?;
         if after != before {
             return Err(DigestError::Stale { why: "file changed while the digest was built" });
         }
@@ -379,7 +387,7 @@ impl Digest {
     /// # Errors
     /// [`DigestError::Io`] when fstat fails.
     pub fn still_valid(&self, file: &File) -> Result<bool, DigestError> {
-        Ok(FileIdentity::of(file)?.0 == self.identity)
+        Ok(FileIdentity::of(file)? == self.identity)
     }
 }
 

@@ -150,6 +150,8 @@ impl LeaseGuard {
         let sig = lease_signal()?;
         let dup = file.try_clone().map_err(|err| DigestError::Io { op: "dup", err })?;
         let fd = dup.as_raw_fd();
+        // SeqCst: the slot must be visibly ours before the lease exists and can be broken,
+        // so the handler (on any thread) finds it.
         let slot = SLOT_FD
             .iter()
             .position(|s| {

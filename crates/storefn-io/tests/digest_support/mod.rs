@@ -17,6 +17,7 @@ use storefn_io::digest::RawDevice;
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 fn unique(tag: &str) -> PathBuf {
+    // Relaxed: only uniqueness matters, no other memory is published through it.
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     std::env::temp_dir().join(format!("storefn-digest-{}-{n}-{tag}", std::process::id()))
 }
