@@ -47,6 +47,12 @@ fn assert_byte_exact(path: &Path, seed: u64) {
         let off = 512 * rng.gen_range(0..size.div_ceil(512));
         match raw.translate(off, len) {
             Ok(w) => {
+                assert!(w.len <= raw.window_capacity(len));
+                assert!(
+                    d.extents().iter().any(|e| e.physical <= w.dev_offset
+                        && w.dev_offset + w.len <= e.physical + e.len),
+                    "window {w:?} leaves the file's runs"
+                );
                 let got = read_device(raw.device(), w.dev_offset, w.len);
                 let s = usize::try_from(w.skip).unwrap();
                 assert_eq!(&got[s..s + len as usize], &read_file(&file, off, len)[..], "{off}");

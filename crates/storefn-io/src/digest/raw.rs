@@ -92,6 +92,14 @@ impl RawAccess {
         self.device.fd()
     }
 
+    /// Buffer bytes a translated request of `len` bytes may need: its window can start up to
+    /// one logical block minus one byte before the requested byte (size registered buffers
+    /// with this).
+    #[must_use]
+    pub fn window_capacity(&self, len: u64) -> u64 {
+        window_capacity(len, self.device.logical_block_size())
+    }
+
     /// The device's logical block size: O_DIRECT buffer alignment.
     #[must_use]
     pub fn logical_block_size(&self) -> u64 {
@@ -125,9 +133,25 @@ pub fn align_window(dev_offset: u64, len: u64, block: u64) -> DeviceWindow {
     DeviceWindow { dev_offset: start, len: end - start, skip: dev_offset - start }
 }
 
+/// Largest [`align_window`] length for a `len`-byte request on `block`-sized blocks.
+#[must_use]
+pub fn window_capacity(len: u64, block: u64) -> u64 {
+    (len + block - 1).next_multiple_of(block)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_capacity_bounds_every_window() {
+        for block in [512u64, 4096] {
+            for len in [1u64, 511, 512, 4096, 5000] {
+                let worst = (0..2 * block).map(|o| align_window(o, len, block).len).max().unwrap();
+                assert_eq!(window_capacity(len, block), worst, "len {len} block {block}");
+            }
+        }
+    }
 
     #[test]
     fn windows_are_aligned_and_contain_the_range() {
