@@ -10,11 +10,11 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use digest_support::{
-    filefrag, pattern, read_device, read_file, write_interleaved, write_pattern_file, FsKind,
-    LoopFs, ZramFs,
+    filefrag, open_raw, pattern, read_device, read_file, write_interleaved, write_pattern_file,
+    FsKind, LoopFs, ZramFs,
 };
 use rand::{Rng, SeedableRng};
-use storefn_io::digest::{Digest, DigestError, ExtentProblem, RawAccess, RawDevice};
+use storefn_io::digest::{Digest, DigestError, ExtentProblem, RawDevice};
 
 /// Largest device read the byte-comparison does at once.
 const COMPARE_CHUNK: u64 = 1 << 20;
@@ -23,7 +23,7 @@ const COMPARE_CHUNK: u64 = 1 << 20;
 /// random small ranges translated by `RawAccess::translate` read back the right bytes.
 fn assert_byte_exact(path: &Path, seed: u64) {
     let file = File::open(path).unwrap();
-    let raw = RawAccess::open(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let raw = open_raw(&file);
     let d = raw.digest();
     let size = d.file_size();
     let lbs = raw.logical_block_size();

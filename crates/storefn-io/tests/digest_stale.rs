@@ -9,10 +9,13 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use digest_support::{pattern, read_device, read_file, write_pattern_file, FsKind, LoopFs};
+use digest_support::{
+    open_raw, pattern, read_device, read_file, refresh_raw, with_lease_retry, write_pattern_file,
+    FsKind, LoopFs,
+};
 use rand::{Rng, SeedableRng};
 use storefn_io::digest::{
     lease_breaks_seen, Digest, DigestError, LeaseGuard, RawAccess, RawDevice,
@@ -51,6 +54,9 @@ fn sh(cmd: &str, args: &[&str]) {
     panic!("{cmd} {args:?}: {last}");
 }
 
+/// Chains accepted before the mutation starts, so every race has a "before" part.
+const CHAINS_BEFORE_MUTATION: u64 = 3;
+
 /// What the post-chain check must do about a mutation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expect {
@@ -71,12 +77,18 @@ struct RaceOutcome {
 /// accepted only if `check_after_chain` passes afterwards, and then must equal the old content.
 fn race(raw: &RawAccess, path: &Path, mutate: fn(&Path), expect: Expect) -> RaceOutcome {
     let done = AtomicBool::new(false);
+    let accepted = AtomicU64::new(0);
     let mut out = RaceOutcome::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let size = raw.digest().file_size();
     std::thread::scope(|s| {
         s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(20));
+            let t = Instant::now();
+            // SeqCst: plain progress counter, no hot path.
+            while accepted.load(Ordering::SeqCst) < CHAINS_BEFORE_MUTATION {
+                assert!(t.elapsed() < RACE_TIMEOUT, "reader never got going");
+                std::thread::sleep(Duration::from_millis(1));
+            }
             mutate(path);
             done.store(true, Ordering::SeqCst); // SeqCst: plain flag, no hot path
         });
@@ -100,6 +112,7 @@ fn race(raw: &RawAccess, path: &Path, mutate: fn(&Path), expect: Expect) -> Race
                         );
                     }
                     out.accepted += 1;
+                    accepted.store(out.accepted, Ordering::SeqCst);
                 }
                 Err(e @ DigestError::Stale { .. }) => {
                     assert!(e.is_fallback());
@@ -127,7 +140,7 @@ fn victim(fs: &LoopFs) -> (std::path::PathBuf, File, RawAccess) {
     let p = fs.path("victim");
     write_pattern_file(&p, OLD, VICTIM_BYTES);
     let f = File::open(&p).unwrap();
-    let raw = RawAccess::open(&f).unwrap();
+    let raw = open_raw(&f);
     (p, f, raw)
 }
 
@@ -163,7 +176,7 @@ fn rewrite_race(kind: FsKind) {
     race(&raw, &p, rewrite_in_place, Expect::MustDetect);
     assert!(lease_breaks_seen() > breaks, "the lease-break handler never ran");
     // The writer is gone: a refresh sees the new bytes, byte-exact through the device.
-    let raw = raw.refresh(&f).unwrap();
+    let raw = refresh_raw(raw, &f).unwrap();
     let w = raw.translate(8192, 4096).unwrap();
     let got = read_device(raw.device(), w.dev_offset, w.len);
     assert_eq!(&got[w.skip as usize..w.skip as usize + 4096], &pattern(NEW, 8192, 4096)[..]);
@@ -188,7 +201,7 @@ fn truncate_race(kind: FsKind) {
     // (free or refilled): exactly the misread the failed check prevents.
     let off = VICTIM_BYTES - 8192;
     let stale_dev = raw.translate(off, 4096).unwrap().dev_offset;
-    let raw = raw.refresh(&f).unwrap();
+    let raw = refresh_raw(raw, &f).unwrap();
     assert_eq!(raw.digest().file_size(), VICTIM_BYTES / 4);
     assert!(
         raw.digest()
@@ -216,7 +229,7 @@ fn ext4_punch_hole_during_reads_is_caught_and_refresh_refuses_the_hole() {
     let Some(fs) = LoopFs::new(FsKind::Ext4, 512, &[]) else { return };
     let (p, f, raw) = victim(&fs);
     race(&raw, &p, punch_by_other_process, Expect::MustDetect);
-    let e = raw.refresh(&f).expect_err("a punched file has a hole");
+    let e = refresh_raw(raw, &f).expect_err("a punched file has a hole");
     assert!(matches!(e, DigestError::Hole { offset: 0, .. }), "{e}");
     assert!(e.is_fallback());
 }
@@ -231,11 +244,11 @@ fn ext4_replace_by_rename_keeps_reading_the_open_inode() {
     let (p, f, raw) = victim(&fs);
     let out = race(&raw, &p, replace_by_rename, Expect::MayDetect);
     println!("rename-over: {out:?}");
-    let raw = raw.refresh(&f).unwrap();
+    let raw = refresh_raw(raw, &f).unwrap();
     assert_eq!(raw.digest().identity().size, VICTIM_BYTES);
     assert_eq!(read_file(&f, 4096, 4096), pattern(OLD, 4096, 4096));
     let f2 = File::open(&p).unwrap();
-    let raw2 = RawAccess::open(&f2).unwrap();
+    let raw2 = open_raw(&f2);
     assert_ne!(raw2.digest().identity().ino, raw.digest().identity().ino);
     let w = raw2.translate(4096, 4096).unwrap();
     let got = read_device(raw2.device(), w.dev_offset, w.len);
@@ -283,7 +296,7 @@ fn lease_is_refused_while_a_writer_is_open_and_released_on_drop() {
     );
     assert!(matches!(RawAccess::open(&f), Err(DigestError::Lease { .. })));
     drop(writer);
-    let guard = LeaseGuard::acquire(&f).unwrap();
+    let guard = with_lease_retry(|| LeaseGuard::acquire(&f));
     assert!(guard.is_intact());
     drop(guard);
     // Released: a writer opens at once instead of waiting out the break timer.

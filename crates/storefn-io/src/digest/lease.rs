@@ -20,6 +20,10 @@
 //! Requirements: the process owns the file (fsuid == owner) or has CAP_LEASE; the file is a
 //! regular file opened read-only (a read lease on a writable descriptor fails with EAGAIN);
 //! `/proc/sys/fs/leases-enable` is 1. One guard per open file description.
+//!
+//! EAGAIN can be transient: a child between fork and exec holds copies of every fd of its
+//! parent, including writable ones of the same file (O_CLOEXEC closes them only at exec). The
+//! caller stays on the file path and may try again later.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};

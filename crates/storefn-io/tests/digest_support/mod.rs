@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use storefn_io::digest::RawDevice;
+use std::time::Duration;
+
+use storefn_io::digest::{DigestError, RawAccess, RawDevice};
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
@@ -340,4 +342,38 @@ pub fn filefrag(path: &Path) -> Option<Vec<(u64, u64, u64)>> {
 /// The fd's raw number (for messages).
 pub fn fd_of(f: &File) -> i32 {
     f.as_raw_fd()
+}
+
+/// Tries for a lease that fails with EAGAIN only because another test thread's spawned child,
+/// between fork and exec, still holds copies of this process's writable fds.
+pub const LEASE_RETRIES: u32 = 200;
+
+pub fn lease_retry<T>(mut f: impl FnMut() -> Result<T, DigestError>) -> Result<T, DigestError> {
+    for _ in 0..LEASE_RETRIES {
+        match f() {
+            Err(DigestError::Lease { err, .. }) if err.raw_os_error() == Some(libc::EAGAIN) => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+    panic!("lease still refused after {LEASE_RETRIES} tries")
+}
+
+pub fn with_lease_retry<T>(f: impl FnMut() -> Result<T, DigestError>) -> T {
+    lease_retry(f).unwrap()
+}
+
+pub fn open_raw(f: &File) -> RawAccess {
+    with_lease_retry(|| RawAccess::open(f))
+}
+
+/// `RawAccess::refresh`, then plain re-opens while the lease is transiently refused.
+pub fn refresh_raw(raw: RawAccess, f: &File) -> Result<RawAccess, DigestError> {
+    match raw.refresh(f) {
+        Err(DigestError::Lease { err, .. }) if err.raw_os_error() == Some(libc::EAGAIN) => {
+            lease_retry(|| RawAccess::open(f))
+        }
+        r => r,
+    }
 }
