@@ -202,3 +202,34 @@ impl ChainError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errnos_get_names_and_unknown_ones_keep_their_number() {
+        assert_eq!(Errno::from_raw(libc::EIO), Errno::Io);
+        assert_eq!(Errno::from_raw(libc::EINVAL), Errno::InvalidArgument);
+        assert_eq!(Errno::from_raw(libc::EOPNOTSUPP), Errno::NotSupported);
+        assert_eq!(Errno::from_raw(libc::EACCES), Errno::PermissionDenied);
+        assert_eq!(Errno::from_raw(libc::ENXIO), Errno::NoDevice);
+        assert_eq!(Errno::from_raw(libc::EXDEV), Errno::Other(libc::EXDEV));
+        assert_eq!(Errno::Other(18).to_string(), "errno 18");
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(Errno::from_io(&e), Errno::NotFound);
+    }
+
+    #[test]
+    fn chain_errors_name_token_start_hop_and_addr() {
+        let at = ChainAt { token: 7, start: 0x200, hop: 3, addr: 0x1000 };
+        let e = ChainError::OutOfRange { at, size: 512, file_size: 4096 };
+        assert_eq!(
+            e.to_string(),
+            "chain token 7 (start 0x200), hop 3, addr 0x1000: range 0x1000+512 lies outside the \
+             file (4096 B)"
+        );
+        assert_eq!(e.at(), Some(at));
+        assert_eq!(ChainError::NotIdle { active: 2 }.at(), None);
+    }
+}
