@@ -29,10 +29,10 @@ use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
 
 use crate::insn::{
     Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_AND, BPF_ARSH, BPF_ATOMIC, BPF_B, BPF_CALL, BPF_DIV,
-    BPF_DW, BPF_END, BPF_EXIT, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLE, BPF_JLT,
-    BPF_JMP, BPF_JMP32, BPF_JNE, BPF_JSET, BPF_JSGE, BPF_JSGT, BPF_JSLE, BPF_JSLT, BPF_LD,
-    BPF_LDX, BPF_LSH, BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_MUL, BPF_NEG, BPF_OR,
-    BPF_PSEUDO_CALL, BPF_RSH, BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
+    BPF_DW, BPF_END, BPF_EXIT, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLE, BPF_JLT, BPF_JMP,
+    BPF_JMP32, BPF_JNE, BPF_JSET, BPF_JSGE, BPF_JSGT, BPF_JSLE, BPF_JSLT, BPF_LD, BPF_LDX, BPF_LSH,
+    BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_MUL, BPF_NEG, BPF_OR, BPF_PSEUDO_CALL, BPF_RSH,
+    BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
 };
 use crate::mem::{RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, MAX_INSNS, STACK_FRAME_BYTES};
@@ -198,9 +198,7 @@ impl JitProgram {
         // The generated code dereferences only `env`/`aux` (valid, exclusively borrowed here) at
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets, whose validity is the caller's contract for RunEnv.
-        let r0 = unsafe {
-            (self.entry)(env, &raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top)
-        };
+        let r0 = unsafe { (self.entry)(env, &raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
         fault_to_result(env.fault, r0, &mut aux, self.back_jump_budget)
     }
 }
@@ -400,7 +398,11 @@ fn helpers_call(
     _args: [u64; 5],
     insn: usize,
 ) -> Result<u64, VmError> {
-    Err(VmError::Helper { insn, helper: id, reason: "helpers are not linked into this build".into() })
+    Err(VmError::Helper {
+        insn,
+        helper: id,
+        reason: "helpers are not linked into this build".into(),
+    })
 }
 
 /// Helper call from generated code: forwards to the helper table; on error stores the error in
@@ -972,12 +974,11 @@ impl Tx<'_, '_> {
             return Err(invalid(pc, "lddw without its second slot"));
         };
         let v = if let Some(&(_, off)) = self.prog.global_relocs.iter().find(|(i, _)| *i == pc) {
-            let base =
-                self.b.ins().load(I64, MemFlagsData::trusted(), self.env, OFF_GLOBALS);
+            let base = self.b.ins().load(I64, MemFlagsData::trusted(), self.env, OFF_GLOBALS);
             self.b.ins().iadd_imm_s(base, off.cast_signed())
         } else if insn.src == 0 {
-            let imm = (u64::from(hi.imm.cast_unsigned()) << 32)
-                | u64::from(insn.imm.cast_unsigned());
+            let imm =
+                (u64::from(hi.imm.cast_unsigned()) << 32) | u64::from(insn.imm.cast_unsigned());
             self.iconst(imm.cast_signed())
         } else {
             return Err(invalid(pc, format!("lddw with src {} and no relocation", insn.src)));
@@ -1101,11 +1102,10 @@ impl Tx<'_, '_> {
         let op = insn.imm;
         let alu = op & !ATOMIC_FETCH;
         let fetch = op & ATOMIC_FETCH != 0;
-        let known = matches!(
-            alu,
-            0x00 /* ADD */ | 0x40 /* OR */ | 0x50 /* AND */ | 0xa0 /* XOR */
-        ) || op == ATOMIC_XCHG
-            || op == ATOMIC_CMPXCHG;
+        let known =
+            matches!(alu, 0x00 /* ADD */ | 0x40 /* OR */ | 0x50 /* AND */ | 0xa0 /* XOR */)
+                || op == ATOMIC_XCHG
+                || op == ATOMIC_CMPXCHG;
         if !known {
             return Err(invalid(pc, format!("unknown atomic op {op:#x}")));
         }

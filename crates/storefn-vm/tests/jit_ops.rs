@@ -130,7 +130,11 @@ fn alu64_every_op_reg_and_imm() {
             for &a in VALUES {
                 for &b in VALUES {
                     let got = alu(true, op, i16::from(signed), a, b, true);
-                    assert_eq!(got, model64(op, signed, a, b), "op {op:#x} s={signed} {a:#x},{b:#x}");
+                    assert_eq!(
+                        got,
+                        model64(op, signed, a, b),
+                        "op {op:#x} s={signed} {a:#x},{b:#x}"
+                    );
                     // K form: imm is sign-extended to 64 bits.
                     let bk = i64::from(b as u32 as i32) as u64;
                     let got = alu(true, op, i16::from(signed), a, b, false);
@@ -203,13 +207,13 @@ fn movsx_sign_extends() {
 fn byte_swaps() {
     let v = 0x0102_0304_0506_0708u64;
     let cases: &[(u8, i32, u64)] = &[
-        (BPF_ALU | BPF_END | BPF_K, 16, 0x0708),        // le16: truncate
-        (BPF_ALU | BPF_END | BPF_K, 32, 0x0506_0708),   // le32
-        (BPF_ALU | BPF_END | BPF_K, 64, v),             // le64: no-op
-        (BPF_ALU | BPF_END | BPF_X, 16, 0x0807),        // be16
-        (BPF_ALU | BPF_END | BPF_X, 32, 0x0807_0605),   // be32
+        (BPF_ALU | BPF_END | BPF_K, 16, 0x0708), // le16: truncate
+        (BPF_ALU | BPF_END | BPF_K, 32, 0x0506_0708), // le32
+        (BPF_ALU | BPF_END | BPF_K, 64, v),      // le64: no-op
+        (BPF_ALU | BPF_END | BPF_X, 16, 0x0807), // be16
+        (BPF_ALU | BPF_END | BPF_X, 32, 0x0807_0605), // be32
         (BPF_ALU | BPF_END | BPF_X, 64, v.swap_bytes()), // be64
-        (BPF_ALU64 | BPF_END, 16, 0x0807),              // bswap16
+        (BPF_ALU64 | BPF_END, 16, 0x0807),       // bswap16
         (BPF_ALU64 | BPF_END, 32, 0x0807_0605),
         (BPF_ALU64 | BPF_END, 64, v.swap_bytes()),
     ];
@@ -258,7 +262,8 @@ fn conditional_jumps_64_and_32_reg_and_imm() {
     for &op in JOPS {
         for &a in VALUES {
             for &b in VALUES {
-                for (is32, use_reg) in [(false, true), (false, false), (true, true), (true, false)] {
+                for (is32, use_reg) in [(false, true), (false, false), (true, true), (true, false)]
+                {
                     let mut p = Vec::new();
                     p.extend(lddw(1, a));
                     p.extend(lddw(2, b));
@@ -277,7 +282,11 @@ fn conditional_jumps_64_and_32_reg_and_imm() {
                     let bb = if use_reg || is32 { b } else { i64::from(bimm) as u64 };
                     let want = if is32 { cond32(op, a, bb) } else { cond64(op, a, bb) };
                     let got = run(p).unwrap();
-                    assert_eq!(got, u64::from(want), "op {op:#x} 32={is32} reg={use_reg} {a:#x} {b:#x}");
+                    assert_eq!(
+                        got,
+                        u64::from(want),
+                        "op {op:#x} 32={is32} reg={use_reg} {a:#x} {b:#x}"
+                    );
                 }
             }
         }
@@ -303,8 +312,8 @@ fn loop_prog(n: i32) -> Vec<Insn> {
     vec![
         mov64(0, 0),
         mov64(1, n),
-        alu64_reg(BPF_ADD, 0, 1),    // 2: r0 += r1
-        alu64_imm(BPF_SUB, 1, 1),    // 3
+        alu64_reg(BPF_ADD, 0, 1),   // 2: r0 += r1
+        alu64_imm(BPF_SUB, 1, 1),   // 3
         jmp_imm(BPF_JNE, 1, 0, -3), // 4: back to 2 while r1 != 0
         exit(),
     ]
@@ -387,7 +396,16 @@ fn stores_every_size() {
     assert_eq!(run_with(p, &mut sb).unwrap(), 0x1122_3344_5566_7788);
     assert_eq!(
         &sb.data[..8],
-        &[0x1122_3344_5566_7788, 0x5566_7788, 0x7788, 0x88, u64::MAX - 1, 0xffff_fffe, 0x1234, 0xff]
+        &[
+            0x1122_3344_5566_7788,
+            0x5566_7788,
+            0x7788,
+            0x88,
+            u64::MAX - 1,
+            0xffff_fffe,
+            0x1234,
+            0xff
+        ]
     );
 }
 
@@ -419,7 +437,10 @@ fn write_to_read_only_region_faults() {
     let mut sb = Sandbox::new();
     let ctx = sb.ctx_addr();
     let p = vec![ldx(BPF_DW, 0, 1, 8), st(BPF_W, 1, 8, 1), exit()];
-    assert_eq!(run_with(p, &mut sb).unwrap_err(), VmError::BadWrite { insn: 1, addr: ctx + 8, len: 4 });
+    assert_eq!(
+        run_with(p, &mut sb).unwrap_err(),
+        VmError::BadWrite { insn: 1, addr: ctx + 8, len: 4 }
+    );
     assert_eq!(sb.ctx[1], 0x1111_0001, "the rejected store did not happen");
 }
 
@@ -447,7 +468,14 @@ fn atomics_all_ops() {
         (0xe1, 9, 4, 4, 9, true),
         (0x00, 0xffff_ffff, 1, 0, 1, false),
         (fetch, 0x1_ffff_ffff, 1, 0x1_0000_0000, 0xffff_ffff, false),
-        (0xe1, 0xaaaa_bbbb_cccc_dddd, 0x1111_2222_3333_4444, 0xaaaa_bbbb_3333_4444, 0xcccc_dddd, false),
+        (
+            0xe1,
+            0xaaaa_bbbb_cccc_dddd,
+            0x1111_2222_3333_4444,
+            0xaaaa_bbbb_3333_4444,
+            0xcccc_dddd,
+            false,
+        ),
     ];
     for &(op, init, src, mem_after, src_after, is64) in cases {
         let mut sb = Sandbox::new();

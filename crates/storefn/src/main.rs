@@ -8,6 +8,7 @@ mod demo;
 mod io;
 mod kv;
 mod prog;
+mod prog_bench;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]

@@ -10,6 +10,8 @@ use crate::CmdResult;
 pub enum ProgCmd {
     /// List the storage functions built into this binary (compiled from progs/).
     List,
+    /// Per-call cost of node searches on the JIT, the interpreter and native Rust.
+    Bench(crate::prog_bench::BenchArgs),
 }
 
 pub fn run(cmd: &ProgCmd) -> CmdResult {
@@ -20,5 +22,6 @@ pub fn run(cmd: &ProgCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
+        ProgCmd::Bench(args) => crate::prog_bench::run(args),
     }
 }
