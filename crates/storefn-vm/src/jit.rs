@@ -13,6 +13,7 @@
 //! - faults are written to `RunEnv::fault` and the function returns; callers check the fault
 //!   kind after every call, so nothing unwinds and nothing traps.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::mem::offset_of;
 
@@ -34,7 +35,7 @@ use crate::insn::{
     BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_MUL, BPF_NEG, BPF_OR, BPF_PSEUDO_CALL, BPF_RSH,
     BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
 };
-use crate::mem::{RegionSet, MAX_REGIONS};
+use crate::mem::{Region, RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, MAX_INSNS, STACK_FRAME_BYTES};
 use crate::{ProgType, Program, RunEnv, VmError};
 
@@ -96,6 +97,9 @@ type CompiledFn =
 pub struct JitProgram {
     code: CodeMemory,
     entry: CompiledFn,
+    /// Per access site, the index of the region that matched last time (validated on use).
+    /// Written by the generated code's slow path; Cell keeps JitProgram !Sync.
+    hints: Box<[Cell<u8>]>,
     prog_type: ProgType,
     back_jump_budget: u64,
 }
@@ -140,6 +144,9 @@ impl JitProgram {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
         }
         let mut code = CodeMemory(None);
+        // Region hints, one byte per (instruction, access kind); their address is baked in.
+        let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
+        let hints_addr = hints.as_ptr() as u64;
         let sig = bpf_signature(&module);
         let mut ids = Vec::with_capacity(funcs.len());
         for &(start, _) in &funcs {
@@ -154,12 +161,21 @@ impl JitProgram {
         for (i, &(start, end)) in funcs.iter().enumerate() {
             ctx.func.signature = sig.clone();
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
-            let r = translate_function(prog, start, end, &ids, &mut module, &mut ctx, &mut fctx)
-                .and_then(|()| {
-                    module
-                        .define_function(ids[i].1, &mut ctx)
-                        .map_err(|e| JitError::Codegen(format!("{e:?}")))
-                });
+            let r = translate_function(
+                prog,
+                start,
+                end,
+                hints_addr,
+                &ids,
+                &mut module,
+                &mut ctx,
+                &mut fctx,
+            )
+            .and_then(|()| {
+                module
+                    .define_function(ids[i].1, &mut ctx)
+                    .map_err(|e| JitError::Codegen(format!("{e:?}")))
+            });
             module.clear_context(&mut ctx);
             if let Err(e) = r {
                 result = Err(e);
@@ -176,7 +192,13 @@ impl JitProgram {
         // SAFETY: `entry_ptr` is the finalized code of a function declared with `bpf_signature`,
         // which is the System V equivalent of `CompiledFn` on this (64-bit) host.
         let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(entry_ptr) };
-        Ok(Self { code, entry, prog_type: prog.prog_type, back_jump_budget: prog.back_jump_budget })
+        Ok(Self {
+            code,
+            entry,
+            hints,
+            prog_type: prog.prog_type,
+            back_jump_budget: prog.back_jump_budget,
+        })
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.
@@ -187,6 +209,10 @@ impl JitProgram {
     pub fn run(&self, env: &mut RunEnv, ctx_addr: u64, stack_top: u64) -> Result<u64, VmError> {
         debug_assert!(self.code.0.is_some());
         env.fault = FaultInfo::default();
+        debug_assert!(!self.hints.is_empty());
+        // Hints index regions[0..MAX_REGIONS]; entries past `len` must not grant anything.
+        clear_unused(&mut env.read);
+        clear_unused(&mut env.write);
         let mut aux = RunAux {
             hot_lo: 0,
             hot_span: 0,
@@ -200,6 +226,14 @@ impl JitProgram {
         // region sets, whose validity is the caller's contract for RunEnv.
         let r0 = unsafe { (self.entry)(env, &raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
         fault_to_result(env.fault, r0, &mut aux, self.back_jump_budget)
+    }
+}
+
+/// Empties region slots past `len` (stale entries from an earlier, larger set).
+fn clear_unused(set: &mut RegionSet) {
+    let used = usize::try_from(set.len).unwrap_or(MAX_REGIONS).min(MAX_REGIONS);
+    for r in &mut set.regions[used..] {
+        *r = Region::default();
     }
 }
 
@@ -338,6 +372,9 @@ const OFF_FAULT_KIND: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(Fault
 const OFF_FAULT_INSN: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, insn));
 const OFF_FAULT_ADDR: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, addr));
 const OFF_FAULT_LEN: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, len));
+const OFF_READ_REGIONS: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, regions));
+const OFF_WRITE_REGIONS: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, regions));
+const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
 const OFF_AUX_LO: i32 = env_off(offset_of!(RunAux, hot_lo));
 const OFF_AUX_SPAN: i32 = env_off(offset_of!(RunAux, hot_span));
 const OFF_AUX_DEPTH: i32 = env_off(offset_of!(RunAux, depth));
@@ -358,31 +395,38 @@ impl Access {
     }
 }
 
-/// Exact region check on a fast-path miss (the contract of crate::mem). On success refreshes
-/// `aux`'s window with the matching region and returns 1; otherwise records the fault, returns 0.
+/// Exact region check when both the window and the site's hint missed (the contract of
+/// crate::mem). On success stores the matching region's index in the site's hint, refreshes
+/// `aux`'s window and returns 1; otherwise records the fault and returns 0.
+/// `kind_insn` = fault kind << 32 | instruction index.
 extern "C" fn resolve_region(
     env: *mut RunEnv,
     aux: *mut RunAux,
     addr: u64,
     len: u64,
-    kind: u64,
-    insn: u64,
+    kind_insn: u64,
+    hint: *mut u8,
 ) -> u64 {
     // SAFETY: the generated code passes the `env` and `aux` pointers `run` gave it; both are
     // valid and not otherwise borrowed while generated code runs.
     let (env, aux) = unsafe { (&mut *env, &mut *aux) };
-    let write = kind == u64::from(fault::BAD_WRITE);
+    let write = kind_insn >> 32 == u64::from(fault::BAD_WRITE);
     let set: &RegionSet = if write { &env.write } else { &env.read };
     // A corrupt `len` must not make us index out of bounds (that would abort the process).
     let count = usize::try_from(set.len).unwrap_or(MAX_REGIONS).min(MAX_REGIONS);
-    if let Some(r) = set.regions[..count].iter().find(|r| r.contains(addr, len)) {
+    if let Some((i, r)) =
+        set.regions[..count].iter().enumerate().find(|(_, r)| r.contains(addr, len))
+    {
         aux.hot_lo = r.start;
         aux.hot_span = (r.end - r.start).saturating_sub(MAX_ACCESS_BYTES - 1);
+        // SAFETY: `hint` points into the owning JitProgram's hint table (alive: `run` borrows
+        // it); the table is only accessed from the thread running this invocation.
+        unsafe { *hint = u8::try_from(i).unwrap_or(0) };
         return 1;
     }
     env.fault = FaultInfo {
         kind: if write { fault::BAD_WRITE } else { fault::BAD_READ },
-        insn: u32::try_from(insn).unwrap_or(u32::MAX),
+        insn: u32::try_from(kind_insn & 0xffff_ffff).unwrap_or(u32::MAX),
         addr,
         len,
     };
@@ -465,12 +509,16 @@ struct Tx<'a, 'f> {
     /// (function start, FuncRef) for every BPF function.
     callees: Vec<(usize, FuncRef)>,
     func_range: (usize, usize),
+    /// Address of the program's hint table: byte `2 * pc + is_write` per access site.
+    hints: u64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn translate_function(
     prog: &Program,
     start: usize,
     end: usize,
+    hints: u64,
     ids: &[(usize, FuncId)],
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
@@ -558,6 +606,7 @@ fn translate_function(
         helper_sig,
         callees,
         func_range: (start, end),
+        hints,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -987,7 +1036,10 @@ impl Tx<'_, '_> {
     }
 
     /// Emits the region check for `len` bytes at `addr`; on return the builder is positioned
-    /// where the access may be performed.
+    /// where the access may be performed. Three tiers: (1) the window variables (last region
+    /// this function matched for this access kind); (2) the site's hint, a region index that
+    /// persists across invocations, re-validated against the current RunEnv; (3) a call to
+    /// [`resolve_region`], which scans every region and updates the hint.
     fn check(&mut self, pc: usize, addr: Value, len: u64, access: Access) {
         debug_assert!((1..=MAX_ACCESS_BYTES).contains(&len));
         let (lo_v, span_v) = match access {
@@ -999,24 +1051,63 @@ impl Tx<'_, '_> {
         let off = self.b.ins().isub(addr, lo);
         let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, off, span);
         let cont = self.b.create_block();
-        let miss = self.b.create_block();
+        let hinted = self.b.create_block();
         let refill = self.b.create_block();
-        self.b.set_cold_block(miss);
-        self.b.set_cold_block(refill);
-        self.b.ins().brif(inside, cont, &[], miss, &[]);
+        let miss = self.b.create_block();
+        let refill_aux = self.b.create_block();
+        for blk in [hinted, refill, miss, refill_aux] {
+            self.b.set_cold_block(blk);
+        }
+        self.b.append_block_param(refill, I64);
+        self.b.append_block_param(refill, I64);
+        self.b.ins().brif(inside, cont, &[], hinted, &[]);
 
-        self.b.switch_to_block(miss);
+        // Tier 2: regions[hint], exactly as Region::contains.
+        self.b.switch_to_block(hinted);
+        let slot = pc * 2 + usize::from(access == Access::Write);
+        let hint_addr = self.hints + slot as u64;
+        let hint_ptr = self.iconst(hint_addr.cast_signed());
+        let fl = MemFlagsData::trusted();
+        let idx = self.b.ins().uload8(I64, fl, hint_ptr, 0);
+        let scaled = self.b.ins().ishl_imm_u(idx, 4);
+        let rptr = self.b.ins().iadd(self.env, scaled);
+        let base = match access {
+            Access::Read => OFF_READ_REGIONS,
+            Access::Write => OFF_WRITE_REGIONS,
+        };
+        let start = self.b.ins().load(I64, fl, rptr, base);
+        let end = self.b.ins().load(I64, fl, rptr, base + 8);
         let len_v = self.iconst(i64::try_from(len).unwrap_or(8));
-        let kind = self.iconst(i64::from(access.fault_kind()));
-        let insn = self.iconst(i64::try_from(pc).unwrap_or(i64::MAX));
-        let f = self.iconst(resolve_region as *const () as usize as i64);
-        let args = [self.env, self.aux, addr, len_v, kind, insn];
-        let call = self.b.ins().call_indirect(self.resolver_sig, f, &args);
-        let ok = self.b.inst_results(call)[0];
-        self.b.ins().brif(ok, refill, &[], self.exit_block, &[]);
+        let (last, ovf) = self.b.ins().uadd_overflow(addr, len_v);
+        let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
+        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, end);
+        let ok = self.b.ins().band(ge, le);
+        let no_ovf = self.b.ins().bxor_imm_u(ovf, 1);
+        let ok = self.b.ins().band(ok, no_ovf);
+        let size = self.b.ins().isub(end, start);
+        self.b.ins().brif(ok, refill, &[start.into(), size.into()], miss, &[]);
 
         self.b.switch_to_block(refill);
-        let fl = MemFlagsData::trusted();
+        let p = self.b.block_params(refill).to_vec();
+        let z = self.iconst(0);
+        let big = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, p[1], 7i64);
+        let span = self.b.ins().iadd_imm_s(p[1], -i64::try_from(MAX_ACCESS_BYTES - 1).unwrap_or(0));
+        let span = self.b.ins().select(big, span, z);
+        self.b.def_var(lo_v, p[0]);
+        self.b.def_var(span_v, span);
+        self.b.ins().jump(cont, &[]);
+
+        // Tier 3: full scan in Rust.
+        self.b.switch_to_block(miss);
+        let kind_insn = (u64::from(access.fault_kind()) << 32) | u64::try_from(pc).unwrap_or(0);
+        let kind_insn = self.iconst(kind_insn.cast_signed());
+        let f = self.iconst(resolve_region as *const () as usize as i64);
+        let args = [self.env, self.aux, addr, len_v, kind_insn, hint_ptr];
+        let call = self.b.ins().call_indirect(self.resolver_sig, f, &args);
+        let found = self.b.inst_results(call)[0];
+        self.b.ins().brif(found, refill_aux, &[], self.exit_block, &[]);
+
+        self.b.switch_to_block(refill_aux);
         let lo = self.b.ins().load(I64, fl, self.aux, OFF_AUX_LO);
         let span = self.b.ins().load(I64, fl, self.aux, OFF_AUX_SPAN);
         self.b.def_var(lo_v, lo);
