@@ -1185,7 +1185,8 @@ impl Tx<'_, '_> {
     }
 
     /// Atomics as plain read-modify-write (single-threaded semantics: an invocation owns the
-    /// memory it writes for its duration). Checked for read first, then for write.
+    /// memory it writes for its duration). Checked for write first, then for read, as the
+    /// interpreter does (an address in neither set reports BadWrite).
     fn atomic(&mut self, pc: usize, insn: Insn, len: u64) -> Result<(), JitError> {
         if len != 4 && len != 8 {
             return Err(invalid(pc, "atomic operations are 32- or 64-bit"));
@@ -1201,8 +1202,8 @@ impl Tx<'_, '_> {
             return Err(invalid(pc, format!("unknown atomic op {op:#x}")));
         }
         let addr = self.addr(pc, insn.dst, insn.off)?;
-        self.check(pc, addr, len, Access::Read);
         self.check(pc, addr, len, Access::Write);
+        self.check(pc, addr, len, Access::Read);
         let f = MemFlagsData::new().with_notrap();
         let old = if len == 4 {
             self.b.ins().uload32(f, addr, 0)
