@@ -731,7 +731,6 @@ impl Tx<'_, '_> {
             self.b.ins().iconst(I32, i64::from(insn.imm.cast_unsigned()))
         };
         let signed = match (op, insn.off) {
-            (BPF_DIV | BPF_MOD, 0) => false,
             (BPF_DIV | BPF_MOD, 1) => true,
             (BPF_MOV, 8 | 16) if use_x => true,
             (BPF_MOV, 32) if use_x && is64 => true,
@@ -1243,9 +1242,51 @@ impl Tx<'_, '_> {
 mod tests {
     use super::*;
 
+    fn assert_send<T: Send>() {}
+
     #[test]
-    fn run_env_offsets_are_in_range() {
-        assert!(OFF_FAULT_LEN > OFF_FAULT_KIND);
-        assert_eq!(OFF_AUX_LO, 0);
+    fn jit_program_is_send() {
+        assert_send::<JitProgram>();
+    }
+
+    #[test]
+    fn fault_kinds_map_to_errors() {
+        let mut aux =
+            RunAux { hot_lo: 0, hot_span: 0, depth: 0, prog_type: ProgType::Xrp, helper_err: None };
+        let f = |kind| FaultInfo { kind, insn: 3, addr: 0x10, len: 4 };
+        assert_eq!(fault_to_result(f(fault::NONE), 9, &mut aux, 5), Ok(9));
+        assert_eq!(
+            fault_to_result(f(fault::BAD_READ), 0, &mut aux, 5),
+            Err(VmError::BadRead { insn: 3, addr: 0x10, len: 4 })
+        );
+        assert_eq!(
+            fault_to_result(f(fault::BUDGET), 0, &mut aux, 5),
+            Err(VmError::BudgetExhausted { insn: 3, budget: 5 })
+        );
+        assert!(matches!(
+            fault_to_result(f(99), 0, &mut aux, 5),
+            Err(VmError::Helper { insn: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn compiling_and_dropping_many_programs_frees_code() {
+        // Each JitProgram owns its code pages; 2000 compile/drop cycles must not exhaust memory.
+        let prog = Program {
+            name: "t".into(),
+            prog_type: ProgType::Xrp,
+            insns: vec![
+                Insn { op: BPF_ALU64 | BPF_MOV, dst: 0, src: 0, off: 0, imm: 1 },
+                Insn { op: BPF_JMP | BPF_EXIT, ..Insn::default() },
+            ],
+            globals: Vec::new(),
+            globals_rw_start: 0,
+            global_relocs: Vec::new(),
+            back_jump_budget: 1,
+        };
+        for _ in 0..2000 {
+            let jit = JitProgram::compile(&prog).unwrap();
+            drop(jit);
+        }
     }
 }

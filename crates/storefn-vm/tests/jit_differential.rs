@@ -20,6 +20,9 @@ const GEN_BUDGET: u64 = 300;
 /// Body instructions per generated program (upper bound).
 const GEN_MAX_BODY: usize = 60;
 
+/// An engine: runs a program once on an environment (ctx address, stack top).
+pub type EngineFn = dyn FnMut(&Program, &mut RunEnv, u64, u64) -> Result<u64, VmError>;
+
 /// What one engine did: r0 or error, then memory and the budget left.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -36,7 +39,7 @@ pub fn outcome(
     prog: &Program,
     sb: &mut Sandbox,
     initial: &Sandbox,
-    engine: &mut dyn FnMut(&Program, &mut RunEnv, u64, u64) -> Result<u64, VmError>,
+    engine: &mut EngineFn,
 ) -> Outcome {
     let mut env = sb.env(prog.back_jump_budget);
     let result = engine(prog, &mut env, sb.ctx_addr(), sb.stack_top());
@@ -74,7 +77,7 @@ pub fn assert_same(a: &Outcome, b: &Outcome, what: &str) {
 pub fn run_engines(
     prog: &Program,
     setup: &dyn Fn(&mut Sandbox),
-    engines: &mut [&mut dyn FnMut(&Program, &mut RunEnv, u64, u64) -> Result<u64, VmError>],
+    engines: &mut [&mut EngineFn],
 ) -> Vec<Outcome> {
     let mut sb = Sandbox::new();
     setup(&mut sb);
