@@ -49,6 +49,9 @@ const CALL_HELPER: u8 = 0;
 const NUM_REGS: usize = 11;
 /// The frame pointer register, read-only to programs.
 const FRAME_REG: u8 = 10;
+/// Set this environment variable to print the machine code of every compiled function to
+/// stderr (a diagnostic for JIT work; off in normal runs).
+pub const DISASM_ENV: &str = "STOREFN_JIT_DISASM";
 /// Widest access: the fast-path window guarantees this many bytes past the address.
 const MAX_ACCESS_BYTES: u64 = 8;
 
@@ -78,9 +81,15 @@ fn invalid(insn: usize, reason: impl Into<String>) -> JitError {
 #[repr(C)]
 #[derive(Debug)]
 struct RunAux {
-    /// Window refreshed by [`resolve_region`]: region start and `len - 7` (saturating).
+    /// The invocation's environment. Generated code reaches `RunEnv` only through here (on
+    /// slow paths), which keeps one register free in loops.
+    env: *mut RunEnv,
+    /// Read window refreshed by [`resolve_region`]: region start and `size - 7` (saturating).
     hot_lo: u64,
     hot_span: u64,
+    /// Write window: kept in memory (not variables) to save registers; same meaning.
+    wr_lo: u64,
+    wr_span: u64,
     /// Frames currently live below the entry frame (0 in the entry function).
     depth: u64,
     prog_type: ProgType,
@@ -89,8 +98,7 @@ struct RunAux {
 }
 
 /// Signature of every compiled BPF function, callable from Rust.
-type CompiledFn =
-    unsafe extern "C" fn(*mut RunEnv, *mut RunAux, u64, u64, u64, u64, u64, u64) -> u64;
+type CompiledFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64, u64, u64, u64) -> u64;
 
 /// A compiled program. Dropping it frees its code.
 #[derive(Debug)]
@@ -161,6 +169,8 @@ impl JitProgram {
         for (i, &(start, end)) in funcs.iter().enumerate() {
             ctx.func.signature = sig.clone();
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
+            let disasm = std::env::var_os(DISASM_ENV).is_some();
+            ctx.set_disasm(disasm);
             let r = translate_function(
                 prog,
                 start,
@@ -176,6 +186,11 @@ impl JitProgram {
                     .define_function(ids[i].1, &mut ctx)
                     .map_err(|e| JitError::Codegen(format!("{e:?}")))
             });
+            if disasm {
+                if let Some(code) = ctx.compiled_code() {
+                    eprintln!("{}", code.vcode.as_deref().unwrap_or(""));
+                }
+            }
             module.clear_context(&mut ctx);
             if let Err(e) = r {
                 result = Err(e);
@@ -214,8 +229,11 @@ impl JitProgram {
         clear_unused(&mut env.read);
         clear_unused(&mut env.write);
         let mut aux = RunAux {
+            env: std::ptr::from_mut(env),
             hot_lo: 0,
             hot_span: 0,
+            wr_lo: 0,
+            wr_span: 0,
             depth: 0,
             prog_type: self.prog_type,
             helper_err: None,
@@ -224,7 +242,7 @@ impl JitProgram {
         // The generated code dereferences only `env`/`aux` (valid, exclusively borrowed here) at
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets, whose validity is the caller's contract for RunEnv.
-        let r0 = unsafe { (self.entry)(env, &raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
+        let r0 = unsafe { (self.entry)(&raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
         fault_to_result(env.fault, r0, &mut aux, self.back_jump_budget)
     }
 }
@@ -277,7 +295,8 @@ fn new_module() -> Result<JITModule, JitError> {
 
 fn bpf_signature(module: &JITModule) -> Signature {
     let mut sig = module.make_signature();
-    for _ in 0..8 {
+    // aux, r1..r5, r10
+    for _ in 0..7 {
         sig.params.push(AbiParam::new(I64));
     }
     sig.returns.push(AbiParam::new(I64));
@@ -375,6 +394,9 @@ const OFF_FAULT_LEN: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultI
 const OFF_READ_REGIONS: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, regions));
 const OFF_WRITE_REGIONS: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, regions));
 const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
+const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
+const OFF_AUX_WR_LO: i32 = env_off(offset_of!(RunAux, wr_lo));
+const OFF_AUX_WR_SPAN: i32 = env_off(offset_of!(RunAux, wr_span));
 const OFF_AUX_LO: i32 = env_off(offset_of!(RunAux, hot_lo));
 const OFF_AUX_SPAN: i32 = env_off(offset_of!(RunAux, hot_span));
 const OFF_AUX_DEPTH: i32 = env_off(offset_of!(RunAux, depth));
@@ -400,16 +422,17 @@ impl Access {
 /// `aux`'s window and returns 1; otherwise records the fault and returns 0.
 /// `kind_insn` = fault kind << 32 | instruction index.
 extern "C" fn resolve_region(
-    env: *mut RunEnv,
     aux: *mut RunAux,
     addr: u64,
     len: u64,
     kind_insn: u64,
     hint: *mut u8,
 ) -> u64 {
-    // SAFETY: the generated code passes the `env` and `aux` pointers `run` gave it; both are
-    // valid and not otherwise borrowed while generated code runs.
-    let (env, aux) = unsafe { (&mut *env, &mut *aux) };
+    // SAFETY: the generated code passes the `aux` pointer `run` gave it; it and the `env` it
+    // points to are valid and not otherwise borrowed while generated code runs.
+    let aux = unsafe { &mut *aux };
+    // SAFETY: as above.
+    let env = unsafe { &mut *aux.env };
     let write = kind_insn >> 32 == u64::from(fault::BAD_WRITE);
     let set: &RegionSet = if write { &env.write } else { &env.read };
     // A corrupt `len` must not make us index out of bounds (that would abort the process).
@@ -417,8 +440,12 @@ extern "C" fn resolve_region(
     if let Some((i, r)) =
         set.regions[..count].iter().enumerate().find(|(_, r)| r.contains(addr, len))
     {
-        aux.hot_lo = r.start;
-        aux.hot_span = (r.end - r.start).saturating_sub(MAX_ACCESS_BYTES - 1);
+        let span = (r.end - r.start).saturating_sub(MAX_ACCESS_BYTES - 1);
+        if write {
+            (aux.wr_lo, aux.wr_span) = (r.start, span);
+        } else {
+            (aux.hot_lo, aux.hot_span) = (r.start, span);
+        }
         // SAFETY: `hint` points into the owning JitProgram's hint table (alive: `run` borrows
         // it); the table is only accessed from the thread running this invocation.
         unsafe { *hint = u8::try_from(i).unwrap_or(0) };
@@ -453,7 +480,6 @@ fn helpers_call(
 /// `aux`, records a HELPER fault and returns 0 (the generated code then returns).
 #[allow(clippy::too_many_arguments)]
 extern "C" fn helper_trampoline(
-    env: *mut RunEnv,
     aux: *mut RunAux,
     id: u64,
     a1: u64,
@@ -463,8 +489,10 @@ extern "C" fn helper_trampoline(
     a5: u64,
     insn: u64,
 ) -> u64 {
-    // SAFETY: as in `resolve_region`: the pointers `run` passed down, valid and unaliased.
-    let (env, aux) = unsafe { (&mut *env, &mut *aux) };
+    // SAFETY: as in `resolve_region`: the pointer `run` passed down, valid and unaliased.
+    let aux = unsafe { &mut *aux };
+    // SAFETY: as above.
+    let env = unsafe { &mut *aux.env };
     let id = u32::try_from(id).unwrap_or(u32::MAX);
     let insn_idx = usize::try_from(insn).unwrap_or(usize::MAX);
     // A panic must not unwind into JIT frames (that would abort the process): turn it into an
@@ -495,8 +523,8 @@ struct Tx<'a, 'f> {
     regs: [Variable; NUM_REGS],
     /// Fast-path windows: (lo, span) for reads and for writes.
     win_read: (Variable, Variable),
-    win_write: (Variable, Variable),
-    env: Value,
+    /// `env.back_jumps_left`, kept in a register between calls and returns.
+    budget: Variable,
     aux: Value,
     /// Block starting at each instruction index that is a jump target (or follows a branch).
     block_at: Vec<Option<Block>>,
@@ -554,30 +582,33 @@ fn translate_function(
     } else {
         Vec::new()
     };
-    let resolver_sig = ctx.func.import_signature(sig_of(module, 6));
-    let helper_sig = ctx.func.import_signature(sig_of(module, 9));
+    let resolver_sig = ctx.func.import_signature(sig_of(module, 5));
+    let helper_sig = ctx.func.import_signature(sig_of(module, 8));
 
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
     let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
     let win_read = (b.declare_var(I64), b.declare_var(I64));
-    let win_write = (b.declare_var(I64), b.declare_var(I64));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
     let params = b.block_params(entry).to_vec();
-    let (env, aux) = (params[0], params[1]);
+    let aux = params[0];
     let zero = b.ins().iconst(I64, 0);
     b.def_var(regs[0], zero);
     for r in 1..=5 {
-        b.def_var(regs[r], params[r + 1]);
+        b.def_var(regs[r], params[r]);
     }
     for r in &regs[6..10] {
         b.def_var(*r, zero);
     }
-    b.def_var(regs[10], params[7]);
-    for v in [win_read.0, win_read.1, win_write.0, win_write.1] {
+    b.def_var(regs[10], params[6]);
+    for v in [win_read.0, win_read.1] {
         b.def_var(v, zero);
     }
+    let budget = b.declare_var(I64);
+    let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
+    let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_BACK_JUMPS);
+    b.def_var(budget, left);
     let block_at: Vec<Option<Block>> =
         targets.iter().map(|&t| if t { Some(b.create_block()) } else { None }).collect();
     let exit_block = b.create_block();
@@ -596,8 +627,7 @@ fn translate_function(
         prog,
         regs,
         win_read,
-        win_write,
-        env,
+        budget,
         aux,
         block_at,
         exit_block,
@@ -650,12 +680,13 @@ impl Tx<'_, '_> {
 
     fn finish_shared_blocks(&mut self) {
         self.b.switch_to_block(self.exit_block);
+        self.spill_budget();
         let zero = self.b.ins().iconst(I64, 0);
         self.b.ins().return_(&[zero]);
 
         self.b.switch_to_block(self.fault_block);
         let p = self.b.block_params(self.fault_block).to_vec();
-        let env = self.env;
+        let env = self.env();
         let f = MemFlagsData::trusted();
         let kind = self.b.ins().ireduce(I32, p[0]);
         let insn = self.b.ins().ireduce(I32, p[1]);
@@ -663,8 +694,14 @@ impl Tx<'_, '_> {
         self.b.ins().store(f, insn, env, OFF_FAULT_INSN);
         self.b.ins().store(f, p[2], env, OFF_FAULT_ADDR);
         self.b.ins().store(f, p[3], env, OFF_FAULT_LEN);
+        self.spill_budget();
         let zero = self.b.ins().iconst(I64, 0);
         self.b.ins().return_(&[zero]);
+    }
+
+    /// `aux.env`, loaded where needed (slow paths) instead of occupying a register.
+    fn env(&mut self) -> Value {
+        self.b.ins().load(I64, MemFlagsData::trusted(), self.aux, OFF_AUX_ENV)
     }
 
     fn reg(&mut self, pc: usize, r: u8) -> Result<Value, JitError> {
@@ -856,6 +893,7 @@ impl Tx<'_, '_> {
         match op {
             BPF_EXIT if !is32 => {
                 let r0 = self.reg(pc, 0)?;
+                self.spill_budget();
                 self.b.ins().return_(&[r0]);
                 return Ok(Flow::Stop);
             }
@@ -928,24 +966,41 @@ impl Tx<'_, '_> {
             self.b.ins().jump(blk, &[]);
             return;
         }
-        let f = MemFlagsData::trusted();
-        let left = self.b.ins().load(I64, f, self.env, OFF_BACK_JUMPS);
+        // The budget lives in a variable (a register in loops); see `spill_budget`.
+        let left = self.b.use_var(self.budget);
         let ok = self.b.create_block();
         let fail = self.b.create_block();
         self.b.set_cold_block(fail);
         self.b.ins().brif(left, ok, &[], fail, &[]);
         self.b.switch_to_block(ok);
         let dec = self.b.ins().iadd_imm_s(left, -1);
-        self.b.ins().store(f, dec, self.env, OFF_BACK_JUMPS);
+        self.b.def_var(self.budget, dec);
         self.b.ins().jump(blk, &[]);
         self.b.switch_to_block(fail);
         let z = self.iconst(0);
         self.jump_fault(fault::BUDGET, pc, z, z);
     }
 
-    /// After a call: leave through `exit_block` if the callee recorded a fault.
+    /// Writes the budget variable back to `env.back_jumps_left` (before calls and returns).
+    fn spill_budget(&mut self) {
+        let left = self.b.use_var(self.budget);
+        let env = self.env();
+        self.b.ins().store(MemFlagsData::trusted(), left, env, OFF_BACK_JUMPS);
+    }
+
+    /// Reloads the budget variable from `env` (after a call, which may have spent some).
+    fn reload_budget(&mut self) {
+        let env = self.env();
+        let left = self.b.ins().load(I64, MemFlagsData::trusted(), env, OFF_BACK_JUMPS);
+        self.b.def_var(self.budget, left);
+    }
+
+    /// After a call: reload the budget, and leave through `exit_block` if the callee recorded a
+    /// fault.
     fn check_fault_after_call(&mut self) {
-        let kind = self.b.ins().load(I32, MemFlagsData::trusted(), self.env, OFF_FAULT_KIND);
+        self.reload_budget();
+        let env = self.env();
+        let kind = self.b.ins().load(I32, MemFlagsData::trusted(), env, OFF_FAULT_KIND);
         let cont = self.b.create_block();
         self.b.ins().brif(kind, self.exit_block, &[], cont, &[]);
         self.b.switch_to_block(cont);
@@ -953,7 +1008,7 @@ impl Tx<'_, '_> {
 
     fn call(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
         let mut args = Vec::with_capacity(9);
-        args.extend([self.env, self.aux]);
+        args.push(self.aux);
         let r0 = match insn.src {
             CALL_HELPER => {
                 let id = self.iconst(i64::from(insn.imm.cast_unsigned()));
@@ -963,6 +1018,7 @@ impl Tx<'_, '_> {
                 }
                 args.push(self.iconst(i64::try_from(pc).unwrap_or(i64::MAX)));
                 let f = self.iconst(helper_trampoline as *const () as usize as i64);
+                self.spill_budget();
                 let call = self.b.ins().call_indirect(self.helper_sig, f, &args);
                 let r0 = self.b.inst_results(call)[0];
                 self.check_fault_after_call();
@@ -994,6 +1050,7 @@ impl Tx<'_, '_> {
                 let fp = self.reg(pc, FRAME_REG)?;
                 let frame = i64::try_from(STACK_FRAME_BYTES).unwrap_or(i64::MAX);
                 args.push(self.b.ins().iadd_imm_s(fp, -frame));
+                self.spill_budget();
                 let call = self.b.ins().call(fref, &args);
                 let r0 = self.b.inst_results(call)[0];
                 self.check_fault_after_call();
@@ -1022,7 +1079,8 @@ impl Tx<'_, '_> {
             return Err(invalid(pc, "lddw without its second slot"));
         };
         let v = if let Some(&(_, off)) = self.prog.global_relocs.iter().find(|(i, _)| *i == pc) {
-            let base = self.b.ins().load(I64, MemFlagsData::trusted(), self.env, OFF_GLOBALS);
+            let env = self.env();
+            let base = self.b.ins().load(I64, MemFlagsData::trusted(), env, OFF_GLOBALS);
             self.b.ins().iadd_imm_s(base, off.cast_signed())
         } else if insn.src == 0 {
             let imm =
@@ -1041,12 +1099,16 @@ impl Tx<'_, '_> {
     /// [`resolve_region`], which scans every region and updates the hint.
     fn check(&mut self, pc: usize, addr: Value, len: u64, access: Access) {
         debug_assert!((1..=MAX_ACCESS_BYTES).contains(&len));
-        let (lo_v, span_v) = match access {
-            Access::Read => self.win_read,
-            Access::Write => self.win_write,
+        let (lo_v, span_v) = self.win_read;
+        let fl = MemFlagsData::trusted();
+        // Reads use window variables (registers); writes keep theirs in `aux` (two L1 loads).
+        let (lo, span) = match access {
+            Access::Read => (self.b.use_var(lo_v), self.b.use_var(span_v)),
+            Access::Write => (
+                self.b.ins().load(I64, fl, self.aux, OFF_AUX_WR_LO),
+                self.b.ins().load(I64, fl, self.aux, OFF_AUX_WR_SPAN),
+            ),
         };
-        let lo = self.b.use_var(lo_v);
-        let span = self.b.use_var(span_v);
         let off = self.b.ins().isub(addr, lo);
         let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, off, span);
         let cont = self.b.create_block();
@@ -1066,10 +1128,10 @@ impl Tx<'_, '_> {
         let slot = pc * 2 + usize::from(access == Access::Write);
         let hint_addr = self.hints + slot as u64;
         let hint_ptr = self.iconst(hint_addr.cast_signed());
-        let fl = MemFlagsData::trusted();
         let idx = self.b.ins().uload8(I64, fl, hint_ptr, 0);
         let scaled = self.b.ins().ishl_imm_u(idx, 4);
-        let rptr = self.b.ins().iadd(self.env, scaled);
+        let env = self.env();
+        let rptr = self.b.ins().iadd(env, scaled);
         let base = match access {
             Access::Read => OFF_READ_REGIONS,
             Access::Write => OFF_WRITE_REGIONS,
@@ -1092,8 +1154,16 @@ impl Tx<'_, '_> {
         let big = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, p[1], 7i64);
         let span = self.b.ins().iadd_imm_s(p[1], -i64::try_from(MAX_ACCESS_BYTES - 1).unwrap_or(0));
         let span = self.b.ins().select(big, span, z);
-        self.b.def_var(lo_v, p[0]);
-        self.b.def_var(span_v, span);
+        match access {
+            Access::Read => {
+                self.b.def_var(lo_v, p[0]);
+                self.b.def_var(span_v, span);
+            }
+            Access::Write => {
+                self.b.ins().store(fl, p[0], self.aux, OFF_AUX_WR_LO);
+                self.b.ins().store(fl, span, self.aux, OFF_AUX_WR_SPAN);
+            }
+        }
         self.b.ins().jump(cont, &[]);
 
         // Tier 3: full scan in Rust.
@@ -1101,16 +1171,19 @@ impl Tx<'_, '_> {
         let kind_insn = (u64::from(access.fault_kind()) << 32) | u64::try_from(pc).unwrap_or(0);
         let kind_insn = self.iconst(kind_insn.cast_signed());
         let f = self.iconst(resolve_region as *const () as usize as i64);
-        let args = [self.env, self.aux, addr, len_v, kind_insn, hint_ptr];
+        let args = [self.aux, addr, len_v, kind_insn, hint_ptr];
         let call = self.b.ins().call_indirect(self.resolver_sig, f, &args);
         let found = self.b.inst_results(call)[0];
         self.b.ins().brif(found, refill_aux, &[], self.exit_block, &[]);
 
+        // The resolver refreshed the window in `aux` (where writes keep theirs anyway).
         self.b.switch_to_block(refill_aux);
-        let lo = self.b.ins().load(I64, fl, self.aux, OFF_AUX_LO);
-        let span = self.b.ins().load(I64, fl, self.aux, OFF_AUX_SPAN);
-        self.b.def_var(lo_v, lo);
-        self.b.def_var(span_v, span);
+        if access == Access::Read {
+            let lo = self.b.ins().load(I64, fl, self.aux, OFF_AUX_LO);
+            let span = self.b.ins().load(I64, fl, self.aux, OFF_AUX_SPAN);
+            self.b.def_var(lo_v, lo);
+            self.b.def_var(span_v, span);
+        }
         self.b.ins().jump(cont, &[]);
 
         self.b.switch_to_block(cont);
@@ -1251,8 +1324,16 @@ mod tests {
 
     #[test]
     fn fault_kinds_map_to_errors() {
-        let mut aux =
-            RunAux { hot_lo: 0, hot_span: 0, depth: 0, prog_type: ProgType::Xrp, helper_err: None };
+        let mut aux = RunAux {
+            env: std::ptr::null_mut(),
+            hot_lo: 0,
+            hot_span: 0,
+            wr_lo: 0,
+            wr_span: 0,
+            depth: 0,
+            prog_type: ProgType::Xrp,
+            helper_err: None,
+        };
         let f = |kind| FaultInfo { kind, insn: 3, addr: 0x10, len: 4 };
         assert_eq!(fault_to_result(f(fault::NONE), 9, &mut aux, 5), Ok(9));
         assert_eq!(
