@@ -23,6 +23,7 @@ use cranelift_codegen::ir::{
     AbiParam, Block, BlockArg, FuncRef, InstBuilder, MemFlagsData, SigRef, Signature, Type,
     UserFuncName, Value,
 };
+use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -90,6 +91,10 @@ struct RunAux {
     /// Write window: kept in memory (not variables) to save registers; same meaning.
     wr_lo: u64,
     wr_span: u64,
+    /// The program's hint table (`JitProgram::hints`).
+    hints: *const Cell<u8>,
+    /// [`resolve_region`]'s answer, stored by the preserve-all shim (which returns nothing).
+    found: u64,
     /// Frames currently live below the entry frame (0 in the entry function).
     depth: u64,
     prog_type: ProgType,
@@ -154,7 +159,6 @@ impl JitProgram {
         let mut code = CodeMemory(None);
         // Region hints, one byte per (instruction, access kind); their address is baked in.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
-        let hints_addr = hints.as_ptr() as u64;
         let sig = bpf_signature(&module);
         let mut ids = Vec::with_capacity(funcs.len());
         for &(start, _) in &funcs {
@@ -165,27 +169,24 @@ impl JitProgram {
         }
         let mut ctx = module.make_context();
         let mut fctx = FunctionBuilderContext::new();
-        let mut result = Ok(());
+        let shim = define_resolve_shim(&mut module, &mut ctx, &mut fctx);
+        let mut result = shim.as_ref().map(|_| ()).map_err(Clone::clone);
+        let shim = shim.unwrap_or(ids[0].1);
         for (i, &(start, end)) in funcs.iter().enumerate() {
+            if result.is_err() {
+                break;
+            }
             ctx.func.signature = sig.clone();
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
             let disasm = std::env::var_os(DISASM_ENV).is_some();
             ctx.set_disasm(disasm);
-            let r = translate_function(
-                prog,
-                start,
-                end,
-                hints_addr,
-                &ids,
-                &mut module,
-                &mut ctx,
-                &mut fctx,
-            )
-            .and_then(|()| {
-                module
-                    .define_function(ids[i].1, &mut ctx)
-                    .map_err(|e| JitError::Codegen(format!("{e:?}")))
-            });
+            let r =
+                translate_function(prog, start, end, shim, &ids, &mut module, &mut ctx, &mut fctx)
+                    .and_then(|()| {
+                        module
+                            .define_function(ids[i].1, &mut ctx)
+                            .map_err(|e| JitError::Codegen(format!("{e:?}")))
+                    });
             if disasm {
                 if let Some(code) = ctx.compiled_code() {
                     eprintln!("{}", code.vcode.as_deref().unwrap_or(""));
@@ -234,6 +235,8 @@ impl JitProgram {
             hot_span: 0,
             wr_lo: 0,
             wr_span: 0,
+            hints: self.hints.as_ptr(),
+            found: 0,
             depth: 0,
             prog_type: self.prog_type,
             helper_err: None,
@@ -301,6 +304,42 @@ fn bpf_signature(module: &JITModule) -> Signature {
     }
     sig.returns.push(AbiParam::new(I64));
     sig
+}
+
+/// Defines `fn(aux, addr, site)` with the preserve-all convention: it calls [`resolve_region`]
+/// (System V) and stores its answer in `aux.found`. Call sites in hot code then clobber no
+/// register, so a rarely taken slow path does not force the loop around it to spill.
+fn define_resolve_shim(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    fctx: &mut FunctionBuilderContext,
+) -> Result<FuncId, JitError> {
+    let mut sig = module.make_signature();
+    sig.call_conv = CallConv::PreserveAll;
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    let id = module
+        .declare_function("storefn_resolve_shim", Linkage::Local, &sig)
+        .map_err(|e| JitError::Codegen(e.to_string()))?;
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    let rsig = ctx.func.import_signature(sig_of(module, 3));
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let blk = b.create_block();
+    b.append_block_params_for_function_params(blk);
+    b.switch_to_block(blk);
+    let p = b.block_params(blk).to_vec();
+    let f = b.ins().iconst(I64, resolve_region as *const () as usize as i64);
+    let call = b.ins().call_indirect(rsig, f, &p);
+    let r = b.inst_results(call)[0];
+    b.ins().store(MemFlagsData::trusted(), r, p[0], OFF_AUX_FOUND);
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
+    b.finalize(module.target_config());
+    let r = module.define_function(id, ctx).map_err(|e| JitError::Codegen(format!("{e:?}")));
+    module.clear_context(ctx);
+    r.map(|()| id)
 }
 
 fn sig_of(module: &JITModule, params: usize) -> Signature {
@@ -395,6 +434,8 @@ const OFF_READ_REGIONS: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(Regi
 const OFF_WRITE_REGIONS: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, regions));
 const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
 const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
+const OFF_AUX_HINTS: i32 = env_off(offset_of!(RunAux, hints));
+const OFF_AUX_FOUND: i32 = env_off(offset_of!(RunAux, found));
 const OFF_AUX_WR_LO: i32 = env_off(offset_of!(RunAux, wr_lo));
 const OFF_AUX_WR_SPAN: i32 = env_off(offset_of!(RunAux, wr_span));
 const OFF_AUX_LO: i32 = env_off(offset_of!(RunAux, hot_lo));
@@ -408,32 +449,20 @@ enum Access {
     Write,
 }
 
-impl Access {
-    fn fault_kind(self) -> u32 {
-        match self {
-            Access::Read => fault::BAD_READ,
-            Access::Write => fault::BAD_WRITE,
-        }
-    }
-}
-
 /// Exact region check when both the window and the site's hint missed (the contract of
 /// crate::mem). On success stores the matching region's index in the site's hint, refreshes
 /// `aux`'s window and returns 1; otherwise records the fault and returns 0.
-/// `kind_insn` = fault kind << 32 | instruction index.
-extern "C" fn resolve_region(
-    aux: *mut RunAux,
-    addr: u64,
-    len: u64,
-    kind_insn: u64,
-    hint: *mut u8,
-) -> u64 {
+/// `site` = instruction index << 8 | is_write << 4 | access bytes. Reached from generated code
+/// through the preserve-all shim (see `define_resolve_shim`).
+extern "C" fn resolve_region(aux: *mut RunAux, addr: u64, site: u64) -> u64 {
     // SAFETY: the generated code passes the `aux` pointer `run` gave it; it and the `env` it
     // points to are valid and not otherwise borrowed while generated code runs.
     let aux = unsafe { &mut *aux };
     // SAFETY: as above.
     let env = unsafe { &mut *aux.env };
-    let write = kind_insn >> 32 == u64::from(fault::BAD_WRITE);
+    let pc = site >> 8;
+    let len = site & 0xf;
+    let write = site & 0x10 != 0;
     let set: &RegionSet = if write { &env.write } else { &env.read };
     // A corrupt `len` must not make us index out of bounds (that would abort the process).
     let count = usize::try_from(set.len).unwrap_or(MAX_REGIONS).min(MAX_REGIONS);
@@ -446,14 +475,16 @@ extern "C" fn resolve_region(
         } else {
             (aux.hot_lo, aux.hot_span) = (r.start, span);
         }
-        // SAFETY: `hint` points into the owning JitProgram's hint table (alive: `run` borrows
-        // it); the table is only accessed from the thread running this invocation.
-        unsafe { *hint = u8::try_from(i).unwrap_or(0) };
+        let slot = usize::try_from(pc * 2).unwrap_or(0) + usize::from(write);
+        // SAFETY: `aux.hints` is the owning JitProgram's hint table (alive: `run` borrows it),
+        // which has 2 entries per instruction and `pc` is an instruction index of the program;
+        // the table is only accessed from the thread running this invocation.
+        unsafe { (*aux.hints.add(slot)).set(u8::try_from(i).unwrap_or(0)) };
         return 1;
     }
     env.fault = FaultInfo {
         kind: if write { fault::BAD_WRITE } else { fault::BAD_READ },
-        insn: u32::try_from(kind_insn & 0xffff_ffff).unwrap_or(u32::MAX),
+        insn: u32::try_from(pc).unwrap_or(u32::MAX),
         addr,
         len,
     };
@@ -532,13 +563,12 @@ struct Tx<'a, 'f> {
     exit_block: Block,
     /// Shared fault path: params (kind, insn, addr, len) stored into env.fault, then return 0.
     fault_block: Block,
-    resolver_sig: SigRef,
+    /// The preserve-all shim in front of [`resolve_region`].
+    resolve_shim: FuncRef,
     helper_sig: SigRef,
     /// (function start, FuncRef) for every BPF function.
     callees: Vec<(usize, FuncRef)>,
     func_range: (usize, usize),
-    /// Address of the program's hint table: byte `2 * pc + is_write` per access site.
-    hints: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -546,7 +576,7 @@ fn translate_function(
     prog: &Program,
     start: usize,
     end: usize,
-    hints: u64,
+    shim: FuncId,
     ids: &[(usize, FuncId)],
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
@@ -582,7 +612,7 @@ fn translate_function(
     } else {
         Vec::new()
     };
-    let resolver_sig = ctx.func.import_signature(sig_of(module, 5));
+    let resolve_shim = module.declare_func_in_func(shim, &mut ctx.func);
     let helper_sig = ctx.func.import_signature(sig_of(module, 8));
 
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
@@ -632,11 +662,10 @@ fn translate_function(
         block_at,
         exit_block,
         fault_block,
-        resolver_sig,
+        resolve_shim,
         helper_sig,
         callees,
         func_range: (start, end),
-        hints,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -1126,9 +1155,8 @@ impl Tx<'_, '_> {
         // Tier 2: regions[hint], exactly as Region::contains.
         self.b.switch_to_block(hinted);
         let slot = pc * 2 + usize::from(access == Access::Write);
-        let hint_addr = self.hints + slot as u64;
-        let hint_ptr = self.iconst(hint_addr.cast_signed());
-        let idx = self.b.ins().uload8(I64, fl, hint_ptr, 0);
+        let hints = self.b.ins().load(I64, fl, self.aux, OFF_AUX_HINTS);
+        let idx = self.b.ins().uload8(I64, fl, hints, i32::try_from(slot).unwrap_or(0));
         let scaled = self.b.ins().ishl_imm_u(idx, 4);
         let env = self.env();
         let rptr = self.b.ins().iadd(env, scaled);
@@ -1138,12 +1166,12 @@ impl Tx<'_, '_> {
         };
         let start = self.b.ins().load(I64, fl, rptr, base);
         let end = self.b.ins().load(I64, fl, rptr, base + 8);
-        let len_v = self.iconst(i64::try_from(len).unwrap_or(8));
-        let (last, ovf) = self.b.ins().uadd_overflow(addr, len_v);
+        // Immediates only on this path: constants would be hoisted and occupy registers.
+        let last = self.b.ins().iadd_imm_u(addr, len.cast_signed());
+        let no_ovf = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, last, addr);
         let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
         let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, end);
         let ok = self.b.ins().band(ge, le);
-        let no_ovf = self.b.ins().bxor_imm_u(ovf, 1);
         let ok = self.b.ins().band(ok, no_ovf);
         let size = self.b.ins().isub(end, start);
         self.b.ins().brif(ok, refill, &[start.into(), size.into()], miss, &[]);
@@ -1168,12 +1196,12 @@ impl Tx<'_, '_> {
 
         // Tier 3: full scan in Rust.
         self.b.switch_to_block(miss);
-        let kind_insn = (u64::from(access.fault_kind()) << 32) | u64::try_from(pc).unwrap_or(0);
-        let kind_insn = self.iconst(kind_insn.cast_signed());
-        let f = self.iconst(resolve_region as *const () as usize as i64);
-        let args = [self.aux, addr, len_v, kind_insn, hint_ptr];
-        let call = self.b.ins().call_indirect(self.resolver_sig, f, &args);
-        let found = self.b.inst_results(call)[0];
+        let site =
+            (u64::try_from(pc).unwrap_or(0) << 8) | (u64::from(access == Access::Write) << 4) | len;
+        let site = self.iconst(site.cast_signed());
+        // Preserve-all call: the hot code around it keeps its registers.
+        self.b.ins().call(self.resolve_shim, &[self.aux, addr, site]);
+        let found = self.b.ins().load(I64, fl, self.aux, OFF_AUX_FOUND);
         self.b.ins().brif(found, refill_aux, &[], self.exit_block, &[]);
 
         // The resolver refreshed the window in `aux` (where writes keep theirs anyway).
@@ -1330,6 +1358,8 @@ mod tests {
             hot_span: 0,
             wr_lo: 0,
             wr_span: 0,
+            hints: std::ptr::null(),
+            found: 0,
             depth: 0,
             prog_type: ProgType::Xrp,
             helper_err: None,
