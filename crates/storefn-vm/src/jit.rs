@@ -222,13 +222,11 @@ impl JitProgram {
     ///
     /// # Errors
     /// The fault that aborted the invocation.
+    #[inline]
     pub fn run(&self, env: &mut RunEnv, ctx_addr: u64, stack_top: u64) -> Result<u64, VmError> {
         debug_assert!(self.code.0.is_some());
         env.fault = FaultInfo::default();
         debug_assert!(!self.hints.is_empty());
-        // Hints index regions[0..MAX_REGIONS]; entries past `len` must not grant anything.
-        clear_unused(&mut env.read);
-        clear_unused(&mut env.write);
         let mut aux = RunAux {
             env: std::ptr::from_mut(env),
             hot_lo: 0,
@@ -247,14 +245,6 @@ impl JitProgram {
         // region sets, whose validity is the caller's contract for RunEnv.
         let r0 = unsafe { (self.entry)(&raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
         fault_to_result(env.fault, r0, &mut aux, self.back_jump_budget)
-    }
-}
-
-/// Empties region slots past `len` (stale entries from an earlier, larger set).
-fn clear_unused(set: &mut RegionSet) {
-    let used = usize::try_from(set.len).unwrap_or(MAX_REGIONS).min(MAX_REGIONS);
-    for r in &mut set.regions[used..] {
-        *r = Region::default();
     }
 }
 
@@ -432,6 +422,8 @@ const OFF_FAULT_ADDR: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(Fault
 const OFF_FAULT_LEN: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, len));
 const OFF_READ_REGIONS: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, regions));
 const OFF_WRITE_REGIONS: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, regions));
+const OFF_READ_LEN: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, len));
+const OFF_WRITE_LEN: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, len));
 const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
 const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
 const OFF_AUX_HINTS: i32 = env_off(offset_of!(RunAux, hints));
@@ -1166,6 +1158,13 @@ impl Tx<'_, '_> {
         };
         let start = self.b.ins().load(I64, fl, rptr, base);
         let end = self.b.ins().load(I64, fl, rptr, base + 8);
+        // Entries past `len` are stale: a hint pointing there grants nothing.
+        let count_off = match access {
+            Access::Read => OFF_READ_LEN,
+            Access::Write => OFF_WRITE_LEN,
+        };
+        let count = self.b.ins().load(I64, fl, env, count_off);
+        let live = self.b.ins().icmp(IntCC::UnsignedLessThan, idx, count);
         // Immediates only on this path: constants would be hoisted and occupy registers.
         let last = self.b.ins().iadd_imm_u(addr, len.cast_signed());
         let no_ovf = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, last, addr);
@@ -1173,6 +1172,7 @@ impl Tx<'_, '_> {
         let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, end);
         let ok = self.b.ins().band(ge, le);
         let ok = self.b.ins().band(ok, no_ovf);
+        let ok = self.b.ins().band(ok, live);
         let size = self.b.ins().isub(end, start);
         self.b.ins().brif(ok, refill, &[start.into(), size.into()], miss, &[]);
 

@@ -314,21 +314,46 @@ fn random_programs_jit_equals_interp() {
 #[cfg(feature = "differential")]
 #[test]
 fn corpus_programs_jit_equals_interp() {
-    use storefn_vm::xrp::XrpCtx;
+    use storefn_vm::xrp::{XRP_OFF_DATA, XRP_OFF_DONE, XRP_OFF_SCRATCH};
+    use storefn_vm::ProgType;
+    let mut ran_ok = 0;
+    let mut compared = 0;
     for (name, elf) in storefn_progs::ALL {
-        let Ok(prog) = storefn_vm::elf::load(elf, None, storefn_vm::ProgType::Xrp) else {
-            eprintln!("skip {name}: does not load as xrp");
-            continue;
-        };
-        // A context whose data/scratch point into the sandbox's data region.
-        let setup = |sb: &mut Sandbox| {
-            gen_setup(sb);
-            let data = sb.data_addr();
-            let _ = std::mem::size_of::<XrpCtx>();
-            sb.ctx[0] = data;
-            sb.ctx[2] = data;
-        };
-        let (jit, interp) = both(&prog, &setup);
-        assert_same(&jit, &interp, name);
+        let t = if name.contains("lambda") { ProgType::Lambda } else { ProgType::Xrp };
+        {
+            let Ok(prog) = storefn_vm::elf::load(elf, None, t) else { continue };
+            if storefn_vm::verifier::verify(&prog).is_err() {
+                continue;
+            }
+            // Context pointers into the sandbox: XRP data and scratch, or λ's buf_o/buf_i.
+            let setup = |sb: &mut Sandbox| {
+                gen_setup(sb);
+                // The program's globals image; read-only part first.
+                let mut g = prog.globals.clone();
+                g.resize(g.len().div_ceil(8).max(1) * 8, 0);
+                sb.globals =
+                    g.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+                sb.globals_ro_words = prog.globals_rw_start.div_ceil(8);
+                let (data, half) = (sb.data_addr(), DATA_BYTES as u64 / 2);
+                match t {
+                    ProgType::Xrp => {
+                        sb.ctx_writable = Some((XRP_OFF_DONE, XRP_OFF_SCRATCH));
+                        sb.ctx[XRP_OFF_DATA / 8] = data;
+                        sb.ctx[XRP_OFF_SCRATCH / 8] = data + half;
+                    }
+                    _ => {
+                        sb.ctx[0] = data + half;
+                        sb.ctx[1] = data;
+                        sb.ctx[2] = half;
+                    }
+                }
+            };
+            let (jit, interp) = both(&prog, &setup);
+            assert_same(&jit, &interp, name);
+            compared += 1;
+            ran_ok += usize::from(jit.result.is_ok());
+            eprintln!("{name} {t:?}: {:?}", jit.result);
+        }
     }
+    assert!(compared >= 10 && ran_ok >= 6, "compared {compared}, ran to completion {ran_ok}");
 }

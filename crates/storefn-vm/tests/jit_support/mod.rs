@@ -88,10 +88,10 @@ pub fn program(insns: Vec<Insn>) -> Program {
     }
 }
 
-/// Bytes of the readable-only "context" region in tests.
-pub const CTX_BYTES: usize = 64;
+/// Bytes of the read-only "context" region in tests (room for `struct bpf_xrp`).
+pub const CTX_BYTES: usize = 288;
 /// Bytes of the read/write data region in tests.
-pub const DATA_BYTES: usize = 256;
+pub const DATA_BYTES: usize = 4096;
 
 /// Memory one test invocation may touch: ctx (read-only), data (rw), stack (rw), plus globals.
 #[derive(Debug, Clone)]
@@ -102,6 +102,8 @@ pub struct Sandbox {
     pub globals: Vec<u64>,
     /// `globals[..globals_ro_words]` is read-only.
     pub globals_ro_words: usize,
+    /// Byte range of `ctx` that is also writable (XRP's done..size fields), if any.
+    pub ctx_writable: Option<(usize, usize)>,
 }
 
 impl Default for Sandbox {
@@ -118,6 +120,7 @@ impl Sandbox {
             stack: vec![0; STACK_BYTES / 8],
             globals: vec![0; 4],
             globals_ro_words: 2,
+            ctx_writable: None,
         }
     }
 
@@ -146,6 +149,10 @@ impl Sandbox {
         read.push(region(rw));
         write.push(region(&self.data));
         write.push(region(&self.stack));
+        if let Some((from, to)) = self.ctx_writable {
+            let c = region(&self.ctx);
+            write.push(Region { start: c.start + from as u64, end: c.start + to as u64 });
+        }
         write.push(region(rw));
         RunEnv {
             read,
