@@ -244,10 +244,14 @@ impl JitProgram {
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets, whose validity is the caller's contract for RunEnv.
         let r0 = unsafe { (self.entry)(&raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
+        if env.fault.kind == fault::NONE {
+            return Ok(r0);
+        }
         fault_to_result(env.fault, r0, &mut aux, self.back_jump_budget)
     }
 }
 
+#[cold]
 fn fault_to_result(f: FaultInfo, r0: u64, aux: &mut RunAux, budget: u64) -> Result<u64, VmError> {
     let insn = f.insn as usize;
     match f.kind {
