@@ -357,3 +357,30 @@ fn corpus_programs_jit_equals_interp() {
     }
     assert!(compared >= 10 && ran_ok >= 6, "compared {compared}, ran to completion {ran_ok}");
 }
+
+/// Generated programs with a few random bytes flipped: compiling never panics, and whatever
+/// compiles runs to a value or a fault inside the sandbox (the process survives).
+#[test]
+fn mutated_programs_never_panic_or_escape() {
+    let mut compiled = 0;
+    for seed in 0..400u64 {
+        let mut prog = gen_program(seed);
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xdead_beef);
+        for _ in 0..rng.gen_range(1..4) {
+            let i = rng.gen_range(0..prog.insns.len());
+            let mut bytes = prog.insns[i].encode();
+            bytes[rng.gen_range(0..8)] ^= 1 << rng.gen_range(0..8);
+            prog.insns[i] = Insn::decode(&bytes);
+        }
+        let Ok(jit) = JitProgram::compile(&prog) else { continue };
+        compiled += 1;
+        let mut sb = Sandbox::new();
+        gen_setup(&mut sb);
+        let before_stack_len = sb.stack.len();
+        let mut env = sb.env(GEN_BUDGET);
+        let _ = jit.run(&mut env, sb.ctx_addr(), sb.stack_top());
+        assert!(env.back_jumps_left <= GEN_BUDGET);
+        assert_eq!(sb.stack.len(), before_stack_len);
+    }
+    assert!(compiled > 100, "only {compiled} mutated programs compiled");
+}
