@@ -157,10 +157,12 @@ impl JitProgram {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
         }
         let mut code = CodeMemory(None);
-        // Region hints, one byte per (instruction, access kind); their address is baked in.
+        // Region hints, one byte per (instruction, access kind), reached through `aux.hints`.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
         let sig = bpf_signature(&module);
         let mut ids = Vec::with_capacity(funcs.len());
+        // Declaring allocates no code memory, so an early return here leaks nothing; from the
+        // first definition on, `code` owns the module and frees it on every path.
         for &(start, _) in &funcs {
             let id = module
                 .declare_function(&format!("bpf_fn_{start}"), Linkage::Local, &sig)
