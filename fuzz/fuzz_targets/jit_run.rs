@@ -14,8 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let prog = program(data);
     if let Ok(jit) = JitProgram::compile(&prog) {
         let mut sb = Sandbox::new();
-        let initial = Sandbox::new();
-        sb.reset(&initial);
+        let initial = sb.clone();
         let o = outcome(&mut sb, &initial, |env, ctx, top| jit.run(env, ctx, top));
         assert!(o.left <= FUZZ_BUDGET);
     }

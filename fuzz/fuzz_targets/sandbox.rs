@@ -11,6 +11,9 @@ pub const FUZZ_BUDGET: u64 = 2_000;
 const CTX_WORDS: usize = 8;
 const DATA_WORDS: usize = 64;
 
+/// Cloning copies the contents (pointers in `ctx` still point at the original's buffers), which
+/// is what `reset` needs: the same addresses, the initial bytes.
+#[derive(Clone)]
 pub struct Sandbox {
     pub ctx: Vec<u64>,
     pub data: Vec<u64>,

@@ -18,8 +18,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let jit = JitProgram::compile(&prog)
         .unwrap_or_else(|e| panic!("verifier accepted what the JIT rejects: {e}"));
-    let initial = Sandbox::new();
     let mut sb = Sandbox::new();
+    let initial = sb.clone();
     let j = outcome(&mut sb, &initial, |env, ctx, top| jit.run(env, ctx, top));
     let i = outcome(&mut sb, &initial, |env, ctx, top| interp::run(&prog, env, ctx, top));
     assert_eq!(j, i, "JIT and interpreter disagree on {:?}", prog.insns);
