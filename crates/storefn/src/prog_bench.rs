@@ -479,6 +479,21 @@ mod tests {
     }
 
     #[test]
+    fn json_records_follow_the_contract() {
+        let args = BenchArgs { calls: 5, rounds: 1, warmup: 1, seed: 3, json: None };
+        let recs = bench_workload(Workload::Node4k, &args).unwrap();
+        let v: serde_json::Value = serde_json::to_value(&recs).unwrap();
+        for r in v.as_array().unwrap() {
+            let o = r.as_object().unwrap();
+            assert_eq!(o["program"], "node4k");
+            assert!(o["ns_per_call"].as_f64().unwrap() > 0.0);
+            let engine = o["engine"].as_str().unwrap();
+            assert!(["jit", "interp", "native"].contains(&engine));
+            assert_eq!(o.contains_key("compile_us"), engine == "jit", "{engine}");
+        }
+    }
+
+    #[test]
     fn native_searches_are_right() {
         let mut d = vec![0u64; 512];
         Workload::Node512.fill(&mut d);
