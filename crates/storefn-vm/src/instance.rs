@@ -55,6 +55,9 @@ pub fn load_verified(
 }
 
 #[derive(Debug)]
+// One Exec per instance, built once: its size does not matter, an extra indirection per call
+// would.
+#[allow(clippy::large_enum_variant)]
 enum Exec {
     Jit(JitProgram),
     Interp,

@@ -9,6 +9,7 @@ mod digest_cmd;
 mod io;
 mod kv;
 mod prog;
+mod prog_bench;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]

@@ -48,6 +48,8 @@ pub enum ProgCmd {
         #[arg(long)]
         section: Option<String>,
     },
+    /// Per-call cost of node searches on the JIT, the interpreter and native Rust.
+    Bench(crate::prog_bench::BenchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -101,6 +103,7 @@ pub fn run(cmd: &ProgCmd) -> CmdResult {
             };
             run_xrp(&args)
         }
+        ProgCmd::Bench(args) => crate::prog_bench::run(args),
     }
 }
 

@@ -1,0 +1,171 @@
+//! Shared by the jit_* tests: a tiny assembler and a sandbox (regions + RunEnv).
+#![allow(dead_code)]
+
+use storefn_vm::insn::*;
+use storefn_vm::mem::{Region, RegionSet};
+use storefn_vm::program::{FaultInfo, DEFAULT_BACK_JUMP_BUDGET, STACK_BYTES};
+use storefn_vm::{ProgType, Program, RunEnv};
+
+pub fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn { op, dst, src, off, imm }
+}
+pub fn alu64_imm(op: u8, dst: u8, imm: i32) -> Insn {
+    ins(BPF_ALU64 | op | BPF_K, dst, 0, 0, imm)
+}
+pub fn alu64_reg(op: u8, dst: u8, src: u8) -> Insn {
+    ins(BPF_ALU64 | op | BPF_X, dst, src, 0, 0)
+}
+pub fn alu32_imm(op: u8, dst: u8, imm: i32) -> Insn {
+    ins(BPF_ALU | op | BPF_K, dst, 0, 0, imm)
+}
+pub fn alu32_reg(op: u8, dst: u8, src: u8) -> Insn {
+    ins(BPF_ALU | op | BPF_X, dst, src, 0, 0)
+}
+pub fn mov64(dst: u8, imm: i32) -> Insn {
+    alu64_imm(BPF_MOV, dst, imm)
+}
+pub fn mov64_reg(dst: u8, src: u8) -> Insn {
+    alu64_reg(BPF_MOV, dst, src)
+}
+/// `lddw dst, v`: two slots.
+pub fn lddw(dst: u8, v: u64) -> [Insn; 2] {
+    [
+        ins(BPF_LD | BPF_IMM | BPF_DW, dst, 0, 0, v as u32 as i32),
+        ins(0, 0, 0, 0, (v >> 32) as u32 as i32),
+    ]
+}
+pub fn jmp_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
+    ins(BPF_JMP | op | BPF_K, dst, 0, off, imm)
+}
+pub fn jmp_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
+    ins(BPF_JMP | op | BPF_X, dst, src, off, 0)
+}
+pub fn jmp32_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
+    ins(BPF_JMP32 | op | BPF_K, dst, 0, off, imm)
+}
+pub fn jmp32_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
+    ins(BPF_JMP32 | op | BPF_X, dst, src, off, 0)
+}
+pub fn ja(off: i16) -> Insn {
+    ins(BPF_JMP | BPF_JA, 0, 0, off, 0)
+}
+pub fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+    ins(BPF_LDX | BPF_MEM | size, dst, src, off, 0)
+}
+pub fn ldsx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+    ins(BPF_LDX | BPF_MEMSX | size, dst, src, off, 0)
+}
+pub fn stx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+    ins(BPF_STX | BPF_MEM | size, dst, src, off, 0)
+}
+pub fn st(size: u8, dst: u8, off: i16, imm: i32) -> Insn {
+    ins(BPF_ST | BPF_MEM | size, dst, 0, off, imm)
+}
+pub fn atomic(size: u8, dst: u8, src: u8, off: i16, op: i32) -> Insn {
+    ins(BPF_STX | BPF_ATOMIC | size, dst, src, off, op)
+}
+pub fn call_helper(id: i32) -> Insn {
+    ins(BPF_JMP | BPF_CALL, 0, 0, 0, id)
+}
+/// BPF-to-BPF call, `rel` = target - (pc + 1).
+pub fn call_local(rel: i32) -> Insn {
+    ins(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, rel)
+}
+pub fn exit() -> Insn {
+    ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
+}
+
+/// Builds a Program from slots (lddw pairs flattened by the caller).
+pub fn program(insns: Vec<Insn>) -> Program {
+    Program {
+        name: "test".into(),
+        prog_type: ProgType::Xrp,
+        insns,
+        globals: Vec::new(),
+        globals_rw_start: 0,
+        global_relocs: Vec::new(),
+        back_jump_budget: DEFAULT_BACK_JUMP_BUDGET,
+    }
+}
+
+/// Bytes of the read-only "context" region in tests (room for `struct bpf_xrp`).
+pub const CTX_BYTES: usize = 288;
+/// Bytes of the read/write data region in tests.
+pub const DATA_BYTES: usize = 4096;
+
+/// Memory one test invocation may touch: ctx (read-only), data (rw), stack (rw), plus globals.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    pub ctx: Vec<u64>,
+    pub data: Vec<u64>,
+    pub stack: Vec<u64>,
+    pub globals: Vec<u64>,
+    /// `globals[..globals_ro_words]` is read-only.
+    pub globals_ro_words: usize,
+    /// Byte range of `ctx` that is also writable (XRP's done..size fields), if any.
+    pub ctx_writable: Option<(usize, usize)>,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        Self {
+            ctx: (0..CTX_BYTES as u64 / 8).map(|i| 0x1111_0000 + i).collect(),
+            data: vec![0; DATA_BYTES / 8],
+            stack: vec![0; STACK_BYTES / 8],
+            globals: vec![0; 4],
+            globals_ro_words: 2,
+            ctx_writable: None,
+        }
+    }
+
+    pub fn ctx_addr(&self) -> u64 {
+        self.ctx.as_ptr() as u64
+    }
+    pub fn data_addr(&self) -> u64 {
+        self.data.as_ptr() as u64
+    }
+    pub fn stack_top(&self) -> u64 {
+        self.stack.as_ptr() as u64 + STACK_BYTES as u64
+    }
+    pub fn data_bytes(&self) -> Vec<u8> {
+        self.data.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    pub fn env(&mut self, budget: u64) -> RunEnv {
+        let region = |v: &[u64]| Region::of(bytes_of(v));
+        let ro = &self.globals[..self.globals_ro_words];
+        let rw = &self.globals[self.globals_ro_words..];
+        let mut read = RegionSet::default();
+        let mut write = RegionSet::default();
+        for r in [region(&self.ctx), region(&self.data), region(&self.stack), region(ro)] {
+            read.push(r);
+        }
+        read.push(region(rw));
+        write.push(region(&self.data));
+        write.push(region(&self.stack));
+        if let Some((from, to)) = self.ctx_writable {
+            let c = region(&self.ctx);
+            write.push(Region { start: c.start + from as u64, end: c.start + to as u64 });
+        }
+        write.push(region(rw));
+        RunEnv {
+            read,
+            write,
+            globals_base: self.globals.as_ptr() as u64,
+            back_jumps_left: budget,
+            fault: FaultInfo::default(),
+            host: std::ptr::null_mut(),
+        }
+    }
+}
+
+fn bytes_of(v: &[u64]) -> &[u8] {
+    // SAFETY: u64 has no padding and any byte pattern is a valid u8; length in bytes is exact.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
