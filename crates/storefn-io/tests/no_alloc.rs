@@ -97,7 +97,19 @@ fn steady_state_vm_chains_allocate_nothing() {
     let (mut e, id) = engine_with(EngineConfig { chains: 128, ..EngineConfig::default() }, &f);
     let elf = storefn_progs::must("xrp_follow");
     let prog = storefn_vm::load_verified(elf, None, storefn_vm::ProgType::Xrp).unwrap();
-    let mut inst = storefn_vm::Instance::new(prog, storefn_vm::Engine::Interp).unwrap();
+    for vm in [storefn_vm::Engine::Interp, storefn_vm::Engine::Jit] {
+        let inst = storefn_vm::Instance::new(prog.clone(), vm).unwrap();
+        vm_steady_state(&lists, &mut e, id, inst, vm);
+    }
+}
+
+fn vm_steady_state(
+    lists: &Lists,
+    e: &mut storefn_io::Engine,
+    id: storefn_io::FileId,
+    mut inst: storefn_vm::Instance,
+    vm: storefn_vm::Engine,
+) {
     let run = |e: &mut storefn_io::Engine, inst: &mut storefn_vm::Instance| {
         let (mut next, mut done, mut hops) = (0usize, 0usize, 0u64);
         while done < lists.heads.len() {
@@ -109,9 +121,9 @@ fn steady_state_vm_chains_allocate_nothing() {
         }
         hops
     };
-    run(&mut e, &mut inst);
+    run(e, &mut inst);
     let before = allocs();
-    let hops = run(&mut e, &mut inst);
-    assert_eq!(allocs() - before, 0, "allocations during {hops} VM hops");
+    let hops = run(e, &mut inst);
+    assert_eq!(allocs() - before, 0, "allocations during {hops} VM hops ({vm:?})");
     assert_eq!(hops, 4000);
 }

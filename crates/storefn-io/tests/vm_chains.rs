@@ -7,15 +7,13 @@ use common::*;
 use storefn_io::{ChainError, EngineConfig, StorageFn};
 use storefn_vm::{load_verified, Engine as VmEngine, Instance, ProgType, VmError};
 
-/// The program in every engine available: the interpreter always, the JIT once it compiles.
+/// The program in both VM engines: the interpreter and the JIT.
 fn instances(name: &str) -> Vec<Instance> {
     let prog = load_verified(storefn_progs::must(name), None, ProgType::Xrp).expect(name);
-    let mut v = vec![Instance::new(prog.clone(), VmEngine::Interp).unwrap()];
-    match Instance::new(prog, VmEngine::Jit) {
-        Ok(jit) => v.push(jit),
-        Err(e) => println!("{name}: JIT skipped: {e}"),
-    }
-    v
+    [VmEngine::Interp, VmEngine::Jit]
+        .into_iter()
+        .map(|vm| Instance::new(prog.clone(), vm).unwrap_or_else(|e| panic!("{name} {vm:?}: {e}")))
+        .collect()
 }
 
 #[test]

@@ -8,7 +8,7 @@ fn storefn() -> Command {
 
 #[test]
 fn io_bench_reports_every_case_with_a_summary_and_json() {
-    for function in ["rust", "interp"] {
+    for function in ["rust", "interp", "jit"] {
         bench_once(function);
     }
 }
