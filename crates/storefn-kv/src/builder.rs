@@ -68,7 +68,7 @@ impl<'f> Region<'f> {
 
     /// A zeroed `len`-byte slot at the end of the buffer, flushing first if full.
     fn slot(&mut self, path: &Path, len: usize, progress: Progress) -> Result<&mut [u8], KvError> {
-        debug_assert!(BUILD_CHUNK_BYTES % len == 0);
+        debug_assert!(BUILD_CHUNK_BYTES.is_multiple_of(len));
         if self.fill == BUILD_CHUNK_BYTES {
             self.flush(path, progress)?;
         }
@@ -129,11 +129,15 @@ pub fn create_bpfkv(
     /// Deepest database `create` makes: 8 levels of 31 is 852 TB already.
     const MAX_CREATE_LAYERS: u32 = 8;
     if !(1..=MAX_CREATE_LAYERS).contains(&layers) {
-        return Err(KvError::Invalid(format!("--layers {layers}: must be 1..={MAX_CREATE_LAYERS}")));
+        return Err(KvError::Invalid(format!(
+            "--layers {layers}: must be 1..={MAX_CREATE_LAYERS}"
+        )));
     }
-    let n = (node_size.fanout() as u64)
-        .checked_pow(layers)
-        .ok_or(KvError::TooLarge { what: "layers", value: u64::from(layers), limit: 7 })?;
+    let n = (node_size.fanout() as u64).checked_pow(layers).ok_or(KvError::TooLarge {
+        what: "layers",
+        value: u64::from(layers),
+        limit: 7,
+    })?;
     build_tree(path, node_size, (0..n).map(|k| (k, bpfkv_value(k))), progress)
 }
 
@@ -184,9 +188,8 @@ fn build_counted(
                     put_slot(&mut node, node_size, slot, UNUSED_KEY, UNUSED_LEAF_PTR);
                     continue;
                 }
-                let (key, value) = entries
-                    .next()
-                    .ok_or(KvError::CountMismatch { expected: n, actual: index })?;
+                let (key, value) =
+                    entries.next().ok_or(KvError::CountMismatch { expected: n, actual: index })?;
                 if let Some(p) = prev.filter(|&p| key <= p) {
                     return Err(KvError::Unsorted { index, key, prev: p });
                 }

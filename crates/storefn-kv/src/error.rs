@@ -8,7 +8,9 @@ use std::path::PathBuf;
 pub enum KvError {
     #[error("{path}: {op}: {source}")]
     Io { path: PathBuf, op: &'static str, source: std::io::Error },
-    #[error("{path}: sidecar missing: {source} (every BPF-KV file needs its .meta; docs/FORMAT.md)")]
+    #[error(
+        "{path}: sidecar missing: {source} (every BPF-KV file needs its .meta; docs/FORMAT.md)"
+    )]
     MetaMissing { path: PathBuf, source: std::io::Error },
     #[error("{path}: corrupt sidecar: {reason}")]
     MetaCorrupt { path: PathBuf, reason: String },

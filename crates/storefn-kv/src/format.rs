@@ -368,6 +368,46 @@ fn level_counts(node_size: NodeSize, key_count: u64) -> Vec<u64> {
     counts
 }
 
+// ---------------------------------------------------------------------------------------------
+// Scratch ABIs of the storage functions (docs/FORMAT.md; progs/include/bpfkv.h mirrors them).
+
+/// Scratch bytes lent to each chain.
+pub const SCRATCH_BYTES: usize = 4096;
+/// Lookup scratch: u64 key (set by the application).
+pub const LOOKUP_OFF_KEY: usize = 0;
+/// Lookup scratch: u8 found (set by the program).
+pub const LOOKUP_OFF_FOUND: usize = 8;
+/// Lookup scratch: the 64-byte value (set by the program).
+pub const LOOKUP_OFF_VALUE: usize = 9;
+/// Lookup scratch: program-private state, zeroed before each call.
+pub const LOOKUP_OFF_STATE: usize = 128;
+
+/// Range scratch fields (512 B nodes).
+pub const RANGE_OFF_BEGIN: usize = 0;
+pub const RANGE_OFF_END: usize = 8;
+pub const RANGE_OFF_AGG: usize = 16;
+pub const RANGE_OFF_FLAGS: usize = 20;
+pub const RANGE_OFF_LEAF: usize = 24;
+pub const RANGE_OFF_INDEX: usize = 32;
+pub const RANGE_OFF_COUNT: usize = 36;
+pub const RANGE_OFF_AGG_VALUE: usize = 40;
+pub const RANGE_OFF_AGG_N: usize = 48;
+pub const RANGE_OFF_RESULTS: usize = 64;
+/// One range result: u64 key then the value.
+pub const RANGE_RESULT_BYTES: usize = 8 + VALUE_BYTES;
+pub const RANGE_OFF_LEAF_COPY: usize = RANGE_OFF_RESULTS + 32 * RANGE_RESULT_BYTES;
+pub const RANGE_OFF_PHASE: usize = RANGE_OFF_LEAF_COPY + 512;
+/// `flags` bit: the range is exhausted.
+pub const RANGE_FLAG_DONE: u32 = 1;
+/// `flags` bit: `leaf`/`index` hold a valid resume point.
+pub const RANGE_FLAG_RESUME: u32 = 2;
+
+const _: () = {
+    assert!(LOOKUP_OFF_VALUE + VALUE_BYTES <= LOOKUP_OFF_STATE);
+    assert!(RANGE_OFF_LEAF_COPY == 2368);
+    assert!(RANGE_OFF_PHASE + 4 <= SCRATCH_BYTES);
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

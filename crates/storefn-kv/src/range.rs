@@ -118,7 +118,7 @@ impl<'s> RangeScan<'s> {
         let f = self.store.node_size().fanout();
         let mut produced = 0;
         while !st.done {
-            if st.leaf_offset < lo || st.leaf_offset >= hi || st.leaf_offset % nb != 0 {
+            if st.leaf_offset < lo || st.leaf_offset >= hi || !st.leaf_offset.is_multiple_of(nb) {
                 return Err(KvError::CorruptNode {
                     path: self.store.path().to_path_buf(),
                     offset: st.leaf_offset,

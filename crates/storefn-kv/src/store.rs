@@ -168,8 +168,7 @@ impl Store {
     }
 
     fn check_type(&self, view: &NodeView, offset: u64, level: u32) -> Result<(), KvError> {
-        let want =
-            if level + 1 == self.meta.layers { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
+        let want = if level + 1 == self.meta.layers { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
         if view.node_type() != want {
             return Err(self.corrupt(
                 offset,
@@ -188,7 +187,7 @@ impl Store {
         let off = ptr & !FILE_MASK;
         let lo = self.starts[level] * nb;
         let hi = lo + self.counts[level] * nb;
-        if off % nb != 0 || off < lo || off >= hi {
+        if !off.is_multiple_of(nb) || off < lo || off >= hi {
             return Err(self.corrupt(
                 from,
                 format!("child pointer {off} outside level {level} [{lo}, {hi}) or unaligned"),
@@ -253,7 +252,7 @@ impl Store {
         let off = ptr & !FILE_MASK;
         let lo = self.meta.value_log_offset;
         let hi = lo + self.meta.key_count * VALUE_BYTES as u64;
-        if off < lo || off >= hi || (off - lo) % VALUE_BYTES as u64 != 0 {
+        if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
             return Err(self.corrupt(from, format!("value pointer {off} outside [{lo}, {hi})")));
         }
         Ok(off)
