@@ -6,7 +6,9 @@
 //! - [`path`]: the [`LookupPath`] trait and the `read` path; [`range`]: range and aggregates.
 
 pub mod aligned;
+pub mod bench;
 pub mod builder;
+pub mod device;
 mod error;
 pub mod format;
 pub mod path;

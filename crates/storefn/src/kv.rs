@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
+use storefn_kv::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
 use storefn_kv::format::value_text;
 use storefn_kv::range::{aggregate, Agg, RangeScan};
-use storefn_kv::{create_bpfkv, LookupPath, NodeSize, ReadPath, Store};
+use storefn_kv::{create_bpfkv, LookupPath, NodeSize, Store};
 
 use crate::CmdResult;
 
@@ -64,6 +65,40 @@ pub enum KvCmd {
         #[arg(long)]
         agg: Option<String>,
     },
+    /// Lookup benchmark; prints BPF-KV's driver lines, then p50, CPU per lookup, fallbacks.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    pub db: PathBuf,
+    /// Measured lookups in all (split over threads).
+    #[arg(long, default_value_t = 100_000)]
+    pub requests: u64,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// read | uring | xrp | xrp-batch | device (random single-block reads: the physical reference)
+    #[arg(long, default_value = "read")]
+    pub path: String,
+    /// Lookups (device: block reads) in flight per thread on batching paths.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 0)]
+    pub cache_levels: u32,
+    /// LRU block cache per thread, bytes (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub cache_bytes: u64,
+    /// uniform | zipf:THETA
+    #[arg(long, default_value = "uniform")]
+    pub dist: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Unmeasured lookups per thread before the run.
+    #[arg(long, default_value_t = 1000)]
+    pub warmup: u64,
+    /// Append one JSON object (one line) per run to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Options shared by every lookup command.
@@ -86,13 +121,7 @@ pub fn make_path(
     store: &Arc<Store>,
     cache_bytes: u64,
 ) -> Result<Box<dyn LookupPath>, Box<dyn std::error::Error>> {
-    match name {
-        "read" => Ok(Box::new(ReadPath::new(Arc::clone(store), cache_bytes))),
-        "uring" | "xrp" | "xrp-batch" => {
-            Err(format!("--path {name}: not in this build yet (needs the io engine)").into())
-        }
-        _ => Err(format!("--path {name}: expected read|uring|xrp|xrp-batch").into()),
-    }
+    Ok(open_path(name, store, PathOptions { cache_bytes, batch: 32 })?)
 }
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
@@ -154,7 +183,79 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
+        KvCmd::Bench(a) => bench(a),
     }
+}
+
+fn bench(a: &BenchArgs) -> CmdResult {
+    let store = Arc::new(Store::open(&a.db, a.cache_levels)?);
+    let cfg = BenchConfig {
+        path: a.path.clone(),
+        threads: a.threads,
+        requests: a.requests,
+        batch: a.batch,
+        warmup: a.warmup,
+        dist: a.dist.parse::<Dist>()?,
+        seed: a.seed,
+        cache_bytes: a.cache_bytes,
+    };
+    let r = storefn_kv::bench::run(&store, &cfg)?;
+    print_bench(&r);
+    if r.misses > 0 {
+        eprintln!("warning: {} lookups found nothing", r.misses);
+    }
+    if let Some(p) = &a.json {
+        append_json(p, &r, a.cache_levels)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// BPF-KV's driver lines verbatim, then ours, then one stable summary line.
+pub fn print_bench(r: &BenchResult) {
+    println!("Average throughput: {:.6} op/s latency: {:.6} usec", r.ops_per_sec, r.mean_us);
+    println!("95%   latency: {:.6} us", r.p95_us);
+    println!("99%   latency: {:.6} us", r.p99_us);
+    println!("99.9% latency: {:.6} us", r.p999_us);
+    println!("Percentage of requests with latency >= 1ms: {:.4}%", r.pct_over_1ms);
+    println!("50%   latency: {:.6} us", r.p50_us);
+    println!("CPU per lookup: {:.6} us", r.cpu_us_per_op);
+    println!("I/Os per lookup: {:.4}", r.ios_per_op);
+    println!("Fallbacks: {}", r.fallbacks);
+    println!(
+        "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
+         p50_us={:.3} p99_us={:.3} p999_us={:.3} cpu_us_per_op={:.3} ios_per_op={:.3} fallbacks={}",
+        r.path,
+        r.layers,
+        r.threads,
+        r.batch,
+        r.requests,
+        r.ops_per_sec,
+        r.mean_us,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.cpu_us_per_op,
+        r.ios_per_op,
+        r.fallbacks
+    );
+}
+
+fn append_json(p: &std::path::Path, r: &BenchResult, cache_levels: u32) -> CmdResult {
+    use std::io::Write as _;
+    let obj = serde_json::json!({
+        "path": r.path, "layers": r.layers, "threads": r.threads, "batch": r.batch,
+        "requests": r.requests, "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us,
+        "p50_us": r.p50_us, "p99_us": r.p99_us, "p999_us": r.p999_us,
+        "cpu_us_per_op": r.cpu_us_per_op, "ios_per_op": r.ios_per_op, "fallbacks": r.fallbacks,
+        "p95_us": r.p95_us, "cache_levels": cache_levels,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    writeln!(f, "{obj}").map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `n` keys drawn uniformly from `0..key_count` with a seeded generator.
