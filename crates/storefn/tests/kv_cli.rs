@@ -1,0 +1,125 @@
+//! `storefn kv ...` and `storefn demo` as a user runs them: output lines and exit codes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(tag: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("storefn-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    Dir(d)
+}
+
+fn storefn(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn create_get_multiget_range_bench() {
+    let d = dir("kv");
+    let db = d.0.join("db");
+    let db = db.to_str().unwrap();
+    let (code, out, _) = storefn(&["kv", "create", db, "--layers", "2"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("2 layers, 961 keys, 32 nodes"), "{out}");
+
+    let (code, out, _) = storefn(&["kv", "get", db, "--key", "960"]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 960).as_str()));
+    let (code, out, _) = storefn(&["kv", "get", db, "--key", "961", "--cache-levels", "1"]);
+    assert_eq!((code, out.as_str()), (1, "not found\n"));
+
+    let (code, out, _) = storefn(&["kv", "multiget", db, "--keys", "3,5000"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        out.lines().map(str::trim_end).collect::<Vec<_>>(),
+        [format!("3 {:>63}", 3).as_str(), "5000 not found"]
+    );
+
+    let (code, out, _) =
+        storefn(&["kv", "range", db, "--begin", "10", "--end", "99", "--agg", "count"]);
+    assert_eq!((code, out.as_str()), (0, "90\n"));
+    let (_, out, _) = storefn(&["kv", "range", db, "--begin", "958", "--end", "2000"]);
+    assert_eq!(out.lines().count(), 3);
+
+    let json = d.0.join("r.json");
+    let j = json.to_str().unwrap();
+    for _ in 0..2 {
+        let (code, out, err) =
+            storefn(&["kv", "bench", db, "--requests", "300", "--threads", "2", "--json", j]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("Average throughput: ") && lines[0].contains(" op/s latency: ")
+        );
+        assert!(lines[0].ends_with(" usec"));
+        assert!(lines[1].starts_with("95%   latency: ") && lines[1].ends_with(" us"));
+        assert!(lines[2].starts_with("99%   latency: "));
+        assert!(lines[3].starts_with("99.9% latency: "));
+        assert!(lines[4].starts_with("Percentage of requests with latency >= 1ms: "));
+        assert!(lines[4].ends_with('%'));
+    }
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(text.lines().count(), 2, "appends one object per run");
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for k in [
+            "path",
+            "layers",
+            "threads",
+            "batch",
+            "requests",
+            "ops_per_sec",
+            "mean_us",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "cpu_us_per_op",
+            "ios_per_op",
+            "fallbacks",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k} in {line}");
+        }
+        assert_eq!(v["requests"], 300);
+        assert_eq!(v["ios_per_op"], 3.0); // 2 levels + value
+    }
+}
+
+#[test]
+fn errors_are_clear_and_exit_1() {
+    let d = dir("err");
+    let db = d.0.join("db");
+    let dbs = db.to_str().unwrap();
+    storefn(&["kv", "create", dbs, "--layers", "1"]);
+    std::fs::write(d.0.join("db.meta"), b"garbage").unwrap();
+    let (code, _, err) = storefn(&["kv", "get", dbs, "--key", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: ") && err.contains("corrupt sidecar"), "{err}");
+    let (code, _, err) = storefn(&["kv", "get", d.0.join("nope").to_str().unwrap(), "--key", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("sidecar missing"), "{err}");
+    let (code, _, err) = storefn(&["kv", "create", dbs, "--layers", "1", "--node-size", "1024"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--node-size 1024"), "{err}");
+}
+
+#[test]
+fn demo_runs_and_paths_agree() {
+    let d = dir("demo");
+    let (code, out, err) = storefn(&["demo", "--dir", d.0.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("every lookup path returned the same bytes"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("read ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("device ")), "{out}");
+}
