@@ -10,6 +10,10 @@ use std::fs::File;
 use std::io::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use crate::aligned::{open_direct, AlignedBuf};
 use crate::format::{
@@ -25,45 +29,96 @@ pub const BUILD_CHUNK_BYTES: usize = 4 << 20;
 /// A progress callback: `(bytes_written, total_bytes)`.
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
-/// Sequential writer of one region of the file through an aligned buffer.
-struct Region<'f> {
-    file: &'f mut DbFile,
+/// Buffers per region: one being filled while the other is written.
+const BUFFERS_PER_REGION: usize = 2;
+/// Writes queued to the writer thread.
+const WRITE_QUEUE: usize = 4;
+
+struct Job {
     buf: AlignedBuf,
-    fill: usize,
+    len: usize,
     offset: u64,
+    ret: SyncSender<AlignedBuf>,
 }
 
-/// The output file; falls back to buffered writes if O_DIRECT rejects an unaligned tail.
-struct DbFile {
-    file: File,
-    direct: bool,
-    written: u64,
+/// A thread doing the file writes, so filling the next buffer overlaps the current write.
+/// Falls back to buffered writes if O_DIRECT rejects a block size (e.g. a 512 B-aligned tail on
+/// a 4 KiB-block device); the final fsync makes either durable.
+struct Writer {
+    tx: Option<SyncSender<Job>>,
+    handle: Option<JoinHandle<Result<File, KvError>>>,
+    /// Bytes written so far; Relaxed: read only for the progress display.
+    written: Arc<AtomicU64>,
+    /// Set once a write failed; Relaxed: producers only use it to stop early, the error itself
+    /// travels through the join.
+    failed: Arc<AtomicBool>,
     total: u64,
 }
 
-impl DbFile {
-    fn write_at(&mut self, path: &Path, data: &[u8], offset: u64) -> Result<(), KvError> {
-        match self.file.write_all_at(data, offset) {
-            Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                // A block size the device cannot take directly (e.g. 512 B tail on a 4 KiB
-                // device): continue buffered; fsync at the end still makes it durable.
-                self.file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| KvError::io(path, "reopen buffered", e))?;
-                self.direct = false;
-                self.file.write_all_at(data, offset).map_err(|e| KvError::io(path, "write", e))
+impl Writer {
+    fn start(file: File, direct: bool, path: &Path, total: u64) -> Writer {
+        let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
+        let written = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicBool::new(false));
+        let (w, f, path) = (Arc::clone(&written), Arc::clone(&failed), path.to_path_buf());
+        let handle = std::thread::spawn(move || {
+            let (mut file, mut direct, mut err) = (file, direct, None);
+            for job in rx {
+                if err.is_none() {
+                    let data = &job.buf[..job.len];
+                    let mut r = file.write_all_at(data, job.offset);
+                    if direct && matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
+                        match std::fs::OpenOptions::new().write(true).open(&path) {
+                            Ok(b) => {
+                                (file, direct) = (b, false);
+                                r = file.write_all_at(data, job.offset);
+                            }
+                            Err(e) => r = Err(e),
+                        }
+                    }
+                    if let Err(e) = r {
+                        err = Some(KvError::io(&path, "write", e));
+                        f.store(true, Ordering::Relaxed);
+                    }
+                    w.fetch_add(job.len as u64, Ordering::Relaxed);
+                }
+                // The region may already be gone after an error: nothing to return to.
+                let _ = job.ret.send(job.buf);
             }
-            r => r.map_err(|e| KvError::io(path, "write", e)),
-        }?;
-        self.written += data.len() as u64;
-        Ok(())
+            err.map_or(Ok(file), Err)
+        });
+        Writer { tx: Some(tx), handle: Some(handle), written, failed, total }
+    }
+
+    /// Waits for every queued write; returns the file for the fsync.
+    fn finish(mut self) -> Result<File, KvError> {
+        drop(self.tx.take());
+        self.handle.take().expect("joined once").join().expect("writer thread panicked")
+    }
+
+    fn report(&self, progress: Progress) {
+        progress(self.written.load(Ordering::Relaxed), self.total);
     }
 }
 
-impl<'f> Region<'f> {
-    fn new(file: &'f mut DbFile, offset: u64) -> Self {
-        Self { file, buf: AlignedBuf::new(BUILD_CHUNK_BYTES), fill: 0, offset }
+/// Sequential filler of one region of the file.
+struct Region<'w> {
+    w: &'w Writer,
+    buf: Option<AlignedBuf>,
+    fill: usize,
+    offset: u64,
+    free: Receiver<AlignedBuf>,
+    ret: SyncSender<AlignedBuf>,
+}
+
+impl<'w> Region<'w> {
+    fn new(w: &'w Writer, offset: u64) -> Self {
+        let (ret, free) = sync_channel(BUFFERS_PER_REGION);
+        for _ in 1..BUFFERS_PER_REGION {
+            ret.send(AlignedBuf::new(BUILD_CHUNK_BYTES)).expect("channel has room");
+        }
+        let buf = Some(AlignedBuf::new(BUILD_CHUNK_BYTES));
+        Self { w, buf, fill: 0, offset, free, ret }
     }
 
     /// A zeroed `len`-byte slot at the end of the buffer, flushing first if full.
@@ -72,18 +127,25 @@ impl<'f> Region<'f> {
         if self.fill == BUILD_CHUNK_BYTES {
             self.flush(path, progress)?;
         }
-        let s = &mut self.buf[self.fill..self.fill + len];
+        let s = &mut self.buf.as_mut().expect("buffer in hand")[self.fill..self.fill + len];
         s.fill(0);
         self.fill += len;
         Ok(s)
     }
 
     fn flush(&mut self, path: &Path, progress: Progress) -> Result<(), KvError> {
+        let stopped = || KvError::io(path, "write", std::io::Error::other("writer stopped"));
+        if self.w.failed.load(Ordering::Relaxed) {
+            return Err(stopped());
+        }
         if self.fill > 0 {
-            self.file.write_at(path, &self.buf[..self.fill], self.offset)?;
+            let buf = self.buf.take().expect("buffer in hand");
+            let job = Job { buf, len: self.fill, offset: self.offset, ret: self.ret.clone() };
+            self.w.tx.as_ref().expect("writer running").send(job).map_err(|_| stopped())?;
+            self.buf = Some(self.free.recv().map_err(|_| stopped())?);
             self.offset += self.fill as u64;
             self.fill = 0;
-            progress(self.file.written, self.file.total);
+            self.w.report(progress);
         }
         Ok(())
     }
@@ -145,7 +207,7 @@ fn build_counted(
     path: &Path,
     node_size: NodeSize,
     n: u64,
-    mut entries: impl Iterator<Item = (u64, [u8; 64])>,
+    entries: impl Iterator<Item = (u64, [u8; 64])>,
     progress: Progress,
 ) -> Result<Meta, KvError> {
     let meta = Meta::plan(node_size, n)?;
@@ -157,7 +219,31 @@ fn build_counted(
         _ => {}
     }
     let (file, direct) = open_direct(path, true)?;
-    let mut out = DbFile { file, direct, written: 0, total: meta.file_bytes };
+    // Allocate the whole file first: O_DIRECT writes that extend a file (or fill holes past
+    // EOF) are serialised by ext4; writes into allocated space are not.
+    preallocate(&file, meta.file_bytes).map_err(|e| KvError::io(path, "fallocate", e))?;
+    let writer = Writer::start(file, direct, path, meta.file_bytes);
+    let result = write_tree(path, &meta, entries, &writer, progress);
+    // Join the writer even on error; its I/O error (if any) is the real cause.
+    let written = Arc::clone(&writer.written);
+    let file = writer.finish()?;
+    result?;
+    // Relaxed suffices: the join above ordered every writer store before this load.
+    assert_eq!(written.load(Ordering::Relaxed), meta.file_bytes, "every byte written once");
+    progress(meta.file_bytes, meta.file_bytes);
+    file.sync_all().map_err(|e| KvError::io(path, "fsync", e))?;
+    write_meta(path, &meta)?;
+    Ok(meta)
+}
+
+fn write_tree(
+    path: &Path,
+    meta: &Meta,
+    mut entries: impl Iterator<Item = (u64, [u8; 64])>,
+    writer: &Writer,
+    progress: Progress,
+) -> Result<(), KvError> {
+    let (node_size, n) = (meta.node_size, meta.key_count);
     let nb = node_size.bytes();
     let f = node_size.fanout();
     let starts = meta.level_starts();
@@ -168,14 +254,8 @@ fn build_counted(
     // Phase 1: leaves (in one region) and values (in another), streamed.
     let mut leaf_first_keys: Vec<u64> = Vec::with_capacity(usize::try_from(leaf_count).unwrap());
     {
-        let mut leaves = Region::new(&mut out, leaf_start * nb as u64);
-        let mut vals_file = DbFile {
-            file: leaves.file.file.try_clone().map_err(|e| KvError::io(path, "dup", e))?,
-            direct: leaves.file.direct,
-            written: 0,
-            total: meta.file_bytes,
-        };
-        let mut values = Region::new(&mut vals_file, meta.value_log_offset);
+        let mut leaves = Region::new(writer, leaf_start * nb as u64);
+        let mut values = Region::new(writer, meta.value_log_offset);
         let mut prev: Option<u64> = None;
         let mut noop = |_: u64, _: u64| {};
         for leaf in 0..leaf_count {
@@ -210,15 +290,13 @@ fn build_counted(
             values.slot(path, VALUE_BYTES, &mut noop)?.copy_from_slice(&bpfkv_value(pad));
         }
         values.flush(path, progress)?;
-        let vw = values.file.written;
-        leaves.file.written += vw;
         leaves.flush(path, &mut noop)?;
     }
 
     // Phase 2: internal levels, root first. Node m at height h covers entries from m * F^h; the
     // smallest key of child c (height h-1) is the first key of leaf c * F^(h-2).
     {
-        let mut internal = Region::new(&mut out, 0);
+        let mut internal = Region::new(writer, 0);
         for level in 0..leaf_level {
             let height = u32::try_from(starts.len() - level).unwrap();
             let count = meta.level_counts()[level];
@@ -244,11 +322,20 @@ fn build_counted(
         }
         internal.flush(path, progress)?;
     }
-    assert_eq!(out.written, meta.file_bytes, "every byte of the file written once");
-    progress(out.written, meta.file_bytes);
-    out.file.sync_all().map_err(|e| KvError::io(path, "fsync", e))?;
-    write_meta(path, &meta)?;
-    Ok(meta)
+    Ok(())
+}
+
+fn preallocate(file: &File, bytes: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(bytes).map_err(|_| std::io::Error::other("file too large"))?;
+    // SAFETY: plain syscall on an fd we own; no memory is passed.
+    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match r {
+        0 => Ok(()),
+        // File systems without fallocate: the writes allocate as they go.
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Writes the sidecar atomically: temp file, fsync, rename, fsync of the directory.
