@@ -331,9 +331,8 @@ fn preallocate(file: &File, bytes: u64) -> std::io::Result<()> {
     // SAFETY: plain syscall on an fd we own; no memory is passed.
     let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
     match r {
-        0 => Ok(()),
-        // File systems without fallocate: the writes allocate as they go.
-        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        // 0 = done; EOPNOTSUPP/EINVAL = a file system without fallocate: writes allocate.
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
         e => Err(std::io::Error::from_raw_os_error(e)),
     }
 }
