@@ -8,6 +8,7 @@
 pub mod aligned;
 pub mod bench;
 pub mod builder;
+pub mod chain;
 pub mod device;
 mod error;
 pub mod format;

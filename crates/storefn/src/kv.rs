@@ -128,12 +128,12 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
     match cmd {
         KvCmd::Create { db, layers, node_size } => create(db, *layers, *node_size),
         KvCmd::Get { db, key, opts, prog, section } => {
-            if prog.is_some() || section.is_some() {
-                return Err("--prog: not in this build yet (needs the VM)".into());
-            }
             let store = Arc::new(Store::open(db, opts.cache_levels)?);
-            let mut path = make_path(&opts.path, &store, opts.cache_bytes)?;
-            match path.get(*key)? {
+            let found = match prog {
+                Some(p) => run_user_prog(&store, *key, p, section.as_deref())?,
+                None => make_path(&opts.path, &store, opts.cache_bytes)?.get(*key)?,
+            };
+            match found {
                 Some(v) => {
                     println!("{}", value_text(&v));
                     Ok(ExitCode::SUCCESS)
@@ -256,6 +256,32 @@ fn append_json(p: &std::path::Path, r: &BenchResult, cache_levels: u32) -> CmdRe
         .map_err(|e| format!("{}: {e}", p.display()))?;
     writeln!(f, "{obj}").map_err(|e| format!("{}: {e}", p.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a user's XRP-style program for one lookup (scratch ABI: docs/FORMAT.md).
+fn run_user_prog(
+    store: &Store,
+    key: u64,
+    prog: &std::path::Path,
+    section: Option<&str>,
+) -> Result<Option<[u8; 64]>, Box<dyn std::error::Error>> {
+    use storefn_kv::format::{LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, SCRATCH_BYTES};
+    use storefn_kv::Step;
+    let elf = std::fs::read(prog).map_err(|e| format!("{}: {e}", prog.display()))?;
+    let mut inst = storefn_kv::chain::instance(&elf, section)
+        .map_err(|e| format!("{}: {e}", prog.display()))?;
+    let Step::Node { offset, .. } = store.start(key)? else {
+        return Err("--prog needs at least one uncached level (lower --cache-levels)".into());
+    };
+    let mut scratch = vec![0u8; SCRATCH_BYTES];
+    scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
+    let nb = store.node_size().bytes() as u64;
+    storefn_kv::chain::run_pread(store, &mut inst, offset, nb, &mut scratch)
+        .map_err(|e| format!("{}: {e}", prog.display()))?;
+    if scratch[LOOKUP_OFF_FOUND] == 0 {
+        return Ok(None);
+    }
+    Ok(Some(scratch[LOOKUP_OFF_VALUE..LOOKUP_OFF_VALUE + 64].try_into().expect("64 bytes")))
 }
 
 /// `n` keys drawn uniformly from `0..key_count` with a seeded generator.

@@ -123,3 +123,38 @@ fn demo_runs_and_paths_agree() {
     assert!(out.lines().any(|l| l.starts_with("read ")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("device ")), "{out}");
 }
+
+#[test]
+fn get_with_user_programs() {
+    let d = dir("prog");
+    let db = d.0.join("db");
+    let dbs = db.to_str().unwrap();
+    storefn(&["kv", "create", dbs, "--layers", "3"]);
+    let good = d.0.join("lookup.o");
+    std::fs::write(&good, storefn_progs::must("kv_lookup")).unwrap();
+    let g = good.to_str().unwrap();
+    let (code, out, err) = storefn(&["kv", "get", dbs, "--key", "12345", "--prog", g]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()), "{err}");
+    let (code, out, _) =
+        storefn(&["kv", "get", dbs, "--key", "12345", "--prog", g, "--cache-levels", "2"]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()));
+    let (code, out, _) = storefn(&["kv", "get", dbs, "--key", "99999", "--prog", g]);
+    assert_eq!((code, out.as_str()), (1, "not found\n"));
+
+    // A program that faults (writes the read-only block): an error, exit 1, no crash.
+    let bad = d.0.join("bad.o");
+    std::fs::write(&bad, storefn_progs::must("test/write_data")).unwrap();
+    let (code, out, err) =
+        storefn(&["kv", "get", dbs, "--key", "1", "--prog", bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(err.starts_with("error: ") && err.contains("hop 1"), "{err}");
+    // Not an ELF at all.
+    let (code, _, err) = storefn(&["kv", "get", dbs, "--key", "1", "--prog", dbs]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: "), "{err}");
+    // A missing section.
+    let (code, _, err) =
+        storefn(&["kv", "get", dbs, "--key", "1", "--prog", g, "--section", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: "), "{err}");
+}
