@@ -54,7 +54,8 @@ pub enum KvCmd {
         opts: PathOpts,
     },
     /// Entries with keys in [begin, end] (inclusive), or an aggregate of them. `sum`, `min` and
-    /// `max` read the first 8 bytes of each value as a u64, little-endian, as BPF-KV does.
+    /// `max` read the first 8 bytes of each value as a u64, little-endian, as BPF-KV does
+    /// (for create's values those bytes are ASCII spaces/digits).
     Range {
         db: PathBuf,
         #[arg(long)]
@@ -64,6 +65,10 @@ pub enum KvCmd {
         /// sum|min|max|count (sum wraps at 2^64).
         #[arg(long)]
         agg: Option<String>,
+        /// xrp: the resumable kv_range storage function (32 results per call; 512 B nodes);
+        /// read: leaf scan with pread. Default: xrp for 512 B nodes, read for 4096 B.
+        #[arg(long)]
+        path: Option<String>,
     },
     /// Lookup benchmark; prints BPF-KV's driver lines, then p50, CPU per lookup, fallbacks.
     Bench(BenchArgs),
@@ -166,17 +171,34 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
             Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        KvCmd::Range { db, begin, end, agg } => {
+        KvCmd::Range { db, begin, end, agg, path } => {
             let store = Store::open(db, 0)?;
             let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
-            let entries = RangeScan::new(&store).collect(*begin, *end)?;
+            let default = if store.node_size() == NodeSize::B512 { "xrp" } else { "read" };
+            let (entries, value) = match path.as_deref().unwrap_or(default) {
+                "read" => {
+                    let e = RangeScan::new(&store).collect(*begin, *end)?;
+                    let v = agg.and_then(|a| aggregate(a, e.iter().map(|(_, v)| v)));
+                    (e, v)
+                }
+                "xrp" => {
+                    let mut inst =
+                        storefn_kv::chain::instance(storefn_progs::must("kv_range"), None)?;
+                    let mut run = |start: u64, s: &mut [u8]| {
+                        storefn_kv::chain::run_pread(&store, &mut inst, start, 512, s)
+                    };
+                    let o = storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, agg)?;
+                    (o.entries, o.agg)
+                }
+                p => return Err(format!("--path {p}: expected read|xrp").into()),
+            };
             match agg {
                 None => {
                     for (k, v) in &entries {
                         println!("{k} {}", value_text(v));
                     }
                 }
-                Some(a) => match aggregate(a, entries.iter().map(|(_, v)| v)) {
+                Some(_) => match value {
                     Some(x) => println!("{x}"),
                     None => println!("empty range"),
                 },
