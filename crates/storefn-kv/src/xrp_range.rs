@@ -32,6 +32,9 @@ fn u64_at(s: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(s[o..o + 8].try_into().expect("8 bytes"))
 }
 
+/// Runs one chain of the range program from a block offset over a scratch; returns its hops.
+pub type ChainRunner<'a> = &'a mut dyn FnMut(u64, &mut [u8]) -> Result<u32, KvError>;
+
 /// Runs `[begin, end]` through the `kv_range` program; `run_chain(start, scratch)` runs one
 /// chain of it from the 512 B block at `start` (pread driver or io engine) and returns its hops.
 ///
@@ -40,7 +43,7 @@ fn u64_at(s: &[u8], o: usize) -> u64 {
 /// or the program flags an inconsistent structure.
 pub fn range_xrp(
     store: &Store,
-    run_chain: &mut dyn FnMut(u64, &mut [u8]) -> Result<u32, KvError>,
+    run_chain: ChainRunner,
     begin: u64,
     end: u64,
     agg: Option<Agg>,
