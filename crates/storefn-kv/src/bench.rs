@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use crate::device::DevicePath;
 use crate::path::{Lookup, LookupPath, PathStats, ReadPath};
 use crate::store::Store;
+use crate::xrp_paths::{ProgSource, UringPath, XrpPath};
 use crate::KvError;
 
 /// Every `--path` name, in the order the demo shows them.
@@ -35,9 +36,17 @@ pub fn open_path(
     match name {
         "read" => Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes))),
         "device" => Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?)),
-        "uring" | "xrp" | "xrp-batch" => Err(KvError::Invalid(format!(
-            "--path {name}: not available in this build (needs the storefn-io engine)"
-        ))),
+        "uring" => Ok(Box::new(UringPath::new(Arc::clone(store))?)),
+        "xrp" => {
+            Ok(Box::new(XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, false, 1, None)?))
+        }
+        "xrp-batch" => Ok(Box::new(XrpPath::new(
+            Arc::clone(store),
+            &ProgSource::BuiltIn,
+            true,
+            opts.batch.max(1),
+            None,
+        )?)),
         _ => Err(KvError::Invalid(format!(
             "--path {name}: expected one of {}",
             PATH_NAMES.join("|")
@@ -241,25 +250,24 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
         return Err(KvError::Invalid("--threads and --requests must be > 0".into()));
     }
     let opts = PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1) };
-    // Build every path up front so a bad --path fails before threads start.
-    let mut paths = Vec::new();
-    for _ in 0..cfg.threads {
-        paths.push(open_path(&cfg.path, store, opts)?);
-    }
+    // One path on this thread first, so a bad --path fails before threads start; each thread
+    // then builds its own (engines stay on the thread that made them).
+    drop(open_path(&cfg.path, store, opts)?);
     let barrier = Arc::new(Barrier::new(cfg.threads + 1));
     let n = store.meta().key_count;
-    let handles: Vec<_> = paths
-        .into_iter()
-        .enumerate()
-        .map(|(t, mut path)| {
+    let handles: Vec<_> = (0..cfg.threads)
+        .map(|t| {
             let cfg = cfg.clone();
             let barrier = Arc::clone(&barrier);
+            let store = Arc::clone(store);
             let share = cfg.requests / cfg.threads as u64
                 + u64::from((t as u64) < cfg.requests % cfg.threads as u64);
             std::thread::spawn(move || {
                 let mut keys = KeyGen::new(cfg.dist, n, cfg.seed.wrapping_add(t as u64));
                 let mut passed = false;
-                let r = run_thread(path.as_mut(), &cfg, &mut keys, share, &barrier, &mut passed);
+                let r = open_path(&cfg.path, &store, opts).and_then(|mut path| {
+                    run_thread(path.as_mut(), &cfg, &mut keys, share, &barrier, &mut passed)
+                });
                 if !passed {
                     // Never leave the others waiting at the barrier.
                     barrier.wait();

@@ -15,6 +15,7 @@ pub mod format;
 pub mod path;
 pub mod range;
 pub mod store;
+pub mod xrp_paths;
 pub mod xrp_range;
 
 pub use builder::{build_tree, create_bpfkv};

@@ -30,8 +30,9 @@ pub struct Lookup {
     pub latency_ns: u64,
 }
 
-/// A way of looking keys up. One instance per thread; all share the [`Store`].
-pub trait LookupPath: Send {
+/// A way of looking keys up. One instance per thread, built on that thread (io_uring engines
+/// are not `Send`); all share the [`Store`].
+pub trait LookupPath {
     /// The `--path` name.
     fn name(&self) -> &'static str;
     /// Looks one key up.

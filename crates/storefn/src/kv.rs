@@ -32,7 +32,8 @@ pub enum KvCmd {
         #[command(flatten)]
         opts: PathOpts,
         /// Run this XRP-style program (ELF .o) instead of the built-in one (scratch ABI:
-        /// docs/FORMAT.md, "Lookup scratch ABI").
+        /// docs/FORMAT.md, "Lookup scratch ABI"): over the io engine with --path xrp|xrp-batch,
+        /// else over pread. A failing program is an error (no fallback).
         #[arg(long)]
         prog: Option<PathBuf>,
         /// ELF section of the program in --prog (default: the first XRP section).
@@ -135,6 +136,14 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         KvCmd::Get { db, key, opts, prog, section } => {
             let store = Arc::new(Store::open(db, opts.cache_levels)?);
             let found = match prog {
+                Some(p) if matches!(opts.path.as_str(), "xrp" | "xrp-batch") => {
+                    let elf = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                    let src =
+                        storefn_kv::xrp_paths::ProgSource::User { elf, section: section.clone() };
+                    storefn_kv::xrp_paths::XrpPath::new(Arc::clone(&store), &src, false, 1, None)
+                        .and_then(|mut x| x.get(*key))
+                        .map_err(|e| format!("{}: {e}", p.display()))?
+                }
                 Some(p) => run_user_prog(&store, *key, p, section.as_deref())?,
                 None => make_path(&opts.path, &store, opts.cache_bytes)?.get(*key)?,
             };
@@ -182,11 +191,12 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                     (e, v)
                 }
                 "xrp" => {
-                    let mut inst =
-                        storefn_kv::chain::instance(storefn_progs::must("kv_range"), None)?;
-                    let mut run = |start: u64, s: &mut [u8]| {
-                        storefn_kv::chain::run_pread(&store, &mut inst, start, 512, s)
-                    };
+                    let mut ch = storefn_kv::xrp_paths::EngineChain::new(
+                        &store,
+                        storefn_progs::must("kv_range"),
+                        None,
+                    )?;
+                    let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
                     let o = storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, agg)?;
                     (o.entries, o.agg)
                 }

@@ -120,8 +120,10 @@ fn demo_runs_and_paths_agree() {
     let (code, out, err) = storefn(&["demo", "--dir", d.0.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("every lookup path returned the same bytes"), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("read ")), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("device ")), "{out}");
+    for path in ["read ", "uring ", "xrp ", "xrp-batch ", "device "] {
+        assert!(out.lines().any(|l| l.starts_with(path)), "no {path}row: {out}");
+    }
+    assert!(!out.contains("skipping"), "{out}");
 }
 
 #[test]
@@ -140,6 +142,9 @@ fn get_with_user_programs() {
     assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()));
     let (code, out, _) = storefn(&["kv", "get", dbs, "--key", "99999", "--prog", g]);
     assert_eq!((code, out.as_str()), (1, "not found\n"));
+    let (code, out, err) =
+        storefn(&["kv", "get", dbs, "--key", "12345", "--prog", g, "--path", "xrp"]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()), "{err}");
 
     // A program that faults (writes the read-only block): an error, exit 1, no crash.
     let bad = d.0.join("bad.o");
@@ -148,6 +153,19 @@ fn get_with_user_programs() {
         storefn(&["kv", "get", dbs, "--key", "1", "--prog", bad.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(err.starts_with("error: ") && err.contains("hop 1"), "{err}");
+    let (code, _, err) = storefn(&[
+        "kv",
+        "get",
+        dbs,
+        "--key",
+        "1",
+        "--prog",
+        bad.to_str().unwrap(),
+        "--path",
+        "xrp",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: ") && err.contains("write of 1 bytes"), "{err}");
     // Not an ELF at all.
     let (code, _, err) = storefn(&["kv", "get", dbs, "--key", "1", "--prog", dbs]);
     assert_eq!(code, 1);
