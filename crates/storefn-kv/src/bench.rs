@@ -320,3 +320,34 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
         misses: if cfg.path == "device" { 0 } else { outs.iter().map(|o| o.misses).sum() },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_keys_are_in_range_and_skewed() {
+        let n = 29_791;
+        let mut g = KeyGen::new("zipf:0.99".parse().unwrap(), n, 7);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..100_000 {
+            let k = g.next_key();
+            assert!(k < n);
+            *counts.entry(k).or_insert(0u32) += 1;
+        }
+        let top = counts.values().copied().max().unwrap();
+        // Uniform would give ~3.4 per key; theta 0.99 puts ~9% on the hottest key.
+        assert!(top > 3000, "hottest key drawn {top} times");
+        let mut u = KeyGen::new(Dist::Uniform, n, 7);
+        assert!((0..1000).all(|_| u.next_key() < n));
+    }
+
+    #[test]
+    fn dist_parse_errors_name_the_input() {
+        for bad in ["zipf", "zipf:1.5", "zipf:x", "normal"] {
+            let e = bad.parse::<Dist>().unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+        assert_eq!("zipf:0.5".parse::<Dist>().unwrap(), Dist::Zipf(0.5));
+    }
+}
