@@ -3,6 +3,7 @@
 //! sees each block, its requests are validated against the file and read next, in slot order,
 //! until it sets `done`; a hop limit bounds every chain.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use storefn_vm::{Instance, ProgType, XrpCtx};
@@ -17,17 +18,33 @@ pub const MAX_CHAIN_HOPS: u32 = 64;
 /// Largest request a function may make (XRP's 4 KiB data window).
 pub const MAX_REQUEST_BYTES: u64 = 4096;
 
-/// Prepares the program for runs: JIT if this build has it, the interpreter otherwise.
+/// Which VM engine the last [`instance`] call chose: 0 none yet, 1 JIT, 2 interpreter.
+/// Relaxed: a reporting hint, not synchronisation.
+static LAST_ENGINE: AtomicU8 = AtomicU8::new(0);
+
+/// Prepares the program for runs: the JIT if it compiles the program, else the interpreter
+/// (not silent: [`engine_used`] says which, and `kv bench`/`demo` print it).
 ///
 /// # Errors
 /// `Program` with the loader's or verifier's message.
 pub fn instance(elf: &[u8], section: Option<&str>) -> Result<Instance, KvError> {
     let prog = storefn_vm::load_verified(elf, section, ProgType::Xrp)
         .map_err(|e| KvError::Program(e.to_string()))?;
-    match Instance::new(Arc::clone(&prog), storefn_vm::Engine::Jit) {
-        Ok(i) => Ok(i),
-        Err(_) => Instance::new(prog, storefn_vm::Engine::Interp)
-            .map_err(|e| KvError::Program(e.to_string())),
+    if let Ok(i) = Instance::new(Arc::clone(&prog), storefn_vm::Engine::Jit) {
+        LAST_ENGINE.store(1, Ordering::Relaxed);
+        return Ok(i);
+    }
+    LAST_ENGINE.store(2, Ordering::Relaxed);
+    Instance::new(prog, storefn_vm::Engine::Interp).map_err(|e| KvError::Program(e.to_string()))
+}
+
+/// `"jit"` or `"interp"`: the engine the last prepared program runs on (`None` before any).
+#[must_use]
+pub fn engine_used() -> Option<&'static str> {
+    match LAST_ENGINE.load(Ordering::Relaxed) {
+        1 => Some("jit"),
+        2 => Some("interp"),
+        _ => None,
     }
 }
 

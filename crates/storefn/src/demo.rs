@@ -113,5 +113,8 @@ pub fn run(args: &DemoArgs) -> CmdResult {
         );
     }
     println!("(device = random single-block reads, the physical reference; 1 thread each)");
+    if let Some(e) = storefn_kv::chain::engine_used() {
+        println!("(storage functions ran on the VM's {e} engine)");
+    }
     Ok(ExitCode::SUCCESS)
 }

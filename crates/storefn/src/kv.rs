@@ -253,6 +253,9 @@ pub fn print_bench(r: &BenchResult) {
     println!("CPU per lookup: {:.6} us", r.cpu_us_per_op);
     println!("I/Os per lookup: {:.4}", r.ios_per_op);
     println!("Fallbacks: {}", r.fallbacks);
+    if r.path.starts_with("xrp") {
+        println!("VM engine: {}", storefn_kv::chain::engine_used().unwrap_or("none"));
+    }
     println!(
         "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
          p50_us={:.3} p99_us={:.3} p999_us={:.3} cpu_us_per_op={:.3} ios_per_op={:.3} fallbacks={}",
