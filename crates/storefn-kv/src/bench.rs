@@ -198,7 +198,10 @@ fn run_thread(
     barrier: &Barrier,
     passed: &mut bool,
 ) -> Result<ThreadOut, KvError> {
-    let batch = cfg.batch.max(1);
+    // Batching paths keep `batch` lookups in flight across a chunk of keys; chunks of
+    // CHUNK_PER_BATCH x batch keep the pipeline full (latency is per lookup, from submission).
+    const CHUNK_PER_BATCH: usize = 16;
+    let batch = if cfg.batch > 1 { cfg.batch * CHUNK_PER_BATCH } else { 1 };
     let mut out: Vec<Lookup> = Vec::with_capacity(batch);
     let mut chunk = Vec::with_capacity(batch);
     let mut warm = cfg.warmup;

@@ -10,7 +10,7 @@ use io_uring::{opcode, types, IoUring};
 
 use crate::aligned::AlignedBuf;
 use crate::format::VALUE_BYTES;
-use crate::path::{Lookup, LookupPath, PathStats};
+use crate::path::{nanos_since, Lookup, LookupPath, PathStats};
 use crate::store::Store;
 use crate::KvError;
 
@@ -91,6 +91,8 @@ impl LookupPath for DevicePath {
             while error.is_none() && next < keys.len() && in_flight < self.bufs.len() {
                 let slot = slot_key.iter().position(|&k| k == usize::MAX).expect("free slot");
                 self.submit(slot, keys[next])?;
+                // Submission time (ns since t0) until completion.
+                out[base + next].latency_ns = nanos_since(t0);
                 slot_key[slot] = next;
                 next += 1;
                 in_flight += 1;
@@ -110,8 +112,7 @@ impl LookupPath for DevicePath {
                 if res < 0 {
                     error.get_or_insert(std::io::Error::from_raw_os_error(-res));
                 }
-                out[base + i].latency_ns =
-                    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
                 self.stats.lookups += 1;
             }
         }

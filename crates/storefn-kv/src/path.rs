@@ -22,11 +22,17 @@ pub struct PathStats {
     pub cache_hits: u64,
 }
 
+/// Nanoseconds elapsed since `t0`, saturating.
+#[must_use]
+pub fn nanos_since(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// One lookup's outcome within a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lookup {
     pub value: Option<[u8; VALUE_BYTES]>,
-    /// Nanoseconds from the start of the batch to this lookup's completion.
+    /// Nanoseconds from this lookup's submission to its completion.
     pub latency_ns: u64,
 }
 
@@ -45,11 +51,10 @@ pub trait LookupPath {
     /// # Errors
     /// As [`LookupPath::get`].
     fn get_many(&mut self, keys: &[u64], out: &mut Vec<Lookup>) -> Result<(), KvError> {
-        let t0 = Instant::now();
         for &k in keys {
+            let t0 = Instant::now();
             let value = self.get(k)?;
-            let latency_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            out.push(Lookup { value, latency_ns });
+            out.push(Lookup { value, latency_ns: nanos_since(t0) });
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::format::{
     NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_STATE, LOOKUP_OFF_VALUE, SCRATCH_BYTES,
     VALUE_BYTES,
 };
-use crate::path::{Lookup, LookupPath, PathStats, ReadPath};
+use crate::path::{nanos_since, Lookup, LookupPath, PathStats, ReadPath};
 use crate::store::{Step, Store};
 use crate::KvError;
 
@@ -280,14 +280,14 @@ impl LookupPath for XrpPath {
 
     fn get_many(&mut self, keys: &[u64], out: &mut Vec<Lookup>) -> Result<(), KvError> {
         if !self.batch {
-            let t0 = Instant::now();
             for &k in keys {
+                let t0 = Instant::now();
                 let value = self.get(k)?;
-                let latency_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                out.push(Lookup { value, latency_ns });
+                out.push(Lookup { value, latency_ns: nanos_since(t0) });
             }
             return Ok(());
         }
+        // latency_ns holds the submission time (ns since t0) until the lookup completes.
         let t0 = Instant::now();
         let base = out.len();
         out.extend(keys.iter().map(|_| Lookup { value: None, latency_ns: 0 }));
@@ -301,6 +301,7 @@ impl LookupPath for XrpPath {
                 let (i, key) = (next, keys[next]);
                 next += 1;
                 self.stats.lookups += 1;
+                out[base + i].latency_ns = nanos_since(t0);
                 match self.store.start(key)? {
                     Step::Done(v) => out[base + i].value = v,
                     Step::Value { offset } => out[base + i].value = Some(self.value_only(offset)?),
@@ -312,8 +313,7 @@ impl LookupPath for XrpPath {
                         continue;
                     }
                 }
-                out[base + i].latency_ns =
-                    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
             }
             if live == 0 {
                 continue;
@@ -324,8 +324,7 @@ impl LookupPath for XrpPath {
                 .engine
                 .wait(1, &mut self.prog, |c| {
                     let i = usize::try_from(c.token).expect("token is an index");
-                    let lat = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                    out[base + i].latency_ns = lat;
+                    out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
                     match c.result {
                         Ok(st) => {
                             ios += u64::from(st.hops);
@@ -342,9 +341,11 @@ impl LookupPath for XrpPath {
             live -= got;
         }
         for (i, why) in failed {
+            // The fallback's own time is added to the failed chain's.
+            let t1 = Instant::now();
             let v = self.fail_or_fallback(keys[i], why)?;
             out[base + i].value = v;
-            out[base + i].latency_ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            out[base + i].latency_ns += nanos_since(t1);
         }
         Ok(())
     }

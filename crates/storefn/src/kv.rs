@@ -13,6 +13,9 @@ use storefn_kv::{create_bpfkv, LookupPath, NodeSize, Store};
 
 use crate::CmdResult;
 
+/// Chains in flight per thread for `--path xrp-batch` when `--batch` is not given.
+const DEFAULT_XRP_BATCH: usize = 32;
+
 #[derive(Debug, Subcommand)]
 pub enum KvCmd {
     /// Create a BPF-KV database (keys 0..F^layers, values sprintf("%63lu", key)) and DB.meta.
@@ -86,9 +89,10 @@ pub struct BenchArgs {
     /// read | uring | xrp | xrp-batch | device (random single-block reads: the physical reference)
     #[arg(long, default_value = "read")]
     pub path: String,
-    /// Lookups (device: block reads) in flight per thread on batching paths.
-    #[arg(long, default_value_t = 1)]
-    pub batch: usize,
+    /// Lookups (device: block reads) in flight per thread on batching paths
+    /// [default: 32 for xrp-batch, else 1].
+    #[arg(long)]
+    pub batch: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
     /// LRU block cache per thread, bytes, on the read path (0 = off).
@@ -225,7 +229,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
         path: a.path.clone(),
         threads: a.threads,
         requests: a.requests,
-        batch: a.batch,
+        batch: a.batch.unwrap_or(if a.path == "xrp-batch" { DEFAULT_XRP_BATCH } else { 1 }),
         warmup: a.warmup,
         dist: a.dist.parse::<Dist>()?,
         seed: a.seed,
