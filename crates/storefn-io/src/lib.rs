@@ -5,6 +5,7 @@
 //! to a [`StorageFn`] with an XRP context; the function's `next_addr[]`/`size[]` requests are read
 //! next, concurrently, until it sets `done`. Semantics: docs/DESIGN.md, "Chains".
 
+pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod file;

@@ -23,6 +23,8 @@ pub enum IoCmd {
     /// Chains of depth D over random pointers: pread per hop, io_uring per hop, one chain,
     /// N chains in flight, and the device reference (random block reads at QD1 and QD N).
     Bench(BenchArgs),
+    /// Build a file's metadata digest (FIEMAP extent map) and time lookups through it.
+    Digest(crate::digest_cmd::DigestArgs),
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +106,7 @@ pub fn run(cmd: &IoCmd) -> CmdResult {
     match cmd {
         IoCmd::Probe { file } => probe(file.as_deref()),
         IoCmd::Bench(a) => bench(a),
+        IoCmd::Digest(a) => crate::digest_cmd::run(a),
     }
 }
 
