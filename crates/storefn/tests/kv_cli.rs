@@ -94,6 +94,28 @@ fn create_get_multiget_range_bench() {
         assert_eq!(v["requests"], 300);
         assert_eq!(v["ios_per_op"], 3.0); // 2 levels + value
     }
+    // The engine paths and the device reference, with their I/O counts.
+    for (path, batch, ios) in [("xrp-batch", "16", 3.0), ("xrp", "1", 3.0), ("device", "8", 1.0)] {
+        let (code, out, err) = storefn(&[
+            "kv",
+            "bench",
+            db,
+            "--requests",
+            "200",
+            "--path",
+            path,
+            "--batch",
+            batch,
+            "--json",
+            j,
+        ]);
+        assert_eq!(code, 0, "{path}: {err}");
+        assert!(out.contains(&format!("summary path={path} layers=2 threads=1 batch={batch}")));
+        let last = std::fs::read_to_string(&json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+        assert_eq!((v["path"].as_str(), v["ios_per_op"].as_f64()), (Some(path), Some(ios)));
+        assert_eq!(v["fallbacks"], 0);
+    }
 }
 
 #[test]
