@@ -36,7 +36,7 @@ pub fn open_path(
     match name {
         "read" => Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes))),
         "device" => Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?)),
-        "uring" => Ok(Box::new(UringPath::new(Arc::clone(store))?)),
+        "uring" => Ok(Box::new(UringPath::new(Arc::clone(store), opts.cache_bytes)?)),
         "xrp" => {
             Ok(Box::new(XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, false, 1, None)?))
         }

@@ -13,7 +13,7 @@ use crate::format::{
     NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_STATE, LOOKUP_OFF_VALUE, SCRATCH_BYTES,
     VALUE_BYTES,
 };
-use crate::path::{nanos_since, Lookup, LookupPath, PathStats, ReadPath};
+use crate::path::{nanos_since, BlockLru, Lookup, LookupPath, PathStats, ReadPath};
 use crate::store::{Step, Store};
 use crate::KvError;
 
@@ -98,6 +98,7 @@ pub struct UringPath {
     engine: Engine,
     file: FileId,
     buf: Vec<u8>,
+    lru: Option<BlockLru>,
     stats: PathStats,
 }
 
@@ -110,17 +111,28 @@ impl std::fmt::Debug for UringPath {
 impl UringPath {
     /// # Errors
     /// Engine setup failures.
-    pub fn new(store: Arc<Store>) -> Result<Self, KvError> {
+    /// `cache_bytes` > 0 adds an LRU block cache of that many bytes.
+    pub fn new(store: Arc<Store>, cache_bytes: u64) -> Result<Self, KvError> {
         let (engine, file) = engine_for(&store, 1, None)?;
-        let buf = vec![0; store.node_size().bytes()];
-        Ok(Self { store, engine, file, buf, stats: PathStats::default() })
+        let nb = store.node_size().bytes();
+        let lru = (cache_bytes > 0).then(|| BlockLru::new(cache_bytes, nb));
+        Ok(Self { store, engine, file, buf: vec![0; nb], lru, stats: PathStats::default() })
     }
 
     fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
+        if let Some(lru) = &mut self.lru {
+            if lru.get(offset, &mut self.buf) {
+                self.stats.cache_hits += 1;
+                return Ok(());
+            }
+        }
         self.engine
             .read(self.file, offset, &mut self.buf)
             .map_err(|e| chain_failed(&self.store, &e))?;
         self.stats.ios += 1;
+        if let Some(lru) = &mut self.lru {
+            lru.put(offset, &self.buf);
+        }
         Ok(())
     }
 }

@@ -41,6 +41,21 @@ fn every_key_via_every_engine_path_and_cache_depth() {
 }
 
 #[test]
+fn uring_lru_serves_repeated_blocks() {
+    let dir = TempDir::new("engine-lru");
+    let p = dir.join("db");
+    create_bpfkv(&p, NodeSize::B512, 3, &mut common::noop()).unwrap();
+    let store = Arc::new(Store::open(&p, 0).unwrap());
+    let mut path =
+        open_path("uring", &store, PathOptions { cache_bytes: 1 << 20, batch: 1 }).unwrap();
+    for _ in 0..3 {
+        assert_eq!(path.get(4242).unwrap(), Some(bpfkv_value(4242)));
+    }
+    let s = path.stats();
+    assert_eq!((s.ios, s.cache_hits), (4, 8), "first lookup reads 4 blocks, then all hit");
+}
+
+#[test]
 fn node_4096_and_partial_tree_via_xrp() {
     let dir = TempDir::new("engine-4k");
     let p = dir.join("db");

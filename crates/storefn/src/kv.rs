@@ -95,7 +95,7 @@ pub struct BenchArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
-    /// LRU block cache per thread, bytes, on the read path (0 = off).
+    /// LRU block cache per thread, bytes, on the read and uring paths (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
     /// uniform | zipf:THETA
@@ -120,7 +120,7 @@ pub struct PathOpts {
     /// Keep the top k levels in memory and start reads below them.
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
-    /// LRU block cache per thread, in bytes, on the read path (0 = off).
+    /// LRU block cache per thread, in bytes, on the read and uring paths (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
 }
