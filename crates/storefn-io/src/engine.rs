@@ -123,6 +123,8 @@ enum State {
 struct Req {
     addr: u64,
     dev_offset: u64,
+    /// Reads the block device (raw mode).
+    device: bool,
     /// O_DIRECT alignment of the fd the read goes to.
     align: u64,
     fd_index: u32,
@@ -227,6 +229,10 @@ pub struct Engine {
     ready: VecDeque<u32>,
     /// Completions of one pass: (user_data, res).
     cqes: Box<[(u64, i32)]>,
+    /// Device reads done inline (raw mode on a device without NOWAIT support, see
+    /// `RawState::inline`): (buffer, res), handled like CQEs in the next pass. At most one per
+    /// buffer, so the capacity reserved in `new` is never exceeded (no allocation).
+    inline_cqes: VecDeque<(u64, i32)>,
     files: Vec<Option<FileEntry>>,
     in_flight: usize,
     live: usize,
@@ -259,6 +265,9 @@ impl Engine {
     fn quiesce(&mut self) {
         // Reads in flight still target the registered buffers; wait for every one before the
         // memory goes back to the allocator (closing the ring does not wait for them).
+        // Inline reads are already complete; only ring reads can still write into buffers.
+        self.in_flight -= self.inline_cqes.len();
+        self.inline_cqes.clear();
         while self.in_flight > 0 {
             let n = self.drain_cq();
             self.in_flight -= self.cqes[..n].iter().filter(|c| c.0 != PROBE_USER_DATA).count();
@@ -341,6 +350,7 @@ impl Engine {
             waiting: VecDeque::with_capacity(cfg.chains),
             ready: VecDeque::with_capacity(cfg.chains),
             cqes: vec![(0, 0); cq_cap].into_boxed_slice(),
+            inline_cqes: VecDeque::with_capacity(cfg.buffers),
             files: (0..MAX_FILES).map(|_| None).collect(),
             in_flight: 0,
             live: 0,
@@ -427,7 +437,8 @@ impl Engine {
             .register_files_update(dev_index, &[access.device_fd()])
             .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
         entry.target = Target::Raw { fd_index, dev_index, size_bytes };
-        entry.raw = Some(RawState { access, epoch: 0, broken: false });
+        let inline = device_lacks_nowait(&access);
+        entry.raw = Some(RawState { access, epoch: 0, broken: false, inline });
         Ok(())
     }
 
@@ -435,6 +446,14 @@ impl Engine {
     #[must_use]
     pub fn is_raw(&self, file: FileId) -> bool {
         self.raw_state(file).is_some_and(|r| !r.broken)
+    }
+
+    /// True when raw-mode device reads of `file` are done inline (synchronous `pread` in the
+    /// engine thread) because the device cannot take non-blocking reads; `None` outside raw
+    /// mode.
+    #[must_use]
+    pub fn raw_reads_inline(&self, file: FileId) -> Option<bool> {
+        self.raw_state(file).map(|r| r.inline)
     }
 
     /// The file's raw-mode digest and device, if raw mode is set up (stale or not).
@@ -471,7 +490,9 @@ impl Engine {
             .submitter()
             .register_files_update(dev_index, &[access.device_fd()])
             .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
-        entry.raw = Some(RawState { access, epoch: old_epoch.wrapping_add(1), broken: false });
+        let inline = device_lacks_nowait(&access);
+        entry.raw =
+            Some(RawState { access, epoch: old_epoch.wrapping_add(1), broken: false, inline });
         Ok(())
     }
 
@@ -690,6 +711,16 @@ impl Engine {
             assert!(len <= SLOT_BUFFER_BYTES as u64, "widened read exceeds the slot buffer");
             self.ops[usize::from(b)] =
                 Op { chain: ci as u32, pair: r.pair, hop: r.hop, addr: r.addr, size: r.size, skip };
+            if r.device {
+                let file = self.chains[ci].file;
+                let epoch = self.chains[ci].raw_epoch;
+                if let Some(fd) = self.inline_device_fd(file, epoch) {
+                    let res = self.read_inline(fd, b, len, start);
+                    self.inline_cqes.push_back((u64::from(b), res));
+                    self.in_flight += 1;
+                    continue;
+                }
+            }
             let sqe =
                 opcode::ReadFixed::new(types::Fixed(r.fd_index), self.buf_ptr(b), len as u32, b)
                     .offset(start)
@@ -697,6 +728,34 @@ impl Engine {
                     .user_data(u64::from(b));
             self.push(&sqe);
             self.in_flight += 1;
+        }
+    }
+
+    /// The device fd for an inline read by a chain that translated under `epoch`; `None` for
+    /// ring reads. A chain from an older epoch (refreshed since) reads the same block device
+    /// through its registered slot instead: its result is discarded as stale anyway, and the
+    /// old fd may be closed.
+    fn inline_device_fd(&self, file: u32, epoch: u32) -> Option<std::os::fd::RawFd> {
+        let raw = self.files.get(file as usize)?.as_ref()?.raw.as_ref()?;
+        (raw.inline && raw.epoch == epoch).then(|| raw.access.device_fd())
+    }
+
+    /// One synchronous O_DIRECT read into buffer `b`: the byte count or `-errno`, as a CQE has.
+    fn read_inline(&self, fd: std::os::fd::RawFd, b: u16, len: u64, offset: u64) -> i32 {
+        debug_assert!(len <= SLOT_BUFFER_BYTES as u64);
+        let Ok(off) = libc::off_t::try_from(offset) else { return -libc::EINVAL };
+        loop {
+            // SAFETY: buffer b belongs to this op alone until its completion is handled, and
+            // holds SLOT_BUFFER_BYTES >= len bytes; the fd is open while its RawState lives.
+            let n = unsafe { libc::pread(fd, self.buf_ptr(b).cast(), len as usize, off) };
+            if n >= 0 {
+                return n as i32;
+            }
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            // The lease-break signal may interrupt the read; retry it.
+            if errno != libc::EINTR {
+                return -errno;
+            }
         }
     }
 
@@ -765,6 +824,13 @@ impl Engine {
             self.on_cqe(ud, res, prog);
         }
         self.serve_waiting();
+        // Inline reads (and the reads their functions request) complete here, in this pass.
+        while let Some((ud, res)) = self.inline_cqes.pop_front() {
+            self.on_cqe(ud, res, prog);
+            if self.inline_cqes.is_empty() {
+                self.serve_waiting();
+            }
+        }
         self.flush()?;
         let delivered = self.deliver(on_done);
         if delivered > 0 && !self.waiting.is_empty() {
@@ -975,7 +1041,8 @@ impl Engine {
                 return Ok(got);
             }
             // Live chains are either ready (delivered next pass) or behind reads in flight.
-            if self.ready.is_empty() {
+            // Inline reads queued after the last pass's delivery complete in the next pass.
+            if self.ready.is_empty() && self.inline_cqes.is_empty() {
                 assert!(self.in_flight > 0, "live chains with nothing in flight");
                 self.enter(1)?;
             }
@@ -1035,6 +1102,22 @@ impl Engine {
         .map_err(|e| ring_error(&e))?;
         out.expect("wait(1) on an engine with one live read delivers it")
     }
+}
+
+/// True when the device refuses non-blocking reads (`preadv2(RWF_NOWAIT)` gives EOPNOTSUPP, as
+/// zram and other bio-based drivers without NOWAIT support do). io_uring would hand every such
+/// read to an io-wq worker thread (a wake-up and a thread switch per hop, several µs here); a
+/// synchronous read in the engine thread is faster for these devices, which complete reads in
+/// the submitter's context anyway. The probe reads the first block of the file's first run.
+fn device_lacks_nowait(access: &RawAccess) -> bool {
+    let block = access.logical_block_size();
+    let Some(first) = access.digest().extents().first() else { return false };
+    let Ok(buf) = Region::new(block as usize, BUFFER_ALIGN) else { return false };
+    let iov = libc::iovec { iov_base: buf.base().cast(), iov_len: block as usize };
+    let Ok(off) = libc::off_t::try_from(first.physical & !(block - 1)) else { return false };
+    // SAFETY: one iovec over `buf` (block bytes, aligned for O_DIRECT); the fd is open.
+    let n = unsafe { libc::preadv2(access.device_fd(), &raw const iov, 1, off, libc::RWF_NOWAIT) };
+    n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP)
 }
 
 /// Fixed-file index of file `fd_index`'s block device ([`REGISTERED_FILE_SLOTS`]).
@@ -1114,6 +1197,7 @@ fn add_request(
     c.pending[n] = Req {
         addr,
         dev_offset: r.dev_offset,
+        device: r.device,
         align: r.align,
         fd_index: r.fd_index,
         size: size as u32,

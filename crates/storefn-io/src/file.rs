@@ -157,6 +157,8 @@ pub(crate) struct RawState {
     pub epoch: u32,
     /// A check failed: hops go through the file until the caller refreshes.
     pub broken: bool,
+    /// Device reads are done inline (the device cannot take non-blocking reads).
+    pub inline: bool,
 }
 
 /// An open file and what the engine knows about it.

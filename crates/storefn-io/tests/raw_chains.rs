@@ -377,3 +377,39 @@ fn raw_mode_on_the_root_disk_fails_cleanly_and_the_file_path_works() {
     assert_eq!(&s[64..128], &pattern(5, 4096, 64)[..]);
     drop(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
 }
+
+#[test]
+fn zram_raw_chains_read_inline_and_match_file_mode() {
+    // zram cannot take non-blocking reads, so io_uring would punt every device read to a
+    // worker thread; the engine reads it inline instead. Results must not change.
+    let Some(fs) = digest_support::ZramFs::new("512M") else { return };
+    let Lists { bytes, heads } = random_lists(8, 20_000, 2000, 512);
+    let path = fs.path("lists");
+    std::fs::write(&path, &bytes).unwrap();
+    File::open(&path).unwrap().sync_all().unwrap();
+    let (mut fe, fid, mut re, rid) = engines(&path);
+    assert_eq!(re.raw_reads_inline(rid), Some(true), "zram lacks NOWAIT support");
+    let starts: Vec<_> = heads.iter().map(|&h| (h, 16, 0)).collect();
+    let file = run_batch(&mut fe, fid, &starts, &mut list_walker());
+    let raw = run_batch(&mut re, rid, &starts, &mut list_walker());
+    for (i, &h) in heads.iter().enumerate() {
+        let (sum, n) = walk_list(&bytes, h);
+        assert_eq!(raw.results[i].map(|r| [r[0], r[1]]), Some([sum, n]), "raw chain {i}");
+        assert_eq!(raw.results[i], file.results[i]);
+    }
+    assert_eq!(raw.device_hops, raw.hops);
+    // Plain reads too.
+    let mut buf = [0u8; 512];
+    re.read(rid, 512 * 77, &mut buf).unwrap();
+    assert_eq!(&buf[..], &bytes[512 * 77..512 * 78]);
+}
+
+#[test]
+fn loop_devices_take_ring_reads() {
+    let Some(fs) = LoopFs::new(FsKind::Ext4, 64, &[]) else { return };
+    let p = fs.path("f");
+    write_pattern_file(&p, 6, 1 << 20);
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    let id = open_raw(&mut e, &p);
+    assert_eq!(e.raw_reads_inline(id), Some(false), "loop (blk-mq) supports NOWAIT");
+}
