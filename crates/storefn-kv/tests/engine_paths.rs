@@ -21,7 +21,7 @@ fn every_key_via_every_engine_path_and_cache_depth() {
     for cache in 0..=3 {
         let store = Arc::new(Store::open(&p, cache).unwrap());
         for name in ["uring", "xrp", "xrp-batch"] {
-            let opts = PathOptions { cache_bytes: 0, batch: 16 };
+            let opts = PathOptions { cache_bytes: 0, batch: 16, raw: false };
             let mut path = open_path(name, &store, opts).unwrap();
             let mut out: Vec<Lookup> = Vec::new();
             path.get_many(&keys, &mut out).unwrap();
@@ -49,7 +49,8 @@ fn node_4096_and_partial_tree_via_xrp() {
         .unwrap();
     let store = Arc::new(Store::open(&p, 0).unwrap());
     for name in ["uring", "xrp", "xrp-batch"] {
-        let mut path = open_path(name, &store, PathOptions { cache_bytes: 0, batch: 8 }).unwrap();
+        let mut path =
+            open_path(name, &store, PathOptions { cache_bytes: 0, batch: 8, raw: false }).unwrap();
         for &k in keys.iter().step_by(211) {
             assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "{name} {k}");
             assert_eq!(path.get(k + 1).unwrap(), None, "{name} {}", k + 1);
