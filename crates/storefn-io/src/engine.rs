@@ -12,13 +12,17 @@ use std::path::Path;
 use io_uring::{opcode, types, IoUring};
 use storefn_vm::XrpCtx;
 
+use crate::digest::{DigestError, RawAccess};
 use crate::error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
-use crate::file::ResolveError;
-use crate::file::{open_file, resolve, statx_size_align, widen, FileEntry, FileId, IoMode};
+use crate::file::{
+    open_file, resolve, statx_size_align, widen, FileEntry, FileId, IoMode, RawState, ResolveError,
+    Target,
+};
 use crate::limits::{
     BUFFER_ALIGN, DATA_VIEW_BYTES, DEFAULT_BUFFERS, DEFAULT_CHAINS, DEFAULT_MAX_HOPS,
-    DEFAULT_RING_DEPTH, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES, MAX_OUTSTANDING_PER_CHAIN,
-    MAX_REQUEST_BYTES, MAX_RING_DEPTH, SCRATCH_BYTES, SLOT_BUFFER_BYTES,
+    DEFAULT_RING_DEPTH, MAX_BLOCK_ALIGN, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES,
+    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, MAX_RING_DEPTH, REGISTERED_FILE_SLOTS,
+    SCRATCH_BYTES, SLOT_BUFFER_BYTES,
 };
 use crate::region::Region;
 use crate::StorageFn;
@@ -67,6 +71,8 @@ pub struct ChainStats {
     pub invocations: u32,
     /// Requests set at or after `done` and therefore not issued.
     pub dropped_requests: u32,
+    /// Reads that went to the block device (raw mode); the rest read the file.
+    pub device_hops: u32,
 }
 
 /// One finished chain or plain read, handed to the caller's callback.
@@ -117,6 +123,10 @@ enum State {
 struct Req {
     addr: u64,
     dev_offset: u64,
+    /// Reads the block device (raw mode).
+    device: bool,
+    /// O_DIRECT alignment of the fd the read goes to.
+    align: u64,
     fd_index: u32,
     size: u32,
     pair: u8,
@@ -157,6 +167,12 @@ struct Chain {
     error: Option<ChainError>,
     /// A plain read's buffer, held until delivery: (buffer, skip, len).
     plain: Option<(u16, u32, u32)>,
+    /// Some hop was read from the block device (raw mode): check staleness before delivery.
+    used_device: bool,
+    /// Raw-mode epoch of the first device hop (a refresh in between makes the chain stale).
+    raw_epoch: u32,
+    /// Reads issued to the block device.
+    device_hops: u32,
 }
 
 impl Chain {
@@ -180,6 +196,9 @@ impl Chain {
             last_addr: 0,
             error: None,
             plain: None,
+            used_device: false,
+            raw_epoch: 0,
+            device_hops: 0,
         }
     }
 
@@ -210,6 +229,10 @@ pub struct Engine {
     ready: VecDeque<u32>,
     /// Completions of one pass: (user_data, res).
     cqes: Box<[(u64, i32)]>,
+    /// Device reads done inline (raw mode on a device without NOWAIT support, see
+    /// `RawState::inline`): (buffer, res), handled like CQEs in the next pass. At most one per
+    /// buffer, so the capacity reserved in `new` is never exceeded (no allocation).
+    inline_cqes: VecDeque<(u64, i32)>,
     files: Vec<Option<FileEntry>>,
     in_flight: usize,
     live: usize,
@@ -242,6 +265,9 @@ impl Engine {
     fn quiesce(&mut self) {
         // Reads in flight still target the registered buffers; wait for every one before the
         // memory goes back to the allocator (closing the ring does not wait for them).
+        // Inline reads are already complete; only ring reads can still write into buffers.
+        self.in_flight -= self.inline_cqes.len();
+        self.inline_cqes.clear();
         while self.in_flight > 0 {
             let n = self.drain_cq();
             self.in_flight -= self.cqes[..n].iter().filter(|c| c.0 != PROBE_USER_DATA).count();
@@ -308,7 +334,7 @@ impl Engine {
             }
         })?;
         ring.submitter()
-            .register_files_sparse(MAX_FILES as u32)
+            .register_files_sparse(REGISTERED_FILE_SLOTS as u32)
             .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
         let scratch = Region::new(cfg.chains * SCRATCH_BYTES, 64)?;
         let cq_cap = ring.params().cq_entries() as usize;
@@ -324,6 +350,7 @@ impl Engine {
             waiting: VecDeque::with_capacity(cfg.chains),
             ready: VecDeque::with_capacity(cfg.chains),
             cqes: vec![(0, 0); cq_cap].into_boxed_slice(),
+            inline_cqes: VecDeque::with_capacity(cfg.buffers),
             files: (0..MAX_FILES).map(|_| None).collect(),
             in_flight: 0,
             live: 0,
@@ -370,7 +397,10 @@ impl Engine {
             .position(Option::is_none)
             .ok_or(EngineError::TooManyFiles { max: MAX_FILES })?;
         let idx32 = idx as u32;
-        let entry = open_file(path, mode, idx32)?;
+        let mut entry = open_file(path, mode, idx32)?;
+        if mode == IoMode::Raw {
+            self.setup_raw(&mut entry)?;
+        }
         let fd = std::os::fd::AsRawFd::as_raw_fd(&entry.file);
         self.ring
             .submitter()
@@ -379,11 +409,91 @@ impl Engine {
         if self.live == 0 && self.in_flight == 0 && entry.target.size_bytes() > 0 {
             if let Err(e) = self.probe(idx32, &entry) {
                 let _ = self.ring.submitter().register_files_update(idx32, &[-1]);
+                let _ = self.ring.submitter().register_files_update(device_index(idx32), &[-1]);
                 return Err(e);
             }
         }
         self.files[idx] = Some(entry);
         Ok(FileId(idx32))
+    }
+
+    /// Raw mode: lease, digest and device ([`RawAccess::open`]); registers the device fd at the
+    /// file's device slot and turns the target into [`Target::Raw`].
+    fn setup_raw(&mut self, entry: &mut FileEntry) -> Result<(), EngineError> {
+        let path = || entry.path.clone();
+        let access = RawAccess::open(&entry.file)
+            .map_err(|source| EngineError::RawUnavailable { path: path(), source })?;
+        let Target::File { fd_index, size_bytes } = entry.target else {
+            unreachable!("open_file builds file targets")
+        };
+        let block = access.logical_block_size();
+        // The widened device window must fit a slot buffer (SLOT_BUFFER_BYTES).
+        if !block.is_power_of_two() || block > MAX_BLOCK_ALIGN as u64 {
+            return Err(EngineError::RawBlockSize { path: path(), block, max: MAX_BLOCK_ALIGN });
+        }
+        let dev_index = device_index(fd_index);
+        self.ring
+            .submitter()
+            .register_files_update(dev_index, &[access.device_fd()])
+            .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
+        entry.target = Target::Raw { fd_index, dev_index, size_bytes };
+        let inline = device_lacks_nowait(&access);
+        entry.raw = Some(RawState { access, epoch: 0, broken: false, inline });
+        Ok(())
+    }
+
+    /// True when `file` is in raw mode and its digest has not gone stale (hops read the device).
+    #[must_use]
+    pub fn is_raw(&self, file: FileId) -> bool {
+        self.raw_state(file).is_some_and(|r| !r.broken)
+    }
+
+    /// True when raw-mode device reads of `file` are done inline (synchronous `pread` in the
+    /// engine thread) because the device cannot take non-blocking reads; `None` outside raw
+    /// mode.
+    #[must_use]
+    pub fn raw_reads_inline(&self, file: FileId) -> Option<bool> {
+        self.raw_state(file).map(|r| r.inline)
+    }
+
+    /// The file's raw-mode digest and device, if raw mode is set up (stale or not).
+    #[must_use]
+    pub fn raw_access(&self, file: FileId) -> Option<&RawAccess> {
+        self.raw_state(file).map(|r| &r.access)
+    }
+
+    fn raw_state(&self, file: FileId) -> Option<&RawState> {
+        self.files.get(file.0 as usize)?.as_ref()?.raw.as_ref()
+    }
+
+    /// After [`ChainError::Stale`]: drop the old lease and digest and set raw mode up again
+    /// ([`RawAccess::refresh`]). Chains still running that read the device under the old digest
+    /// complete as `Stale`. On error the file stays open and is served through the file.
+    ///
+    /// # Errors
+    /// [`EngineError::NotRaw`] for a file not opened in raw mode; [`EngineError::RawUnavailable`]
+    /// when raw mode cannot be set up again (e.g. a writer still has the file open).
+    pub fn refresh_raw(&mut self, file: FileId) -> Result<(), EngineError> {
+        let not_raw = EngineError::NotRaw { file: file.0 };
+        let Some(Some(entry)) = self.files.get_mut(file.0 as usize) else { return Err(not_raw) };
+        let Target::Raw { dev_index, .. } = entry.target else { return Err(not_raw) };
+        let old_epoch = entry.raw.as_ref().map_or(0, |r| r.epoch);
+        let refreshed = match entry.raw.take() {
+            Some(r) => r.access.refresh(&entry.file),
+            None => RawAccess::open(&entry.file),
+        };
+        let access = refreshed
+            .map_err(|source| EngineError::RawUnavailable { path: entry.path.clone(), source })?;
+        let (size, _) = statx_size_align(&entry.file, &entry.path)?;
+        entry.target.set_size_bytes(size);
+        self.ring
+            .submitter()
+            .register_files_update(dev_index, &[access.device_fd()])
+            .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
+        let inline = device_lacks_nowait(&access);
+        entry.raw =
+            Some(RawState { access, epoch: old_epoch.wrapping_add(1), broken: false, inline });
+        Ok(())
     }
 
     /// Reads the first block through the ring, synchronously (the engine is idle).
@@ -411,10 +521,12 @@ impl Engine {
             Errno::NotSupported if self.cfg.iopoll => {
                 EngineError::IopollUnsupported { path, errno }
             }
-            Errno::InvalidArgument if entry.mode == IoMode::Direct => EngineError::DirectRefused {
-                path,
-                reason: "the first O_DIRECT read returned EINVAL".into(),
-            },
+            Errno::InvalidArgument if entry.mode != IoMode::Buffered => {
+                EngineError::DirectRefused {
+                    path,
+                    reason: "the first O_DIRECT read returned EINVAL".into(),
+                }
+            }
             _ => EngineError::Probe { path, errno },
         })
     }
@@ -431,6 +543,10 @@ impl Engine {
             self.ring
                 .submitter()
                 .register_files_update(file.0, &[-1])
+                .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
+            self.ring
+                .submitter()
+                .register_files_update(device_index(file.0), &[-1])
                 .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
             self.files[file.0 as usize] = None;
         }
@@ -589,13 +705,22 @@ impl Engine {
             c.npending -= 1;
             c.inflight += 1;
             c.last_addr = r.addr;
-            let align = self.files[c.file as usize].as_ref().map_or(1, |f| f.align);
-            let (start, end) = widen(r.dev_offset, u64::from(r.size), align);
+            let (start, end) = widen(r.dev_offset, u64::from(r.size), r.align);
             let skip = (r.dev_offset - start) as u32;
             let len = end - start;
             assert!(len <= SLOT_BUFFER_BYTES as u64, "widened read exceeds the slot buffer");
             self.ops[usize::from(b)] =
                 Op { chain: ci as u32, pair: r.pair, hop: r.hop, addr: r.addr, size: r.size, skip };
+            if r.device {
+                let file = self.chains[ci].file;
+                let epoch = self.chains[ci].raw_epoch;
+                if let Some(fd) = self.inline_device_fd(file, epoch) {
+                    let res = self.read_inline(fd, b, len, start);
+                    self.inline_cqes.push_back((u64::from(b), res));
+                    self.in_flight += 1;
+                    continue;
+                }
+            }
             let sqe =
                 opcode::ReadFixed::new(types::Fixed(r.fd_index), self.buf_ptr(b), len as u32, b)
                     .offset(start)
@@ -603,6 +728,34 @@ impl Engine {
                     .user_data(u64::from(b));
             self.push(&sqe);
             self.in_flight += 1;
+        }
+    }
+
+    /// The device fd for an inline read by a chain that translated under `epoch`; `None` for
+    /// ring reads. A chain from an older epoch (refreshed since) reads the same block device
+    /// through its registered slot instead: its result is discarded as stale anyway, and the
+    /// old fd may be closed.
+    fn inline_device_fd(&self, file: u32, epoch: u32) -> Option<std::os::fd::RawFd> {
+        let raw = self.files.get(file as usize)?.as_ref()?.raw.as_ref()?;
+        (raw.inline && raw.epoch == epoch).then(|| raw.access.device_fd())
+    }
+
+    /// One synchronous O_DIRECT read into buffer `b`: the byte count or `-errno`, as a CQE has.
+    fn read_inline(&self, fd: std::os::fd::RawFd, b: u16, len: u64, offset: u64) -> i32 {
+        debug_assert!(len <= SLOT_BUFFER_BYTES as u64);
+        let Ok(off) = libc::off_t::try_from(offset) else { return -libc::EINVAL };
+        loop {
+            // SAFETY: buffer b belongs to this op alone until its completion is handled, and
+            // holds SLOT_BUFFER_BYTES >= len bytes; the fd is open while its RawState lives.
+            let n = unsafe { libc::pread(fd, self.buf_ptr(b).cast(), len as usize, off) };
+            if n >= 0 {
+                return n as i32;
+            }
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            // The lease-break signal may interrupt the read; retry it.
+            if errno != libc::EINTR {
+                return -errno;
+            }
         }
     }
 
@@ -615,6 +768,13 @@ impl Engine {
         if c.error.is_none() && c.kind == Kind::Xrp && !c.done {
             c.error = Some(ChainError::Stalled { at: c.at(c.completed, c.last_addr) });
         }
+        if c.error.is_none() && c.used_device {
+            let (file, epoch, at) = (c.file, c.raw_epoch, c.at(c.completed, c.last_addr));
+            if let Some(why) = self.raw_stale(file, epoch) {
+                self.chains[ci].error = Some(ChainError::Stale { at, why });
+            }
+        }
+        let c = &mut self.chains[ci];
         c.state = State::Ready;
         if c.queued {
             c.queued = false;
@@ -622,6 +782,29 @@ impl Engine {
             self.waiting.retain(|&w| w != ci32);
         }
         self.ready.push_back(ci as u32);
+    }
+
+    /// The staleness check after a chain whose hops read the device (XRP's post-read version
+    /// check): `Some(why)` when its data may not be the file's. A failed check switches the
+    /// file to the file path until [`Engine::refresh_raw`].
+    fn raw_stale(&mut self, file: u32, epoch: u32) -> Option<&'static str> {
+        let Some(Some(entry)) = self.files.get_mut(file as usize) else {
+            return Some("the file was closed");
+        };
+        let Some(raw) = entry.raw.as_mut() else { return Some("raw mode was dropped") };
+        if raw.broken {
+            return Some("an earlier check found the digest stale");
+        }
+        if raw.epoch != epoch {
+            return Some("the digest was refreshed while the chain ran");
+        }
+        let why = match raw.access.check_after_chain() {
+            Ok(()) => return None,
+            Err(DigestError::Stale { why }) => why,
+            Err(_) => "the identity check (fstat) failed",
+        };
+        raw.broken = true;
+        Some(why)
     }
 
     /// One pass: reap every available completion, run functions, queue the next reads, then
@@ -649,6 +832,13 @@ impl Engine {
             self.on_cqe(ud, res, prog);
         }
         self.serve_waiting();
+        // Inline reads (and the reads their functions request) complete here, in this pass.
+        while let Some((ud, res)) = self.inline_cqes.pop_front() {
+            self.on_cqe(ud, res, prog);
+            if self.inline_cqes.is_empty() {
+                self.serve_waiting();
+            }
+        }
         if eager || !self.ready.is_empty() {
             self.flush()?;
         }
@@ -799,6 +989,7 @@ impl Engine {
                 hops: c.completed,
                 invocations: c.invocations,
                 dropped_requests: c.dropped,
+                device_hops: c.device_hops,
             };
             let result = c.error.take().map_or(Ok(stats), Err);
             let plain = c.plain.take();
@@ -862,9 +1053,9 @@ impl Engine {
                 self.flush()?;
                 return Ok(got);
             }
-            // Live chains are either ready (delivered next pass) or behind reads in flight
-            // (submitted or pushed): submit what is pushed and wait in one syscall.
-            if self.ready.is_empty() {
+            // Live chains are either ready (delivered next pass) or behind reads in flight.
+            // Inline reads queued after the last pass's delivery complete in the next pass.
+            if self.ready.is_empty() && self.inline_cqes.is_empty() {
                 assert!(self.in_flight > 0, "live chains with nothing in flight");
                 self.enter(1)?;
             }
@@ -926,6 +1117,28 @@ impl Engine {
     }
 }
 
+/// True when the device refuses non-blocking reads (`preadv2(RWF_NOWAIT)` gives EOPNOTSUPP, as
+/// zram and other bio-based drivers without NOWAIT support do). io_uring would hand every such
+/// read to an io-wq worker thread (a wake-up and a thread switch per hop, several µs here); a
+/// synchronous read in the engine thread is faster for these devices, which complete reads in
+/// the submitter's context anyway. The probe reads the first block of the file's first run.
+fn device_lacks_nowait(access: &RawAccess) -> bool {
+    let block = access.logical_block_size();
+    let Some(first) = access.digest().extents().first() else { return false };
+    let Ok(buf) = Region::new(block as usize, BUFFER_ALIGN) else { return false };
+    let iov = libc::iovec { iov_base: buf.base().cast(), iov_len: block as usize };
+    let Ok(off) = libc::off_t::try_from(first.physical & !(block - 1)) else { return false };
+    // SAFETY: one iovec over `buf` (block bytes, aligned for O_DIRECT); the fd is open.
+    let n = unsafe { libc::preadv2(access.device_fd(), &raw const iov, 1, off, libc::RWF_NOWAIT) };
+    n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP)
+}
+
+/// Fixed-file index of file `fd_index`'s block device ([`REGISTERED_FILE_SLOTS`]).
+fn device_index(fd_index: u32) -> u32 {
+    debug_assert!((fd_index as usize) < MAX_FILES);
+    fd_index + MAX_FILES as u32
+}
+
 fn ring_error(e: &EngineError) -> ChainError {
     match e {
         EngineError::Submit { errno } => ChainError::Ring { errno: *errno },
@@ -975,12 +1188,35 @@ fn add_request(
         return Err(ChainError::FanOutExceeded { at, max: MAX_OUTSTANDING_PER_CHAIN });
     }
     let entry = files[c.file as usize].as_ref().expect("chain's file is open");
-    let r = resolve(&entry.target, addr, size).map_err(|e| match e {
-        ResolveError::OutOfRange { file_size } => ChainError::OutOfRange { at, size, file_size },
-    })?;
+    let raw = entry.raw.as_ref().filter(|r| !r.broken);
+    let r = resolve(&entry.target, entry.align, raw.map(|r| &r.access), addr, size).map_err(
+        |e| match e {
+            ResolveError::OutOfRange { file_size } => {
+                ChainError::OutOfRange { at, size, file_size }
+            }
+            ResolveError::OutsideFile { file_size } => {
+                ChainError::OutsideFile { at, size, file_size }
+            }
+        },
+    )?;
+    if r.device {
+        if !c.used_device {
+            c.used_device = true;
+            c.raw_epoch = raw.map_or(0, |r| r.epoch);
+        }
+        c.device_hops += 1;
+    }
     let n = usize::from(c.npending);
-    c.pending[n] =
-        Req { addr, dev_offset: r.dev_offset, fd_index: r.fd_index, size: size as u32, pair, hop };
+    c.pending[n] = Req {
+        addr,
+        dev_offset: r.dev_offset,
+        device: r.device,
+        align: r.align,
+        fd_index: r.fd_index,
+        size: size as u32,
+        pair,
+        hop,
+    };
     c.npending += 1;
     c.issued += 1;
     Ok(())

@@ -120,6 +120,19 @@ pub enum EngineError {
     Submit { errno: Errno },
     #[error("the engine has {active} chains in flight; a synchronous call needs it idle")]
     NotIdle { active: usize },
+    #[error("{path}: raw mode unavailable: {source}; open it with IoMode::Direct instead")]
+    RawUnavailable {
+        path: PathBuf,
+        #[source]
+        source: crate::digest::DigestError,
+    },
+    #[error(
+        "{path}: block device logical block size {block} B is not a power of two up to the \
+         engine's maximum {max} B; raw mode unavailable"
+    )]
+    RawBlockSize { path: PathBuf, block: u64, max: usize },
+    #[error("file id {file} is not open in raw mode")]
+    NotRaw { file: u32 },
 }
 
 /// Submitting a chain or read was refused before any I/O; nothing was queued.
@@ -163,6 +176,17 @@ impl std::fmt::Display for ChainAt {
 pub enum ChainError {
     #[error("{at}: range {addr:#x}+{size} lies outside the file ({file_size} B)", addr = at.addr)]
     OutOfRange { at: ChainAt, size: u64, file_size: u64 },
+    #[error(
+        "{at}: range {addr:#x}+{size} is outside the file's own extents ({file_size} B): raw \
+         mode refuses to read another file's blocks or free space",
+        addr = at.addr
+    )]
+    OutsideFile { at: ChainAt, size: u64, file_size: u64 },
+    #[error(
+        "{at}: raw-mode data may be stale ({why}); result discarded: redo it (the file now \
+         serves this file's hops) and refresh raw mode"
+    )]
+    Stale { at: ChainAt, why: &'static str },
     #[error("{at}: request of {size} B exceeds the {max} B a slot buffer serves")]
     RequestTooLarge { at: ChainAt, size: u64, max: usize },
     #[error("{at}: chain exceeds its hop limit of {max} reads")]
@@ -191,6 +215,8 @@ impl ChainError {
     pub fn at(&self) -> Option<ChainAt> {
         match self {
             Self::OutOfRange { at, .. }
+            | Self::OutsideFile { at, .. }
+            | Self::Stale { at, .. }
             | Self::RequestTooLarge { at, .. }
             | Self::ChainTooLong { at, .. }
             | Self::FanOutExceeded { at, .. }
@@ -200,6 +226,13 @@ impl ChainError {
             | Self::Stalled { at } => Some(*at),
             Self::NotIdle { .. } | Self::Submit(_) | Self::Ring { .. } => None,
         }
+    }
+
+    /// True for [`ChainError::Stale`]: the request was fine, raw mode's data was not to be
+    /// trusted; redo it and refresh raw mode ([`crate::Engine::refresh_raw`]).
+    #[must_use]
+    pub fn is_stale(&self) -> bool {
+        matches!(self, Self::Stale { .. })
     }
 }
 

@@ -6,6 +6,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::digest::{DigestError, RawAccess};
 use crate::error::{EngineError, Errno};
 use crate::limits::MAX_BLOCK_ALIGN;
 
@@ -17,6 +18,11 @@ pub enum IoMode {
     Direct,
     /// Through the page cache (for file systems that refuse O_DIRECT, e.g. tmpfs).
     Buffered,
+    /// O_DIRECT file plus the metadata digest: each hop is translated to the block device and
+    /// read there, bypassing the file system (docs/DESIGN.md, "Metadata digest (raw mode)").
+    /// Setting it up fails with [`EngineError::RawUnavailable`]; the caller then opens the file
+    /// with [`IoMode::Direct`].
+    Raw,
 }
 
 /// A file registered with an engine (index into its file table).
@@ -31,8 +37,8 @@ impl FileId {
     }
 }
 
-/// What a chain's requests address. Raw-device mode (metadata digest) adds a variant here and an
-/// arm in [`resolve`]; nothing else in the engine looks inside a target.
+/// What a chain's requests address. Nothing else in the engine looks inside a target; every
+/// request goes through [`resolve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Target {
@@ -43,6 +49,16 @@ pub enum Target {
         /// File size when opened (or last refreshed): the access-control bound.
         size_bytes: u64,
     },
+    /// Raw mode: requests are translated through the file's metadata digest and read from the
+    /// block device; hops the digest cannot serve in one device read go through the file.
+    Raw {
+        /// io_uring fixed-file index of the file itself (hops across extents, fallback).
+        fd_index: u32,
+        /// io_uring fixed-file index of the block device.
+        dev_index: u32,
+        /// File size when opened (or last refreshed).
+        size_bytes: u64,
+    },
 }
 
 impl Target {
@@ -50,23 +66,28 @@ impl Target {
     #[must_use]
     pub fn size_bytes(&self) -> u64 {
         match *self {
-            Self::File { size_bytes, .. } => size_bytes,
+            Self::File { size_bytes, .. } | Self::Raw { size_bytes, .. } => size_bytes,
         }
     }
 
     /// Updates the bound after the file changed size.
     pub(crate) fn set_size_bytes(&mut self, size: u64) {
         match self {
-            Self::File { size_bytes, .. } => *size_bytes = size,
+            Self::File { size_bytes, .. } | Self::Raw { size_bytes, .. } => *size_bytes = size,
         }
     }
 }
 
-/// A validated request: which registered fd to read and at which offset.
+/// A validated request: which registered fd to read, at which byte, widened to which block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resolved {
     pub fd_index: u32,
+    /// Offset of the requested first byte on `fd_index` (file offset, or device offset).
     pub dev_offset: u64,
+    /// O_DIRECT alignment of reads on `fd_index` (the file's, or the device's logical block).
+    pub align: u64,
+    /// True when the read goes to the block device (the chain then needs the staleness check).
+    pub device: bool,
 }
 
 /// Why [`resolve`] refused a request.
@@ -74,23 +95,70 @@ pub struct Resolved {
 pub enum ResolveError {
     /// `addr + size` is past the end of the file (or overflows).
     OutOfRange { file_size: u64 },
+    /// Raw mode: the digest says the range is not wholly inside the file's own extents.
+    OutsideFile { file_size: u64 },
 }
 
-/// Checks that `[addr, addr + size)` lies inside the target and maps it to a device read.
-/// Every read the engine issues for a chain goes through here.
+/// Checks that `[addr, addr + size)` lies inside the target and maps it to a read.
+/// Every read the engine issues for a chain goes through here. `align` is the file's O_DIRECT
+/// alignment; `raw` is the digest when raw mode is set up and has not gone stale (`None`: the
+/// raw target is served through the file).
 ///
 /// # Errors
-/// [`ResolveError::OutOfRange`] when the range is not inside the file.
-pub fn resolve(target: &Target, addr: u64, size: u64) -> Result<Resolved, ResolveError> {
+/// [`ResolveError::OutOfRange`] (file path) or [`ResolveError::OutsideFile`] (digest) when the
+/// range is not inside the file.
+pub fn resolve(
+    target: &Target,
+    align: u64,
+    raw: Option<&RawAccess>,
+    addr: u64,
+    size: u64,
+) -> Result<Resolved, ResolveError> {
     match *target {
-        Target::File { fd_index, size_bytes } => {
-            let end = addr.checked_add(size);
-            if end.is_none_or(|end| end > size_bytes) {
-                return Err(ResolveError::OutOfRange { file_size: size_bytes });
+        Target::File { fd_index, size_bytes } => file_hop(fd_index, size_bytes, align, addr, size),
+        Target::Raw { fd_index, dev_index, size_bytes } => {
+            let Some(raw) = raw else { return file_hop(fd_index, size_bytes, align, addr, size) };
+            match raw.translate(addr, size) {
+                Ok(w) => Ok(Resolved {
+                    fd_index: dev_index,
+                    dev_offset: w.dev_offset + w.skip,
+                    align: raw.logical_block_size(),
+                    device: true,
+                }),
+                Err(DigestError::OutsideFile { file_size, .. }) => {
+                    Err(ResolveError::OutsideFile { file_size })
+                }
+                // Not one physically contiguous run: this hop reads the file (never split).
+                Err(_) => file_hop(fd_index, size_bytes, align, addr, size),
             }
-            Ok(Resolved { fd_index, dev_offset: addr })
         }
     }
+}
+
+fn file_hop(
+    fd_index: u32,
+    size_bytes: u64,
+    align: u64,
+    addr: u64,
+    size: u64,
+) -> Result<Resolved, ResolveError> {
+    let end = addr.checked_add(size);
+    if end.is_none_or(|end| end > size_bytes) {
+        return Err(ResolveError::OutOfRange { file_size: size_bytes });
+    }
+    Ok(Resolved { fd_index, dev_offset: addr, align, device: false })
+}
+
+/// Raw-mode state of an open file.
+#[derive(Debug)]
+pub(crate) struct RawState {
+    pub access: RawAccess,
+    /// Bumped by every refresh: a chain that read the device under an older digest is stale.
+    pub epoch: u32,
+    /// A check failed: hops go through the file until the caller refreshes.
+    pub broken: bool,
+    /// Device reads are done inline (the device cannot take non-blocking reads).
+    pub inline: bool,
 }
 
 /// An open file and what the engine knows about it.
@@ -103,6 +171,8 @@ pub(crate) struct FileEntry {
     /// Offset alignment for reads (1 when buffered).
     pub align: u64,
     pub mode: IoMode,
+    /// Raw mode's digest and device (`None` outside raw mode, or after a failed refresh).
+    pub raw: Option<RawState>,
 }
 
 /// Opens `path` read-only in `mode` and learns its size and O_DIRECT alignment.
@@ -113,12 +183,12 @@ pub(crate) fn open_file(
 ) -> Result<FileEntry, EngineError> {
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
-    if mode == IoMode::Direct {
+    if mode != IoMode::Buffered {
         opts.custom_flags(libc::O_DIRECT);
     }
     let file = opts.open(path).map_err(|e| {
         let errno = Errno::from_io(&e);
-        if mode == IoMode::Direct && errno == Errno::InvalidArgument {
+        if mode != IoMode::Buffered && errno == Errno::InvalidArgument {
             EngineError::DirectRefused {
                 path: path.to_path_buf(),
                 reason: "open(O_DIRECT) returned EINVAL".into(),
@@ -130,13 +200,13 @@ pub(crate) fn open_file(
     let (size_bytes, dio_align) = statx_size_align(&file, path)?;
     let align = match mode {
         IoMode::Buffered => 1,
-        IoMode::Direct if dio_align == 0 => {
+        IoMode::Direct | IoMode::Raw if dio_align == 0 => {
             return Err(EngineError::DirectRefused {
                 path: path.to_path_buf(),
                 reason: "statx reports no direct-I/O support (dio_offset_align = 0)".into(),
             })
         }
-        IoMode::Direct => u64::from(dio_align),
+        IoMode::Direct | IoMode::Raw => u64::from(dio_align),
     };
     if !align.is_power_of_two() || align > MAX_BLOCK_ALIGN as u64 {
         return Err(EngineError::AlignmentTooLarge {
@@ -151,6 +221,7 @@ pub(crate) fn open_file(
         target: Target::File { fd_index, size_bytes },
         align,
         mode,
+        raw: None,
     })
 }
 
@@ -193,10 +264,16 @@ mod tests {
     #[test]
     fn resolve_checks_the_end_of_the_file() {
         let t = Target::File { fd_index: 3, size_bytes: 4096 };
-        assert_eq!(resolve(&t, 0, 4096), Ok(Resolved { fd_index: 3, dev_offset: 0 }));
-        assert_eq!(resolve(&t, 4095, 1), Ok(Resolved { fd_index: 3, dev_offset: 4095 }));
-        assert_eq!(resolve(&t, 4095, 2), Err(ResolveError::OutOfRange { file_size: 4096 }));
-        assert_eq!(resolve(&t, u64::MAX, 2), Err(ResolveError::OutOfRange { file_size: 4096 }));
+        let ok = |dev_offset| Ok(Resolved { fd_index: 3, dev_offset, align: 512, device: false });
+        let oor = Err(ResolveError::OutOfRange { file_size: 4096 });
+        assert_eq!(resolve(&t, 512, None, 0, 4096), ok(0));
+        assert_eq!(resolve(&t, 512, None, 4095, 1), ok(4095));
+        assert_eq!(resolve(&t, 512, None, 4095, 2), oor);
+        assert_eq!(resolve(&t, 512, None, u64::MAX, 2), oor);
+        // A raw target without a (valid) digest is served through the file, same bounds.
+        let r = Target::Raw { fd_index: 3, dev_index: 67, size_bytes: 4096 };
+        assert_eq!(resolve(&r, 512, None, 4095, 1), ok(4095));
+        assert_eq!(resolve(&r, 512, None, 4095, 2), oor);
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub const SCRATCH_BYTES: usize = XRP_SCRATCH_BYTES;
 
 /// Files one engine can have registered at once.
 pub const MAX_FILES: usize = 64;
+/// Registered-file table size: file `i` at fixed index `i`, its block device (raw mode) at
+/// `MAX_FILES + i`, so every raw file has its own device slot and no lookup is needed per hop.
+pub const REGISTERED_FILE_SLOTS: usize = 2 * MAX_FILES;
 
 const _: () = {
     assert!(DEFAULT_BUFFERS <= DEFAULT_RING_DEPTH as usize);

@@ -2,9 +2,11 @@
 //! thread while thousands of chains (and plain reads) run in steady state.
 
 mod common;
+mod digest_support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::fs::File;
 
 use common::*;
 use storefn_io::{EngineConfig, NoFunction};
@@ -126,4 +128,57 @@ fn vm_steady_state(
     let hops = run(e, &mut inst);
     assert_eq!(allocs() - before, 0, "allocations during {hops} VM hops ({vm:?})");
     assert_eq!(hops, 4000);
+}
+
+#[test]
+fn steady_state_raw_mode_chains_allocate_nothing() {
+    // Raw mode adds a digest lookup per hop and a lease + fstat check per chain.
+    let Some(fs) = digest_support::LoopFs::new(digest_support::FsKind::Ext4, 256, &[]) else {
+        return;
+    };
+    let lists = random_lists(23, 8000, 400, 512);
+    let path = fs.path("lists");
+    std::fs::write(&path, &lists.bytes).unwrap();
+    File::open(&path).unwrap().sync_all().unwrap();
+    let cfg = EngineConfig { chains: 256, buffers: 64, ..EngineConfig::default() };
+    let mut e = storefn_io::Engine::new(cfg).unwrap();
+    let mut id = None;
+    for _ in 0..200 {
+        match e.open(&path, storefn_io::IoMode::Raw) {
+            Ok(i) => {
+                id = Some(i);
+                break;
+            }
+            // Lease refused while another test thread's child holds a writable fd copy.
+            Err(storefn_io::EngineError::RawUnavailable { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let id = id.expect("raw mode");
+    let mut walker = list_walker();
+    let heads = lists.heads.clone();
+    let mut run = |e: &mut storefn_io::Engine| {
+        let (mut device, mut next, mut done) = (0u64, 0usize, 0usize);
+        while done < heads.len() {
+            while next < heads.len() && e.free_slots() > 0 {
+                e.submit_chain(id, heads[next], 16, next as u64, |_| {}).unwrap();
+                next += 1;
+            }
+            done += e
+                .wait(1, &mut walker, |c| device += u64::from(c.result.unwrap().device_hops))
+                .unwrap();
+        }
+        let mut buf = [0u8; 512];
+        for t in 0..50u64 {
+            e.read(id, t * 512, &mut buf).unwrap();
+        }
+        device
+    };
+    run(&mut e);
+    let before = allocs();
+    let device = run(&mut e);
+    assert_eq!(allocs() - before, 0, "allocations during {device} raw device hops");
+    assert_eq!(device, 8000);
 }

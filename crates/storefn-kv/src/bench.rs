@@ -22,6 +22,9 @@ pub struct PathOptions {
     pub cache_bytes: u64,
     /// Lookups (or block reads) in flight per thread on batching paths.
     pub batch: usize,
+    /// `--io raw`: the engine paths (uring, xrp, xrp-batch) read the block device through the
+    /// metadata digest; when raw mode cannot be set up they say why and use the file.
+    pub raw: bool,
 }
 
 /// Builds the lookup path called `name`.
@@ -36,17 +39,17 @@ pub fn open_path(
     match name {
         "read" => Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes))),
         "device" => Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?)),
-        "uring" => Ok(Box::new(UringPath::new(Arc::clone(store), opts.cache_bytes)?)),
-        "xrp" => {
-            Ok(Box::new(XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, false, 1, None)?))
+        "uring" => {
+            Ok(Box::new(UringPath::new(Arc::clone(store), opts.cache_bytes)?.with_io(opts.raw)?))
         }
-        "xrp-batch" => Ok(Box::new(XrpPath::new(
-            Arc::clone(store),
-            &ProgSource::BuiltIn,
-            true,
-            opts.batch.max(1),
-            None,
-        )?)),
+        "xrp" => Ok(Box::new(
+            XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, false, 1, None)?
+                .with_io(opts.raw)?,
+        )),
+        "xrp-batch" => Ok(Box::new(
+            XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, true, opts.batch.max(1), None)?
+                .with_io(opts.raw)?,
+        )),
         _ => Err(KvError::Invalid(format!(
             "--path {name}: expected one of {}",
             PATH_NAMES.join("|")
@@ -148,6 +151,8 @@ pub struct BenchConfig {
     pub dist: Dist,
     pub seed: u64,
     pub cache_bytes: u64,
+    /// `--io raw` (see [`PathOptions::raw`]).
+    pub raw: bool,
 }
 
 /// A benchmark run's results (latencies in microseconds).
@@ -168,6 +173,8 @@ pub struct BenchResult {
     pub cpu_us_per_op: f64,
     pub ios_per_op: f64,
     pub fallbacks: u64,
+    /// Block-device reads per lookup (raw mode; 0 on the file path).
+    pub device_ios_per_op: f64,
     /// Lookups that found nothing (0 on a `create`d database with in-range keys).
     pub misses: u64,
 }
@@ -239,6 +246,7 @@ fn run_thread(
         ios: after.ios - before.ios,
         fallbacks: after.fallbacks - before.fallbacks,
         cache_hits: after.cache_hits - before.cache_hits,
+        device_ios: after.device_ios - before.device_ios,
     };
     Ok(ThreadOut { latencies_ns: lat, stats, misses })
 }
@@ -252,7 +260,7 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
     if cfg.threads == 0 || cfg.requests == 0 {
         return Err(KvError::Invalid("--threads and --requests must be > 0".into()));
     }
-    let opts = PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1) };
+    let opts = PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1), raw: cfg.raw };
     // One path on this thread first, so a bad --path fails before threads start; each thread
     // then builds its own (engines stay on the thread that made them).
     drop(open_path(&cfg.path, store, opts)?);
@@ -320,6 +328,7 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
         cpu_us_per_op: cpu * 1e6 / count,
         ios_per_op: ios as f64 / count,
         fallbacks: outs.iter().map(|o| o.stats.fallbacks).sum(),
+        device_ios_per_op: outs.iter().map(|o| o.stats.device_ios).sum::<u64>() as f64 / count,
         misses: if cfg.path == "device" { 0 } else { outs.iter().map(|o| o.misses).sum() },
     })
 }

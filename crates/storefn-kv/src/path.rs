@@ -20,6 +20,8 @@ pub struct PathStats {
     /// Chains that failed and were redone on the `read` path.
     pub fallbacks: u64,
     pub cache_hits: u64,
+    /// Of `ios`, reads that went to the block device in raw mode (`--io raw`).
+    pub device_ios: u64,
 }
 
 /// Nanoseconds elapsed since `t0`, saturating.

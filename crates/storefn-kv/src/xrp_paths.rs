@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use storefn_io::{ChainError, Engine, EngineConfig, FileId, IoMode, StorageFn};
+use storefn_io::StorageFn;
+use storefn_io::{ChainError, ChainStats, Engine, EngineConfig, EngineError, FileId, IoMode};
 use storefn_vm::{Instance, VmError, XrpCtx};
 
 use crate::format::{
@@ -88,6 +89,57 @@ fn engine_for(
     Ok((eng, file))
 }
 
+/// `--io raw`: reopens the store's file in raw mode on `engine` (replacing `file`). When raw
+/// mode cannot be set up (no block device access, unsafe extents, a writer holding the file)
+/// it says why on stderr and keeps the file path: raw mode is best-effort, like XRP's.
+fn switch_to_raw(store: &Store, engine: &mut Engine, file: &mut FileId) -> Result<(), KvError> {
+    if !store.is_direct() {
+        eprintln!("--io raw: {} is not O_DIRECT; using the file path", store.path().display());
+        return Ok(());
+    }
+    match engine.open(store.path(), IoMode::Raw) {
+        Ok(raw) => {
+            engine.close(*file).map_err(|e| KvError::Program(format!("engine close: {e}")))?;
+            *file = raw;
+        }
+        Err(e @ (EngineError::RawUnavailable { .. } | EngineError::RawBlockSize { .. })) => {
+            eprintln!("--io raw: {e}; using the file path");
+        }
+        Err(e) => return Err(KvError::Program(format!("engine open (raw): {e}"))),
+    }
+    Ok(())
+}
+
+/// One synchronous read through the engine. A raw-mode read that comes back `Stale` is redone
+/// (raw mode is off by then, so through the file), counted as a fallback, and raw mode is
+/// set up again.
+fn engine_read(
+    engine: &mut Engine,
+    file: FileId,
+    offset: u64,
+    buf: &mut [u8],
+    stats: &mut PathStats,
+) -> Result<ChainStats, ChainError> {
+    match engine.read(file, offset, buf) {
+        Err(e) if e.is_stale() => {
+            stats.fallbacks += 1;
+            let st = engine.read(file, offset, buf)?;
+            refresh_raw(engine, file);
+            Ok(st)
+        }
+        r => r,
+    }
+}
+
+/// After a `Stale` chain: set raw mode up again (on failure the file path stays on).
+fn refresh_raw(engine: &mut Engine, file: FileId) {
+    if engine.raw_access(file).is_some() && !engine.is_raw(file) && engine.live() == 0 {
+        if let Err(e) = engine.refresh_raw(file) {
+            eprintln!("--io raw: refresh failed, staying on the file path: {e}");
+        }
+    }
+}
+
 fn chain_failed(store: &Store, e: &ChainError) -> KvError {
     KvError::Program(format!("{}: chain failed: {e}", store.path().display()))
 }
@@ -119,6 +171,17 @@ impl UringPath {
         Ok(Self { store, engine, file, buf: vec![0; nb], lru, stats: PathStats::default() })
     }
 
+    /// `--io raw` when `raw` (see [`switch_to_raw`]).
+    ///
+    /// # Errors
+    /// Engine failures other than "raw mode unavailable".
+    pub fn with_io(mut self, raw: bool) -> Result<Self, KvError> {
+        if raw {
+            switch_to_raw(&self.store, &mut self.engine, &mut self.file)?;
+        }
+        Ok(self)
+    }
+
     fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
         if let Some(lru) = &mut self.lru {
             if lru.get(offset, &mut self.buf) {
@@ -126,10 +189,10 @@ impl UringPath {
                 return Ok(());
             }
         }
-        self.engine
-            .read(self.file, offset, &mut self.buf)
+        let st = engine_read(&mut self.engine, self.file, offset, &mut self.buf, &mut self.stats)
             .map_err(|e| chain_failed(&self.store, &e))?;
         self.stats.ios += 1;
+        self.stats.device_ios += u64::from(st.device_hops);
         if let Some(lru) = &mut self.lru {
             lru.put(offset, &self.buf);
         }
@@ -236,9 +299,28 @@ impl XrpPath {
         })
     }
 
+    /// `--io raw` when `raw` (see [`switch_to_raw`]).
+    ///
+    /// # Errors
+    /// Engine failures other than "raw mode unavailable".
+    pub fn with_io(mut self, raw: bool) -> Result<Self, KvError> {
+        if raw {
+            switch_to_raw(&self.store, &mut self.engine, &mut self.file)?;
+        }
+        Ok(self)
+    }
+
     /// A failed chain: our program falls back to `read`; a user's program is an error.
-    fn fail_or_fallback(&mut self, key: u64, why: String) -> Result<Option<[u8; 64]>, KvError> {
-        if !self.builtin {
+    /// A raw-mode `Stale` chain falls back for any program (its data was discarded, not
+    /// wrong), and raw mode is set up again.
+    fn fail_or_fallback(
+        &mut self,
+        key: u64,
+        why: String,
+        stale: bool,
+    ) -> Result<Option<[u8; 64]>, KvError> {
+        refresh_raw(&mut self.engine, self.file);
+        if !self.builtin && !stale {
             return Err(KvError::Program(why));
         }
         self.stats.fallbacks += 1;
@@ -251,10 +333,11 @@ impl XrpPath {
     /// Lookups whose leaves are cached need only the value read: done without a chain.
     fn value_only(&mut self, offset: u64) -> Result<[u8; 64], KvError> {
         let blk = self.store.value_block(offset).0;
-        self.engine
-            .read(self.file, blk, &mut self.value_buf)
-            .map_err(|e| chain_failed(&self.store, &e))?;
+        let st =
+            engine_read(&mut self.engine, self.file, blk, &mut self.value_buf, &mut self.stats)
+                .map_err(|e| chain_failed(&self.store, &e))?;
         self.stats.ios += 1;
+        self.stats.device_ios += u64::from(st.device_hops);
         Ok(self.store.value_from_block(offset, &self.value_buf))
     }
 }
@@ -281,12 +364,15 @@ impl LookupPath for XrpPath {
         match self.engine.read_xrp(self.file, offset, nb, &mut self.prog, &mut self.scratch) {
             Ok(st) => {
                 self.stats.ios += u64::from(st.hops);
+                self.stats.device_ios += u64::from(st.device_hops);
                 match parse_scratch(&self.scratch, self.builtin) {
                     Some(v) => Ok(v),
-                    None => self.fail_or_fallback(key, "program flagged a corrupt node".into()),
+                    None => {
+                        self.fail_or_fallback(key, "program flagged a corrupt node".into(), false)
+                    }
                 }
             }
-            Err(e) => self.fail_or_fallback(key, e.to_string()),
+            Err(e) => self.fail_or_fallback(key, e.to_string(), e.is_stale()),
         }
     }
 
@@ -304,7 +390,7 @@ impl LookupPath for XrpPath {
         let base = out.len();
         out.extend(keys.iter().map(|_| Lookup { value: None, latency_ns: 0 }));
         let nb = self.store.node_size().bytes() as u64;
-        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut failed: Vec<(usize, String, bool)> = Vec::new();
         let mut next = 0;
         let mut live = 0usize;
         while next < keys.len() || live > 0 {
@@ -331,7 +417,7 @@ impl LookupPath for XrpPath {
                 continue;
             }
             let builtin = self.builtin;
-            let mut ios = 0u64;
+            let (mut ios, mut device_ios) = (0u64, 0u64);
             let got = self
                 .engine
                 .wait(1, &mut self.prog, |c| {
@@ -340,22 +426,27 @@ impl LookupPath for XrpPath {
                     match c.result {
                         Ok(st) => {
                             ios += u64::from(st.hops);
+                            device_ios += u64::from(st.device_hops);
                             match parse_scratch(c.scratch, builtin) {
                                 Some(v) => out[base + i].value = v,
-                                None => failed.push((i, "program flagged a corrupt node".into())),
+                                None => {
+                                    let why = "program flagged a corrupt node".into();
+                                    failed.push((i, why, false));
+                                }
                             }
                         }
-                        Err(e) => failed.push((i, e.to_string())),
+                        Err(e) => failed.push((i, e.to_string(), e.is_stale())),
                     }
                 })
                 .map_err(|e| KvError::Program(format!("engine: {e}")))?;
             self.stats.ios += ios;
+            self.stats.device_ios += device_ios;
             live -= got;
         }
-        for (i, why) in failed {
+        for (i, why, stale) in failed {
             // The fallback's own time is added to the failed chain's.
             let t1 = Instant::now();
-            let v = self.fail_or_fallback(keys[i], why)?;
+            let v = self.fail_or_fallback(keys[i], why, stale)?;
             out[base + i].value = v;
             out[base + i].latency_ns += nanos_since(t1);
         }

@@ -21,7 +21,7 @@ fn every_key_via_every_engine_path_and_cache_depth() {
     for cache in 0..=3 {
         let store = Arc::new(Store::open(&p, cache).unwrap());
         for name in ["uring", "xrp", "xrp-batch"] {
-            let opts = PathOptions { cache_bytes: 0, batch: 16 };
+            let opts = PathOptions { cache_bytes: 0, batch: 16, raw: false };
             let mut path = open_path(name, &store, opts).unwrap();
             let mut out: Vec<Lookup> = Vec::new();
             path.get_many(&keys, &mut out).unwrap();
@@ -47,7 +47,8 @@ fn uring_lru_serves_repeated_blocks() {
     create_bpfkv(&p, NodeSize::B512, 3, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&p, 0).unwrap());
     let mut path =
-        open_path("uring", &store, PathOptions { cache_bytes: 1 << 20, batch: 1 }).unwrap();
+        open_path("uring", &store, PathOptions { cache_bytes: 1 << 20, batch: 1, raw: false })
+            .unwrap();
     for _ in 0..3 {
         assert_eq!(path.get(4242).unwrap(), Some(bpfkv_value(4242)));
     }
@@ -64,7 +65,8 @@ fn node_4096_and_partial_tree_via_xrp() {
         .unwrap();
     let store = Arc::new(Store::open(&p, 0).unwrap());
     for name in ["uring", "xrp", "xrp-batch"] {
-        let mut path = open_path(name, &store, PathOptions { cache_bytes: 0, batch: 8 }).unwrap();
+        let mut path =
+            open_path(name, &store, PathOptions { cache_bytes: 0, batch: 8, raw: false }).unwrap();
         for &k in keys.iter().step_by(211) {
             assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "{name} {k}");
             assert_eq!(path.get(k + 1).unwrap(), None, "{name} {}", k + 1);

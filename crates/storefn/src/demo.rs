@@ -65,7 +65,7 @@ pub fn run(args: &DemoArgs) -> CmdResult {
     );
     let store = Arc::new(Store::open(&db, 0)?);
     let keys = crate::kv::random_keys(DEMO_CHECK_KEYS, args.seed, meta.key_count);
-    let opts = PathOptions { cache_bytes: 0, batch: DEMO_BATCH };
+    let opts = PathOptions { cache_bytes: 0, batch: DEMO_BATCH, raw: false };
 
     let mut available = Vec::new();
     for name in PATH_NAMES {
@@ -105,6 +105,7 @@ pub fn run(args: &DemoArgs) -> CmdResult {
             dist: Dist::Uniform,
             seed: args.seed,
             cache_bytes: 0,
+            raw: false,
         };
         let r = storefn_kv::bench::run(&store, &cfg)?;
         println!(

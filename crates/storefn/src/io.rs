@@ -63,11 +63,23 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = FnKind::Rust)]
     function: FnKind,
     /// Read through the page cache instead of O_DIRECT.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "io")]
     buffered: bool,
+    /// How the engine reads: `file` (O_DIRECT through the file system) or `raw` (the block
+    /// device, each hop translated through the file's metadata digest; when raw mode cannot be
+    /// set up the bench says why and runs on the file path).
+    #[arg(long, value_enum, default_value_t = IoKind::File)]
+    io: IoKind,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// `--io`: the engine's read path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoKind {
+    File,
+    Raw,
 }
 
 /// Who runs the chain's storage function in the bench.
@@ -224,6 +236,20 @@ struct Case {
     hops: u64,
     elapsed_s: f64,
     samples_ns: Vec<u64>,
+    /// Process CPU time (user + system, getrusage) over the measured part.
+    cpu_s: f64,
+}
+
+/// User + system CPU seconds of the process so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed rusage we own; RUSAGE_SELF is always valid.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &raw mut ru);
+        ru
+    };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 impl Case {
@@ -245,12 +271,18 @@ impl Case {
         self.hops as f64 / self.elapsed_s
     }
 
+    fn cpu_us_per_hop(&self) -> f64 {
+        self.cpu_s * 1e6 / self.hops.max(1) as f64
+    }
+
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "case": self.name,
             "hops": self.hops,
             "elapsed_s": self.elapsed_s,
             "hops_per_s": self.hops_per_s(),
+            "cpu_s": self.cpu_s,
+            "cpu_us_per_hop": self.cpu_us_per_hop(),
             "hop_latency_us": {
                 "mean": self.mean_us(),
                 "p50": self.pct(0.50),
@@ -270,6 +302,8 @@ struct Bench<'a> {
     nodes: u64,
     align: u64,
     path: PathBuf,
+    /// Chains that completed `Stale` in raw mode (redone on the file path; raw mode refreshed).
+    stale: u64,
 }
 
 fn bench(a: &BenchArgs) -> CmdResult {
@@ -301,14 +335,24 @@ fn bench(a: &BenchArgs) -> CmdResult {
         ..EngineConfig::default()
     };
     let mut e = Engine::new(cfg)?;
-    let mode = if a.buffered { IoMode::Buffered } else { IoMode::Direct };
-    let id = e.open(&bf.path, mode).map_err(|err| match err {
-        EngineError::DirectRefused { .. } => format!("{err}"),
-        other => other.to_string(),
-    })?;
+    let (mode, id, raw_fallback) = open_bench_file(&mut e, &bf.path, a)?;
+    let io_name = match mode {
+        IoMode::Raw => "raw",
+        IoMode::Buffered => "buffered",
+        _ => "direct",
+    };
     let align = e.file_align(id).unwrap_or(1);
-    let mut b =
-        Bench { a, cfg, mode, e, id, nodes: size_bytes / a.node, align, path: bf.path.clone() };
+    let mut b = Bench {
+        a,
+        cfg,
+        mode,
+        e,
+        id,
+        nodes: size_bytes / a.node,
+        align,
+        path: bf.path.clone(),
+        stale: 0,
+    };
     let device = device_of(&bf.path);
     let cases = vec![
         b.case_pread()?,
@@ -319,27 +363,28 @@ fn bench(a: &BenchArgs) -> CmdResult {
         b.case_reference(a.chains)?,
     ];
     println!(
-        "{:<24} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9}",
-        "case", "hops", "hops/s", "mean_us", "p50_us", "p99_us", "p99.9_us"
+        "{:<24} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "case", "hops", "hops/s", "mean_us", "p50_us", "p99_us", "p99.9_us", "cpu_us/hop"
     );
     for c in &cases {
         println!(
-            "{:<24} {:>10} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+            "{:<24} {:>10} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.2}",
             c.name,
             c.hops,
             c.hops_per_s(),
             c.mean_us(),
             c.pct(0.5),
             c.pct(0.99),
-            c.pct(0.999)
+            c.pct(0.999),
+            c.cpu_us_per_hop()
         );
     }
     let p50 = |i: usize| cases[i].pct(0.5);
     println!(
-        "io bench summary: device {device} mode {} function {} depth {} chains {} threads {} | p50 us/hop: pread {:.1} \
-         uring-hop {:.1} chain {:.1} chains-{} {:.1} | hops/s: chain {:.0} chains-{} {:.0} | \
-         device ref: QD1 p50 {:.1} us, QD{} {:.0} reads/s",
-        if a.buffered { "buffered" } else { "direct" },
+        "io bench summary: device {device} mode {io_name} function {} depth {} chains {} threads {} | p50 us/hop: pread {:.1} \
+         uring-hop {:.1} chain {:.1} chains-{} {:.1} | mean us/hop: chain {:.2} | cpu us/hop: chain {:.2} | \
+         hops/s: chain {:.0} chains-{} {:.0} | device ref: QD1 p50 {:.1} us, QD{} {:.0} reads/s | \
+         stale {}",
         a.function.name(),
         a.depth,
         a.chains,
@@ -349,19 +394,28 @@ fn bench(a: &BenchArgs) -> CmdResult {
         p50(2),
         a.chains,
         p50(3),
+        cases[2].mean_us(),
+        cases[2].cpu_us_per_hop(),
         cases[2].hops_per_s(),
         a.chains,
         cases[3].hops_per_s(),
         p50(4),
         a.chains,
         cases[5].hops_per_s(),
+        b.stale,
     );
+    if let Some(why) = &raw_fallback {
+        println!("io bench: --io raw unavailable, ran on the file path: {why}");
+    }
     if let Some(j) = &a.json {
         let doc = serde_json::json!({
             "bench": "storefn io bench",
             "device": device,
             "file": b.path.display().to_string(),
-            "mode": if a.buffered { "buffered" } else { "direct" },
+            "mode": io_name,
+            "io_requested": if a.io == IoKind::Raw { "raw" } else { "file" },
+            "raw_fallback": raw_fallback,
+            "stale_chains": b.stale,
             "function": a.function.name(),
             "alignment_bytes": b.align,
             "params": {
@@ -376,11 +430,56 @@ fn bench(a: &BenchArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Opens the bench file in the requested mode; `--io raw` that cannot be set up falls back to
+/// O_DIRECT and returns why.
+fn open_bench_file(
+    e: &mut Engine,
+    path: &Path,
+    a: &BenchArgs,
+) -> Result<(IoMode, FileId, Option<String>), String> {
+    let plain = if a.buffered { IoMode::Buffered } else { IoMode::Direct };
+    if a.io == IoKind::Raw {
+        match e.open(path, IoMode::Raw) {
+            Ok(id) => return Ok((IoMode::Raw, id, None)),
+            Err(err @ (EngineError::RawUnavailable { .. } | EngineError::RawBlockSize { .. })) => {
+                eprintln!("io bench: {err}; falling back to the file path");
+                let id = e.open(path, plain).map_err(|e| e.to_string())?;
+                return Ok((plain, id, Some(err.to_string())));
+            }
+            Err(other) => return Err(other.to_string()),
+        }
+    }
+    let id = e.open(path, plain).map_err(|e| e.to_string())?;
+    Ok((plain, id, None))
+}
+
+/// Raw mode after a `Stale` chain: set it up again (a failure leaves the file path on).
+fn refresh_if_stale(e: &mut Engine, id: FileId) {
+    if e.raw_access(id).is_some() && !e.is_raw(id) {
+        if let Err(err) = e.refresh_raw(id) {
+            eprintln!("io bench: raw mode refresh failed, staying on the file path: {err}");
+        }
+    }
+}
+
 fn next_of(block: &[u8]) -> u64 {
     u64::from_le_bytes(block[..8].try_into().expect("8 bytes"))
 }
 
 impl Bench<'_> {
+    /// One plain read; a `Stale` one is redone (on the file path) and raw mode refreshed.
+    fn read_or_redo(&mut self, at: u64, buf: &mut [u8]) -> Result<(), storefn_io::ChainError> {
+        match self.e.read(self.id, at, buf) {
+            Err(e) if e.is_stale() => {
+                self.stale += 1;
+                self.e.read(self.id, at, buf)?;
+                refresh_if_stale(&mut self.e, self.id);
+                Ok(())
+            }
+            r => r.map(drop),
+        }
+    }
+
     fn starts(&self, salt: u64, n: usize) -> Vec<u64> {
         let mut rng = Rng(self.a.seed ^ salt.wrapping_mul(0x51_7cc1_b727_220a));
         (0..n).map(|_| rng.below(self.nodes) * self.a.node).collect()
@@ -399,6 +498,7 @@ impl Bench<'_> {
             chain(self, s)?;
         }
         let mut samples_ns = Vec::with_capacity(r);
+        let cpu0 = cpu_seconds();
         let t0 = Instant::now();
         for &s in &starts[w..] {
             let t = Instant::now();
@@ -406,8 +506,10 @@ impl Bench<'_> {
             samples_ns.push(t.elapsed().as_nanos() as u64 / u64::from(self.a.depth));
         }
         let elapsed_s = t0.elapsed().as_secs_f64();
+        let cpu_s = cpu_seconds() - cpu0;
         samples_ns.sort_unstable();
-        Ok(Case { name, hops: r as u64 * u64::from(self.a.depth), elapsed_s, samples_ns })
+        let hops = r as u64 * u64::from(self.a.depth);
+        Ok(Case { name, hops, elapsed_s, samples_ns, cpu_s })
     }
 
     fn case_pread(&mut self) -> Result<Case, Box<dyn std::error::Error>> {
@@ -441,7 +543,7 @@ impl Bench<'_> {
         self.timed_chains("b_uring_per_hop", 2, |b, start| {
             let mut at = start;
             for _ in 0..depth {
-                b.e.read(b.id, at, &mut buf)?;
+                b.read_or_redo(at, &mut buf)?;
                 at = next_of(&buf);
             }
             Ok(())
@@ -453,7 +555,17 @@ impl Bench<'_> {
         let mut walk = chain_fn(self.a.function)?;
         self.timed_chains("c_one_chain", 3, |b, start| {
             let mut scratch = depth.to_le_bytes();
-            let st = b.e.read_xrp(b.id, start, 16, &mut *walk, &mut scratch)?;
+            let st = match b.e.read_xrp(b.id, start, 16, &mut *walk, &mut scratch) {
+                Err(e) if e.is_stale() => {
+                    // The fallback: redo on the file path (raw mode is off now), then refresh.
+                    b.stale += 1;
+                    scratch = depth.to_le_bytes();
+                    let st = b.e.read_xrp(b.id, start, 16, &mut *walk, &mut scratch)?;
+                    refresh_if_stale(&mut b.e, b.id);
+                    st
+                }
+                r => r?,
+            };
             if u64::from(st.hops) != depth {
                 return Err(
                     format!("chain from {start}: {} hops, expected {depth}", st.hops).into()
@@ -477,15 +589,18 @@ impl Bench<'_> {
                 self.e.read(self.id, s, &mut buf)?;
             }
             let mut samples_ns = Vec::with_capacity(r);
+            let cpu0 = cpu_seconds();
             let t0 = Instant::now();
             for &s in &starts[w..] {
                 let t = Instant::now();
-                self.e.read(self.id, s, &mut buf)?;
+                self.read_or_redo(s, &mut buf)?;
                 samples_ns.push(t.elapsed().as_nanos() as u64);
             }
             let elapsed_s = t0.elapsed().as_secs_f64();
+            let cpu_s = cpu_seconds() - cpu0;
             samples_ns.sort_unstable();
-            return Ok(Case { name: "ref_read_qd1", hops: r as u64, elapsed_s, samples_ns });
+            let hops = r as u64;
+            return Ok(Case { name: "ref_read_qd1", hops, elapsed_s, samples_ns, cpu_s });
         }
         self.batch_case("ref_read_qdN", 6, true, reads)
     }
@@ -501,10 +616,11 @@ impl Bench<'_> {
         let warm = self.starts(salt ^ 0xff, self.a.warmup);
         let starts = self.starts(salt, n);
         let mut samples_ns = Vec::with_capacity(n);
+        let cpu0 = cpu_seconds();
         let elapsed_s = if threads == 1 {
             let (e, id) = (&mut self.e, self.id);
             let mut f = chain_fn(self.a.function)?;
-            keep_in_flight(
+            self.stale += keep_in_flight(
                 e,
                 Flight { id, depth, chains, plain },
                 &warm,
@@ -512,7 +628,7 @@ impl Bench<'_> {
                 &mut Vec::new(),
             )?;
             let t0 = Instant::now();
-            keep_in_flight(
+            self.stale += keep_in_flight(
                 e,
                 Flight { id, depth, chains, plain },
                 &starts,
@@ -523,9 +639,10 @@ impl Bench<'_> {
         } else {
             self.threaded(&warm, &starts, plain, &mut samples_ns)?
         };
+        let cpu_s = cpu_seconds() - cpu0;
         samples_ns.sort_unstable();
         let hops = if plain { n as u64 } else { n as u64 * depth };
-        Ok(Case { name, hops, elapsed_s, samples_ns })
+        Ok(Case { name, hops, elapsed_s, samples_ns, cpu_s })
     }
 
     /// The in-flight case on `threads` threads, each with its own engine and share of starts.
@@ -588,14 +705,16 @@ struct Flight {
 }
 
 /// Keeps `chains` chains (or, with `plain`, single reads) in flight until all are done;
-/// per-hop latency samples (chain latency / hops) go to `samples_ns`.
+/// per-hop latency samples (chain latency / hops) go to `samples_ns`. Returns how many
+/// completed `Stale` in raw mode (their results are discarded; raw mode is refreshed after).
 fn keep_in_flight(
     e: &mut Engine,
     fl: Flight,
     starts: &[u64],
     walk: &mut dyn StorageFn,
     samples_ns: &mut Vec<u64>,
-) -> Result<(), String> {
+) -> Result<u64, String> {
+    let mut stale = 0u64;
     let Flight { id, depth, chains, plain } = fl;
     let per = if plain { 1 } else { depth };
     let t0 = Instant::now();
@@ -619,6 +738,7 @@ fn keep_in_flight(
         let on_done = |c: storefn_io::Completion<'_>| {
             let now = t0.elapsed().as_nanos() as u64;
             match c.result {
+                Err(e) if e.is_stale() => stale += 1,
                 Err(e) => {
                     failed.get_or_insert(e.to_string());
                 }
@@ -636,7 +756,10 @@ fn keep_in_flight(
             if plain { e.wait(1, &mut NoFunction, on_done) } else { e.wait(1, walk, on_done) };
         done += got.map_err(|e| e.to_string())?;
     }
-    failed.map_or(Ok(()), Err)
+    if stale > 0 {
+        refresh_if_stale(e, id);
+    }
+    failed.map_or(Ok(stale), Err)
 }
 
 /// The chain's storage function: scratch[0..8] counts the hops left; follow the node's first

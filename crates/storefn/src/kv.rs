@@ -106,6 +106,10 @@ pub struct BenchArgs {
     /// Unmeasured lookups per thread before the run.
     #[arg(long, default_value_t = 1000)]
     pub warmup: u64,
+    /// file | raw: raw reads the block device through the metadata digest on the engine paths
+    /// (uring, xrp, xrp-batch); when it cannot be set up the path says why and uses the file.
+    #[arg(long, value_enum, default_value_t = IoArg::File)]
+    pub io: IoArg,
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -123,15 +127,26 @@ pub struct PathOpts {
     /// LRU block cache per thread, in bytes, on the read and uring paths (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
+    /// file | raw (engine paths; see `kv bench --help`).
+    #[arg(long, value_enum, default_value_t = IoArg::File)]
+    pub io: IoArg,
+}
+
+/// `--io`: how the engine paths read the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoArg {
+    File,
+    Raw,
 }
 
 /// The lookup path called `name` over `store`.
 pub fn make_path(
     name: &str,
     store: &Arc<Store>,
-    cache_bytes: u64,
+    opts: &PathOpts,
 ) -> Result<Box<dyn LookupPath>, Box<dyn std::error::Error>> {
-    Ok(open_path(name, store, PathOptions { cache_bytes, batch: 32 })?)
+    let raw = opts.io == IoArg::Raw;
+    Ok(open_path(name, store, PathOptions { cache_bytes: opts.cache_bytes, batch: 32, raw })?)
 }
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
@@ -149,7 +164,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                         .map_err(|e| format!("{}: {e}", p.display()))?
                 }
                 Some(p) => run_user_prog(&store, *key, p, section.as_deref())?,
-                None => make_path(&opts.path, &store, opts.cache_bytes)?.get(*key)?,
+                None => make_path(&opts.path, &store, opts)?.get(*key)?,
             };
             match found {
                 Some(v) => {
@@ -169,7 +184,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                 None if keys.is_empty() => return Err("give --keys or --random".into()),
                 None => keys.clone(),
             };
-            let mut path = make_path(&opts.path, &store, opts.cache_bytes)?;
+            let mut path = make_path(&opts.path, &store, opts)?;
             let mut out = Vec::with_capacity(keys.len());
             path.get_many(&keys, &mut out)?;
             let mut missing = 0;
@@ -234,6 +249,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
         dist: a.dist.parse::<Dist>()?,
         seed: a.seed,
         cache_bytes: a.cache_bytes,
+        raw: a.io == IoArg::Raw,
     };
     let r = storefn_kv::bench::run(&store, &cfg)?;
     print_bench(&r);
@@ -241,7 +257,8 @@ fn bench(a: &BenchArgs) -> CmdResult {
         eprintln!("warning: {} lookups found nothing", r.misses);
     }
     if let Some(p) = &a.json {
-        append_json(p, &r, a.cache_levels)?;
+        let io = if a.io == IoArg::Raw { "raw" } else { "file" };
+        append_json(p, &r, a.cache_levels, io)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -257,6 +274,7 @@ pub fn print_bench(r: &BenchResult) {
     println!("CPU per lookup: {:.6} us", r.cpu_us_per_op);
     println!("I/Os per lookup: {:.4}", r.ios_per_op);
     println!("Fallbacks: {}", r.fallbacks);
+    println!("Device reads per lookup: {:.4}", r.device_ios_per_op);
     if r.path.starts_with("xrp") {
         println!("VM engine: {}", storefn_kv::chain::engine_used().unwrap_or("none"));
     }
@@ -279,14 +297,15 @@ pub fn print_bench(r: &BenchResult) {
     );
 }
 
-fn append_json(p: &std::path::Path, r: &BenchResult, cache_levels: u32) -> CmdResult {
+fn append_json(p: &std::path::Path, r: &BenchResult, cache_levels: u32, io: &str) -> CmdResult {
     use std::io::Write as _;
     let obj = serde_json::json!({
         "path": r.path, "layers": r.layers, "threads": r.threads, "batch": r.batch,
         "requests": r.requests, "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us,
         "p50_us": r.p50_us, "p99_us": r.p99_us, "p999_us": r.p999_us,
         "cpu_us_per_op": r.cpu_us_per_op, "ios_per_op": r.ios_per_op, "fallbacks": r.fallbacks,
-        "p95_us": r.p95_us, "cache_levels": cache_levels,
+        "p95_us": r.p95_us, "cache_levels": cache_levels, "io": io,
+        "device_ios_per_op": r.device_ios_per_op,
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -72,3 +72,37 @@ fn io_probe_reports_o_direct_and_polling_modes() {
         assert!(s.contains(what), "{what} missing in {s}");
     }
 }
+
+#[test]
+fn io_bench_io_raw_falls_back_to_the_file_with_the_reason_when_the_device_is_refused() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let json = dir.join(format!("io-bench-raw-{}.json", std::process::id()));
+    let file = dir.join(format!("io-bench-raw-{}.dat", std::process::id()));
+    let out = storefn()
+        .args(["io", "bench", "--io", "raw", "--size-mb", "2", "--requests", "20"])
+        .args(["--warmup", "2", "--depth", "3", "--chains", "4"])
+        .arg("--file")
+        .arg(&file)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(doc["io_requested"], "raw");
+    assert_eq!(doc["stale_chains"], 0);
+    if doc["mode"] == "raw" {
+        println!("note: the target dir's device opens here; raw mode ran");
+        assert!(doc["raw_fallback"].is_null());
+    } else {
+        // On this machine target/ is on /dev/vda, which refuses opens (EPERM) even for root.
+        assert_eq!(doc["mode"], "direct");
+        let why = doc["raw_fallback"].as_str().unwrap();
+        assert!(why.contains("raw mode unavailable"), "{why}");
+        assert!(stdout.contains("--io raw unavailable, ran on the file path"), "{stdout}");
+    }
+}

@@ -198,3 +198,45 @@ fn get_with_user_programs() {
     assert_eq!(code, 1);
     assert!(err.starts_with("error: "), "{err}");
 }
+
+#[test]
+fn io_raw_on_the_engine_paths_answers_and_reports_device_reads() {
+    let d = dir("kv-raw");
+    let db = d.0.join("db");
+    let db = db.to_str().unwrap();
+    assert_eq!(storefn(&["kv", "create", db, "--layers", "2"]).0, 0);
+    for path in ["uring", "xrp", "xrp-batch"] {
+        let (code, out, err) =
+            storefn(&["kv", "get", db, "--key", "77", "--path", path, "--io", "raw"]);
+        assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 77).as_str()), "{path}: {err}");
+    }
+    let j = d.0.join("raw.jsonl");
+    let j = j.to_str().unwrap();
+    let (code, out, err) = storefn(&[
+        "kv",
+        "bench",
+        db,
+        "--path",
+        "xrp",
+        "--io",
+        "raw",
+        "--requests",
+        "200",
+        "--json",
+        j,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Device reads per lookup: "), "{out}");
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(j).unwrap().trim()).unwrap();
+    assert_eq!(line["io"], "raw");
+    assert_eq!(line["fallbacks"], 0);
+    // The temp dir is on /dev/vda here (EPERM even for root): the path says why and uses the
+    // file; where the device opens, every read goes to it.
+    let device = line["device_ios_per_op"].as_f64().unwrap();
+    if device == 0.0 {
+        assert!(err.contains("--io raw: ") && err.contains("raw mode unavailable"), "{err}");
+    } else {
+        assert!((device - line["ios_per_op"].as_f64().unwrap()).abs() < 1e-9, "{line}");
+    }
+}

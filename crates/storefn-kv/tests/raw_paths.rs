@@ -1,0 +1,123 @@
+//! `--io raw` on the engine paths: on an ext4 loop file system the test builds, uring, xrp and
+//! xrp-batch read the block device through the metadata digest and return exactly the values
+//! of the file path; on the temp dir's disk (virtio, EPERM) raw mode falls back to the file.
+//! Needs root for the loop device (skips with a message otherwise); always tears down.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use common::TempDir;
+use storefn_kv::bench::{open_path, PathOptions};
+use storefn_kv::format::bpfkv_value;
+use storefn_kv::path::Lookup;
+use storefn_kv::{create_bpfkv, NodeSize, Store};
+
+fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!("{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// ext4 on a loop device over a sparse image; Drop unmounts and detaches.
+struct LoopExt4 {
+    dir: TempDir,
+    dev: Option<String>,
+    mounted: bool,
+}
+
+impl LoopExt4 {
+    fn new() -> Option<Self> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: loop-device file systems need root");
+            return None;
+        }
+        let mut fs = Self { dir: TempDir::new("raw-loop"), dev: None, mounted: false };
+        let img = fs.dir.join("img");
+        std::fs::File::create(&img).unwrap().set_len(256 << 20).unwrap();
+        fs.dev = Some(run("losetup", &["--find", "--show", img.to_str().unwrap()]).ok()?);
+        let dev = fs.dev.clone().unwrap();
+        run("mkfs.ext4", &["-q", &dev]).expect("mkfs.ext4");
+        std::fs::create_dir(fs.mnt()).unwrap();
+        run("mount", &[&dev, fs.mnt().to_str().unwrap()]).expect("mount");
+        fs.mounted = true;
+        Some(fs)
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+}
+
+impl Drop for LoopExt4 {
+    fn drop(&mut self) {
+        let m = self.mnt();
+        if self.mounted && run("umount", &[m.to_str().unwrap()]).is_err() {
+            let _ = run("umount", &["-l", m.to_str().unwrap()]);
+        }
+        if let Some(d) = &self.dev {
+            let _ = run("losetup", &["-d", d]);
+        }
+    }
+}
+
+fn lookups(db: &Path, raw: bool) -> Vec<(String, u64, u64)> {
+    let keys: Vec<u64> = (0..29791u64).step_by(13).chain([29790, 29791]).collect();
+    let mut out = Vec::new();
+    for cache in [0, 1] {
+        let store = Arc::new(Store::open(db, cache).unwrap());
+        for name in ["uring", "xrp", "xrp-batch"] {
+            let opts = PathOptions { cache_bytes: 0, batch: 16, raw };
+            let mut path = open_path(name, &store, opts).unwrap();
+            let mut got: Vec<Lookup> = Vec::new();
+            path.get_many(&keys, &mut got).unwrap();
+            for (k, l) in keys.iter().zip(&got) {
+                let want = (*k < 29791).then(|| bpfkv_value(*k));
+                assert_eq!(l.value, want, "{name} raw {raw} cache {cache} key {k}");
+            }
+            let s = path.stats();
+            assert_eq!(s.fallbacks, 0, "{name}");
+            out.push((name.to_string(), s.ios, s.device_ios));
+        }
+    }
+    out
+}
+
+#[test]
+fn raw_engine_paths_read_the_device_and_match_the_file_path() {
+    let Some(fs) = LoopExt4::new() else { return };
+    let db = fs.mnt().join("db");
+    create_bpfkv(&db, NodeSize::B512, 3, &mut common::noop()).unwrap();
+    let file = lookups(&db, false);
+    let raw = lookups(&db, true);
+    for ((name, ios_f, dev_f), (_, ios_r, dev_r)) in file.iter().zip(&raw) {
+        assert_eq!(*dev_f, 0, "{name}: the file path never reads the device");
+        assert_eq!(ios_f, ios_r, "{name}: same reads");
+        assert_eq!(dev_r, ios_r, "{name}: every raw read went to the device");
+    }
+}
+
+#[test]
+fn raw_on_a_disk_that_refuses_device_access_falls_back_to_the_file() {
+    let dir = TempDir::new("raw-vda");
+    let db = dir.join("db");
+    create_bpfkv(&db, NodeSize::B512, 2, &mut common::noop()).unwrap();
+    let store = Arc::new(Store::open(&db, 0).unwrap());
+    let opts = PathOptions { cache_bytes: 0, batch: 4, raw: true };
+    let mut path = open_path("xrp", &store, opts).unwrap();
+    for k in [0u64, 500, 960] {
+        assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)));
+    }
+    let s = path.stats();
+    if s.device_ios > 0 {
+        println!("note: the temp dir's device opens here; raw mode was used");
+    } else {
+        assert_eq!(s.fallbacks, 0, "setup fallback is not a per-lookup fallback");
+    }
+}
