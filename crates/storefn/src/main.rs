@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod demo;
 mod io;
 mod kv;
+mod plot;
 mod prog;
 
 /// Run small, verified eBPF storage functions where the data is.
@@ -30,6 +31,8 @@ enum Cmd {
     Io(io::IoCmd),
     /// The README demo: build a small database, run every lookup path, compare.
     Demo(demo::DemoArgs),
+    /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
+    Plot(plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Cmd::Kv(c) => kv::run(&c),
         Cmd::Io(c) => io::run(&c),
         Cmd::Demo(a) => demo::run(&a),
+        Cmd::Plot(a) => plot::run(&a),
     };
     match result {
         Ok(code) => code,
