@@ -12,4 +12,14 @@ struct context {
 	__u64 size_i;
 };
 
+/* storefn helpers for λ programs (ids from STOREFN_HELPER_BASE = 0x1000; crates/storefn-vm/src/
+ * helpers.rs). Every pointer argument is checked against the invocation's regions: a range
+ * outside them aborts the invocation like a bad load or store. */
+/* Copies n bytes (ranges may overlap); returns 0. */
+static long (*const storefn_memcpy)(void *dst, const void *src, __u64 n) = (void *)0x1000;
+/* Sets n bytes to (unsigned char)c; returns 0. */
+static long (*const storefn_memset)(void *dst, int c, __u64 n) = (void *)0x1001;
+/* Compares n bytes: -1, 0 or 1. */
+static long (*const storefn_memcmp)(const void *a, const void *b, __u64 n) = (void *)0x1002;
+
 #endif

@@ -1,1 +1,66 @@
 //! storefn-io: the io_uring engine that runs storage functions on the completion path.
+//!
+//! An [`Engine`] owns one ring (one per thread), registered aligned buffers, registered files and
+//! a table of chain slots. A *chain* starts with one block read; each completed block is handed
+//! to a [`StorageFn`] with an XRP context; the function's `next_addr[]`/`size[]` requests are read
+//! next, concurrently, until it sets `done`. Semantics: docs/DESIGN.md, "Chains".
+
+pub mod digest;
+pub mod engine;
+pub mod error;
+pub mod file;
+pub mod limits;
+mod region;
+
+pub use engine::{ChainStats, Completion, Engine, EngineConfig, NoFunction};
+pub use error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
+pub use file::{FileId, IoMode, Target};
+pub use storefn_vm::{VmError, XrpCtx};
+
+/// A storage function as the engine calls it: one invocation per completed block.
+///
+/// `data` is the block's view (read-only, at most 4 KiB), `scratch` the chain's scratch; the
+/// engine has cleared `ctx.done`/`next_addr`/`size` and set `ctx.slot` before the call.
+pub trait StorageFn {
+    /// Runs the function once.
+    ///
+    /// # Errors
+    /// A fault (bad access, budget): the engine fails the chain with [`ChainError::Fault`].
+    fn invoke(&mut self, ctx: &mut XrpCtx, data: &[u8], scratch: &mut [u8])
+        -> Result<u64, VmError>;
+}
+
+impl<F> StorageFn for F
+where
+    F: FnMut(&mut XrpCtx, &[u8], &mut [u8]) -> Result<u64, VmError>,
+{
+    fn invoke(
+        &mut self,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        self(ctx, data, scratch)
+    }
+}
+
+/// Types a closure as a [`StorageFn`] (lets Rust infer the argument types).
+pub fn func<F>(f: F) -> F
+where
+    F: FnMut(&mut XrpCtx, &[u8], &mut [u8]) -> Result<u64, VmError>,
+{
+    f
+}
+
+/// A verified eBPF program of type `xrp`, run by the JIT or the interpreter. `run_xrp` points
+/// `ctx.data`/`ctx.scratch` at the slices and bounds every access by them (data read-only).
+impl StorageFn for storefn_vm::Instance {
+    fn invoke(
+        &mut self,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        self.run_xrp(ctx, data, scratch)
+    }
+}

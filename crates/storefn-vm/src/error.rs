@@ -16,4 +16,8 @@ pub enum VmError {
     CallDepth { insn: usize, max: usize },
     #[error("insn #{insn}: helper {helper}: {reason}")]
     Helper { insn: usize, helper: u32, reason: String },
+    /// Only reachable by running a program the verifier would reject (the interpreter stays
+    /// safe on any input).
+    #[error("insn #{insn}: invalid instruction: {reason}")]
+    Invalid { insn: usize, reason: &'static str },
 }

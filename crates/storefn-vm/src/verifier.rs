@@ -1,1 +1,588 @@
-//! (filled in by its issue)
+//! Static checks run before a program may be compiled or interpreted.
+//!
+//! The verifier does not prove memory safety (every access is checked at run time against the
+//! invocation's regions) nor termination (the back-jump budget bounds loops). It proves the
+//! properties the engines rely on to stay simple and identical:
+//! - every opcode is in the RFC 9669 allow-list with valid fields (registers r0-r10, offsets
+//!   meaningful for the operation, known atomic operations, `lddw` with src = 0 only);
+//! - `lddw` pairs are intact; global relocations point at `lddw` slots inside the image;
+//! - jumps stay inside their function and never land on the second half of an `lddw`;
+//! - no function falls through its end; r10 is never written;
+//! - no register is read before it is written on some path (forward dataflow over the CFG,
+//!   interprocedural for the argument registers of BPF-to-BPF calls);
+//! - static call depth <= [`MAX_CALL_DEPTH`], no recursion; stack accesses through r10 stay in
+//!   the 512-byte frame; at most [`MAX_INSNS`] slots; helper ids in the program type's table.
+//!
+//! Every rejection reads `insn #N: <reason>`.
+
+use crate::helpers;
+use crate::insn::{
+    Insn, BPF_ALU, BPF_ALU64, BPF_ATOMIC, BPF_CALL, BPF_DIV, BPF_DW, BPF_END, BPF_EXIT, BPF_JA,
+    BPF_JMP, BPF_JMP32, BPF_LD, BPF_LDX, BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_NEG,
+    BPF_PSEUDO_CALL, BPF_ST, BPF_STX, BPF_W, BPF_X,
+};
+use crate::interp::{atomic, size_bytes};
+use crate::program::{ProgType, Program, MAX_CALL_DEPTH, MAX_INSNS, STACK_FRAME_BYTES};
+
+/// The frame pointer register.
+const R10: u8 = 10;
+/// Argument registers r1-r5 as a bit set.
+const ARGS: u16 = 0b11_1110;
+/// What a program passed the verifier with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifyStats {
+    /// Instruction slots (an `lddw` counts two).
+    pub insns: usize,
+    /// Entry function plus BPF-to-BPF subprograms.
+    pub functions: usize,
+    /// Deepest static call chain, in frames (1 = no calls).
+    pub max_call_depth: usize,
+}
+
+/// A rejection: the instruction index and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("insn #{insn}: {reason}")]
+#[non_exhaustive]
+pub struct VerifyError {
+    pub insn: usize,
+    pub reason: String,
+}
+
+fn err<T>(insn: usize, reason: impl Into<String>) -> Result<T, VerifyError> {
+    Err(VerifyError { insn, reason: reason.into() })
+}
+
+/// Lower-case name used in messages and the CLI.
+#[must_use]
+pub fn type_name(t: ProgType) -> &'static str {
+    match t {
+        ProgType::Xrp => "xrp",
+        ProgType::Lambda => "lambda",
+    }
+}
+
+/// Checks `prog`; see the module documentation for the list.
+///
+/// # Errors
+/// The first violation found, as `insn #N: reason`.
+pub fn verify(prog: &Program) -> Result<VerifyStats, VerifyError> {
+    let insns = &prog.insns;
+    if insns.is_empty() {
+        return err(0, "empty program");
+    }
+    if insns.len() > MAX_INSNS {
+        return err(
+            MAX_INSNS,
+            format!("program has {} slots, the limit is {MAX_INSNS}", insns.len()),
+        );
+    }
+    let second = lddw_halves(insns)?;
+    for (pc, i) in insns.iter().enumerate() {
+        if !second[pc] {
+            check_insn(prog.prog_type, pc, *i)?;
+        }
+    }
+    check_relocs(prog, &second)?;
+    let funcs = functions(insns, &second)?;
+    for f in 0..funcs.len() {
+        check_function(insns, &second, &funcs, f)?;
+    }
+    let (order, depth) = call_graph(insns, &second, &funcs)?;
+    let mut needs = vec![0u16; funcs.len()];
+    let mut returns = vec![false; funcs.len()];
+    for f in order {
+        let (n, r) = dataflow(insns, &second, &funcs, f, &needs, &returns)?;
+        needs[f] = n;
+        returns[f] = r;
+    }
+    Ok(VerifyStats { insns: insns.len(), functions: funcs.len(), max_call_depth: depth })
+}
+
+/// Marks the second slot of every `lddw` and checks the pairs.
+fn lddw_halves(insns: &[Insn]) -> Result<Vec<bool>, VerifyError> {
+    let mut second = vec![false; insns.len()];
+    let mut pc = 0;
+    while pc < insns.len() {
+        if insns[pc].is_lddw() {
+            let Some(hi) = insns.get(pc + 1) else {
+                return err(pc, "lddw is missing its second slot");
+            };
+            if hi.op != 0 || hi.dst != 0 || hi.src != 0 || hi.off != 0 {
+                return err(pc + 1, "malformed second slot of lddw");
+            }
+            second[pc + 1] = true;
+            pc += 2;
+        } else {
+            pc += 1;
+        }
+    }
+    Ok(second)
+}
+
+fn check_reg(pc: usize, r: u8) -> Result<(), VerifyError> {
+    if r > R10 {
+        return err(pc, format!("invalid register r{r}"));
+    }
+    Ok(())
+}
+
+fn check_dst_writable(pc: usize, r: u8) -> Result<(), VerifyError> {
+    check_reg(pc, r)?;
+    if r == R10 {
+        return err(pc, "r10 is read-only");
+    }
+    Ok(())
+}
+
+fn unknown(pc: usize, i: Insn) -> Result<(), VerifyError> {
+    err(pc, format!("unknown opcode {:#04x}", i.op))
+}
+
+/// The opcode allow-list (RFC 9669) and field checks of one instruction.
+fn check_insn(t: ProgType, pc: usize, i: Insn) -> Result<(), VerifyError> {
+    // Unused register fields must be valid too: the engines rely on every field being <= r10.
+    check_reg(pc, i.dst)?;
+    check_reg(pc, i.src)?;
+    match i.class() {
+        BPF_ALU | BPF_ALU64 => check_alu(pc, i),
+        BPF_JMP | BPF_JMP32 => check_jmp(t, pc, i),
+        BPF_LD => {
+            if !i.is_lddw() {
+                return err(pc, format!("unsupported legacy load {:#04x}", i.op));
+            }
+            if i.src != 0 {
+                return err(
+                    pc,
+                    format!("lddw with src={} (map and pseudo loads are not supported)", i.src),
+                );
+            }
+            check_dst_writable(pc, i.dst)
+        }
+        BPF_LDX => {
+            let sx_ok = i.op & 0x18 != BPF_DW;
+            match i.op & 0xe0 {
+                BPF_MEM => {}
+                BPF_MEMSX if sx_ok => {}
+                _ => return unknown(pc, i),
+            }
+            check_reg(pc, i.src)?;
+            check_dst_writable(pc, i.dst)?;
+            check_stack(pc, i.src, i.off, size_bytes(i.op))
+        }
+        BPF_ST => {
+            if i.op & 0xe0 != BPF_MEM {
+                return unknown(pc, i);
+            }
+            check_reg(pc, i.dst)?;
+            check_stack(pc, i.dst, i.off, size_bytes(i.op))
+        }
+        _ => check_stx(pc, i),
+    }
+}
+
+fn check_stx(pc: usize, i: Insn) -> Result<(), VerifyError> {
+    match i.op & 0xe0 {
+        BPF_MEM => {}
+        BPF_ATOMIC => {
+            let size = i.op & 0x18;
+            if size != BPF_W && size != BPF_DW {
+                return err(pc, "atomic operation must be 32 or 64 bits wide");
+            }
+            let base = i.imm & !atomic::FETCH;
+            let known = [atomic::ADD, atomic::OR, atomic::AND, atomic::XOR].contains(&base)
+                || i.imm == atomic::XCHG
+                || i.imm == atomic::CMPXCHG;
+            if !known {
+                return err(pc, format!("unknown atomic operation {:#x}", i.imm));
+            }
+            if i.imm & atomic::FETCH != 0 && i.imm != atomic::CMPXCHG {
+                check_dst_writable(pc, i.src)?;
+            }
+        }
+        _ => return unknown(pc, i),
+    }
+    check_reg(pc, i.src)?;
+    check_reg(pc, i.dst)?;
+    check_stack(pc, i.dst, i.off, size_bytes(i.op))
+}
+
+/// Accesses through r10 must stay inside the current 512-byte frame.
+fn check_stack(pc: usize, base: u8, off: i16, n: u64) -> Result<(), VerifyError> {
+    if base != R10 {
+        return Ok(());
+    }
+    let off = i64::from(off);
+    let frame = STACK_FRAME_BYTES as i64;
+    let n = n as i64;
+    if off < -frame || off + n > 0 {
+        return err(
+            pc,
+            format!("stack access r10{off:+} of {n} bytes is outside the {frame}-byte frame"),
+        );
+    }
+    Ok(())
+}
+
+fn check_alu(pc: usize, i: Insn) -> Result<(), VerifyError> {
+    let is64 = i.class() == BPF_ALU64;
+    let x = i.op & BPF_X != 0;
+    let ok = match i.op & 0xf0 {
+        BPF_DIV | BPF_MOD => i.off == 0 || i.off == 1,
+        BPF_NEG => !x && i.off == 0,
+        BPF_MOV if x => matches!(i.off, 0 | 8 | 16) || (is64 && i.off == 32),
+        BPF_END => !(is64 && x) && i.off == 0 && matches!(i.imm, 16 | 32 | 64),
+        0xe0 | 0xf0 => false,
+        _ => i.off == 0,
+    };
+    if !ok {
+        return err(
+            pc,
+            format!("invalid ALU instruction {:#04x} (off={}, imm={})", i.op, i.off, i.imm),
+        );
+    }
+    if x && i.op & 0xf0 != BPF_END {
+        check_reg(pc, i.src)?;
+    }
+    check_dst_writable(pc, i.dst)
+}
+
+fn check_jmp(t: ProgType, pc: usize, i: Insn) -> Result<(), VerifyError> {
+    let is32 = i.class() == BPF_JMP32;
+    match i.op & 0xf0 {
+        BPF_JA => {
+            if i.op & BPF_X != 0 {
+                return unknown(pc, i);
+            }
+        }
+        BPF_CALL => {
+            if is32 || i.op & BPF_X != 0 {
+                return unknown(pc, i);
+            }
+            match i.src {
+                0 if !helpers::allowed(t, i.imm as u32) => {
+                    return err(
+                        pc,
+                        format!("unknown helper {} for {} programs", i.imm, type_name(t)),
+                    );
+                }
+                0 | BPF_PSEUDO_CALL => {}
+                s => return err(pc, format!("unsupported call kind src={s}")),
+            }
+        }
+        BPF_EXIT => {
+            if is32 || i.op & BPF_X != 0 {
+                return unknown(pc, i);
+            }
+        }
+        0xe0 | 0xf0 => return unknown(pc, i),
+        _ => {
+            check_reg(pc, i.dst)?;
+            if i.op & BPF_X != 0 {
+                check_reg(pc, i.src)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_relocs(prog: &Program, second: &[bool]) -> Result<(), VerifyError> {
+    let mut last = None;
+    for &(pc, off) in &prog.global_relocs {
+        if last.is_some_and(|l| l >= pc) {
+            return err(pc, "global relocations are not sorted by instruction");
+        }
+        last = Some(pc);
+        if !prog.insns.get(pc).is_some_and(Insn::is_lddw) || second[pc] {
+            return err(pc, "global relocation on an instruction that is not lddw");
+        }
+        if off > prog.globals.len() as u64 {
+            return err(
+                pc,
+                format!("global offset {off} is outside the {}-byte image", prog.globals.len()),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Target of the jump or call at `pc` with relative offset `rel`, if it is a valid slot.
+fn rel_target(insns: &[Insn], pc: usize, rel: i64) -> Option<usize> {
+    let t = i64::try_from(pc).ok()? + rel + 1;
+    usize::try_from(t).ok().filter(|&t| t < insns.len())
+}
+
+fn jump_rel(i: Insn) -> Option<i64> {
+    let op = i.op & 0xf0;
+    if !(i.class() == BPF_JMP || i.class() == BPF_JMP32) || op == BPF_CALL || op == BPF_EXIT {
+        return None;
+    }
+    Some(if i.class() == BPF_JMP32 && op == BPF_JA { i64::from(i.imm) } else { i64::from(i.off) })
+}
+
+fn is_pseudo_call(i: Insn) -> bool {
+    i.op == BPF_JMP | BPF_CALL && i.src == BPF_PSEUDO_CALL
+}
+
+/// Function boundaries: entry at 0 plus every BPF-to-BPF call target; sorted start slots.
+fn functions(insns: &[Insn], second: &[bool]) -> Result<Vec<usize>, VerifyError> {
+    let mut starts = vec![0];
+    for (pc, i) in insns.iter().enumerate() {
+        if second[pc] || !is_pseudo_call(*i) {
+            continue;
+        }
+        let Some(t) = rel_target(insns, pc, i64::from(i.imm)) else {
+            return err(pc, "call target is outside the program");
+        };
+        if second[t] {
+            return err(pc, format!("call into the middle of lddw at #{}", t - 1));
+        }
+        starts.push(t);
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    Ok(starts)
+}
+
+fn func_range(insns: &[Insn], funcs: &[usize], f: usize) -> (usize, usize) {
+    (funcs[f], funcs.get(f + 1).copied().unwrap_or(insns.len()))
+}
+
+fn func_of(funcs: &[usize], pc: usize) -> usize {
+    funcs.partition_point(|&s| s <= pc) - 1
+}
+
+/// Jumps stay inside the function; the last instruction does not fall through.
+fn check_function(
+    insns: &[Insn],
+    second: &[bool],
+    funcs: &[usize],
+    f: usize,
+) -> Result<(), VerifyError> {
+    let (start, end) = func_range(insns, funcs, f);
+    for pc in start..end {
+        let i = insns[pc];
+        if second[pc] {
+            continue;
+        }
+        if let Some(rel) = jump_rel(i) {
+            let t = rel_target(insns, pc, rel).filter(|&t| t >= start && t < end);
+            let Some(t) = t else {
+                return err(
+                    pc,
+                    format!("jump target {} is outside the function", pc as i64 + rel + 1),
+                );
+            };
+            if second[t] {
+                return err(pc, format!("jump into the middle of lddw at #{}", t - 1));
+            }
+        }
+    }
+    let last = if second[end - 1] { end - 2 } else { end - 1 };
+    let i = insns[last];
+    let ends = i.op == BPF_JMP | BPF_EXIT || (jump_rel(i).is_some() && i.op & 0xf0 == BPF_JA);
+    if !ends {
+        return err(last, "falls through past the end of the function");
+    }
+    Ok(())
+}
+
+/// Checks recursion and depth; returns functions callees-first and the deepest chain.
+fn call_graph(
+    insns: &[Insn],
+    second: &[bool],
+    funcs: &[usize],
+) -> Result<(Vec<usize>, usize), VerifyError> {
+    let callees: Vec<Vec<(usize, usize)>> = (0..funcs.len())
+        .map(|f| {
+            let (s, e) = func_range(insns, funcs, f);
+            (s..e)
+                .filter(|&pc| is_pseudo_call(insns[pc]) && !second[pc])
+                .filter_map(|pc| {
+                    let t = rel_target(insns, pc, i64::from(insns[pc].imm))?;
+                    Some((pc, func_of(funcs, t)))
+                })
+                .collect()
+        })
+        .collect();
+    // Iterative DFS: 0 = unvisited, 1 = on the stack, 2 = done.
+    let mut state = vec![0u8; funcs.len()];
+    let mut height = vec![1usize; funcs.len()];
+    let mut order = Vec::new();
+    let mut stack = vec![(0usize, 0usize)];
+    state[0] = 1;
+    while let Some(&mut (f, ref mut k)) = stack.last_mut() {
+        if let Some(&(pc, g)) = callees[f].get(*k) {
+            *k += 1;
+            match state[g] {
+                1 => return err(pc, format!("recursive call to the function at #{}", funcs[g])),
+                0 => {
+                    state[g] = 1;
+                    stack.push((g, 0));
+                }
+                _ => {}
+            }
+            if stack.len() > MAX_CALL_DEPTH {
+                return err(pc, format!("call depth exceeds {MAX_CALL_DEPTH} frames"));
+            }
+        } else {
+            height[f] = 1 + callees[f].iter().map(|&(_, g)| height[g]).max().unwrap_or(0);
+            state[f] = 2;
+            order.push(f);
+            stack.pop();
+        }
+    }
+    // A finished callee reached again through another path can still make a chain too deep.
+    check_depth(&callees, &height, 0, 1)?;
+    // Functions never called from the entry are still checked (they may be called via a path
+    // the entry does not take; cheap to be thorough).
+    for f in 0..funcs.len() {
+        if state[f] == 0 {
+            order.insert(0, f);
+            height[f] = 1;
+        }
+    }
+    Ok((order, height[0]))
+}
+
+fn check_depth(
+    callees: &[Vec<(usize, usize)>],
+    height: &[usize],
+    f: usize,
+    level: usize,
+) -> Result<(), VerifyError> {
+    if level + height[f] - 1 <= MAX_CALL_DEPTH {
+        return Ok(());
+    }
+    for &(pc, g) in &callees[f] {
+        if level + height[g] > MAX_CALL_DEPTH {
+            if level + 1 > MAX_CALL_DEPTH {
+                return err(pc, format!("call depth exceeds {MAX_CALL_DEPTH} frames"));
+            }
+            return check_depth(callees, height, g, level + 1);
+        }
+    }
+    Ok(())
+}
+
+/// Registers an instruction reads and writes, as bit sets (r0 = bit 0).
+fn uses_defs(i: Insn) -> (u16, u16) {
+    let d = 1u16 << (i.dst & 15);
+    let s = 1u16 << (i.src & 15);
+    let x = i.op & BPF_X != 0;
+    match i.class() {
+        BPF_ALU | BPF_ALU64 => {
+            let op = i.op & 0xf0;
+            let src = if x && op != BPF_END { s } else { 0 };
+            let dst = if op == BPF_MOV { 0 } else { d };
+            (src | dst, d)
+        }
+        BPF_LD => (0, d),
+        BPF_LDX => (s, d),
+        BPF_ST => (d, 0),
+        BPF_STX if i.op & 0xe0 == BPF_ATOMIC => {
+            if i.imm == atomic::CMPXCHG {
+                (d | s | 1, 1)
+            } else if i.imm & atomic::FETCH != 0 {
+                (d | s, s)
+            } else {
+                (d | s, 0)
+            }
+        }
+        BPF_STX => (d | s, 0),
+        _ => match i.op & 0xf0 {
+            BPF_JA | BPF_CALL | BPF_EXIT => (0, 0),
+            _ => (d | if x { s } else { 0 }, 0),
+        },
+    }
+}
+
+/// Argument registers a helper reads (r1..rN).
+fn helper_args(id: u32) -> u16 {
+    match id {
+        helpers::BPF_TRACE_PRINTK => 0b110,
+        _ => 0b1110,
+    }
+}
+
+fn first_reg(bits: u16) -> u16 {
+    bits.trailing_zeros() as u16
+}
+
+/// Forward "definitely written" dataflow over function `f`. Returns the argument registers the
+/// function may read before writing (its callers must have written them) and whether r0 is
+/// written on every path to `exit`.
+fn dataflow(
+    insns: &[Insn],
+    second: &[bool],
+    funcs: &[usize],
+    f: usize,
+    needs_of: &[u16],
+    returns_of: &[bool],
+) -> Result<(u16, bool), VerifyError> {
+    let (start, end) = func_range(insns, funcs, f);
+    // State per slot: (definitely written, may still hold the caller's argument).
+    let mut state: Vec<Option<(u16, u16)>> = vec![None; end - start];
+    let entry = if f == 0 { (0b10, 0) } else { (ARGS, ARGS) };
+    let entry = (entry.0 | 1 << R10, entry.1);
+    state[0] = Some(entry);
+    let mut work = vec![start];
+    let mut needs = 0u16;
+    let mut returns = true;
+    while let Some(pc) = work.pop() {
+        let Some((mut init, mut untouched)) = state[pc - start] else { continue };
+        let i = insns[pc];
+        let (mut uses, mut defs) = uses_defs(i);
+        let mut clobber = 0u16;
+        let is_call = i.op == BPF_JMP | BPF_CALL;
+        if is_call {
+            clobber = ARGS;
+            if i.src == BPF_PSEUDO_CALL {
+                let g = rel_target(insns, pc, i64::from(i.imm)).map_or(0, |t| func_of(funcs, t));
+                uses = needs_of[g];
+                defs = u16::from(returns_of[g]);
+            } else {
+                uses = helper_args(i.imm as u32);
+                defs = 1;
+            }
+        }
+        if i.op == BPF_JMP | BPF_EXIT {
+            if init & 1 == 0 {
+                if f == 0 {
+                    return err(pc, "r0 is not set before exit");
+                }
+                returns = false;
+            }
+            continue;
+        }
+        let missing = uses & !init;
+        if missing != 0 {
+            return err(pc, format!("r{} is read before it is written", first_reg(missing)));
+        }
+        needs |= uses & untouched;
+        init = (init & !clobber) | defs;
+        untouched &= !(clobber | defs);
+        let mut succ = [None, None];
+        if let Some(rel) = jump_rel(i) {
+            succ[0] = rel_target(insns, pc, rel);
+            if i.op & 0xf0 != BPF_JA {
+                succ[1] = Some(pc + 1);
+            }
+        } else {
+            succ[0] = Some(pc + if i.is_lddw() { 2 } else { 1 });
+        }
+        for s in succ.into_iter().flatten() {
+            if s < start || s >= end || second[s] {
+                continue; // checked by check_function; unreachable here
+            }
+            let new = match state[s - start] {
+                None => (init, untouched),
+                Some((a, b)) => (a & init, b | untouched),
+            };
+            if state[s - start] != Some(new) {
+                state[s - start] = Some(new);
+                work.push(s);
+            }
+        }
+    }
+    Ok((needs, returns))
+}

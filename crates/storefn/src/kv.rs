@@ -1,28 +1,449 @@
-//! `storefn kv ...`
+//! `storefn kv ...`: create BPF-KV databases, look keys up through every path, range, bench.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
+use storefn_kv::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::format::value_text;
+use storefn_kv::range::{aggregate, Agg, RangeScan};
+use storefn_kv::{create_bpfkv, LookupPath, NodeSize, Store};
 
 use crate::CmdResult;
 
+/// Chains in flight per thread for `--path xrp-batch` when `--batch` is not given.
+const DEFAULT_XRP_BATCH: usize = 32;
+
 #[derive(Debug, Subcommand)]
 pub enum KvCmd {
-    /// Print BPF-KV database sizes by layer count for 512 B nodes.
-    Sizes,
+    /// Create a BPF-KV database (keys 0..F^layers, values sprintf("%63lu", key)) and DB.meta.
+    Create {
+        db: PathBuf,
+        #[arg(long)]
+        layers: u32,
+        /// 512 (BPF-KV, fan-out 31) or 4096 (fan-out 255, for 4 KiB-block devices).
+        #[arg(long, default_value_t = 512)]
+        node_size: u64,
+    },
+    /// Insert or update a key (durable on return); value: text, NUL-padded to 64 bytes.
+    Put {
+        db: PathBuf,
+        #[arg(long)]
+        key: u64,
+        #[arg(long)]
+        value: String,
+    },
+    /// Merge the WAL's memtable into a new tree file and swap it in atomically.
+    Compact { db: PathBuf },
+    /// Crash-test driver: `count` random puts, printing `ack KEY` once each is durable.
+    #[command(hide = true)]
+    PutStream {
+        db: PathBuf,
+        #[arg(long)]
+        count: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Memtable limit in bytes (small values force frequent compactions).
+        #[arg(long, default_value_t = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES)]
+        memtable_bytes: usize,
+        /// Puts submitted together per group commit.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+    },
+    /// Look one key up; prints the value as text, or `not found` (exit 1).
+    Get {
+        db: PathBuf,
+        #[arg(long)]
+        key: u64,
+        #[command(flatten)]
+        opts: PathOpts,
+        /// Run this XRP-style program (ELF .o) instead of the built-in one (scratch ABI:
+        /// docs/FORMAT.md, "Lookup scratch ABI"): over the io engine with --path xrp|xrp-batch,
+        /// else over pread. A failing program is an error (no fallback).
+        #[arg(long)]
+        prog: Option<PathBuf>,
+        /// ELF section of the program in --prog (default: the first XRP section).
+        #[arg(long, requires = "prog")]
+        section: Option<String>,
+    },
+    /// Look many keys up; prints `KEY VALUE` or `KEY not found` per key.
+    Multiget {
+        db: PathBuf,
+        /// Comma-separated keys.
+        #[arg(long, value_delimiter = ',', conflicts_with = "random")]
+        keys: Vec<u64>,
+        /// N random keys in 0..key count (with --seed).
+        #[arg(long)]
+        random: Option<u64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        opts: PathOpts,
+    },
+    /// Entries with keys in [begin, end] (inclusive), or an aggregate of them. `sum`, `min` and
+    /// `max` read the first 8 bytes of each value as a u64, little-endian, as BPF-KV does
+    /// (for create's values those bytes are ASCII spaces/digits).
+    Range {
+        db: PathBuf,
+        #[arg(long)]
+        begin: u64,
+        #[arg(long)]
+        end: u64,
+        /// sum|min|max|count (sum wraps at 2^64).
+        #[arg(long)]
+        agg: Option<String>,
+        /// xrp: the resumable kv_range storage function (32 results per call; 512 B nodes);
+        /// read: leaf scan with pread. Default: xrp for 512 B nodes, read for 4096 B.
+        #[arg(long)]
+        path: Option<String>,
+    },
+    /// Lookup benchmark; prints BPF-KV's driver lines, then p50, CPU per lookup, fallbacks.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    pub db: PathBuf,
+    /// Measured lookups in all (split over threads).
+    #[arg(long, default_value_t = 100_000)]
+    pub requests: u64,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// read | uring | xrp | xrp-batch | device (random single-block reads: the physical reference)
+    #[arg(long, default_value = "read")]
+    pub path: String,
+    /// Lookups (device: block reads) in flight per thread on batching paths
+    /// [default: 32 for xrp-batch, else 1].
+    #[arg(long)]
+    pub batch: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub cache_levels: u32,
+    /// LRU block cache per thread, bytes, on the read and uring paths (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub cache_bytes: u64,
+    /// uniform | zipf:THETA
+    #[arg(long, default_value = "uniform")]
+    pub dist: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Unmeasured lookups per thread before the run.
+    #[arg(long, default_value_t = 1000)]
+    pub warmup: u64,
+    /// Append one JSON object (one line) per run to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Options shared by every lookup command.
+#[derive(Debug, Args)]
+pub struct PathOpts {
+    /// read | uring | xrp | xrp-batch
+    #[arg(long, default_value = "read")]
+    pub path: String,
+    /// Keep the top k levels in memory and start reads below them.
+    #[arg(long, default_value_t = 0)]
+    pub cache_levels: u32,
+    /// LRU block cache per thread, in bytes, on the read and uring paths (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub cache_bytes: u64,
+}
+
+/// The lookup path called `name` over `store`.
+pub fn make_path(
+    name: &str,
+    store: &Arc<Store>,
+    cache_bytes: u64,
+) -> Result<Box<dyn LookupPath>, Box<dyn std::error::Error>> {
+    Ok(open_path(name, store, PathOptions { cache_bytes, batch: 32 })?)
 }
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
     match cmd {
-        KvCmd::Sizes => {
-            // 512 B nodes with fan-out 31, 64 B values (docs/FORMAT.md).
-            let mut nodes: u64 = 0;
-            for layers in 1..=6u32 {
-                nodes += 31u64.pow(layers - 1);
-                let bytes = nodes * 512 + 31u64.pow(layers) * 64;
-                println!("layers {layers}: {bytes} bytes");
+        KvCmd::Create { db, layers, node_size } => create(db, *layers, *node_size),
+        KvCmd::Put { db, key, value } => {
+            let v = put_value(value)?;
+            storefn_kv::db::Db::open(db)?.put(*key, &v)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        KvCmd::Compact { db } => {
+            storefn_kv::db::Db::open(db)?.compact()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        KvCmd::PutStream { db, count, seed, memtable_bytes, batch } => {
+            put_stream(db, *count, *seed, *memtable_bytes, *batch)
+        }
+        KvCmd::Get { db, key, opts, prog, section } => {
+            // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
+            if prog.is_none() {
+                if let Some(v) = storefn_kv::db::logged_value(db, *key)? {
+                    println!("{}", value_text(&v));
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            let store = Arc::new(Store::open(db, opts.cache_levels)?);
+            let found = match prog {
+                Some(p) if matches!(opts.path.as_str(), "xrp" | "xrp-batch") => {
+                    let elf = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                    let src =
+                        storefn_kv::xrp_paths::ProgSource::User { elf, section: section.clone() };
+                    storefn_kv::xrp_paths::XrpPath::new(Arc::clone(&store), &src, false, 1, None)
+                        .and_then(|mut x| x.get(*key))
+                        .map_err(|e| format!("{}: {e}", p.display()))?
+                }
+                Some(p) => run_user_prog(&store, *key, p, section.as_deref())?,
+                None => make_path(&opts.path, &store, opts.cache_bytes)?.get(*key)?,
+            };
+            match found {
+                Some(v) => {
+                    println!("{}", value_text(&v));
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    println!("not found");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        KvCmd::Multiget { db, keys, random, seed, opts } => {
+            let store = Arc::new(Store::open(db, opts.cache_levels)?);
+            let keys = match random {
+                Some(n) => random_keys(*n, *seed, store.meta().key_count),
+                None if keys.is_empty() => return Err("give --keys or --random".into()),
+                None => keys.clone(),
+            };
+            let mut path = make_path(&opts.path, &store, opts.cache_bytes)?;
+            let mut out = Vec::with_capacity(keys.len());
+            path.get_many(&keys, &mut out)?;
+            let mut missing = 0;
+            for (k, l) in keys.iter().zip(&out) {
+                match &l.value {
+                    Some(v) => println!("{k} {}", value_text(v)),
+                    None => {
+                        missing += 1;
+                        println!("{k} not found");
+                    }
+                }
+            }
+            Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        KvCmd::Range { db, begin, end, agg, path } => {
+            let store = Store::open(db, 0)?;
+            let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
+            let default = if store.node_size() == NodeSize::B512 { "xrp" } else { "read" };
+            let (entries, value) = match path.as_deref().unwrap_or(default) {
+                "read" => {
+                    let e = RangeScan::new(&store).collect(*begin, *end)?;
+                    let v = agg.and_then(|a| aggregate(a, e.iter().map(|(_, v)| v)));
+                    (e, v)
+                }
+                "xrp" => {
+                    let mut ch = storefn_kv::xrp_paths::EngineChain::new(
+                        &store,
+                        storefn_progs::must("kv_range"),
+                        None,
+                    )?;
+                    let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
+                    let o = storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, agg)?;
+                    (o.entries, o.agg)
+                }
+                p => return Err(format!("--path {p}: expected read|xrp").into()),
+            };
+            match agg {
+                None => {
+                    for (k, v) in &entries {
+                        println!("{k} {}", value_text(v));
+                    }
+                }
+                Some(_) => match value {
+                    Some(x) => println!("{x}"),
+                    None => println!("empty range"),
+                },
             }
             Ok(ExitCode::SUCCESS)
         }
+        KvCmd::Bench(a) => bench(a),
     }
+}
+
+fn bench(a: &BenchArgs) -> CmdResult {
+    let store = Arc::new(Store::open(&a.db, a.cache_levels)?);
+    let cfg = BenchConfig {
+        path: a.path.clone(),
+        threads: a.threads,
+        requests: a.requests,
+        batch: a.batch.unwrap_or(if a.path == "xrp-batch" { DEFAULT_XRP_BATCH } else { 1 }),
+        warmup: a.warmup,
+        dist: a.dist.parse::<Dist>()?,
+        seed: a.seed,
+        cache_bytes: a.cache_bytes,
+    };
+    let r = storefn_kv::bench::run(&store, &cfg)?;
+    print_bench(&r);
+    if r.misses > 0 {
+        eprintln!("warning: {} lookups found nothing", r.misses);
+    }
+    if let Some(p) = &a.json {
+        append_json(p, &r, a.cache_levels)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// BPF-KV's driver lines verbatim, then ours, then one stable summary line.
+pub fn print_bench(r: &BenchResult) {
+    println!("Average throughput: {:.6} op/s latency: {:.6} usec", r.ops_per_sec, r.mean_us);
+    println!("95%   latency: {:.6} us", r.p95_us);
+    println!("99%   latency: {:.6} us", r.p99_us);
+    println!("99.9% latency: {:.6} us", r.p999_us);
+    println!("Percentage of requests with latency >= 1ms: {:.4}%", r.pct_over_1ms);
+    println!("50%   latency: {:.6} us", r.p50_us);
+    println!("CPU per lookup: {:.6} us", r.cpu_us_per_op);
+    println!("I/Os per lookup: {:.4}", r.ios_per_op);
+    println!("Fallbacks: {}", r.fallbacks);
+    if r.path.starts_with("xrp") {
+        println!("VM engine: {}", storefn_kv::chain::engine_used().unwrap_or("none"));
+    }
+    println!(
+        "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
+         p50_us={:.3} p99_us={:.3} p999_us={:.3} cpu_us_per_op={:.3} ios_per_op={:.3} fallbacks={}",
+        r.path,
+        r.layers,
+        r.threads,
+        r.batch,
+        r.requests,
+        r.ops_per_sec,
+        r.mean_us,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.cpu_us_per_op,
+        r.ios_per_op,
+        r.fallbacks
+    );
+}
+
+fn append_json(p: &std::path::Path, r: &BenchResult, cache_levels: u32) -> CmdResult {
+    use std::io::Write as _;
+    let obj = serde_json::json!({
+        "path": r.path, "layers": r.layers, "threads": r.threads, "batch": r.batch,
+        "requests": r.requests, "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us,
+        "p50_us": r.p50_us, "p99_us": r.p99_us, "p999_us": r.p999_us,
+        "cpu_us_per_op": r.cpu_us_per_op, "ios_per_op": r.ios_per_op, "fallbacks": r.fallbacks,
+        "p95_us": r.p95_us, "cache_levels": cache_levels,
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    writeln!(f, "{obj}").map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a user's XRP-style program for one lookup (scratch ABI: docs/FORMAT.md).
+fn run_user_prog(
+    store: &Store,
+    key: u64,
+    prog: &std::path::Path,
+    section: Option<&str>,
+) -> Result<Option<[u8; 64]>, Box<dyn std::error::Error>> {
+    use storefn_kv::format::{LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, SCRATCH_BYTES};
+    use storefn_kv::Step;
+    let elf = std::fs::read(prog).map_err(|e| format!("{}: {e}", prog.display()))?;
+    let mut inst = storefn_kv::chain::instance(&elf, section)
+        .map_err(|e| format!("{}: {e}", prog.display()))?;
+    let Step::Node { offset, .. } = store.start(key)? else {
+        return Err("--prog needs at least one uncached level (lower --cache-levels)".into());
+    };
+    let mut scratch = vec![0u8; SCRATCH_BYTES];
+    scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
+    let nb = store.node_size().bytes() as u64;
+    storefn_kv::chain::run_pread(store, &mut inst, offset, nb, &mut scratch)
+        .map_err(|e| format!("{}: {e}", prog.display()))?;
+    if scratch[LOOKUP_OFF_FOUND] == 0 {
+        return Ok(None);
+    }
+    Ok(Some(scratch[LOOKUP_OFF_VALUE..LOOKUP_OFF_VALUE + 64].try_into().expect("64 bytes")))
+}
+
+/// `n` keys drawn uniformly from `0..key_count` with a seeded generator.
+pub fn random_keys(n: u64, seed: u64, key_count: u64) -> Vec<u64> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(0..key_count.max(1))).collect()
+}
+
+fn create(db: &std::path::Path, layers: u32, node_size: u64) -> CmdResult {
+    let ns = NodeSize::from_bytes(node_size)
+        .ok_or_else(|| format!("--node-size {node_size}: expected 512 or 4096"))?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("valid template"),
+    );
+    let t0 = Instant::now();
+    let meta = create_bpfkv(db, ns, layers, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss)] // reporting only
+    let mbps = meta.file_bytes as f64 / secs / 1e6;
+    println!(
+        "created {}: {} layers, {} keys, {} nodes, {} bytes in {secs:.2} s ({mbps:.0} MB/s)",
+        db.display(),
+        meta.layers,
+        meta.key_count,
+        meta.total_nodes,
+        meta.file_bytes
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Value text NUL-padded to the 64-byte value size.
+fn put_value(text: &str) -> Result<[u8; 64], String> {
+    let b = text.as_bytes();
+    if b.len() > 64 {
+        return Err(format!("--value is {} bytes; values hold at most 64", b.len()));
+    }
+    let mut v = [0u8; 64];
+    v[..b.len()].copy_from_slice(b);
+    Ok(v)
+}
+
+/// Key space of the crash driver: twice the tree's keys, so half the puts are new keys.
+fn put_stream(
+    db: &std::path::Path,
+    count: u64,
+    seed: u64,
+    memtable_bytes: usize,
+    batch: usize,
+) -> CmdResult {
+    use rand::{Rng, SeedableRng};
+    use std::io::Write as _;
+    let d = storefn_kv::db::Db::open_with(db, memtable_bytes)?;
+    let span = d.store().meta().key_count.max(1) * 2;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut out = std::io::stdout().lock();
+    let mut done = 0u64;
+    while done < count {
+        let n = (count - done).min(batch.max(1) as u64);
+        let entries: Vec<(u64, [u8; 64])> = (0..n)
+            .map(|i| {
+                let k = rng.gen_range(0..span);
+                (k, put_value(&format!("s{seed}-{}", done + i)).expect("short"))
+            })
+            .collect();
+        d.put_batch(&entries)?;
+        for (k, v) in &entries {
+            writeln!(out, "ack {k} {}", value_text(v))?;
+        }
+        out.flush()?;
+        done += n;
+    }
+    Ok(ExitCode::SUCCESS)
 }

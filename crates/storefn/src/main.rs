@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod demo;
+mod digest_cmd;
 mod io;
 mod kv;
 mod plot;

@@ -1,0 +1,356 @@
+//! The lookup benchmark behind `storefn kv bench` and `storefn demo`: threads, a key
+//! distribution, warm-up, per-lookup latencies, CPU time from getrusage.
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+
+use crate::device::DevicePath;
+use crate::path::{Lookup, LookupPath, PathStats, ReadPath};
+use crate::store::Store;
+use crate::xrp_paths::{ProgSource, UringPath, XrpPath};
+use crate::KvError;
+
+/// Every `--path` name, in the order the demo shows them.
+pub const PATH_NAMES: &[&str] = &["read", "uring", "xrp", "xrp-batch", "device"];
+
+/// Options shared by every path constructor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PathOptions {
+    /// LRU block cache per path instance, bytes (0 = off).
+    pub cache_bytes: u64,
+    /// Lookups (or block reads) in flight per thread on batching paths.
+    pub batch: usize,
+}
+
+/// Builds the lookup path called `name`.
+///
+/// # Errors
+/// `Invalid` for an unknown name or a path this build cannot run.
+pub fn open_path(
+    name: &str,
+    store: &Arc<Store>,
+    opts: PathOptions,
+) -> Result<Box<dyn LookupPath>, KvError> {
+    match name {
+        "read" => Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes))),
+        "device" => Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?)),
+        "uring" => Ok(Box::new(UringPath::new(Arc::clone(store), opts.cache_bytes)?)),
+        "xrp" => {
+            Ok(Box::new(XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, false, 1, None)?))
+        }
+        "xrp-batch" => Ok(Box::new(XrpPath::new(
+            Arc::clone(store),
+            &ProgSource::BuiltIn,
+            true,
+            opts.batch.max(1),
+            None,
+        )?)),
+        _ => Err(KvError::Invalid(format!(
+            "--path {name}: expected one of {}",
+            PATH_NAMES.join("|")
+        ))),
+    }
+}
+
+/// Key distributions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Dist {
+    Uniform,
+    /// Scrambled Zipfian with this theta (0 < theta < 1), as YCSB generates.
+    Zipf(f64),
+}
+
+impl std::str::FromStr for Dist {
+    type Err = KvError;
+    fn from_str(s: &str) -> Result<Dist, KvError> {
+        if s == "uniform" {
+            return Ok(Dist::Uniform);
+        }
+        let bad =
+            || KvError::Invalid(format!("--dist {s}: expected uniform or zipf:THETA (0<THETA<1)"));
+        let t: f64 = s.strip_prefix("zipf:").ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        if t > 0.0 && t < 1.0 {
+            Ok(Dist::Zipf(t))
+        } else {
+            Err(bad())
+        }
+    }
+}
+
+/// Generates keys in `0..n`.
+#[derive(Debug)]
+pub struct KeyGen {
+    rng: rand::rngs::SmallRng,
+    n: u64,
+    zipf: Option<(f64, f64, f64, f64)>, // theta, alpha, zetan, eta
+}
+
+/// Largest key space for which the Zipf normaliser is summed exactly; above it the tail is
+/// approximated by an integral (error < 1e-6 relative).
+const ZIPF_EXACT_TERMS: u64 = 10_000_000;
+
+#[allow(clippy::cast_precision_loss)] // key counts are far below 2^52
+fn zeta(n: u64, theta: f64) -> f64 {
+    let exact = n.min(ZIPF_EXACT_TERMS);
+    let mut s: f64 = (1..=exact).map(|i| 1.0 / (i as f64).powf(theta)).sum();
+    if n > exact {
+        let (a, b) = (exact as f64 + 0.5, n as f64 + 0.5);
+        s += (b.powf(1.0 - theta) - a.powf(1.0 - theta)) / (1.0 - theta);
+    }
+    s
+}
+
+impl KeyGen {
+    #[must_use]
+    pub fn new(dist: Dist, n: u64, seed: u64) -> Self {
+        let zipf = match dist {
+            Dist::Uniform => None,
+            Dist::Zipf(theta) => {
+                let zetan = zeta(n, theta);
+                let zeta2 = zeta(2, theta);
+                #[allow(clippy::cast_precision_loss)]
+                let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+                Some((theta, 1.0 / (1.0 - theta), zetan, eta))
+            }
+        };
+        Self { rng: rand::rngs::SmallRng::seed_from_u64(seed), n: n.max(1), zipf }
+    }
+
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn next_key(&mut self) -> u64 {
+        let Some((theta, alpha, zetan, eta)) = self.zipf else {
+            return self.rng.gen_range(0..self.n);
+        };
+        let u: f64 = self.rng.gen();
+        let uz = u * zetan;
+        let rank = if uz < 1.0 {
+            0
+        } else if uz < 1.0 + 0.5f64.powf(theta) {
+            1
+        } else {
+            ((self.n as f64) * (eta * u - eta + 1.0).powf(alpha)) as u64
+        };
+        // Scramble so hot keys spread over the tree (YCSB's scrambled Zipfian).
+        crate::format::fnv1a64(&rank.min(self.n - 1).to_le_bytes()) % self.n
+    }
+}
+
+/// A benchmark run's parameters.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub path: String,
+    pub threads: usize,
+    pub requests: u64,
+    pub batch: usize,
+    pub warmup: u64,
+    pub dist: Dist,
+    pub seed: u64,
+    pub cache_bytes: u64,
+}
+
+/// A benchmark run's results (latencies in microseconds).
+#[derive(Debug, Clone, Default)]
+pub struct BenchResult {
+    pub path: String,
+    pub layers: u32,
+    pub threads: usize,
+    pub batch: usize,
+    pub requests: u64,
+    pub ops_per_sec: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub pct_over_1ms: f64,
+    pub cpu_us_per_op: f64,
+    pub ios_per_op: f64,
+    pub fallbacks: u64,
+    /// Lookups that found nothing (0 on a `create`d database with in-range keys).
+    pub misses: u64,
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &raw mut ru);
+        ru
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+struct ThreadOut {
+    latencies_ns: Vec<u64>,
+    stats: PathStats,
+    misses: u64,
+}
+
+fn run_thread(
+    path: &mut dyn LookupPath,
+    cfg: &BenchConfig,
+    keys: &mut KeyGen,
+    requests: u64,
+    barrier: &Barrier,
+    passed: &mut bool,
+) -> Result<ThreadOut, KvError> {
+    // Batching paths keep `batch` lookups in flight across a chunk of keys; chunks of
+    // CHUNK_PER_BATCH x batch keep the pipeline full (latency is per lookup, from submission).
+    const CHUNK_PER_BATCH: usize = 16;
+    let batch = if cfg.batch > 1 { cfg.batch * CHUNK_PER_BATCH } else { 1 };
+    let mut out: Vec<Lookup> = Vec::with_capacity(batch);
+    let mut chunk = Vec::with_capacity(batch);
+    let mut warm = cfg.warmup;
+    while warm > 0 {
+        chunk.clear();
+        chunk.extend(
+            (0..batch.min(usize::try_from(warm).unwrap_or(batch))).map(|_| keys.next_key()),
+        );
+        warm -= chunk.len() as u64;
+        out.clear();
+        path.get_many(&chunk, &mut out)?;
+    }
+    let before = path.stats();
+    barrier.wait();
+    *passed = true;
+    let mut lat = Vec::with_capacity(usize::try_from(requests).unwrap_or(0));
+    let mut misses = 0;
+    let mut left = requests;
+    while left > 0 {
+        chunk.clear();
+        chunk.extend(
+            (0..batch.min(usize::try_from(left).unwrap_or(batch))).map(|_| keys.next_key()),
+        );
+        left -= chunk.len() as u64;
+        out.clear();
+        path.get_many(&chunk, &mut out)?;
+        for l in &out {
+            lat.push(l.latency_ns);
+            misses += u64::from(l.value.is_none());
+        }
+    }
+    let after = path.stats();
+    let stats = PathStats {
+        lookups: after.lookups - before.lookups,
+        ios: after.ios - before.ios,
+        fallbacks: after.fallbacks - before.fallbacks,
+        cache_hits: after.cache_hits - before.cache_hits,
+    };
+    Ok(ThreadOut { latencies_ns: lat, stats, misses })
+}
+
+/// Runs the benchmark on `store`.
+///
+/// # Errors
+/// Path construction and lookup errors (the first one from any thread).
+#[allow(clippy::cast_precision_loss)] // statistics
+pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError> {
+    if cfg.threads == 0 || cfg.requests == 0 {
+        return Err(KvError::Invalid("--threads and --requests must be > 0".into()));
+    }
+    let opts = PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1) };
+    // One path on this thread first, so a bad --path fails before threads start; each thread
+    // then builds its own (engines stay on the thread that made them).
+    drop(open_path(&cfg.path, store, opts)?);
+    let barrier = Arc::new(Barrier::new(cfg.threads + 1));
+    let n = store.meta().key_count;
+    let handles: Vec<_> = (0..cfg.threads)
+        .map(|t| {
+            let cfg = cfg.clone();
+            let barrier = Arc::clone(&barrier);
+            let store = Arc::clone(store);
+            let share = cfg.requests / cfg.threads as u64
+                + u64::from((t as u64) < cfg.requests % cfg.threads as u64);
+            std::thread::spawn(move || {
+                let mut keys = KeyGen::new(cfg.dist, n, cfg.seed.wrapping_add(t as u64));
+                let mut passed = false;
+                let r = open_path(&cfg.path, &store, opts).and_then(|mut path| {
+                    run_thread(path.as_mut(), &cfg, &mut keys, share, &barrier, &mut passed)
+                });
+                if !passed {
+                    // Never leave the others waiting at the barrier.
+                    barrier.wait();
+                }
+                r
+            })
+        })
+        .collect();
+    barrier.wait();
+    let (t0, cpu0) = (Instant::now(), cpu_seconds());
+    let mut outs = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.join().expect("bench thread panicked") {
+            Ok(o) => outs.push(o),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let mut lat: Vec<u64> = outs.iter().flat_map(|o| o.latencies_ns.iter().copied()).collect();
+    lat.sort_unstable();
+    let count = lat.len() as f64;
+    let pct = |p: f64| {
+        let i = ((p / 100.0) * count).ceil() as usize;
+        lat[i.saturating_sub(1).min(lat.len() - 1)] as f64 / 1000.0
+    };
+    let ios: u64 = outs.iter().map(|o| o.stats.ios).sum();
+    Ok(BenchResult {
+        path: cfg.path.clone(),
+        layers: store.meta().layers,
+        threads: cfg.threads,
+        batch: cfg.batch.max(1),
+        requests: lat.len() as u64,
+        ops_per_sec: count / wall,
+        mean_us: lat.iter().sum::<u64>() as f64 / count / 1000.0,
+        p50_us: pct(50.0),
+        p95_us: pct(95.0),
+        p99_us: pct(99.0),
+        p999_us: pct(99.9),
+        pct_over_1ms: lat.iter().filter(|&&l| l >= 1_000_000).count() as f64 * 100.0 / count,
+        cpu_us_per_op: cpu * 1e6 / count,
+        ios_per_op: ios as f64 / count,
+        fallbacks: outs.iter().map(|o| o.stats.fallbacks).sum(),
+        misses: if cfg.path == "device" { 0 } else { outs.iter().map(|o| o.misses).sum() },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_keys_are_in_range_and_skewed() {
+        let n = 29_791;
+        let mut g = KeyGen::new("zipf:0.99".parse().unwrap(), n, 7);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..100_000 {
+            let k = g.next_key();
+            assert!(k < n);
+            *counts.entry(k).or_insert(0u32) += 1;
+        }
+        let top = counts.values().copied().max().unwrap();
+        // Uniform would give ~3.4 per key; theta 0.99 puts ~9% on the hottest key.
+        assert!(top > 3000, "hottest key drawn {top} times");
+        let mut u = KeyGen::new(Dist::Uniform, n, 7);
+        assert!((0..1000).all(|_| u.next_key() < n));
+    }
+
+    #[test]
+    fn dist_parse_errors_name_the_input() {
+        for bad in ["zipf", "zipf:1.5", "zipf:x", "normal"] {
+            let e = bad.parse::<Dist>().unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+        assert_eq!("zipf:0.5".parse::<Dist>().unwrap(), Dist::Zipf(0.5));
+    }
+}

@@ -1,0 +1,37 @@
+//! Errors of the BPF-KV store: one enum for building, opening and looking up.
+
+use std::path::PathBuf;
+
+/// Why a BPF-KV operation failed. Variants carry the file and byte offset involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KvError {
+    #[error("{path}: {op}: {source}")]
+    Io { path: PathBuf, op: &'static str, source: std::io::Error },
+    #[error(
+        "{path}: sidecar missing: {source} (every BPF-KV file needs its .meta; docs/FORMAT.md)"
+    )]
+    MetaMissing { path: PathBuf, source: std::io::Error },
+    #[error("{path}: corrupt sidecar: {reason}")]
+    MetaCorrupt { path: PathBuf, reason: String },
+    #[error("{path}: file is {actual} bytes but its sidecar says {expected}")]
+    SizeMismatch { path: PathBuf, expected: u64, actual: u64 },
+    #[error("{path}: corrupt node at byte offset {offset}: {reason}")]
+    CorruptNode { path: PathBuf, offset: u64, reason: String },
+    #[error("entry #{index}: key {key} is not greater than the previous key {prev} (input must be sorted, unique)")]
+    Unsorted { index: u64, key: u64, prev: u64 },
+    #[error("entry stream yielded {actual} entries but announced {expected}")]
+    CountMismatch { expected: u64, actual: u64 },
+    #[error("{what} is too large: {value} (limit {limit})")]
+    TooLarge { what: &'static str, value: u64, limit: u64 },
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("storage function: {0}")]
+    Program(String),
+}
+
+impl KvError {
+    pub(crate) fn io(path: &std::path::Path, op: &'static str, source: std::io::Error) -> Self {
+        KvError::Io { path: path.to_path_buf(), op, source }
+    }
+}

@@ -1,0 +1,189 @@
+//! Lookup paths: every way of resolving a key, behind one trait so the CLI, the bench and the
+//! tests treat them alike. All paths drive the same [`Step`] machine of [`Store`], so they return
+//! the same bytes by construction; tests check it anyway.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::aligned::AlignedBuf;
+use crate::format::VALUE_BYTES;
+use crate::store::{Step, Store};
+use crate::KvError;
+
+/// Counters every path keeps.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PathStats {
+    pub lookups: u64,
+    /// Block reads issued to the file (cache hits excluded).
+    pub ios: u64,
+    /// Chains that failed and were redone on the `read` path.
+    pub fallbacks: u64,
+    pub cache_hits: u64,
+}
+
+/// Nanoseconds elapsed since `t0`, saturating.
+#[must_use]
+pub fn nanos_since(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One lookup's outcome within a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup {
+    pub value: Option<[u8; VALUE_BYTES]>,
+    /// Nanoseconds from this lookup's submission to its completion.
+    pub latency_ns: u64,
+}
+
+/// A way of looking keys up. One instance per thread, built on that thread (io_uring engines
+/// are not `Send`); all share the [`Store`].
+pub trait LookupPath {
+    /// The `--path` name.
+    fn name(&self) -> &'static str;
+    /// Looks one key up.
+    ///
+    /// # Errors
+    /// I/O errors and corrupt nodes.
+    fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError>;
+    /// Looks many keys up; paths with many chains in flight override this.
+    ///
+    /// # Errors
+    /// As [`LookupPath::get`].
+    fn get_many(&mut self, keys: &[u64], out: &mut Vec<Lookup>) -> Result<(), KvError> {
+        for &k in keys {
+            let t0 = Instant::now();
+            let value = self.get(k)?;
+            out.push(Lookup { value, latency_ns: nanos_since(t0) });
+        }
+        Ok(())
+    }
+    fn stats(&self) -> PathStats;
+}
+
+/// An LRU cache of blocks keyed by file offset, bounded in bytes.
+#[derive(Debug)]
+pub struct BlockLru {
+    capacity_blocks: usize,
+    map: HashMap<u64, (Box<[u8]>, u64)>,
+    order: BTreeMap<u64, u64>,
+    clock: u64,
+}
+
+impl BlockLru {
+    /// A cache holding at most `bytes / block_bytes` blocks (0 disables it).
+    #[must_use]
+    pub fn new(bytes: u64, block_bytes: usize) -> Self {
+        Self {
+            capacity_blocks: usize::try_from(bytes / block_bytes as u64).unwrap_or(usize::MAX),
+            map: HashMap::new(),
+            order: BTreeMap::new(),
+            clock: 0,
+        }
+    }
+
+    /// Copies the block at `offset` into `out` if cached, refreshing it.
+    pub fn get(&mut self, offset: u64, out: &mut [u8]) -> bool {
+        let Some((data, stamp)) = self.map.get_mut(&offset) else { return false };
+        out.copy_from_slice(data);
+        self.order.remove(stamp);
+        self.clock += 1;
+        *stamp = self.clock;
+        self.order.insert(self.clock, offset);
+        true
+    }
+
+    /// Inserts a block, evicting the least recently used beyond capacity.
+    pub fn put(&mut self, offset: u64, data: &[u8]) {
+        if self.capacity_blocks == 0 || self.map.contains_key(&offset) {
+            return;
+        }
+        while self.map.len() >= self.capacity_blocks {
+            let (_, victim) = self.order.pop_first().expect("non-empty when full");
+            self.map.remove(&victim);
+        }
+        self.clock += 1;
+        self.map.insert(offset, (data.into(), self.clock));
+        self.order.insert(self.clock, offset);
+        debug_assert_eq!(self.map.len(), self.order.len());
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// XRP's `read()` baseline: one pread (O_DIRECT) per level, then one for the value.
+#[derive(Debug)]
+pub struct ReadPath {
+    store: Arc<Store>,
+    buf: AlignedBuf,
+    lru: Option<BlockLru>,
+    stats: PathStats,
+}
+
+impl ReadPath {
+    /// `cache_bytes` > 0 adds an LRU block cache of that many bytes.
+    #[must_use]
+    pub fn new(store: Arc<Store>, cache_bytes: u64) -> Self {
+        let nb = store.node_size().bytes();
+        let lru = (cache_bytes > 0).then(|| BlockLru::new(cache_bytes, nb));
+        Self { store, buf: AlignedBuf::new(nb), lru, stats: PathStats::default() }
+    }
+
+    fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
+        if let Some(lru) = &mut self.lru {
+            if lru.get(offset, &mut self.buf) {
+                self.stats.cache_hits += 1;
+                return Ok(());
+            }
+        }
+        self.store.read_block(&mut self.buf, offset)?;
+        self.stats.ios += 1;
+        if let Some(lru) = &mut self.lru {
+            lru.put(offset, &self.buf);
+        }
+        Ok(())
+    }
+
+    /// Counts a fallback taken by a path built on this one.
+    pub fn count_fallback(&mut self) {
+        self.stats.fallbacks += 1;
+    }
+}
+
+impl LookupPath for ReadPath {
+    fn name(&self) -> &'static str {
+        "read"
+    }
+
+    fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+        self.stats.lookups += 1;
+        let mut step = self.store.start(key)?;
+        // Each hop descends a level, and on_node rejects levels past the leaves: this loop
+        // ends after at most layers + 1 reads.
+        loop {
+            step = match step {
+                Step::Node { offset, level } => {
+                    self.fetch(offset)?;
+                    self.store.on_node(key, offset, level, &self.buf)?
+                }
+                Step::Value { offset } => {
+                    let (block, _) = self.store.value_block(offset);
+                    self.fetch(block)?;
+                    return Ok(Some(self.store.value_from_block(offset, &self.buf)));
+                }
+                Step::Done(v) => return Ok(v),
+            };
+        }
+    }
+
+    fn stats(&self) -> PathStats {
+        self.stats
+    }
+}

@@ -1,0 +1,310 @@
+//! An open BPF-KV database: sidecar-checked shape, the file, and the cached top levels.
+//!
+//! Every lookup path drives the same state machine: [`Store::start`] walks the cached levels and
+//! names the first block to read; [`Store::on_node`] turns each node read into the next [`Step`].
+//! Every pointer is validated against the shape before it is followed, so a corrupt file yields
+//! `CorruptNode` with its offset, never a wild read or a loop.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::aligned::{open_direct, AlignedBuf};
+use crate::format::{
+    meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, META_BYTES, NODE_TYPE_INTERNAL,
+    NODE_TYPE_LEAF, VALUE_BYTES,
+};
+use crate::KvError;
+
+/// What a lookup does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Read the node at this file offset, on this level (0 = root).
+    Node { offset: u64, level: u32 },
+    /// Read the value at this file offset (read the node-size block containing it).
+    Value { offset: u64 },
+    /// Finished: the value, or a miss.
+    Done(Option<[u8; VALUE_BYTES]>),
+}
+
+/// An open database. Shared by threads (`&Store` is all a lookup path needs).
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    meta: Meta,
+    file: File,
+    direct: bool,
+    starts: Vec<u64>,
+    counts: Vec<u64>,
+    cache_levels: u32,
+    /// Levels 0..cache_levels, node after node; internal pointers to cached children are
+    /// rewritten to node indices with bit 63 clear (as BPF-KV's cache does).
+    cache: Vec<u8>,
+}
+
+impl Store {
+    /// Opens `path` after checking its sidecar `path.meta` and the file size.
+    ///
+    /// # Errors
+    /// `MetaMissing`, `MetaCorrupt`, `SizeMismatch`, I/O errors, or `CorruptNode` for a bad
+    /// cached level.
+    pub fn open(path: &Path, cache_levels: u32) -> Result<Store, KvError> {
+        let mp = meta_path(path);
+        let bytes = std::fs::read(&mp)
+            .map_err(|source| KvError::MetaMissing { path: mp.clone(), source })?;
+        if bytes.len() != META_BYTES {
+            return Err(KvError::MetaCorrupt {
+                path: mp,
+                reason: format!("{} bytes, expected {META_BYTES}", bytes.len()),
+            });
+        }
+        let meta = Meta::decode(&bytes, &mp)?;
+        let (file, direct) = open_direct(path, false)?;
+        let actual = file.metadata().map_err(|e| KvError::io(path, "stat", e))?.len();
+        if actual != meta.file_bytes {
+            return Err(KvError::SizeMismatch {
+                path: path.to_path_buf(),
+                expected: meta.file_bytes,
+                actual,
+            });
+        }
+        let mut s = Store {
+            path: path.to_path_buf(),
+            meta,
+            file,
+            direct,
+            starts: meta.level_starts(),
+            counts: meta.level_counts(),
+            cache_levels: cache_levels.min(meta.layers),
+            cache: Vec::new(),
+        };
+        s.load_cache()?;
+        Ok(s)
+    }
+
+    #[must_use]
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    #[must_use]
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+    /// Whether the file is open with O_DIRECT (false where the file system refuses it).
+    #[must_use]
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+    #[must_use]
+    pub fn cache_levels(&self) -> u32 {
+        self.cache_levels
+    }
+    #[must_use]
+    pub fn node_size(&self) -> NodeSize {
+        self.meta.node_size
+    }
+    /// Cached nodes with pointers rewritten (see the field comment), node after node.
+    #[must_use]
+    pub fn cached_nodes(&self) -> &[u8] {
+        &self.cache
+    }
+
+    /// Reads `buf.len()` bytes at `offset` (one node-size block).
+    ///
+    /// # Errors
+    /// `Io` naming the path and offset.
+    pub fn read_block(&self, buf: &mut [u8], offset: u64) -> Result<(), KvError> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::EINVAL) {
+                " (O_DIRECT refused: use --node-size 4096 on 4 KiB-block devices)"
+            } else {
+                ""
+            };
+            KvError::Io {
+                path: self.path.clone(),
+                op: "pread",
+                source: std::io::Error::new(e.kind(), format!("offset {offset}: {e}{hint}")),
+            }
+        })
+    }
+
+    fn corrupt(&self, offset: u64, reason: String) -> KvError {
+        KvError::CorruptNode { path: self.path.clone(), offset, reason }
+    }
+
+    fn load_cache(&mut self) -> Result<(), KvError> {
+        let k = self.cache_levels as usize;
+        if k == 0 {
+            return Ok(());
+        }
+        let nb = self.meta.node_size.bytes();
+        let nodes = self.starts.get(k).copied().unwrap_or(self.meta.total_nodes);
+        let bytes = usize::try_from(nodes).unwrap() * nb;
+        let mut buf = AlignedBuf::new(bytes);
+        self.read_block(&mut buf, 0)?;
+        let f = self.meta.node_size.fanout();
+        for level in 0..k.saturating_sub(1) {
+            for m in 0..self.counts[level] {
+                let idx = usize::try_from(self.starts[level] + m).unwrap();
+                let off = (idx * nb) as u64;
+                let view = NodeView::new(&buf[idx * nb..(idx + 1) * nb], self.meta.node_size);
+                self.check_type(&view, off, u32::try_from(level).unwrap())?;
+                let mut mem = [0u64; 255];
+                for (i, slot) in mem.iter_mut().enumerate().take(f) {
+                    let child = self.child_offset(view.ptr(i), off, level + 1)?;
+                    *slot = child / nb as u64;
+                }
+                for (i, p) in mem.iter().enumerate().take(f) {
+                    put_ptr(&mut buf[idx * nb..(idx + 1) * nb], self.meta.node_size, i, *p);
+                }
+            }
+        }
+        self.cache = buf.to_vec();
+        Ok(())
+    }
+
+    fn check_type(&self, view: &NodeView, offset: u64, level: u32) -> Result<(), KvError> {
+        let want = if level + 1 == self.meta.layers { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
+        if view.node_type() != want {
+            return Err(self.corrupt(
+                offset,
+                format!("type {} on level {level}, expected {want}", view.node_type()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates an on-disk child pointer of the node at `from`: bit 63 set, aligned, on `level`.
+    fn child_offset(&self, ptr: u64, from: u64, level: usize) -> Result<u64, KvError> {
+        let nb = self.meta.node_size.bytes() as u64;
+        if ptr & FILE_MASK == 0 {
+            return Err(self.corrupt(from, format!("child pointer {ptr:#x} lacks bit 63")));
+        }
+        let off = ptr & !FILE_MASK;
+        let lo = self.starts[level] * nb;
+        let hi = lo + self.counts[level] * nb;
+        if !off.is_multiple_of(nb) || off < lo || off >= hi {
+            return Err(self.corrupt(
+                from,
+                format!("child pointer {off} outside level {level} [{lo}, {hi}) or unaligned"),
+            ));
+        }
+        Ok(off)
+    }
+
+    /// The first step of a lookup: walks the cached levels in memory.
+    ///
+    /// # Errors
+    /// `CorruptNode` if a cached node is inconsistent.
+    pub fn start(&self, key: u64) -> Result<Step, KvError> {
+        if self.cache_levels == 0 {
+            return Ok(Step::Node { offset: 0, level: 0 });
+        }
+        let nb = self.meta.node_size.bytes();
+        let mut idx = 0usize;
+        for level in 0..self.cache_levels {
+            let view = NodeView::new(&self.cache[idx * nb..(idx + 1) * nb], self.meta.node_size);
+            if level + 1 < self.cache_levels {
+                // Memory index, validated when the cache was built.
+                idx = usize::try_from(view.child_ptr(key)).unwrap();
+            } else {
+                return self.decide(key, level, &view, (idx * nb) as u64);
+            }
+        }
+        unreachable!("the loop returns on the last cached level")
+    }
+
+    /// The step after reading the node at `offset` on `level` (`block` = its bytes).
+    ///
+    /// # Errors
+    /// `CorruptNode` with the offset when the node is inconsistent with the shape.
+    pub fn on_node(
+        &self,
+        key: u64,
+        offset: u64,
+        level: u32,
+        block: &[u8],
+    ) -> Result<Step, KvError> {
+        if level >= self.meta.layers {
+            return Err(self.corrupt(offset, format!("level {level} beyond {}", self.meta.layers)));
+        }
+        self.decide(key, level, &NodeView::new(block, self.meta.node_size), offset)
+    }
+
+    fn decide(&self, key: u64, level: u32, view: &NodeView, offset: u64) -> Result<Step, KvError> {
+        self.check_type(view, offset, level)?;
+        if view.node_type() == NODE_TYPE_INTERNAL {
+            let off = self.child_offset(view.child_ptr(key), offset, level as usize + 1)?;
+            return Ok(Step::Node { offset: off, level: level + 1 });
+        }
+        match view.leaf_value_ptr(key) {
+            None => Ok(Step::Done(None)),
+            Some(p) => Ok(Step::Value { offset: self.value_offset(p, offset)? }),
+        }
+    }
+
+    /// Validates a leaf's value pointer: inside the value log, on a value boundary.
+    fn value_offset(&self, ptr: u64, from: u64) -> Result<u64, KvError> {
+        let off = ptr & !FILE_MASK;
+        let lo = self.meta.value_log_offset;
+        let hi = lo + self.meta.key_count * VALUE_BYTES as u64;
+        if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
+            return Err(self.corrupt(from, format!("value pointer {off} outside [{lo}, {hi})")));
+        }
+        Ok(off)
+    }
+
+    /// The node-size block holding the value at `offset`, and the value's position in it.
+    #[must_use]
+    pub fn value_block(&self, offset: u64) -> (u64, usize) {
+        let nb = self.meta.node_size.bytes() as u64;
+        (offset / nb * nb, usize::try_from(offset % nb).unwrap())
+    }
+
+    /// The value bytes out of its block.
+    #[must_use]
+    pub fn value_from_block(&self, offset: u64, block: &[u8]) -> [u8; VALUE_BYTES] {
+        let (_, within) = self.value_block(offset);
+        block[within..within + VALUE_BYTES].try_into().expect("64 bytes")
+    }
+
+    /// Offset of the leaf that would hold `key`, reading nodes with pread.
+    ///
+    /// # Errors
+    /// As [`Store::on_node`], I/O errors.
+    pub fn find_leaf(&self, key: u64, buf: &mut [u8]) -> Result<u64, KvError> {
+        let leaf_level = self.meta.layers - 1;
+        let nb = self.meta.node_size.bytes();
+        if self.cache_levels == self.meta.layers {
+            let mut idx = 0usize;
+            for _ in 0..leaf_level {
+                let view = NodeView::new(&self.cache[idx * nb..(idx + 1) * nb], self.node_size());
+                idx = usize::try_from(view.child_ptr(key)).unwrap();
+            }
+            return Ok((idx * nb) as u64);
+        }
+        let mut step = self.start(key)?;
+        loop {
+            match step {
+                Step::Node { offset, level } if level == leaf_level => return Ok(offset),
+                Step::Node { offset, level } => {
+                    self.read_block(buf, offset)?;
+                    step = self.on_node(key, offset, level, buf)?;
+                }
+                _ => unreachable!("internal levels only lead to nodes"),
+            }
+        }
+    }
+
+    /// Level of the leaves and their offset range, for scans.
+    #[must_use]
+    pub fn leaf_range(&self) -> (u64, u64) {
+        let nb = self.meta.node_size.bytes() as u64;
+        let l = self.starts.len() - 1;
+        (self.starts[l] * nb, (self.starts[l] + self.counts[l]) * nb)
+    }
+}

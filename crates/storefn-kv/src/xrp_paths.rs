@@ -1,0 +1,403 @@
+//! The lookup paths over the storefn-io engine: `uring` (one io_uring read per hop), `xrp`
+//! (one storage-function chain per lookup, synchronous), `xrp-batch` (many chains in flight).
+//! Chains that fail (fault, hop limit, I/O error, or our program's `err` flag) are redone on
+//! the `read` path and counted as fallbacks.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use storefn_io::{ChainError, Engine, EngineConfig, FileId, IoMode, StorageFn};
+use storefn_vm::{Instance, VmError, XrpCtx};
+
+use crate::format::{
+    NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_STATE, LOOKUP_OFF_VALUE, SCRATCH_BYTES,
+    VALUE_BYTES,
+};
+use crate::path::{nanos_since, BlockLru, Lookup, LookupPath, PathStats, ReadPath};
+use crate::store::{Step, Store};
+use crate::KvError;
+
+/// Byte offset of our built-in programs' `err` word in the lookup scratch (docs/FORMAT.md).
+pub const LOOKUP_OFF_ERR: usize = LOOKUP_OFF_STATE + 24;
+/// Chains in flight per thread on `xrp-batch` when the caller does not say.
+pub const DEFAULT_BATCH: usize = 32;
+/// Most chains in flight per thread (the virtio disk has 128 tags in all).
+pub const MAX_BATCH: usize = 1024;
+
+/// A storage function backed by a VM instance.
+#[derive(Debug)]
+pub struct VmFn(pub Instance);
+
+impl StorageFn for VmFn {
+    fn invoke(
+        &mut self,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        self.0.run_xrp(ctx, data, scratch)
+    }
+}
+
+/// Which program a chain runs.
+#[derive(Debug, Clone)]
+pub enum ProgSource {
+    /// Ours: `kv_lookup` (512 B nodes) or `kv_lookup_4k`.
+    BuiltIn,
+    /// A user's ELF object and optional section; failures are errors, not fallbacks.
+    User { elf: Vec<u8>, section: Option<String> },
+}
+
+/// Loads, verifies and JIT-compiles the lookup program for `node_size`.
+///
+/// # Errors
+/// `Program` naming the load/verify/JIT failure.
+pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<VmFn, KvError> {
+    let (elf, section): (&[u8], Option<&str>) = match src {
+        ProgSource::BuiltIn => (
+            storefn_progs::must(match node_size {
+                NodeSize::B512 => "kv_lookup",
+                NodeSize::B4096 => "kv_lookup_4k",
+            }),
+            None,
+        ),
+        ProgSource::User { elf, section } => (elf, section.as_deref()),
+    };
+    Ok(VmFn(crate::chain::instance(elf, section)?))
+}
+
+fn engine_for(
+    store: &Store,
+    chains: usize,
+    max_hops: Option<u32>,
+) -> Result<(Engine, FileId), KvError> {
+    let n = chains.clamp(1, MAX_BATCH);
+    let d = EngineConfig::default();
+    let cfg = EngineConfig {
+        ring_depth: u32::try_from(n.next_power_of_two().max(8)).expect("small"),
+        buffers: n,
+        chains: n,
+        max_hops: max_hops.unwrap_or(d.max_hops),
+        ..d
+    };
+    let mut eng = Engine::new(cfg).map_err(|e| KvError::Program(format!("engine: {e}")))?;
+    let mode = if store.is_direct() { IoMode::Direct } else { IoMode::Buffered };
+    let file = eng
+        .open(store.path(), mode)
+        .map_err(|e| KvError::Program(format!("engine open {}: {e}", store.path().display())))?;
+    Ok((eng, file))
+}
+
+fn chain_failed(store: &Store, e: &ChainError) -> KvError {
+    KvError::Program(format!("{}: chain failed: {e}", store.path().display()))
+}
+
+/// `--path uring`: the same hops as `read`, each through the io_uring engine.
+pub struct UringPath {
+    store: Arc<Store>,
+    engine: Engine,
+    file: FileId,
+    buf: Vec<u8>,
+    lru: Option<BlockLru>,
+    stats: PathStats,
+}
+
+impl std::fmt::Debug for UringPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringPath").field("stats", &self.stats).finish_non_exhaustive()
+    }
+}
+
+impl UringPath {
+    /// # Errors
+    /// Engine setup failures.
+    /// `cache_bytes` > 0 adds an LRU block cache of that many bytes.
+    pub fn new(store: Arc<Store>, cache_bytes: u64) -> Result<Self, KvError> {
+        let (engine, file) = engine_for(&store, 1, None)?;
+        let nb = store.node_size().bytes();
+        let lru = (cache_bytes > 0).then(|| BlockLru::new(cache_bytes, nb));
+        Ok(Self { store, engine, file, buf: vec![0; nb], lru, stats: PathStats::default() })
+    }
+
+    fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
+        if let Some(lru) = &mut self.lru {
+            if lru.get(offset, &mut self.buf) {
+                self.stats.cache_hits += 1;
+                return Ok(());
+            }
+        }
+        self.engine
+            .read(self.file, offset, &mut self.buf)
+            .map_err(|e| chain_failed(&self.store, &e))?;
+        self.stats.ios += 1;
+        if let Some(lru) = &mut self.lru {
+            lru.put(offset, &self.buf);
+        }
+        Ok(())
+    }
+}
+
+impl LookupPath for UringPath {
+    fn name(&self) -> &'static str {
+        "uring"
+    }
+
+    fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+        self.stats.lookups += 1;
+        let mut step = self.store.start(key)?;
+        loop {
+            step = match step {
+                Step::Node { offset, level } => {
+                    self.fetch(offset)?;
+                    self.store.on_node(key, offset, level, &self.buf)?
+                }
+                Step::Value { offset } => {
+                    self.fetch(self.store.value_block(offset).0)?;
+                    return Ok(Some(self.store.value_from_block(offset, &self.buf)));
+                }
+                Step::Done(v) => return Ok(v),
+            };
+        }
+    }
+
+    fn stats(&self) -> PathStats {
+        self.stats
+    }
+}
+
+/// Parses a finished lookup chain's scratch; `None` = the program flagged an inconsistency.
+fn parse_scratch(scratch: &[u8], builtin: bool) -> Option<Option<[u8; VALUE_BYTES]>> {
+    if builtin && scratch[LOOKUP_OFF_ERR..LOOKUP_OFF_ERR + 8] != [0; 8] {
+        return None;
+    }
+    if scratch[LOOKUP_OFF_FOUND] == 0 {
+        return Some(None);
+    }
+    let v: [u8; VALUE_BYTES] =
+        scratch[LOOKUP_OFF_VALUE..LOOKUP_OFF_VALUE + VALUE_BYTES].try_into().expect("64 bytes");
+    Some(Some(v))
+}
+
+fn fill_key(scratch: &mut [u8], key: u64) {
+    scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
+}
+
+/// `--path xrp` / `xrp-batch`: storage-function chains over the engine.
+pub struct XrpPath {
+    store: Arc<Store>,
+    engine: Engine,
+    file: FileId,
+    prog: VmFn,
+    builtin: bool,
+    batch: bool,
+    fallback: ReadPath,
+    scratch: Vec<u8>,
+    value_buf: Vec<u8>,
+    stats: PathStats,
+}
+
+impl std::fmt::Debug for XrpPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XrpPath")
+            .field("batch", &self.batch)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl XrpPath {
+    /// `chains` in flight when `batch`; 1 otherwise.
+    ///
+    /// # Errors
+    /// Program load/verify/JIT failures; engine setup failures.
+    pub fn new(
+        store: Arc<Store>,
+        src: &ProgSource,
+        batch: bool,
+        chains: usize,
+        max_hops: Option<u32>,
+    ) -> Result<Self, KvError> {
+        let prog = load_lookup(src, store.node_size())?;
+        // `max_hops` lower than the tree's depth forces chain failures (fallback tests).
+        let (engine, file) = engine_for(&store, if batch { chains } else { 1 }, max_hops)?;
+        let fallback = ReadPath::new(Arc::clone(&store), 0);
+        let nb = store.node_size().bytes();
+        Ok(Self {
+            store,
+            engine,
+            file,
+            prog,
+            builtin: matches!(src, ProgSource::BuiltIn),
+            batch,
+            fallback,
+            scratch: vec![0; SCRATCH_BYTES],
+            value_buf: vec![0; nb],
+            stats: PathStats::default(),
+        })
+    }
+
+    /// A failed chain: our program falls back to `read`; a user's program is an error.
+    fn fail_or_fallback(&mut self, key: u64, why: String) -> Result<Option<[u8; 64]>, KvError> {
+        if !self.builtin {
+            return Err(KvError::Program(why));
+        }
+        self.stats.fallbacks += 1;
+        let before = self.fallback.stats().ios;
+        let v = self.fallback.get(key)?;
+        self.stats.ios += self.fallback.stats().ios - before;
+        Ok(v)
+    }
+
+    /// Lookups whose leaves are cached need only the value read: done without a chain.
+    fn value_only(&mut self, offset: u64) -> Result<[u8; 64], KvError> {
+        let blk = self.store.value_block(offset).0;
+        self.engine
+            .read(self.file, blk, &mut self.value_buf)
+            .map_err(|e| chain_failed(&self.store, &e))?;
+        self.stats.ios += 1;
+        Ok(self.store.value_from_block(offset, &self.value_buf))
+    }
+}
+
+impl LookupPath for XrpPath {
+    fn name(&self) -> &'static str {
+        if self.batch {
+            "xrp-batch"
+        } else {
+            "xrp"
+        }
+    }
+
+    fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+        self.stats.lookups += 1;
+        let nb = self.store.node_size().bytes() as u64;
+        let offset = match self.store.start(key)? {
+            Step::Done(v) => return Ok(v),
+            Step::Value { offset } => return self.value_only(offset).map(Some),
+            Step::Node { offset, .. } => offset,
+        };
+        self.scratch.fill(0);
+        fill_key(&mut self.scratch, key);
+        match self.engine.read_xrp(self.file, offset, nb, &mut self.prog, &mut self.scratch) {
+            Ok(st) => {
+                self.stats.ios += u64::from(st.hops);
+                match parse_scratch(&self.scratch, self.builtin) {
+                    Some(v) => Ok(v),
+                    None => self.fail_or_fallback(key, "program flagged a corrupt node".into()),
+                }
+            }
+            Err(e) => self.fail_or_fallback(key, e.to_string()),
+        }
+    }
+
+    fn get_many(&mut self, keys: &[u64], out: &mut Vec<Lookup>) -> Result<(), KvError> {
+        if !self.batch {
+            for &k in keys {
+                let t0 = Instant::now();
+                let value = self.get(k)?;
+                out.push(Lookup { value, latency_ns: nanos_since(t0) });
+            }
+            return Ok(());
+        }
+        // latency_ns holds the submission time (ns since t0) until the lookup completes.
+        let t0 = Instant::now();
+        let base = out.len();
+        out.extend(keys.iter().map(|_| Lookup { value: None, latency_ns: 0 }));
+        let nb = self.store.node_size().bytes() as u64;
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut next = 0;
+        let mut live = 0usize;
+        while next < keys.len() || live > 0 {
+            // Submit while slots are free.
+            while next < keys.len() && self.engine.free_slots() > 0 {
+                let (i, key) = (next, keys[next]);
+                next += 1;
+                self.stats.lookups += 1;
+                out[base + i].latency_ns = nanos_since(t0);
+                match self.store.start(key)? {
+                    Step::Done(v) => out[base + i].value = v,
+                    Step::Value { offset } => out[base + i].value = Some(self.value_only(offset)?),
+                    Step::Node { offset, .. } => {
+                        self.engine
+                            .submit_chain(self.file, offset, nb, i as u64, |s| fill_key(s, key))
+                            .map_err(|e| KvError::Program(format!("submit: {e}")))?;
+                        live += 1;
+                        continue;
+                    }
+                }
+                out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
+            }
+            if live == 0 {
+                continue;
+            }
+            let builtin = self.builtin;
+            let mut ios = 0u64;
+            let got = self
+                .engine
+                .wait(1, &mut self.prog, |c| {
+                    let i = usize::try_from(c.token).expect("token is an index");
+                    out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
+                    match c.result {
+                        Ok(st) => {
+                            ios += u64::from(st.hops);
+                            match parse_scratch(c.scratch, builtin) {
+                                Some(v) => out[base + i].value = v,
+                                None => failed.push((i, "program flagged a corrupt node".into())),
+                            }
+                        }
+                        Err(e) => failed.push((i, e.to_string())),
+                    }
+                })
+                .map_err(|e| KvError::Program(format!("engine: {e}")))?;
+            self.stats.ios += ios;
+            live -= got;
+        }
+        for (i, why) in failed {
+            // The fallback's own time is added to the failed chain's.
+            let t1 = Instant::now();
+            let v = self.fail_or_fallback(keys[i], why)?;
+            out[base + i].value = v;
+            out[base + i].latency_ns += nanos_since(t1);
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> PathStats {
+        self.stats
+    }
+}
+
+/// One engine, one file, one program: runs single chains synchronously (XRP's `read_xrp`),
+/// e.g. the range function's calls or a user's program.
+pub struct EngineChain {
+    engine: Engine,
+    file: FileId,
+    prog: VmFn,
+}
+
+impl std::fmt::Debug for EngineChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineChain").finish_non_exhaustive()
+    }
+}
+
+impl EngineChain {
+    /// # Errors
+    /// Program load/verify failures; engine setup failures.
+    pub fn new(store: &Store, elf: &[u8], section: Option<&str>) -> Result<Self, KvError> {
+        let prog = VmFn(crate::chain::instance(elf, section)?);
+        let (engine, file) = engine_for(store, 1, None)?;
+        Ok(Self { engine, file, prog })
+    }
+
+    /// Runs one chain from `[start, start + len)`; returns its hops.
+    ///
+    /// # Errors
+    /// `Program` with the chain's error (fault, hop limit, bad request, I/O).
+    pub fn run(&mut self, start: u64, len: u64, scratch: &mut [u8]) -> Result<u32, KvError> {
+        self.engine
+            .read_xrp(self.file, start, len, &mut self.prog, scratch)
+            .map(|st| st.hops)
+            .map_err(|e| KvError::Program(e.to_string()))
+    }
+}

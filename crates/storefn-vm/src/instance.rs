@@ -1,0 +1,230 @@
+//! A runnable program: the API the io engine, the KV store and the CLI use.
+//!
+//! An [`Instance`] owns everything one invocation touches besides the caller's buffers: its own
+//! copy of the globals image (writable globals persist across invocations of one instance, as
+//! in the kernel), a [`STACK_BYTES`] stack, the helpers' [`HostState`] and the compiled code (or
+//! the interpreter). `run_*` build the region lists on the Rust stack: no allocation per call.
+
+use std::sync::Arc;
+
+use crate::elf::{self, LoadError};
+use crate::helpers::HostState;
+use crate::jit::{JitError, JitProgram};
+use crate::mem::{Region, RegionSet};
+use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
+use crate::verifier::{self, VerifyError};
+use crate::xrp::{
+    LambdaCtx, XrpCtx, LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
+    XRP_OFF_SCRATCH, XRP_OFF_SLOT,
+};
+use crate::{interp, VmError};
+
+/// Which engine runs the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// Cranelift-compiled native code.
+    Jit,
+    /// The reference interpreter.
+    Interp,
+}
+
+/// Why a program could not be prepared to run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error(transparent)]
+    Jit(#[from] JitError),
+}
+
+/// Loads program `select` from `elf` and verifies it.
+///
+/// # Errors
+/// [`Error::Load`] or [`Error::Verify`].
+pub fn load_verified(
+    elf: &[u8],
+    select: Option<&str>,
+    prog_type: ProgType,
+) -> Result<Arc<Program>, Error> {
+    let prog = elf::load(elf, select, prog_type)?;
+    verifier::verify(&prog)?;
+    Ok(Arc::new(prog))
+}
+
+#[derive(Debug)]
+enum Exec {
+    Jit(JitProgram),
+    Interp,
+}
+
+/// A program ready to run, with its own globals, stack and host state.
+#[derive(Debug)]
+pub struct Instance {
+    prog: Arc<Program>,
+    exec: Exec,
+    /// Globals image, 8-byte aligned (`u64` backing); `globals_len` bytes are meaningful.
+    globals: Box<[u64]>,
+    globals_len: usize,
+    /// Stack for every frame; `u64` backing keeps it 8-byte aligned.
+    stack: Box<[u64]>,
+    /// Boxed so `RunEnv::host` stays valid if the instance moves between invocations.
+    host: Box<HostState>,
+    lambda_ctx: Box<LambdaCtx>,
+}
+
+/// Bytes of a `u64`-backed buffer.
+const WORD: usize = 8;
+
+impl Instance {
+    /// Prepares a verified program (see [`load_verified`]) for `engine`.
+    ///
+    /// # Errors
+    /// [`Error::Jit`] when the JIT cannot compile the program; there is no silent fallback.
+    pub fn new(prog: Arc<Program>, engine: Engine) -> Result<Self, Error> {
+        let exec = match engine {
+            Engine::Jit => Exec::Jit(JitProgram::compile(&prog)?),
+            Engine::Interp => Exec::Interp,
+        };
+        let globals_len = prog.globals.len();
+        let mut globals = vec![0u64; globals_len.div_ceil(WORD)].into_boxed_slice();
+        for (w, chunk) in globals.iter_mut().zip(prog.globals.chunks(WORD)) {
+            let mut b = [0u8; WORD];
+            b[..chunk.len()].copy_from_slice(chunk);
+            *w = u64::from_le_bytes(b);
+        }
+        Ok(Self {
+            prog,
+            exec,
+            globals,
+            globals_len,
+            stack: vec![0u64; STACK_BYTES / WORD].into_boxed_slice(),
+            host: Box::default(),
+            lambda_ctx: Box::default(),
+        })
+    }
+
+    #[must_use]
+    pub fn program(&self) -> &Arc<Program> {
+        &self.prog
+    }
+
+    #[must_use]
+    pub fn engine(&self) -> Engine {
+        match self.exec {
+            Exec::Jit(_) => Engine::Jit,
+            Exec::Interp => Engine::Interp,
+        }
+    }
+
+    /// Helper state: the trace log of `bpf_trace_printk`.
+    #[must_use]
+    pub fn host(&self) -> &HostState {
+        &self.host
+    }
+
+    pub fn host_mut(&mut self) -> &mut HostState {
+        &mut self.host
+    }
+
+    /// The instance's current globals image (read-only part first).
+    #[must_use]
+    pub fn globals(&self) -> Vec<u8> {
+        let mut v: Vec<u8> = self.globals.iter().flat_map(|w| w.to_le_bytes()).collect();
+        v.truncate(self.globals_len);
+        v
+    }
+
+    /// A run environment with the budget reset, the globals and stack granted, no other regions.
+    fn base_env(&mut self) -> RunEnv {
+        let globals_base = self.globals.as_mut_ptr() as u64;
+        let mut env = RunEnv {
+            read: RegionSet::default(),
+            write: RegionSet::default(),
+            globals_base,
+            back_jumps_left: self.prog.back_jump_budget,
+            fault: FaultInfo::default(),
+            host: std::ptr::from_mut::<HostState>(&mut self.host).cast(),
+        };
+        let stack = self.stack.as_mut_ptr() as u64;
+        let stack = Region { start: stack, end: stack + STACK_BYTES as u64 };
+        env.read.push(stack);
+        env.write.push(stack);
+        if self.globals_len > 0 {
+            let g = globals_base;
+            let rw_start = self.prog.globals_rw_start as u64;
+            env.read.push(Region { start: g, end: g + self.globals_len as u64 });
+            if self.prog.globals_rw_start < self.globals_len {
+                env.write.push(Region { start: g + rw_start, end: g + self.globals_len as u64 });
+            }
+        }
+        env
+    }
+
+    fn exec(&mut self, env: &mut RunEnv, ctx_addr: u64) -> Result<u64, VmError> {
+        let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
+        match &self.exec {
+            Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
+            Exec::Interp => interp::run(&self.prog, env, ctx_addr, stack_top),
+        }
+    }
+
+    /// Runs an XRP program on one completed block.
+    ///
+    /// Sets `ctx.data` / `ctx.scratch` to the slices; the program may read the whole context,
+    /// `data`, `scratch`, its stack and globals, and write `done`, `next_addr[]`, `size[]`,
+    /// `scratch`, its stack and the writable globals. `data` is read-only. Outputs in `ctx` are
+    /// NOT cleared here: call [`XrpCtx::reset_outputs`] first when starting a new step.
+    ///
+    /// # Errors
+    /// The fault that aborted the invocation.
+    pub fn run_xrp(
+        &mut self,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        debug_assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
+        ctx.data = data.as_ptr() as u64;
+        ctx.scratch = scratch.as_mut_ptr() as u64;
+        let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
+        let mut env = self.base_env();
+        env.read.push(Region { start: c, end: c + XRP_CTX_BYTES as u64 });
+        env.write.push(Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 });
+        env.write
+            .push(Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 });
+        push_nonempty(&mut env.read, data);
+        push_nonempty(&mut env.read, scratch);
+        push_nonempty(&mut env.write, scratch);
+        self.exec(&mut env, c)
+    }
+
+    /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
+    /// `size_i` = `input.len()`; returns r0 (the output bytes, by the λ-IO convention).
+    ///
+    /// # Errors
+    /// The fault that aborted the invocation.
+    pub fn run_lambda(&mut self, input: &[u8], output: &mut [u8]) -> Result<u64, VmError> {
+        debug_assert_eq!(self.prog.prog_type, ProgType::Lambda, "run_lambda on a non-λ program");
+        *self.lambda_ctx = LambdaCtx {
+            buf_o: output.as_mut_ptr() as u64,
+            buf_i: input.as_ptr() as u64,
+            size_i: input.len() as u64,
+        };
+        let c = std::ptr::from_ref::<LambdaCtx>(&self.lambda_ctx) as u64;
+        let mut env = self.base_env();
+        env.read.push(Region { start: c, end: c + LAMBDA_CTX_BYTES as u64 });
+        push_nonempty(&mut env.read, input);
+        push_nonempty(&mut env.read, output);
+        push_nonempty(&mut env.write, output);
+        self.exec(&mut env, c)
+    }
+}
+
+fn push_nonempty(set: &mut RegionSet, bytes: &[u8]) {
+    if !bytes.is_empty() {
+        set.push(Region::of(bytes));
+    }
+}

@@ -1,0 +1,123 @@
+//! Test support: a tiny assembler for raw instruction vectors and runners.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use storefn_vm::insn::*;
+use storefn_vm::program::DEFAULT_BACK_JUMP_BUDGET;
+use storefn_vm::{Engine, Instance, ProgType, Program, VmError, XrpCtx};
+
+pub fn i(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn { op, dst, src, off, imm }
+}
+pub fn mov64_imm(dst: u8, imm: i32) -> Insn {
+    i(BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm)
+}
+pub fn mov64_reg(dst: u8, src: u8) -> Insn {
+    i(BPF_ALU64 | BPF_MOV | BPF_X, dst, src, 0, 0)
+}
+pub fn alu64_reg(op: u8, dst: u8, src: u8) -> Insn {
+    i(BPF_ALU64 | op | BPF_X, dst, src, 0, 0)
+}
+pub fn alu64_imm(op: u8, dst: u8, imm: i32) -> Insn {
+    i(BPF_ALU64 | op | BPF_K, dst, 0, 0, imm)
+}
+pub fn alu32_reg(op: u8, dst: u8, src: u8) -> Insn {
+    i(BPF_ALU | op | BPF_X, dst, src, 0, 0)
+}
+pub fn alu32_imm(op: u8, dst: u8, imm: i32) -> Insn {
+    i(BPF_ALU | op | BPF_K, dst, 0, 0, imm)
+}
+pub fn lddw(dst: u8, v: u64) -> [Insn; 2] {
+    [
+        i(BPF_LD | BPF_IMM | BPF_DW, dst, 0, 0, v as u32 as i32),
+        i(0, 0, 0, 0, (v >> 32) as u32 as i32),
+    ]
+}
+pub fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+    i(BPF_LDX | BPF_MEM | size, dst, src, off, 0)
+}
+pub fn stx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+    i(BPF_STX | BPF_MEM | size, dst, src, off, 0)
+}
+pub fn st(size: u8, dst: u8, off: i16, imm: i32) -> Insn {
+    i(BPF_ST | BPF_MEM | size, dst, 0, off, imm)
+}
+pub fn jmp_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
+    i(BPF_JMP | op | BPF_K, dst, 0, off, imm)
+}
+pub fn jmp_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
+    i(BPF_JMP | op | BPF_X, dst, src, off, 0)
+}
+pub fn ja(off: i16) -> Insn {
+    i(BPF_JMP | BPF_JA, 0, 0, off, 0)
+}
+pub fn call_helper(id: i32) -> Insn {
+    i(BPF_JMP | BPF_CALL, 0, 0, 0, id)
+}
+pub fn call_pc(rel: i32) -> Insn {
+    i(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, rel)
+}
+pub fn exit() -> Insn {
+    i(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
+}
+
+/// Flattens pieces (single insns and lddw pairs) into one vector.
+#[macro_export]
+macro_rules! asm {
+    ($($x:expr),* $(,)?) => {{
+        let mut v: Vec<storefn_vm::insn::Insn> = Vec::new();
+        $( common::Piece::push($x, &mut v); )*
+        v
+    }};
+}
+
+pub trait Piece {
+    fn push(self, v: &mut Vec<Insn>);
+}
+impl Piece for Insn {
+    fn push(self, v: &mut Vec<Insn>) {
+        v.push(self);
+    }
+}
+impl Piece for [Insn; 2] {
+    fn push(self, v: &mut Vec<Insn>) {
+        v.extend_from_slice(&self);
+    }
+}
+
+pub fn program(insns: Vec<Insn>, prog_type: ProgType) -> Program {
+    Program {
+        name: "test".into(),
+        prog_type,
+        insns,
+        globals: Vec::new(),
+        globals_rw_start: 0,
+        global_relocs: Vec::new(),
+        back_jump_budget: DEFAULT_BACK_JUMP_BUDGET,
+    }
+}
+
+/// Verifies and runs an xrp program once on the interpreter with a zeroed 4 KiB data block
+/// and scratch.
+pub fn run_xrp(insns: Vec<Insn>) -> Result<u64, VmError> {
+    let prog = program(insns, ProgType::Xrp);
+    storefn_vm::verify(&prog).expect("test program must verify");
+    run_unverified(prog)
+}
+
+pub fn run_unverified(prog: Program) -> Result<u64, VmError> {
+    let mut inst = Instance::new(Arc::new(prog), Engine::Interp).unwrap();
+    let data = vec![0u8; 4096];
+    let mut scratch = vec![0u8; 4096];
+    let mut ctx = XrpCtx::default();
+    inst.run_xrp(&mut ctx, &data, &mut scratch)
+}
+
+/// The verifier's message for a program, or "ok".
+pub fn verdict(insns: Vec<Insn>, prog_type: ProgType) -> String {
+    match storefn_vm::verify(&program(insns, prog_type)) {
+        Ok(_) => "ok".into(),
+        Err(e) => e.to_string(),
+    }
+}

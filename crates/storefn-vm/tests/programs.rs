@@ -1,0 +1,185 @@
+//! Clang-built programs from progs/ run through the Instance API (interpreter engine).
+
+use std::sync::Arc;
+
+use storefn_vm::{load_verified, Engine, Instance, ProgType, Program, VmError, XrpCtx};
+
+fn prog(name: &str, t: ProgType) -> Arc<Program> {
+    load_verified(storefn_progs::must(name), None, t).unwrap()
+}
+
+fn xrp(name: &str) -> Instance {
+    Instance::new(prog(name, ProgType::Xrp), Engine::Interp).unwrap()
+}
+
+fn block(words: &[u64]) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    for (k, w) in words.iter().enumerate() {
+        b[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    b
+}
+
+fn word(b: &[u8], k: usize) -> u64 {
+    u64::from_le_bytes(b[k * 8..k * 8 + 8].try_into().unwrap())
+}
+
+/// Follows a linked list of blocks in a "file" like the io engine would: one invocation per
+/// block, resubmitting next_addr[0] until done.
+#[test]
+fn xrp_follow_walks_a_linked_list() {
+    let mut inst = xrp("xrp_follow");
+    // Blocks at offsets 0, 1024, 512: next pointers 1024 -> 512 -> end; payloads 1, 10, 100.
+    let mut file = vec![0u8; 2048];
+    for (off, next, payload) in [(0usize, 1024u64, 1u64), (1024, 512, 10), (512, 0, 100)] {
+        file[off..off + 8].copy_from_slice(&next.to_le_bytes());
+        file[off + 8..off + 16].copy_from_slice(&payload.to_le_bytes());
+    }
+    let mut scratch = vec![0u8; 4096];
+    let mut ctx = XrpCtx::default();
+    let mut addr = 0usize;
+    let mut steps = 0;
+    loop {
+        let mut data = vec![0u8; 4096];
+        data[..512].copy_from_slice(&file[addr..addr + 512]);
+        ctx.reset_outputs();
+        assert_eq!(inst.run_xrp(&mut ctx, &data, &mut scratch).unwrap(), 0);
+        steps += 1;
+        if ctx.done != 0 {
+            break;
+        }
+        let reqs: Vec<_> = ctx.requests().collect();
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].2, 512);
+        addr = usize::try_from(reqs[0].1).unwrap();
+    }
+    assert_eq!(steps, 3);
+    assert_eq!(word(&scratch, 0), 111);
+    assert_eq!(word(&scratch, 1), 3);
+}
+
+#[test]
+fn subprograms_compute_through_calls() {
+    let mut inst = xrp("test/subprog");
+    let mut s = vec![0u8; 4096];
+    let r0 = inst.run_xrp(&mut XrpCtx::default(), &block(&[21]), &mut s).unwrap();
+    assert_eq!(r0, 7);
+    assert_eq!(word(&s, 0), 47);
+    assert_eq!(word(&s, 1), 1021);
+}
+
+#[test]
+fn globals_rodata_and_persistent_bss() {
+    let mut inst = xrp("test/globals");
+    let mut s = vec![0u8; 4096];
+    for (k, idx) in [5u64, 13].iter().enumerate() {
+        inst.run_xrp(&mut XrpCtx::default(), &block(&[*idx]), &mut s).unwrap();
+        assert_eq!(word(&s, 0), [66, 66][k] + 100);
+        assert_eq!(word(&s, 1), k as u64 + 1, "the .bss counter persists in one instance");
+    }
+    // A fresh instance starts from the image again.
+    let mut other = xrp("test/globals");
+    other.run_xrp(&mut XrpCtx::default(), &block(&[0]), &mut s).unwrap();
+    assert_eq!(word(&s, 1), 1);
+}
+
+#[test]
+fn bounded_loop_sums_the_block() {
+    let mut inst = xrp("test/loop_sum");
+    let words: Vec<u64> = (1..=512).collect();
+    let mut s = block(&[512]);
+    let r0 = inst.run_xrp(&mut XrpCtx::default(), &block(&words), &mut s).unwrap();
+    assert_eq!(r0, 512);
+    assert_eq!(word(&s, 1), 512 * 513 / 2);
+}
+
+#[test]
+fn spinning_program_exhausts_the_budget() {
+    let mut p = (*prog("test/spin", ProgType::Xrp)).clone();
+    p.back_jump_budget = 1000;
+    let mut inst = Instance::new(Arc::new(p), Engine::Interp).unwrap();
+    let mut s = vec![0u8; 4096];
+    let e = inst.run_xrp(&mut XrpCtx::default(), &block(&[1]), &mut s).unwrap_err();
+    assert!(matches!(e, VmError::BudgetExhausted { budget: 1000, .. }), "{e}");
+    // Each of the 1000 allowed back jumps ran one more loop iteration.
+    assert_eq!(word(&s, 0), 1001);
+    // With the magic word it stops at once; the budget was reset for the new invocation.
+    let mut ctx = XrpCtx::default();
+    inst.run_xrp(&mut ctx, &block(&[0x5350_494e]), &mut s).unwrap();
+    assert_eq!(ctx.done, 1);
+}
+
+#[test]
+fn c_programs_that_touch_forbidden_memory_fault() {
+    // Far past the block: a small overrun may land inside another granted region (scratch or
+    // stack), which region-level checking allows by design.
+    let mut s = block(&[1 << 40]);
+    let e = xrp("test/bad_read").run_xrp(&mut XrpCtx::default(), &block(&[]), &mut s).unwrap_err();
+    assert!(matches!(e, VmError::BadRead { len: 8, .. }), "{e}");
+    let mut s = block(&[4088]);
+    xrp("test/bad_read").run_xrp(&mut XrpCtx::default(), &block(&[]), &mut s).unwrap();
+    let e =
+        xrp("test/write_data").run_xrp(&mut XrpCtx::default(), &block(&[]), &mut s).unwrap_err();
+    assert!(matches!(e, VmError::BadWrite { len: 1, .. }), "{e}");
+    let mut ctx = XrpCtx::default();
+    let e = xrp("test/write_ctx_ptr").run_xrp(&mut ctx, &block(&[]), &mut s).unwrap_err();
+    match e {
+        VmError::BadWrite { addr, len: 8, .. } => {
+            assert_eq!(addr, std::ptr::from_ref(&ctx) as u64 + 272);
+        }
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn trace_printk_goes_to_the_host_log() {
+    let mut inst = xrp("test/trace");
+    let mut s = vec![0u8; 4096];
+    inst.run_xrp(&mut XrpCtx::default(), &block(&[12345]), &mut s).unwrap();
+    assert_eq!(inst.host().trace, vec!["v=12345 neg=-3 hex=ff".to_string()]);
+}
+
+#[test]
+fn atomics_program() {
+    let mut inst = xrp("test/atomics");
+    let mut s = block(&[4096, 0, 0, 0, 0x10, 0, 0]);
+    inst.run_xrp(&mut XrpCtx::default(), &block(&[]), &mut s).unwrap();
+    assert_eq!(word(&s, 0), 4111);
+    assert_eq!(word(&s, 1), 4101);
+    assert_eq!(word(&s, 2), 0);
+    assert_eq!(word(&s, 3), 77);
+    assert_eq!(word(&s, 4), 0x110);
+    assert_eq!(word(&s, 5), 0);
+    assert_eq!(word(&s, 6), 9);
+}
+
+#[test]
+fn lambda_sum_and_memcpy_helper() {
+    let p = prog("test/lambda_sum", ProgType::Lambda);
+    let mut inst = Instance::new(p, Engine::Interp).unwrap();
+    let input: Vec<u8> = (1..=4u64).flat_map(u64::to_le_bytes).collect();
+    let mut out = vec![0u8; 64];
+    assert_eq!(inst.run_lambda(&input, &mut out).unwrap(), 24);
+    assert_eq!(word(&out, 0), 10);
+    assert_eq!(&out[8..24], &input[..16]);
+    // An output buffer too small for the memcpy: the helper's pointer check names the call.
+    let mut small = vec![0u8; 16];
+    let e = inst.run_lambda(&input, &mut small).unwrap_err();
+    assert!(matches!(e, VmError::BadWrite { len: 16, .. }), "{e}");
+}
+
+#[test]
+fn jit_engine_is_reported_not_silently_replaced() {
+    // Until the JIT lands this documents the no-fallback rule: either it compiles, or new fails.
+    match Instance::new(prog("xrp_follow", ProgType::Xrp), Engine::Jit) {
+        Ok(i) => assert_eq!(i.engine(), Engine::Jit),
+        Err(e) => assert!(e.to_string().contains("JIT"), "{e}"),
+    }
+}
+
+/// The io engine moves instances to its worker threads.
+#[test]
+fn instance_is_send() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Instance>();
+}

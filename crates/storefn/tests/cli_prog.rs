@@ -1,0 +1,229 @@
+//! `storefn prog verify|dump|run`: the outputs other checks parse are pinned here.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_storefn"))
+}
+
+/// A per-test scratch directory under the system temp dir.
+fn tmpdir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("storefn-cli-prog-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn obj(dir: &std::path::Path, name: &str) -> PathBuf {
+    let p = dir.join(format!("{}.o", name.replace('/', "__")));
+    std::fs::write(&p, storefn_progs::must(name)).unwrap();
+    p
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn words(ws: &[u64]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn verify_accepts_and_prints_the_instruction_count() {
+    let d = tmpdir("verify_ok");
+    let o = run(&["prog", "verify", obj(&d, "xrp_follow").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "ok: 19 instructions\n");
+    let o =
+        run(&["prog", "verify", obj(&d, "test/lambda_sum").to_str().unwrap(), "--type", "lambda"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("ok: "));
+}
+
+#[test]
+fn verify_rejects_with_insn_and_reason() {
+    let d = tmpdir("verify_reject");
+    let o = run(&["prog", "verify", obj(&d, "test/reject_helper").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "insn #1: unknown helper 5 for xrp programs\n");
+    // The λ table has the memory helpers, xrp's does not.
+    let o = run(&["prog", "verify", obj(&d, "test/lambda_sum").to_str().unwrap(), "--type", "xrp"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).starts_with("insn #") && stdout(&o).contains("unknown helper 4096"));
+    let o = run(&["prog", "verify", obj(&d, "xrp_follow").to_str().unwrap(), "--section", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no program named \"nope\""), "{}", stderr(&o));
+    let o = run(&["prog", "verify", obj(&d, "test/reject_load_maps").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("maps are not supported"), "{}", stderr(&o));
+}
+
+#[test]
+fn dump_prints_one_line_per_instruction() {
+    let d = tmpdir("dump");
+    let o = run(&["prog", "dump", obj(&d, "xrp_follow").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with(';')).collect();
+    assert_eq!(lines.len(), 19);
+    assert_eq!(lines[0], "    0: r2 = *(u64 *)(r1 +272)");
+    assert_eq!(lines[18], "   18: exit");
+    let o = run(&["prog", "dump", obj(&d, "test/globals").to_str().unwrap()]);
+    assert!(stdout(&o).contains("    2: r3 = 0x48 ll ; globals+0x48"), "{}", stdout(&o));
+}
+
+#[test]
+fn run_prints_decision_and_writes_scratch() {
+    let d = tmpdir("run");
+    let o_file = obj(&d, "xrp_follow");
+    let data = d.join("blk");
+    std::fs::write(&data, words(&[4096, 42])).unwrap(); // 16 bytes: zero-padded to 4 KiB
+    let scratch_in = d.join("scratch.in");
+    std::fs::write(&scratch_in, words(&[1, 1])).unwrap();
+    let scratch_out = d.join("scratch.out");
+    let o = run(&[
+        "prog",
+        "run",
+        o_file.to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--scratch",
+        scratch_in.to_str().unwrap(),
+        "--scratch-out",
+        scratch_out.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "r0=0 done=0\nnext 0 addr=4096 size=512\n");
+    let s = std::fs::read(&scratch_out).unwrap();
+    assert_eq!(s.len(), 4096);
+    assert_eq!(&s[..16], &words(&[43, 2])[..]);
+    std::fs::write(&data, words(&[0, 5])).unwrap();
+    let o = run(&[
+        "prog",
+        "run",
+        o_file.to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    assert_eq!(stdout(&o), "r0=0 done=1\n");
+}
+
+#[test]
+fn run_faults_print_insn_and_exit_1() {
+    let d = tmpdir("run_fault");
+    let data = d.join("blk");
+    std::fs::write(&data, words(&[1])).unwrap();
+    let scratch = d.join("scratch");
+    // Far outside: a small overrun could land in another granted region (scratch, stack).
+    std::fs::write(&scratch, words(&[1 << 40])).unwrap();
+    let o = run(&[
+        "prog",
+        "run",
+        obj(&d, "test/bad_read").to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--scratch",
+        scratch.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.starts_with("error: insn #4: read of 8 bytes at 0x"), "{e}");
+    let o = run(&[
+        "prog",
+        "run",
+        obj(&d, "test/write_data").to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("error: insn #2: write of 1 bytes at 0x"), "{}", stderr(&o));
+    let o = run(&[
+        "prog",
+        "run",
+        obj(&d, "test/spin").to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("back-jump budget of 1000000 exhausted"), "{}", stderr(&o));
+    // A data file longer than the view is an error, not a silent truncation.
+    std::fs::write(&data, vec![0u8; 5000]).unwrap();
+    let o = run(&[
+        "prog",
+        "run",
+        obj(&d, "xrp_follow").to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("more than the 4096-byte data buffer"), "{}", stderr(&o));
+}
+
+/// The default engine is the JIT; when it cannot compile, the run fails and says so instead of
+/// quietly using the interpreter. When it can, its output equals the interpreter's.
+#[test]
+fn default_engine_is_jit_without_silent_fallback() {
+    let d = tmpdir("jit");
+    let data = d.join("blk");
+    std::fs::write(&data, words(&[4096, 42])).unwrap();
+    let f = obj(&d, "xrp_follow");
+    let jit = run(&[
+        "prog",
+        "run",
+        f.to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    let interp = run(&[
+        "prog",
+        "run",
+        f.to_str().unwrap(),
+        "--type",
+        "xrp",
+        "--data",
+        data.to_str().unwrap(),
+        "--engine",
+        "interp",
+    ]);
+    if jit.status.success() {
+        assert_eq!(stdout(&jit), stdout(&interp));
+    } else {
+        assert_eq!(jit.status.code(), Some(1));
+        assert!(stderr(&jit).contains("JIT"), "{}", stderr(&jit));
+        assert!(stdout(&jit).is_empty());
+    }
+}

@@ -1,0 +1,200 @@
+//! `storefn kv ...` and `storefn demo` as a user runs them: output lines and exit codes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(tag: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("storefn-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    Dir(d)
+}
+
+fn storefn(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn create_get_multiget_range_bench() {
+    let d = dir("kv");
+    let db = d.0.join("db");
+    let db = db.to_str().unwrap();
+    let (code, out, _) = storefn(&["kv", "create", db, "--layers", "2"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("2 layers, 961 keys, 32 nodes"), "{out}");
+
+    let (code, out, _) = storefn(&["kv", "get", db, "--key", "960"]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 960).as_str()));
+    let (code, out, _) = storefn(&["kv", "get", db, "--key", "961", "--cache-levels", "1"]);
+    assert_eq!((code, out.as_str()), (1, "not found\n"));
+
+    let (code, out, _) = storefn(&["kv", "multiget", db, "--keys", "3,5000"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        out.lines().map(str::trim_end).collect::<Vec<_>>(),
+        [format!("3 {:>63}", 3).as_str(), "5000 not found"]
+    );
+
+    let (code, out, _) =
+        storefn(&["kv", "range", db, "--begin", "10", "--end", "99", "--agg", "count"]);
+    assert_eq!((code, out.as_str()), (0, "90\n"));
+    let (_, out, _) = storefn(&["kv", "range", db, "--begin", "958", "--end", "2000"]);
+    assert_eq!(out.lines().count(), 3);
+
+    let json = d.0.join("r.json");
+    let j = json.to_str().unwrap();
+    for _ in 0..2 {
+        let (code, out, err) =
+            storefn(&["kv", "bench", db, "--requests", "300", "--threads", "2", "--json", j]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("Average throughput: ") && lines[0].contains(" op/s latency: ")
+        );
+        assert!(lines[0].ends_with(" usec"));
+        assert!(lines[1].starts_with("95%   latency: ") && lines[1].ends_with(" us"));
+        assert!(lines[2].starts_with("99%   latency: "));
+        assert!(lines[3].starts_with("99.9% latency: "));
+        assert!(lines[4].starts_with("Percentage of requests with latency >= 1ms: "));
+        assert!(lines[4].ends_with('%'));
+    }
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(text.lines().count(), 2, "appends one object per run");
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for k in [
+            "path",
+            "layers",
+            "threads",
+            "batch",
+            "requests",
+            "ops_per_sec",
+            "mean_us",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "cpu_us_per_op",
+            "ios_per_op",
+            "fallbacks",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k} in {line}");
+        }
+        assert_eq!(v["requests"], 300);
+        assert_eq!(v["ios_per_op"], 3.0); // 2 levels + value
+    }
+    // The engine paths and the device reference, with their I/O counts.
+    for (path, batch, ios) in [("xrp-batch", "16", 3.0), ("xrp", "1", 3.0), ("device", "8", 1.0)] {
+        let (code, out, err) = storefn(&[
+            "kv",
+            "bench",
+            db,
+            "--requests",
+            "200",
+            "--path",
+            path,
+            "--batch",
+            batch,
+            "--json",
+            j,
+        ]);
+        assert_eq!(code, 0, "{path}: {err}");
+        assert!(out.contains(&format!("summary path={path} layers=2 threads=1 batch={batch}")));
+        let last = std::fs::read_to_string(&json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+        assert_eq!((v["path"].as_str(), v["ios_per_op"].as_f64()), (Some(path), Some(ios)));
+        assert_eq!(v["fallbacks"], 0);
+    }
+}
+
+#[test]
+fn errors_are_clear_and_exit_1() {
+    let d = dir("err");
+    let db = d.0.join("db");
+    let dbs = db.to_str().unwrap();
+    storefn(&["kv", "create", dbs, "--layers", "1"]);
+    std::fs::write(d.0.join("db.meta"), b"garbage").unwrap();
+    let (code, _, err) = storefn(&["kv", "get", dbs, "--key", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: ") && err.contains("corrupt sidecar"), "{err}");
+    let (code, _, err) = storefn(&["kv", "get", d.0.join("nope").to_str().unwrap(), "--key", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("sidecar missing"), "{err}");
+    let (code, _, err) = storefn(&["kv", "create", dbs, "--layers", "1", "--node-size", "1024"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--node-size 1024"), "{err}");
+}
+
+#[test]
+fn demo_runs_and_paths_agree() {
+    let d = dir("demo");
+    let (code, out, err) = storefn(&["demo", "--dir", d.0.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("every lookup path returned the same bytes"), "{out}");
+    for path in ["read ", "uring ", "xrp ", "xrp-batch ", "device "] {
+        assert!(out.lines().any(|l| l.starts_with(path)), "no {path}row: {out}");
+    }
+    assert!(!out.contains("skipping"), "{out}");
+}
+
+#[test]
+fn get_with_user_programs() {
+    let d = dir("prog");
+    let db = d.0.join("db");
+    let dbs = db.to_str().unwrap();
+    storefn(&["kv", "create", dbs, "--layers", "3"]);
+    let good = d.0.join("lookup.o");
+    std::fs::write(&good, storefn_progs::must("kv_lookup")).unwrap();
+    let g = good.to_str().unwrap();
+    let (code, out, err) = storefn(&["kv", "get", dbs, "--key", "12345", "--prog", g]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()), "{err}");
+    let (code, out, _) =
+        storefn(&["kv", "get", dbs, "--key", "12345", "--prog", g, "--cache-levels", "2"]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()));
+    let (code, out, _) = storefn(&["kv", "get", dbs, "--key", "99999", "--prog", g]);
+    assert_eq!((code, out.as_str()), (1, "not found\n"));
+    let (code, out, err) =
+        storefn(&["kv", "get", dbs, "--key", "12345", "--prog", g, "--path", "xrp"]);
+    assert_eq!((code, out.as_str()), (0, format!("{:>63}\n", 12345).as_str()), "{err}");
+
+    // A program that faults (writes the read-only block): an error, exit 1, no crash.
+    let bad = d.0.join("bad.o");
+    std::fs::write(&bad, storefn_progs::must("test/write_data")).unwrap();
+    let (code, out, err) =
+        storefn(&["kv", "get", dbs, "--key", "1", "--prog", bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(err.starts_with("error: ") && err.contains("hop 1"), "{err}");
+    let (code, _, err) = storefn(&[
+        "kv",
+        "get",
+        dbs,
+        "--key",
+        "1",
+        "--prog",
+        bad.to_str().unwrap(),
+        "--path",
+        "xrp",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: ") && err.contains("write of 1 bytes"), "{err}");
+    // Not an ELF at all.
+    let (code, _, err) = storefn(&["kv", "get", dbs, "--key", "1", "--prog", dbs]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: "), "{err}");
+    // A missing section.
+    let (code, _, err) =
+        storefn(&["kv", "get", dbs, "--key", "1", "--prog", g, "--section", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: "), "{err}");
+}
