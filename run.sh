@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # Debian packages the build and tests need: clang for -target bpf, libbpf headers for
-# <bpf/bpf_helpers.h>, and the tools the file-system tests drive (mkfs.xfs, losetup, filefrag).
-APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux)
+# <bpf/bpf_helpers.h>, the tools the file-system tests drive (mkfs.xfs, losetup, filefrag), and
+# the TrueType font `storefn plot` draws text with (DejaVuSans.ttf; no fontconfig needed).
+APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux fonts-dejavu-core)
 
 need_install() {
     local p

@@ -9,12 +9,15 @@ pub mod aligned;
 pub mod bench;
 pub mod builder;
 pub mod chain;
+pub mod db;
 pub mod device;
 mod error;
 pub mod format;
+pub mod memtable;
 pub mod path;
 pub mod range;
 pub mod store;
+pub mod wal;
 pub mod xrp_paths;
 pub mod xrp_range;
 

@@ -27,6 +27,31 @@ pub enum KvCmd {
         #[arg(long, default_value_t = 512)]
         node_size: u64,
     },
+    /// Insert or update a key (durable on return); value: text, NUL-padded to 64 bytes.
+    Put {
+        db: PathBuf,
+        #[arg(long)]
+        key: u64,
+        #[arg(long)]
+        value: String,
+    },
+    /// Merge the WAL's memtable into a new tree file and swap it in atomically.
+    Compact { db: PathBuf },
+    /// Crash-test driver: `count` random puts, printing `ack KEY` once each is durable.
+    #[command(hide = true)]
+    PutStream {
+        db: PathBuf,
+        #[arg(long)]
+        count: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Memtable limit in bytes (small values force frequent compactions).
+        #[arg(long, default_value_t = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES)]
+        memtable_bytes: usize,
+        /// Puts submitted together per group commit.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+    },
     /// Look one key up; prints the value as text, or `not found` (exit 1).
     Get {
         db: PathBuf,
@@ -152,7 +177,26 @@ pub fn make_path(
 pub fn run(cmd: &KvCmd) -> CmdResult {
     match cmd {
         KvCmd::Create { db, layers, node_size } => create(db, *layers, *node_size),
+        KvCmd::Put { db, key, value } => {
+            let v = put_value(value)?;
+            storefn_kv::db::Db::open(db)?.put(*key, &v)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        KvCmd::Compact { db } => {
+            storefn_kv::db::Db::open(db)?.compact()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        KvCmd::PutStream { db, count, seed, memtable_bytes, batch } => {
+            put_stream(db, *count, *seed, *memtable_bytes, *batch)
+        }
         KvCmd::Get { db, key, opts, prog, section } => {
+            // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
+            if prog.is_none() {
+                if let Some(v) = storefn_kv::db::logged_value(db, *key)? {
+                    println!("{}", value_text(&v));
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
             let store = Arc::new(Store::open(db, opts.cache_levels)?);
             let found = match prog {
                 Some(p) if matches!(opts.path.as_str(), "xrp" | "xrp-batch") => {
@@ -376,5 +420,49 @@ fn create(db: &std::path::Path, layers: u32, node_size: u64) -> CmdResult {
         meta.total_nodes,
         meta.file_bytes
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Value text NUL-padded to the 64-byte value size.
+fn put_value(text: &str) -> Result<[u8; 64], String> {
+    let b = text.as_bytes();
+    if b.len() > 64 {
+        return Err(format!("--value is {} bytes; values hold at most 64", b.len()));
+    }
+    let mut v = [0u8; 64];
+    v[..b.len()].copy_from_slice(b);
+    Ok(v)
+}
+
+/// Key space of the crash driver: twice the tree's keys, so half the puts are new keys.
+fn put_stream(
+    db: &std::path::Path,
+    count: u64,
+    seed: u64,
+    memtable_bytes: usize,
+    batch: usize,
+) -> CmdResult {
+    use rand::{Rng, SeedableRng};
+    use std::io::Write as _;
+    let d = storefn_kv::db::Db::open_with(db, memtable_bytes)?;
+    let span = d.store().meta().key_count.max(1) * 2;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut out = std::io::stdout().lock();
+    let mut done = 0u64;
+    while done < count {
+        let n = (count - done).min(batch.max(1) as u64);
+        let entries: Vec<(u64, [u8; 64])> = (0..n)
+            .map(|i| {
+                let k = rng.gen_range(0..span);
+                (k, put_value(&format!("s{seed}-{}", done + i)).expect("short"))
+            })
+            .collect();
+        d.put_batch(&entries)?;
+        for (k, v) in &entries {
+            writeln!(out, "ack {k} {}", value_text(v))?;
+        }
+        out.flush()?;
+        done += n;
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,7 @@ mod demo;
 mod digest_cmd;
 mod io;
 mod kv;
+mod plot;
 mod prog;
 mod prog_bench;
 
@@ -32,6 +33,8 @@ enum Cmd {
     Io(io::IoCmd),
     /// The README demo: build a small database, run every lookup path, compare.
     Demo(demo::DemoArgs),
+    /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
+    Plot(plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Cmd::Kv(c) => kv::run(&c),
         Cmd::Io(c) => io::run(&c),
         Cmd::Demo(a) => demo::run(&a),
+        Cmd::Plot(a) => plot::run(&a),
     };
     match result {
         Ok(code) => code,
