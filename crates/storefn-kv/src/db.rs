@@ -20,10 +20,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::compact::{merged_count, MergeStream};
 use crate::format::{meta_path, VALUE_BYTES};
 use crate::memtable::{Memtable, DEFAULT_MEMTABLE_LIMIT_BYTES};
 use crate::path::{LookupPath, ReadPath};
-use crate::range::RangeScan;
 use crate::store::Store;
 use crate::wal::{self, Wal, WalError};
 use crate::{build_tree, KvError};
@@ -247,12 +247,20 @@ impl Db {
         if mem.is_empty() {
             return Ok(());
         }
-        let old = RangeScan::new(&inner.store).collect(0, u64::MAX)?;
-        let merged = merge(old, &mem);
         let node_size = inner.store.node_size();
         let new = suffixed(&self.path, NEW_SUFFIX);
-        // Step 1.
-        build_tree(&new, node_size, merged.into_iter(), &mut |_, _| {})?;
+        // Step 1: two sequential sweeps of the old tree (keys to count, then the merge).
+        {
+            let old = Arc::clone(&inner.store);
+            let count = merged_count(&old, &mem)?;
+            let mut stream = MergeStream::new(&old, mem.iter(), count);
+            let built = build_tree(&new, node_size, &mut stream, &mut |_, _| {});
+            // The stream's own error is the cause of a short stream: report it first.
+            if let Some(e) = stream.error.take() {
+                return Err(e.into());
+            }
+            built?;
+        }
         fsync_dir(&self.path)?;
         // Step 2.
         let marker = suffixed(&self.path, MARKER_SUFFIX);
@@ -277,50 +285,5 @@ impl Db {
         *inner.mem.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             Memtable::new(self.memtable_limit_bytes);
         Ok(())
-    }
-}
-
-/// Sorted merge of the tree's entries with the memtable; the memtable's version wins.
-fn merge(tree: Vec<(u64, [u8; VALUE_BYTES])>, mem: &Memtable) -> Vec<(u64, [u8; VALUE_BYTES])> {
-    let mut out = Vec::with_capacity(tree.len() + mem.len());
-    let mut t = tree.into_iter().peekable();
-    let mut m = mem.iter().peekable();
-    loop {
-        match (t.peek(), m.peek()) {
-            (Some(&(tk, _)), Some(&(mk, _))) if tk < mk => out.push(t.next().expect("peeked")),
-            (Some(&(tk, _)), Some(&(mk, mv))) => {
-                if tk == mk {
-                    t.next();
-                }
-                out.push((mk, *mv));
-                m.next();
-            }
-            (Some(_), None) => out.push(t.next().expect("peeked")),
-            (None, Some(&(mk, mv))) => {
-                out.push((mk, *mv));
-                m.next();
-            }
-            (None, None) => break,
-        }
-    }
-    debug_assert!(out.windows(2).all(|w| w[0].0 < w[1].0), "merge output sorted, unique");
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merge_prefers_memtable_and_keeps_order() {
-        let tree = vec![(1, [1u8; 64]), (3, [3u8; 64]), (5, [5u8; 64])];
-        let mut mem = Memtable::new(DEFAULT_MEMTABLE_LIMIT_BYTES);
-        mem.insert(0, 1, [9; 64]);
-        mem.insert(3, 2, [8; 64]);
-        mem.insert(9, 3, [7; 64]);
-        let out = merge(tree, &mem);
-        let keys: Vec<u64> = out.iter().map(|e| e.0).collect();
-        assert_eq!(keys, vec![0, 1, 3, 5, 9]);
-        assert_eq!(out[2].1, [8; 64]);
     }
 }

@@ -9,6 +9,7 @@ pub mod aligned;
 pub mod bench;
 pub mod builder;
 pub mod chain;
+pub mod compact;
 pub mod db;
 pub mod device;
 mod error;
