@@ -104,15 +104,69 @@ pub fn recover(db: &Path) -> Result<bool, DbError> {
     Ok(a || b)
 }
 
-/// For read-only commands: finishes an interrupted compaction, then returns the newest value of
-/// `key` in the WAL (what the memtable would hold), or None to look in the tree.
+/// For read-only commands: finishes an interrupted compaction ([`recover`]), then returns what
+/// the memtable would hold: the newest logged value of every key put since the last compaction.
+/// Commands that read the tree directly must overlay these on its answers.
 ///
 /// # Errors
 /// As [`recover`] and [`wal::replay`].
-pub fn logged_value(db: &Path, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, DbError> {
+pub fn logged_memtable(db: &Path) -> Result<Memtable, DbError> {
     recover(db)?;
     let replay = wal::replay(&wal::wal_path(db))?;
-    Ok(replay.records.iter().rev().find(|r| r.key == key).map(|r| r.value))
+    // Read-only: never compacted, so no limit applies.
+    let mut mem = Memtable::new(usize::MAX);
+    for r in &replay.records {
+        mem.insert(r.key, r.seq, r.value);
+    }
+    Ok(mem)
+}
+
+/// [`logged_memtable`]'s value for `key`, or None to look in the tree.
+///
+/// # Errors
+/// As [`logged_memtable`].
+pub fn logged_value(db: &Path, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, DbError> {
+    Ok(logged_memtable(db)?.get(key).copied())
+}
+
+/// The tree's entries of `[begin, end]` (sorted, from a range scan) with the memtable's entries
+/// of the same range laid over them: a logged key replaces the tree's value or is inserted.
+#[must_use]
+pub fn overlay_range(
+    tree: Vec<(u64, [u8; VALUE_BYTES])>,
+    mem: &Memtable,
+    begin: u64,
+    end: u64,
+) -> Vec<(u64, [u8; VALUE_BYTES])> {
+    let mut logged = mem.range(begin, end).peekable();
+    if logged.peek().is_none() {
+        return tree;
+    }
+    let mut out = Vec::with_capacity(tree.len() + mem.len());
+    let mut t = tree.into_iter().peekable();
+    loop {
+        let take_tree = match (t.peek(), logged.peek()) {
+            (Some(&(tk, _)), Some(&(mk, _))) => {
+                if tk == mk {
+                    t.next(); // replaced by the logged value
+                    false
+                } else {
+                    tk < mk
+                }
+            }
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_tree {
+            out.push(t.next().expect("peeked"));
+        } else {
+            let (k, v) = logged.next().expect("peeked");
+            out.push((k, *v));
+        }
+    }
+    debug_assert!(out.windows(2).all(|w| w[0].0 < w[1].0), "overlay sorted, unique");
+    out
 }
 
 #[derive(Debug)]
@@ -285,5 +339,25 @@ impl Db {
         *inner.mem.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             Memtable::new(self.memtable_limit_bytes);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlay_replaces_and_inserts_only_inside_the_range() {
+        let tree = vec![(1, [1u8; 64]), (3, [3u8; 64]), (5, [5u8; 64])];
+        let mut mem = Memtable::new(DEFAULT_MEMTABLE_LIMIT_BYTES);
+        mem.insert(0, 1, [9; 64]); // below the range
+        mem.insert(3, 2, [8; 64]); // update
+        mem.insert(4, 3, [7; 64]); // insert
+        mem.insert(9, 4, [6; 64]); // above the range
+        let out = overlay_range(tree.clone(), &mem, 1, 5);
+        assert_eq!(out, vec![(1, [1; 64]), (3, [8; 64]), (4, [7; 64]), (5, [5; 64])]);
+        assert_eq!(overlay_range(tree.clone(), &mem, 6, 8), tree, "no logged key inside");
+        assert_eq!(overlay_range(vec![], &mem, 9, 9), vec![(9, [6; 64])]);
+        assert!(overlay_range(vec![], &mem, 5, 1).is_empty(), "begin > end");
     }
 }

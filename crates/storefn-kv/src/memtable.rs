@@ -57,6 +57,12 @@ impl Memtable {
         self.map.iter().map(|(k, v)| (*k, &v.value))
     }
 
+    /// Entries with keys in `[begin, end]` (inclusive; empty when `begin > end`), in key order.
+    pub fn range(&self, begin: u64, end: u64) -> impl Iterator<Item = (u64, &[u8; VALUE_BYTES])> {
+        let r = if begin <= end { self.map.range(begin..=end) } else { self.map.range(1..1) };
+        r.map(|(k, v)| (*k, &v.value))
+    }
+
     #[must_use]
     pub fn len(&self) -> usize {
         self.map.len()

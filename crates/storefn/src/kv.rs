@@ -191,11 +191,11 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         }
         KvCmd::Get { db, key, opts, prog, section } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
-            if prog.is_none() {
-                if let Some(v) = storefn_kv::db::logged_value(db, *key)? {
-                    println!("{}", value_text(&v));
-                    return Ok(ExitCode::SUCCESS);
-                }
+            // A user program answers from the tree alone, but after recovery like the rest.
+            let logged = storefn_kv::db::logged_value(db, *key)?;
+            if let (None, Some(v)) = (prog, logged) {
+                println!("{}", value_text(&v));
+                return Ok(ExitCode::SUCCESS);
             }
             let store = Arc::new(Store::open(db, opts.cache_levels)?);
             let found = match prog {
@@ -222,6 +222,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
         }
         KvCmd::Multiget { db, keys, random, seed, opts } => {
+            let mem = storefn_kv::db::logged_memtable(db)?;
             let store = Arc::new(Store::open(db, opts.cache_levels)?);
             let keys = match random {
                 Some(n) => random_keys(*n, *seed, store.meta().key_count),
@@ -233,7 +234,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             path.get_many(&keys, &mut out)?;
             let mut missing = 0;
             for (k, l) in keys.iter().zip(&out) {
-                match &l.value {
+                match mem.get(*k).or(l.value.as_ref()) {
                     Some(v) => println!("{k} {}", value_text(v)),
                     None => {
                         missing += 1;
@@ -244,15 +245,15 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         KvCmd::Range { db, begin, end, agg, path } => {
+            let mem = storefn_kv::db::logged_memtable(db)?;
             let store = Store::open(db, 0)?;
             let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
+            // Logged puts inside the range: fetch the tree's entries, overlay the puts, and
+            // aggregate here (the storage function only sees the tree).
+            let logged = mem.range(*begin, *end).next().is_some();
             let default = if store.node_size() == NodeSize::B512 { "xrp" } else { "read" };
             let (entries, value) = match path.as_deref().unwrap_or(default) {
-                "read" => {
-                    let e = RangeScan::new(&store).collect(*begin, *end)?;
-                    let v = agg.and_then(|a| aggregate(a, e.iter().map(|(_, v)| v)));
-                    (e, v)
-                }
+                "read" => (RangeScan::new(&store).collect(*begin, *end)?, None),
                 "xrp" => {
                     let mut ch = storefn_kv::xrp_paths::EngineChain::new(
                         &store,
@@ -260,10 +261,19 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                         None,
                     )?;
                     let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
-                    let o = storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, agg)?;
+                    let fn_agg = if logged { None } else { agg };
+                    let o =
+                        storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, fn_agg)?;
                     (o.entries, o.agg)
                 }
                 p => return Err(format!("--path {p}: expected read|xrp").into()),
+            };
+            let entries = storefn_kv::db::overlay_range(entries, &mem, *begin, *end);
+            let value = match agg {
+                Some(a) if value.is_none() || logged => {
+                    aggregate(a, entries.iter().map(|(_, v)| v))
+                }
+                _ => value,
             };
             match agg {
                 None => {
@@ -283,6 +293,8 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
 }
 
 fn bench(a: &BenchArgs) -> CmdResult {
+    // Lookups measure the tree alone, but only once an interrupted compaction is finished.
+    storefn_kv::db::recover(&a.db)?;
     let store = Arc::new(Store::open(&a.db, a.cache_levels)?);
     let cfg = BenchConfig {
         path: a.path.clone(),
