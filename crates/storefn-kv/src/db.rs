@@ -304,16 +304,13 @@ impl Db {
         let node_size = inner.store.node_size();
         let new = suffixed(&self.path, NEW_SUFFIX);
         // Step 1: two sequential sweeps of the old tree (keys to count, then the merge).
-        {
-            let old = Arc::clone(&inner.store);
-            let count = merged_count(&old, &mem)?;
-            let mut stream = MergeStream::new(&old, mem.iter(), count);
-            let built = build_tree(&new, node_size, &mut stream, &mut |_, _| {});
-            // The stream's own error is the cause of a short stream: report it first.
-            if let Some(e) = stream.error.take() {
-                return Err(e.into());
-            }
-            built?;
+        let built = build_merged(&inner.store, &mem, &new, node_size);
+        if let Err(e) = built {
+            // Without a marker the half-built tree is garbage (recover would delete it too);
+            // the old tree and the WAL are untouched, so the database stays as it was.
+            let _ = remove_if_present(&meta_path(&new));
+            let _ = remove_if_present(&new);
+            return Err(e);
         }
         fsync_dir(&self.path)?;
         // Step 2.
@@ -340,6 +337,24 @@ impl Db {
             Memtable::new(self.memtable_limit_bytes);
         Ok(())
     }
+}
+
+/// Compaction step 1's build: the old tree's entries merged with `mem`, streamed into `new`.
+fn build_merged(
+    old: &Store,
+    mem: &Memtable,
+    new: &Path,
+    node_size: crate::NodeSize,
+) -> Result<(), DbError> {
+    let count = merged_count(old, mem)?;
+    let mut stream = MergeStream::new(old, mem.iter(), count);
+    let built = build_tree(new, node_size, &mut stream, &mut |_, _| {});
+    // The stream's own error is the cause of a short stream: report it first.
+    if let Some(e) = stream.error.take() {
+        return Err(e.into());
+    }
+    built?;
+    Ok(())
 }
 
 #[cfg(test)]

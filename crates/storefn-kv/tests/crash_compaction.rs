@@ -99,3 +99,28 @@ fn unfinished_build_without_marker_is_discarded() {
     assert_eq!(d.get(7).unwrap(), Some(val("acked")));
     assert_eq!(d.get(8).unwrap(), Some(bpfkv_value(8)));
 }
+
+// Regression guard for the streaming merge: a corrupt value pointer in the old tree fails the
+// compaction with the leaf's offset, leaves no half-built tree, and loses no put.
+#[test]
+fn compaction_over_a_corrupt_tree_fails_cleanly_and_keeps_the_puts() {
+    use std::os::unix::fs::FileExt;
+    let db = fresh("corrupt");
+    let d = Db::open(&db).unwrap();
+    d.put(7, &val("seven")).unwrap();
+    let leaf0 = d.store().leaf_range().0;
+    drop(d);
+    // Slot 2 of the first leaf: its pointer field, far past the value log.
+    let ptr_off = leaf0 + (NodeSize::B512.off_ptrs() + 2 * 8) as u64;
+    let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.write_all_at(&((1u64 << 63) | (1 << 40)).to_le_bytes(), ptr_off).unwrap();
+    drop(f);
+    let d = Db::open(&db).unwrap();
+    let e = d.compact().unwrap_err().to_string();
+    assert!(e.contains(&format!("byte offset {leaf0}")) && e.contains("value pointer"), "{e}");
+    assert!(!with_suffix(&db, NEW_SUFFIX).exists(), "half-built tree removed");
+    assert!(!meta_path(&with_suffix(&db, NEW_SUFFIX)).exists());
+    assert_eq!(d.get(7).unwrap(), Some(val("seven")), "the put is still served");
+    drop(d);
+    assert_eq!(Db::open(&db).unwrap().get(7).unwrap(), Some(val("seven")), "and logged");
+}
