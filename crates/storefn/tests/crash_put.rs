@@ -6,15 +6,21 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use storefn_kv::db::{Db, MARKER_SUFFIX, NEW_SUFFIX};
 use storefn_kv::format::value_text;
 
-/// Kill rounds; each runs at most `MAX_RUN_MS`, so the test stays a few seconds.
+/// Kill rounds.
 const ROUNDS: u64 = 6;
-const MAX_RUN_MS: u64 = 700;
+/// Each round is killed after a random number of acknowledged puts in this range (several
+/// compactions' worth at 40 entries each), plus a random extra delay up to `MAX_EXTRA_MS`.
+const MIN_ACKS_BEFORE_KILL: usize = 30;
+const MAX_ACKS_BEFORE_KILL: usize = 400;
+const MAX_EXTRA_MS: u64 = 60;
+/// A round that cannot reach its ack target (a very slow disk) is killed after this long.
+const ROUND_DEADLINE_S: u64 = 20;
 /// 40 entries of 80 accounted bytes: a compaction every 40 distinct keys.
 const MEMTABLE_BYTES: usize = 40 * 80;
 
@@ -42,14 +48,30 @@ fn every_acknowledged_put_survives_sigkill_including_during_compaction() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // Kill at a point defined by progress, not wall time, so a slow or loaded machine
+        // still reaches compactions: wait for a random number of acks, then a random delay.
         let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<String>>()
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
         });
-        std::thread::sleep(Duration::from_millis(rng.gen_range(100..MAX_RUN_MS)));
+        let target_acks = rng.gen_range(MIN_ACKS_BEFORE_KILL..MAX_ACKS_BEFORE_KILL);
+        let deadline = Instant::now() + Duration::from_secs(ROUND_DEADLINE_S);
+        let mut lines = Vec::new();
+        while lines.len() < target_acks && Instant::now() < deadline {
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(50)) {
+                lines.push(l);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(rng.gen_range(0..MAX_EXTRA_MS)));
         child.kill().unwrap(); // SIGKILL
         let status = child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
         let mut stderr = String::new();
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
         assert!(status.code().is_none(), "put-stream exited on its own: {stderr}");
