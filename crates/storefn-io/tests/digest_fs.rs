@@ -69,6 +69,11 @@ fn assert_byte_exact(path: &Path, seed: u64) {
         }
     }
     raw.check_after_chain().unwrap();
+    // Tests run as root (LoopFs skips otherwise), so the device node opened without atime
+    // updates: O_DIRECT reads of a block device would otherwise each run touch_atime.
+    // SAFETY: plain fcntl on an open fd.
+    let flags = unsafe { libc::fcntl(raw.device_fd(), libc::F_GETFL) };
+    assert!(flags >= 0 && flags & libc::O_NOATIME != 0, "device flags {flags:#o}");
 }
 
 /// The digest's FIEMAP extents are exactly what `filefrag -v` lists (within the file size).

@@ -11,11 +11,19 @@
 //!   async-signal-safe operations (atomic stores and `fcntl`), marks the guard broken and
 //!   releases the lease at once, so a writer never waits out the break timer while raw mode is
 //!   idle. Without a handler the default SIGIO would terminate the process.
-//! - [`LeaseGuard::is_intact`] (after every chain) checks the mark and then asks the kernel with
-//!   `F_GETLEASE`, which reports `F_UNLCK` as soon as a break starts. The poll alone is
-//!   authoritative, so a masked or lost signal (the kernel then drops the lease at the break
-//!   timer) can delay a writer but can never make stale data look valid. Cost: one ~0.2 µs
-//!   syscall per chain.
+//! - [`LeaseGuard::is_intact`] checks the mark and then asks the kernel with `F_GETLEASE`, which
+//!   reports `F_UNLCK` as soon as a break starts. The poll alone is authoritative, so a masked
+//!   or lost signal (the kernel then drops the lease at the break timer) can delay a writer but
+//!   can never make stale data look valid. Cost: one ~0.3 µs syscall.
+//! - [`LeaseGuard::is_intact_recent`] (after every chain) checks the mark every time but polls
+//!   at most once per [`LEASE_POLL_INTERVAL`]. Why that is as strong: with the mark clear, the
+//!   handler has not released the lease, so a writer can only get through by the break timer,
+//!   i.e. `lease-break-time` after the break started. A poll at most `LEASE_POLL_INTERVAL`
+//!   before this check said "unbroken", so the break (if any) started after that poll, and no
+//!   writer can have touched a block before `poll + lease-break-time` > now. This needs
+//!   `lease-break-time` > `LEASE_POLL_INTERVAL`: it is read at acquire, and when it is 0 (the
+//!   kernel then waits one jiffy) every check polls. (An admin lowering it to 0 while a lease is
+//!   held, with the signal also lost, leaves the identity re-check as the guard.)
 //!
 //! Requirements: the process owns the file (fsuid == owner) or has CAP_LEASE; the file is a
 //! regular file opened read-only (a read lease on a writable descriptor fails with EAGAIN);
@@ -29,6 +37,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use super::DigestError;
 
@@ -42,6 +51,13 @@ pub const LEASE_SIGNAL_OFFSET: libc::c_int = 4;
 
 /// `F_SETSIG` (linux/fcntl.h; not exported by the libc crate for glibc targets).
 const F_SETSIG: libc::c_int = 10;
+
+/// Longest time between two `F_GETLEASE` polls in [`LeaseGuard::is_intact_recent`]; must stay
+/// well below `lease-break-time` (whole seconds, 45 by default; see the module docs).
+pub const LEASE_POLL_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Where the kernel's lease break timer is configured (seconds).
+const LEASE_BREAK_TIME_SYSCTL: &str = "/proc/sys/fs/lease-break-time";
 
 const FREE_SLOT: i32 = -1;
 
@@ -141,6 +157,13 @@ pub struct LeaseGuard {
     /// signals name this fd.
     file: File,
     slot: usize,
+    /// Process-clock nanoseconds (since `clock_base`) of the last `F_GETLEASE` that found the
+    /// lease intact. Relaxed: only the guard's owner reads and writes it, and a stale value can
+    /// only make the next check poll sooner.
+    last_poll_ns: AtomicU64,
+    clock_base: Instant,
+    /// `lease-break-time` was above [`LEASE_POLL_INTERVAL`] at acquire: polls may be spaced.
+    may_space_polls: bool,
 }
 
 impl LeaseGuard {
@@ -166,7 +189,13 @@ impl LeaseGuard {
                 hint: "too many leases held at once (MAX_LEASES)",
             })?;
         SLOT_BROKEN[slot].store(false, Ordering::SeqCst);
-        let guard = Self { file: dup, slot };
+        let guard = Self {
+            file: dup,
+            slot,
+            last_poll_ns: AtomicU64::new(0),
+            clock_base: Instant::now(),
+            may_space_polls: break_time_allows_spacing(),
+        };
         // SAFETY: plain fcntl calls on an open fd.
         if unsafe { libc::fcntl(fd, F_SETSIG, sig) } != 0 {
             return Err(DigestError::last_os("fcntl(F_SETSIG)")); // drop deregisters
@@ -192,9 +221,36 @@ impl LeaseGuard {
         if SLOT_BROKEN[self.slot].load(Ordering::SeqCst) {
             return false;
         }
+        let now_ns = self.now_ns();
         // SAFETY: plain fcntl on an open fd.
         let state = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_GETLEASE) };
-        state == libc::F_RDLCK
+        if state != libc::F_RDLCK {
+            return false;
+        }
+        // Stamped with the time before the poll: the "unbroken" answer holds from then on.
+        self.last_poll_ns.store(now_ns, Ordering::Relaxed);
+        true
+    }
+
+    /// As [`LeaseGuard::is_intact`], but the `F_GETLEASE` poll runs only when the last one is
+    /// more than [`LEASE_POLL_INTERVAL`] old (or `lease-break-time` is 0); the handler's mark
+    /// is checked every time. Equally safe, see the module docs. Call after a chain's reads
+    /// completed.
+    #[must_use]
+    pub fn is_intact_recent(&self) -> bool {
+        if SLOT_BROKEN[self.slot].load(Ordering::SeqCst) {
+            return false;
+        }
+        let last_ns = self.last_poll_ns.load(Ordering::Relaxed);
+        if poll_is_fresh(self.may_space_polls, last_ns, self.now_ns()) {
+            return true;
+        }
+        self.is_intact()
+    }
+
+    /// Nanoseconds since `clock_base`, never 0 (0 marks "never polled").
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.clock_base.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
     }
 
     /// [`LeaseGuard::is_intact`] as a `Result`.
@@ -202,7 +258,7 @@ impl LeaseGuard {
     /// # Errors
     /// [`DigestError::Stale`] when the lease broke.
     pub fn check(&self) -> Result<(), DigestError> {
-        if self.is_intact() {
+        if self.is_intact_recent() {
             Ok(())
         } else {
             Err(DigestError::Stale {
@@ -222,11 +278,46 @@ impl LeaseGuard {
     }
 }
 
+/// True when a poll at `last_ns` (0: never) still vouches for the lease at `now_ns`.
+fn poll_is_fresh(may_space_polls: bool, last_ns: u64, now_ns: u64) -> bool {
+    let interval_ns = LEASE_POLL_INTERVAL.as_nanos() as u64;
+    may_space_polls && last_ns != 0 && now_ns >= last_ns && now_ns - last_ns <= interval_ns
+}
+
+/// True when `lease-break-time` is at least a second (the sysctl counts whole seconds, so
+/// anything but 0), i.e. far above [`LEASE_POLL_INTERVAL`]. Unreadable: assume the worst.
+fn break_time_allows_spacing() -> bool {
+    const _: () = assert!(LEASE_POLL_INTERVAL.as_millis() < 1000);
+    std::fs::read_to_string(LEASE_BREAK_TIME_SYSCTL)
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+        .is_some_and(|secs| secs >= 1)
+}
+
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
         // SAFETY: plain fcntl on an open fd; failing (no lease held) is harmless.
         unsafe { libc::fcntl(self.raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
         // Deregister before the fd closes so the handler never touches a reused fd number.
         SLOT_FD[self.slot].store(FREE_SLOT, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_poll_vouches_only_within_the_interval_and_only_when_spacing_is_allowed() {
+        assert!(poll_is_fresh(true, 5 * MS, 5 * MS));
+        assert!(poll_is_fresh(true, 5 * MS, 6 * MS));
+        assert!(!poll_is_fresh(true, 5 * MS, 6 * MS + 1));
+        // Never polled, or the clock went backwards: poll.
+        assert!(!poll_is_fresh(true, 0, 1));
+        assert!(!poll_is_fresh(true, 5 * MS, 4 * MS));
+        // lease-break-time 0: every check polls.
+        assert!(!poll_is_fresh(false, 5 * MS, 5 * MS));
     }
 }
