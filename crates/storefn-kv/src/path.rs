@@ -159,6 +159,53 @@ impl ReadPath {
     }
 }
 
+/// A path that reads the tree one block per hop itself (`read`, `uring`): the walk is the same,
+/// only how a block arrives in the buffer differs.
+pub(crate) trait BlockFetch {
+    fn store(&self) -> &Store;
+    /// Leaves the block at `offset` in [`BlockFetch::block`].
+    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError>;
+    fn block(&self) -> &[u8];
+}
+
+/// One lookup by reading block after block from the root.
+pub(crate) fn walk_blocks<P: BlockFetch>(
+    path: &mut P,
+    key: u64,
+) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+    let mut step = path.store().start(key)?;
+    // Each hop descends a level, and on_node rejects levels past the leaves: this loop
+    // ends after at most layers + 1 reads.
+    loop {
+        step = match step {
+            Step::Node { offset, level } => {
+                path.fetch_block(offset)?;
+                path.store().on_node(key, offset, level, path.block())?
+            }
+            Step::Value { offset } => {
+                let (block, _) = path.store().value_block(offset);
+                path.fetch_block(block)?;
+                return Ok(Some(path.store().value_from_block(offset, path.block())));
+            }
+            Step::Done(v) => return Ok(v),
+        };
+    }
+}
+
+impl BlockFetch for ReadPath {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
+        self.fetch(offset)
+    }
+
+    fn block(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
 impl LookupPath for ReadPath {
     fn name(&self) -> &'static str {
         "read"
@@ -166,23 +213,7 @@ impl LookupPath for ReadPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
-        let mut step = self.store.start(key)?;
-        // Each hop descends a level, and on_node rejects levels past the leaves: this loop
-        // ends after at most layers + 1 reads.
-        loop {
-            step = match step {
-                Step::Node { offset, level } => {
-                    self.fetch(offset)?;
-                    self.store.on_node(key, offset, level, &self.buf)?
-                }
-                Step::Value { offset } => {
-                    let (block, _) = self.store.value_block(offset);
-                    self.fetch(block)?;
-                    return Ok(Some(self.store.value_from_block(offset, &self.buf)));
-                }
-                Step::Done(v) => return Ok(v),
-            };
-        }
+        walk_blocks(self, key)
     }
 
     fn stats(&self) -> PathStats {

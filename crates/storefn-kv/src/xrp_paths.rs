@@ -14,7 +14,9 @@ use crate::format::{
     NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_STATE, LOOKUP_OFF_VALUE, SCRATCH_BYTES,
     VALUE_BYTES,
 };
-use crate::path::{nanos_since, BlockLru, Lookup, LookupPath, PathStats, ReadPath};
+use crate::path::{
+    nanos_since, walk_blocks, BlockFetch, BlockLru, Lookup, LookupPath, PathStats, ReadPath,
+};
 use crate::store::{Step, Store};
 use crate::KvError;
 
@@ -200,6 +202,20 @@ impl UringPath {
     }
 }
 
+impl BlockFetch for UringPath {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
+        self.fetch(offset)
+    }
+
+    fn block(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
 impl LookupPath for UringPath {
     fn name(&self) -> &'static str {
         "uring"
@@ -207,20 +223,7 @@ impl LookupPath for UringPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
-        let mut step = self.store.start(key)?;
-        loop {
-            step = match step {
-                Step::Node { offset, level } => {
-                    self.fetch(offset)?;
-                    self.store.on_node(key, offset, level, &self.buf)?
-                }
-                Step::Value { offset } => {
-                    self.fetch(self.store.value_block(offset).0)?;
-                    return Ok(Some(self.store.value_from_block(offset, &self.buf)));
-                }
-                Step::Done(v) => return Ok(v),
-            };
-        }
+        walk_blocks(self, key)
     }
 
     fn stats(&self) -> PathStats {
