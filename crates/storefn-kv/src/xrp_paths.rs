@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use storefn_io::StorageFn;
 use storefn_io::{ChainError, ChainStats, Engine, EngineConfig, EngineError, FileId, IoMode};
-use storefn_vm::{Instance, VmError, XrpCtx};
+use storefn_vm::Instance;
 
 use crate::format::{
     NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_STATE, LOOKUP_OFF_VALUE, SCRATCH_BYTES,
@@ -27,21 +26,6 @@ pub const DEFAULT_BATCH: usize = 32;
 /// Most chains in flight per thread (the virtio disk has 128 tags in all).
 pub const MAX_BATCH: usize = 1024;
 
-/// A storage function backed by a VM instance.
-#[derive(Debug)]
-pub struct VmFn(pub Instance);
-
-impl StorageFn for VmFn {
-    fn invoke(
-        &mut self,
-        ctx: &mut XrpCtx,
-        data: &[u8],
-        scratch: &mut [u8],
-    ) -> Result<u64, VmError> {
-        self.0.run_xrp(ctx, data, scratch)
-    }
-}
-
 /// Which program a chain runs.
 #[derive(Debug, Clone)]
 pub enum ProgSource {
@@ -55,7 +39,7 @@ pub enum ProgSource {
 ///
 /// # Errors
 /// `Program` naming the load/verify/JIT failure.
-pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<VmFn, KvError> {
+pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<Instance, KvError> {
     let (elf, section): (&[u8], Option<&str>) = match src {
         ProgSource::BuiltIn => (
             storefn_progs::must(match node_size {
@@ -66,7 +50,7 @@ pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<VmFn, KvErro
         ),
         ProgSource::User { elf, section } => (elf, section.as_deref()),
     };
-    Ok(VmFn(crate::chain::instance(elf, section)?))
+    crate::chain::instance(elf, section)
 }
 
 fn engine_for(
@@ -253,7 +237,7 @@ pub struct XrpPath {
     store: Arc<Store>,
     engine: Engine,
     file: FileId,
-    prog: VmFn,
+    prog: Instance,
     builtin: bool,
     batch: bool,
     fallback: ReadPath,
@@ -466,7 +450,7 @@ impl LookupPath for XrpPath {
 pub struct EngineChain {
     engine: Engine,
     file: FileId,
-    prog: VmFn,
+    prog: Instance,
 }
 
 impl std::fmt::Debug for EngineChain {
@@ -479,7 +463,7 @@ impl EngineChain {
     /// # Errors
     /// Program load/verify failures; engine setup failures.
     pub fn new(store: &Store, elf: &[u8], section: Option<&str>) -> Result<Self, KvError> {
-        let prog = VmFn(crate::chain::instance(elf, section)?);
+        let prog = crate::chain::instance(elf, section)?;
         let (engine, file) = engine_for(store, 1, None)?;
         Ok(Self { engine, file, prog })
     }
