@@ -377,3 +377,24 @@ pub fn refresh_raw(raw: RawAccess, f: &File) -> Result<RawAccess, DigestError> {
         r => r,
     }
 }
+
+/// Attempts for a tool that opens with O_NONBLOCK (coreutils truncate, util-linux fallocate):
+/// its first open starts the lease break and fails with EAGAIN; a retry succeeds once the
+/// holder released the lease.
+pub const NONBLOCK_RETRIES: u32 = 200;
+
+/// Runs `cmd args`, retrying while it fails with EAGAIN ("temporarily unavailable") because a
+/// lease break is under way; any other failure panics with the tool's stderr.
+pub fn sh(cmd: &str, args: &[&str]) {
+    let mut last = String::new();
+    for _ in 0..NONBLOCK_RETRIES {
+        let out = Command::new(cmd).args(args).output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(last.contains("temporarily unavailable"), "{cmd} {args:?}: {last}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{cmd} {args:?}: {last}");
+}
