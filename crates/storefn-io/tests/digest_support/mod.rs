@@ -233,20 +233,22 @@ pub fn write_pattern_file(path: &Path, seed: u64, size: u64) {
     f.sync_all().expect("fsync");
 }
 
+/// Creates (or truncates) `p` for writing with O_DIRECT, so each write allocates its blocks now.
+pub fn create_direct(p: &Path) -> File {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(p)
+        .unwrap()
+}
+
 /// Write two files in interleaved chunks with O_DIRECT (no delayed allocation, no xfs
 /// speculative preallocation) so both end up fragmented.
 pub fn write_interleaved(a: &Path, b: &Path, chunk: u64, chunks: u64) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let open = |p: &Path| {
-        File::options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(p)
-            .unwrap()
-    };
-    let (fa, fb) = (open(a), open(b));
+    let (fa, fb) = (create_direct(a), create_direct(b));
     let n = usize::try_from(chunk).unwrap();
     let mut buf = AlignedBuf::new(n, 4096);
     for i in 0..chunks {
