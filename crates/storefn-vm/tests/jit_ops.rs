@@ -34,64 +34,47 @@ fn alu(class64: bool, op: u8, off: i16, a: u64, b: u64, use_reg: bool) -> u64 {
     run(p).unwrap()
 }
 
-/// RFC 9669 semantics, written out for the test (64-bit operands already prepared).
+/// RFC 9669 semantics, written out for the test, for either width: `$u`/`$i` are the
+/// unsigned/signed operand types and `$shift_mask` the width minus one.
+macro_rules! model {
+    ($op:expr, $signed:expr, $a:expr, $b:expr, $u:ty, $i:ty, $shift_mask:expr) => {{
+        let (a, b): ($u, $u) = ($a, $b);
+        match $op {
+            BPF_ADD => a.wrapping_add(b),
+            BPF_SUB => a.wrapping_sub(b),
+            BPF_MUL => a.wrapping_mul(b),
+            BPF_DIV if $signed => match b as $i {
+                0 => 0,
+                -1 => (a as $i).wrapping_neg() as $u,
+                d => ((a as $i) / d) as $u,
+            },
+            BPF_DIV => a.checked_div(b).unwrap_or(0),
+            BPF_MOD if $signed => match b as $i {
+                0 => a,
+                -1 => 0,
+                d => ((a as $i) % d) as $u,
+            },
+            BPF_MOD => a.checked_rem(b).unwrap_or(a),
+            BPF_OR => a | b,
+            BPF_AND => a & b,
+            BPF_XOR => a ^ b,
+            BPF_LSH => a << (b & $shift_mask),
+            BPF_RSH => a >> (b & $shift_mask),
+            BPF_ARSH => ((a as $i) >> (b & $shift_mask)) as $u,
+            BPF_MOV => b,
+            BPF_NEG => a.wrapping_neg(),
+            _ => unreachable!(),
+        }
+    }};
+}
+
+/// 64-bit operands already prepared.
 fn model64(op: u8, signed: bool, a: u64, b: u64) -> u64 {
-    match op {
-        BPF_ADD => a.wrapping_add(b),
-        BPF_SUB => a.wrapping_sub(b),
-        BPF_MUL => a.wrapping_mul(b),
-        BPF_DIV if signed => match b as i64 {
-            0 => 0,
-            -1 => (a as i64).wrapping_neg() as u64,
-            d => ((a as i64) / d) as u64,
-        },
-        BPF_DIV => a.checked_div(b).unwrap_or(0),
-        BPF_MOD if signed => match b as i64 {
-            0 => a,
-            -1 => 0,
-            d => ((a as i64) % d) as u64,
-        },
-        BPF_MOD => a.checked_rem(b).unwrap_or(a),
-        BPF_OR => a | b,
-        BPF_AND => a & b,
-        BPF_XOR => a ^ b,
-        BPF_LSH => a << (b & 63),
-        BPF_RSH => a >> (b & 63),
-        BPF_ARSH => ((a as i64) >> (b & 63)) as u64,
-        BPF_MOV => b,
-        BPF_NEG => a.wrapping_neg(),
-        _ => unreachable!(),
-    }
+    model!(op, signed, a, b, u64, i64, 63)
 }
 
 fn model32(op: u8, signed: bool, a: u32, b: u32) -> u64 {
-    let r: u32 = match op {
-        BPF_ADD => a.wrapping_add(b),
-        BPF_SUB => a.wrapping_sub(b),
-        BPF_MUL => a.wrapping_mul(b),
-        BPF_DIV if signed => match b as i32 {
-            0 => 0,
-            -1 => (a as i32).wrapping_neg() as u32,
-            d => ((a as i32) / d) as u32,
-        },
-        BPF_DIV => a.checked_div(b).unwrap_or(0),
-        BPF_MOD if signed => match b as i32 {
-            0 => a,
-            -1 => 0,
-            d => ((a as i32) % d) as u32,
-        },
-        BPF_MOD => a.checked_rem(b).unwrap_or(a),
-        BPF_OR => a | b,
-        BPF_AND => a & b,
-        BPF_XOR => a ^ b,
-        BPF_LSH => a << (b & 31),
-        BPF_RSH => a >> (b & 31),
-        BPF_ARSH => ((a as i32) >> (b & 31)) as u32,
-        BPF_MOV => b,
-        BPF_NEG => a.wrapping_neg(),
-        _ => unreachable!(),
-    };
-    u64::from(r)
+    u64::from(model!(op, signed, a, b, u32, i32, 31))
 }
 
 const OPS: &[u8] = &[
