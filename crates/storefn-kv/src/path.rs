@@ -138,21 +138,6 @@ impl ReadPath {
         Self { store, buf: AlignedBuf::new(nb), lru, stats: PathStats::default() }
     }
 
-    fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
-        if let Some(lru) = &mut self.lru {
-            if lru.get(offset, &mut self.buf) {
-                self.stats.cache_hits += 1;
-                return Ok(());
-            }
-        }
-        self.store.read_block(&mut self.buf, offset)?;
-        self.stats.ios += 1;
-        if let Some(lru) = &mut self.lru {
-            lru.put(offset, &self.buf);
-        }
-        Ok(())
-    }
-
     /// Counts a fallback taken by a path built on this one.
     pub fn count_fallback(&mut self) {
         self.stats.fallbacks += 1;
@@ -198,7 +183,18 @@ impl BlockFetch for ReadPath {
     }
 
     fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
-        self.fetch(offset)
+        if let Some(lru) = &mut self.lru {
+            if lru.get(offset, &mut self.buf) {
+                self.stats.cache_hits += 1;
+                return Ok(());
+            }
+        }
+        self.store.read_block(&mut self.buf, offset)?;
+        self.stats.ios += 1;
+        if let Some(lru) = &mut self.lru {
+            lru.put(offset, &self.buf);
+        }
+        Ok(())
     }
 
     fn block(&self) -> &[u8] {

@@ -167,8 +167,14 @@ impl UringPath {
         }
         Ok(self)
     }
+}
 
-    fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
+impl BlockFetch for UringPath {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
         if let Some(lru) = &mut self.lru {
             if lru.get(offset, &mut self.buf) {
                 self.stats.cache_hits += 1;
@@ -183,16 +189,6 @@ impl UringPath {
             lru.put(offset, &self.buf);
         }
         Ok(())
-    }
-}
-
-impl BlockFetch for UringPath {
-    fn store(&self) -> &Store {
-        &self.store
-    }
-
-    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
-        self.fetch(offset)
     }
 
     fn block(&self) -> &[u8] {
