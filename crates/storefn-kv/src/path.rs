@@ -148,9 +148,26 @@ impl ReadPath {
 /// only how a block arrives in the buffer differs.
 pub(crate) trait BlockFetch {
     fn store(&self) -> &Store;
-    /// Leaves the block at `offset` in [`BlockFetch::block`].
-    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError>;
     fn block(&self) -> &[u8];
+    /// The block cache (if any), the block buffer and the counters, borrowed together.
+    fn cache_parts(&mut self) -> (Option<&mut BlockLru>, &mut [u8], &mut PathStats);
+    /// Reads the block at `offset` from storage into the buffer (a cache miss), counting it.
+    fn read_uncached(&mut self, offset: u64) -> Result<(), KvError>;
+
+    /// Leaves the block at `offset` in [`BlockFetch::block`], from the cache when it has it.
+    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
+        if let (Some(lru), buf, stats) = self.cache_parts() {
+            if lru.get(offset, buf) {
+                stats.cache_hits += 1;
+                return Ok(());
+            }
+        }
+        self.read_uncached(offset)?;
+        if let (Some(lru), buf, _) = self.cache_parts() {
+            lru.put(offset, buf);
+        }
+        Ok(())
+    }
 }
 
 /// One lookup by reading block after block from the root.
@@ -182,18 +199,13 @@ impl BlockFetch for ReadPath {
         &self.store
     }
 
-    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
-        if let Some(lru) = &mut self.lru {
-            if lru.get(offset, &mut self.buf) {
-                self.stats.cache_hits += 1;
-                return Ok(());
-            }
-        }
+    fn cache_parts(&mut self) -> (Option<&mut BlockLru>, &mut [u8], &mut PathStats) {
+        (self.lru.as_mut(), &mut self.buf, &mut self.stats)
+    }
+
+    fn read_uncached(&mut self, offset: u64) -> Result<(), KvError> {
         self.store.read_block(&mut self.buf, offset)?;
         self.stats.ios += 1;
-        if let Some(lru) = &mut self.lru {
-            lru.put(offset, &self.buf);
-        }
         Ok(())
     }
 

@@ -174,20 +174,15 @@ impl BlockFetch for UringPath {
         &self.store
     }
 
-    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
-        if let Some(lru) = &mut self.lru {
-            if lru.get(offset, &mut self.buf) {
-                self.stats.cache_hits += 1;
-                return Ok(());
-            }
-        }
+    fn cache_parts(&mut self) -> (Option<&mut BlockLru>, &mut [u8], &mut PathStats) {
+        (self.lru.as_mut(), &mut self.buf, &mut self.stats)
+    }
+
+    fn read_uncached(&mut self, offset: u64) -> Result<(), KvError> {
         let st = engine_read(&mut self.engine, self.file, offset, &mut self.buf, &mut self.stats)
             .map_err(|e| chain_failed(&self.store, &e))?;
         self.stats.ios += 1;
         self.stats.device_ios += u64::from(st.device_hops);
-        if let Some(lru) = &mut self.lru {
-            lru.put(offset, &self.buf);
-        }
         Ok(())
     }
 
