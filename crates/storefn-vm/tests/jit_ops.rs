@@ -103,48 +103,38 @@ const VALUES: &[u64] = &[
     0xdead_beef_cafe_f00d,
 ];
 
+/// Every (op, signed, a, b) the ALU tests try: the signed flag only for DIV and MOD.
+fn op_cases() -> impl Iterator<Item = (u8, bool, u64, u64)> {
+    OPS.iter().flat_map(|&op| {
+        [false, true]
+            .into_iter()
+            .filter(move |&signed| !signed || op == BPF_DIV || op == BPF_MOD)
+            .flat_map(move |signed| {
+                VALUES.iter().flat_map(move |&a| VALUES.iter().map(move |&b| (op, signed, a, b)))
+            })
+    })
+}
+
 #[test]
 fn alu64_every_op_reg_and_imm() {
-    for &op in OPS {
-        for signed in [false, true] {
-            if signed && op != BPF_DIV && op != BPF_MOD {
-                continue;
-            }
-            for &a in VALUES {
-                for &b in VALUES {
-                    let got = alu(true, op, i16::from(signed), a, b, true);
-                    assert_eq!(
-                        got,
-                        model64(op, signed, a, b),
-                        "op {op:#x} s={signed} {a:#x},{b:#x}"
-                    );
-                    // K form: imm is sign-extended to 64 bits.
-                    let bk = i64::from(b as u32 as i32) as u64;
-                    let got = alu(true, op, i16::from(signed), a, b, false);
-                    assert_eq!(got, model64(op, signed, a, bk), "K op {op:#x} {a:#x},{b:#x}");
-                }
-            }
-        }
+    for (op, signed, a, b) in op_cases() {
+        let got = alu(true, op, i16::from(signed), a, b, true);
+        assert_eq!(got, model64(op, signed, a, b), "op {op:#x} s={signed} {a:#x},{b:#x}");
+        // K form: imm is sign-extended to 64 bits.
+        let bk = i64::from(b as u32 as i32) as u64;
+        let got = alu(true, op, i16::from(signed), a, b, false);
+        assert_eq!(got, model64(op, signed, a, bk), "K op {op:#x} {a:#x},{b:#x}");
     }
 }
 
 #[test]
 fn alu32_every_op_zero_extends() {
-    for &op in OPS {
-        for signed in [false, true] {
-            if signed && op != BPF_DIV && op != BPF_MOD {
-                continue;
-            }
-            for &a in VALUES {
-                for &b in VALUES {
-                    let want = model32(op, signed, a as u32, b as u32);
-                    let got = alu(false, op, i16::from(signed), a, b, true);
-                    assert_eq!(got, want, "op32 {op:#x} s={signed} {a:#x},{b:#x}");
-                    let got = alu(false, op, i16::from(signed), a, b, false);
-                    assert_eq!(got, want, "K op32 {op:#x} {a:#x},{b:#x}");
-                }
-            }
-        }
+    for (op, signed, a, b) in op_cases() {
+        let want = model32(op, signed, a as u32, b as u32);
+        let got = alu(false, op, i16::from(signed), a, b, true);
+        assert_eq!(got, want, "op32 {op:#x} s={signed} {a:#x},{b:#x}");
+        let got = alu(false, op, i16::from(signed), a, b, false);
+        assert_eq!(got, want, "K op32 {op:#x} {a:#x},{b:#x}");
     }
 }
 
