@@ -8,13 +8,12 @@ mod digest_support;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use digest_support::{
-    open_raw, pattern, read_device, read_file, refresh_raw, with_lease_retry, write_pattern_file,
-    FsKind, LoopFs,
+    open_raw, pattern, read_device, read_file, refresh_raw, sh, with_lease_retry,
+    write_pattern_file, FsKind, LoopFs,
 };
 use rand::{Rng, SeedableRng};
 use storefn_io::digest::{
@@ -33,25 +32,6 @@ const RACE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Write a file over the blocks the victim freed so a stale mapping would read its bytes.
 fn fill_freed_blocks(dir: &Path) {
     write_pattern_file(&dir.join("filler"), FILLER, VICTIM_BYTES * 2);
-}
-
-/// Attempts for a tool that opens with O_NONBLOCK (coreutils truncate, util-linux fallocate):
-/// its first open starts the lease break and fails with EAGAIN; a retry succeeds once the
-/// holder released the lease.
-const NONBLOCK_RETRIES: u32 = 200;
-
-fn sh(cmd: &str, args: &[&str]) {
-    let mut last = String::new();
-    for _ in 0..NONBLOCK_RETRIES {
-        let out = Command::new(cmd).args(args).output().unwrap();
-        if out.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(last.contains("temporarily unavailable"), "{cmd} {args:?}: {last}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{cmd} {args:?}: {last}");
 }
 
 /// Chains accepted before the mutation starts, so every race has a "before" part.

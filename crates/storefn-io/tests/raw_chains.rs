@@ -8,13 +8,15 @@ mod common;
 mod digest_support;
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
 use common::{get_u64, list_walker, node_step, put_u64, random_lists, random_tree, walk_list};
 use common::{Lists, NODE};
-use digest_support::{pattern, write_interleaved, write_pattern_file, AlignedBuf, FsKind, LoopFs};
+use digest_support::{
+    create_direct, pattern, write_interleaved, write_pattern_file, AlignedBuf, FsKind, LoopFs,
+};
 use storefn_io::digest::{Digest, DigestError};
 use storefn_io::{
     func, ChainError, Completion, Engine, EngineConfig, EngineError, FileId, IoMode, SubmitError,
@@ -47,16 +49,7 @@ pub fn open_raw(e: &mut Engine, path: &Path) -> FileId {
 /// Writes `bytes` (padded to whole chunks) to `path` with O_DIRECT, alternating every chunk
 /// with a write to `filler`, so the file is fragmented.
 fn write_fragmented(path: &Path, filler: &Path, bytes: &[u8]) {
-    let open = |p: &Path| {
-        File::options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(p)
-            .unwrap()
-    };
-    let (f, g) = (open(path), open(filler));
+    let (f, g) = (create_direct(path), create_direct(filler));
     let mut buf = AlignedBuf::new(CHUNK, 4096);
     for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
         let off = (i * CHUNK) as u64;

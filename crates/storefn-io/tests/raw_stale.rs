@@ -10,12 +10,11 @@ mod digest_support;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{get_u64, put_u64};
-use digest_support::{pattern, write_pattern_file, FsKind, LoopFs};
+use digest_support::{pattern, sh, write_pattern_file, FsKind, LoopFs};
 use rand::{Rng, SeedableRng};
 use storefn_io::digest::{lease_breaks_seen, DigestError};
 use storefn_io::{
@@ -65,21 +64,6 @@ fn retry_lease(mut f: impl FnMut() -> Result<(), EngineError>) -> Result<(), Eng
         }
     }
     panic!("lease still refused after {RETRIES} tries")
-}
-
-/// Tools that open with O_NONBLOCK get EAGAIN while the lease break is under way: retry.
-fn sh(cmd: &str, args: &[&str]) {
-    let mut last = String::new();
-    for _ in 0..RETRIES {
-        let out = Command::new(cmd).args(args).output().unwrap();
-        if out.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(last.contains("temporarily unavailable"), "{cmd} {args:?}: {last}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{cmd} {args:?}: {last}");
 }
 
 fn rewrite_in_place(p: &Path) {

@@ -138,24 +138,79 @@ impl ReadPath {
         Self { store, buf: AlignedBuf::new(nb), lru, stats: PathStats::default() }
     }
 
-    fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
-        if let Some(lru) = &mut self.lru {
-            if lru.get(offset, &mut self.buf) {
-                self.stats.cache_hits += 1;
-                return Ok(());
-            }
-        }
-        self.store.read_block(&mut self.buf, offset)?;
-        self.stats.ios += 1;
-        if let Some(lru) = &mut self.lru {
-            lru.put(offset, &self.buf);
-        }
-        Ok(())
-    }
-
     /// Counts a fallback taken by a path built on this one.
     pub fn count_fallback(&mut self) {
         self.stats.fallbacks += 1;
+    }
+}
+
+/// A path that reads the tree one block per hop itself (`read`, `uring`): the walk is the same,
+/// only how a block arrives in the buffer differs.
+pub(crate) trait BlockFetch {
+    fn store(&self) -> &Store;
+    fn block(&self) -> &[u8];
+    /// The block cache (if any), the block buffer and the counters, borrowed together.
+    fn cache_parts(&mut self) -> (Option<&mut BlockLru>, &mut [u8], &mut PathStats);
+    /// Reads the block at `offset` from storage into the buffer (a cache miss), counting it.
+    fn read_uncached(&mut self, offset: u64) -> Result<(), KvError>;
+
+    /// Leaves the block at `offset` in [`BlockFetch::block`], from the cache when it has it.
+    fn fetch_block(&mut self, offset: u64) -> Result<(), KvError> {
+        if let (Some(lru), buf, stats) = self.cache_parts() {
+            if lru.get(offset, buf) {
+                stats.cache_hits += 1;
+                return Ok(());
+            }
+        }
+        self.read_uncached(offset)?;
+        if let (Some(lru), buf, _) = self.cache_parts() {
+            lru.put(offset, buf);
+        }
+        Ok(())
+    }
+}
+
+/// One lookup by reading block after block from the root.
+pub(crate) fn walk_blocks<P: BlockFetch>(
+    path: &mut P,
+    key: u64,
+) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+    let mut step = path.store().start(key)?;
+    // Each hop descends a level, and on_node rejects levels past the leaves: this loop
+    // ends after at most layers + 1 reads.
+    loop {
+        step = match step {
+            Step::Node { offset, level } => {
+                path.fetch_block(offset)?;
+                path.store().on_node(key, offset, level, path.block())?
+            }
+            Step::Value { offset } => {
+                let (block, _) = path.store().value_block(offset);
+                path.fetch_block(block)?;
+                return Ok(Some(path.store().value_from_block(offset, path.block())));
+            }
+            Step::Done(v) => return Ok(v),
+        };
+    }
+}
+
+impl BlockFetch for ReadPath {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn cache_parts(&mut self) -> (Option<&mut BlockLru>, &mut [u8], &mut PathStats) {
+        (self.lru.as_mut(), &mut self.buf, &mut self.stats)
+    }
+
+    fn read_uncached(&mut self, offset: u64) -> Result<(), KvError> {
+        self.store.read_block(&mut self.buf, offset)?;
+        self.stats.ios += 1;
+        Ok(())
+    }
+
+    fn block(&self) -> &[u8] {
+        &self.buf
     }
 }
 
@@ -166,23 +221,7 @@ impl LookupPath for ReadPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
-        let mut step = self.store.start(key)?;
-        // Each hop descends a level, and on_node rejects levels past the leaves: this loop
-        // ends after at most layers + 1 reads.
-        loop {
-            step = match step {
-                Step::Node { offset, level } => {
-                    self.fetch(offset)?;
-                    self.store.on_node(key, offset, level, &self.buf)?
-                }
-                Step::Value { offset } => {
-                    let (block, _) = self.store.value_block(offset);
-                    self.fetch(block)?;
-                    return Ok(Some(self.store.value_from_block(offset, &self.buf)));
-                }
-                Step::Done(v) => return Ok(v),
-            };
-        }
+        walk_blocks(self, key)
     }
 
     fn stats(&self) -> PathStats {

@@ -6,15 +6,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use storefn_io::StorageFn;
 use storefn_io::{ChainError, ChainStats, Engine, EngineConfig, EngineError, FileId, IoMode};
-use storefn_vm::{Instance, VmError, XrpCtx};
+use storefn_vm::Instance;
 
 use crate::format::{
     NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_STATE, LOOKUP_OFF_VALUE, SCRATCH_BYTES,
     VALUE_BYTES,
 };
-use crate::path::{nanos_since, BlockLru, Lookup, LookupPath, PathStats, ReadPath};
+use crate::path::{
+    nanos_since, walk_blocks, BlockFetch, BlockLru, Lookup, LookupPath, PathStats, ReadPath,
+};
 use crate::store::{Step, Store};
 use crate::KvError;
 
@@ -24,21 +25,6 @@ pub const LOOKUP_OFF_ERR: usize = LOOKUP_OFF_STATE + 24;
 pub const DEFAULT_BATCH: usize = 32;
 /// Most chains in flight per thread (the virtio disk has 128 tags in all).
 pub const MAX_BATCH: usize = 1024;
-
-/// A storage function backed by a VM instance.
-#[derive(Debug)]
-pub struct VmFn(pub Instance);
-
-impl StorageFn for VmFn {
-    fn invoke(
-        &mut self,
-        ctx: &mut XrpCtx,
-        data: &[u8],
-        scratch: &mut [u8],
-    ) -> Result<u64, VmError> {
-        self.0.run_xrp(ctx, data, scratch)
-    }
-}
 
 /// Which program a chain runs.
 #[derive(Debug, Clone)]
@@ -53,7 +39,7 @@ pub enum ProgSource {
 ///
 /// # Errors
 /// `Program` naming the load/verify/JIT failure.
-pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<VmFn, KvError> {
+pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<Instance, KvError> {
     let (elf, section): (&[u8], Option<&str>) = match src {
         ProgSource::BuiltIn => (
             storefn_progs::must(match node_size {
@@ -64,7 +50,7 @@ pub fn load_lookup(src: &ProgSource, node_size: NodeSize) -> Result<VmFn, KvErro
         ),
         ProgSource::User { elf, section } => (elf, section.as_deref()),
     };
-    Ok(VmFn(crate::chain::instance(elf, section)?))
+    crate::chain::instance(elf, section)
 }
 
 fn engine_for(
@@ -181,22 +167,27 @@ impl UringPath {
         }
         Ok(self)
     }
+}
 
-    fn fetch(&mut self, offset: u64) -> Result<(), KvError> {
-        if let Some(lru) = &mut self.lru {
-            if lru.get(offset, &mut self.buf) {
-                self.stats.cache_hits += 1;
-                return Ok(());
-            }
-        }
+impl BlockFetch for UringPath {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn cache_parts(&mut self) -> (Option<&mut BlockLru>, &mut [u8], &mut PathStats) {
+        (self.lru.as_mut(), &mut self.buf, &mut self.stats)
+    }
+
+    fn read_uncached(&mut self, offset: u64) -> Result<(), KvError> {
         let st = engine_read(&mut self.engine, self.file, offset, &mut self.buf, &mut self.stats)
             .map_err(|e| chain_failed(&self.store, &e))?;
         self.stats.ios += 1;
         self.stats.device_ios += u64::from(st.device_hops);
-        if let Some(lru) = &mut self.lru {
-            lru.put(offset, &self.buf);
-        }
         Ok(())
+    }
+
+    fn block(&self) -> &[u8] {
+        &self.buf
     }
 }
 
@@ -207,20 +198,7 @@ impl LookupPath for UringPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
-        let mut step = self.store.start(key)?;
-        loop {
-            step = match step {
-                Step::Node { offset, level } => {
-                    self.fetch(offset)?;
-                    self.store.on_node(key, offset, level, &self.buf)?
-                }
-                Step::Value { offset } => {
-                    self.fetch(self.store.value_block(offset).0)?;
-                    return Ok(Some(self.store.value_from_block(offset, &self.buf)));
-                }
-                Step::Done(v) => return Ok(v),
-            };
-        }
+        walk_blocks(self, key)
     }
 
     fn stats(&self) -> PathStats {
@@ -250,7 +228,7 @@ pub struct XrpPath {
     store: Arc<Store>,
     engine: Engine,
     file: FileId,
-    prog: VmFn,
+    prog: Instance,
     builtin: bool,
     batch: bool,
     fallback: ReadPath,
@@ -463,7 +441,7 @@ impl LookupPath for XrpPath {
 pub struct EngineChain {
     engine: Engine,
     file: FileId,
-    prog: VmFn,
+    prog: Instance,
 }
 
 impl std::fmt::Debug for EngineChain {
@@ -476,7 +454,7 @@ impl EngineChain {
     /// # Errors
     /// Program load/verify failures; engine setup failures.
     pub fn new(store: &Store, elf: &[u8], section: Option<&str>) -> Result<Self, KvError> {
-        let prog = VmFn(crate::chain::instance(elf, section)?);
+        let prog = crate::chain::instance(elf, section)?;
         let (engine, file) = engine_for(store, 1, None)?;
         Ok(Self { engine, file, prog })
     }

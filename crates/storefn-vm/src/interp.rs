@@ -331,61 +331,56 @@ fn end(i: Insn, d: u64) -> Option<u64> {
     })
 }
 
+/// The arithmetic both widths share: `$u`/`$i` are the unsigned/signed register types and
+/// `$shift_mask` is the width minus one (RFC 9669 masks shift amounts to the operand width).
+/// `MOV` stays with each caller because its sign-extending forms differ by width.
+macro_rules! alu_arith {
+    ($op:expr, $off:expr, $d:expr, $s:expr, $u:ty, $i:ty, $shift_mask:expr) => {{
+        let (op, d, s): (u8, $u, $u) = ($op, $d, $s);
+        let signed = $off == 1;
+        Some(match op {
+            BPF_ADD => d.wrapping_add(s),
+            BPF_SUB => d.wrapping_sub(s),
+            BPF_MUL => d.wrapping_mul(s),
+            BPF_DIV if s == 0 => 0,
+            BPF_DIV if signed => (d as $i).wrapping_div(s as $i) as $u,
+            BPF_DIV => d / s,
+            BPF_MOD if s == 0 => d,
+            BPF_MOD if signed => (d as $i).wrapping_rem(s as $i) as $u,
+            BPF_MOD => d % s,
+            BPF_OR => d | s,
+            BPF_AND => d & s,
+            BPF_XOR => d ^ s,
+            BPF_LSH => d << (s & $shift_mask),
+            BPF_RSH => d >> (s & $shift_mask),
+            BPF_ARSH => ((d as $i) >> (s & $shift_mask)) as $u,
+            BPF_NEG => d.wrapping_neg(),
+            _ => return None,
+        })
+    }};
+}
+
 fn alu64(op: u8, off: i16, d: u64, s: u64) -> Option<u64> {
-    let signed = off == 1;
-    Some(match op {
-        BPF_ADD => d.wrapping_add(s),
-        BPF_SUB => d.wrapping_sub(s),
-        BPF_MUL => d.wrapping_mul(s),
-        BPF_DIV if s == 0 => 0,
-        BPF_DIV if signed => (d as i64).wrapping_div(s as i64) as u64,
-        BPF_DIV => d / s,
-        BPF_MOD if s == 0 => d,
-        BPF_MOD if signed => (d as i64).wrapping_rem(s as i64) as u64,
-        BPF_MOD => d % s,
-        BPF_OR => d | s,
-        BPF_AND => d & s,
-        BPF_XOR => d ^ s,
-        BPF_LSH => d << (s & 63),
-        BPF_RSH => d >> (s & 63),
-        BPF_ARSH => ((d as i64) >> (s & 63)) as u64,
-        BPF_NEG => d.wrapping_neg(),
-        BPF_MOV => match off {
+    if op == BPF_MOV {
+        return Some(match off {
             8 => i64::from(s as u8 as i8) as u64,
             16 => i64::from(s as u16 as i16) as u64,
             32 => i64::from(s as u32 as i32) as u64,
             _ => s,
-        },
-        _ => return None,
-    })
+        });
+    }
+    alu_arith!(op, off, d, s, u64, i64, 63)
 }
 
 fn alu32(op: u8, off: i16, d: u32, s: u32) -> Option<u32> {
-    let signed = off == 1;
-    Some(match op {
-        BPF_ADD => d.wrapping_add(s),
-        BPF_SUB => d.wrapping_sub(s),
-        BPF_MUL => d.wrapping_mul(s),
-        BPF_DIV if s == 0 => 0,
-        BPF_DIV if signed => (d as i32).wrapping_div(s as i32) as u32,
-        BPF_DIV => d / s,
-        BPF_MOD if s == 0 => d,
-        BPF_MOD if signed => (d as i32).wrapping_rem(s as i32) as u32,
-        BPF_MOD => d % s,
-        BPF_OR => d | s,
-        BPF_AND => d & s,
-        BPF_XOR => d ^ s,
-        BPF_LSH => d << (s & 31),
-        BPF_RSH => d >> (s & 31),
-        BPF_ARSH => ((d as i32) >> (s & 31)) as u32,
-        BPF_NEG => d.wrapping_neg(),
-        BPF_MOV => match off {
+    if op == BPF_MOV {
+        return Some(match off {
             8 => i32::from(s as u8 as i8) as u32,
             16 => i32::from(s as u16 as i16) as u32,
             _ => s,
-        },
-        _ => return None,
-    })
+        });
+    }
+    alu_arith!(op, off, d, s, u32, i32, 31)
 }
 
 /// A conditional jump's condition; `None` for an unknown operation.

@@ -34,64 +34,47 @@ fn alu(class64: bool, op: u8, off: i16, a: u64, b: u64, use_reg: bool) -> u64 {
     run(p).unwrap()
 }
 
-/// RFC 9669 semantics, written out for the test (64-bit operands already prepared).
+/// RFC 9669 semantics, written out for the test, for either width: `$u`/`$i` are the
+/// unsigned/signed operand types and `$shift_mask` the width minus one.
+macro_rules! model {
+    ($op:expr, $signed:expr, $a:expr, $b:expr, $u:ty, $i:ty, $shift_mask:expr) => {{
+        let (a, b): ($u, $u) = ($a, $b);
+        match $op {
+            BPF_ADD => a.wrapping_add(b),
+            BPF_SUB => a.wrapping_sub(b),
+            BPF_MUL => a.wrapping_mul(b),
+            BPF_DIV if $signed => match b as $i {
+                0 => 0,
+                -1 => (a as $i).wrapping_neg() as $u,
+                d => ((a as $i) / d) as $u,
+            },
+            BPF_DIV => a.checked_div(b).unwrap_or(0),
+            BPF_MOD if $signed => match b as $i {
+                0 => a,
+                -1 => 0,
+                d => ((a as $i) % d) as $u,
+            },
+            BPF_MOD => a.checked_rem(b).unwrap_or(a),
+            BPF_OR => a | b,
+            BPF_AND => a & b,
+            BPF_XOR => a ^ b,
+            BPF_LSH => a << (b & $shift_mask),
+            BPF_RSH => a >> (b & $shift_mask),
+            BPF_ARSH => ((a as $i) >> (b & $shift_mask)) as $u,
+            BPF_MOV => b,
+            BPF_NEG => a.wrapping_neg(),
+            _ => unreachable!(),
+        }
+    }};
+}
+
+/// 64-bit operands already prepared.
 fn model64(op: u8, signed: bool, a: u64, b: u64) -> u64 {
-    match op {
-        BPF_ADD => a.wrapping_add(b),
-        BPF_SUB => a.wrapping_sub(b),
-        BPF_MUL => a.wrapping_mul(b),
-        BPF_DIV if signed => match b as i64 {
-            0 => 0,
-            -1 => (a as i64).wrapping_neg() as u64,
-            d => ((a as i64) / d) as u64,
-        },
-        BPF_DIV => a.checked_div(b).unwrap_or(0),
-        BPF_MOD if signed => match b as i64 {
-            0 => a,
-            -1 => 0,
-            d => ((a as i64) % d) as u64,
-        },
-        BPF_MOD => a.checked_rem(b).unwrap_or(a),
-        BPF_OR => a | b,
-        BPF_AND => a & b,
-        BPF_XOR => a ^ b,
-        BPF_LSH => a << (b & 63),
-        BPF_RSH => a >> (b & 63),
-        BPF_ARSH => ((a as i64) >> (b & 63)) as u64,
-        BPF_MOV => b,
-        BPF_NEG => a.wrapping_neg(),
-        _ => unreachable!(),
-    }
+    model!(op, signed, a, b, u64, i64, 63)
 }
 
 fn model32(op: u8, signed: bool, a: u32, b: u32) -> u64 {
-    let r: u32 = match op {
-        BPF_ADD => a.wrapping_add(b),
-        BPF_SUB => a.wrapping_sub(b),
-        BPF_MUL => a.wrapping_mul(b),
-        BPF_DIV if signed => match b as i32 {
-            0 => 0,
-            -1 => (a as i32).wrapping_neg() as u32,
-            d => ((a as i32) / d) as u32,
-        },
-        BPF_DIV => a.checked_div(b).unwrap_or(0),
-        BPF_MOD if signed => match b as i32 {
-            0 => a,
-            -1 => 0,
-            d => ((a as i32) % d) as u32,
-        },
-        BPF_MOD => a.checked_rem(b).unwrap_or(a),
-        BPF_OR => a | b,
-        BPF_AND => a & b,
-        BPF_XOR => a ^ b,
-        BPF_LSH => a << (b & 31),
-        BPF_RSH => a >> (b & 31),
-        BPF_ARSH => ((a as i32) >> (b & 31)) as u32,
-        BPF_MOV => b,
-        BPF_NEG => a.wrapping_neg(),
-        _ => unreachable!(),
-    };
-    u64::from(r)
+    u64::from(model!(op, signed, a, b, u32, i32, 31))
 }
 
 const OPS: &[u8] = &[
@@ -120,48 +103,38 @@ const VALUES: &[u64] = &[
     0xdead_beef_cafe_f00d,
 ];
 
+/// Every (op, signed, a, b) the ALU tests try: the signed flag only for DIV and MOD.
+fn op_cases() -> impl Iterator<Item = (u8, bool, u64, u64)> {
+    OPS.iter().flat_map(|&op| {
+        [false, true]
+            .into_iter()
+            .filter(move |&signed| !signed || op == BPF_DIV || op == BPF_MOD)
+            .flat_map(move |signed| {
+                VALUES.iter().flat_map(move |&a| VALUES.iter().map(move |&b| (op, signed, a, b)))
+            })
+    })
+}
+
 #[test]
 fn alu64_every_op_reg_and_imm() {
-    for &op in OPS {
-        for signed in [false, true] {
-            if signed && op != BPF_DIV && op != BPF_MOD {
-                continue;
-            }
-            for &a in VALUES {
-                for &b in VALUES {
-                    let got = alu(true, op, i16::from(signed), a, b, true);
-                    assert_eq!(
-                        got,
-                        model64(op, signed, a, b),
-                        "op {op:#x} s={signed} {a:#x},{b:#x}"
-                    );
-                    // K form: imm is sign-extended to 64 bits.
-                    let bk = i64::from(b as u32 as i32) as u64;
-                    let got = alu(true, op, i16::from(signed), a, b, false);
-                    assert_eq!(got, model64(op, signed, a, bk), "K op {op:#x} {a:#x},{b:#x}");
-                }
-            }
-        }
+    for (op, signed, a, b) in op_cases() {
+        let got = alu(true, op, i16::from(signed), a, b, true);
+        assert_eq!(got, model64(op, signed, a, b), "op {op:#x} s={signed} {a:#x},{b:#x}");
+        // K form: imm is sign-extended to 64 bits.
+        let bk = i64::from(b as u32 as i32) as u64;
+        let got = alu(true, op, i16::from(signed), a, b, false);
+        assert_eq!(got, model64(op, signed, a, bk), "K op {op:#x} {a:#x},{b:#x}");
     }
 }
 
 #[test]
 fn alu32_every_op_zero_extends() {
-    for &op in OPS {
-        for signed in [false, true] {
-            if signed && op != BPF_DIV && op != BPF_MOD {
-                continue;
-            }
-            for &a in VALUES {
-                for &b in VALUES {
-                    let want = model32(op, signed, a as u32, b as u32);
-                    let got = alu(false, op, i16::from(signed), a, b, true);
-                    assert_eq!(got, want, "op32 {op:#x} s={signed} {a:#x},{b:#x}");
-                    let got = alu(false, op, i16::from(signed), a, b, false);
-                    assert_eq!(got, want, "K op32 {op:#x} {a:#x},{b:#x}");
-                }
-            }
-        }
+    for (op, signed, a, b) in op_cases() {
+        let want = model32(op, signed, a as u32, b as u32);
+        let got = alu(false, op, i16::from(signed), a, b, true);
+        assert_eq!(got, want, "op32 {op:#x} s={signed} {a:#x},{b:#x}");
+        let got = alu(false, op, i16::from(signed), a, b, false);
+        assert_eq!(got, want, "K op32 {op:#x} {a:#x},{b:#x}");
     }
 }
 

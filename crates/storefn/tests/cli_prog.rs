@@ -1,6 +1,6 @@
 //! `storefn prog verify|dump|run`: the outputs other checks parse are pinned here.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bin() -> Command {
@@ -14,7 +14,7 @@ fn tmpdir(test: &str) -> PathBuf {
     d
 }
 
-fn obj(dir: &std::path::Path, name: &str) -> PathBuf {
+fn obj(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(format!("{}.o", name.replace('/', "__")));
     std::fs::write(&p, storefn_progs::must(name)).unwrap();
     p
@@ -22,6 +22,14 @@ fn obj(dir: &std::path::Path, name: &str) -> PathBuf {
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()
+}
+
+/// `storefn prog run <prog> --type xrp --data <data>` followed by `extra`.
+fn run_xrp(prog: &Path, data: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["prog", "run", prog.to_str().unwrap(), "--type", "xrp", "--data"];
+    args.push(data.to_str().unwrap());
+    args.extend_from_slice(extra);
+    run(&args)
 }
 
 fn stdout(o: &Output) -> String {
@@ -89,38 +97,25 @@ fn run_prints_decision_and_writes_scratch() {
     let scratch_in = d.join("scratch.in");
     std::fs::write(&scratch_in, words(&[1, 1])).unwrap();
     let scratch_out = d.join("scratch.out");
-    let o = run(&[
-        "prog",
-        "run",
-        o_file.to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--scratch",
-        scratch_in.to_str().unwrap(),
-        "--scratch-out",
-        scratch_out.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let o = run_xrp(
+        &o_file,
+        &data,
+        &[
+            "--scratch",
+            scratch_in.to_str().unwrap(),
+            "--scratch-out",
+            scratch_out.to_str().unwrap(),
+            "--engine",
+            "interp",
+        ],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(stdout(&o), "r0=0 done=0\nnext 0 addr=4096 size=512\n");
     let s = std::fs::read(&scratch_out).unwrap();
     assert_eq!(s.len(), 4096);
     assert_eq!(&s[..16], &words(&[43, 2])[..]);
     std::fs::write(&data, words(&[0, 5])).unwrap();
-    let o = run(&[
-        "prog",
-        "run",
-        o_file.to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let o = run_xrp(&o_file, &data, &["--engine", "interp"]);
     assert_eq!(stdout(&o), "r0=0 done=1\n");
 }
 
@@ -132,61 +127,23 @@ fn run_faults_print_insn_and_exit_1() {
     let scratch = d.join("scratch");
     // Far outside: a small overrun could land in another granted region (scratch, stack).
     std::fs::write(&scratch, words(&[1 << 40])).unwrap();
-    let o = run(&[
-        "prog",
-        "run",
-        obj(&d, "test/bad_read").to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--scratch",
-        scratch.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let o = run_xrp(
+        &obj(&d, "test/bad_read"),
+        &data,
+        &["--scratch", scratch.to_str().unwrap(), "--engine", "interp"],
+    );
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
     assert!(e.starts_with("error: insn #4: read of 8 bytes at 0x"), "{e}");
-    let o = run(&[
-        "prog",
-        "run",
-        obj(&d, "test/write_data").to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let o = run_xrp(&obj(&d, "test/write_data"), &data, &["--engine", "interp"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).starts_with("error: insn #2: write of 1 bytes at 0x"), "{}", stderr(&o));
-    let o = run(&[
-        "prog",
-        "run",
-        obj(&d, "test/spin").to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let o = run_xrp(&obj(&d, "test/spin"), &data, &["--engine", "interp"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("back-jump budget of 1000000 exhausted"), "{}", stderr(&o));
     // A data file longer than the view is an error, not a silent truncation.
     std::fs::write(&data, vec![0u8; 5000]).unwrap();
-    let o = run(&[
-        "prog",
-        "run",
-        obj(&d, "xrp_follow").to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let o = run_xrp(&obj(&d, "xrp_follow"), &data, &["--engine", "interp"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("more than the 4096-byte data buffer"), "{}", stderr(&o));
 }
@@ -199,26 +156,8 @@ fn default_engine_is_jit_without_silent_fallback() {
     let data = d.join("blk");
     std::fs::write(&data, words(&[4096, 42])).unwrap();
     let f = obj(&d, "xrp_follow");
-    let jit = run(&[
-        "prog",
-        "run",
-        f.to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-    ]);
-    let interp = run(&[
-        "prog",
-        "run",
-        f.to_str().unwrap(),
-        "--type",
-        "xrp",
-        "--data",
-        data.to_str().unwrap(),
-        "--engine",
-        "interp",
-    ]);
+    let jit = run_xrp(&f, &data, &[]);
+    let interp = run_xrp(&f, &data, &["--engine", "interp"]);
     if jit.status.success() {
         assert_eq!(stdout(&jit), stdout(&interp));
     } else {

@@ -6,6 +6,31 @@ fn storefn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_storefn"))
 }
 
+/// Runs `storefn io bench <args> <more>` on a scratch file named after `stem`, asserts it exits
+/// 0 and returns its stdout and parsed `--json` document (both scratch files removed).
+fn io_bench(stem: &str, args: &[&str], more: &[&str]) -> (String, serde_json::Value) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let json = dir.join(format!("{stem}-{}.json", std::process::id()));
+    let file = dir.join(format!("{stem}-{}.dat", std::process::id()));
+    let out = storefn()
+        .args(["io", "bench"])
+        .args(args)
+        .args(more)
+        .arg("--file")
+        .arg(&file)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    (stdout, doc)
+}
+
 #[test]
 fn io_bench_reports_every_case_with_a_summary_and_json() {
     for function in ["rust", "interp", "jit"] {
@@ -14,25 +39,12 @@ fn io_bench_reports_every_case_with_a_summary_and_json() {
 }
 
 fn bench_once(function: &str) {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let json = dir.join(format!("io-bench-{}.json", std::process::id()));
-    let file = dir.join(format!("io-bench-{}.dat", std::process::id()));
-    let out = storefn()
-        .args(["io", "bench", "--size-mb", "2", "--requests", "20", "--warmup", "2"])
-        .args(["--depth", "3", "--chains", "4", "--seed", "9", "--function", function])
-        .arg("--file")
-        .arg(&file)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&file);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, doc) = io_bench(
+        "io-bench",
+        &["--size-mb", "2", "--requests", "20", "--warmup", "2", "--depth", "3", "--chains", "4"],
+        &["--seed", "9", "--function", function],
+    );
     assert_eq!(stdout.lines().filter(|l| l.starts_with("io bench summary: ")).count(), 1);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
     assert_eq!(doc["function"], function);
     let cases = doc["cases"].as_array().unwrap();
     let names: Vec<&str> = cases.iter().map(|c| c["case"].as_str().unwrap()).collect();
@@ -75,24 +87,11 @@ fn io_probe_reports_o_direct_and_polling_modes() {
 
 #[test]
 fn io_bench_io_raw_falls_back_to_the_file_with_the_reason_when_the_device_is_refused() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let json = dir.join(format!("io-bench-raw-{}.json", std::process::id()));
-    let file = dir.join(format!("io-bench-raw-{}.dat", std::process::id()));
-    let out = storefn()
-        .args(["io", "bench", "--io", "raw", "--size-mb", "2", "--requests", "20"])
-        .args(["--warmup", "2", "--depth", "3", "--chains", "4"])
-        .arg("--file")
-        .arg(&file)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&file);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let (stdout, doc) = io_bench(
+        "io-bench-raw",
+        &["--io", "raw", "--size-mb", "2", "--requests", "20"],
+        &["--warmup", "2", "--depth", "3", "--chains", "4"],
+    );
     assert_eq!(doc["io_requested"], "raw");
     assert_eq!(doc["stale_chains"], 0);
     if doc["mode"] == "raw" {

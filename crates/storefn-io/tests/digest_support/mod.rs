@@ -233,20 +233,22 @@ pub fn write_pattern_file(path: &Path, seed: u64, size: u64) {
     f.sync_all().expect("fsync");
 }
 
+/// Creates (or truncates) `p` for writing with O_DIRECT, so each write allocates its blocks now.
+pub fn create_direct(p: &Path) -> File {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(p)
+        .unwrap()
+}
+
 /// Write two files in interleaved chunks with O_DIRECT (no delayed allocation, no xfs
 /// speculative preallocation) so both end up fragmented.
 pub fn write_interleaved(a: &Path, b: &Path, chunk: u64, chunks: u64) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let open = |p: &Path| {
-        File::options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(p)
-            .unwrap()
-    };
-    let (fa, fb) = (open(a), open(b));
+    let (fa, fb) = (create_direct(a), create_direct(b));
     let n = usize::try_from(chunk).unwrap();
     let mut buf = AlignedBuf::new(n, 4096);
     for i in 0..chunks {
@@ -376,4 +378,25 @@ pub fn refresh_raw(raw: RawAccess, f: &File) -> Result<RawAccess, DigestError> {
         }
         r => r,
     }
+}
+
+/// Attempts for a tool that opens with O_NONBLOCK (coreutils truncate, util-linux fallocate):
+/// its first open starts the lease break and fails with EAGAIN; a retry succeeds once the
+/// holder released the lease.
+pub const NONBLOCK_RETRIES: u32 = 200;
+
+/// Runs `cmd args`, retrying while it fails with EAGAIN ("temporarily unavailable") because a
+/// lease break is under way; any other failure panics with the tool's stderr.
+pub fn sh(cmd: &str, args: &[&str]) {
+    let mut last = String::new();
+    for _ in 0..NONBLOCK_RETRIES {
+        let out = Command::new(cmd).args(args).output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(last.contains("temporarily unavailable"), "{cmd} {args:?}: {last}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{cmd} {args:?}: {last}");
 }

@@ -7,59 +7,16 @@ use storefn_vm::insn::*;
 use storefn_vm::program::DEFAULT_BACK_JUMP_BUDGET;
 use storefn_vm::{Engine, Instance, ProgType, Program, VmError, XrpCtx};
 
-pub fn i(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn { op, dst, src, off, imm }
-}
+#[path = "../asm/mod.rs"]
+mod asm;
+pub use asm::ins as i;
+pub use asm::*;
+
 pub fn mov64_imm(dst: u8, imm: i32) -> Insn {
     i(BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm)
 }
-pub fn mov64_reg(dst: u8, src: u8) -> Insn {
-    i(BPF_ALU64 | BPF_MOV | BPF_X, dst, src, 0, 0)
-}
-pub fn alu64_reg(op: u8, dst: u8, src: u8) -> Insn {
-    i(BPF_ALU64 | op | BPF_X, dst, src, 0, 0)
-}
-pub fn alu64_imm(op: u8, dst: u8, imm: i32) -> Insn {
-    i(BPF_ALU64 | op | BPF_K, dst, 0, 0, imm)
-}
-pub fn alu32_reg(op: u8, dst: u8, src: u8) -> Insn {
-    i(BPF_ALU | op | BPF_X, dst, src, 0, 0)
-}
-pub fn alu32_imm(op: u8, dst: u8, imm: i32) -> Insn {
-    i(BPF_ALU | op | BPF_K, dst, 0, 0, imm)
-}
-pub fn lddw(dst: u8, v: u64) -> [Insn; 2] {
-    [
-        i(BPF_LD | BPF_IMM | BPF_DW, dst, 0, 0, v as u32 as i32),
-        i(0, 0, 0, 0, (v >> 32) as u32 as i32),
-    ]
-}
-pub fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
-    i(BPF_LDX | BPF_MEM | size, dst, src, off, 0)
-}
-pub fn stx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
-    i(BPF_STX | BPF_MEM | size, dst, src, off, 0)
-}
-pub fn st(size: u8, dst: u8, off: i16, imm: i32) -> Insn {
-    i(BPF_ST | BPF_MEM | size, dst, 0, off, imm)
-}
-pub fn jmp_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
-    i(BPF_JMP | op | BPF_K, dst, 0, off, imm)
-}
-pub fn jmp_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
-    i(BPF_JMP | op | BPF_X, dst, src, off, 0)
-}
-pub fn ja(off: i16) -> Insn {
-    i(BPF_JMP | BPF_JA, 0, 0, off, 0)
-}
-pub fn call_helper(id: i32) -> Insn {
-    i(BPF_JMP | BPF_CALL, 0, 0, 0, id)
-}
 pub fn call_pc(rel: i32) -> Insn {
     i(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, rel)
-}
-pub fn exit() -> Insn {
-    i(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
 }
 
 /// Flattens pieces (single insns and lddw pairs) into one vector.

@@ -6,39 +6,12 @@ use storefn_vm::mem::{Region, RegionSet};
 use storefn_vm::program::{FaultInfo, DEFAULT_BACK_JUMP_BUDGET, STACK_BYTES};
 use storefn_vm::{ProgType, Program, RunEnv};
 
-pub fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn { op, dst, src, off, imm }
-}
-pub fn alu64_imm(op: u8, dst: u8, imm: i32) -> Insn {
-    ins(BPF_ALU64 | op | BPF_K, dst, 0, 0, imm)
-}
-pub fn alu64_reg(op: u8, dst: u8, src: u8) -> Insn {
-    ins(BPF_ALU64 | op | BPF_X, dst, src, 0, 0)
-}
-pub fn alu32_imm(op: u8, dst: u8, imm: i32) -> Insn {
-    ins(BPF_ALU | op | BPF_K, dst, 0, 0, imm)
-}
-pub fn alu32_reg(op: u8, dst: u8, src: u8) -> Insn {
-    ins(BPF_ALU | op | BPF_X, dst, src, 0, 0)
-}
+#[path = "../asm/mod.rs"]
+mod asm;
+pub use asm::*;
+
 pub fn mov64(dst: u8, imm: i32) -> Insn {
     alu64_imm(BPF_MOV, dst, imm)
-}
-pub fn mov64_reg(dst: u8, src: u8) -> Insn {
-    alu64_reg(BPF_MOV, dst, src)
-}
-/// `lddw dst, v`: two slots.
-pub fn lddw(dst: u8, v: u64) -> [Insn; 2] {
-    [
-        ins(BPF_LD | BPF_IMM | BPF_DW, dst, 0, 0, v as u32 as i32),
-        ins(0, 0, 0, 0, (v >> 32) as u32 as i32),
-    ]
-}
-pub fn jmp_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
-    ins(BPF_JMP | op | BPF_K, dst, 0, off, imm)
-}
-pub fn jmp_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
-    ins(BPF_JMP | op | BPF_X, dst, src, off, 0)
 }
 pub fn jmp32_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
     ins(BPF_JMP32 | op | BPF_K, dst, 0, off, imm)
@@ -46,33 +19,15 @@ pub fn jmp32_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
 pub fn jmp32_reg(op: u8, dst: u8, src: u8, off: i16) -> Insn {
     ins(BPF_JMP32 | op | BPF_X, dst, src, off, 0)
 }
-pub fn ja(off: i16) -> Insn {
-    ins(BPF_JMP | BPF_JA, 0, 0, off, 0)
-}
-pub fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
-    ins(BPF_LDX | BPF_MEM | size, dst, src, off, 0)
-}
 pub fn ldsx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
     ins(BPF_LDX | BPF_MEMSX | size, dst, src, off, 0)
-}
-pub fn stx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
-    ins(BPF_STX | BPF_MEM | size, dst, src, off, 0)
-}
-pub fn st(size: u8, dst: u8, off: i16, imm: i32) -> Insn {
-    ins(BPF_ST | BPF_MEM | size, dst, 0, off, imm)
 }
 pub fn atomic(size: u8, dst: u8, src: u8, off: i16, op: i32) -> Insn {
     ins(BPF_STX | BPF_ATOMIC | size, dst, src, off, op)
 }
-pub fn call_helper(id: i32) -> Insn {
-    ins(BPF_JMP | BPF_CALL, 0, 0, 0, id)
-}
 /// BPF-to-BPF call, `rel` = target - (pc + 1).
 pub fn call_local(rel: i32) -> Insn {
     ins(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, rel)
-}
-pub fn exit() -> Insn {
-    ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)
 }
 
 /// Builds a Program from slots (lddw pairs flattened by the caller).
