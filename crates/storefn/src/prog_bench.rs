@@ -9,18 +9,14 @@
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
 use serde::Serialize;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::mem::{Region, RegionSet};
-use storefn_vm::program::{FaultInfo, DEFAULT_BACK_JUMP_BUDGET, STACK_BYTES};
-use storefn_vm::xrp::{
-    XrpCtx, XRP_CTX_BYTES, XRP_DATA_VIEW_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR, XRP_OFF_SCRATCH,
-    XRP_SCRATCH_BYTES,
-};
-use storefn_vm::{ProgType, Program, RunEnv};
+use storefn_vm::xrp::{XrpCtx, XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES};
+use storefn_vm::{Instance, ProgType, Program};
 
 use crate::CmdResult;
 
@@ -145,72 +141,44 @@ fn native_node4k(node: &[u64], key: u64) -> u64 {
     lo as u64
 }
 
-/// The memory one invocation sees: an XRP context, the node, scratch and the stack.
+/// The memory one invocation sees besides what the instance owns (stack, globals): an XRP
+/// context, the node and scratch, kept as u64 words for the native twin.
 struct Sandbox {
-    ctx: Box<XrpCtx>,
+    ctx: XrpCtx,
     data: Vec<u64>,
     scratch: Vec<u64>,
-    stack: Vec<u64>,
 }
 
 impl Sandbox {
     fn new() -> Self {
-        let mut s = Self {
-            ctx: Box::new(XrpCtx::default()),
+        Self {
+            ctx: XrpCtx::default(),
             data: vec![0; XRP_DATA_VIEW_BYTES / 8],
             scratch: vec![0; XRP_SCRATCH_BYTES / 8],
-            stack: vec![0; STACK_BYTES / 8],
-        };
-        s.ctx.data = s.data.as_ptr() as u64;
-        s.ctx.scratch = s.scratch.as_ptr() as u64;
-        s
-    }
-
-    fn ctx_addr(&self) -> u64 {
-        std::ptr::from_ref::<XrpCtx>(&self.ctx) as u64
-    }
-
-    fn stack_top(&self) -> u64 {
-        self.stack.as_ptr() as u64 + STACK_BYTES as u64
-    }
-
-    /// XRP's rights: the context is readable, only done / next_addr[] / size[] writable.
-    fn env(&self) -> RunEnv {
-        let words = |v: &[u64]| {
-            let start = v.as_ptr() as u64;
-            Region { start, end: start + 8 * v.len() as u64 }
-        };
-        let ctx = self.ctx_addr();
-        let mut read = RegionSet::default();
-        read.push(Region { start: ctx, end: ctx + XRP_CTX_BYTES as u64 });
-        read.push(words(&self.data));
-        read.push(words(&self.scratch));
-        read.push(words(&self.stack));
-        let mut write = RegionSet::default();
-        write.push(Region { start: ctx + XRP_OFF_DONE as u64, end: ctx + XRP_OFF_DONE as u64 + 4 });
-        write.push(Region {
-            start: ctx + XRP_OFF_NEXT_ADDR as u64,
-            end: ctx + XRP_OFF_SCRATCH as u64,
-        });
-        write.push(words(&self.scratch));
-        write.push(words(&self.stack));
-        RunEnv {
-            read,
-            write,
-            globals_base: 0,
-            back_jumps_left: DEFAULT_BACK_JUMP_BUDGET,
-            fault: FaultInfo::default(),
-            host: std::ptr::null_mut(),
         }
     }
 }
 
+fn bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: a u64 slice is `len * 8` initialised bytes; u8 has alignment 1 and no invalid
+    // values, and the returned slice borrows `words`, so it cannot outlive or alias a write.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+}
+
+fn bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: as in `bytes`; every byte pattern is a valid u64, so writes through the byte view
+    // leave `words` valid, and the exclusive borrow is carried over.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            words.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(words),
+        )
+    }
+}
+
 /// Loads and verifies a bench program exactly as `storefn prog run` does.
-fn load_xrp_section(elf: &[u8], name: &str) -> Result<Program, String> {
-    let prog = storefn_vm::elf::load(elf, Some("xrp"), ProgType::Xrp)
-        .map_err(|e| format!("{name}: {e}"))?;
-    storefn_vm::verify(&prog).map_err(|e| format!("{name}: {e}"))?;
-    Ok(prog)
+fn load_xrp_section(elf: &[u8], name: &str) -> Result<Arc<Program>, String> {
+    storefn_vm::load_verified(elf, Some("xrp"), ProgType::Xrp).map_err(|e| format!("{name}: {e}"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,39 +202,34 @@ fn engines() -> [Engine; 3] {
     [Engine::Jit, Engine::Interp, Engine::Native]
 }
 
-struct Runner<'a> {
+/// Both VM engines run through [`Instance::run_xrp`], the call the io engine makes per block,
+/// so the figures include its per-call region setup.
+struct Runner {
     workload: Workload,
-    prog: &'a Program,
-    jit: &'a JitProgram,
+    jit: Instance,
+    interp: Instance,
     sb: Sandbox,
-    env: RunEnv,
     keys: Vec<u64>,
 }
 
-impl Runner<'_> {
+impl Runner {
     /// One invocation for `key`: returns the answer the engine wrote to scratch[1].
     #[inline]
     fn call(&mut self, engine: Engine, key: u64) -> Result<u64, String> {
-        self.sb.scratch[0] = key;
-        match engine {
+        let Self { workload, jit, interp, sb, .. } = self;
+        sb.scratch[0] = key;
+        let vm = match engine {
             Engine::Native => {
-                let r = self.workload.native(black_box(&self.sb.data), key);
-                self.sb.scratch[1] = r;
-                self.sb.ctx.done = 1;
+                sb.scratch[1] = workload.native(black_box(&sb.data), key);
+                sb.ctx.done = 1;
+                return Ok(sb.scratch[1]);
             }
-            Engine::Jit => {
-                self.env.back_jumps_left = self.prog.back_jump_budget;
-                self.jit
-                    .run(&mut self.env, self.sb.ctx_addr(), self.sb.stack_top())
-                    .map_err(|e| format!("{} jit: {e}", self.prog.name))?;
-            }
-            Engine::Interp => {
-                self.env.back_jumps_left = self.prog.back_jump_budget;
-                interp_run(self.prog, &mut self.env, self.sb.ctx_addr(), self.sb.stack_top())
-                    .map_err(|e| format!("{} interp: {e}", self.prog.name))?;
-            }
-        }
-        Ok(self.sb.scratch[1])
+            Engine::Jit => jit,
+            Engine::Interp => interp,
+        };
+        vm.run_xrp(&mut sb.ctx, bytes(&sb.data), bytes_mut(&mut sb.scratch))
+            .map_err(|e| format!("{} {}: {e}", workload.name(), engine.name()))?;
+        Ok(sb.scratch[1])
     }
 
     fn check_answers(&mut self, engine: Engine, calls: u64) -> Result<(), String> {
@@ -296,15 +259,6 @@ impl Runner<'_> {
         black_box(sum);
         Ok(ns / calls as f64)
     }
-}
-
-fn interp_run(
-    prog: &Program,
-    env: &mut RunEnv,
-    ctx: u64,
-    stack_top: u64,
-) -> Result<u64, storefn_vm::VmError> {
-    storefn_vm::interp::run(prog, env, ctx, stack_top)
 }
 
 /// xorshift64*: a tiny deterministic generator for the key ring (no dependency needed).
@@ -341,12 +295,13 @@ fn bench_workload(workload: Workload, args: &BenchArgs) -> Result<Vec<Record>, S
         .ok_or_else(|| format!("program {} not built", workload.prog_name()))?;
     let prog = load_xrp_section(elf, workload.prog_name())?;
     let compile = compile_us(&prog)?;
-    let jit = JitProgram::compile(&prog).map_err(|e| format!("{}: {e}", prog.name))?;
+    let instance = |engine| {
+        Instance::new(Arc::clone(&prog), engine).map_err(|e| format!("{}: {e}", prog.name))
+    };
+    let (jit, interp) = (instance(storefn_vm::Engine::Jit)?, instance(storefn_vm::Engine::Interp)?);
     let mut sb = Sandbox::new();
     let max_key = workload.fill(&mut sb.data);
-    let env = sb.env();
-    let mut r =
-        Runner { workload, prog: &prog, jit: &jit, sb, env, keys: keys_for(args.seed, max_key) };
+    let mut r = Runner { workload, jit, interp, sb, keys: keys_for(args.seed, max_key) };
     let engines = engines();
     for &e in &engines {
         r.check_answers(e, args.warmup.max(KEY_RING as u64))?;
