@@ -226,7 +226,7 @@ pub(crate) fn open_file(
 }
 
 /// Size and O_DIRECT offset alignment (statx `STATX_DIOALIGN`; 0 = no direct I/O).
-pub(crate) fn statx_size_align(file: &File, path: &Path) -> Result<(u64, u32), EngineError> {
+pub fn statx_size_align(file: &File, path: &Path) -> Result<(u64, u32), EngineError> {
     // SAFETY: statx is plain old data; all-zero is a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: the fd is open for the call's duration, the path is a NUL-terminated empty string
@@ -250,7 +250,7 @@ pub(crate) fn statx_size_align(file: &File, path: &Path) -> Result<(u64, u32), E
 
 /// Aligned span `[start, end)` covering `[addr, addr + size)`; `align` is a power of two.
 #[must_use]
-pub(crate) fn widen(addr: u64, size: u64, align: u64) -> (u64, u64) {
+pub fn widen(addr: u64, size: u64, align: u64) -> (u64, u64) {
     debug_assert!(align.is_power_of_two());
     let start = addr & !(align - 1);
     let end = (addr + size).next_multiple_of(align);

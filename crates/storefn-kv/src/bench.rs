@@ -22,7 +22,7 @@ pub struct PathOptions {
     pub cache_bytes: u64,
     /// Lookups (or block reads) in flight per thread on batching paths.
     pub batch: usize,
-    /// `--io raw`: the engine paths (uring, xrp, xrp-batch) read the block device through the
+    /// `--io raw`: the read path and the engine paths (uring, xrp, xrp-batch) read the block device through the
     /// metadata digest; when raw mode cannot be set up they say why and use the file.
     pub raw: bool,
 }
@@ -37,7 +37,9 @@ pub fn open_path(
     opts: PathOptions,
 ) -> Result<Box<dyn LookupPath>, KvError> {
     match name {
-        "read" => Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes))),
+        "read" => {
+            Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes).with_io(opts.raw)?))
+        }
         "device" => Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?)),
         "uring" => {
             Ok(Box::new(UringPath::new(Arc::clone(store), opts.cache_bytes)?.with_io(opts.raw)?))
@@ -191,10 +193,51 @@ fn cpu_seconds() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-struct ThreadOut {
-    latencies_ns: Vec<u64>,
-    stats: PathStats,
-    misses: u64,
+pub(crate) struct ThreadOut {
+    pub(crate) latencies_ns: Vec<u64>,
+    pub(crate) stats: PathStats,
+    pub(crate) misses: u64,
+}
+
+/// Batching paths keep `batch` lookups in flight across a chunk of keys; chunks of
+/// CHUNK_PER_BATCH x batch keep the pipeline full (latency is per lookup, from submission).
+const CHUNK_PER_BATCH: usize = 16;
+
+/// Keys handed to one `get_many` call.
+pub(crate) fn chunk_len(cfg: &BenchConfig) -> usize {
+    if cfg.batch > 1 {
+        cfg.batch * CHUNK_PER_BATCH
+    } else {
+        1
+    }
+}
+
+/// Looks `keys` up through `path` chunk by chunk; appends each lookup's latency to `lat`
+/// (when given) and returns the misses.
+pub(crate) fn measure(
+    path: &mut dyn LookupPath,
+    keys: &[u64],
+    chunk: usize,
+    mut lat: Option<&mut Vec<u64>>,
+) -> Result<u64, KvError> {
+    let mut out: Vec<Lookup> = Vec::with_capacity(chunk);
+    let mut misses = 0;
+    for part in keys.chunks(chunk.max(1)) {
+        out.clear();
+        path.get_many(part, &mut out)?;
+        for l in &out {
+            if let Some(lat) = lat.as_deref_mut() {
+                lat.push(l.latency_ns);
+            }
+            misses += u64::from(l.value.is_none());
+        }
+    }
+    Ok(misses)
+}
+
+/// `n` keys from `keys`, generated up front so key generation stays out of the timings.
+pub(crate) fn draw(keys: &mut KeyGen, n: u64) -> Vec<u64> {
+    (0..n).map(|_| keys.next_key()).collect()
 }
 
 fn run_thread(
@@ -205,49 +248,15 @@ fn run_thread(
     barrier: &Barrier,
     passed: &mut bool,
 ) -> Result<ThreadOut, KvError> {
-    // Batching paths keep `batch` lookups in flight across a chunk of keys; chunks of
-    // CHUNK_PER_BATCH x batch keep the pipeline full (latency is per lookup, from submission).
-    const CHUNK_PER_BATCH: usize = 16;
-    let batch = if cfg.batch > 1 { cfg.batch * CHUNK_PER_BATCH } else { 1 };
-    let mut out: Vec<Lookup> = Vec::with_capacity(batch);
-    let mut chunk = Vec::with_capacity(batch);
-    let mut warm = cfg.warmup;
-    while warm > 0 {
-        chunk.clear();
-        chunk.extend(
-            (0..batch.min(usize::try_from(warm).unwrap_or(batch))).map(|_| keys.next_key()),
-        );
-        warm -= chunk.len() as u64;
-        out.clear();
-        path.get_many(&chunk, &mut out)?;
-    }
+    let chunk = chunk_len(cfg);
+    measure(path, &draw(keys, cfg.warmup), chunk, None)?;
+    let measured = draw(keys, requests);
     let before = path.stats();
     barrier.wait();
     *passed = true;
-    let mut lat = Vec::with_capacity(usize::try_from(requests).unwrap_or(0));
-    let mut misses = 0;
-    let mut left = requests;
-    while left > 0 {
-        chunk.clear();
-        chunk.extend(
-            (0..batch.min(usize::try_from(left).unwrap_or(batch))).map(|_| keys.next_key()),
-        );
-        left -= chunk.len() as u64;
-        out.clear();
-        path.get_many(&chunk, &mut out)?;
-        for l in &out {
-            lat.push(l.latency_ns);
-            misses += u64::from(l.value.is_none());
-        }
-    }
-    let after = path.stats();
-    let stats = PathStats {
-        lookups: after.lookups - before.lookups,
-        ios: after.ios - before.ios,
-        fallbacks: after.fallbacks - before.fallbacks,
-        cache_hits: after.cache_hits - before.cache_hits,
-        device_ios: after.device_ios - before.device_ios,
-    };
+    let mut lat = Vec::with_capacity(measured.len());
+    let misses = measure(path, &measured, chunk, Some(&mut lat))?;
+    let stats = path.stats().since(&before);
     Ok(ThreadOut { latencies_ns: lat, stats, misses })
 }
 
@@ -255,12 +264,11 @@ fn run_thread(
 ///
 /// # Errors
 /// Path construction and lookup errors (the first one from any thread).
-#[allow(clippy::cast_precision_loss)] // statistics
 pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError> {
     if cfg.threads == 0 || cfg.requests == 0 {
         return Err(KvError::Invalid("--threads and --requests must be > 0".into()));
     }
-    let opts = PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1), raw: cfg.raw };
+    let opts = path_options(cfg, cfg.raw);
     // One path on this thread first, so a bad --path fails before threads start; each thread
     // then builds its own (engines stay on the thread that made them).
     drop(open_path(&cfg.path, store, opts)?);
@@ -271,8 +279,7 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
             let cfg = cfg.clone();
             let barrier = Arc::clone(&barrier);
             let store = Arc::clone(store);
-            let share = cfg.requests / cfg.threads as u64
-                + u64::from((t as u64) < cfg.requests % cfg.threads as u64);
+            let share = thread_share(cfg.requests, cfg.threads, t);
             std::thread::spawn(move || {
                 let mut keys = KeyGen::new(cfg.dist, n, cfg.seed.wrapping_add(t as u64));
                 let mut passed = false;
@@ -289,6 +296,24 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
         .collect();
     barrier.wait();
     let (t0, cpu0) = (Instant::now(), cpu_seconds());
+    let outs = join_all(handles)?;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let cpu_s = cpu_seconds() - cpu0;
+    Ok(summarize(store, cfg, &outs, wall_s, cpu_s))
+}
+
+pub(crate) fn path_options(cfg: &BenchConfig, raw: bool) -> PathOptions {
+    PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1), raw }
+}
+
+/// Thread `t`'s part of `requests` (the first `requests % threads` threads take one more).
+pub(crate) fn thread_share(requests: u64, threads: usize, t: usize) -> u64 {
+    requests / threads as u64 + u64::from((t as u64) < requests % threads as u64)
+}
+
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::JoinHandle<Result<T, KvError>>>,
+) -> Result<Vec<T>, KvError> {
     let mut outs = Vec::new();
     let mut first_err = None;
     for h in handles {
@@ -299,11 +324,18 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
             }
         }
     }
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
-    if let Some(e) = first_err {
-        return Err(e);
-    }
+    first_err.map_or(Ok(outs), Err)
+}
+
+/// One result from the threads' latencies, stats and misses, over `wall_s` and `cpu_s`.
+#[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+pub(crate) fn summarize(
+    store: &Store,
+    cfg: &BenchConfig,
+    outs: &[ThreadOut],
+    wall_s: f64,
+    cpu_s: f64,
+) -> BenchResult {
     let mut lat: Vec<u64> = outs.iter().flat_map(|o| o.latencies_ns.iter().copied()).collect();
     lat.sort_unstable();
     let count = lat.len() as f64;
@@ -312,25 +344,25 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
         lat[i.saturating_sub(1).min(lat.len() - 1)] as f64 / 1000.0
     };
     let ios: u64 = outs.iter().map(|o| o.stats.ios).sum();
-    Ok(BenchResult {
+    BenchResult {
         path: cfg.path.clone(),
         layers: store.meta().layers,
         threads: cfg.threads,
         batch: cfg.batch.max(1),
         requests: lat.len() as u64,
-        ops_per_sec: count / wall,
+        ops_per_sec: count / wall_s,
         mean_us: lat.iter().sum::<u64>() as f64 / count / 1000.0,
         p50_us: pct(50.0),
         p95_us: pct(95.0),
         p99_us: pct(99.0),
         p999_us: pct(99.9),
         pct_over_1ms: lat.iter().filter(|&&l| l >= 1_000_000).count() as f64 * 100.0 / count,
-        cpu_us_per_op: cpu * 1e6 / count,
+        cpu_us_per_op: cpu_s * 1e6 / count,
         ios_per_op: ios as f64 / count,
         fallbacks: outs.iter().map(|o| o.stats.fallbacks).sum(),
         device_ios_per_op: outs.iter().map(|o| o.stats.device_ios).sum::<u64>() as f64 / count,
         misses: if cfg.path == "device" { 0 } else { outs.iter().map(|o| o.misses).sum() },
-    })
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod builder;
 pub mod chain;
 pub mod compact;
+pub mod compare;
 pub mod db;
 pub mod device;
 mod error;

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::aligned::AlignedBuf;
+use storefn_io::digest::{DigestError, RawAccess};
+
 use crate::format::VALUE_BYTES;
 use crate::store::{Step, Store};
 use crate::KvError;
@@ -22,6 +24,29 @@ pub struct PathStats {
     pub cache_hits: u64,
     /// Of `ios`, reads that went to the block device in raw mode (`--io raw`).
     pub device_ios: u64,
+}
+
+impl PathStats {
+    /// The counts added since `before` (an earlier snapshot of the same path).
+    #[must_use]
+    pub fn since(&self, before: &PathStats) -> PathStats {
+        PathStats {
+            lookups: self.lookups - before.lookups,
+            ios: self.ios - before.ios,
+            fallbacks: self.fallbacks - before.fallbacks,
+            cache_hits: self.cache_hits - before.cache_hits,
+            device_ios: self.device_ios - before.device_ios,
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &PathStats) {
+        self.lookups += other.lookups;
+        self.ios += other.ios;
+        self.fallbacks += other.fallbacks;
+        self.cache_hits += other.cache_hits;
+        self.device_ios += other.device_ios;
+    }
 }
 
 /// Nanoseconds elapsed since `t0`, saturating.
@@ -95,6 +120,12 @@ impl BlockLru {
         true
     }
 
+    /// Forgets every block (their source turned out stale).
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+    }
+
     /// Inserts a block, evicting the least recently used beyond capacity.
     pub fn put(&mut self, offset: u64, data: &[u8]) {
         if self.capacity_blocks == 0 || self.map.contains_key(&offset) {
@@ -120,13 +151,27 @@ impl BlockLru {
     }
 }
 
-/// XRP's `read()` baseline: one pread (O_DIRECT) per level, then one for the value.
+/// XRP's `read()` baseline: one pread (O_DIRECT) per level, then one for the value. With
+/// `--io raw` the same preads go to the block device through the metadata digest: the
+/// user-space bound on what skipping the file system saves, one syscall per hop.
 #[derive(Debug)]
 pub struct ReadPath {
     store: Arc<Store>,
     buf: AlignedBuf,
     lru: Option<BlockLru>,
     stats: PathStats,
+    raw: Option<RawRead>,
+}
+
+/// Raw mode on the `read` path: this path's own file description (the lease belongs to it,
+/// not to the store's shared file), the digest and device, and an aligned device window.
+#[derive(Debug)]
+struct RawRead {
+    file: std::fs::File,
+    access: Option<RawAccess>,
+    window: AlignedBuf,
+    /// Set on suspicion during a lookup: the rest of it reads the file, then it is redone.
+    suspect: bool,
 }
 
 impl ReadPath {
@@ -135,7 +180,106 @@ impl ReadPath {
     pub fn new(store: Arc<Store>, cache_bytes: u64) -> Self {
         let nb = store.node_size().bytes();
         let lru = (cache_bytes > 0).then(|| BlockLru::new(cache_bytes, nb));
-        Self { store, buf: AlignedBuf::new(nb), lru, stats: PathStats::default() }
+        Self { store, buf: AlignedBuf::new(nb), lru, stats: PathStats::default(), raw: None }
+    }
+
+    /// `--io raw`: reads go to the block device through the metadata digest. When raw mode
+    /// cannot be set up (no device access, unsafe extents, a writer holding the file) it says
+    /// why on stderr and keeps the file path, as the engine paths do.
+    ///
+    /// # Errors
+    /// `Io` when the path's own descriptor of the file cannot be opened.
+    pub fn with_io(mut self, raw: bool) -> Result<Self, KvError> {
+        let path = self.store.path();
+        if !raw {
+            return Ok(self);
+        }
+        if !self.store.is_direct() {
+            eprintln!("--io raw: {} is not O_DIRECT; using the file path", path.display());
+            return Ok(self);
+        }
+        let file = std::fs::File::open(path).map_err(|e| KvError::io(path, "open", e))?;
+        match RawAccess::open(&file) {
+            Ok(access) => {
+                let bytes = access.window_capacity(self.store.node_size().bytes() as u64);
+                let window = AlignedBuf::new(usize::try_from(bytes).expect("small window"));
+                self.raw = Some(RawRead { file, access: Some(access), window, suspect: false });
+            }
+            Err(e) => eprintln!(
+                "--io raw: {}: raw mode unavailable: {e}; using the file path",
+                path.display()
+            ),
+        }
+        Ok(self)
+    }
+
+    /// Reads the node-size block at `offset` from the device into `buf`; `false` when this hop
+    /// must read the file instead (a range across two extents, or a digest under suspicion).
+    fn read_device(&mut self, offset: u64) -> Result<bool, KvError> {
+        let Some(raw) = self.raw.as_mut().filter(|r| !r.suspect) else { return Ok(false) };
+        let Some(access) = raw.access.as_ref() else { return Ok(false) };
+        let len = self.buf.len();
+        let w = match access.translate(offset, len as u64) {
+            Ok(w) => w,
+            Err(DigestError::SpansExtents { .. }) => return Ok(false),
+            Err(_) => {
+                // The store checked this offset against the file's shape, so a digest that
+                // does not cover it no longer describes the file.
+                raw.suspect = true;
+                return Ok(false);
+            }
+        };
+        let span = usize::try_from(w.len).expect("window fits the buffer");
+        let win = &mut raw.window[..span];
+        // SAFETY: the device fd is open while `access` lives; `win` is a live, writable,
+        // logical-block-aligned buffer of `span` bytes.
+        let n = unsafe {
+            libc::pread(access.device_fd(), win.as_mut_ptr().cast(), span, w.dev_offset as i64)
+        };
+        if usize::try_from(n).ok() != Some(span) {
+            let e = std::io::Error::last_os_error();
+            let what = if n < 0 { e.to_string() } else { format!("short read ({n} of {span} B)") };
+            return Err(KvError::io(
+                self.store.path(),
+                "pread (raw device)",
+                std::io::Error::other(format!("file offset {offset}: {what}")),
+            ));
+        }
+        let skip = usize::try_from(w.skip).expect("inside the window");
+        self.buf.copy_from_slice(&win[skip..skip + len]);
+        self.stats.device_ios += 1;
+        Ok(true)
+    }
+
+    /// After a raw-mode lookup: the lease is intact and the file unchanged, or the lookup's
+    /// data is discarded and it is redone on the file (a fallback), then raw mode is set up
+    /// again.
+    fn raw_lookup(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+        let got = walk_blocks(self, key)?;
+        let raw = self.raw.as_mut().expect("raw lookups only in raw mode");
+        let stale =
+            raw.suspect || raw.access.as_ref().is_some_and(|a| a.check_after_chain().is_err());
+        if !stale {
+            return Ok(got);
+        }
+        raw.suspect = true;
+        self.stats.fallbacks += 1;
+        // Blocks this lookup read from the device may be cached: they are as suspect.
+        if let Some(lru) = self.lru.as_mut() {
+            lru.clear();
+        }
+        let again = walk_blocks(self, key);
+        let raw = self.raw.as_mut().expect("still raw");
+        raw.access = match raw.access.take().map(|a| a.refresh(&raw.file)) {
+            Some(Ok(a)) => Some(a),
+            Some(Err(e)) => {
+                eprintln!("--io raw: refresh failed, staying on the file path: {e}");
+                None
+            }
+            None => None,
+        };
+        raw.suspect = false;
+        again
     }
 
     /// Counts a fallback taken by a path built on this one.
@@ -204,7 +348,9 @@ impl BlockFetch for ReadPath {
     }
 
     fn read_uncached(&mut self, offset: u64) -> Result<(), KvError> {
-        self.store.read_block(&mut self.buf, offset)?;
+        if !self.read_device(offset)? {
+            self.store.read_block(&mut self.buf, offset)?;
+        }
         self.stats.ios += 1;
         Ok(())
     }
@@ -221,6 +367,9 @@ impl LookupPath for ReadPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
+        if self.raw.as_ref().is_some_and(|r| r.access.is_some()) {
+            return self.raw_lookup(key);
+        }
         walk_blocks(self, key)
     }
 

@@ -9,12 +9,39 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::aligned::{open_direct, AlignedBuf};
+use crate::aligned::{open_direct, AlignedBuf, IO_ALIGN};
 use crate::format::{
     meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, META_BYTES, NODE_TYPE_INTERNAL,
     NODE_TYPE_LEAF, VALUE_BYTES,
 };
 use crate::KvError;
+
+thread_local! {
+    /// Aligned window for reads O_DIRECT cannot take as asked (see [`Store::read_block`]).
+    static WINDOW: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Reads into `buf` at `offset` until it is full or the file ends; returns the bytes read.
+fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// The O_DIRECT offset alignment statx reports for `file`; the I/O alignment when it reports
+/// none (the file opened with O_DIRECT, so some alignment works).
+fn dio_align(file: &File, path: &Path) -> Result<u64, KvError> {
+    let (_, align) = storefn_io::file::statx_size_align(file, path)
+        .map_err(|e| KvError::io(path, "statx", std::io::Error::other(e.to_string())))?;
+    Ok(if align == 0 { IO_ALIGN as u64 } else { u64::from(align) })
+}
 
 /// What a lookup does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +61,9 @@ pub struct Store {
     meta: Meta,
     file: File,
     direct: bool,
+    /// O_DIRECT offset and length alignment (statx `STATX_DIOALIGN`): the device's logical
+    /// block, e.g. 4096 on zram; 1 when the file is buffered.
+    dio_align: u64,
     starts: Vec<u64>,
     counts: Vec<u64>,
     cache_levels: u32,
@@ -68,11 +98,13 @@ impl Store {
                 actual,
             });
         }
+        let dio_align = if direct { dio_align(&file, path)? } else { 1 };
         let mut s = Store {
             path: path.to_path_buf(),
             meta,
             file,
             direct,
+            dio_align,
             starts: meta.level_starts(),
             counts: meta.level_counts(),
             cache_levels: cache_levels.min(meta.layers),
@@ -113,23 +145,52 @@ impl Store {
         &self.cache
     }
 
-    /// Reads `buf.len()` bytes at `offset` (one node-size block).
+    /// O_DIRECT alignment of offsets and lengths (1 when buffered).
+    #[must_use]
+    pub fn dio_align(&self) -> u64 {
+        self.dio_align
+    }
+
+    /// Reads `buf.len()` bytes at `offset`. A read that O_DIRECT cannot take as it is (a 512 B
+    /// node on a device with 4 KiB logical blocks) reads the aligned window around it into this
+    /// thread's window buffer and copies the bytes out (no allocation once the buffer is grown).
     ///
     /// # Errors
-    /// `Io` naming the path and offset.
+    /// `Io` naming the path and offset; a range past the end of the file is an `Io` error too.
     pub fn read_block(&self, buf: &mut [u8], offset: u64) -> Result<(), KvError> {
-        self.file.read_exact_at(buf, offset).map_err(|e| {
-            let hint = if e.raw_os_error() == Some(libc::EINVAL) {
-                " (O_DIRECT refused: use --node-size 4096 on 4 KiB-block devices)"
-            } else {
-                ""
-            };
-            KvError::Io {
-                path: self.path.clone(),
-                op: "pread",
-                source: std::io::Error::new(e.kind(), format!("offset {offset}: {e}{hint}")),
+        let a = self.dio_align;
+        let len = buf.len() as u64;
+        let fits = a <= 1
+            || offset.is_multiple_of(a)
+                && len.is_multiple_of(a)
+                && (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN);
+        if fits {
+            return self.file.read_exact_at(buf, offset).map_err(|e| self.read_err(offset, &e));
+        }
+        let (lo, hi) = storefn_io::file::widen(offset, len, a);
+        let span = usize::try_from(hi - lo).expect("a window the caller's buffer bounds");
+        WINDOW.with_borrow_mut(|w| {
+            if w.as_ref().is_none_or(|w| w.len() < span) {
+                *w = Some(AlignedBuf::new(span));
             }
+            let w = &mut w.as_mut().expect("grown above")[..span];
+            let got = read_up_to(&self.file, w, lo).map_err(|e| self.read_err(offset, &e))?;
+            let skip = usize::try_from(offset - lo).expect("within the window");
+            if got < skip + buf.len() {
+                let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                return Err(self.read_err(offset, &eof));
+            }
+            buf.copy_from_slice(&w[skip..skip + buf.len()]);
+            Ok(())
         })
+    }
+
+    fn read_err(&self, offset: u64, e: &std::io::Error) -> KvError {
+        KvError::Io {
+            path: self.path.clone(),
+            op: "pread",
+            source: std::io::Error::new(e.kind(), format!("offset {offset}: {e}")),
+        }
     }
 
     fn corrupt(&self, offset: u64, reason: String) -> KvError {

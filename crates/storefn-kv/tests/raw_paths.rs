@@ -1,4 +1,4 @@
-//! `--io raw` on the engine paths: on an ext4 loop file system the test builds, uring, xrp and
+//! `--io raw` on the read and engine paths: on an ext4 loop file system the test builds, read, uring, xrp and
 //! xrp-batch read the block device through the metadata digest and return exactly the values
 //! of the file path; on the temp dir's disk (virtio, EPERM) raw mode falls back to the file.
 //! Needs root for the loop device (skips with a message otherwise); always tears down.
@@ -72,7 +72,7 @@ fn lookups(db: &Path, raw: bool) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for cache in [0, 1] {
         let store = Arc::new(Store::open(db, cache).unwrap());
-        for name in ["uring", "xrp", "xrp-batch"] {
+        for name in ["read", "uring", "xrp", "xrp-batch"] {
             let opts = PathOptions { cache_bytes: 0, batch: 16, raw };
             let mut path = open_path(name, &store, opts).unwrap();
             let mut got: Vec<Lookup> = Vec::new();
@@ -120,4 +120,107 @@ fn raw_on_a_disk_that_refuses_device_access_falls_back_to_the_file() {
     } else {
         assert_eq!(s.fallbacks, 0, "setup fallback is not a per-lookup fallback");
     }
+}
+
+fn compare_cfg(path: &str, requests: u64) -> storefn_kv::bench::BenchConfig {
+    storefn_kv::bench::BenchConfig {
+        path: path.into(),
+        threads: 2,
+        requests,
+        batch: if path == "xrp-batch" { 8 } else { 1 },
+        warmup: 10,
+        dist: storefn_kv::bench::Dist::Uniform,
+        seed: 3,
+        cache_bytes: 0,
+        raw: false,
+    }
+}
+
+#[test]
+fn compare_interleaves_the_file_path_and_raw_mode_over_the_same_keys() {
+    let Some(fs) = LoopExt4::new() else { return };
+    let db = fs.mnt().join("db");
+    create_bpfkv(&db, NodeSize::B512, 3, &mut common::noop()).unwrap();
+    let store = Arc::new(Store::open(&db, 0).unwrap());
+    for path in ["xrp", "xrp-batch", "uring"] {
+        let c = storefn_kv::compare::run(&store, &compare_cfg(path, 403), 7).unwrap();
+        assert!(c.raw_in_use(), "{path}");
+        assert_eq!(c.rounds.len(), 7);
+        for r in [&c.file, &c.raw] {
+            assert_eq!((r.requests, r.misses, r.fallbacks), (403, 0, 0), "{path}");
+            // Three layers: three nodes and the value block per lookup.
+            assert!((r.ios_per_op - 4.0).abs() < 1e-9, "{path}: {}", r.ios_per_op);
+        }
+        assert!(c.file.device_ios_per_op == 0.0 && (c.raw.device_ios_per_op - 4.0).abs() < 1e-9);
+        assert!(c.rounds.iter().all(|r| r.file_mean_us > 0.0 && r.raw_mean_us > 0.0));
+    }
+}
+
+#[test]
+fn compare_says_when_raw_mode_was_not_in_use() {
+    let dir = TempDir::new("compare-vda");
+    let db = dir.join("db");
+    create_bpfkv(&db, NodeSize::B512, 2, &mut common::noop()).unwrap();
+    let store = Arc::new(Store::open(&db, 0).unwrap());
+    let c = storefn_kv::compare::run(&store, &compare_cfg("xrp", 50), 5).unwrap();
+    assert_eq!((c.file.requests, c.raw.requests), (50, 50));
+    // On /dev/vda the device refuses even root, so raw mode declines and says so.
+    if c.raw.device_ios_per_op == 0.0 {
+        assert!(!c.raw_in_use());
+    }
+    for (rounds, requests, want) in [
+        (0, 50, "--rounds 0"),
+        (26, 50, "fewer than one lookup per round"),
+        (storefn_kv::compare::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
+    ] {
+        let e = storefn_kv::compare::run(&store, &compare_cfg("xrp", requests), rounds)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    let e = storefn_kv::compare::run(&store, &compare_cfg("nope", 50), 5).unwrap_err();
+    assert!(e.to_string().contains("--path nope"), "{e}");
+}
+
+#[test]
+fn raw_read_path_survives_a_writer_and_redoes_the_lookup_on_the_file() {
+    let Some(fs) = LoopExt4::new() else { return };
+    let db = fs.mnt().join("db");
+    create_bpfkv(&db, NodeSize::B512, 3, &mut common::noop()).unwrap();
+    let store = Arc::new(Store::open(&db, 0).unwrap());
+    let opts = PathOptions { cache_bytes: 1 << 20, batch: 1, raw: true };
+    let mut path = open_path("read", &store, opts).unwrap();
+    let check = |path: &mut Box<dyn storefn_kv::path::LookupPath>, k: u64| {
+        assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "key {k}");
+    };
+    for k in 0..50 {
+        check(&mut path, k * 577);
+    }
+    assert_eq!(path.stats().device_ios, path.stats().ios, "raw mode reads the device");
+    let before = path.stats();
+    // Another thread opens the file for writing (the lease breaks; the open waits for our
+    // release) and rewrites a node block with its own bytes: mtime changes, data does not.
+    std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::File::options().read(true).write(true).open(&db).unwrap();
+            let mut b = vec![0u8; 4096];
+            f.read_exact_at(&mut b, 0).unwrap();
+            f.write_all_at(&b, 0).unwrap();
+            f.sync_all().unwrap();
+        });
+        let t = std::time::Instant::now();
+        let mut k = 1;
+        while !w.is_finished() {
+            check(&mut path, k % 29791);
+            k += 7919;
+            assert!(t.elapsed() < std::time::Duration::from_secs(60), "writer never finished");
+        }
+        w.join().unwrap();
+    });
+    for k in 0..200 {
+        check(&mut path, (k * 131) % 29791);
+    }
+    let s = path.stats().since(&before);
+    assert!(s.fallbacks >= 1, "the lease break or identity change was never seen: {s:?}");
 }

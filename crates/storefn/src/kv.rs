@@ -131,10 +131,15 @@ pub struct BenchArgs {
     /// Unmeasured lookups per thread before the run.
     #[arg(long, default_value_t = 1000)]
     pub warmup: u64,
-    /// file | raw: raw reads the block device through the metadata digest on the engine paths
-    /// (uring, xrp, xrp-batch); when it cannot be set up the path says why and uses the file.
-    #[arg(long, value_enum, default_value_t = IoArg::File)]
-    pub io: IoArg,
+    /// file | raw | file,raw: raw reads the block device through the metadata digest on the
+    /// read, uring, xrp and xrp-batch paths; when it cannot be set up the path says why and uses
+    /// the file. file,raw runs both, interleaved in --rounds, and compares them.
+    #[arg(long, default_value = "file", value_parser = parse_bench_io)]
+    pub io: BenchIo,
+    /// With --io file,raw: rounds; each looks the same keys up in both modes, the order
+    /// alternating between rounds.
+    #[arg(long, default_value_t = storefn_kv::compare::DEFAULT_ROUNDS)]
+    pub rounds: u32,
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -152,12 +157,37 @@ pub struct PathOpts {
     /// LRU block cache per thread, in bytes, on the read and uring paths (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
-    /// file | raw (engine paths; see `kv bench --help`).
+    /// file | raw (read and engine paths; see `kv bench --help`).
     #[arg(long, value_enum, default_value_t = IoArg::File)]
     pub io: IoArg,
 }
 
-/// `--io`: how the engine paths read the database.
+/// `kv bench --io`: one mode, or both side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchIo {
+    One(IoArg),
+    Both,
+}
+
+fn parse_bench_io(s: &str) -> Result<BenchIo, String> {
+    match s {
+        "file" => Ok(BenchIo::One(IoArg::File)),
+        "raw" => Ok(BenchIo::One(IoArg::Raw)),
+        "file,raw" | "raw,file" => Ok(BenchIo::Both),
+        _ => Err(format!("expected file, raw or file,raw (got {s:?})")),
+    }
+}
+
+impl IoArg {
+    fn name(self) -> &'static str {
+        match self {
+            IoArg::File => "file",
+            IoArg::Raw => "raw",
+        }
+    }
+}
+
+/// `--io`: how the read and engine paths read the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum IoArg {
     File,
@@ -305,22 +335,78 @@ fn bench(a: &BenchArgs) -> CmdResult {
         dist: a.dist.parse::<Dist>()?,
         seed: a.seed,
         cache_bytes: a.cache_bytes,
-        raw: a.io == IoArg::Raw,
+        raw: a.io == BenchIo::One(IoArg::Raw),
+    };
+    let io = match a.io {
+        BenchIo::One(io) => io,
+        BenchIo::Both => return bench_compare(a, &store, &cfg),
     };
     let r = storefn_kv::bench::run(&store, &cfg)?;
-    print_bench(&r);
+    print_bench(&r, io.name());
     if r.misses > 0 {
         eprintln!("warning: {} lookups found nothing", r.misses);
     }
     if let Some(p) = &a.json {
-        let io = if a.io == IoArg::Raw { "raw" } else { "file" };
-        append_json(p, &r, a.cache_levels, io)?;
+        append_line(p, &bench_json(&r, a.cache_levels, io.name()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--io file,raw`: both modes interleaved (storefn_kv::compare), each mode's block, then
+/// one stable `compare` line.
+fn bench_compare(a: &BenchArgs, store: &Arc<Store>, cfg: &BenchConfig) -> CmdResult {
+    let c = storefn_kv::compare::run(store, cfg, a.rounds)?;
+    for (r, io) in [(&c.file, "file"), (&c.raw, "raw")] {
+        println!("== io={io}");
+        print_bench(r, io);
+        if r.misses > 0 {
+            eprintln!("warning: io={io}: {} lookups found nothing", r.misses);
+        }
+    }
+    if !c.raw_in_use() {
+        eprintln!(
+            "warning: raw mode was not in use (see above): this compared the file path with itself"
+        );
+    }
+    println!(
+        "compare path={} layers={} threads={} rounds={} requests={} file_mean_us={:.3} \
+         raw_mean_us={:.3} raw_lower_pct={:.1} median_round_lower_pct={:.1} \
+         file_cpu_us_per_op={:.3} raw_cpu_us_per_op={:.3} raw_cpu_lower_pct={:.1} \
+         raw_device_ios_per_op={:.3}",
+        c.file.path,
+        c.file.layers,
+        c.file.threads,
+        c.rounds.len(),
+        c.file.requests,
+        c.file.mean_us,
+        c.raw.mean_us,
+        c.raw_mean_lower_pct(),
+        c.median_round_lower_pct(),
+        c.file.cpu_us_per_op,
+        c.raw.cpu_us_per_op,
+        c.raw_cpu_lower_pct(),
+        c.raw.device_ios_per_op,
+    );
+    if let Some(p) = &a.json {
+        let rounds: Vec<_> = c.rounds.iter().map(|r| [r.file_mean_us, r.raw_mean_us]).collect();
+        let obj = serde_json::json!({
+            "compare": "io", "path": c.file.path, "layers": c.file.layers,
+            "threads": c.file.threads, "rounds": c.rounds.len(),
+            "file": bench_json(&c.file, a.cache_levels, "file"),
+            "raw": bench_json(&c.raw, a.cache_levels, "raw"),
+            "raw_in_use": c.raw_in_use(),
+            "raw_mean_lower_pct": c.raw_mean_lower_pct(),
+            "median_round_lower_pct": c.median_round_lower_pct(),
+            "raw_cpu_lower_pct": c.raw_cpu_lower_pct(),
+            "round_mean_us_file_raw": rounds,
+        });
+        append_line(p, &obj)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// BPF-KV's driver lines verbatim, then ours, then one stable summary line.
-pub fn print_bench(r: &BenchResult) {
+pub fn print_bench(r: &BenchResult, io: &str) {
     println!("Average throughput: {:.6} op/s latency: {:.6} usec", r.ops_per_sec, r.mean_us);
     println!("95%   latency: {:.6} us", r.p95_us);
     println!("99%   latency: {:.6} us", r.p99_us);
@@ -336,7 +422,7 @@ pub fn print_bench(r: &BenchResult) {
     }
     println!(
         "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
-         p50_us={:.3} p99_us={:.3} p999_us={:.3} cpu_us_per_op={:.3} ios_per_op={:.3} fallbacks={}",
+         p50_us={:.3} p99_us={:.3} p999_us={:.3} cpu_us_per_op={:.3} ios_per_op={:.3} fallbacks={} io={io}",
         r.path,
         r.layers,
         r.threads,
@@ -353,16 +439,20 @@ pub fn print_bench(r: &BenchResult) {
     );
 }
 
-fn append_json(p: &std::path::Path, r: &BenchResult, cache_levels: u32, io: &str) -> CmdResult {
-    use std::io::Write as _;
-    let obj = serde_json::json!({
+fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value {
+    serde_json::json!({
         "path": r.path, "layers": r.layers, "threads": r.threads, "batch": r.batch,
         "requests": r.requests, "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us,
         "p50_us": r.p50_us, "p99_us": r.p99_us, "p999_us": r.p999_us,
         "cpu_us_per_op": r.cpu_us_per_op, "ios_per_op": r.ios_per_op, "fallbacks": r.fallbacks,
         "p95_us": r.p95_us, "cache_levels": cache_levels, "io": io,
         "device_ios_per_op": r.device_ios_per_op,
-    });
+    })
+}
+
+/// Appends `obj` as one JSON line to `p`.
+fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
+    use std::io::Write as _;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

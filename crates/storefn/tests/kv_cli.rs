@@ -241,6 +241,43 @@ fn io_raw_on_the_engine_paths_answers_and_reports_device_reads() {
     }
 }
 
+#[test]
+fn bench_io_file_raw_runs_both_modes_and_one_compare_line() {
+    let d = dir("kv-compare");
+    let db = d.0.join("db");
+    let db = db.to_str().unwrap();
+    assert_eq!(storefn(&["kv", "create", db, "--layers", "2"]).0, 0);
+    let j = d.0.join("c.jsonl");
+    let j = j.to_str().unwrap();
+    let args = ["kv", "bench", db, "--path", "xrp", "--io", "file,raw", "--requests", "120"];
+    let (code, out, err) = storefn(&[&args[..], &["--rounds", "4", "--json", j]].concat());
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("== io=")).count(), 2, "{out}");
+    assert!(out.contains("io=file\n") && out.contains("io=raw\n"), "{out}");
+    let compare: Vec<_> = out.lines().filter(|l| l.starts_with("compare ")).collect();
+    assert_eq!(compare.len(), 1, "{out}");
+    assert!(compare[0].starts_with("compare path=xrp layers=2 threads=1 rounds=4 requests=120 "));
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(j).unwrap().trim()).unwrap();
+    assert_eq!(line["rounds"], 4);
+    assert_eq!(line["round_mean_us_file_raw"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        (line["file"]["io"].as_str(), line["raw"]["io"].as_str()),
+        (Some("file"), Some("raw"))
+    );
+    if line["raw_in_use"] == false {
+        assert!(err.contains("raw mode was not in use"), "{err}");
+    }
+    for (bad, want) in [
+        (&["--io", "both"][..], "expected file, raw or file,raw"),
+        (&["--io", "file,raw", "--rounds", "0"][..], "--rounds 0"),
+    ] {
+        let (code, _, err) = storefn(&[&["kv", "bench", db, "--path", "xrp"][..], bad].concat());
+        assert_ne!(code, 0);
+        assert!(err.contains(want), "{err}");
+    }
+}
+
 /// The first 8 bytes of a value, little-endian: what `--agg` folds.
 fn word(v: &[u8]) -> u64 {
     let mut b = [0u8; 8];
