@@ -19,6 +19,10 @@ pub struct Region {
 }
 
 impl Region {
+    /// Grants nothing, not even a zero-length access (`end < start`). Fills a per-call slot
+    /// whose buffer is empty, so slot positions stay fixed and no earlier buffer survives there.
+    pub const EMPTY: Region = Region { start: u64::MAX, end: 0 };
+
     #[must_use]
     pub fn of(bytes: &[u8]) -> Self {
         let start = bytes.as_ptr() as u64;
@@ -48,6 +52,16 @@ impl RegionSet {
         assert!(i < MAX_REGIONS, "region set full");
         self.regions[i] = r;
         self.len += 1;
+    }
+
+    /// Overwrites an existing slot (`i < len`): the per-call patching of a prebuilt set.
+    ///
+    /// # Panics
+    /// When `i >= len`: a runtime bug, never program-controlled.
+    #[inline]
+    pub fn set(&mut self, i: usize, r: Region) {
+        assert!((i as u64) < self.len, "region slot {i} not in use");
+        self.regions[i] = r;
     }
 
     pub fn clear(&mut self) {
