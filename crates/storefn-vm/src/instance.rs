@@ -79,12 +79,10 @@ pub struct Instance {
     /// Boxed so `RunEnv::host` stays valid if the instance moves between invocations.
     host: Box<HostState>,
     lambda_ctx: Box<LambdaCtx>,
-    /// Stack and globals regions first, then the per-call slots starting at `call_read` /
-    /// `call_write` (layout: [`XRP_CALL_READ`].. for `xrp`, [`LAMBDA_CALL_READ`].. for
-    /// `lambda`). Both sets' `len` never change after `new`.
+    /// Stack and globals regions first, then the program type's per-call slots last
+    /// ([`XRP_CALL_READ`] / [`XRP_CALL_WRITE`], or the `LAMBDA_` ones). Both sets' `len`
+    /// never change after `new`.
     env: OwnedEnv,
-    call_read: usize,
-    call_write: usize,
 }
 
 /// The instance's prebuilt [`RunEnv`]; a wrapper only to state why it may cross threads.
@@ -142,8 +140,6 @@ impl Instance {
                 fault: FaultInfo::default(),
                 host: std::ptr::null_mut(),
             }),
-            call_read: 0,
-            call_write: 0,
         };
         inst.lay_out_env();
         Ok(inst)
@@ -165,8 +161,6 @@ impl Instance {
                 env.write.push(Region { start: g + self.prog.globals_rw_start as u64, end });
             }
         }
-        self.call_read = usize::try_from(env.read.len).expect("at most MAX_REGIONS");
-        self.call_write = usize::try_from(env.write.len).expect("at most MAX_REGIONS");
         let (reads, writes) = match self.prog.prog_type {
             ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
             ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
@@ -211,8 +205,8 @@ impl Instance {
     }
 
     /// Resets the per-invocation scalars of the prebuilt env and runs; the caller has just
-    /// overwritten every per-call slot.
-    #[inline]
+    /// overwritten every per-call slot. Inlined into both `run_*`: it is the hot path.
+    #[inline(always)]
     fn exec(&mut self, ctx_addr: u64) -> Result<u64, VmError> {
         let env = &mut self.env.0;
         env.back_jumps_left = self.prog.back_jump_budget;
@@ -245,18 +239,16 @@ impl Instance {
         ctx.data = data.as_ptr() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
-        let (r, w) = (self.call_read, self.call_write);
-        debug_assert_eq!(self.env.0.read.len, (r + XRP_CALL_READ) as u64);
-        debug_assert_eq!(self.env.0.write.len, (w + XRP_CALL_WRITE) as u64);
-        let (read, write) = (&mut self.env.0.read, &mut self.env.0.write);
-        read.set(r, Region { start: c, end: c + XRP_CTX_BYTES as u64 });
-        read.set(r + 1, region_or_empty(data));
-        read.set(r + 2, region_or_empty(scratch));
-        write.set(w, Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 });
-        let outputs =
-            Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 };
-        write.set(w + 1, outputs);
-        write.set(w + 2, region_or_empty(scratch));
+        *self.env.0.read.last_mut::<XRP_CALL_READ>() = [
+            Region { start: c, end: c + XRP_CTX_BYTES as u64 },
+            region_or_empty(data),
+            region_or_empty(scratch),
+        ];
+        *self.env.0.write.last_mut::<XRP_CALL_WRITE>() = [
+            Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 },
+            Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 },
+            region_or_empty(scratch),
+        ];
         self.exec(c)
     }
 
@@ -273,14 +265,12 @@ impl Instance {
             size_i: input.len() as u64,
         };
         let c = std::ptr::from_ref::<LambdaCtx>(&self.lambda_ctx) as u64;
-        let (r, w) = (self.call_read, self.call_write);
-        debug_assert_eq!(self.env.0.read.len, (r + LAMBDA_CALL_READ) as u64);
-        debug_assert_eq!(self.env.0.write.len, (w + LAMBDA_CALL_WRITE) as u64);
-        let (read, write) = (&mut self.env.0.read, &mut self.env.0.write);
-        read.set(r, Region { start: c, end: c + LAMBDA_CTX_BYTES as u64 });
-        read.set(r + 1, region_or_empty(input));
-        read.set(r + 2, region_or_empty(output));
-        write.set(w, region_or_empty(output));
+        *self.env.0.read.last_mut::<LAMBDA_CALL_READ>() = [
+            Region { start: c, end: c + LAMBDA_CTX_BYTES as u64 },
+            region_or_empty(input),
+            region_or_empty(output),
+        ];
+        *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
         self.exec(c)
     }
 }

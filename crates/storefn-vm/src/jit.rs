@@ -710,6 +710,13 @@ impl Tx<'_, '_> {
         self.b.ins().return_(&[zero]);
     }
 
+    /// A block laid out away from the hot code (region-check slow paths).
+    fn cold_block(&mut self) -> Block {
+        let blk = self.b.create_block();
+        self.b.set_cold_block(blk);
+        blk
+    }
+
     /// `aux.env`, loaded where needed (slow paths) instead of occupying a register.
     fn env(&mut self) -> Value {
         self.b.ins().load(I64, MemFlagsData::trusted(), self.aux, OFF_AUX_ENV)
@@ -1134,37 +1141,43 @@ impl Tx<'_, '_> {
         self.b.append_block_param(refill, I64);
         self.b.ins().brif(inside, cont, &[], hinted, &[]);
 
-        // Tier 2: regions[hint], exactly as Region::contains.
+        // Tier 2: regions[hint], exactly as Region::contains, as a chain of compare-and-branch
+        // (each test needs no temporaries, so the cold path does not push the function into
+        // saving more callee-saved registers): idx < len, start <= addr, addr <= end and
+        // end - addr >= len, the last two being `addr + len <= end` without overflow.
         self.b.switch_to_block(hinted);
         let slot = pc * 2 + usize::from(access == Access::Write);
         let hints = self.b.ins().load(I64, fl, self.aux, OFF_AUX_HINTS);
         let idx = self.b.ins().uload8(I64, fl, hints, i32::try_from(slot).unwrap_or(0));
-        let scaled = self.b.ins().ishl_imm_u(idx, 4);
         let env = self.env();
-        let rptr = self.b.ins().iadd(env, scaled);
-        let base = match access {
-            Access::Read => OFF_READ_REGIONS,
-            Access::Write => OFF_WRITE_REGIONS,
+        let (base, count_off) = match access {
+            Access::Read => (OFF_READ_REGIONS, OFF_READ_LEN),
+            Access::Write => (OFF_WRITE_REGIONS, OFF_WRITE_LEN),
         };
-        let start = self.b.ins().load(I64, fl, rptr, base);
-        let end = self.b.ins().load(I64, fl, rptr, base + 8);
         // Entries past `len` are stale: a hint pointing there grants nothing.
-        let count_off = match access {
-            Access::Read => OFF_READ_LEN,
-            Access::Write => OFF_WRITE_LEN,
-        };
         let count = self.b.ins().load(I64, fl, env, count_off);
         let live = self.b.ins().icmp(IntCC::UnsignedLessThan, idx, count);
-        // Immediates only on this path: constants would be hoisted and occupy registers.
-        let last = self.b.ins().iadd_imm_u(addr, len.cast_signed());
-        let no_ovf = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, last, addr);
+        let in_use = self.cold_block();
+        self.b.ins().brif(live, in_use, &[], miss, &[]);
+        self.b.switch_to_block(in_use);
+        let scaled = self.b.ins().ishl_imm_u(idx, 4);
+        let rptr = self.b.ins().iadd(env, scaled);
+        let start = self.b.ins().load(I64, fl, rptr, base);
+        let end = self.b.ins().load(I64, fl, rptr, base + 8);
+        let above_start = self.cold_block();
         let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
-        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, end);
-        let ok = self.b.ins().band(ge, le);
-        let ok = self.b.ins().band(ok, no_ovf);
-        let ok = self.b.ins().band(ok, live);
+        self.b.ins().brif(ge, above_start, &[], miss, &[]);
+        self.b.switch_to_block(above_start);
+        let below_end = self.cold_block();
+        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, end);
+        self.b.ins().brif(le, below_end, &[], miss, &[]);
+        self.b.switch_to_block(below_end);
+        let room = self.b.ins().isub(end, addr);
+        // Immediates only on this path: constants would be hoisted and occupy registers.
+        let fits =
+            self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, room, len.cast_signed());
         let size = self.b.ins().isub(end, start);
-        self.b.ins().brif(ok, refill, &[start.into(), size.into()], miss, &[]);
+        self.b.ins().brif(fits, refill, &[start.into(), size.into()], miss, &[]);
 
         self.b.switch_to_block(refill);
         let p = self.b.block_params(refill).to_vec();

@@ -54,14 +54,16 @@ impl RegionSet {
         self.len += 1;
     }
 
-    /// Overwrites an existing slot (`i < len`): the per-call patching of a prebuilt set.
+    /// The last `N` slots in use, to overwrite in place: the per-call patching of a prebuilt
+    /// set (one bounds check for all of them).
     ///
     /// # Panics
-    /// When `i >= len`: a runtime bug, never program-controlled.
+    /// When fewer than `N` slots are in use: a runtime bug, never program-controlled.
     #[inline]
-    pub fn set(&mut self, i: usize, r: Region) {
-        assert!((i as u64) < self.len, "region slot {i} not in use");
-        self.regions[i] = r;
+    pub fn last_mut<const N: usize>(&mut self) -> &mut [Region; N] {
+        let len = usize::try_from(self.len).unwrap_or(usize::MAX);
+        assert!(N <= len && len <= MAX_REGIONS, "region set has {len} slots, not {N}");
+        (&mut self.regions[len - N..len]).try_into().expect("exactly N slots")
     }
 
     pub fn clear(&mut self) {
