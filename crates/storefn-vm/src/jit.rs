@@ -157,8 +157,12 @@ impl JitProgram {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
         }
         let mut code = CodeMemory(None);
-        // Region hints, one byte per (instruction, access kind), reached through `aux.hints`.
+        // Region hints, one byte per (instruction, access kind); the code addresses them
+        // directly, `resolve_region` through `aux.hints`.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
+        // Baked into the code as an immediate: the boxed table never moves and lives as long
+        // as the code (both owned by the JitProgram), and the hint load needs no `aux` load.
+        let hints_addr = hints.as_ptr() as u64;
         let sig = bpf_signature(&module);
         let mut ids = Vec::with_capacity(funcs.len());
         // Declaring allocates no code memory, so an early return here leaks nothing; from the
@@ -182,13 +186,21 @@ impl JitProgram {
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
             let disasm = std::env::var_os(DISASM_ENV).is_some();
             ctx.set_disasm(disasm);
-            let r =
-                translate_function(prog, start, end, shim, &ids, &mut module, &mut ctx, &mut fctx)
-                    .and_then(|()| {
-                        module
-                            .define_function(ids[i].1, &mut ctx)
-                            .map_err(|e| JitError::Codegen(format!("{e:?}")))
-                    });
+            let r = translate_function(
+                prog,
+                (start, end),
+                shim,
+                hints_addr,
+                &ids,
+                &mut module,
+                &mut ctx,
+                &mut fctx,
+            )
+            .and_then(|()| {
+                module
+                    .define_function(ids[i].1, &mut ctx)
+                    .map_err(|e| JitError::Codegen(format!("{e:?}")))
+            });
             if disasm {
                 if let Some(code) = ctx.compiled_code() {
                     eprintln!("{}", code.vcode.as_deref().unwrap_or(""));
@@ -432,7 +444,6 @@ const OFF_READ_LEN: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSe
 const OFF_WRITE_LEN: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, len));
 const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
 const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
-const OFF_AUX_HINTS: i32 = env_off(offset_of!(RunAux, hints));
 const OFF_AUX_FOUND: i32 = env_off(offset_of!(RunAux, found));
 const OFF_AUX_WR_LO: i32 = env_off(offset_of!(RunAux, wr_lo));
 const OFF_AUX_WR_SPAN: i32 = env_off(offset_of!(RunAux, wr_span));
@@ -551,14 +562,16 @@ struct Tx<'a, 'f> {
     /// (function start, FuncRef) for every BPF function.
     callees: Vec<(usize, FuncRef)>,
     func_range: (usize, usize),
+    /// Address of the program's hint table (`JitProgram::hints`), a code immediate.
+    hints_addr: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
 fn translate_function(
     prog: &Program,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
     shim: FuncId,
+    hints_addr: u64,
     ids: &[(usize, FuncId)],
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
@@ -648,6 +661,7 @@ fn translate_function(
         helper_sig,
         callees,
         func_range: (start, end),
+        hints_addr,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -1147,8 +1161,9 @@ impl Tx<'_, '_> {
         // end - addr >= len, the last two being `addr + len <= end` without overflow.
         self.b.switch_to_block(hinted);
         let slot = pc * 2 + usize::from(access == Access::Write);
-        let hints = self.b.ins().load(I64, fl, self.aux, OFF_AUX_HINTS);
-        let idx = self.b.ins().uload8(I64, fl, hints, i32::try_from(slot).unwrap_or(0));
+        let hint_addr = self.hints_addr + u64::try_from(slot).unwrap_or(0);
+        let hint = self.iconst(hint_addr.cast_signed());
+        let idx = self.b.ins().uload8(I64, fl, hint, 0);
         let env = self.env();
         let (base, count_off) = match access {
             Access::Read => (OFF_READ_REGIONS, OFF_READ_LEN),
