@@ -80,3 +80,39 @@ impl RegionSet {
         &self.regions[..usize::try_from(self.len).unwrap()]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_region_grants_nothing() {
+        for addr in [0, 1, u64::MAX - 8, u64::MAX] {
+            for len in [0, 1, 8] {
+                assert!(!Region::EMPTY.contains(addr, len), "{addr:#x}+{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn last_mut_overwrites_the_tail_in_use() {
+        let mut set = RegionSet::default();
+        for start in [16, 32, 48] {
+            set.push(Region { start, end: start + 8 });
+        }
+        *set.last_mut::<2>() = [Region::EMPTY, Region { start: 100, end: 108 }];
+        assert_eq!(set.len, 3);
+        assert!(set.allows(16, 8));
+        assert!(!set.allows(32, 8), "the old slot is gone");
+        assert!(set.allows(100, 8));
+        assert!(!set.allows(48, 8));
+    }
+
+    #[test]
+    #[should_panic(expected = "region set has 1 slots, not 2")]
+    fn last_mut_refuses_more_slots_than_in_use() {
+        let mut set = RegionSet::default();
+        set.push(Region { start: 16, end: 24 });
+        let _ = set.last_mut::<2>();
+    }
+}

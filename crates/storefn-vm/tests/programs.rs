@@ -1,4 +1,5 @@
-//! Clang-built programs from progs/ run through the Instance API (interpreter engine).
+//! Clang-built programs from progs/ run through the Instance API (interpreter engine unless a
+//! test loops over both engines).
 
 use std::sync::Arc;
 
@@ -155,17 +156,21 @@ fn atomics_program() {
 
 #[test]
 fn lambda_sum_and_memcpy_helper() {
-    let p = prog("test/lambda_sum", ProgType::Lambda);
-    let mut inst = Instance::new(p, Engine::Interp).unwrap();
-    let input: Vec<u8> = (1..=4u64).flat_map(u64::to_le_bytes).collect();
-    let mut out = vec![0u8; 64];
-    assert_eq!(inst.run_lambda(&input, &mut out).unwrap(), 24);
-    assert_eq!(word(&out, 0), 10);
-    assert_eq!(&out[8..24], &input[..16]);
-    // An output buffer too small for the memcpy: the helper's pointer check names the call.
-    let mut small = vec![0u8; 16];
-    let e = inst.run_lambda(&input, &mut small).unwrap_err();
-    assert!(matches!(e, VmError::BadWrite { len: 16, .. }), "{e}");
+    for engine in [Engine::Interp, Engine::Jit] {
+        let p = prog("test/lambda_sum", ProgType::Lambda);
+        let mut inst = Instance::new(p, engine).unwrap();
+        let input: Vec<u8> = (1..=4u64).flat_map(u64::to_le_bytes).collect();
+        let mut out = vec![0u8; 64];
+        assert_eq!(inst.run_lambda(&input, &mut out).unwrap(), 24);
+        assert_eq!(word(&out, 0), 10);
+        assert_eq!(&out[8..24], &input[..16]);
+        // An output buffer too small for the memcpy, right after a call with a large one (the
+        // earlier output must not stay granted): the helper's pointer check names the call.
+        let mut small = vec![0u8; 16];
+        let e = inst.run_lambda(&input, &mut small).unwrap_err();
+        assert!(matches!(e, VmError::BadWrite { len: 16, .. }), "{engine:?}: {e}");
+        assert_eq!(word(&small, 0), 10, "{engine:?}");
+    }
 }
 
 #[test]
