@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
-use crate::mem::{Region, RegionSet};
+use crate::mem::{Region, RegionSet, MAX_REGIONS};
 use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
 use crate::verifier::{self, VerifyError};
 use crate::xrp::{
@@ -103,6 +103,15 @@ const XRP_CALL_WRITE: usize = 3;
 const LAMBDA_CALL_READ: usize = 3;
 /// Per-call write slots of a `lambda` run: `output`.
 const LAMBDA_CALL_WRITE: usize = 1;
+/// Constant slots before the per-call ones: the stack, then at most one globals region.
+const FIXED_SLOTS_MAX: usize = 2;
+const _: () = assert!(
+    FIXED_SLOTS_MAX + XRP_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + XRP_CALL_WRITE <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS,
+    "every prebuilt env fits in a RegionSet"
+);
 
 /// Bytes of a `u64`-backed buffer.
 const WORD: usize = 8;
@@ -161,6 +170,8 @@ impl Instance {
                 env.write.push(Region { start: g + self.prog.globals_rw_start as u64, end });
             }
         }
+        debug_assert!(env.read.len as usize <= FIXED_SLOTS_MAX);
+        debug_assert!(env.write.len as usize <= FIXED_SLOTS_MAX);
         let (reads, writes) = match self.prog.prog_type {
             ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
             ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
