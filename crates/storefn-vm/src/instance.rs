@@ -3,14 +3,17 @@
 //! An [`Instance`] owns everything one invocation touches besides the caller's buffers: its own
 //! copy of the globals image (writable globals persist across invocations of one instance, as
 //! in the kernel), a [`STACK_BYTES`] stack, the helpers' [`HostState`] and the compiled code (or
-//! the interpreter). `run_*` build the region lists on the Rust stack: no allocation per call.
+//! the interpreter) and a prebuilt [`RunEnv`]. The constant regions (stack, globals) are laid
+//! out once in [`Instance::new`]; `run_*` overwrite only the per-call slots (context and the
+//! caller's buffers), every one of them on every call, so no region of an earlier call
+//! survives. No allocation and no re-zeroing per call.
 
 use std::sync::Arc;
 
 use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
-use crate::mem::{Region, RegionSet};
+use crate::mem::{Region, RegionSet, MAX_REGIONS};
 use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
 use crate::verifier::{self, VerifyError};
 use crate::xrp::{
@@ -76,7 +79,39 @@ pub struct Instance {
     /// Boxed so `RunEnv::host` stays valid if the instance moves between invocations.
     host: Box<HostState>,
     lambda_ctx: Box<LambdaCtx>,
+    /// Stack and globals regions first, then the program type's per-call slots last
+    /// ([`XRP_CALL_READ`] / [`XRP_CALL_WRITE`], or the `LAMBDA_` ones). Both sets' `len`
+    /// never change after `new`.
+    env: OwnedEnv,
 }
+
+/// The instance's prebuilt [`RunEnv`]; a wrapper only to state why it may cross threads.
+#[derive(Debug)]
+struct OwnedEnv(RunEnv);
+
+// SAFETY: the only pointer-typed field, `RunEnv::host`, points at the owning instance's boxed
+// HostState (it moves with the instance) and is dereferenced only while a `run_*` call holds
+// the instance mutably; the region addresses are plain integers. So the env carries no access
+// to anything another thread could be using.
+unsafe impl Send for OwnedEnv {}
+
+/// Per-call read slots of an `xrp` run: the context, `data`, `scratch`.
+const XRP_CALL_READ: usize = 3;
+/// Per-call write slots of an `xrp` run: `done`, `next_addr[]`+`size[]`, `scratch`.
+const XRP_CALL_WRITE: usize = 3;
+/// Per-call read slots of a `lambda` run: the context, `input`, `output`.
+const LAMBDA_CALL_READ: usize = 3;
+/// Per-call write slots of a `lambda` run: `output`.
+const LAMBDA_CALL_WRITE: usize = 1;
+/// Constant slots before the per-call ones: the stack, then at most one globals region.
+const FIXED_SLOTS_MAX: usize = 2;
+const _: () = assert!(
+    FIXED_SLOTS_MAX + XRP_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + XRP_CALL_WRITE <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS,
+    "every prebuilt env fits in a RegionSet"
+);
 
 /// Bytes of a `u64`-backed buffer.
 const WORD: usize = 8;
@@ -98,7 +133,7 @@ impl Instance {
             b[..chunk.len()].copy_from_slice(chunk);
             *w = u64::from_le_bytes(b);
         }
-        Ok(Self {
+        let mut inst = Self {
             prog,
             exec,
             globals,
@@ -106,7 +141,47 @@ impl Instance {
             stack: vec![0u64; STACK_BYTES / WORD].into_boxed_slice(),
             host: Box::default(),
             lambda_ctx: Box::default(),
-        })
+            env: OwnedEnv(RunEnv {
+                read: RegionSet::default(),
+                write: RegionSet::default(),
+                globals_base: 0,
+                back_jumps_left: 0,
+                fault: FaultInfo::default(),
+                host: std::ptr::null_mut(),
+            }),
+        };
+        inst.lay_out_env();
+        Ok(inst)
+    }
+
+    /// Fills `self.env` once: the stack and globals regions (their boxes never move), then
+    /// the program type's per-call slots as [`Region::EMPTY`] until a run patches them.
+    fn lay_out_env(&mut self) {
+        let env = &mut self.env.0;
+        env.globals_base = self.globals.as_mut_ptr() as u64;
+        let stack = self.stack.as_mut_ptr() as u64;
+        let stack = Region { start: stack, end: stack + STACK_BYTES as u64 };
+        env.read.push(stack);
+        env.write.push(stack);
+        if self.globals_len > 0 {
+            let (g, end) = (env.globals_base, env.globals_base + self.globals_len as u64);
+            env.read.push(Region { start: g, end });
+            if self.prog.globals_rw_start < self.globals_len {
+                env.write.push(Region { start: g + self.prog.globals_rw_start as u64, end });
+            }
+        }
+        debug_assert!(env.read.len as usize <= FIXED_SLOTS_MAX);
+        debug_assert!(env.write.len as usize <= FIXED_SLOTS_MAX);
+        let (reads, writes) = match self.prog.prog_type {
+            ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
+            ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
+        };
+        for _ in 0..reads {
+            env.read.push(Region::EMPTY);
+        }
+        for _ in 0..writes {
+            env.write.push(Region::EMPTY);
+        }
     }
 
     #[must_use]
@@ -140,33 +215,15 @@ impl Instance {
         v
     }
 
-    /// A run environment with the budget reset, the globals and stack granted, no other regions.
-    fn base_env(&mut self) -> RunEnv {
-        let globals_base = self.globals.as_mut_ptr() as u64;
-        let mut env = RunEnv {
-            read: RegionSet::default(),
-            write: RegionSet::default(),
-            globals_base,
-            back_jumps_left: self.prog.back_jump_budget,
-            fault: FaultInfo::default(),
-            host: std::ptr::from_mut::<HostState>(&mut self.host).cast(),
-        };
-        let stack = self.stack.as_mut_ptr() as u64;
-        let stack = Region { start: stack, end: stack + STACK_BYTES as u64 };
-        env.read.push(stack);
-        env.write.push(stack);
-        if self.globals_len > 0 {
-            let g = globals_base;
-            let rw_start = self.prog.globals_rw_start as u64;
-            env.read.push(Region { start: g, end: g + self.globals_len as u64 });
-            if self.prog.globals_rw_start < self.globals_len {
-                env.write.push(Region { start: g + rw_start, end: g + self.globals_len as u64 });
-            }
-        }
-        env
-    }
-
-    fn exec(&mut self, env: &mut RunEnv, ctx_addr: u64) -> Result<u64, VmError> {
+    /// Resets the per-invocation scalars of the prebuilt env and runs; the caller has just
+    /// overwritten every per-call slot. Inlined into both `run_*`: it is the hot path.
+    #[inline(always)]
+    fn exec(&mut self, ctx_addr: u64) -> Result<u64, VmError> {
+        let env = &mut self.env.0;
+        env.back_jumps_left = self.prog.back_jump_budget;
+        // Derived afresh each call (not kept from `new`): `host_mut` may have handed out a
+        // unique borrow of the HostState since.
+        env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
         let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
         match &self.exec {
             Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
@@ -193,15 +250,17 @@ impl Instance {
         ctx.data = data.as_ptr() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
-        let mut env = self.base_env();
-        env.read.push(Region { start: c, end: c + XRP_CTX_BYTES as u64 });
-        env.write.push(Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 });
-        env.write
-            .push(Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 });
-        push_nonempty(&mut env.read, data);
-        push_nonempty(&mut env.read, scratch);
-        push_nonempty(&mut env.write, scratch);
-        self.exec(&mut env, c)
+        *self.env.0.read.last_mut::<XRP_CALL_READ>() = [
+            Region { start: c, end: c + XRP_CTX_BYTES as u64 },
+            region_or_empty(data),
+            region_or_empty(scratch),
+        ];
+        *self.env.0.write.last_mut::<XRP_CALL_WRITE>() = [
+            Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 },
+            Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 },
+            region_or_empty(scratch),
+        ];
+        self.exec(c)
     }
 
     /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
@@ -217,17 +276,22 @@ impl Instance {
             size_i: input.len() as u64,
         };
         let c = std::ptr::from_ref::<LambdaCtx>(&self.lambda_ctx) as u64;
-        let mut env = self.base_env();
-        env.read.push(Region { start: c, end: c + LAMBDA_CTX_BYTES as u64 });
-        push_nonempty(&mut env.read, input);
-        push_nonempty(&mut env.read, output);
-        push_nonempty(&mut env.write, output);
-        self.exec(&mut env, c)
+        *self.env.0.read.last_mut::<LAMBDA_CALL_READ>() = [
+            Region { start: c, end: c + LAMBDA_CTX_BYTES as u64 },
+            region_or_empty(input),
+            region_or_empty(output),
+        ];
+        *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
+        self.exec(c)
     }
 }
 
-fn push_nonempty(set: &mut RegionSet, bytes: &[u8]) {
-    if !bytes.is_empty() {
-        set.push(Region::of(bytes));
+/// The region of a caller's buffer; an empty buffer grants nothing (not even its address).
+#[inline]
+fn region_or_empty(bytes: &[u8]) -> Region {
+    if bytes.is_empty() {
+        Region::EMPTY
+    } else {
+        Region::of(bytes)
     }
 }

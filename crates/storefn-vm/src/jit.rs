@@ -157,8 +157,12 @@ impl JitProgram {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
         }
         let mut code = CodeMemory(None);
-        // Region hints, one byte per (instruction, access kind), reached through `aux.hints`.
+        // Region hints, one byte per (instruction, access kind); the code addresses them
+        // directly, `resolve_region` through `aux.hints`.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
+        // Baked into the code as an immediate: the boxed table never moves and lives as long
+        // as the code (both owned by the JitProgram), and the hint load needs no `aux` load.
+        let hints_addr = hints.as_ptr() as u64;
         let sig = bpf_signature(&module);
         let mut ids = Vec::with_capacity(funcs.len());
         // Declaring allocates no code memory, so an early return here leaks nothing; from the
@@ -182,13 +186,21 @@ impl JitProgram {
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
             let disasm = std::env::var_os(DISASM_ENV).is_some();
             ctx.set_disasm(disasm);
-            let r =
-                translate_function(prog, start, end, shim, &ids, &mut module, &mut ctx, &mut fctx)
-                    .and_then(|()| {
-                        module
-                            .define_function(ids[i].1, &mut ctx)
-                            .map_err(|e| JitError::Codegen(format!("{e:?}")))
-                    });
+            let r = translate_function(
+                prog,
+                (start, end),
+                shim,
+                hints_addr,
+                &ids,
+                &mut module,
+                &mut ctx,
+                &mut fctx,
+            )
+            .and_then(|()| {
+                module
+                    .define_function(ids[i].1, &mut ctx)
+                    .map_err(|e| JitError::Codegen(format!("{e:?}")))
+            });
             if disasm {
                 if let Some(code) = ctx.compiled_code() {
                     eprintln!("{}", code.vcode.as_deref().unwrap_or(""));
@@ -432,7 +444,6 @@ const OFF_READ_LEN: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSe
 const OFF_WRITE_LEN: i32 = env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, len));
 const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
 const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
-const OFF_AUX_HINTS: i32 = env_off(offset_of!(RunAux, hints));
 const OFF_AUX_FOUND: i32 = env_off(offset_of!(RunAux, found));
 const OFF_AUX_WR_LO: i32 = env_off(offset_of!(RunAux, wr_lo));
 const OFF_AUX_WR_SPAN: i32 = env_off(offset_of!(RunAux, wr_span));
@@ -551,14 +562,16 @@ struct Tx<'a, 'f> {
     /// (function start, FuncRef) for every BPF function.
     callees: Vec<(usize, FuncRef)>,
     func_range: (usize, usize),
+    /// Address of the program's hint table (`JitProgram::hints`), a code immediate.
+    hints_addr: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
 fn translate_function(
     prog: &Program,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
     shim: FuncId,
+    hints_addr: u64,
     ids: &[(usize, FuncId)],
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
@@ -648,6 +661,7 @@ fn translate_function(
         helper_sig,
         callees,
         func_range: (start, end),
+        hints_addr,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -708,6 +722,13 @@ impl Tx<'_, '_> {
         self.spill_budget();
         let zero = self.b.ins().iconst(I64, 0);
         self.b.ins().return_(&[zero]);
+    }
+
+    /// A block laid out away from the hot code (region-check slow paths).
+    fn cold_block(&mut self) -> Block {
+        let blk = self.b.create_block();
+        self.b.set_cold_block(blk);
+        blk
     }
 
     /// `aux.env`, loaded where needed (slow paths) instead of occupying a register.
@@ -1134,37 +1155,44 @@ impl Tx<'_, '_> {
         self.b.append_block_param(refill, I64);
         self.b.ins().brif(inside, cont, &[], hinted, &[]);
 
-        // Tier 2: regions[hint], exactly as Region::contains.
+        // Tier 2: regions[hint], exactly as Region::contains, as a chain of compare-and-branch
+        // (each test needs no temporaries, so the cold path does not push the function into
+        // saving more callee-saved registers): idx < len, start <= addr, addr <= end and
+        // end - addr >= len, the last two being `addr + len <= end` without overflow.
         self.b.switch_to_block(hinted);
         let slot = pc * 2 + usize::from(access == Access::Write);
-        let hints = self.b.ins().load(I64, fl, self.aux, OFF_AUX_HINTS);
-        let idx = self.b.ins().uload8(I64, fl, hints, i32::try_from(slot).unwrap_or(0));
-        let scaled = self.b.ins().ishl_imm_u(idx, 4);
+        let hint_addr = self.hints_addr + u64::try_from(slot).unwrap_or(0);
+        let hint = self.iconst(hint_addr.cast_signed());
+        let idx = self.b.ins().uload8(I64, fl, hint, 0);
         let env = self.env();
-        let rptr = self.b.ins().iadd(env, scaled);
-        let base = match access {
-            Access::Read => OFF_READ_REGIONS,
-            Access::Write => OFF_WRITE_REGIONS,
+        let (base, count_off) = match access {
+            Access::Read => (OFF_READ_REGIONS, OFF_READ_LEN),
+            Access::Write => (OFF_WRITE_REGIONS, OFF_WRITE_LEN),
         };
-        let start = self.b.ins().load(I64, fl, rptr, base);
-        let end = self.b.ins().load(I64, fl, rptr, base + 8);
         // Entries past `len` are stale: a hint pointing there grants nothing.
-        let count_off = match access {
-            Access::Read => OFF_READ_LEN,
-            Access::Write => OFF_WRITE_LEN,
-        };
         let count = self.b.ins().load(I64, fl, env, count_off);
         let live = self.b.ins().icmp(IntCC::UnsignedLessThan, idx, count);
-        // Immediates only on this path: constants would be hoisted and occupy registers.
-        let last = self.b.ins().iadd_imm_u(addr, len.cast_signed());
-        let no_ovf = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, last, addr);
+        let in_use = self.cold_block();
+        self.b.ins().brif(live, in_use, &[], miss, &[]);
+        self.b.switch_to_block(in_use);
+        let scaled = self.b.ins().ishl_imm_u(idx, 4);
+        let rptr = self.b.ins().iadd(env, scaled);
+        let start = self.b.ins().load(I64, fl, rptr, base);
+        let end = self.b.ins().load(I64, fl, rptr, base + 8);
+        let above_start = self.cold_block();
         let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
-        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, last, end);
-        let ok = self.b.ins().band(ge, le);
-        let ok = self.b.ins().band(ok, no_ovf);
-        let ok = self.b.ins().band(ok, live);
+        self.b.ins().brif(ge, above_start, &[], miss, &[]);
+        self.b.switch_to_block(above_start);
+        let below_end = self.cold_block();
+        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, end);
+        self.b.ins().brif(le, below_end, &[], miss, &[]);
+        self.b.switch_to_block(below_end);
+        let room = self.b.ins().isub(end, addr);
+        // Immediates only on this path: constants would be hoisted and occupy registers.
+        let fits =
+            self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, room, len.cast_signed());
         let size = self.b.ins().isub(end, start);
-        self.b.ins().brif(ok, refill, &[start.into(), size.into()], miss, &[]);
+        self.b.ins().brif(fits, refill, &[start.into(), size.into()], miss, &[]);
 
         self.b.switch_to_block(refill);
         let p = self.b.block_params(refill).to_vec();

@@ -19,6 +19,10 @@ pub struct Region {
 }
 
 impl Region {
+    /// Grants nothing, not even a zero-length access (`end < start`). Fills a per-call slot
+    /// whose buffer is empty, so slot positions stay fixed and no earlier buffer survives there.
+    pub const EMPTY: Region = Region { start: u64::MAX, end: 0 };
+
     #[must_use]
     pub fn of(bytes: &[u8]) -> Self {
         let start = bytes.as_ptr() as u64;
@@ -50,6 +54,18 @@ impl RegionSet {
         self.len += 1;
     }
 
+    /// The last `N` slots in use, to overwrite in place: the per-call patching of a prebuilt
+    /// set (one bounds check for all of them).
+    ///
+    /// # Panics
+    /// When fewer than `N` slots are in use: a runtime bug, never program-controlled.
+    #[inline]
+    pub fn last_mut<const N: usize>(&mut self) -> &mut [Region; N] {
+        let len = usize::try_from(self.len).unwrap_or(usize::MAX);
+        assert!(N <= len && len <= MAX_REGIONS, "region set has {len} slots, not {N}");
+        (&mut self.regions[len - N..len]).try_into().expect("exactly N slots")
+    }
+
     pub fn clear(&mut self) {
         self.len = 0;
     }
@@ -62,5 +78,41 @@ impl RegionSet {
     #[must_use]
     pub fn as_slice(&self) -> &[Region] {
         &self.regions[..usize::try_from(self.len).unwrap()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_region_grants_nothing() {
+        for addr in [0, 1, u64::MAX - 8, u64::MAX] {
+            for len in [0, 1, 8] {
+                assert!(!Region::EMPTY.contains(addr, len), "{addr:#x}+{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn last_mut_overwrites_the_tail_in_use() {
+        let mut set = RegionSet::default();
+        for start in [16, 32, 48] {
+            set.push(Region { start, end: start + 8 });
+        }
+        *set.last_mut::<2>() = [Region::EMPTY, Region { start: 100, end: 108 }];
+        assert_eq!(set.len, 3);
+        assert!(set.allows(16, 8));
+        assert!(!set.allows(32, 8), "the old slot is gone");
+        assert!(set.allows(100, 8));
+        assert!(!set.allows(48, 8));
+    }
+
+    #[test]
+    #[should_panic(expected = "region set has 1 slots, not 2")]
+    fn last_mut_refuses_more_slots_than_in_use() {
+        let mut set = RegionSet::default();
+        set.push(Region { start: 16, end: 24 });
+        let _ = set.last_mut::<2>();
     }
 }

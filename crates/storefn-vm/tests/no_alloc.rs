@@ -33,24 +33,27 @@ fn allocs() -> u64 {
 
 #[test]
 fn runs_do_not_allocate() {
-    let p = load_verified(storefn_progs::must("test/subprog"), None, ProgType::Xrp).unwrap();
-    let mut inst = Instance::new(p, Engine::Interp).unwrap();
-    let data = vec![7u8; 4096];
-    let mut scratch = vec![0u8; 4096];
-    let mut ctx = XrpCtx::default();
-    inst.run_xrp(&mut ctx, &data, &mut scratch).unwrap();
-    let before = allocs();
-    for _ in 0..100 {
+    for engine in [Engine::Interp, Engine::Jit] {
+        let p = load_verified(storefn_progs::must("test/subprog"), None, ProgType::Xrp).unwrap();
+        let mut inst = Instance::new(p, engine).unwrap();
+        let data = vec![7u8; 4096];
+        let mut scratch = vec![0u8; 4096];
+        let mut ctx = XrpCtx::default();
         inst.run_xrp(&mut ctx, &data, &mut scratch).unwrap();
-    }
-    assert_eq!(allocs(), before);
+        let before = allocs();
+        for _ in 0..100 {
+            inst.run_xrp(&mut ctx, &data, &mut scratch).unwrap();
+        }
+        assert_eq!(allocs(), before, "{engine:?}");
 
-    let p = load_verified(storefn_progs::must("test/lambda_sum"), None, ProgType::Lambda).unwrap();
-    let mut inst = Instance::new(p, Engine::Interp).unwrap();
-    let mut out = vec![0u8; 64];
-    let before = allocs();
-    for _ in 0..100 {
-        inst.run_lambda(&data, &mut out).unwrap();
+        let p =
+            load_verified(storefn_progs::must("test/lambda_sum"), None, ProgType::Lambda).unwrap();
+        let mut inst = Instance::new(p, engine).unwrap();
+        let mut out = vec![0u8; 64];
+        let before = allocs();
+        for _ in 0..100 {
+            inst.run_lambda(&data, &mut out).unwrap();
+        }
+        assert_eq!(allocs(), before, "{engine:?}");
     }
-    assert_eq!(allocs(), before);
 }

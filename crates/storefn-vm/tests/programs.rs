@@ -1,4 +1,5 @@
-//! Clang-built programs from progs/ run through the Instance API (interpreter engine).
+//! Clang-built programs from progs/ run through the Instance API (interpreter engine unless a
+//! test loops over both engines).
 
 use std::sync::Arc;
 
@@ -155,17 +156,21 @@ fn atomics_program() {
 
 #[test]
 fn lambda_sum_and_memcpy_helper() {
-    let p = prog("test/lambda_sum", ProgType::Lambda);
-    let mut inst = Instance::new(p, Engine::Interp).unwrap();
-    let input: Vec<u8> = (1..=4u64).flat_map(u64::to_le_bytes).collect();
-    let mut out = vec![0u8; 64];
-    assert_eq!(inst.run_lambda(&input, &mut out).unwrap(), 24);
-    assert_eq!(word(&out, 0), 10);
-    assert_eq!(&out[8..24], &input[..16]);
-    // An output buffer too small for the memcpy: the helper's pointer check names the call.
-    let mut small = vec![0u8; 16];
-    let e = inst.run_lambda(&input, &mut small).unwrap_err();
-    assert!(matches!(e, VmError::BadWrite { len: 16, .. }), "{e}");
+    for engine in [Engine::Interp, Engine::Jit] {
+        let p = prog("test/lambda_sum", ProgType::Lambda);
+        let mut inst = Instance::new(p, engine).unwrap();
+        let input: Vec<u8> = (1..=4u64).flat_map(u64::to_le_bytes).collect();
+        let mut out = vec![0u8; 64];
+        assert_eq!(inst.run_lambda(&input, &mut out).unwrap(), 24);
+        assert_eq!(word(&out, 0), 10);
+        assert_eq!(&out[8..24], &input[..16]);
+        // An output buffer too small for the memcpy, right after a call with a large one (the
+        // earlier output must not stay granted): the helper's pointer check names the call.
+        let mut small = vec![0u8; 16];
+        let e = inst.run_lambda(&input, &mut small).unwrap_err();
+        assert!(matches!(e, VmError::BadWrite { len: 16, .. }), "{engine:?}: {e}");
+        assert_eq!(word(&small, 0), 10, "{engine:?}");
+    }
 }
 
 #[test]
@@ -182,4 +187,48 @@ fn jit_engine_is_reported_not_silently_replaced() {
 fn instance_is_send() {
     fn assert_send<T: Send>() {}
     assert_send::<Instance>();
+}
+
+/// Regression (prebuilt run environment, stale per-call regions): after a call with large
+/// buffers, a call with different, smaller buffers must not grant the earlier call's context,
+/// data or scratch — on either engine, with the JIT's region hints warm from the first call.
+#[test]
+fn previous_calls_buffers_are_not_granted() {
+    for engine in [Engine::Interp, Engine::Jit] {
+        let mut reader = Instance::new(prog("test/bad_read", ProgType::Xrp), engine).unwrap();
+        let mut writer = Instance::new(prog("test/write_at", ProgType::Xrp), engine).unwrap();
+        let (mut ctx1, mut ctx2) = (XrpCtx::default(), XrpCtx::default());
+        let data1 = block(&[0, 0, 77]);
+        let mut scratch1 = block(&[16]);
+        let data2 = vec![0u8; 64];
+        let mut scratch2 = vec![0u8; 16];
+        // Call 1: the same instructions succeed on the large buffers (and warm the hints).
+        reader.run_xrp(&mut ctx1, &data1, &mut scratch1).unwrap();
+        assert_eq!(word(&scratch1, 1), 77, "{engine:?}");
+        scratch1[..8].copy_from_slice(&64u64.to_le_bytes());
+        writer.run_xrp(&mut ctx1, &data1, &mut scratch1).unwrap();
+        assert_eq!(word(&scratch1, 8), 1, "{engine:?}");
+        // Call 2 reads at absolute addresses of call 1's buffers (all still alive).
+        let d2 = data2.as_ptr() as u64;
+        let stale_reads = [
+            data1.as_ptr() as u64 + 16,
+            scratch1.as_ptr() as u64 + 8,
+            std::ptr::from_ref(&ctx1) as u64,
+        ];
+        for addr in stale_reads {
+            scratch2[..8].copy_from_slice(&addr.wrapping_sub(d2).to_le_bytes());
+            let e = reader.run_xrp(&mut ctx2, &data2, &mut scratch2).unwrap_err();
+            assert_eq!(e, VmError::BadRead { insn: 4, addr, len: 8 }, "{engine:?}");
+        }
+        let s2 = scratch2.as_ptr() as u64;
+        let stale = scratch1.as_ptr() as u64 + 64;
+        scratch2[..8].copy_from_slice(&stale.wrapping_sub(s2).to_le_bytes());
+        let e = writer.run_xrp(&mut ctx2, &data2, &mut scratch2).unwrap_err();
+        assert!(matches!(e, VmError::BadWrite { addr, len: 8, .. } if addr == stale), "{e}");
+        assert_eq!(word(&scratch1, 8), 1, "{engine:?}: call 1's scratch unchanged");
+        // An empty data buffer grants nothing, not even its own (dangling) address.
+        scratch2[..8].copy_from_slice(&0u64.to_le_bytes());
+        let e = reader.run_xrp(&mut ctx2, &[], &mut scratch2).unwrap_err();
+        assert!(matches!(e, VmError::BadRead { len: 8, .. }), "{engine:?}: {e}");
+    }
 }
