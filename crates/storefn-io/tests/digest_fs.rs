@@ -304,3 +304,49 @@ fn zram_ext4_digest_is_byte_exact() {
     assert_matches_filefrag(&p);
     assert_byte_exact(&p, 11);
 }
+
+/// Dirty pages of `fd`'s page cache (the `cachestat` syscall, Linux 6.5+).
+fn dirty_pages(fd: i32) -> u64 {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = Range { off: 0, len: 0 }; // len 0: to the end
+    let mut st = Stat::default();
+    // SAFETY: cachestat reads one range and writes one stat struct, both valid and repr(C).
+    let rc = unsafe { libc::syscall(SYS_CACHESTAT, fd, &raw const range, &raw mut st, 0) };
+    assert_eq!(rc, 0, "cachestat: {}", std::io::Error::last_os_error());
+    st.nr_dirty
+}
+
+#[test]
+fn raw_setup_writes_back_the_devices_dirty_metadata() {
+    let Some(fs) = LoopFs::new(FsKind::Ext4, 64, &[]) else { return };
+    let path = fs.path("f");
+    write_pattern_file(&path, 7, 1 << 20);
+    // Commit the journal (fsync) without writing the metadata home: the committed buffers are
+    // now dirty pages of the device's page cache, which O_DIRECT device reads would flush.
+    for i in 0..8 {
+        let f = File::create(fs.path(&format!("small{i}"))).unwrap();
+        f.write_all_at(b"x", 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    let dev = File::open(fs.device()).unwrap();
+    println!("dirty device pages before raw setup: {}", dirty_pages(dev.as_raw_fd()));
+    let file = File::open(&path).unwrap();
+    let raw = open_raw(&file);
+    // Whatever was dirty before (the flusher may have run already), setup left none behind.
+    assert_eq!(dirty_pages(raw.device_fd()), 0, "device cache still dirty after raw setup");
+    assert!(raw.device().write_back_cache());
+}

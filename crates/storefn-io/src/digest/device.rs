@@ -145,6 +145,25 @@ impl RawDevice {
         Ok(Self { file, info })
     }
 
+    /// Writes back the dirty pages of the device's own page cache (the mounted file system's
+    /// metadata buffers live there) and waits for them; returns false when the kernel refused.
+    ///
+    /// Why: every O_DIRECT read of a block device first runs write-and-wait over its range of
+    /// that cache, and while any page of the device is dirty this goes through the writeback
+    /// machinery even for a range with nothing dirty in it. Measured on ext4/zram0 just after
+    /// another file was written (~140 kB of dirty metadata): raw-mode lookups were 2.8% faster
+    /// than the file path instead of 8.5% once the flusher had run. This is the same write-back
+    /// `sync` or the flusher (after `dirty_expire_centisecs`) does; it does not touch metadata the
+    /// journal has not committed yet (jbd2 marks those buffers dirty only after the commit).
+    /// Metadata dirtied later costs raw reads the same again until the flusher runs.
+    pub fn write_back_cache(&self) -> bool {
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: plain syscall on an open fd; offset 0 and nbytes 0 mean the whole device.
+        unsafe { libc::sync_file_range(self.file.as_raw_fd(), 0, 0, flags) == 0 }
+    }
+
     /// The raw fd (to register with io_uring).
     #[must_use]
     pub fn fd(&self) -> RawFd {

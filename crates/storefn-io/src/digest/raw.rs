@@ -49,6 +49,8 @@ impl RawAccess {
         let lease = LeaseGuard::acquire(file)?;
         let digest = Digest::build(file)?;
         let device = RawDevice::open(&digest)?;
+        // Only a speed-up (see write_back_cache): a refusal leaves reads correct, just slower.
+        let _ = device.write_back_cache();
         lease.check()?; // a break during the build would make the map suspect
         Ok(Self { device, digest, lease })
     }
