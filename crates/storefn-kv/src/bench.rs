@@ -181,11 +181,13 @@ pub struct BenchResult {
     pub misses: u64,
 }
 
-fn cpu_seconds() -> f64 {
+/// CPU seconds (user + system) of `who`: `libc::RUSAGE_SELF` (the process) or
+/// `libc::RUSAGE_THREAD` (the calling thread).
+pub(crate) fn cpu_seconds(who: libc::c_int) -> f64 {
     // SAFETY: getrusage writes one rusage into the zeroed struct we own.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &raw mut ru);
+        libc::getrusage(who, &raw mut ru);
         ru
     };
     #[allow(clippy::cast_precision_loss)]
@@ -295,10 +297,10 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
         })
         .collect();
     barrier.wait();
-    let (t0, cpu0) = (Instant::now(), cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), cpu_seconds(libc::RUSAGE_SELF));
     let outs = join_all(handles)?;
     let wall_s = t0.elapsed().as_secs_f64();
-    let cpu_s = cpu_seconds() - cpu0;
+    let cpu_s = cpu_seconds(libc::RUSAGE_SELF) - cpu0;
     Ok(summarize(store, cfg, &outs, wall_s, cpu_s))
 }
 

@@ -9,8 +9,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use crate::bench::{
-    chunk_len, draw, join_all, measure, open_path, path_options, summarize, thread_share,
-    BenchConfig, BenchResult, KeyGen, ThreadOut,
+    chunk_len, cpu_seconds, draw, join_all, measure, open_path, path_options, summarize,
+    thread_share, BenchConfig, BenchResult, KeyGen, ThreadOut,
 };
 use crate::path::LookupPath;
 use crate::store::Store;
@@ -203,10 +203,11 @@ fn pair_thread(
         for m in order {
             let i = m as usize;
             let o = &mut out.modes[i];
-            let (t0, cpu0, n0) = (Instant::now(), thread_cpu_seconds(), o.latencies_ns.len());
+            let (t0, cpu0, n0) =
+                (Instant::now(), cpu_seconds(libc::RUSAGE_THREAD), o.latencies_ns.len());
             o.misses += measure(paths[i].as_mut(), &round_keys, chunk, Some(&mut o.latencies_ns))?;
             wall[i] = t0.elapsed().as_secs_f64();
-            out.cpu_s[i] += thread_cpu_seconds() - cpu0;
+            out.cpu_s[i] += cpu_seconds(libc::RUSAGE_THREAD) - cpu0;
             let new = &o.latencies_ns[n0..];
             sums[i] = (new.iter().sum(), new.len() as u64);
             arrivals.arrive();
@@ -255,19 +256,6 @@ fn combine(store: &Store, cfg: &BenchConfig, rounds: u32, outs: Vec<PairOut>) ->
     let file = summarize(store, cfg, &per_mode[0], wall_s[0], file_cpu);
     let raw = summarize(store, cfg, &per_mode[1], wall_s[1], raw_cpu);
     CompareResult { file, raw, rounds: round_means }
-}
-
-/// CPU seconds (user + system) of the calling thread.
-fn thread_cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru);
-        ru
-    };
-    #[allow(clippy::cast_precision_loss)]
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 #[cfg(test)]
