@@ -202,14 +202,9 @@ fn pair_thread(
         let (mut wall, mut sums) = ([0.0; 2], [(0, 0); 2]);
         for m in order {
             let i = m as usize;
-            let o = &mut out.modes[i];
-            let (t0, cpu0, n0) =
-                (Instant::now(), cpu_seconds(libc::RUSAGE_THREAD), o.latencies_ns.len());
-            o.misses += measure(paths[i].as_mut(), &round_keys, chunk, Some(&mut o.latencies_ns))?;
-            wall[i] = t0.elapsed().as_secs_f64();
-            out.cpu_s[i] += cpu_seconds(libc::RUSAGE_THREAD) - cpu0;
-            let new = &o.latencies_ns[n0..];
-            sums[i] = (new.iter().sum(), new.len() as u64);
+            let half = measure_half(paths[i].as_mut(), &round_keys, chunk, &mut out.modes[i])?;
+            (wall[i], sums[i]) = (half.wall_s, (half.sum_ns, half.lookups));
+            out.cpu_s[i] += half.cpu_s;
             arrivals.arrive();
         }
         out.wall_s.push(wall);
@@ -219,6 +214,28 @@ fn pair_thread(
         out.modes[i].stats = p.stats().since(&before[i]);
     }
     Ok(out)
+}
+
+/// One mode's half of a round on one thread.
+struct Half {
+    wall_s: f64,
+    cpu_s: f64,
+    sum_ns: u64,
+    lookups: u64,
+}
+
+fn measure_half(
+    path: &mut dyn LookupPath,
+    keys: &[u64],
+    chunk: usize,
+    out: &mut ThreadOut,
+) -> Result<Half, KvError> {
+    let (t0, cpu0, n0) = (Instant::now(), cpu_seconds(libc::RUSAGE_THREAD), out.latencies_ns.len());
+    out.misses += measure(path, keys, chunk, Some(&mut out.latencies_ns))?;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let cpu_s = cpu_seconds(libc::RUSAGE_THREAD) - cpu0;
+    let new = &out.latencies_ns[n0..];
+    Ok(Half { wall_s, cpu_s, sum_ns: new.iter().sum(), lookups: new.len() as u64 })
 }
 
 fn empty_out(capacity: u64) -> ThreadOut {
