@@ -137,9 +137,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "file", value_parser = parse_bench_io)]
     pub io: BenchIo,
     /// With --io file,raw: rounds; each looks the same keys up in both modes, the order
-    /// alternating between rounds.
-    #[arg(long, default_value_t = storefn_kv::compare::DEFAULT_ROUNDS)]
-    pub rounds: u32,
+    /// alternating between rounds [default: 20].
+    #[arg(long)]
+    pub rounds: Option<u32>,
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -338,6 +338,9 @@ fn bench(a: &BenchArgs) -> CmdResult {
         raw: a.io == BenchIo::One(IoArg::Raw),
     };
     let io = match a.io {
+        BenchIo::One(_) if a.rounds.is_some() => {
+            return Err("--rounds applies to --io file,raw only".into());
+        }
         BenchIo::One(io) => io,
         BenchIo::Both => return bench_compare(a, &store, &cfg),
     };
@@ -355,7 +358,11 @@ fn bench(a: &BenchArgs) -> CmdResult {
 /// `--io file,raw`: both modes interleaved (storefn_kv::compare), each mode's block, then
 /// one stable `compare` line.
 fn bench_compare(a: &BenchArgs, store: &Arc<Store>, cfg: &BenchConfig) -> CmdResult {
-    let c = storefn_kv::compare::run(store, cfg, a.rounds)?;
+    let c = storefn_kv::compare::run(
+        store,
+        cfg,
+        a.rounds.unwrap_or(storefn_kv::compare::DEFAULT_ROUNDS),
+    )?;
     for (r, io) in [(&c.file, "file"), (&c.raw, "raw")] {
         println!("== io={io}");
         print_bench(r, io);

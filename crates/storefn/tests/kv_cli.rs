@@ -271,6 +271,7 @@ fn bench_io_file_raw_runs_both_modes_and_one_compare_line() {
     for (bad, want) in [
         (&["--io", "both"][..], "expected file, raw or file,raw"),
         (&["--io", "file,raw", "--rounds", "0"][..], "--rounds 0"),
+        (&["--io", "raw", "--rounds", "5"][..], "--rounds applies to --io file,raw only"),
     ] {
         let (code, _, err) = storefn(&[&["kv", "bench", db, "--path", "xrp"][..], bad].concat());
         assert_ne!(code, 0);
