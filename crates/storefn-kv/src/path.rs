@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::aligned::AlignedBuf;
 use storefn_io::digest::{DigestError, RawAccess};
 
+use crate::aligned::AlignedBuf;
 use crate::format::VALUE_BYTES;
 use crate::store::{Step, Store};
 use crate::KvError;
@@ -37,15 +37,6 @@ impl PathStats {
             cache_hits: self.cache_hits - before.cache_hits,
             device_ios: self.device_ios - before.device_ios,
         }
-    }
-
-    /// Adds `other`'s counts to these.
-    pub fn add(&mut self, other: &PathStats) {
-        self.lookups += other.lookups;
-        self.ios += other.ios;
-        self.fallbacks += other.fallbacks;
-        self.cache_hits += other.cache_hits;
-        self.device_ios += other.device_ios;
     }
 }
 
@@ -253,14 +244,15 @@ impl ReadPath {
 
     /// After a raw-mode lookup: the lease is intact and the file unchanged, or the lookup's
     /// data is discarded and it is redone on the file (a fallback), then raw mode is set up
-    /// again.
+    /// again. A lookup that failed (e.g. a node that looked corrupt) is judged the same way:
+    /// stale device data must not surface as a corruption error either.
     fn raw_lookup(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
-        let got = walk_blocks(self, key)?;
+        let got = walk_blocks(self, key);
         let raw = self.raw.as_mut().expect("raw lookups only in raw mode");
         let stale =
             raw.suspect || raw.access.as_ref().is_some_and(|a| a.check_after_chain().is_err());
         if !stale {
-            return Ok(got);
+            return got;
         }
         raw.suspect = true;
         self.stats.fallbacks += 1;
