@@ -173,6 +173,8 @@ struct Chain {
     raw_epoch: u32,
     /// Reads issued to the block device.
     device_hops: u32,
+    /// The caller checks staleness itself after a run of reads ([`Engine::read_deferred`]).
+    deferred_check: bool,
 }
 
 impl Chain {
@@ -199,6 +201,7 @@ impl Chain {
             used_device: false,
             raw_epoch: 0,
             device_hops: 0,
+            deferred_check: false,
         }
     }
 
@@ -673,7 +676,19 @@ impl Engine {
         len: u64,
         token: u64,
     ) -> Result<(), SubmitError> {
+        self.submit_plain(file, offset, len, token, false)
+    }
+
+    fn submit_plain(
+        &mut self,
+        file: FileId,
+        offset: u64,
+        len: u64,
+        token: u64,
+        deferred_check: bool,
+    ) -> Result<(), SubmitError> {
         let ci = self.alloc_chain(Kind::Plain, file, offset, token)?;
+        self.chains[ci].deferred_check = deferred_check;
         self.start(ci, offset, len);
         Ok(())
     }
@@ -768,7 +783,7 @@ impl Engine {
         if c.error.is_none() && c.kind == Kind::Xrp && !c.done {
             c.error = Some(ChainError::Stalled { at: c.at(c.completed, c.last_addr) });
         }
-        if c.error.is_none() && c.used_device {
+        if c.error.is_none() && c.used_device && !c.deferred_check {
             let (file, epoch, at) = (c.file, c.raw_epoch, c.at(c.completed, c.last_addr));
             if let Some(why) = self.raw_stale(file, epoch) {
                 self.chains[ci].error = Some(ChainError::Stale { at, why });
@@ -1101,10 +1116,62 @@ impl Engine {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<ChainStats, ChainError> {
+        self.read_sync(file, offset, buf, false)
+    }
+
+    /// [`Engine::read`] without the raw-mode staleness check: for a caller that chains
+    /// dependent reads itself (a B+-tree walk of plain reads) and checks once at the end, as a
+    /// storage-function chain is checked once after its last hop. Take [`Engine::raw_epoch`]
+    /// before the first read and call [`Engine::check_raw`] with it before trusting any byte
+    /// of a read whose `device_hops` was non-zero. Reads are still translated and confined to
+    /// the file (`OutsideFile`).
+    ///
+    /// # Errors
+    /// As [`Engine::read`], never [`ChainError::Stale`].
+    pub fn read_deferred(
+        &mut self,
+        file: FileId,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<ChainStats, ChainError> {
+        self.read_sync(file, offset, buf, true)
+    }
+
+    /// The raw-mode epoch of `file` now (0 outside raw mode), for [`Engine::check_raw`].
+    #[must_use]
+    pub fn raw_epoch(&self, file: FileId) -> u32 {
+        self.raw_state(file).map_or(0, |r| r.epoch)
+    }
+
+    /// The staleness check of a chain, for reads done with [`Engine::read_deferred`] since
+    /// [`Engine::raw_epoch`] returned `epoch`: lease intact, identity unchanged, no refresh in
+    /// between. A failure turns raw mode off for `file` until [`Engine::refresh_raw`], exactly
+    /// as a failed chain check does.
+    ///
+    /// # Errors
+    /// [`ChainError::Stale`] (`at` names the file offset 0 and hop 0: the check covers a run
+    /// of reads, not one).
+    pub fn check_raw(&mut self, file: FileId, epoch: u32) -> Result<(), ChainError> {
+        match self.raw_stale(file.0, epoch) {
+            None => Ok(()),
+            Some(why) => {
+                Err(ChainError::Stale { at: ChainAt { token: 0, start: 0, hop: 0, addr: 0 }, why })
+            }
+        }
+    }
+
+    fn read_sync(
+        &mut self,
+        file: FileId,
+        offset: u64,
+        buf: &mut [u8],
+        deferred_check: bool,
+    ) -> Result<ChainStats, ChainError> {
         if self.live != 0 {
             return Err(ChainError::NotIdle { active: self.live });
         }
-        self.submit_read(file, offset, buf.len() as u64, SYNC_TOKEN).map_err(ChainError::Submit)?;
+        self.submit_plain(file, offset, buf.len() as u64, SYNC_TOKEN, deferred_check)
+            .map_err(ChainError::Submit)?;
         let mut out = None;
         self.wait(1, &mut NoFunction, |c| {
             if c.result.is_ok() {

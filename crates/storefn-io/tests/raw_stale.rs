@@ -282,3 +282,36 @@ fn refresh_while_chains_run_makes_them_stale() {
     assert_eq!(stale, IN_FLIGHT);
     assert!(e.is_raw(id), "a refresh leaves raw mode on");
 }
+
+#[test]
+fn deferred_reads_are_vouched_for_only_by_check_raw() {
+    let Some((fs, mut e, id)) = victim(FsKind::Ext4) else { return };
+    let p = fs.path("victim");
+    let mut buf = vec![0u8; 4096];
+    let epoch = e.raw_epoch(id);
+    let st = e.read_deferred(id, 8192, &mut buf).unwrap();
+    assert_eq!(st.device_hops, 1);
+    e.check_raw(id, epoch).unwrap();
+    // A writer (another thread: its open waits for our lease to be released) rewrites the
+    // file; a deferred read right after still succeeds, but the check refuses to vouch for it.
+    std::thread::scope(|s| {
+        s.spawn(|| rewrite_in_place(&p)).join().unwrap();
+    });
+    let r = e.read_deferred(id, 8192, &mut buf);
+    assert!(!matches!(r, Err(ref c) if c.is_stale()), "read_deferred never reports Stale: {r:?}");
+    let err = e.check_raw(id, epoch).unwrap_err();
+    assert!(err.is_stale(), "{err}");
+    assert!(!e.is_raw(id), "a failed check turns raw mode off");
+    // Raw mode off: reads go to the file and hold the new bytes.
+    let st = e.read_deferred(id, 8192, &mut buf).unwrap();
+    assert_eq!(st.device_hops, 0);
+    assert_eq!(get_u64(&buf, 0), word(NEW, 8192));
+    // After a refresh, an epoch taken before it no longer vouches for anything.
+    retry_lease(|| e.refresh_raw(id)).unwrap();
+    let err = e.check_raw(id, epoch).unwrap_err();
+    assert!(err.to_string().contains("refreshed"), "{err}");
+    let fresh = e.raw_epoch(id);
+    assert_eq!(e.read_deferred(id, 8192, &mut buf).unwrap().device_hops, 1);
+    assert_eq!(get_u64(&buf, 0), word(NEW, 8192));
+    e.check_raw(id, fresh).unwrap();
+}

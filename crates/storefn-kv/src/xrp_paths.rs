@@ -130,7 +130,9 @@ fn chain_failed(store: &Store, e: &ChainError) -> KvError {
     KvError::Program(format!("{}: chain failed: {e}", store.path().display()))
 }
 
-/// `--path uring`: the same hops as `read`, each through the io_uring engine.
+/// `--path uring`: the same hops as `read`, each through the io_uring engine. In raw mode
+/// the hops are read with the staleness check deferred to the end of the lookup
+/// ([`Engine::read_deferred`]), one check per lookup as for a storage-function chain.
 pub struct UringPath {
     store: Arc<Store>,
     engine: Engine,
@@ -138,6 +140,8 @@ pub struct UringPath {
     buf: Vec<u8>,
     lru: Option<BlockLru>,
     stats: PathStats,
+    /// Device reads in the current lookup (the end-of-lookup check is owed when non-zero).
+    lookup_device_hops: u32,
 }
 
 impl std::fmt::Debug for UringPath {
@@ -154,7 +158,8 @@ impl UringPath {
         let (engine, file) = engine_for(&store, 1, None)?;
         let nb = store.node_size().bytes();
         let lru = (cache_bytes > 0).then(|| BlockLru::new(cache_bytes, nb));
-        Ok(Self { store, engine, file, buf: vec![0; nb], lru, stats: PathStats::default() })
+        let stats = PathStats::default();
+        Ok(Self { store, engine, file, buf: vec![0; nb], lru, stats, lookup_device_hops: 0 })
     }
 
     /// `--io raw` when `raw` (see [`switch_to_raw`]).
@@ -179,10 +184,13 @@ impl BlockFetch for UringPath {
     }
 
     fn read_uncached(&mut self, offset: u64) -> Result<(), KvError> {
-        let st = engine_read(&mut self.engine, self.file, offset, &mut self.buf, &mut self.stats)
+        let st = self
+            .engine
+            .read_deferred(self.file, offset, &mut self.buf)
             .map_err(|e| chain_failed(&self.store, &e))?;
         self.stats.ios += 1;
         self.stats.device_ios += u64::from(st.device_hops);
+        self.lookup_device_hops += st.device_hops;
         Ok(())
     }
 
@@ -196,9 +204,34 @@ impl LookupPath for UringPath {
         "uring"
     }
 
+    /// A lookup that read the device is delivered only after the raw-mode check passed (a
+    /// failed one, or an error, is judged the same way: stale device data must not surface as
+    /// a corruption error); otherwise it is redone through the file (raw mode is off by then),
+    /// counted as a fallback, and raw mode is set up again.
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
-        walk_blocks(self, key)
+        let epoch = self.engine.raw_epoch(self.file);
+        self.lookup_device_hops = 0;
+        let got = walk_blocks(self, key);
+        if self.lookup_device_hops == 0 {
+            return got;
+        }
+        match self.engine.check_raw(self.file, epoch) {
+            Ok(()) => got,
+            Err(e) if e.is_stale() => {
+                self.stats.fallbacks += 1;
+                // Blocks this lookup read from the device may be cached: they are as suspect.
+                if let Some(lru) = self.lru.as_mut() {
+                    lru.clear();
+                }
+                self.lookup_device_hops = 0;
+                let again = walk_blocks(self, key);
+                debug_assert_eq!(self.lookup_device_hops, 0, "a redo after Stale read the device");
+                refresh_raw(&mut self.engine, self.file);
+                again
+            }
+            Err(e) => Err(chain_failed(&self.store, &e)),
+        }
     }
 
     fn stats(&self) -> PathStats {
