@@ -21,8 +21,8 @@ use crate::file::{
 use crate::limits::{
     BUFFER_ALIGN, DATA_VIEW_BYTES, DEFAULT_BUFFERS, DEFAULT_CHAINS, DEFAULT_MAX_HOPS,
     DEFAULT_RING_DEPTH, MAX_BLOCK_ALIGN, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES,
-    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, MAX_RING_DEPTH, REGISTERED_FILE_SLOTS,
-    SCRATCH_BYTES, SLOT_BUFFER_BYTES,
+    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, MAX_RING_DEPTH, RAW_RETRY_INTERVAL,
+    REGISTERED_FILE_SLOTS, SCRATCH_BYTES, SLOT_BUFFER_BYTES,
 };
 use crate::region::Region;
 use crate::StorageFn;
@@ -480,7 +480,6 @@ impl Engine {
         let not_raw = EngineError::NotRaw { file: file.0 };
         let Some(Some(entry)) = self.files.get_mut(file.0 as usize) else { return Err(not_raw) };
         let Target::Raw { dev_index, .. } = entry.target else { return Err(not_raw) };
-        let old_epoch = entry.raw.as_ref().map_or(0, |r| r.epoch);
         let refreshed = match entry.raw.take() {
             Some(r) => r.access.refresh(&entry.file),
             None => RawAccess::open(&entry.file),
@@ -494,9 +493,28 @@ impl Engine {
             .register_files_update(dev_index, &[access.device_fd()])
             .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
         let inline = device_lacks_nowait(&access);
-        entry.raw =
-            Some(RawState { access, epoch: old_epoch.wrapping_add(1), broken: false, inline });
+        entry.last_epoch = entry.last_epoch.wrapping_add(1);
+        entry.raw = Some(RawState { access, epoch: entry.last_epoch, broken: false, inline });
         Ok(())
+    }
+
+    /// Sets raw mode up again for a file opened in raw mode whose raw mode is off (a check
+    /// failed, or an earlier refresh failed because a writer held the file), at most once per
+    /// [`RAW_RETRY_INTERVAL`] and only while no chain is live. `None` when nothing was due;
+    /// otherwise the refresh's result. Call it where a lookup starts: a path that lost raw mode
+    /// to a passing writer gets it back once the writer is gone.
+    pub fn retry_raw(&mut self, file: FileId) -> Option<Result<(), EngineError>> {
+        let entry = self.files.get_mut(file.0 as usize)?.as_mut()?;
+        let wanted = matches!(entry.target, Target::Raw { .. });
+        if !wanted || entry.raw.as_ref().is_some_and(|r| !r.broken) || self.live != 0 {
+            return None;
+        }
+        let now = std::time::Instant::now();
+        if entry.raw_retry_at.is_some_and(|t| now.duration_since(t) < RAW_RETRY_INTERVAL) {
+            return None;
+        }
+        entry.raw_retry_at = Some(now);
+        Some(self.refresh_raw(file))
     }
 
     /// Reads the first block through the ring, synchronously (the engine is idle).

@@ -173,6 +173,11 @@ pub(crate) struct FileEntry {
     pub mode: IoMode,
     /// Raw mode's digest and device (`None` outside raw mode, or after a failed refresh).
     pub raw: Option<RawState>,
+    /// Last raw-mode epoch handed out for this file. Kept here, not in `raw`, so that epochs
+    /// never repeat across a failed refresh (a chain from an old epoch must stay stale).
+    pub last_epoch: u32,
+    /// When [`crate::Engine::retry_raw`] last tried to set raw mode up again.
+    pub raw_retry_at: Option<std::time::Instant>,
 }
 
 /// Opens `path` read-only in `mode` and learns its size and O_DIRECT alignment.
@@ -222,6 +227,8 @@ pub(crate) fn open_file(
         align,
         mode,
         raw: None,
+        last_epoch: 0,
+        raw_retry_at: None,
     })
 }
 

@@ -46,6 +46,11 @@ pub const BUFFER_ALIGN: usize = 4096;
 /// Scratch bytes per chain slot (XRP's 4 KiB, application-owned arguments and results).
 pub const SCRATCH_BYTES: usize = XRP_SCRATCH_BYTES;
 
+/// Least time between two attempts of [`crate::Engine::retry_raw`] to set raw mode up again
+/// after it was dropped (a writer held the file): each attempt takes a lease and runs FIEMAP,
+/// so retrying per lookup would cost more than the file path it replaces.
+pub const RAW_RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Files one engine can have registered at once.
 pub const MAX_FILES: usize = 64;
 /// Registered-file table size: file `i` at fixed index `i`, its block device (raw mode) at

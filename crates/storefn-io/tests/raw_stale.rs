@@ -315,3 +315,50 @@ fn deferred_reads_are_vouched_for_only_by_check_raw() {
     assert_eq!(get_u64(&buf, 0), word(NEW, 8192));
     e.check_raw(id, fresh).unwrap();
 }
+
+#[test]
+fn retry_raw_brings_raw_mode_back_once_the_writer_is_gone_and_no_sooner() {
+    use storefn_io::limits::RAW_RETRY_INTERVAL;
+    let Some((fs, mut e, id)) = victim(FsKind::Ext4) else { return };
+    let p = fs.path("victim");
+    assert!(e.retry_raw(id).is_none(), "nothing to retry while raw mode is on");
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        // A writer that keeps the file open (its open waits for our lease to be released).
+        let p = &p;
+        s.spawn(move || {
+            let _w = File::options().write(true).open(p).unwrap();
+            opened_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        opened_rx.recv().unwrap();
+        let epoch = e.raw_epoch(id);
+        let mut buf = vec![0u8; 4096];
+        e.read_deferred(id, 0, &mut buf).unwrap();
+        assert!(e.check_raw(id, epoch).unwrap_err().is_stale());
+        assert!(!e.is_raw(id));
+        // The writer is still there: the attempt fails and raw mode stays off...
+        let r = e.retry_raw(id).expect("an attempt is due at once after the check failed");
+        assert!(r.is_err(), "raw mode set up again while a writer holds the file");
+        // ...and the next attempt waits out the interval.
+        assert!(e.retry_raw(id).is_none(), "retried before RAW_RETRY_INTERVAL");
+        assert_eq!(e.read_deferred(id, 0, &mut buf).unwrap().device_hops, 0);
+        release_tx.send(()).unwrap();
+    });
+    let t = Instant::now();
+    loop {
+        std::thread::sleep(RAW_RETRY_INTERVAL / 4);
+        match e.retry_raw(id) {
+            Some(Ok(())) => break,
+            Some(Err(ref err)) if lease_refused(err) => {}
+            None => {}
+            Some(Err(err)) => panic!("retry failed: {err}"),
+        }
+        assert!(t.elapsed() < RACE_TIMEOUT, "raw mode never came back");
+    }
+    assert!(e.is_raw(id));
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(e.read_deferred(id, 0, &mut buf).unwrap().device_hops, 1);
+    assert_eq!(get_u64(&buf, 0), word(OLD, 0));
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use storefn_io::digest::{DigestError, RawAccess};
+use storefn_io::limits::RAW_RETRY_INTERVAL;
 
 use crate::aligned::AlignedBuf;
 use crate::format::VALUE_BYTES;
@@ -163,6 +164,8 @@ struct RawRead {
     window: AlignedBuf,
     /// Set on suspicion during a lookup: the rest of it reads the file, then it is redone.
     suspect: bool,
+    /// When raw mode was last set up again or tried (see [`ReadPath::retry_raw`]).
+    retry_at: Option<Instant>,
 }
 
 impl ReadPath {
@@ -194,7 +197,13 @@ impl ReadPath {
             Ok(access) => {
                 let bytes = access.window_capacity(self.store.node_size().bytes() as u64);
                 let window = AlignedBuf::new(usize::try_from(bytes).expect("small window"));
-                self.raw = Some(RawRead { file, access: Some(access), window, suspect: false });
+                self.raw = Some(RawRead {
+                    file,
+                    access: Some(access),
+                    window,
+                    suspect: false,
+                    retry_at: None,
+                });
             }
             Err(e) => eprintln!(
                 "--io raw: {}: raw mode unavailable: {e}; using the file path",
@@ -262,16 +271,25 @@ impl ReadPath {
         }
         let again = walk_blocks(self, key);
         let raw = self.raw.as_mut().expect("still raw");
-        raw.access = match raw.access.take().map(|a| a.refresh(&raw.file)) {
-            Some(Ok(a)) => Some(a),
-            Some(Err(e)) => {
-                eprintln!("--io raw: refresh failed, staying on the file path: {e}");
-                None
-            }
-            None => None,
-        };
         raw.suspect = false;
+        raw.access = None; // drops the old lease before a new one is taken
+        if let Some(Err(e)) = self.retry_raw() {
+            eprintln!("--io raw: refresh failed, using the file path until it succeeds: {e}");
+        }
         again
+    }
+
+    /// Sets raw mode up again when it is off (a check failed, or the last attempt found a
+    /// writer holding the file), at most once per `RAW_RETRY_INTERVAL`. `None` when nothing
+    /// was due.
+    fn retry_raw(&mut self) -> Option<Result<(), DigestError>> {
+        let raw = self.raw.as_mut().filter(|r| r.access.is_none())?;
+        let now = Instant::now();
+        if raw.retry_at.is_some_and(|t| now.duration_since(t) < RAW_RETRY_INTERVAL) {
+            return None;
+        }
+        raw.retry_at = Some(now);
+        Some(RawAccess::open(&raw.file).map(|a| raw.access = Some(a)))
     }
 
     /// Counts a fallback taken by a path built on this one.
@@ -359,6 +377,8 @@ impl LookupPath for ReadPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
+        // Quiet: the failure that dropped raw mode was reported already.
+        let _ = self.retry_raw();
         if self.raw.as_ref().is_some_and(|r| r.access.is_some()) {
             return self.raw_lookup(key);
         }

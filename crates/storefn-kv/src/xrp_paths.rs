@@ -117,13 +117,19 @@ fn engine_read(
     }
 }
 
-/// After a `Stale` chain: set raw mode up again (on failure the file path stays on).
+/// After a `Stale` chain: set raw mode up again. On failure (a writer still holds the file)
+/// the file path stays on, and [`Engine::retry_raw`] at the start of later lookups tries again
+/// at most once per `RAW_RETRY_INTERVAL`.
 fn refresh_raw(engine: &mut Engine, file: FileId) {
-    if engine.raw_access(file).is_some() && !engine.is_raw(file) && engine.live() == 0 {
-        if let Err(e) = engine.refresh_raw(file) {
-            eprintln!("--io raw: refresh failed, staying on the file path: {e}");
-        }
+    if let Some(Err(e)) = engine.retry_raw(file) {
+        eprintln!("--io raw: refresh failed, using the file path until it succeeds: {e}");
     }
+}
+
+/// Where a lookup starts: raw mode lost to a writer comes back once the writer is gone. Quiet:
+/// the failure that dropped raw mode was reported already.
+fn retry_raw_quietly(engine: &mut Engine, file: FileId) {
+    let _ = engine.retry_raw(file);
 }
 
 fn chain_failed(store: &Store, e: &ChainError) -> KvError {
@@ -210,6 +216,7 @@ impl LookupPath for UringPath {
     /// counted as a fallback, and raw mode is set up again.
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
+        retry_raw_quietly(&mut self.engine, self.file);
         let epoch = self.engine.raw_epoch(self.file);
         self.lookup_device_hops = 0;
         let got = walk_blocks(self, key);
@@ -364,6 +371,7 @@ impl LookupPath for XrpPath {
 
     fn get(&mut self, key: u64) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
         self.stats.lookups += 1;
+        retry_raw_quietly(&mut self.engine, self.file);
         let nb = self.store.node_size().bytes() as u64;
         let offset = match self.store.start(key)? {
             Step::Done(v) => return Ok(v),
@@ -396,6 +404,7 @@ impl LookupPath for XrpPath {
             }
             return Ok(());
         }
+        retry_raw_quietly(&mut self.engine, self.file);
         // latency_ns holds the submission time (ns since t0) until the lookup completes.
         let t0 = Instant::now();
         let base = out.len();

@@ -196,7 +196,8 @@ fn raw_read_and_uring_paths_survive_a_writer_and_redo_the_lookup_on_the_file() {
 
 fn survive_a_writer(db: &Path, name: &str) {
     let store = Arc::new(Store::open(db, 0).unwrap());
-    let opts = PathOptions { cache_bytes: 1 << 20, batch: 1, raw: true };
+    // A small LRU: exercised (cleared on Stale) but too small to hide the device reads.
+    let opts = PathOptions { cache_bytes: 64 << 10, batch: 1, raw: true };
     let mut path = open_path(name, &store, opts).unwrap();
     let check = |path: &mut Box<dyn storefn_kv::path::LookupPath>, k: u64| {
         assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "key {k}");
@@ -231,4 +232,20 @@ fn survive_a_writer(db: &Path, name: &str) {
     }
     let s = path.stats().since(&before);
     assert!(s.fallbacks >= 1, "{name}: the lease break or identity change was never seen: {s:?}");
+    // The writer is gone: within a retry interval (or two, if the lease was still being
+    // released at the first try) raw mode is back and lookups read the device again.
+    let back = path.stats();
+    let t = std::time::Instant::now();
+    // Fresh keys each time: the LRU would serve a repeated key without any read.
+    let mut k = 3;
+    while path.stats().since(&back).device_ios == 0 {
+        assert!(
+            t.elapsed() < 5 * storefn_io::limits::RAW_RETRY_INTERVAL,
+            "{name}: raw mode never came back: {:?}",
+            path.stats().since(&back)
+        );
+        std::thread::sleep(storefn_io::limits::RAW_RETRY_INTERVAL / 10);
+        k = (k + 4099) % 29791;
+        check(&mut path, k);
+    }
 }
