@@ -3,6 +3,7 @@
 //! the same bytes by construction; tests check it anyway.
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -231,20 +232,13 @@ impl ReadPath {
         };
         let span = usize::try_from(w.len).expect("window fits the buffer");
         let win = &mut raw.window[..span];
-        // SAFETY: the device fd is open while `access` lives; `win` is a live, writable,
-        // logical-block-aligned buffer of `span` bytes.
-        let n = unsafe {
-            libc::pread(access.device_fd(), win.as_mut_ptr().cast(), span, w.dev_offset as i64)
-        };
-        if usize::try_from(n).ok() != Some(span) {
-            let e = std::io::Error::last_os_error();
-            let what = if n < 0 { e.to_string() } else { format!("short read ({n} of {span} B)") };
-            return Err(KvError::io(
+        access.device().file().read_exact_at(win, w.dev_offset).map_err(|e| {
+            KvError::io(
                 self.store.path(),
                 "pread (raw device)",
-                std::io::Error::other(format!("file offset {offset}: {what}")),
-            ));
-        }
+                std::io::Error::new(e.kind(), format!("file offset {offset}: {e}")),
+            )
+        })?;
         let skip = usize::try_from(w.skip).expect("inside the window");
         self.buf.copy_from_slice(&win[skip..skip + len]);
         self.stats.device_ios += 1;
