@@ -30,7 +30,7 @@ use std::path::PathBuf;
 pub use device::{find_block_device, BlockDeviceInfo, RawDevice};
 pub use fiemap::ExtentProblem;
 pub use lease::{lease_breaks_seen, LeaseGuard, LEASE_SIGNAL_OFFSET, MAX_LEASES};
-pub use raw::{align_window, window_capacity, DeviceWindow, RawAccess};
+pub use raw::{align_window, window_capacity, DeviceWindow, RawAccess, RetryGate};
 
 /// Largest number of extents one digest holds (24 B each: 24 MiB). A file more fragmented than
 /// this is refused rather than letting a pathological file eat memory.

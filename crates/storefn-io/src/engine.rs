@@ -21,8 +21,8 @@ use crate::file::{
 use crate::limits::{
     BUFFER_ALIGN, DATA_VIEW_BYTES, DEFAULT_BUFFERS, DEFAULT_CHAINS, DEFAULT_MAX_HOPS,
     DEFAULT_RING_DEPTH, MAX_BLOCK_ALIGN, MAX_BUFFERS, MAX_CHAINS, MAX_FANOUT, MAX_FILES,
-    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, MAX_RING_DEPTH, RAW_RETRY_INTERVAL,
-    REGISTERED_FILE_SLOTS, SCRATCH_BYTES, SLOT_BUFFER_BYTES,
+    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, MAX_RING_DEPTH, REGISTERED_FILE_SLOTS,
+    SCRATCH_BYTES, SLOT_BUFFER_BYTES,
 };
 use crate::region::Region;
 use crate::StorageFn;
@@ -500,7 +500,7 @@ impl Engine {
 
     /// Sets raw mode up again for a file opened in raw mode whose raw mode is off (a check
     /// failed, or an earlier refresh failed because a writer held the file), at most once per
-    /// [`RAW_RETRY_INTERVAL`] and only while no chain is live. `None` when nothing was due;
+    /// [`RAW_RETRY_INTERVAL`](crate::limits::RAW_RETRY_INTERVAL) and only while no chain is live. `None` when nothing was due;
     /// otherwise the refresh's result. Call it where a lookup starts: a path that lost raw mode
     /// to a passing writer gets it back once the writer is gone.
     pub fn retry_raw(&mut self, file: FileId) -> Option<Result<(), EngineError>> {
@@ -509,11 +509,9 @@ impl Engine {
         if !wanted || entry.raw.as_ref().is_some_and(|r| !r.broken) || self.live != 0 {
             return None;
         }
-        let now = std::time::Instant::now();
-        if entry.raw_retry_at.is_some_and(|t| now.duration_since(t) < RAW_RETRY_INTERVAL) {
+        if !entry.raw_retry.try_now() {
             return None;
         }
-        entry.raw_retry_at = Some(now);
         Some(self.refresh_raw(file))
     }
 

@@ -176,8 +176,8 @@ pub(crate) struct FileEntry {
     /// Last raw-mode epoch handed out for this file. Kept here, not in `raw`, so that epochs
     /// never repeat across a failed refresh (a chain from an old epoch must stay stale).
     pub last_epoch: u32,
-    /// When [`crate::Engine::retry_raw`] last tried to set raw mode up again.
-    pub raw_retry_at: Option<std::time::Instant>,
+    /// Spaces [`crate::Engine::retry_raw`]'s attempts to set raw mode up again.
+    pub raw_retry: crate::digest::RetryGate,
 }
 
 /// Opens `path` read-only in `mode` and learns its size and O_DIRECT alignment.
@@ -228,7 +228,7 @@ pub(crate) fn open_file(
         mode,
         raw: None,
         last_epoch: 0,
-        raw_retry_at: None,
+        raw_retry: crate::digest::RetryGate::default(),
     })
 }
 

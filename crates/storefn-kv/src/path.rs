@@ -7,8 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use storefn_io::digest::{DigestError, RawAccess};
-use storefn_io::limits::RAW_RETRY_INTERVAL;
+use storefn_io::digest::{DigestError, RawAccess, RetryGate};
 
 use crate::aligned::AlignedBuf;
 use crate::format::VALUE_BYTES;
@@ -165,8 +164,8 @@ struct RawRead {
     window: AlignedBuf,
     /// Set on suspicion during a lookup: the rest of it reads the file, then it is redone.
     suspect: bool,
-    /// When raw mode was last set up again or tried (see [`ReadPath::retry_raw`]).
-    retry_at: Option<Instant>,
+    /// Spaces [`ReadPath::retry_raw`]'s attempts.
+    retry: RetryGate,
 }
 
 impl ReadPath {
@@ -203,7 +202,7 @@ impl ReadPath {
                     access: Some(access),
                     window,
                     suspect: false,
-                    retry_at: None,
+                    retry: RetryGate::default(),
                 });
             }
             Err(e) => eprintln!(
@@ -278,11 +277,9 @@ impl ReadPath {
     /// was due.
     fn retry_raw(&mut self) -> Option<Result<(), DigestError>> {
         let raw = self.raw.as_mut().filter(|r| r.access.is_none())?;
-        let now = Instant::now();
-        if raw.retry_at.is_some_and(|t| now.duration_since(t) < RAW_RETRY_INTERVAL) {
+        if !raw.retry.try_now() {
             return None;
         }
-        raw.retry_at = Some(now);
         Some(RawAccess::open(&raw.file).map(|a| raw.access = Some(a)))
     }
 

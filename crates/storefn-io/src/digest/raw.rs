@@ -4,7 +4,10 @@
 use std::fs::File;
 use std::os::fd::RawFd;
 
+use std::time::Instant;
+
 use super::{Digest, DigestError, LeaseGuard, RawDevice};
+use crate::limits::RAW_RETRY_INTERVAL;
 
 /// Where to read on the device for a translated file range: the block-aligned window that
 /// O_DIRECT needs, and where the requested bytes start inside it.
@@ -16,6 +19,25 @@ pub struct DeviceWindow {
     pub len: u64,
     /// Offset of the requested first byte inside the window.
     pub skip: u64,
+}
+
+/// Spaces attempts to set raw mode up again after it was dropped: at most one per
+/// [`RAW_RETRY_INTERVAL`] (each attempt takes a lease and runs FIEMAP).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RetryGate {
+    last_attempt: Option<Instant>,
+}
+
+impl RetryGate {
+    /// True, and the attempt is recorded, when none was made within the interval.
+    pub fn try_now(&mut self) -> bool {
+        let now = Instant::now();
+        if self.last_attempt.is_some_and(|t| now.duration_since(t) < RAW_RETRY_INTERVAL) {
+            return false;
+        }
+        self.last_attempt = Some(now);
+        true
+    }
 }
 
 /// Raw-mode state for one open file.
