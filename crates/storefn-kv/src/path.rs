@@ -257,12 +257,7 @@ impl ReadPath {
             return got;
         }
         raw.suspect = true;
-        self.stats.fallbacks += 1;
-        // Blocks this lookup read from the device may be cached: they are as suspect.
-        if let Some(lru) = self.lru.as_mut() {
-            lru.clear();
-        }
-        let again = walk_blocks(self, key);
+        let again = redo_after_stale(self, key);
         let raw = self.raw.as_mut().expect("still raw");
         raw.suspect = false;
         raw.access = None; // drops the old lease before a new one is taken
@@ -313,6 +308,21 @@ pub(crate) trait BlockFetch {
         }
         Ok(())
     }
+}
+
+/// Redoes a lookup whose device reads turned out stale (the caller has already switched reads
+/// to the file): counts the fallback and forgets the cached blocks first, since the lookup may
+/// have cached some of the suspect ones.
+pub(crate) fn redo_after_stale<P: BlockFetch>(
+    path: &mut P,
+    key: u64,
+) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+    let (lru, _, stats) = path.cache_parts();
+    stats.fallbacks += 1;
+    if let Some(lru) = lru {
+        lru.clear();
+    }
+    walk_blocks(path, key)
 }
 
 /// One lookup by reading block after block from the root.

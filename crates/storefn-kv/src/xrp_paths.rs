@@ -14,7 +14,8 @@ use crate::format::{
     VALUE_BYTES,
 };
 use crate::path::{
-    nanos_since, walk_blocks, BlockFetch, BlockLru, Lookup, LookupPath, PathStats, ReadPath,
+    nanos_since, redo_after_stale, walk_blocks, BlockFetch, BlockLru, Lookup, LookupPath,
+    PathStats, ReadPath,
 };
 use crate::store::{Step, Store};
 use crate::KvError;
@@ -226,13 +227,8 @@ impl LookupPath for UringPath {
         match self.engine.check_raw(self.file, epoch) {
             Ok(()) => got,
             Err(e) if e.is_stale() => {
-                self.stats.fallbacks += 1;
-                // Blocks this lookup read from the device may be cached: they are as suspect.
-                if let Some(lru) = self.lru.as_mut() {
-                    lru.clear();
-                }
                 self.lookup_device_hops = 0;
-                let again = walk_blocks(self, key);
+                let again = redo_after_stale(self, key);
                 debug_assert_eq!(self.lookup_device_hops, 0, "a redo after Stale read the device");
                 refresh_raw(&mut self.engine, self.file);
                 again
