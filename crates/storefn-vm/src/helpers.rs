@@ -28,6 +28,16 @@ pub const MAX_TRACE_LINES: usize = 1024;
 pub const MAX_TRACE_LINE_BYTES: usize = 512;
 /// Longest format string read from the program.
 pub const MAX_FORMAT_BYTES: u64 = 256;
+/// Instructions a helper call costs against the invocation's budget before any per-byte part:
+/// the trampoline and argument checks take about as long as this many JIT'd instructions.
+pub const HELPER_CALL_INSNS: u64 = 16;
+/// Bytes a memory helper moves or compares per instruction charged (a copy of 64 bytes costs
+/// about one JIT'd instruction's time).
+pub const HELPER_BYTES_PER_INSN: u64 = 64;
+/// What `bpf_trace_printk` costs: formatting, allocating the line and rotating the log take
+/// about a microsecond, ~100x a simple instruction; charged high so a program that only logs
+/// stops no later than one that computes.
+pub const TRACE_PRINTK_INSNS: u64 = 256;
 /// `-EINVAL`, what the kernel's helpers return for bad arguments.
 const EINVAL: u64 = (-22i64) as u64;
 
@@ -59,12 +69,18 @@ pub fn allowed(prog_type: ProgType, id: u32) -> bool {
     table(prog_type).contains(&id)
 }
 
-/// Calls helper `id` with r1..r5 = `args` for the instruction `insn`; returns r0.
+/// Calls helper `id` with r1..r5 = `args` for the instruction `insn`; returns r0. Charges the
+/// helper's cost to `env.insns_left` first.
 ///
 /// # Errors
-/// [`VmError::Helper`] for an id outside the type's table, or a pointer argument outside the
-/// regions ([`VmError::BadRead`] / [`VmError::BadWrite`] naming `insn`).
-pub fn call(
+/// [`VmError::Helper`] for an id outside the type's table, a pointer argument outside the
+/// regions ([`VmError::BadRead`] / [`VmError::BadWrite`] naming `insn`), or
+/// [`VmError::BudgetExhausted`] when the cost does not fit.
+///
+/// # Safety
+/// The contract of [`crate::interp::run`] for `env`: its regions are valid memory (writes:
+/// and unaliased) and `env.host` is null or an unborrowed `HostState`.
+pub(crate) unsafe fn call(
     env: &mut RunEnv,
     prog_type: ProgType,
     id: u32,
@@ -78,6 +94,14 @@ pub fn call(
             reason: format!("not available to {prog_type:?} programs"),
         });
     }
+    let cost = match id {
+        BPF_TRACE_PRINTK => TRACE_PRINTK_INSNS,
+        _ => HELPER_CALL_INSNS + args[2].div_ceil(HELPER_BYTES_PER_INSN),
+    };
+    if env.insns_left < cost {
+        return Err(VmError::BudgetExhausted { insn, budget: env.insn_budget });
+    }
+    env.insns_left -= cost;
     match id {
         BPF_TRACE_PRINTK => trace_printk(env, args, insn),
         STOREFN_MEMCPY => {

@@ -14,8 +14,8 @@ use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
 use crate::mem::{Region, RegionSet, MAX_REGIONS};
-use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
-use crate::verifier::{self, VerifyError};
+use crate::program::{FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, STACK_BYTES};
+use crate::verifier::{VerifiedProgram, VerifyError};
 use crate::xrp::{
     LambdaCtx, XrpCtx, LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
     XRP_OFF_SCRATCH, XRP_OFF_SLOT,
@@ -51,10 +51,9 @@ pub fn load_verified(
     elf: &[u8],
     select: Option<&str>,
     prog_type: ProgType,
-) -> Result<Arc<Program>, Error> {
+) -> Result<Arc<VerifiedProgram>, Error> {
     let prog = elf::load(elf, select, prog_type)?;
-    verifier::verify(&prog)?;
-    Ok(Arc::new(prog))
+    Ok(Arc::new(VerifiedProgram::new(prog)?))
 }
 
 #[derive(Debug)]
@@ -69,7 +68,9 @@ enum Exec {
 /// A program ready to run, with its own globals, stack and host state.
 #[derive(Debug)]
 pub struct Instance {
-    prog: Arc<Program>,
+    prog: Arc<VerifiedProgram>,
+    /// Instructions each invocation may execute ([`DEFAULT_INSN_BUDGET`] unless set).
+    insn_budget: u64,
     exec: Exec,
     /// Globals image, 8-byte aligned (`u64` backing); `globals_len` bytes are meaningful.
     globals: Box<[u64]>,
@@ -117,11 +118,12 @@ const _: () = assert!(
 const WORD: usize = 8;
 
 impl Instance {
-    /// Prepares a verified program (see [`load_verified`]) for `engine`.
+    /// Prepares a verified program (see [`load_verified`]) for `engine`, with the default
+    /// instruction budget ([`DEFAULT_INSN_BUDGET`]; see [`Instance::set_insn_budget`]).
     ///
     /// # Errors
     /// [`Error::Jit`] when the JIT cannot compile the program; there is no silent fallback.
-    pub fn new(prog: Arc<Program>, engine: Engine) -> Result<Self, Error> {
+    pub fn new(prog: Arc<VerifiedProgram>, engine: Engine) -> Result<Self, Error> {
         let exec = match engine {
             Engine::Jit => Exec::Jit(JitProgram::compile(&prog)?),
             Engine::Interp => Exec::Interp,
@@ -135,6 +137,7 @@ impl Instance {
         }
         let mut inst = Self {
             prog,
+            insn_budget: DEFAULT_INSN_BUDGET,
             exec,
             globals,
             globals_len,
@@ -145,7 +148,8 @@ impl Instance {
                 read: RegionSet::default(),
                 write: RegionSet::default(),
                 globals_base: 0,
-                back_jumps_left: 0,
+                insns_left: 0,
+                insn_budget: 0,
                 fault: FaultInfo::default(),
                 host: std::ptr::null_mut(),
             }),
@@ -185,8 +189,21 @@ impl Instance {
     }
 
     #[must_use]
-    pub fn program(&self) -> &Arc<Program> {
+    pub fn program(&self) -> &Arc<VerifiedProgram> {
         &self.prog
+    }
+
+    /// Instructions each invocation may execute before it aborts with
+    /// [`VmError::BudgetExhausted`].
+    #[must_use]
+    pub fn insn_budget(&self) -> u64 {
+        self.insn_budget
+    }
+
+    /// Sets the per-invocation instruction budget (from the next run on). A chain of `h` hops
+    /// executes at most `h * insns` instructions.
+    pub fn set_insn_budget(&mut self, insns: u64) {
+        self.insn_budget = insns;
     }
 
     #[must_use]
@@ -220,14 +237,22 @@ impl Instance {
     #[inline(always)]
     fn exec(&mut self, ctx_addr: u64) -> Result<u64, VmError> {
         let env = &mut self.env.0;
-        env.back_jumps_left = self.prog.back_jump_budget;
+        env.insns_left = self.insn_budget;
+        env.insn_budget = self.insn_budget;
         // Derived afresh each call (not kept from `new`): `host_mut` may have handed out a
         // unique borrow of the HostState since.
         env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
         let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-        match &self.exec {
-            Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
-            Exec::Interp => interp::run(&self.prog, env, ctx_addr, stack_top),
+        // SAFETY: `env` was laid out by `lay_out_env` from this instance's own stack and
+        // globals boxes (alive and not borrowed while `self` is mutably borrowed here) and the
+        // caller of `run_*` patched the per-call slots from slices it lends us exclusively
+        // (writable ones as `&mut`) for this call; `env.host` was just derived from our boxed
+        // HostState; `stack_top` is the end of the stack region.
+        unsafe {
+            match &self.exec {
+                Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
+                Exec::Interp => interp::run(&self.prog, env, ctx_addr, stack_top),
+            }
         }
     }
 

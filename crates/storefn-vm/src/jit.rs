@@ -9,12 +9,12 @@
 //!   address with a cached window of the last region that matched (two variables per access
 //!   kind); a miss calls [`resolve_region`], which performs the exact contract check of
 //!   [`crate::mem`], refreshes the window, or records the fault;
-//! - taken backward jumps decrement `RunEnv::back_jumps_left` and abort at zero;
+//! - entering a basic block ([`crate::cfg`]) subtracts its length from the instruction budget
+//!   (a variable, spilled to `RunEnv::insns_left` around calls) and aborts when it does not fit;
 //! - faults are written to `RunEnv::fault` and the function returns; callers check the fault
 //!   kind after every call, so nothing unwinds and nothing traps.
 
 use std::cell::Cell;
-use std::collections::BTreeSet;
 use std::mem::offset_of;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -29,6 +29,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
 
+use crate::cfg::Cfg;
 use crate::insn::{
     Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_AND, BPF_ARSH, BPF_ATOMIC, BPF_B, BPF_CALL, BPF_DIV,
     BPF_DW, BPF_END, BPF_EXIT, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLE, BPF_JLT, BPF_JMP,
@@ -37,8 +38,8 @@ use crate::insn::{
     BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
 };
 use crate::mem::{Region, RegionSet, MAX_REGIONS};
-use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, MAX_INSNS, STACK_FRAME_BYTES};
-use crate::{ProgType, Program, RunEnv, VmError};
+use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
+use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
 /// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
 const ATOMIC_FETCH: i32 = 0x01;
@@ -114,7 +115,6 @@ pub struct JitProgram {
     /// Written by the generated code's slow path; Cell keeps JitProgram !Sync.
     hints: Box<[Cell<u8>]>,
     prog_type: ProgType,
-    back_jump_budget: u64,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -144,13 +144,16 @@ impl Drop for CodeMemory {
 unsafe impl Send for JitProgram {}
 
 impl JitProgram {
-    /// Compiles a (verified) program. Never panics on any input: unsupported or malformed
-    /// instructions are reported as [`JitError`].
+    /// Compiles a verified program. Never panics: an instruction the translator does not know
+    /// is reported as [`JitError`] (a verifier gap, not a crash).
     ///
     /// # Errors
-    /// An instruction the JIT cannot translate, a malformed control flow, or a Cranelift failure.
-    pub fn compile(prog: &Program) -> Result<Self, JitError> {
-        let funcs = split_functions(prog)?;
+    /// An instruction the JIT cannot translate, or a Cranelift failure.
+    pub fn compile(verified: &VerifiedProgram) -> Result<Self, JitError> {
+        let prog: &Program = verified;
+        let cfg = verified.cfg();
+        let funcs: Vec<(usize, usize)> =
+            (0..cfg.functions().len()).map(|f| cfg.func_range(f)).collect();
         let mut module = new_module()?;
         let ptr_ty = module.target_config().pointer_type();
         if ptr_ty != I64 {
@@ -188,6 +191,7 @@ impl JitProgram {
             ctx.set_disasm(disasm);
             let r = translate_function(
                 prog,
+                cfg,
                 (start, end),
                 shim,
                 hints_addr,
@@ -222,22 +226,26 @@ impl JitProgram {
         // SAFETY: `entry_ptr` is the finalized code of a function declared with `bpf_signature`,
         // which is the System V equivalent of `CompiledFn` on this (64-bit) host.
         let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(entry_ptr) };
-        Ok(Self {
-            code,
-            entry,
-            hints,
-            prog_type: prog.prog_type,
-            back_jump_budget: prog.back_jump_budget,
-        })
+        Ok(Self { code, entry, hints, prog_type: prog.prog_type })
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.
-    /// `env.back_jumps_left` must hold the budget for this invocation; `env.fault` is reset.
+    /// `env.insns_left` must hold the budget for this invocation; `env.fault` is reset.
     ///
     /// # Errors
     /// The fault that aborted the invocation.
+    ///
+    /// # Safety
+    /// The contract of [`crate::interp::run`]: `env`'s regions are valid memory for the whole
+    /// call (writable ones not borrowed elsewhere), the stack below `stack_top` is inside
+    /// them, `env.host` is null or an unborrowed `HostState`. [`crate::Instance`] upholds it.
     #[inline]
-    pub fn run(&self, env: &mut RunEnv, ctx_addr: u64, stack_top: u64) -> Result<u64, VmError> {
+    pub unsafe fn run(
+        &self,
+        env: &mut RunEnv,
+        ctx_addr: u64,
+        stack_top: u64,
+    ) -> Result<u64, VmError> {
         debug_assert!(self.code.0.is_some());
         env.fault = FaultInfo::default();
         debug_assert!(!self.hints.is_empty());
@@ -261,7 +269,7 @@ impl JitProgram {
         if env.fault.kind == fault::NONE {
             return Ok(r0);
         }
-        fault_to_result(env.fault, r0, &mut aux, self.back_jump_budget)
+        fault_to_result(env.fault, r0, &mut aux, env.insn_budget)
     }
 }
 
@@ -359,49 +367,6 @@ fn sig_of(module: &JITModule, params: usize) -> Signature {
     sig
 }
 
-/// Splits the linked program into functions: insn 0 and every BPF-to-BPF call target start
-/// one, which runs to the next start. Returns `(start, end)` pairs, entry first.
-fn split_functions(prog: &Program) -> Result<Vec<(usize, usize)>, JitError> {
-    let n = prog.insns.len();
-    if n == 0 || n > MAX_INSNS {
-        return Err(JitError::Size { len: n, max: MAX_INSNS });
-    }
-    let second = lddw_second_slots(&prog.insns)?;
-    let mut starts = BTreeSet::from([0usize]);
-    for (pc, insn) in prog.insns.iter().enumerate() {
-        if !second[pc] && insn.op == BPF_JMP | BPF_CALL && insn.src == BPF_PSEUDO_CALL {
-            let t = rel_target(pc, i64::from(insn.imm), n)?;
-            if second[t] {
-                return Err(invalid(pc, format!("call target {t} is the second half of lddw")));
-            }
-            starts.insert(t);
-        }
-    }
-    let starts: Vec<usize> = starts.into_iter().collect();
-    let mut out = Vec::with_capacity(starts.len());
-    for (i, &s) in starts.iter().enumerate() {
-        out.push((s, starts.get(i + 1).copied().unwrap_or(n)));
-    }
-    Ok(out)
-}
-
-fn lddw_second_slots(insns: &[Insn]) -> Result<Vec<bool>, JitError> {
-    let mut second = vec![false; insns.len()];
-    let mut pc = 0;
-    while pc < insns.len() {
-        if insns[pc].is_lddw() {
-            if pc + 1 >= insns.len() {
-                return Err(invalid(pc, "lddw without its second slot"));
-            }
-            second[pc + 1] = true;
-            pc += 2;
-        } else {
-            pc += 1;
-        }
-    }
-    Ok(second)
-}
-
 /// `pc + delta + 1`, checked to lie in `0..n`.
 fn rel_target(pc: usize, delta: i64, n: usize) -> Result<usize, JitError> {
     let t = i64::try_from(pc).unwrap_or(i64::MAX).saturating_add(delta).saturating_add(1);
@@ -432,7 +397,7 @@ const fn env_off(field: usize) -> i32 {
     }
 }
 
-const OFF_BACK_JUMPS: i32 = env_off(offset_of!(RunEnv, back_jumps_left));
+const OFF_INSNS_LEFT: i32 = env_off(offset_of!(RunEnv, insns_left));
 const OFF_GLOBALS: i32 = env_off(offset_of!(RunEnv, globals_base));
 const OFF_FAULT_KIND: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, kind));
 const OFF_FAULT_INSN: i32 = env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, insn));
@@ -522,7 +487,8 @@ extern "C" fn helper_trampoline(
     // A panic must not unwind into JIT frames (that would abort the process): turn it into an
     // error naming the helper.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::helpers::call(env, aux.prog_type, id, [a1, a2, a3, a4, a5], insn_idx)
+        // SAFETY: `env` is the invocation's environment, valid by `JitProgram::run`'s contract.
+        unsafe { crate::helpers::call(env, aux.prog_type, id, [a1, a2, a3, a4, a5], insn_idx) }
     }));
     let err = match r {
         Ok(Ok(v)) => return v,
@@ -544,10 +510,12 @@ struct Tx<'a, 'f> {
     b: FunctionBuilder<'f>,
     insns: &'a [Insn],
     prog: &'a Program,
+    /// Instructions charged on entering the block at each slot (0: no block starts there).
+    block_len: &'a [u32],
     regs: [Variable; NUM_REGS],
     /// Fast-path windows: (lo, span) for reads and for writes.
     win_read: (Variable, Variable),
-    /// `env.back_jumps_left`, kept in a register between calls and returns.
+    /// `env.insns_left`, kept in a register between calls and returns.
     budget: Variable,
     aux: Value,
     /// Block starting at each instruction index that is a jump target (or follows a branch).
@@ -569,6 +537,7 @@ struct Tx<'a, 'f> {
 #[allow(clippy::too_many_arguments)]
 fn translate_function(
     prog: &Program,
+    cfg: &Cfg,
     (start, end): (usize, usize),
     shim: FuncId,
     hints_addr: u64,
@@ -578,30 +547,9 @@ fn translate_function(
     fctx: &mut FunctionBuilderContext,
 ) -> Result<(), JitError> {
     let insns = &prog.insns[..];
-    let n = insns.len();
-    let second = lddw_second_slots(insns)?;
-    // Pre-scan: jump targets must stay inside this function and never hit an lddw's 2nd half.
-    let mut targets = vec![false; n];
-    targets[start] = true;
-    let mut pc = start;
-    let mut needs_callee = false;
-    while pc < end {
-        let insn = &insns[pc];
-        if let Some(t) = jump_target(pc, insn, n)? {
-            if t < start || t >= end {
-                return Err(invalid(pc, format!("jump target {t} outside its function")));
-            }
-            if second[t] {
-                return Err(invalid(pc, format!("jump target {t} is the second half of lddw")));
-            }
-            targets[t] = true;
-            if pc + 1 < end {
-                targets[pc + 1] = true;
-            }
-        }
-        needs_callee |= insn.op == BPF_JMP | BPF_CALL && insn.src == BPF_PSEUDO_CALL;
-        pc += if insn.is_lddw() { 2 } else { 1 };
-    }
+    // One Cranelift block per basic block (the verifier checked every jump lands on one).
+    let needs_callee =
+        (start..end).any(|pc| !cfg.is_second_half(pc) && crate::cfg::is_pseudo_call(insns[pc]));
     let callees: Vec<(usize, FuncRef)> = if needs_callee {
         ids.iter().map(|&(s, id)| (s, module.declare_func_in_func(id, &mut ctx.func))).collect()
     } else {
@@ -632,10 +580,14 @@ fn translate_function(
     }
     let budget = b.declare_var(I64);
     let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
-    let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_BACK_JUMPS);
+    let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
     b.def_var(budget, left);
-    let block_at: Vec<Option<Block>> =
-        targets.iter().map(|&t| if t { Some(b.create_block()) } else { None }).collect();
+    let block_at: Vec<Option<Block>> = (0..insns.len())
+        .map(|pc| {
+            let here = (start..end).contains(&pc) && cfg.is_block_start(pc);
+            here.then(|| b.create_block())
+        })
+        .collect();
     let exit_block = b.create_block();
     b.set_cold_block(exit_block);
     let fault_block = b.create_block();
@@ -650,6 +602,7 @@ fn translate_function(
         b,
         insns,
         prog,
+        block_len: cfg.block_lens(),
         regs,
         win_read,
         budget,
@@ -692,6 +645,9 @@ impl Tx<'_, '_> {
             }
             let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
             if open {
+                if self.block_len[pc] != 0 {
+                    self.charge(pc, self.block_len[pc]);
+                }
                 open = self.insn(pc)? == Flow::Next;
                 if open && pc + width >= end {
                     return Err(invalid(pc, "falls through past the end of its function"));
@@ -938,7 +894,7 @@ impl Tx<'_, '_> {
         let n = self.insns.len();
         let target = jump_target(pc, &insn, n)?.expect("a jump op has a target");
         if op == BPF_JA {
-            self.goto(pc, target);
+            self.goto(target)?;
             return Ok(Flow::Stop);
         }
         let cc = match op {
@@ -979,51 +935,50 @@ impl Tx<'_, '_> {
         let Some(fall) = self.block_at.get(pc + 1).copied().flatten() else {
             return Err(invalid(pc, "conditional jump at the end of its function"));
         };
-        if target <= pc {
-            let bj = self.b.create_block();
-            self.b.ins().brif(cond, bj, &[], fall, &[]);
-            self.b.switch_to_block(bj);
-            self.goto(pc, target);
-        } else {
-            let blk = self.block_at[target].expect("target block");
-            self.b.ins().brif(cond, blk, &[], fall, &[]);
-        }
+        let Some(blk) = self.block_at.get(target).copied().flatten() else {
+            return Err(invalid(pc, format!("jump target {target} is not a block start")));
+        };
+        self.b.ins().brif(cond, blk, &[], fall, &[]);
         Ok(Flow::Stop)
     }
 
-    /// Unconditional transfer to `target`, charging the back-jump budget if it goes backward.
-    fn goto(&mut self, pc: usize, target: usize) {
-        let blk = self.block_at[target].expect("target block");
-        if target > pc {
-            self.b.ins().jump(blk, &[]);
-            return;
-        }
+    /// Unconditional transfer to `target` (the target block charges itself on entry).
+    fn goto(&mut self, target: usize) -> Result<(), JitError> {
+        let Some(blk) = self.block_at.get(target).copied().flatten() else {
+            return Err(invalid(target, "jump target is not a block start"));
+        };
+        self.b.ins().jump(blk, &[]);
+        Ok(())
+    }
+
+    /// Entering the basic block at `pc`: spend its `len` instructions, or fault there when they
+    /// do not fit (the interpreter does exactly the same).
+    fn charge(&mut self, pc: usize, len: u32) {
         // The budget lives in a variable (a register in loops); see `spill_budget`.
         let left = self.b.use_var(self.budget);
+        let fits = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, i64::from(len));
         let ok = self.b.create_block();
-        let fail = self.b.create_block();
-        self.b.set_cold_block(fail);
-        self.b.ins().brif(left, ok, &[], fail, &[]);
-        self.b.switch_to_block(ok);
-        let dec = self.b.ins().iadd_imm_s(left, -1);
-        self.b.def_var(self.budget, dec);
-        self.b.ins().jump(blk, &[]);
+        let fail = self.cold_block();
+        self.b.ins().brif(fits, ok, &[], fail, &[]);
         self.b.switch_to_block(fail);
         let z = self.iconst(0);
         self.jump_fault(fault::BUDGET, pc, z, z);
+        self.b.switch_to_block(ok);
+        let rest = self.b.ins().iadd_imm_s(left, -i64::from(len));
+        self.b.def_var(self.budget, rest);
     }
 
-    /// Writes the budget variable back to `env.back_jumps_left` (before calls and returns).
+    /// Writes the budget variable back to `env.insns_left` (before calls and returns).
     fn spill_budget(&mut self) {
         let left = self.b.use_var(self.budget);
         let env = self.env();
-        self.b.ins().store(MemFlagsData::trusted(), left, env, OFF_BACK_JUMPS);
+        self.b.ins().store(MemFlagsData::trusted(), left, env, OFF_INSNS_LEFT);
     }
 
     /// Reloads the budget variable from `env` (after a call, which may have spent some).
     fn reload_budget(&mut self) {
         let env = self.env();
-        let left = self.b.ins().load(I64, MemFlagsData::trusted(), env, OFF_BACK_JUMPS);
+        let left = self.b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
         self.b.def_var(self.budget, left);
     }
 
@@ -1411,8 +1366,8 @@ mod tests {
             globals: Vec::new(),
             globals_rw_start: 0,
             global_relocs: Vec::new(),
-            back_jump_budget: 1,
         };
+        let prog = VerifiedProgram::new(prog).unwrap();
         for _ in 0..2000 {
             let jit = JitProgram::compile(&prog).unwrap();
             drop(jit);

@@ -190,19 +190,39 @@ fn subprogram_calls_preserve_callee_saved_and_use_a_new_frame() {
 }
 
 #[test]
-fn budget_exhaustion_names_the_jump() {
+fn budget_exhaustion_names_the_block_that_did_not_fit() {
+    // Blocks: [0] (1 insn), [1, 2] (2 insns, the loop). Budget 10 = 1 + 4 * 2, then the fifth
+    // entry into the loop block finds 1 left.
     let mut p = program(asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), ja(-2)], ProgType::Xrp);
     p.insns.push(exit()); // unreachable; keeps the verifier's fall-through rule happy
-    p.back_jump_budget = 10;
-    storefn_vm::verify(&p).unwrap();
-    assert_eq!(run_unverified(p).unwrap_err(), VmError::BudgetExhausted { insn: 2, budget: 10 });
-    // Exactly `budget` backward jumps are allowed.
-    let mut p = program(
-        asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 11, -2), exit()],
-        ProgType::Xrp,
-    );
-    p.back_jump_budget = 10;
-    assert_eq!(run_unverified(p).unwrap(), 11);
+    let e = run_with_budget(p, 10).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 10 });
+    assert_eq!(e.to_string(), "insn #1: instruction budget exhausted (10 instructions)");
+    // Exactly the instructions executed are charged: 1 + 11 * 2 + 1 (exit) = 24.
+    let looped =
+        asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 11, -2), exit()];
+    assert_eq!(run_with_budget(program(looped.clone(), ProgType::Xrp), 24).unwrap(), 11);
+    let e = run_with_budget(program(looped, ProgType::Xrp), 23).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 3, budget: 23 });
+}
+
+#[test]
+fn calls_and_straight_line_code_are_charged() {
+    // No loop at all: main calls f twice; f is 3 instructions. 1 + 3 + 1 + 3 + 2 = 10.
+    let p = asm![
+        call_pc(3),      // 0: block [0]
+        call_pc(2),      // 1: block [1]
+        mov64_imm(0, 7), // 2: block [2, 3]
+        exit(),          // 3
+        mov64_imm(0, 1), // 4: f, block [4, 5, 6]
+        alu64_imm(BPF_ADD, 0, 1),
+        exit()
+    ];
+    assert_eq!(run_with_budget(program(p.clone(), ProgType::Xrp), 10).unwrap(), 7);
+    let e = run_with_budget(program(p.clone(), ProgType::Xrp), 9).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 2, budget: 9 });
+    let e = run_with_budget(program(p, ProgType::Xrp), 6).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 4, budget: 6 }, "second call's body");
 }
 
 #[test]
@@ -255,15 +275,4 @@ fn deepest_stack_frame_is_inside_the_stack_region() {
     }
     v.extend(asm![st(BPF_B, 10, -512, 1), mov64_imm(0, 3), exit()]);
     assert_eq!(run_xrp(v).unwrap(), 3);
-}
-
-#[test]
-fn unverified_garbage_faults_instead_of_panicking() {
-    let p = program(asm![i(0xff, 15, 15, 0, 0)], ProgType::Xrp);
-    assert!(matches!(run_unverified(p).unwrap_err(), VmError::Invalid { insn: 0, .. }));
-    let p = program(asm![mov64_imm(0, 1)], ProgType::Xrp);
-    assert_eq!(
-        run_unverified(p).unwrap_err().to_string(),
-        "insn #1: invalid instruction: execution ran off the end"
-    );
 }

@@ -16,7 +16,7 @@ use clap::Args;
 use serde::Serialize;
 use storefn_vm::jit::JitProgram;
 use storefn_vm::xrp::{XrpCtx, XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES};
-use storefn_vm::{Instance, ProgType, Program};
+use storefn_vm::{Instance, ProgType, VerifiedProgram};
 
 use crate::CmdResult;
 
@@ -177,7 +177,7 @@ fn bytes_mut(words: &mut [u64]) -> &mut [u8] {
 }
 
 /// Loads and verifies a bench program exactly as `storefn prog run` does.
-fn load_xrp_section(elf: &[u8], name: &str) -> Result<Arc<Program>, String> {
+fn load_xrp_section(elf: &[u8], name: &str) -> Result<Arc<VerifiedProgram>, String> {
     storefn_vm::load_verified(elf, Some("xrp"), ProgType::Xrp).map_err(|e| format!("{name}: {e}"))
 }
 
@@ -279,7 +279,7 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn compile_us(prog: &Program) -> Result<f64, String> {
+fn compile_us(prog: &VerifiedProgram) -> Result<f64, String> {
     let mut samples = Vec::with_capacity(COMPILE_SAMPLES);
     for _ in 0..COMPILE_SAMPLES {
         let t = Instant::now();
