@@ -1,12 +1,20 @@
 //! The control flow of a linked program, computed once by the verifier and shared by the
-//! verifier (dataflow), the JIT (one Cranelift block per basic block) and the interpreter (the
-//! instruction budget): `lddw` halves, function starts, jump targets, basic blocks, successors.
+//! verifier (dataflow), the JIT (one Cranelift block per basic block) and the interpreter:
+//! `lddw` halves, function starts, jump targets, basic blocks, successors, and where the
+//! instruction budget is charged.
 //!
 //! Basic blocks: a block starts at every function start, every jump target and the slot after
-//! every jump-class instruction (jumps, `call`, `exit`); it runs to the next start or through
-//! the first jump-class instruction. Both engines charge a block's instruction count (an
-//! `lddw` counts one) against the invocation's budget when control enters it, so they stop at
-//! the same instruction (docs/DESIGN.md, "Budget").
+//! every jump-class instruction (jumps, `call`, `exit`).
+//!
+//! Budget charge points: every function start and every target of a backward jump (target <=
+//! the jump's index). Every cycle of the control flow contains a backward jump (forward jumps
+//! and fall-through only raise the index; calls return to the next slot and the call graph is
+//! acyclic), so between two charge points control runs through an acyclic region. A charge point
+//! charges the longest path, in instructions (an `lddw` counts one; a `call` one, its callee
+//! charges itself), from it to the next charge point or `exit`. So every executed instruction is
+//! paid for before it runs (a run may stop before spending all it paid for), loops pay once per
+//! iteration at their header, and both engines, reading the same table, stop at the same
+//! instruction (docs/DESIGN.md, "Budget").
 
 use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
 use crate::verifier::VerifyError;
@@ -22,9 +30,10 @@ pub struct Cfg {
     second: Vec<bool>,
     /// Function start slots, sorted; the entry (0) first.
     funcs: Vec<usize>,
-    /// Instructions charged on entering the block that starts at this slot; 0 = no block
-    /// starts here.
-    block_len: Vec<u32>,
+    /// `leader[pc]`: a basic block starts at slot `pc`.
+    leader: Vec<bool>,
+    /// Instructions charged when control reaches this slot; 0 = not a charge point.
+    charge: Vec<u32>,
 }
 
 impl Cfg {
@@ -40,21 +49,41 @@ impl Cfg {
         for f in 0..funcs.len() {
             check_function(insns, &second, &funcs, f, &mut leader)?;
         }
-        let mut block_len = vec![0u32; insns.len()];
-        for start in (0..insns.len()).filter(|&pc| leader[pc]) {
-            let mut pc = start;
-            let mut n = 0u32;
-            loop {
-                n += 1;
-                let i = insns[pc];
-                pc += if i.is_lddw() { 2 } else { 1 };
-                if is_jump_class(i) || pc >= insns.len() || leader[pc] {
-                    break;
+        let mut cfg = Self { second, funcs, leader, charge: vec![0; insns.len()] };
+        cfg.charge = cfg.charges_for(insns);
+        Ok(cfg)
+    }
+
+    /// The charge of every charge point (see the module documentation): a longest-path pass
+    /// from the last slot down, which sees every successor first because only backward jumps
+    /// go down and their targets are charge points.
+    fn charges_for(&self, insns: &[Insn]) -> Vec<u32> {
+        let n = insns.len();
+        let mut point = vec![false; n];
+        for &f in &self.funcs {
+            point[f] = true;
+        }
+        for pc in (0..n).filter(|&pc| !self.second[pc]) {
+            if let Some(t) = jump_rel(insns[pc]).and_then(|rel| rel_target(insns, pc, rel)) {
+                if t <= pc {
+                    point[t] = true;
                 }
             }
-            block_len[start] = n;
         }
-        Ok(Self { second, funcs, block_len })
+        // Longest path from `pc` to the next charge point or `exit`, `pc` included.
+        let mut longest = vec![0u32; n];
+        for pc in (0..n).rev().filter(|&pc| !self.second[pc]) {
+            let after = self.successors(insns, pc).into_iter().flatten().map(|s| {
+                debug_assert!(point[s] || s > pc, "a backward edge ends at a charge point");
+                if point[s] {
+                    0
+                } else {
+                    longest[s]
+                }
+            });
+            longest[pc] = 1 + after.max().unwrap_or(0);
+        }
+        (0..n).map(|pc| if point[pc] { longest[pc] } else { 0 }).collect()
     }
 
     /// Function start slots, sorted, entry first.
@@ -81,22 +110,23 @@ impl Cfg {
         self.second[pc]
     }
 
-    /// Instructions charged on entering the block starting at `pc`; 0 when none starts there.
+    /// Instructions charged to the budget when control reaches `pc`; 0 when `pc` is not a
+    /// charge point.
     #[must_use]
-    pub fn block_len(&self, pc: usize) -> u32 {
-        self.block_len[pc]
+    pub fn charge(&self, pc: usize) -> u32 {
+        self.charge[pc]
     }
 
-    /// Per-slot block lengths (see [`Cfg::block_len`]), for the interpreter's hot loop.
+    /// Per-slot charges (see [`Cfg::charge`]), for the engines' hot paths.
     #[must_use]
-    pub(crate) fn block_lens(&self) -> &[u32] {
-        &self.block_len
+    pub(crate) fn charges(&self) -> &[u32] {
+        &self.charge
     }
 
     /// Does a basic block start at `pc`?
     #[must_use]
     pub fn is_block_start(&self, pc: usize) -> bool {
-        self.block_len[pc] != 0
+        self.leader[pc]
     }
 
     /// Where control may go after the instruction at `pc` within its function (a call's
@@ -240,7 +270,7 @@ mod tests {
     }
 
     #[test]
-    fn blocks_split_at_targets_jumps_and_calls() {
+    fn charges_at_entries_and_loop_headers_cover_the_longest_path() {
         let p = [
             ins(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0), // 0: block 0..=2
             ins(BPF_ALU64 | BPF_ADD | BPF_K, 0, 0, 0, 1), // 1
@@ -252,7 +282,11 @@ mod tests {
         ];
         let second = lddw_halves(&p).unwrap();
         let cfg = Cfg::new(&p, second).unwrap();
-        assert_eq!(cfg.block_lens(), &[1, 2, 0, 2, 0, 1, 1]);
+        let starts: Vec<usize> = (0..p.len()).filter(|&pc| cfg.is_block_start(pc)).collect();
+        assert_eq!(starts, [0, 1, 3, 5, 6]);
+        // Entry: just insn 0 (1 is a loop header); loop header 1: 1, 2 (call), 3, 4, 5 (exit);
+        // the callee: its exit.
+        assert_eq!(cfg.charges(), &[1, 5, 0, 0, 0, 0, 1]);
         assert_eq!(cfg.functions(), &[0, 6]);
         assert_eq!(cfg.successors(&p, 4), [Some(1), Some(5)]);
         assert_eq!(cfg.successors(&p, 2), [Some(3), None]);

@@ -3,8 +3,9 @@
 //! Semantics (RFC 9669): 32-bit ALU results are zero-extended; shift amounts are masked to the
 //! operand width; `x / 0 = 0` and `x % 0 = x`; signed division `INT_MIN / -1 = INT_MIN` and
 //! `INT_MIN % -1 = 0` (wrapping). Every load and store is checked against the invocation's
-//! regions ([`crate::mem`]); entering a basic block spends its length from the instruction budget
-//! ([`crate::cfg`]), a helper what it charges ([`crate::helpers`]); callee-saved
+//! regions ([`crate::mem`]); reaching a charge point (function entry, loop header) spends its
+//! charge from the instruction budget ([`crate::cfg`]), a helper what it costs
+//! ([`crate::helpers`]); callee-saved
 //! r6-r9 and the frame pointer r10 are restored when a BPF-to-BPF call returns.
 //!
 //! Details the JIT must match (differential tests compare r0, memory effects and the error):
@@ -12,7 +13,7 @@
 //! - after a helper call r1-r5 keep their values, after a BPF-to-BPF call they hold what the
 //!   callee left (the verifier forbids reading them either way, so this is unobservable);
 //! - a fault names the faulting instruction: the load/store/atomic, the helper `call`, the
-//!   first instruction of the basic block that did not fit in the budget left (budget in the
+//!   charge point whose charge did not fit in the budget left (budget in the
 //!   error = `RunEnv::insn_budget`), the `call` that would exceed [`MAX_CALL_DEPTH`] frames;
 //! - atomics check the write regions first (`BadWrite`); every instance's write regions lie
 //!   inside its read regions, so an atomic never reports `BadRead`;
@@ -70,7 +71,8 @@ pub fn size_bytes(op: u8) -> u64 {
 /// # Safety
 /// Every range in `env.read` must be memory that stays valid for reads, and every range in
 /// `env.write` memory valid for writes and not borrowed by any Rust reference, for the whole
-/// call; `[stack_top - STACK_BYTES, stack_top)` must be inside both sets; `env.host` must be
+/// call; `[stack_top - STACK_BYTES, stack_top)` must be inside both sets (and, for the JIT,
+/// the program type's context at `ctx_addr` inside `env.read`); `env.host` must be
 /// null or point at a `HostState` not otherwise borrowed during the call. (The program itself
 /// can only reach memory through these regions.) [`crate::Instance`] upholds all of this.
 pub unsafe fn run(
@@ -80,7 +82,7 @@ pub unsafe fn run(
     stack_top: u64,
 ) -> Result<u64, VmError> {
     let insns = &prog.insns[..];
-    let block_len = prog.cfg().block_lens();
+    let charge = prog.cfg().charges();
     let mut r = [0u64; 11];
     r[1] = ctx_addr;
     r[10] = stack_top;
@@ -91,7 +93,7 @@ pub unsafe fn run(
         let Some(&i) = insns.get(pc) else {
             return Err(VmError::Invalid { insn: pc, reason: "execution ran off the end" });
         };
-        let cost = u64::from(block_len[pc]);
+        let cost = u64::from(charge[pc]);
         if cost != 0 {
             if env.insns_left < cost {
                 return Err(VmError::BudgetExhausted { insn: pc, budget: env.insn_budget });

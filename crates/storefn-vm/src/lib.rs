@@ -35,6 +35,7 @@ pub mod interp;
 pub mod jit;
 pub mod mem;
 pub mod program;
+mod proofs;
 pub mod verifier;
 pub mod xrp;
 

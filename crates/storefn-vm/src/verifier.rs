@@ -118,7 +118,7 @@ fn analyze(prog: &Program) -> Result<(VerifyStats, Cfg), VerifyError> {
 /// ```compile_fail
 /// // Nor can a VerifiedProgram be assembled around an unverified one.
 /// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
-/// let _ = storefn_vm::VerifiedProgram { prog, cfg: todo!(), stats: todo!() };
+/// let _ = storefn_vm::VerifiedProgram { prog, cfg: todo!(), stats: todo!(), in_bounds: todo!() };
 /// ```
 ///
 /// ```no_run
@@ -132,6 +132,8 @@ pub struct VerifiedProgram {
     prog: Program,
     cfg: Cfg,
     stats: VerifyStats,
+    /// Per slot: the access there is proved in bounds (`proofs.rs`).
+    in_bounds: Vec<bool>,
 }
 
 impl VerifiedProgram {
@@ -141,7 +143,22 @@ impl VerifiedProgram {
     /// The first violation found, as `insn #N: reason`.
     pub fn new(prog: Program) -> Result<Self, VerifyError> {
         let (stats, cfg) = analyze(&prog)?;
-        Ok(Self { prog, cfg, stats })
+        let in_bounds = crate::proofs::in_bounds(&prog, &cfg);
+        Ok(Self { prog, cfg, stats, in_bounds })
+    }
+
+    /// Did the verifier prove the load, store or atomic at `pc` in bounds of memory every
+    /// invocation is granted (its stack frame through r10, or its context at a constant
+    /// offset)? The JIT drops the run-time check exactly there (`proofs.rs`).
+    #[must_use]
+    pub fn access_in_bounds(&self, pc: usize) -> bool {
+        self.in_bounds.get(pc).copied().unwrap_or(false)
+    }
+
+    /// Per-slot [`VerifiedProgram::access_in_bounds`].
+    #[must_use]
+    pub(crate) fn in_bounds(&self) -> &[bool] {
+        &self.in_bounds
     }
 
     /// What the program passed the verifier with.

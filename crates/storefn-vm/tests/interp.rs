@@ -190,39 +190,41 @@ fn subprogram_calls_preserve_callee_saved_and_use_a_new_frame() {
 }
 
 #[test]
-fn budget_exhaustion_names_the_block_that_did_not_fit() {
-    // Blocks: [0] (1 insn), [1, 2] (2 insns, the loop). Budget 10 = 1 + 4 * 2, then the fifth
-    // entry into the loop block finds 1 left.
+fn budget_exhaustion_names_the_charge_point_that_did_not_fit() {
+    // Charge points: 0 (entry: 1 insn before the loop), 1 (the loop header: 1, 2). Budget
+    // 10 = 1 + 4 * 2, then the fifth iteration finds 1 left.
     let mut p = program(asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), ja(-2)], ProgType::Xrp);
     p.insns.push(exit()); // unreachable; keeps the verifier's fall-through rule happy
     let e = run_with_budget(p, 10).unwrap_err();
     assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 10 });
     assert_eq!(e.to_string(), "insn #1: instruction budget exhausted (10 instructions)");
-    // Exactly the instructions executed are charged: 1 + 11 * 2 + 1 (exit) = 24.
+    // The loop header pays for the longest path to the next charge point or exit: 1, 2 and
+    // the exit, so 11 iterations cost 1 + 11 * 3 = 34.
     let looped =
         asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 11, -2), exit()];
-    assert_eq!(run_with_budget(program(looped.clone(), ProgType::Xrp), 24).unwrap(), 11);
-    let e = run_with_budget(program(looped, ProgType::Xrp), 23).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 3, budget: 23 });
+    assert_eq!(run_with_budget(program(looped.clone(), ProgType::Xrp), 34).unwrap(), 11);
+    let e = run_with_budget(program(looped, ProgType::Xrp), 33).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 33 });
 }
 
 #[test]
 fn calls_and_straight_line_code_are_charged() {
-    // No loop at all: main calls f twice; f is 3 instructions. 1 + 3 + 1 + 3 + 2 = 10.
+    // No loop at all: main (4 insns, charged at its entry) calls f (3 insns, charged at its
+    // entry) twice: 4 + 3 + 3 = 10.
     let p = asm![
-        call_pc(3),      // 0: block [0]
-        call_pc(2),      // 1: block [1]
-        mov64_imm(0, 7), // 2: block [2, 3]
+        call_pc(3),      // 0: main
+        call_pc(2),      // 1
+        mov64_imm(0, 7), // 2
         exit(),          // 3
-        mov64_imm(0, 1), // 4: f, block [4, 5, 6]
+        mov64_imm(0, 1), // 4: f
         alu64_imm(BPF_ADD, 0, 1),
         exit()
     ];
     assert_eq!(run_with_budget(program(p.clone(), ProgType::Xrp), 10).unwrap(), 7);
     let e = run_with_budget(program(p.clone(), ProgType::Xrp), 9).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 2, budget: 9 });
-    let e = run_with_budget(program(p, ProgType::Xrp), 6).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 4, budget: 6 }, "second call's body");
+    assert_eq!(e, VmError::BudgetExhausted { insn: 4, budget: 9 }, "second call's body");
+    let e = run_with_budget(program(p, ProgType::Xrp), 3).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 0, budget: 3 }, "main's own body");
 }
 
 #[test]

@@ -84,8 +84,9 @@ fn fault_in_callee_aborts_the_whole_invocation() {
 
 #[test]
 fn budget_is_shared_across_frames() {
-    // Blocks: main [0] [1] [2, 3]; callee [4] [5, 6] (10 times) [7]: a call costs 22, the whole
-    // run 1 + 22 + 1 + 22 + 2 = 48. With 40 the second call's loop stops on its 8th entry.
+    // Charges: main 4 at its entry; the callee 1 at its entry (4) and 3 at its loop header (5:
+    // 5, 6 and the exit), so a call costs 1 + 10 * 3 = 31 and the run 4 + 31 + 31 = 66. With
+    // 40 the second call's loop stops in its 2nd iteration (4 + 31 + 1 + 3 = 39, 1 left).
     let callee_loop = [mov64(1, 10), alu64_imm(BPF_SUB, 1, 1), jmp_imm(BPF_JNE, 1, 0, -2), exit()];
     let mut p = vec![call_local(3), call_local(2), mov64(0, 3), exit()];
     p.extend(callee_loop);
@@ -94,7 +95,7 @@ fn budget_is_shared_across_frames() {
     let mut env = sb.env(40);
     let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
     assert_eq!(e, VmError::BudgetExhausted { insn: 5, budget: 40 });
-    let mut env = sb.env(48);
+    let mut env = sb.env(66);
     assert_eq!(run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()), Ok(3));
     assert_eq!(env.insns_left, 0);
 }

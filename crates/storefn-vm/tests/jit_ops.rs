@@ -280,8 +280,8 @@ fn gotol_and_ja() {
     assert_eq!(run(p).unwrap(), 7);
 }
 
-/// Sum 1..=n with a backward conditional jump. Blocks: [0, 1], the loop [2, 3, 4], [5]: it
-/// executes 2 + 3n + 1 instructions.
+/// Sum 1..=n with a backward conditional jump. Charge points: entry (0, 1) and the loop header
+/// 2, which pays for 2, 3, 4 and the exit: 2 + 4n charged.
 fn loop_prog(n: i32) -> Vec<Insn> {
     vec![
         mov64(0, 0),
@@ -297,23 +297,23 @@ fn loop_prog(n: i32) -> Vec<Insn> {
 fn loop_runs_on_exactly_its_instruction_count() {
     let jit = JitProgram::compile(&verified(loop_prog(100))).unwrap();
     let mut sb = Sandbox::new();
-    let mut env = sb.env(303);
+    let mut env = sb.env(402);
     assert_eq!(run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()), Ok(5050));
-    assert_eq!(env.insns_left, 0, "2 + 3 * 100 + 1 instructions charged");
+    assert_eq!(env.insns_left, 0, "2 + 4 * 100 instructions charged");
 }
 
 #[test]
-fn budget_exhaustion_names_the_block_that_did_not_fit() {
+fn budget_exhaustion_names_the_charge_point_that_did_not_fit() {
     let jit = JitProgram::compile(&verified(loop_prog(100))).unwrap();
     let mut sb = Sandbox::new();
-    let mut env = sb.env(302);
+    let mut env = sb.env(401);
     let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 5, budget: 302 });
-    assert_eq!(e.to_string(), "insn #5: instruction budget exhausted (302 instructions)");
-    let mut env = sb.env(301);
+    assert_eq!(e, VmError::BudgetExhausted { insn: 2, budget: 401 }, "100th iteration");
+    assert_eq!(e.to_string(), "insn #2: instruction budget exhausted (401 instructions)");
+    assert_eq!(env.insns_left, 3, "a charge that does not fit is not taken");
+    let mut env = sb.env(1);
     let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 2, budget: 301 }, "100th loop entry");
-    assert_eq!(env.insns_left, 2, "a block that does not fit is not charged");
+    assert_eq!(e, VmError::BudgetExhausted { insn: 0, budget: 1 }, "the entry");
 }
 
 #[test]

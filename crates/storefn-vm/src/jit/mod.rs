@@ -9,8 +9,9 @@
 //!   address with a cached window of the last region that matched (two variables per access
 //!   kind); a miss calls [`resolve_region`], which performs the exact contract check of
 //!   [`crate::mem`], refreshes the window, or records the fault;
-//! - entering a basic block ([`crate::cfg`]) subtracts its length from the instruction budget
-//!   (a variable, spilled to `RunEnv::insns_left` around calls) and aborts when it does not fit;
+//! - reaching a charge point ([`crate::cfg`]: function entries, loop headers) subtracts its
+//!   charge from the instruction budget (a variable, spilled to `RunEnv::insns_left` around
+//!   calls) and aborts when it does not fit;
 //! - faults are written to `RunEnv::fault` and the function returns; callers check the fault
 //!   kind after every call, so nothing unwinds and nothing traps.
 //!
@@ -174,8 +175,7 @@ impl JitProgram {
             let disasm = std::env::var_os(DISASM_ENV).is_some();
             ctx.set_disasm(disasm);
             let r = translate_function(
-                prog,
-                cfg,
+                verified,
                 (start, end),
                 shim,
                 hints_addr,
@@ -222,7 +222,10 @@ impl JitProgram {
     /// # Safety
     /// The contract of [`crate::interp::run`]: `env`'s regions are valid memory for the whole
     /// call (writable ones not borrowed elsewhere), the stack below `stack_top` is inside
-    /// them, `env.host` is null or an unborrowed `HostState`. [`crate::Instance`] upholds it.
+    /// them, `env.host` is null or an unborrowed `HostState`; and, if the program reads its
+    /// context, `[ctx_addr, ctx_addr + context size of its type)` is inside `env.read` (the
+    /// JIT reads the context at offsets the verifier proved without a run-time check).
+    /// [`crate::Instance`] upholds all of it.
     #[inline]
     pub unsafe fn run(
         &self,

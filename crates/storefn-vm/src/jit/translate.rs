@@ -1,5 +1,6 @@
 //! eBPF to Cranelift IR: one Cranelift function per BPF function, one block per basic block of
-//! the shared [`crate::cfg::Cfg`] (each starting with its budget charge), ALU, jumps, calls.
+//! the shared [`crate::cfg::Cfg`] (charge points start with their budget charge), ALU, jumps,
+//! calls.
 
 use super::abi::*;
 use super::*;
@@ -9,8 +10,10 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) b: FunctionBuilder<'f>,
     pub(super) insns: &'a [Insn],
     pub(super) prog: &'a Program,
-    /// Instructions charged on entering the block at each slot (0: no block starts there).
-    pub(super) block_len: &'a [u32],
+    /// Budget charge at each slot (0: not a charge point; [`crate::cfg::Cfg::charge`]).
+    pub(super) charges: &'a [u32],
+    /// Accesses the verifier proved in bounds: no run-time region check there.
+    pub(super) in_bounds: &'a [bool],
     pub(super) regs: [Variable; NUM_REGS],
     /// Fast-path windows: (lo, span) for reads and for writes.
     pub(super) win_read: (Variable, Variable),
@@ -35,8 +38,7 @@ pub(super) struct Tx<'a, 'f> {
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
-    prog: &Program,
-    cfg: &Cfg,
+    verified: &VerifiedProgram,
     (start, end): (usize, usize),
     shim: FuncId,
     hints_addr: u64,
@@ -45,6 +47,7 @@ pub(super) fn translate_function(
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
 ) -> Result<(), JitError> {
+    let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
     let needs_callee =
@@ -101,7 +104,8 @@ pub(super) fn translate_function(
         b,
         insns,
         prog,
-        block_len: cfg.block_lens(),
+        charges: cfg.charges(),
+        in_bounds: verified.in_bounds(),
         regs,
         win_read,
         budget,
@@ -144,8 +148,8 @@ impl Tx<'_, '_> {
             }
             let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
             if open {
-                if self.block_len[pc] != 0 {
-                    self.charge(pc, self.block_len[pc]);
+                if self.charges[pc] != 0 {
+                    self.charge(pc, self.charges[pc]);
                 }
                 open = self.insn(pc)? == Flow::Next;
                 if open && pc + width >= end {
@@ -450,8 +454,8 @@ impl Tx<'_, '_> {
         Ok(())
     }
 
-    /// Entering the basic block at `pc`: spend its `len` instructions, or fault there when they
-    /// do not fit (the interpreter does exactly the same).
+    /// Reaching the charge point `pc`: spend its `len` instructions, or fault there when they do
+    /// not fit (the interpreter does exactly the same).
     pub(super) fn charge(&mut self, pc: usize, len: u32) {
         // The budget lives in a variable (a register in loops); see `spill_budget`.
         let left = self.b.use_var(self.budget);
