@@ -407,3 +407,56 @@ fn mutated_programs_never_panic_or_escape() {
     }
     assert!(compiled > 100, "only {compiled} mutated programs compiled");
 }
+
+/// Programs that read their context through r1 and through a copy in r6 while random
+/// arithmetic, loads and jumps overwrite either register on some paths. The JIT drops the
+/// region check exactly where the verifier proved the read (src/proofs.rs); a wrong proof would
+/// let the JIT read where the interpreter faults, and show up here as a difference.
+#[test]
+fn context_reads_jit_equals_interp_where_checks_are_elided() {
+    let (mut proved, mut checked) = (0, 0);
+    for seed in 0..1500u64 {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xc0ff_ee00);
+        let mut insns = vec![mov64_reg(6, 1)];
+        for r in [0u8, 2, 3, 4, 5, 7, 8, 9] {
+            insns.push(mov64(r, rng.gen_range(-4..300)));
+        }
+        let base = insns.len();
+        let body_len = rng.gen_range(1..=30usize);
+        for at in 0..body_len {
+            let pc = base + at;
+            let reg = |rng: &mut SmallRng| [0u8, 1, 2, 6, 7][rng.gen_range(0..5)];
+            let insn = match rng.gen_range(0..8) {
+                0..=3 => {
+                    let size = SIZES[rng.gen_range(0..SIZES.len())];
+                    let from = if rng.gen_bool(0.5) { 1 } else { 6 };
+                    ldx(size, reg(&mut rng), from, rng.gen_range(-16..300))
+                }
+                4 => alu64_imm(BPF_ADD, reg(&mut rng), rng.gen_range(-8..8)),
+                5 => mov64_reg(reg(&mut rng), if rng.gen_bool(0.5) { 1 } else { 6 }),
+                _ => {
+                    let to = rng.gen_range(base..=base + body_len);
+                    let off = i16::try_from(to as i64 - pc as i64 - 1).unwrap();
+                    jmp_imm(BPF_JGT, reg(&mut rng), rng.gen_range(0..300), off)
+                }
+            };
+            insns.push(insn);
+        }
+        insns.push(exit());
+        let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
+        for pc in 0..prog.insns.len() {
+            if prog.insns[pc].class() == BPF_LDX {
+                if prog.access_in_bounds(pc) {
+                    proved += 1;
+                } else {
+                    checked += 1;
+                }
+            }
+        }
+        for budget in [17, GEN_BUDGET] {
+            let (jit, interp) = both(&prog, budget, &gen_setup);
+            assert_same(&jit, &interp, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+        }
+    }
+    assert!(proved > 2000 && checked > 2000, "proved {proved}, checked {checked} context loads");
+}
