@@ -56,7 +56,8 @@ pub enum KvCmd {
         #[command(flatten)]
         write: WriteOpts,
     },
-    /// Crash-test driver: `count` random puts, printing `ack KEY` once each is durable.
+    /// Crash-test driver: prints `locked NS` once it holds the writer's lock, then makes `count`
+    /// random puts, printing `ack KEY VALUE` once each is durable.
     #[command(hide = true)]
     PutStream {
         db: PathBuf,
@@ -648,6 +649,9 @@ fn put_stream(d: &Db, count: u64, seed: u64, batch: usize) -> CmdResult {
     let span = d.store().meta().key_count.max(1) * 2;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let mut out = std::io::stdout().lock();
+    // When this writer got the lock (wall clock, ns): orders writer processes in tests.
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    writeln!(out, "locked {}", since.as_nanos())?;
     let mut done = 0u64;
     while done < count {
         let n = (count - done).min(batch.max(1) as u64);
