@@ -155,6 +155,11 @@ pub fn create_db(
     progress: crate::builder::Progress,
 ) -> Result<Meta, DbError> {
     let storage = crate::storage::RealStorage;
+    // Checked before the lock too, so a refused create leaves no file at all behind.
+    if let Some(n) = (node_size.fanout() as u64).checked_pow(layers) {
+        let meta = Meta::plan(node_size, n)?;
+        crate::builder::check_space(&storage, db, meta.file_bytes + crate::format::META_BYTES as u64)?;
+    }
     let _lock = DbLock::acquire(db, wait)?;
     let mut removed = false;
     for s in [".wal", MARKER_SUFFIX, NEW_SUFFIX, ".new.meta"] {
