@@ -251,7 +251,11 @@ fn build_counted(
 
 /// Refuses to start a build of `need_bytes` at `path` the file system has no room for. A file
 /// already at `path` is replaced, so its bytes count as free.
-pub(crate) fn check_space(storage: &dyn Storage, path: &Path, need_bytes: u64) -> Result<(), KvError> {
+pub(crate) fn check_space(
+    storage: &dyn Storage,
+    path: &Path,
+    need_bytes: u64,
+) -> Result<(), KvError> {
     let dir = parent_dir(path);
     let free = storage.free_bytes(&dir).map_err(|e| KvError::io(&dir, "statvfs", e))?;
     let replaced = std::fs::metadata(path).map_or(0, |m| m.len());

@@ -12,10 +12,13 @@
 //! 4. empty the WAL (its records are all in the new tree);
 //! 5. remove the marker; fsync the directory.
 //!
-//! [`recover`] (run by [`Db::open`]) rolls a marked swap forward (renaming whichever of the two
-//! files is still there), or, without a marker, deletes a half-built `DB.new*`. Tree and sidecar
-//! can mismatch only while the marker exists, and nothing reads the tree before `recover`. WAL
-//! records already merged are harmless if replayed: puts are blind overwrites applied in order.
+//! Recovery (run by [`Db::open`] and [`recover`], only by the holder of the writer's lock,
+//! [`crate::lock`]) rolls a marked swap forward (renaming whichever of the two files is still
+//! there), or, without a marker, deletes a half-built `DB.new*`. Tree and sidecar can mismatch only
+//! while the marker exists; readers ([`open_read`]) never repair, they read around it. WAL records
+//! already merged are harmless if replayed: puts are blind overwrites applied in order.
+//!
+//! Every write goes through a [`Storage`] (the file system, or the crash model in tests).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -136,7 +139,7 @@ pub fn recover_db(
     let replay = wal::replay(&wp)?;
     // Cut a torn tail too, as opening for writing would.
     if replay.torn_bytes > 0 {
-        drop(Wal::open(crate::storage::real(), &wp, &replay)?);
+        drop(Wal::open(&storage, &wp, &replay)?);
     }
     Ok((repaired, dropped))
 }
@@ -158,7 +161,11 @@ pub fn create_db(
     // Checked before the lock too, so a refused create leaves no file at all behind.
     if let Some(n) = (node_size.fanout() as u64).checked_pow(layers) {
         let meta = Meta::plan(node_size, n)?;
-        crate::builder::check_space(&storage, db, meta.file_bytes + crate::format::META_BYTES as u64)?;
+        crate::builder::check_space(
+            &storage,
+            db,
+            meta.file_bytes + crate::format::META_BYTES as u64,
+        )?;
     }
     let _lock = DbLock::acquire(db, wait)?;
     let mut removed = false;
@@ -359,7 +366,7 @@ impl Db {
         let wp = wal::wal_path(path);
         let replay = wal::replay(&wp)?;
         let mem = memtable_of(&replay, opts.memtable_limit_bytes);
-        let wal = Wal::open(Arc::clone(&storage), &wp, &replay)?;
+        let wal = Wal::open(storage.as_ref(), &wp, &replay)?;
         let inner = Inner { store, mem: Mutex::new(mem), wal: Some(wal) };
         Ok(Db {
             path: path.to_owned(),
@@ -482,7 +489,7 @@ impl Db {
         drop(inner.wal.take());
         wal::truncate(st, &wal_path)?;
         let empty = Replay { exists: true, ..Replay::default() };
-        inner.wal = Some(Wal::open(Arc::clone(&self.storage), &wal_path, &empty)?);
+        inner.wal = Some(Wal::open(st, &wal_path, &empty)?);
         // Step 5.
         st.remove(&marker).map_err(io_err(&marker, "remove marker"))?;
         fsync_dir(st, &self.path)?;

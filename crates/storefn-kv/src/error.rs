@@ -8,11 +8,11 @@ use std::path::PathBuf;
 pub enum KvError {
     #[error("{path}: {op}: {source}")]
     Io { path: PathBuf, op: &'static str, source: std::io::Error },
-    #[error(
-        "{path}: cannot read the sidecar: {source} (docs/FORMAT.md)"
-    )]
+    #[error("{path}: cannot read the sidecar: {source} (docs/FORMAT.md)")]
     MetaMissing { path: PathBuf, source: std::io::Error },
-    #[error("{path}: no sidecar, and the shape cannot be inferred from its {size} bytes: {reason}")]
+    #[error(
+        "{path}: no sidecar, and the shape cannot be inferred from its {size} bytes: {reason}"
+    )]
     ShapeUnknown { path: PathBuf, size: u64, reason: String },
     #[error("{path}: corrupt sidecar: {reason}")]
     MetaCorrupt { path: PathBuf, reason: String },

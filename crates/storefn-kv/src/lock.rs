@@ -88,7 +88,8 @@ impl DbLock {
                         continue;
                     }
                     let mut s = String::new();
-                    let pid = (&file).read_to_string(&mut s).ok().and_then(|_| s.trim().parse().ok());
+                    let pid =
+                        (&file).read_to_string(&mut s).ok().and_then(|_| s.trim().parse().ok());
                     let waited = wait.map(|_| start.elapsed());
                     return Err(LockError::Held { db: db.to_owned(), lock: path, pid, waited });
                 }
@@ -130,8 +131,11 @@ impl SwapLock {
         let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
         // Blocking: the other side holds it only for a rename or two, or for one read of the
         // log; a holder that dies releases it.
-        flock(&file, op)
-            .map_err(|e| LockError::Io { path: wal.to_owned(), op: "flock", source: e })?;
+        flock(&file, op).map_err(|e| LockError::Io {
+            path: wal.to_owned(),
+            op: "flock",
+            source: e,
+        })?;
         Ok(SwapLock { _file: Some(file) })
     }
 }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::aligned::{open_direct, AlignedBuf, IO_ALIGN};
 use crate::format::{
-    meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, NODE_TYPE_INTERNAL,
-    NODE_TYPE_LEAF, VALUE_BYTES,
+    meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF,
+    VALUE_BYTES,
 };
 use crate::KvError;
 
@@ -69,7 +69,8 @@ pub fn infer_meta(path: &Path, layers: Option<u32>) -> Result<Meta, KvError> {
             file.read_exact_at(&mut root, 0).map_err(|e| KvError::io(path, "pread", e))?;
             file.read_exact_at(&mut leaf, leaf_off).map_err(|e| KvError::io(path, "pread", e))?;
             let (rv, lv) = (NodeView::new(&root, ns), NodeView::new(&leaf, ns));
-            let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+            let u64_at =
+                |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
             let root_ok = if l == 1 {
                 u64_at(&root, NODE_OFF_TYPE) == NODE_TYPE_LEAF
             } else {

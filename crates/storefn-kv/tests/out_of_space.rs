@@ -86,7 +86,10 @@ fn create_hitting_enospc_removes_its_files() {
     let t = TempDir::new("enospc-create");
     let disk = FillingDisk { budget: Arc::new(AtomicU64::new(40_000)) };
     let e = create_bpfkv_in(&disk, &t.join("db"), NodeSize::B512, 2, &mut |_, _| {}).unwrap_err();
-    assert!(matches!(&e, KvError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)), "{e}");
+    assert!(
+        matches!(&e, KvError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+        "{e}"
+    );
     assert!(names(&t.0).is_empty(), "left behind: {:?}", names(&t.0));
 }
 

@@ -4,10 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use storefn_kv::storage::real;
-use storefn_kv::wal::{
-    self, Wal, WalError, COMMIT_BYTES, HEADER_BYTES, RECORD_BYTES, VALUE_BYTES,
-};
+use storefn_kv::storage::RealStorage;
+use storefn_kv::wal::{self, Wal, WalError, COMMIT_BYTES, HEADER_BYTES, RECORD_BYTES, VALUE_BYTES};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wal_recovery");
@@ -25,7 +23,7 @@ fn val(key: u64) -> [u8; VALUE_BYTES] {
 }
 
 fn open(path: &Path) -> Wal {
-    Wal::open(real(), path, &wal::replay(path).unwrap()).unwrap()
+    Wal::open(&RealStorage, path, &wal::replay(path).unwrap()).unwrap()
 }
 
 /// Bytes of a batch of `n` records.
@@ -178,12 +176,12 @@ fn point_in_time_recovery_drops_the_damage_and_everything_after() {
     let b = batch_bytes(1);
     bytes[2 * b + HEADER_BYTES + 3] ^= 0xff; // a key byte of batch 2 (seq 3)
     std::fs::write(&p, &bytes).unwrap();
-    let d = wal::cut_at_corruption(real().as_ref(), &p).unwrap().expect("corruption found");
+    let d = wal::cut_at_corruption(&RealStorage, &p).unwrap().expect("corruption found");
     assert_eq!((d.offset, d.bytes, d.reason), (2 * b as u64, 3 * b as u64, "bad batch checksum"));
     assert_eq!((d.batches, d.records, d.seqs), (2, 2, Some((4, 5))));
     let r = wal::replay(&p).unwrap();
     assert_eq!(r.records.iter().map(|r| r.key).collect::<Vec<_>>(), vec![0, 1]);
-    assert!(wal::cut_at_corruption(real().as_ref(), &p).unwrap().is_none(), "nothing left");
+    assert!(wal::cut_at_corruption(&RealStorage, &p).unwrap().is_none(), "nothing left");
     write_log(&p, 9..10);
     assert_eq!(wal::replay(&p).unwrap().records.last().unwrap().seq, 3, "appends continue");
 }
@@ -199,7 +197,7 @@ fn missing_log_replays_empty_and_creating_it_syncs_the_directory() {
     std::fs::create_dir_all(&dir).unwrap();
     let sim = storefn_kv::storage::sim::CrashSim::new(&dir, None, 1).unwrap();
     let wp = dir.join("x.wal");
-    let w = Wal::open(Arc::new(sim.clone()), &wp, &wal::replay(&wp).unwrap()).unwrap();
+    let w = Wal::open(&sim, &wp, &wal::replay(&wp).unwrap()).unwrap();
     w.append(1, &val(1)).unwrap();
     drop(w);
     let img = sim.crash_now();

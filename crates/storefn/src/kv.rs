@@ -573,7 +573,11 @@ pub fn random_keys(n: u64, seed: u64, key_count: u64) -> Vec<u64> {
 }
 
 /// `kv recover`: prints what it repaired and, with --point-in-time, what it dropped.
-fn recover(db: &std::path::Path, point_in_time: bool, wait: Option<std::time::Duration>) -> CmdResult {
+fn recover(
+    db: &std::path::Path,
+    point_in_time: bool,
+    wait: Option<std::time::Duration>,
+) -> CmdResult {
     let (repaired, dropped) = storefn_kv::db::recover_db(db, point_in_time, wait)?;
     if repaired {
         println!("finished an interrupted compaction of {}", db.display());

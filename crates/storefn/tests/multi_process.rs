@@ -46,24 +46,22 @@ fn fresh(name: &str) -> PathBuf {
 /// One reader invocation; returns an error description, or None when the answer was right.
 fn read_once(db: &str, i: u64) -> Option<String> {
     let k = (i * 97) % 961; // a key of the tree: always present
-    let (args, check): (Vec<String>, Box<dyn Fn(&str) -> bool>) = match i % 3 {
-        0 => (vec!["get".into(), db.into(), "--key".into(), k.to_string()], Box::new(|o| !o.is_empty())),
-        1 => (
-            vec!["multiget".into(), db.into(), "--keys".into(), format!("{k},{}", (k + 1) % 961)],
-            Box::new(|o: &str| o.lines().count() == 2 && !o.contains("not found")),
-        ),
-        _ => (
-            ["range", db, "--begin", "0", "--end", "960", "--agg", "count"].map(String::from).to_vec(),
-            Box::new(|o: &str| o == "961\n"),
-        ),
+    let (k, k1) = (k.to_string(), format!("{k},{}", (k + 1) % 961));
+    let args: &[&str] = match i % 3 {
+        0 => &["kv", "get", db, "--key", &k],
+        1 => &["kv", "multiget", db, "--keys", &k1],
+        _ => &["kv", "range", db, "--begin", "0", "--end", "960", "--agg", "count"],
     };
-    let mut full = vec!["kv".to_owned()];
-    full.extend(args);
-    let refs: Vec<&str> = full.iter().map(String::as_str).collect();
-    let o = storefn(&refs);
+    let o = storefn(args);
     let out = text(&o.stdout);
-    (!o.status.success() || !o.stderr.is_empty() || !check(&out))
-        .then(|| format!("{refs:?}: exit {:?} out {out:?} err {}", o.status.code(), text(&o.stderr)))
+    let right = match i % 3 {
+        0 => !out.is_empty(),
+        1 => out.lines().count() == 2 && !out.contains("not found"),
+        _ => out == "961\n",
+    };
+    (!o.status.success() || !o.stderr.is_empty() || !right).then(|| {
+        format!("{args:?}: exit {:?} out {out:?} err {}", o.status.code(), text(&o.stderr))
+    })
 }
 
 #[test]
@@ -96,10 +94,19 @@ fn writers_take_turns_readers_never_fail_and_no_ack_is_lost() {
                     .map(|p| {
                         let seed = (w * 100 + p + 1).to_string();
                         let o = storefn(&[
-                            "kv", "put-stream", &db, "--count", &PUTS_PER_PROC.to_string(),
-                            "--seed", &seed, "--memtable-bytes", &MEMTABLE_BYTES.to_string(),
-                            "--batch", &(1 + (w + p) % 4).to_string(),
-                            "--wait-lock", &WAIT_LOCK_S.to_string(),
+                            "kv",
+                            "put-stream",
+                            &db,
+                            "--count",
+                            &PUTS_PER_PROC.to_string(),
+                            "--seed",
+                            &seed,
+                            "--memtable-bytes",
+                            &MEMTABLE_BYTES.to_string(),
+                            "--batch",
+                            &(1 + (w + p) % 4).to_string(),
+                            "--wait-lock",
+                            &WAIT_LOCK_S.to_string(),
                         ]);
                         assert!(o.status.success(), "writer {seed}: {}", text(&o.stderr));
                         text(&o.stdout)
@@ -133,7 +140,12 @@ fn writers_take_turns_readers_never_fail_and_no_ack_is_lost() {
         reads += n;
         read_errors.extend(e);
     }
-    assert!(read_errors.is_empty(), "{} reader errors, first: {}", read_errors.len(), read_errors[0]);
+    assert!(
+        read_errors.is_empty(),
+        "{} reader errors, first: {}",
+        read_errors.len(),
+        read_errors[0]
+    );
 
     // Lock holds do not overlap, so ordering the writer processes by when they got the lock
     // orders all their puts.
@@ -188,13 +200,20 @@ fn a_second_writer_fails_at_once_naming_the_pid_or_waits() {
     assert!(!o.status.success());
     let err = text(&o.stderr);
     let pid = std::process::id();
-    assert!(err.contains(&format!("{dbs}: another writer holds")) && err.contains(&format!("(pid {pid})")), "{err}");
+    assert!(
+        err.contains(&format!("{dbs}: another writer holds"))
+            && err.contains(&format!("(pid {pid})")),
+        "{err}"
+    );
     assert!(t.elapsed() < Duration::from_secs(5), "failed at once");
     for cmd in [&["compact", dbs][..], &["create", dbs, "--layers", "1"], &["recover", dbs]] {
         let mut args = vec!["kv"];
         args.extend_from_slice(cmd);
         let o = storefn(&args);
-        assert!(!o.status.success() && text(&o.stderr).contains(&format!("(pid {pid})")), "{cmd:?}");
+        assert!(
+            !o.status.success() && text(&o.stderr).contains(&format!("(pid {pid})")),
+            "{cmd:?}"
+        );
     }
     let o = storefn(&["kv", "put", dbs, "--key", "1", "--value", "x", "--wait-lock", "0.3"]);
     assert!(text(&o.stderr).contains("after waiting"), "{}", text(&o.stderr));

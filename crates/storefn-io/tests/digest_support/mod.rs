@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use storefn_io::digest::{DigestError, RawAccess, RawDevice};
 
+// One source for the skip helper; some test binaries load `common` beside this module.
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/skip.rs"]
 mod skip;
 #[allow(unused_imports)] // not every test binary skips
@@ -178,8 +180,7 @@ impl ZramFs {
         // Another test run may hold zram0 for a while: wait (bounded) before giving up.
         let deadline = std::time::Instant::now() + ZRAM_WAIT;
         loop {
-            let size =
-                std::fs::read_to_string(format!("{ZRAM_SYS}/disksize")).unwrap_or_default();
+            let size = std::fs::read_to_string(format!("{ZRAM_SYS}/disksize")).unwrap_or_default();
             if size.trim() == "0" {
                 break;
             }

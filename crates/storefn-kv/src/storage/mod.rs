@@ -184,6 +184,6 @@ impl Storage for RealStorage {
         if unsafe { libc::statvfs(c.as_ptr(), &raw mut st) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(u64::from(st.f_bavail) * u64::from(st.f_frsize))
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
     }
 }

@@ -136,7 +136,8 @@ pub(crate) fn seal_batch(batch: &mut [u8], first_seq: u64, payload: crc32fast::H
         .copy_from_slice(&u32::try_from(count).expect("bounded").to_le_bytes());
     h[HDR_OFF_FIRST_SEQ..HDR_OFF_FIRST_SEQ + 8].copy_from_slice(&first_seq.to_le_bytes());
     let payload_bytes = u32::try_from(count * RECORD_BYTES).expect("bounded");
-    h[HDR_OFF_PAYLOAD_BYTES..HDR_OFF_PAYLOAD_BYTES + 4].copy_from_slice(&payload_bytes.to_le_bytes());
+    h[HDR_OFF_PAYLOAD_BYTES..HDR_OFF_PAYLOAD_BYTES + 4]
+        .copy_from_slice(&payload_bytes.to_le_bytes());
     let hc = header_crc(h);
     h[HDR_OFF_CRC..HDR_OFF_CRC + 4].copy_from_slice(&hc.to_le_bytes());
     h[HDR_OFF_ZERO..].fill(0);
@@ -151,7 +152,12 @@ pub(crate) fn seal_batch(batch: &mut [u8], first_seq: u64, payload: crc32fast::H
 }
 
 /// Appends one record's bytes to `out` and to the running batch CRC.
-pub(crate) fn encode_record(key: u64, value: &[u8; VALUE_BYTES], out: &mut Vec<u8>, crc: &mut crc32fast::Hasher) {
+pub(crate) fn encode_record(
+    key: u64,
+    value: &[u8; VALUE_BYTES],
+    out: &mut Vec<u8>,
+    crc: &mut crc32fast::Hasher,
+) {
     let start = out.len();
     out.extend_from_slice(&key.to_le_bytes());
     out.extend_from_slice(value);

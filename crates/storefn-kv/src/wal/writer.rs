@@ -18,7 +18,7 @@ use super::{
     encode_record, seal_batch, Replay, WalError, COMMIT_BYTES, HEADER_BYTES, MAX_BATCH_RECORDS,
     RECORD_BYTES, VALUE_BYTES,
 };
-use crate::storage::{parent_dir, StorageFile, StorageRef};
+use crate::storage::{parent_dir, Storage, StorageFile};
 
 /// Bytes of the filling buffer before any record: room for the header.
 const EMPTY: usize = HEADER_BYTES;
@@ -77,7 +77,7 @@ impl Wal {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn open(storage: StorageRef, path: &Path, replay: &Replay) -> Result<Self, WalError> {
+    pub fn open(storage: &dyn Storage, path: &Path, replay: &Replay) -> Result<Self, WalError> {
         let io_err = |op, source| WalError::Io { path: path.to_owned(), op, source };
         let file = if replay.exists {
             let f = storage.open_write(path).map_err(|e| io_err("open", e))?;
