@@ -50,6 +50,11 @@ pub enum DbError {
     Wal(#[from] WalError),
     #[error(transparent)]
     Lock(#[from] LockError),
+    #[error(
+        "{path}: a compaction failed while installing its tree ({reason}); this handle takes no \
+         more writes: reopen the database (recovery finishes the install)"
+    )]
+    Closed { path: PathBuf, reason: String },
     #[error("{path}: {op}: {source}")]
     Io { path: PathBuf, op: &'static str, source: std::io::Error },
 }
@@ -285,8 +290,9 @@ pub fn overlay_range(
 struct Inner {
     store: Arc<Store>,
     mem: Mutex<Memtable>,
-    /// None only transiently inside `compact`.
+    /// None inside `compact`, and for good once an install failed (then `failed` says why).
     wal: Option<Wal>,
+    failed: Option<String>,
 }
 
 /// How [`Db::open_opts`] opens a database.
@@ -367,7 +373,7 @@ impl Db {
         let replay = wal::replay(&wp)?;
         let mem = memtable_of(&replay, opts.memtable_limit_bytes);
         let wal = Wal::open(storage.as_ref(), &wp, &replay)?;
-        let inner = Inner { store, mem: Mutex::new(mem), wal: Some(wal) };
+        let inner = Inner { store, mem: Mutex::new(mem), wal: Some(wal), failed: None };
         Ok(Db {
             path: path.to_owned(),
             memtable_limit_bytes: opts.memtable_limit_bytes,
@@ -393,7 +399,7 @@ impl Db {
     pub fn put_batch(&self, entries: &[(u64, [u8; VALUE_BYTES])]) -> Result<(), DbError> {
         let full = {
             let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let wal = inner.wal.as_ref().expect("wal is open outside compaction");
+            let wal = inner.wal.as_ref().ok_or_else(|| self.closed(&inner))?;
             let mut tickets = Vec::with_capacity(entries.len());
             for (k, v) in entries {
                 tickets.push(wal.submit(*k, v)?);
@@ -462,6 +468,9 @@ impl Db {
     pub fn compact(&self) -> Result<(), DbError> {
         let st = self.storage.as_ref();
         let mut inner = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if inner.wal.is_none() {
+            return Err(self.closed(&inner));
+        }
         let mem = inner.mem.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         if mem.is_empty() {
             return Ok(());
@@ -472,6 +481,24 @@ impl Db {
         // failed build removed what it wrote; the old tree and the WAL are untouched.
         build_merged(st, &inner.store, &mem, &new, node_size)?;
         fsync_dir(st, &self.path)?;
+        if let Err(e) = self.install(&mut inner, &new) {
+            // Past step 2 the files say "roll forward"; the old tree and log this handle holds
+            // must take no more writes. Reopening finishes the install.
+            inner.failed = Some(e.to_string());
+            drop(inner.wal.take());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn closed(&self, inner: &Inner) -> DbError {
+        let reason = inner.failed.clone().unwrap_or_else(|| "unknown".to_owned());
+        DbError::Closed { path: self.path.clone(), reason }
+    }
+
+    /// Compaction steps 2-5 (module comment), under the swap lock.
+    fn install(&self, inner: &mut Inner, new: &Path) -> Result<(), DbError> {
+        let st = self.storage.as_ref();
         let wal_path = wal::wal_path(&self.path);
         let swap = SwapLock::take(&wal_path, true)?;
         // Step 2.
@@ -481,9 +508,9 @@ impl Db {
             .map_err(io_err(&marker, "create marker"))?;
         fsync_dir(st, &self.path)?;
         // Step 3.
-        st.rename(&meta_path(&new), &meta_path(&self.path))
-            .map_err(io_err(&meta_path(&new), "rename"))?;
-        st.rename(&new, &self.path).map_err(io_err(&new, "rename"))?;
+        st.rename(&meta_path(new), &meta_path(&self.path))
+            .map_err(io_err(&meta_path(new), "rename"))?;
+        st.rename(new, &self.path).map_err(io_err(new, "rename"))?;
         fsync_dir(st, &self.path)?;
         // Step 4: close the log (drains its syncer), empty it, reopen at sequence 0.
         drop(inner.wal.take());

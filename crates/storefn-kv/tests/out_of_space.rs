@@ -19,6 +19,9 @@ use storefn_kv::{KvError, NodeSize};
 #[derive(Debug, Clone)]
 struct FillingDisk {
     budget: Arc<AtomicU64>,
+    /// Renames fail with EIO while set, except a sidecar's temp file's (so builds succeed and
+    /// compaction's install fails).
+    fail_renames: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -59,6 +62,11 @@ impl Storage for FillingDisk {
         Ok(Box::new(FillingFile { real, budget: Arc::clone(&self.budget) }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        // Relaxed: a test flag, set before the call that should see it.
+        if self.fail_renames.load(Ordering::Relaxed) && from.extension().is_none_or(|e| e != "tmp")
+        {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         RealStorage.rename(from, to)
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
@@ -84,7 +92,8 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn create_hitting_enospc_removes_its_files() {
     let t = TempDir::new("enospc-create");
-    let disk = FillingDisk { budget: Arc::new(AtomicU64::new(40_000)) };
+    let disk =
+        FillingDisk { budget: Arc::new(AtomicU64::new(40_000)), fail_renames: Arc::default() };
     let e = create_bpfkv_in(&disk, &t.join("db"), NodeSize::B512, 2, &mut |_, _| {}).unwrap_err();
     assert!(
         matches!(&e, KvError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
@@ -100,7 +109,10 @@ fn compaction_hitting_enospc_removes_its_files_and_keeps_the_puts() {
     storefn_kv::create_bpfkv(&db, NodeSize::B512, 2, &mut |_, _| {}).unwrap();
     let budget = Arc::new(AtomicU64::new(u64::MAX));
     let opts = DbOptions {
-        storage: Arc::new(FillingDisk { budget: Arc::clone(&budget) }),
+        storage: Arc::new(FillingDisk {
+            budget: Arc::clone(&budget),
+            fail_renames: Arc::default(),
+        }),
         ..DbOptions::default()
     };
     let d = Db::open_opts(&db, opts).unwrap();
@@ -116,4 +128,31 @@ fn compaction_hitting_enospc_removes_its_files_and_keeps_the_puts() {
     budget.store(u64::MAX, Ordering::Relaxed);
     d.compact().unwrap();
     assert_eq!(d.get(5000).unwrap(), Some(v), "and compacts once there is room");
+}
+
+// Regression: a compaction that failed after closing its log (install steps 2-5) left the
+// handle with no log, and the next put panicked ("wal is open outside compaction").
+#[test]
+fn a_failed_install_closes_the_handle_and_reopening_finishes_it() {
+    let t = TempDir::new("failed-install");
+    let db = t.join("db");
+    storefn_kv::create_bpfkv(&db, NodeSize::B512, 2, &mut |_, _| {}).unwrap();
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let disk =
+        FillingDisk { budget: Arc::new(AtomicU64::new(u64::MAX)), fail_renames: Arc::clone(&fail) };
+    let d =
+        Db::open_opts(&db, DbOptions { storage: Arc::new(disk), ..DbOptions::default() }).unwrap();
+    let v = [7u8; 64];
+    d.put(5000, &v).unwrap();
+    fail.store(true, Ordering::Relaxed);
+    let e = d.compact().unwrap_err().to_string();
+    assert!(e.contains("rename"), "{e}");
+    for e in [d.put(5001, &v).unwrap_err(), d.compact().unwrap_err()] {
+        assert!(matches!(e, storefn_kv::db::DbError::Closed { .. }), "{e}");
+        assert!(e.to_string().contains("reopen the database"), "{e}");
+    }
+    drop(d);
+    let d = Db::open(&db).unwrap();
+    assert_eq!(d.get(5000).unwrap(), Some(v));
+    assert_eq!(d.store().meta().key_count, 962, "the install was finished on reopen");
 }
