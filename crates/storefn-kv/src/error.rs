@@ -8,10 +8,12 @@ use std::path::PathBuf;
 pub enum KvError {
     #[error("{path}: {op}: {source}")]
     Io { path: PathBuf, op: &'static str, source: std::io::Error },
-    #[error(
-        "{path}: sidecar missing: {source} (every BPF-KV file needs its .meta; docs/FORMAT.md)"
-    )]
+    #[error("{path}: cannot read the sidecar: {source} (docs/FORMAT.md)")]
     MetaMissing { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{path}: no sidecar, and the shape cannot be inferred from its {size} bytes: {reason}"
+    )]
+    ShapeUnknown { path: PathBuf, size: u64, reason: String },
     #[error("{path}: corrupt sidecar: {reason}")]
     MetaCorrupt { path: PathBuf, reason: String },
     #[error("{path}: file is {actual} bytes but its sidecar says {expected}")]
@@ -24,6 +26,11 @@ pub enum KvError {
     CountMismatch { expected: u64, actual: u64 },
     #[error("{what} is too large: {value} (limit {limit})")]
     TooLarge { what: &'static str, value: u64, limit: u64 },
+    #[error(
+        "{path}: needs {need_bytes} bytes but its file system has {free_bytes} bytes free; \
+         nothing was written"
+    )]
+    NoSpace { path: PathBuf, need_bytes: u64, free_bytes: u64 },
     #[error("invalid argument: {0}")]
     Invalid(String),
     #[error("storage function: {0}")]

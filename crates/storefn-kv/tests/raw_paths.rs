@@ -35,7 +35,7 @@ impl LoopExt4 {
     fn new() -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            println!("skipped: loop-device file systems need root");
+            common::skip("loop-device file systems need root");
             return None;
         }
         let mut fs = Self { dir: TempDir::new("raw-loop"), dev: None, mounted: false };

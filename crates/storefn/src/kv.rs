@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use storefn_kv::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::db::{open_read, Db, DbOptions};
 use storefn_kv::format::value_text;
 use storefn_kv::range::{aggregate, Agg, RangeScan};
-use storefn_kv::{create_bpfkv, LookupPath, NodeSize, Store};
+use storefn_kv::{LookupPath, NodeSize, Store};
 
 use crate::CmdResult;
 
@@ -26,6 +27,9 @@ pub enum KvCmd {
         /// 512 (BPF-KV, fan-out 31) or 4096 (fan-out 255, for 4 KiB-block devices).
         #[arg(long, default_value_t = 512)]
         node_size: u64,
+        /// Wait up to SECS for another writer's lock instead of failing at once.
+        #[arg(long, value_name = "SECS")]
+        wait_lock: Option<f64>,
     },
     /// Insert or update a key (durable on return); value: text, NUL-padded to 64 bytes.
     Put {
@@ -34,10 +38,26 @@ pub enum KvCmd {
         key: u64,
         #[arg(long)]
         value: String,
+        #[command(flatten)]
+        write: WriteOpts,
     },
     /// Merge the WAL's memtable into a new tree file and swap it in atomically.
-    Compact { db: PathBuf },
-    /// Crash-test driver: `count` random puts, printing `ack KEY` once each is durable.
+    Compact {
+        db: PathBuf,
+        #[command(flatten)]
+        write: WriteOpts,
+    },
+    /// As the writer: finish an interrupted compaction and cut a torn WAL tail; with
+    /// --point-in-time also drop a corrupt WAL batch and everything after it, printing what went.
+    Recover {
+        db: PathBuf,
+        #[arg(long)]
+        point_in_time: bool,
+        #[command(flatten)]
+        write: WriteOpts,
+    },
+    /// Crash-test driver: prints `locked NS` once it holds the writer's lock, then makes `count`
+    /// random puts, printing `ack KEY VALUE` once each is durable.
     #[command(hide = true)]
     PutStream {
         db: PathBuf,
@@ -51,6 +71,8 @@ pub enum KvCmd {
         /// Puts submitted together per group commit.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        #[command(flatten)]
+        write: WriteOpts,
     },
     /// Look one key up; prints the value as text, or `not found` (exit 1).
     Get {
@@ -98,6 +120,9 @@ pub enum KvCmd {
         /// read: leaf scan with pread. Default: xrp for 512 B nodes, read for 4096 B.
         #[arg(long)]
         path: Option<String>,
+        /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
+        #[arg(long)]
+        layers: Option<u32>,
     },
     /// Lookup benchmark; prints BPF-KV's driver lines, then p50, CPU per lookup, fallbacks.
     Bench(BenchArgs),
@@ -143,6 +168,40 @@ pub struct BenchArgs {
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
+    #[arg(long)]
+    pub layers: Option<u32>,
+}
+
+/// Options of every command that writes a database.
+#[derive(Debug, Args)]
+pub struct WriteOpts {
+    /// Wait up to SECS for another writer's lock instead of failing at once.
+    #[arg(long, value_name = "SECS")]
+    pub wait_lock: Option<f64>,
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root); the
+    /// writer then creates DB.meta.
+    #[arg(long)]
+    pub layers: Option<u32>,
+}
+
+impl WriteOpts {
+    fn db_options(&self, memtable_limit_bytes: usize) -> Result<DbOptions, String> {
+        Ok(DbOptions {
+            memtable_limit_bytes,
+            wait_lock: wait_secs(self.wait_lock)?,
+            layers: self.layers,
+            ..DbOptions::default()
+        })
+    }
+}
+
+/// `--wait-lock SECS` as a duration.
+fn wait_secs(secs: Option<f64>) -> Result<Option<std::time::Duration>, String> {
+    secs.map(|s| {
+        std::time::Duration::try_from_secs_f64(s).map_err(|e| format!("--wait-lock {s}: {e}"))
+    })
+    .transpose()
 }
 
 /// Options shared by every lookup command.
@@ -160,6 +219,9 @@ pub struct PathOpts {
     /// file | raw (read and engine paths; see `kv bench --help`).
     #[arg(long, value_enum, default_value_t = IoArg::File)]
     pub io: IoArg,
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
+    #[arg(long)]
+    pub layers: Option<u32>,
 }
 
 /// `kv bench --io`: one mode, or both side by side.
@@ -206,28 +268,36 @@ pub fn make_path(
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
     match cmd {
-        KvCmd::Create { db, layers, node_size } => create(db, *layers, *node_size),
-        KvCmd::Put { db, key, value } => {
+        KvCmd::Create { db, layers, node_size, wait_lock } => {
+            create(db, *layers, *node_size, wait_secs(*wait_lock)?)
+        }
+        KvCmd::Put { db, key, value, write } => {
             let v = put_value(value)?;
-            storefn_kv::db::Db::open(db)?.put(*key, &v)?;
+            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            Db::open_opts(db, write.db_options(limit)?)?.put(*key, &v)?;
             Ok(ExitCode::SUCCESS)
         }
-        KvCmd::Compact { db } => {
-            storefn_kv::db::Db::open(db)?.compact()?;
+        KvCmd::Compact { db, write } => {
+            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            Db::open_opts(db, write.db_options(limit)?)?.compact()?;
             Ok(ExitCode::SUCCESS)
         }
-        KvCmd::PutStream { db, count, seed, memtable_bytes, batch } => {
-            put_stream(db, *count, *seed, *memtable_bytes, *batch)
+        KvCmd::Recover { db, point_in_time, write } => {
+            recover(db, *point_in_time, wait_secs(write.wait_lock)?)
+        }
+        KvCmd::PutStream { db, count, seed, memtable_bytes, batch, write } => {
+            let d = Db::open_opts(db, write.db_options(*memtable_bytes)?)?;
+            put_stream(&d, *count, *seed, *batch)
         }
         KvCmd::Get { db, key, opts, prog, section } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
-            // A user program answers from the tree alone, but after recovery like the rest.
-            let logged = storefn_kv::db::logged_value(db, *key)?;
-            if let (None, Some(v)) = (prog, logged) {
-                println!("{}", value_text(&v));
+            // A user program answers from the tree alone.
+            let view = open_read(db, opts.cache_levels, opts.layers)?;
+            if let (None, Some(v)) = (prog, view.mem.get(*key)) {
+                println!("{}", value_text(v));
                 return Ok(ExitCode::SUCCESS);
             }
-            let store = Arc::new(Store::open(db, opts.cache_levels)?);
+            let store = Arc::new(view.store);
             let found = match prog {
                 Some(p) if matches!(opts.path.as_str(), "xrp" | "xrp-batch") => {
                     let elf = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -252,8 +322,8 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
         }
         KvCmd::Multiget { db, keys, random, seed, opts } => {
-            let mem = storefn_kv::db::logged_memtable(db)?;
-            let store = Arc::new(Store::open(db, opts.cache_levels)?);
+            let view = open_read(db, opts.cache_levels, opts.layers)?;
+            let (mem, store) = (view.mem, Arc::new(view.store));
             let keys = match random {
                 Some(n) => random_keys(*n, *seed, store.meta().key_count),
                 None if keys.is_empty() => return Err("give --keys or --random".into()),
@@ -274,9 +344,9 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
             Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        KvCmd::Range { db, begin, end, agg, path } => {
-            let mem = storefn_kv::db::logged_memtable(db)?;
-            let store = Store::open(db, 0)?;
+        KvCmd::Range { db, begin, end, agg, path, layers } => {
+            let view = open_read(db, 0, *layers)?;
+            let (mem, store) = (view.mem, view.store);
             let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
             // Logged puts inside the range: fetch the tree's entries, overlay the puts, and
             // aggregate here (the storage function only sees the tree).
@@ -323,9 +393,9 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
 }
 
 fn bench(a: &BenchArgs) -> CmdResult {
-    // Lookups measure the tree alone, but only once an interrupted compaction is finished.
-    storefn_kv::db::recover(&a.db)?;
-    let store = Arc::new(Store::open(&a.db, a.cache_levels)?);
+    // Lookups measure the tree alone (read-only: an interrupted compaction is read as recovery
+    // would finish it, and left for the next writer to finish).
+    let store = Arc::new(open_read(&a.db, a.cache_levels, a.layers)?.store);
     let cfg = BenchConfig {
         path: a.path.clone(),
         threads: a.threads,
@@ -502,7 +572,40 @@ pub fn random_keys(n: u64, seed: u64, key_count: u64) -> Vec<u64> {
     (0..n).map(|_| rng.gen_range(0..key_count.max(1))).collect()
 }
 
-fn create(db: &std::path::Path, layers: u32, node_size: u64) -> CmdResult {
+/// `kv recover`: prints what it repaired and, with --point-in-time, what it dropped.
+fn recover(
+    db: &std::path::Path,
+    point_in_time: bool,
+    wait: Option<std::time::Duration>,
+) -> CmdResult {
+    let (repaired, dropped) = storefn_kv::db::recover_db(db, point_in_time, wait)?;
+    if repaired {
+        println!("finished an interrupted compaction of {}", db.display());
+    }
+    match dropped {
+        Some(d) => println!(
+            "dropped {} bytes of the WAL from offset {} ({}): {} committed batches after it, \
+             {} records{}",
+            d.bytes,
+            d.offset,
+            d.reason,
+            d.batches,
+            d.records,
+            d.seqs.map_or_else(String::new, |(a, b)| format!(", sequence numbers {a}..={b}"))
+        ),
+        None if point_in_time => println!("WAL has no corruption: nothing dropped"),
+        None => {}
+    }
+    println!("recovered {}", db.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn create(
+    db: &std::path::Path,
+    layers: u32,
+    node_size: u64,
+    wait: Option<std::time::Duration>,
+) -> CmdResult {
     let ns = NodeSize::from_bytes(node_size)
         .ok_or_else(|| format!("--node-size {node_size}: expected 512 or 4096"))?;
     let bar = indicatif::ProgressBar::new(0);
@@ -513,7 +616,7 @@ fn create(db: &std::path::Path, layers: u32, node_size: u64) -> CmdResult {
         .expect("valid template"),
     );
     let t0 = Instant::now();
-    let meta = create_bpfkv(db, ns, layers, &mut |done, total| {
+    let meta = storefn_kv::db::create_db(db, ns, layers, wait, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })?;
@@ -544,19 +647,15 @@ fn put_value(text: &str) -> Result<[u8; 64], String> {
 }
 
 /// Key space of the crash driver: twice the tree's keys, so half the puts are new keys.
-fn put_stream(
-    db: &std::path::Path,
-    count: u64,
-    seed: u64,
-    memtable_bytes: usize,
-    batch: usize,
-) -> CmdResult {
+fn put_stream(d: &Db, count: u64, seed: u64, batch: usize) -> CmdResult {
     use rand::{Rng, SeedableRng};
     use std::io::Write as _;
-    let d = storefn_kv::db::Db::open_with(db, memtable_bytes)?;
     let span = d.store().meta().key_count.max(1) * 2;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let mut out = std::io::stdout().lock();
+    // When this writer got the lock (wall clock, ns): orders writer processes in tests.
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    writeln!(out, "locked {}", since.as_nanos())?;
     let mut done = 0u64;
     while done < count {
         let n = (count - done).min(batch.max(1) as u64);
