@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::format::bpfkv_value;
+use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::path::Lookup;
 use storefn_kv::xrp_paths::{ChainOptions, ProgSource, XrpPath};
 use storefn_kv::{build_tree, create_bpfkv, KvError, LookupPath, NodeSize, Store};
@@ -46,9 +46,12 @@ fn uring_lru_serves_repeated_blocks() {
     let p = dir.join("db");
     create_bpfkv(&p, NodeSize::B512, 3, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&p, 0).unwrap());
-    let mut path =
-        open_path("uring", &store, &PathOptions { cache_bytes: 1 << 20, batch: 1, ..Default::default() })
-            .unwrap();
+    let mut path = open_path(
+        "uring",
+        &store,
+        &PathOptions { cache_bytes: 1 << 20, batch: 1, ..Default::default() },
+    )
+    .unwrap();
     for _ in 0..3 {
         assert_eq!(path.get(4242).unwrap(), Some(bpfkv_value(4242)));
     }
@@ -82,8 +85,12 @@ fn failing_chains_fall_back_to_read_and_are_counted() {
     let store = Arc::new(Store::open(&p, 0).unwrap());
     // A 3-layer lookup needs 4 hops; a limit of 2 fails every chain.
     for batch in [false, true] {
-        let mut path =
-            XrpPath::new(Arc::clone(&store), &ProgSource::BuiltIn, ChainOptions { batch, chains: 8, max_hops: Some(2), ..Default::default() }).unwrap();
+        let mut path = XrpPath::new(
+            Arc::clone(&store),
+            &ProgSource::BuiltIn,
+            ChainOptions { batch, chains: 8, max_hops: Some(2), ..Default::default() },
+        )
+        .unwrap();
         let keys: Vec<u64> = (0..100u64).map(|i| i * 297).collect();
         let mut out = Vec::new();
         path.get_many(&keys, &mut out).unwrap();
@@ -109,10 +116,7 @@ fn user_programs_fail_loudly_without_fallback() {
     let mut path = XrpPath::new(Arc::clone(&store), &bad, ChainOptions::default()).unwrap();
     let e = path.get(1).unwrap_err();
     // The chain's own error, typed: a fault of the program, not raw mode's Stale.
-    assert!(
-        matches!(e.chain_error(), Some(storefn_io::ChainError::Fault { .. })),
-        "{e:?}"
-    );
+    assert!(matches!(e.chain_error(), Some(storefn_io::ChainError::Fault { .. })), "{e:?}");
     assert!(e.to_string().contains("write of 1 bytes"), "{e}");
     assert_eq!(path.stats().fallbacks, 0);
 }

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::format::bpfkv_value;
+use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::path::Lookup;
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 

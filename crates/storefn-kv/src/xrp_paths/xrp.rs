@@ -58,6 +58,8 @@ impl Default for ChainOptions {
 
 /// Bits of a chain token holding its key count (the rest: the index of its first key).
 const TOKEN_LEN_BITS: u32 = 6;
+/// Token bit of a plain value-block read (the rest: the key's index).
+const PLAIN_READ: u64 = 1 << 63;
 
 /// A block a chain read, kept until the chain's outcome is known: (token, offset, bytes).
 type Staged = (u64, u64, Box<[u8]>);
@@ -104,6 +106,8 @@ pub struct XrpPath {
     staged: Vec<Staged>,
     /// Chains finished in the last `wait`: (token, completed without error).
     finished: Vec<(u64, bool)>,
+    /// Plain value-block reads in flight in `run_chains`: (key index, value offset).
+    value_reads: Vec<(usize, u64)>,
     stats: PathStats,
 }
 
@@ -184,6 +188,7 @@ impl XrpPath {
             lru,
             staged: Vec::new(),
             finished: Vec::new(),
+            value_reads: Vec::new(),
             stats: PathStats::default(),
         })
     }
@@ -330,8 +335,16 @@ impl XrpPath {
                         continue;
                     }
                     Step::Value { offset } => {
-                        out[base + i].value = Some(self.value_only(offset)?);
-                        out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
+                        // Chains may be in flight: the value block is a plain read among them.
+                        let blk = self.store.value_block(offset).0;
+                        self.engine
+                            .submit_read(self.file, blk, nb, PLAIN_READ | i as u64)
+                            .map_err(|source| KvError::Submit {
+                                path: self.store.path().to_path_buf(),
+                                source,
+                            })?;
+                        self.value_reads.push((i, offset));
+                        live += 1;
                         continue;
                     }
                     Step::Node { offset, .. } => offset,
@@ -369,9 +382,28 @@ impl XrpPath {
                 staged: self.lru.is_some().then_some(&mut self.staged),
                 node_bytes: nb as usize,
             };
+            let (lru, value_reads, store) = (&mut self.lru, &mut self.value_reads, &self.store);
             let got = self
                 .engine
                 .wait(1, &mut tap, |c| {
+                    if c.token & PLAIN_READ != 0 {
+                        let i = usize::try_from(c.token & !PLAIN_READ).expect("an index");
+                        let at = value_reads.iter().position(|r| r.0 == i).expect("submitted");
+                        let (_, offset) = value_reads.swap_remove(at);
+                        out[base + i].latency_ns = nanos_since(t0) - out[base + i].latency_ns;
+                        match c.result {
+                            Ok(st) => {
+                                ios += 1;
+                                device_ios += u64::from(st.device_hops);
+                                out[base + i].value = Some(store.value_from_block(offset, c.data));
+                                if let Some(lru) = lru.as_mut() {
+                                    lru.put(store.value_block(offset).0, c.data);
+                                }
+                            }
+                            Err(e) => failed.push((i, Some(e))),
+                        }
+                        return;
+                    }
                     let i = usize::try_from(c.token >> TOKEN_LEN_BITS).expect("an index");
                     let len = usize::try_from(c.token & ((1 << TOKEN_LEN_BITS) - 1)).expect("<64");
                     let lat = nanos_since(t0);
