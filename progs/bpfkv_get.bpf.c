@@ -11,13 +11,6 @@
 
 #define NODE_BYTES 512
 
-static __always_inline __u32 request(struct bpf_xrp *ctx, __u64 off)
-{
-	ctx->next_addr[0] = off;
-	ctx->size[0] = NODE_BYTES;
-	return 0;
-}
-
 /* Moves on to the next key, or ends the chain after the last one. */
 static __always_inline __u32 next_key(struct bpf_xrp *ctx, struct bpfkv_sg_query *q)
 {
@@ -27,7 +20,7 @@ static __always_inline __u32 next_key(struct bpf_xrp *ctx, struct bpfkv_sg_query
 		ctx->done = 1;
 		return 0;
 	}
-	return request(ctx, q->root_pointer);
+	return bpfkv_read_node(ctx, q->root_pointer);
 }
 
 static __always_inline __u32 failed(struct bpf_xrp *ctx, struct bpfkv_sg_query *q)
@@ -59,7 +52,7 @@ __u32 bpfkv_get(struct bpf_xrp *ctx)
 	}
 	if (n->type == BPFKV_NODE_INTERNAL) {
 		__u64 child = bpfkv_child(n, key);
-		return child ? request(ctx, child) : failed(ctx, q);
+		return child ? bpfkv_read_node(ctx, child) : failed(ctx, q);
 	}
 	if (n->type != BPFKV_NODE_LEAF)
 		return failed(ctx, q);
@@ -71,7 +64,7 @@ __u32 bpfkv_get(struct bpf_xrp *ctx)
 			break; /* an unused slot: a miss */
 		q->value_ptr = p & ~BPFKV_FILE_MASK;
 		q->state_flags = BPFKV_SG_AT_VALUE;
-		return request(ctx, q->value_ptr & ~(__u64)(NODE_BYTES - 1));
+		return bpfkv_read_node(ctx, q->value_ptr & ~(__u64)(NODE_BYTES - 1));
 	}
 	mv->found = 0;
 	return next_key(ctx, q);

@@ -15,13 +15,6 @@
 #define NODE_BYTES 512
 #define FANOUT 31
 
-static __always_inline __u32 request(struct bpf_xrp *ctx, __u64 off)
-{
-	ctx->next_addr[0] = off;
-	ctx->size[0] = NODE_BYTES;
-	return 0;
-}
-
 static __always_inline __u32 complete(struct bpf_xrp *ctx, struct bpfkv_range_query *q)
 {
 	q->range_begin = q->range_end;
@@ -71,7 +64,7 @@ static __always_inline __u32 scan(struct bpf_xrp *ctx, struct bpfkv_range_query 
 			return complete(ctx, q);
 		if (key > q->range_begin || (key == q->range_begin && !begin_excl)) {
 			q->state = BPFKV_RQ_READ_VALUE;
-			return request(ctx, (ptr & ~BPFKV_FILE_MASK) & ~(__u64)(NODE_BYTES - 1));
+			return bpfkv_read_node(ctx, (ptr & ~BPFKV_FILE_MASK) & ~(__u64)(NODE_BYTES - 1));
 		}
 		q->node_key_ix = i + 1;
 	}
@@ -85,7 +78,7 @@ static __always_inline __u32 scan(struct bpf_xrp *ctx, struct bpfkv_range_query 
 		return 0;
 	}
 	q->state = BPFKV_RQ_READ_NODE;
-	return request(ctx, leaf->next);
+	return bpfkv_read_node(ctx, leaf->next);
 }
 
 static __always_inline void take_value(struct bpf_xrp *ctx, struct bpfkv_range_query *q)
@@ -134,7 +127,7 @@ __u32 bpfkv_range(struct bpf_xrp *ctx)
 			return failed(ctx, q);
 		/* The leaf this descent reaches is where a later call resumes. */
 		q->resume_from_leaf = child;
-		return request(ctx, child);
+		return bpfkv_read_node(ctx, child);
 	case BPFKV_RQ_READ_NODE:
 	case BPFKV_RQ_RESUME:
 		/* A leaf: the next one (READ_NODE) or resume_from_leaf at a call's start. */

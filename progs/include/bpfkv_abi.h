@@ -89,6 +89,14 @@ _Static_assert(__builtin_offsetof(struct bpfkv_range_query, current_node) ==
 	       "current_node");
 _Static_assert(sizeof(struct bpfkv_range_query) == BPFKV_RQ_BYTES, "RangeQuery");
 
+/* Asks for the 512 B node (or value block) at `off` on fan-out pair 0. */
+static __always_inline __u32 bpfkv_read_node(struct bpf_xrp *ctx, __u64 off)
+{
+	ctx->next_addr[0] = off;
+	ctx->size[0] = 512;
+	return 0;
+}
+
 /* The child of internal node `n` for `key` (BPF-KV's rule); 0 when the pointer lacks bit 63. */
 static __always_inline __u64 bpfkv_child(struct bpfkv_node512 *n, __u64 key)
 {

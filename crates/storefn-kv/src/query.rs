@@ -2,11 +2,13 @@
 //! memtable): what [`Db::multiget`] and [`Db::range`] run, and what the read-only CLI commands
 //! run over a logged memtable. A logged key always wins over the tree.
 
+use std::sync::Arc;
+
 use crate::abi::Abi;
 use crate::db::Db;
 use crate::format::{NodeSize, VALUE_BYTES};
 use crate::memtable::Memtable;
-use crate::path::{Lookup, LookupPath, ReadPath};
+use crate::path::{Lookup, LookupPath, PathStats, ReadPath};
 use crate::program::{load_range, ProgSource};
 use crate::range::{aggregate, Agg, RangeScan};
 use crate::store::Store;
@@ -94,7 +96,86 @@ pub fn range(
     Ok(out)
 }
 
+/// Builds a lookup path over a tree.
+pub type MakePath = Box<dyn FnMut(Arc<Store>) -> Result<Box<dyn LookupPath>, KvError>>;
+
+/// A lookup path kept across calls on a [`Db`], so its caches stay warm (`--cache-bytes` LRU,
+/// cached levels), and rebuilt over the new tree when a compaction has swapped it: compaction
+/// rewrites every block, so everything cached from the old tree is dropped with the old path.
+/// A put changes no block of the tree (it goes to the WAL and the memtable, which lookups
+/// consult first), so nothing cached needs dropping for it.
+pub struct DbPath {
+    make: MakePath,
+    current: Option<(Arc<Store>, Box<dyn LookupPath>)>,
+    builds: u64,
+}
+
+impl std::fmt::Debug for DbPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbPath").field("builds", &self.builds).finish_non_exhaustive()
+    }
+}
+
+impl DbPath {
+    /// `make` builds the path over a tree (e.g. an `XrpPath` with an LRU).
+    #[must_use]
+    pub fn new(make: MakePath) -> Self {
+        Self { make, current: None, builds: 0 }
+    }
+
+    /// Paths built so far: 1 after the first lookup, + 1 per compaction seen since.
+    #[must_use]
+    pub fn builds(&self) -> u64 {
+        self.builds
+    }
+
+    /// The current path's counters (since it was built).
+    #[must_use]
+    pub fn stats(&self) -> Option<PathStats> {
+        self.current.as_ref().map(|(_, p)| p.stats())
+    }
+
+    /// The path over `store`, rebuilt when `store` is not the tree it was built on.
+    fn over(&mut self, store: Arc<Store>) -> Result<&mut dyn LookupPath, KvError> {
+        let stale = self.current.as_ref().is_none_or(|(s, _)| !Arc::ptr_eq(s, &store));
+        if stale {
+            self.current = None; // the old path (and its caches) go first
+            let p = (self.make)(Arc::clone(&store))?;
+            self.builds += 1;
+            self.current = Some((store, p));
+        }
+        Ok(self.current.as_mut().expect("built above").1.as_mut())
+    }
+}
+
 impl Db {
+    /// Looks `key` up through `path` (puts not yet compacted first).
+    ///
+    /// # Errors
+    /// The path's errors.
+    pub fn get_via(
+        &self,
+        path: &mut DbPath,
+        key: u64,
+    ) -> Result<Option<[u8; VALUE_BYTES]>, KvError> {
+        self.with_memtable(|store, mem| match mem.get(key) {
+            Some(v) => Ok(Some(*v)),
+            None => path.over(store)?.get(key),
+        })
+    }
+
+    /// Looks `keys` up through `path` (puts not yet compacted first).
+    ///
+    /// # Errors
+    /// The path's errors.
+    pub fn multiget_via(
+        &self,
+        path: &mut DbPath,
+        keys: &[u64],
+    ) -> Result<Vec<Option<[u8; VALUE_BYTES]>>, KvError> {
+        self.with_memtable(|store, mem| multiget(path.over(store)?, mem, keys))
+    }
+
     /// Looks `keys` up (puts not yet compacted first, then the tree through the `read` path).
     ///
     /// # Errors

@@ -255,14 +255,7 @@ pub fn make_path(
         abi: opts.prog.abi,
         keys_per_chain,
     };
-    let name = opts.path_name();
-    let with_prog = |e: storefn_kv::KvError| -> Box<dyn std::error::Error> {
-        match &opts.prog.prog {
-            Some(p) => format!("{}: {e}", p.display()).into(),
-            None => e.into(),
-        }
-    };
-    open_path(name, store, &o).map_err(with_prog)
+    open_path(opts.path_name(), store, &o).map_err(|e| prog_err(&opts.prog, e))
 }
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
@@ -289,7 +282,8 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                 return Ok(ExitCode::SUCCESS);
             }
             let store = Arc::new(Store::open(db, opts.cache_levels)?);
-            let found = make_path(&store, opts, 1)?.get(*key).map_err(|e| prog_err(opts, e))?;
+            let found =
+                make_path(&store, opts, 1)?.get(*key).map_err(|e| prog_err(&opts.prog, e))?;
             match found {
                 Some(v) => {
                     println!("{}", value_text(&v));
@@ -312,7 +306,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             let kpc = opts.prog.abi.max_keys_per_chain();
             let mut path = make_path(&store, opts, kpc)?;
             let found = storefn_kv::query::multiget(path.as_mut(), &mem, &keys)
-                .map_err(|e| prog_err(opts, e))?;
+                .map_err(|e| prog_err(&opts.prog, e))?;
             let mut missing = 0;
             for (k, v) in keys.iter().zip(&found) {
                 match v {
@@ -340,14 +334,8 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                 Some("read") => return Err("--prog runs on --path xrp".into()),
                 Some(p) => return Err(format!("--path {p}: expected read|xrp").into()),
             };
-            let o = storefn_kv::query::range(&store, &mem, *begin, *end, agg, &via).map_err(
-                |e| -> Box<dyn std::error::Error> {
-                    match &prog.prog {
-                        Some(p) => format!("{}: {e}", p.display()).into(),
-                        None => e.into(),
-                    }
-                },
-            )?;
+            let o = storefn_kv::query::range(&store, &mem, *begin, *end, agg, &via)
+                .map_err(|e| prog_err(prog, e))?;
             let (entries, value) = (o.entries, o.agg);
             match agg {
                 None => {
@@ -516,8 +504,8 @@ fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
 }
 
 /// A lookup error, prefixed with the --prog file when one ran.
-fn prog_err(opts: &PathOpts, e: storefn_kv::KvError) -> Box<dyn std::error::Error> {
-    match &opts.prog.prog {
+fn prog_err(prog: &ProgOpts, e: storefn_kv::KvError) -> Box<dyn std::error::Error> {
+    match &prog.prog {
         Some(p) => format!("{}: {e}", p.display()).into(),
         None => e.into(),
     }

@@ -281,30 +281,31 @@ impl XrpPath {
     /// Moves the staged blocks of chain `token` into the LRU (`ok`) or drops them.
     fn settle(&mut self, token: u64, ok: bool) {
         let Some(lru) = self.lru.as_mut() else { return };
-        self.staged.retain(|(t, addr, block)| {
-            if *t != token {
-                return true;
+        let mut i = 0;
+        while i < self.staged.len() {
+            if self.staged[i].0 == token {
+                let (_, addr, block) = self.staged.swap_remove(i);
+                if ok {
+                    lru.put_owned(addr, block);
+                }
+            } else {
+                i += 1;
             }
-            if ok {
-                lru.put(*addr, block);
-            }
-            false
-        });
+        }
     }
 
     /// After a synchronous chain (the only one staged): its blocks enter the LRU or go.
     fn settle_all(&mut self, ok: bool) {
+        let staged = self.staged.drain(..);
         if let (Some(lru), true) = (self.lru.as_mut(), ok) {
-            for (_, addr, block) in &self.staged {
-                lru.put(*addr, block);
+            for (_, addr, block) in staged {
+                lru.put_owned(addr, block);
             }
         }
-        self.staged.clear();
     }
 
     /// Runs lookups from `keys[i]` on through chains; used by `get_many` when chains carry
     /// several keys or run in batches.
-    #[allow(clippy::too_many_lines)] // one submit/reap loop, kept whole for its invariants
     fn run_chains(&mut self, keys: &[u64], out: &mut Vec<Lookup>) -> Result<(), KvError> {
         retry_raw_quietly(&mut self.engine, self.file);
         // latency_ns holds the submission time (ns since t0) until the lookup completes.
