@@ -28,6 +28,12 @@ pub trait StorageFn {
     /// A fault (bad access, budget): the engine fails the chain with [`ChainError::Fault`].
     fn invoke(&mut self, ctx: &mut XrpCtx, data: &[u8], scratch: &mut [u8])
         -> Result<u64, VmError>;
+
+    /// Called with every block a chain read, just before [`StorageFn::invoke`] runs on it:
+    /// `token` is the chain's, `addr` the requested file offset and `data` exactly the requested
+    /// bytes. Default: nothing. The KV store's block cache keeps what chains read through it
+    /// (it commits a chain's blocks only once the chain completed without error).
+    fn on_block(&mut self, _token: u64, _addr: u64, _data: &[u8]) {}
 }
 
 impl<F> StorageFn for F

@@ -445,6 +445,14 @@ impl Db {
         self.get_with(key, |store, k| ReadPath::new(Arc::clone(store), 0).get(k))
     }
 
+    /// Runs `f` over the current tree and memtable together (a compaction cannot swap the tree
+    /// between them; puts wait for the memtable until `f` returns).
+    pub fn with_memtable<T>(&self, f: impl FnOnce(Arc<Store>, &Memtable) -> T) -> T {
+        let inner = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mem = inner.mem.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(Arc::clone(&inner.store), &mem)
+    }
+
     /// Entries in the memtable.
     #[must_use]
     pub fn memtable_len(&self) -> usize {

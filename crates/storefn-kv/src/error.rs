@@ -33,11 +33,34 @@ pub enum KvError {
     NoSpace { path: PathBuf, need_bytes: u64, free_bytes: u64 },
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The storage function could not be loaded, verified or compiled.
     #[error("storage function: {0}")]
-    Program(String),
+    Program(#[from] storefn_vm::Error),
+    /// A storage-function chain (or an engine read) failed: the cause keeps its type, so a
+    /// caller tells raw mode's `Stale` (redo it) from a `Fault` (the program's bug).
+    #[error("{path}: chain failed: {source}")]
+    Chain { path: PathBuf, source: storefn_io::ChainError },
+    /// The io engine could not be set up, open the file or reap completions.
+    #[error("{path}: io engine: {source}")]
+    Engine { path: PathBuf, source: storefn_io::EngineError },
+    /// A chain could not be submitted.
+    #[error("{path}: submit: {source}")]
+    Submit { path: PathBuf, source: storefn_io::SubmitError },
+    /// A program broke its scratch ABI's contract (a count out of range, no progress).
+    #[error("{path}: storage function broke its scratch ABI: {reason}")]
+    ProgramOutput { path: PathBuf, reason: String },
 }
 
 impl KvError {
+    /// The chain error behind this one, if any (e.g. to tell `Stale` from `Fault`).
+    #[must_use]
+    pub fn chain_error(&self) -> Option<&storefn_io::ChainError> {
+        match self {
+            KvError::Chain { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(path: &std::path::Path, op: &'static str, source: std::io::Error) -> Self {
         KvError::Io { path: path.to_path_buf(), op, source }
     }

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use storefn_kv::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
 use storefn_kv::db::{open_read, Db, DbOptions};
 use storefn_kv::format::value_text;
-use storefn_kv::range::{aggregate, Agg, RangeScan};
-use storefn_kv::{LookupPath, NodeSize, Store};
+use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::query::RangeVia;
+use storefn_kv::range::Agg;
+use storefn_kv::{Abi, LookupPath, NodeSize, ProgSource, Store};
 
 use crate::CmdResult;
 
@@ -81,14 +82,6 @@ pub enum KvCmd {
         key: u64,
         #[command(flatten)]
         opts: PathOpts,
-        /// Run this XRP-style program (ELF .o) instead of the built-in one (scratch ABI:
-        /// docs/FORMAT.md, "Lookup scratch ABI"): over the io engine with --path xrp|xrp-batch,
-        /// else over pread. A failing program is an error (no fallback).
-        #[arg(long)]
-        prog: Option<PathBuf>,
-        /// ELF section of the program in --prog (default: the first XRP section).
-        #[arg(long, requires = "prog")]
-        section: Option<String>,
     },
     /// Look many keys up; prints `KEY VALUE` or `KEY not found` per key.
     Multiget {
@@ -116,13 +109,16 @@ pub enum KvCmd {
         /// sum|min|max|count (sum wraps at 2^64).
         #[arg(long)]
         agg: Option<String>,
-        /// xrp: the resumable kv_range storage function (32 results per call; 512 B nodes);
-        /// read: leaf scan with pread. Default: xrp for 512 B nodes, read for 4096 B.
+        /// xrp: a resumable range storage function on the io engine (32 results per call;
+        /// 512 B nodes): the built-in one, or --prog; read: leaf scan with pread.
+        /// Default: xrp for 512 B nodes, read for 4096 B.
         #[arg(long)]
         path: Option<String>,
         /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
         #[arg(long)]
         layers: Option<u32>,
+        #[command(flatten)]
+        prog: ProgOpts,
     },
     /// Lookup benchmark; prints BPF-KV's driver lines, then p50, CPU per lookup, fallbacks.
     Bench(BenchArgs),
@@ -145,7 +141,7 @@ pub struct BenchArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
-    /// LRU block cache per thread, bytes, on the read and uring paths (0 = off).
+    /// LRU block cache per thread, bytes, on the read, uring, xrp and xrp-batch paths (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
     /// uniform | zipf:THETA
@@ -171,6 +167,8 @@ pub struct BenchArgs {
     /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
     #[arg(long)]
     pub layers: Option<u32>,
+    #[command(flatten)]
+    pub prog: ProgOpts,
 }
 
 /// Options of every command that writes a database.
@@ -204,16 +202,52 @@ fn wait_secs(secs: Option<f64>) -> Result<Option<std::time::Duration>, String> {
     .transpose()
 }
 
+/// The storage function of the chain paths and its scratch layout.
+#[derive(Debug, Args)]
+pub struct ProgOpts {
+    /// Run this XRP-style program (ELF .o) instead of the built-in one, as chains on the io
+    /// engine (--path xrp|xrp-batch). A failing program is an error (no fallback).
+    #[arg(long)]
+    pub prog: Option<PathBuf>,
+    /// ELF section of the program in --prog (default: the first XRP section).
+    #[arg(long, requires = "prog")]
+    pub section: Option<String>,
+    /// Scratch layout of the program: storefn (docs/FORMAT.md, "Lookup scratch ABI" / "Range
+    /// scratch ABI") or bpfkv (BPF-KV's ScatterGatherQuery / RangeQuery, as XRP's get.c and
+    /// range.c expect; up to 32 keys per chain in multiget). Without --prog, bpfkv runs our
+    /// built-in programs written for those layouts.
+    #[arg(long, default_value = "storefn", value_parser = parse_abi)]
+    pub abi: Abi,
+}
+
+fn parse_abi(s: &str) -> Result<Abi, String> {
+    s.parse::<Abi>().map_err(|e| e.to_string())
+}
+
+impl ProgOpts {
+    /// The program source: the --prog file's bytes, or the built-in program.
+    fn source(&self) -> Result<ProgSource, Box<dyn std::error::Error>> {
+        match &self.prog {
+            None => Ok(ProgSource::BuiltIn),
+            Some(p) => Ok(ProgSource::User {
+                elf: std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
+                section: self.section.clone(),
+            }),
+        }
+    }
+}
+
 /// Options shared by every lookup command.
 #[derive(Debug, Args)]
 pub struct PathOpts {
-    /// read | uring | xrp | xrp-batch
-    #[arg(long, default_value = "read")]
-    pub path: String,
+    /// read | uring | xrp | xrp-batch [default: read, or xrp with --prog or --abi bpfkv]
+    #[arg(long)]
+    pub path: Option<String>,
     /// Keep the top k levels in memory and start reads below them.
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
-    /// LRU block cache per thread, in bytes, on the read and uring paths (0 = off).
+    /// LRU block cache per thread, in bytes, on the read, uring, xrp and xrp-batch paths
+    /// (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
     /// file | raw (read and engine paths; see `kv bench --help`).
@@ -222,6 +256,19 @@ pub struct PathOpts {
     /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
     #[arg(long)]
     pub layers: Option<u32>,
+    #[command(flatten)]
+    pub prog: ProgOpts,
+}
+
+impl PathOpts {
+    /// The path name: as given, else xrp when a program or the BPF-KV ABI asks for chains.
+    fn path_name(&self) -> &str {
+        match &self.path {
+            Some(p) => p,
+            None if self.prog.prog.is_some() || self.prog.abi == Abi::BpfKv => "xrp",
+            None => "read",
+        }
+    }
 }
 
 /// `kv bench --io`: one mode, or both side by side.
@@ -256,14 +303,21 @@ pub enum IoArg {
     Raw,
 }
 
-/// The lookup path called `name` over `store`.
+/// The lookup path `opts` names over `store`; `keys_per_chain` keys ride one chain (BPF-KV ABI).
 pub fn make_path(
-    name: &str,
     store: &Arc<Store>,
     opts: &PathOpts,
+    keys_per_chain: usize,
 ) -> Result<Box<dyn LookupPath>, Box<dyn std::error::Error>> {
-    let raw = opts.io == IoArg::Raw;
-    Ok(open_path(name, store, PathOptions { cache_bytes: opts.cache_bytes, batch: 32, raw })?)
+    let o = PathOptions {
+        cache_bytes: opts.cache_bytes,
+        batch: 32,
+        raw: opts.io == IoArg::Raw,
+        prog: opts.prog.source()?,
+        abi: opts.prog.abi,
+        keys_per_chain,
+    };
+    open_path(opts.path_name(), store, &o).map_err(|e| prog_err(&opts.prog, e))
 }
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
@@ -289,27 +343,17 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             let d = Db::open_opts(db, write.db_options(*memtable_bytes)?)?;
             put_stream(&d, *count, *seed, *batch)
         }
-        KvCmd::Get { db, key, opts, prog, section } => {
+        KvCmd::Get { db, key, opts } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
             // A user program answers from the tree alone.
             let view = open_read(db, opts.cache_levels, opts.layers)?;
-            if let (None, Some(v)) = (prog, view.mem.get(*key)) {
+            if let (None, Some(v)) = (&opts.prog.prog, view.mem.get(*key)) {
                 println!("{}", value_text(v));
                 return Ok(ExitCode::SUCCESS);
             }
             let store = Arc::new(view.store);
-            let found = match prog {
-                Some(p) if matches!(opts.path.as_str(), "xrp" | "xrp-batch") => {
-                    let elf = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
-                    let src =
-                        storefn_kv::xrp_paths::ProgSource::User { elf, section: section.clone() };
-                    storefn_kv::xrp_paths::XrpPath::new(Arc::clone(&store), &src, false, 1, None)
-                        .and_then(|mut x| x.get(*key))
-                        .map_err(|e| format!("{}: {e}", p.display()))?
-                }
-                Some(p) => run_user_prog(&store, *key, p, section.as_deref())?,
-                None => make_path(&opts.path, &store, opts)?.get(*key)?,
-            };
+            let found =
+                make_path(&store, opts, 1)?.get(*key).map_err(|e| prog_err(&opts.prog, e))?;
             match found {
                 Some(v) => {
                     println!("{}", value_text(&v));
@@ -329,12 +373,13 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                 None if keys.is_empty() => return Err("give --keys or --random".into()),
                 None => keys.clone(),
             };
-            let mut path = make_path(&opts.path, &store, opts)?;
-            let mut out = Vec::with_capacity(keys.len());
-            path.get_many(&keys, &mut out)?;
+            let kpc = opts.prog.abi.max_keys_per_chain();
+            let mut path = make_path(&store, opts, kpc)?;
+            let found = storefn_kv::query::multiget(path.as_mut(), &mem, &keys)
+                .map_err(|e| prog_err(&opts.prog, e))?;
             let mut missing = 0;
-            for (k, l) in keys.iter().zip(&out) {
-                match mem.get(*k).or(l.value.as_ref()) {
+            for (k, v) in keys.iter().zip(&found) {
+                match v {
                     Some(v) => println!("{k} {}", value_text(v)),
                     None => {
                         missing += 1;
@@ -344,37 +389,24 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
             Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        KvCmd::Range { db, begin, end, agg, path, layers } => {
+        KvCmd::Range { db, begin, end, agg, path, layers, prog } => {
             let view = open_read(db, 0, *layers)?;
             let (mem, store) = (view.mem, view.store);
             let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
-            // Logged puts inside the range: fetch the tree's entries, overlay the puts, and
-            // aggregate here (the storage function only sees the tree).
-            let logged = mem.range(*begin, *end).next().is_some();
-            let default = if store.node_size() == NodeSize::B512 { "xrp" } else { "read" };
-            let (entries, value) = match path.as_deref().unwrap_or(default) {
-                "read" => (RangeScan::new(&store).collect(*begin, *end)?, None),
-                "xrp" => {
-                    let mut ch = storefn_kv::xrp_paths::EngineChain::new(
-                        &store,
-                        storefn_progs::must("kv_range"),
-                        None,
-                    )?;
-                    let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
-                    let fn_agg = if logged { None } else { agg };
-                    let o =
-                        storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, fn_agg)?;
-                    (o.entries, o.agg)
-                }
-                p => return Err(format!("--path {p}: expected read|xrp").into()),
+            let chain = || -> Result<RangeVia, Box<dyn std::error::Error>> {
+                Ok(RangeVia::Chain { prog: prog.source()?, abi: prog.abi })
             };
-            let entries = storefn_kv::db::overlay_range(entries, &mem, *begin, *end);
-            let value = match agg {
-                Some(a) if value.is_none() || logged => {
-                    aggregate(a, entries.iter().map(|(_, v)| v))
-                }
-                _ => value,
+            let via = match path.as_deref() {
+                None if prog.prog.is_some() || prog.abi == Abi::BpfKv => chain()?,
+                None => RangeVia::default_for(store.node_size()),
+                Some("xrp") => chain()?,
+                Some("read") if prog.prog.is_none() => RangeVia::Read,
+                Some("read") => return Err("--prog runs on --path xrp".into()),
+                Some(p) => return Err(format!("--path {p}: expected read|xrp").into()),
             };
+            let o = storefn_kv::query::range(&store, &mem, *begin, *end, agg, &via)
+                .map_err(|e| prog_err(prog, e))?;
+            let (entries, value) = (o.entries, o.agg);
             match agg {
                 None => {
                     for (k, v) in &entries {
@@ -406,6 +438,8 @@ fn bench(a: &BenchArgs) -> CmdResult {
         seed: a.seed,
         cache_bytes: a.cache_bytes,
         raw: a.io == BenchIo::One(IoArg::Raw),
+        prog: a.prog.source()?,
+        abi: a.prog.abi,
     };
     let io = match a.io {
         BenchIo::One(_) if a.rounds.is_some() => {
@@ -414,7 +448,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
         BenchIo::One(io) => io,
         BenchIo::Both => return bench_compare(a, &store, &cfg),
     };
-    let r = storefn_kv::bench::run(&store, &cfg)?;
+    let r = storefn_kv::harness::bench::run(&store, &cfg)?;
     print_bench(&r, io.name());
     if r.misses > 0 {
         eprintln!("warning: {} lookups found nothing", r.misses);
@@ -428,10 +462,10 @@ fn bench(a: &BenchArgs) -> CmdResult {
 /// `--io file,raw`: both modes interleaved (storefn_kv::compare), each mode's block, then
 /// one stable `compare` line.
 fn bench_compare(a: &BenchArgs, store: &Arc<Store>, cfg: &BenchConfig) -> CmdResult {
-    let c = storefn_kv::compare::run(
+    let c = storefn_kv::harness::compare::run(
         store,
         cfg,
-        a.rounds.unwrap_or(storefn_kv::compare::DEFAULT_ROUNDS),
+        a.rounds.unwrap_or(storefn_kv::harness::compare::DEFAULT_ROUNDS),
     )?;
     for (r, io) in [(&c.file, "file"), (&c.raw, "raw")] {
         println!("== io={io}");
@@ -495,7 +529,7 @@ pub fn print_bench(r: &BenchResult, io: &str) {
     println!("Fallbacks: {}", r.fallbacks);
     println!("Device reads per lookup: {:.4}", r.device_ios_per_op);
     if r.path.starts_with("xrp") {
-        println!("VM engine: {}", storefn_kv::chain::engine_used().unwrap_or("none"));
+        println!("VM engine: {}", storefn_kv::program::engine_used().unwrap_or("none"));
     }
     println!(
         "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
@@ -539,30 +573,12 @@ fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a user's XRP-style program for one lookup (scratch ABI: docs/FORMAT.md).
-fn run_user_prog(
-    store: &Store,
-    key: u64,
-    prog: &std::path::Path,
-    section: Option<&str>,
-) -> Result<Option<[u8; 64]>, Box<dyn std::error::Error>> {
-    use storefn_kv::format::{LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, SCRATCH_BYTES};
-    use storefn_kv::Step;
-    let elf = std::fs::read(prog).map_err(|e| format!("{}: {e}", prog.display()))?;
-    let mut inst = storefn_kv::chain::instance(&elf, section)
-        .map_err(|e| format!("{}: {e}", prog.display()))?;
-    let Step::Node { offset, .. } = store.start(key)? else {
-        return Err("--prog needs at least one uncached level (lower --cache-levels)".into());
-    };
-    let mut scratch = vec![0u8; SCRATCH_BYTES];
-    scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
-    let nb = store.node_size().bytes() as u64;
-    storefn_kv::chain::run_pread(store, &mut inst, offset, nb, &mut scratch)
-        .map_err(|e| format!("{}: {e}", prog.display()))?;
-    if scratch[LOOKUP_OFF_FOUND] == 0 {
-        return Ok(None);
+/// A lookup error, prefixed with the --prog file when one ran.
+fn prog_err(prog: &ProgOpts, e: storefn_kv::KvError) -> Box<dyn std::error::Error> {
+    match &prog.prog {
+        Some(p) => format!("{}: {e}", p.display()).into(),
+        None => e.into(),
     }
-    Ok(Some(scratch[LOOKUP_OFF_VALUE..LOOKUP_OFF_VALUE + 64].try_into().expect("64 bytes")))
 }
 
 /// `n` keys drawn uniformly from `0..key_count` with a seeded generator.
