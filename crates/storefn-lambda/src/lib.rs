@@ -11,6 +11,7 @@ pub mod cache;
 pub mod dispatch;
 pub mod error;
 pub mod local;
+pub mod location;
 pub mod prog;
 pub mod workloads;
 
@@ -18,6 +19,7 @@ pub use dispatch::{
     DispatchConfig, DispatchStats, Dispatcher, Profiling, Run, Side, SideKind, Where,
 };
 pub use error::LambdaError;
-pub use local::{pread_lambda, pwrite_lambda, LocalFile, LocalSide};
+pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSide, RunReport};
+pub use location::{parse_range, Location};
 pub use prog::{run_lambda, LambdaProg};
 pub use workloads::Workload;

@@ -242,3 +242,36 @@ impl Side for LocalSide {
         self.file.uncached_fraction(off, len).ok().map(|(f, _)| f)
     }
 }
+
+/// What one `lambda run` on a local file did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    pub off: u64,
+    pub len: u64,
+    pub out_bytes: usize,
+    pub times: LocalTimes,
+    /// Uncached fraction of the range before the request.
+    pub uncached: f64,
+    pub probe: Probe,
+}
+
+/// One request on a local file: `range` (default: the whole file) through `prog` into an
+/// output buffer of `out_cap` bytes; returns the output (truncated to its length) and a report.
+///
+/// # Errors
+/// As [`LocalFile::open`] and [`LocalFile::pread_lambda`].
+pub fn run_local_once(
+    path: &Path,
+    prog: &mut Instance,
+    range: Option<(u64, u64)>,
+    out_cap: usize,
+) -> Result<(Vec<u8>, RunReport), LambdaError> {
+    let mut file = LocalFile::open(path, IoMode::Buffered)?;
+    let (off, len) = range.unwrap_or((0, file.size_bytes()));
+    file.check_range(off, len)?;
+    let (uncached, probe) = file.uncached_fraction(off, len)?;
+    let mut out = vec![0u8; out_cap];
+    let (out_bytes, times) = file.pread_lambda(off, len, prog, &mut out)?;
+    out.truncate(out_bytes);
+    Ok((out, RunReport { off, len, out_bytes, times, uncached, probe }))
+}

@@ -8,6 +8,7 @@ mod demo;
 mod digest_cmd;
 mod io;
 mod kv;
+mod lambda;
 mod net;
 mod plot;
 mod prog;
@@ -34,6 +35,9 @@ enum Cmd {
     Io(io::IoCmd),
     /// The README demo: build a small database, run every lookup path, compare.
     Demo(demo::DemoArgs),
+    /// λ-IO: run a function over a file range, locally or on the server; workloads; bench.
+    #[command(subcommand)]
+    Lambda(lambda::LambdaCmd),
     /// Network emulation: a user-space delay proxy for tests and benchmarks.
     #[command(subcommand)]
     Net(net::NetCmd),
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => demo::run(&a),
         Cmd::Plot(a) => plot::run(&a),
         Cmd::Net(c) => net::run(&c),
+        Cmd::Lambda(c) => lambda::run(&c),
     };
     match result {
         Ok(code) => code,
