@@ -122,7 +122,7 @@ impl Workload {
     #[must_use]
     pub fn native(self, input: &[u8], out: &mut [u8]) -> usize {
         match self {
-            Workload::Stats64 => stats(input.chunks_exact(8).map(|c| le_u64(c)), out),
+            Workload::Stats64 => stats(input.chunks_exact(8).map(le_u64), out),
             Workload::Stats32 => stats(input.chunks_exact(4).map(|c| u64::from(le_u32(c))), out),
             Workload::Knn => knn(input, out),
             Workload::Grep => grep(input, out),

@@ -6,6 +6,9 @@ use std::os::unix::fs::FileExt;
 
 use storefn_lambda::cache::{cachestat_fraction, drop_cached, mincore_fraction, uncached_fraction};
 
+/// A way to measure the uncached fraction.
+type Probe = fn(&std::fs::File, u64, u64) -> std::io::Result<f64>;
+
 #[test]
 fn cold_then_warm_by_both_probes() {
     let path = std::env::temp_dir().join(format!("storefn-lambda-cache-{}", std::process::id()));
@@ -14,7 +17,7 @@ fn cold_then_warm_by_both_probes() {
     f.sync_all().unwrap();
     let f = std::fs::File::open(&path).unwrap();
     drop_cached(&f, 0, 1 << 20).unwrap();
-    let probes: [(&str, fn(&std::fs::File, u64, u64) -> std::io::Result<f64>); 2] =
+    let probes: [(&str, Probe); 2] =
         [("cachestat", cachestat_fraction), ("mincore", mincore_fraction)];
     for (name, p) in probes {
         let u = p(&f, 0, 1 << 20).unwrap();

@@ -221,7 +221,7 @@ fn accept_loop(
         let (stop, stats2) = (stop.clone(), stats.clone());
         let spawned = thread::Builder::new()
             .name("netdelay-conn".into())
-            .spawn(move || serve(client, to, rtt_us, mbit, &stop, &stats2));
+            .spawn(move || serve(&client, to, rtt_us, mbit, &stop, &stats2));
         match spawned {
             Ok(h) => conns.push(h),
             Err(_) => {
@@ -236,7 +236,7 @@ fn accept_loop(
 
 /// One forwarded connection: a reader and a writer per direction; returns when all four end.
 fn serve(
-    client: TcpStream,
+    client: &TcpStream,
     to: SocketAddr,
     rtt_us: u64,
     mbit: Option<f64>,
@@ -250,7 +250,7 @@ fn serve(
     stats.connections.fetch_add(1, Ordering::Relaxed);
     let dead = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::with_capacity(4);
-    for (from, into, up) in [(&client, &target, true), (&target, &client, false)] {
+    for (from, into, up) in [(client, &target, true), (&target, client, false)] {
         let (Ok(r), Ok(w)) = (from.try_clone(), into.try_clone()) else {
             dead.store(true, Ordering::Release);
             break;
