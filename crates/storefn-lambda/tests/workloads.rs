@@ -142,3 +142,21 @@ fn long_ranges_refill_the_engine_and_land_in_place() {
     assert!(got == &raw[off as usize..(off + len) as usize]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_range_beyond_the_work_budget_fails_with_budget_exhausted() {
+    // grep spends ~4,090 backward jumps per row: 2 MiB (512 rows) is over the 1,000,000 budget.
+    let dir = tmpdir("budget");
+    let path = ensure_data(&dir, Workload::Grep, 2 << 20, 9).unwrap();
+    let mut file = LocalFile::open(&path, IoMode::Buffered).unwrap();
+    let mut inst = prog(Workload::Grep).instance(Engine::Jit).unwrap();
+    let mut out = vec![0u8; Workload::Grep.out_cap(0)];
+    let e = pread_lambda(&mut file, 0, 2 << 20, &mut inst, &mut out).unwrap_err();
+    assert!(
+        matches!(e, LambdaError::Fault { source: VmError::BudgetExhausted { .. }, .. }),
+        "{e:?}"
+    );
+    // Half of it fits.
+    pread_lambda(&mut file, 0, 512 << 10, &mut inst, &mut out).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
