@@ -72,6 +72,9 @@ pub struct BenchRow {
     pub p99_us: f64,
     /// Output bytes of the last request (a check that the function did its work).
     pub out_bytes: usize,
+    /// Mean time of the uncached-fraction probe (cachestat) on the request's range: the
+    /// per-request cost the dispatcher adds before it decides (0 on the write path).
+    pub cache_probe_us: f64,
 }
 
 /// Writes `<dir>/<workload>.dat` of `file_bytes` unless a file of that size is there.
@@ -137,10 +140,16 @@ pub fn run(
             let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5eed);
             let mut lat_us = Vec::with_capacity(cfg.requests as usize);
             let mut out_bytes = 0;
+            let mut probe_us = 0.0;
             for i in 0..WARMUP_REQUESTS + cfg.requests {
                 let off = rng.gen_range(0..=(size - len) / unit) * unit;
                 if c == Condition::Cold {
                     drop_cached(file.file(), off, len).map_err(|e| io("fadvise", e))?;
+                }
+                let t = Instant::now();
+                file.uncached_fraction(off, len)?;
+                if i >= WARMUP_REQUESTS {
+                    probe_us += t.elapsed().as_secs_f64() * 1e6;
                 }
                 let t = Instant::now();
                 let (n, _) = file.pread_lambda(off, len, &mut inst, &mut out)?;
@@ -150,7 +159,9 @@ pub fn run(
                     lat_us.push(us);
                 }
             }
-            rows.push(row(w, c.as_str(), len, &mut lat_us, out_bytes));
+            let mut r = row(w, c.as_str(), len, &mut lat_us, out_bytes);
+            r.cache_probe_us = probe_us / f64::from(cfg.requests.max(1));
+            rows.push(r);
             progress(rows.last().unwrap());
         }
     }
@@ -223,6 +234,7 @@ fn row(
         p50_us: pct(0.5),
         p99_us: pct(0.99),
         out_bytes,
+        cache_probe_us: 0.0,
     }
 }
 

@@ -94,6 +94,9 @@ pub struct BenchArgs {
     /// Append one JSON object per (workload, condition, where) to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw time per request per (workload, condition) and side into this PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -273,6 +276,10 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
     if let Some(e) = json_err {
         return Err(e.into());
     }
+    if let Some(p) = &a.plot {
+        crate::lambda_plot::render(&rows, p)?;
+        println!("lambda bench: plot -> {}", p.display());
+    }
     println!("lambda bench: {} rows, {} requests each, where local", rows.len(), a.requests);
     Ok(ExitCode::SUCCESS)
 }
@@ -280,7 +287,7 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
 fn print_row(r: &BenchRow) {
     println!(
         "lambda bench: workload {} condition {} where {} requests {} request_bytes {} \
-         us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes",
+         us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes cache_probe_us {:.2}",
         r.workload,
         r.condition,
         r.r#where,
@@ -289,7 +296,8 @@ fn print_row(r: &BenchRow) {
         r.us_per_request,
         r.p50_us,
         r.p99_us,
-        r.out_bytes
+        r.out_bytes,
+        r.cache_probe_us
     );
 }
 
@@ -298,7 +306,7 @@ fn append_json(p: &Path, r: &BenchRow, engine: EngineArg) -> Result<(), String> 
         "workload": r.workload.name(), "condition": r.condition, "where": r.r#where.as_str(),
         "requests": r.requests, "us_per_request": r.us_per_request,
         "p50_us": r.p50_us, "p99_us": r.p99_us, "request_bytes": r.request_bytes,
-        "out_bytes": r.out_bytes, "engine": format!("{engine:?}").to_lowercase(),
+        "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "engine": format!("{engine:?}").to_lowercase(),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -9,6 +9,7 @@ mod digest_cmd;
 mod io;
 mod kv;
 mod lambda;
+mod lambda_plot;
 mod net;
 mod plot;
 mod prog;
