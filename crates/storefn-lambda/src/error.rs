@@ -58,6 +58,14 @@ pub enum LambdaError {
         #[source]
         source: ChainError,
     },
+    /// The storage server refused a request or could not be reached.
+    #[error("{server}: {file}: {source}")]
+    Remote {
+        server: String,
+        file: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A plain file operation (open, write, sync, cache probe) failed.
     #[error("{}: {what}: {source}", path.display())]
     Io {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod local;
 pub mod location;
 pub mod prog;
+pub mod remote;
 pub mod workloads;
 
 pub use dispatch::{
@@ -22,4 +23,5 @@ pub use error::LambdaError;
 pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSide, RunReport};
 pub use location::{parse_range, Location};
 pub use prog::{run_lambda, LambdaProg};
+pub use remote::{LambdaTransport, RemoteSide};
 pub use workloads::Workload;
