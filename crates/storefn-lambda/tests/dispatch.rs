@@ -128,6 +128,19 @@ fn simulate(cfg: DispatchConfig, phases: &[(Cond, u32)], jitter: f64) -> Outcome
     }
 }
 
+/// Auto at least 10% below the better of always-local and always-server.
+fn assert_beats_both_fixed_sides(o: &Outcome) {
+    let best = o.local_us.min(o.server_us);
+    assert!(
+        o.auto_us < 0.9 * best,
+        "auto {:.0} local {:.0} server {:.0} ({:?})",
+        o.auto_us,
+        o.local_us,
+        o.server_us,
+        o.stats
+    );
+}
+
 fn steady(local_us: f64, server_us: f64) -> Cond {
     Cond {
         compute_us: local_us * 0.3,
@@ -188,13 +201,7 @@ fn cache_warming_midway_auto_beats_both_fixed_sides() {
         Cond { compute_us: 50.0, miss_us: 400.0, hit_us: 10.0, uncached: 1.0, server_us: 150.0 };
     let warm = Cond { uncached: 0.0, ..cold };
     let o = simulate(adaptive(), &[(cold, 5_000), (warm, 5_000)], 0.1);
-    assert!(
-        o.auto_us < 0.9 * o.local_us.min(o.server_us),
-        "auto {:.0} local {:.0} server {:.0}",
-        o.auto_us,
-        o.local_us,
-        o.server_us
-    );
+    assert_beats_both_fixed_sides(&o);
     assert!(o.stats.switches >= 1);
 }
 
@@ -204,13 +211,7 @@ fn rtt_rising_midway_auto_beats_both_fixed_sides() {
     let near = steady(300.0, 80.0);
     let far = Cond { server_us: 1080.0, ..near };
     let o = simulate(adaptive(), &[(near, 5_000), (far, 5_000)], 0.1);
-    assert!(
-        o.auto_us < 0.9 * o.local_us.min(o.server_us),
-        "auto {:.0} local {:.0} server {:.0}",
-        o.auto_us,
-        o.local_us,
-        o.server_us
-    );
+    assert_beats_both_fixed_sides(&o);
 }
 
 #[test]

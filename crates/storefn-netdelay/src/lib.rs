@@ -145,10 +145,10 @@ impl DelayProxy {
         let local = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ProxyStats::default());
-        let (s, st) = (stop.clone(), stats.clone());
+        let route = Route { to, rtt_us, mbit, stop: stop.clone(), stats: stats.clone() };
         let accept = thread::Builder::new()
             .name("netdelay-accept".into())
-            .spawn(move || accept_loop(&listener, to, rtt_us, mbit, &s, &st))?;
+            .spawn(move || accept_loop(&listener, &route))?;
         Ok(Self { local, stop, stats, accept: Some(accept) })
     }
 
@@ -193,14 +193,18 @@ impl Drop for DelayProxy {
     }
 }
 
-fn accept_loop(
-    listener: &TcpListener,
+/// What every connection of one proxy shares: where to, the link, the stop flag, the counters.
+#[derive(Debug, Clone)]
+struct Route {
     to: SocketAddr,
     rtt_us: u64,
     mbit: Option<f64>,
-    stop: &Arc<AtomicBool>,
-    stats: &Arc<ProxyStats>,
-) {
+    stop: Arc<AtomicBool>,
+    stats: Arc<ProxyStats>,
+}
+
+fn accept_loop(listener: &TcpListener, route: &Route) {
+    let (stop, stats) = (&route.stop, &route.stats);
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
     loop {
         let accepted = listener.accept();
@@ -218,10 +222,9 @@ fn accept_loop(
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let (stop, stats2) = (stop.clone(), stats.clone());
-        let spawned = thread::Builder::new()
-            .name("netdelay-conn".into())
-            .spawn(move || serve(&client, to, rtt_us, mbit, &stop, &stats2));
+        let r = route.clone();
+        let spawned =
+            thread::Builder::new().name("netdelay-conn".into()).spawn(move || serve(&client, &r));
         match spawned {
             Ok(h) => conns.push(h),
             Err(_) => {
@@ -235,14 +238,8 @@ fn accept_loop(
 }
 
 /// One forwarded connection: a reader and a writer per direction; returns when all four end.
-fn serve(
-    client: &TcpStream,
-    to: SocketAddr,
-    rtt_us: u64,
-    mbit: Option<f64>,
-    stop: &Arc<AtomicBool>,
-    stats: &Arc<ProxyStats>,
-) {
+fn serve(client: &TcpStream, route: &Route) {
+    let Route { to, rtt_us, mbit, ref stop, ref stats } = *route;
     let Ok(target) = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) else {
         stats.refused.fetch_add(1, Ordering::Relaxed);
         return;
