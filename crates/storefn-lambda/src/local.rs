@@ -126,8 +126,10 @@ impl LocalFile {
         let chunks = len.div_ceil(READ_CHUNK_BYTES);
         let (mut next, mut done) = (0u64, 0u64);
         let mut failed: Option<(u64, ChainError)> = None;
-        while done < chunks {
-            while next < chunks && self.engine.free_slots() > 0 {
+        // After a failure nothing new is submitted; what is in flight is reaped (the engine's
+        // slots must be free for the next request) and the first failure is reported.
+        while done < next || (done < chunks && failed.is_none()) {
+            while next < chunks && failed.is_none() && self.engine.free_slots() > 0 {
                 let at = next * READ_CHUNK_BYTES;
                 let l = READ_CHUNK_BYTES.min(len - at);
                 self.engine.submit_read(self.id, off + at, l, next).map_err(|source| {

@@ -160,3 +160,18 @@ fn a_range_beyond_the_work_budget_fails_with_budget_exhausted() {
     pread_lambda(&mut file, 0, 512 << 10, &mut inst, &mut out).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_failed_read_is_reported_and_the_engine_stays_usable() {
+    // The file shrinks under an open LocalFile: reads past the new end fail (short reads).
+    let dir = tmpdir("shrink");
+    let path = ensure_data(&dir, Workload::Stats64, 8 << 20, 4).unwrap();
+    let mut file = LocalFile::open(&path, IoMode::Buffered).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1 << 20).unwrap();
+    let e = file.read_range(0, 8 << 20).unwrap_err();
+    assert!(matches!(e, LambdaError::Read { off, .. } if off >= 1 << 20), "{e:?}");
+    // Every slot came back: a read inside the remaining bytes works.
+    let raw = std::fs::read(&path).unwrap();
+    assert!(file.read_range(4096, 65536).unwrap() == &raw[4096..4096 + 65536]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
