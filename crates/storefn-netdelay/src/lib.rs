@@ -61,15 +61,17 @@ pub struct ProxyStats {
 #[derive(Debug)]
 pub struct DelayProxy {
     local: SocketAddr,
+    rtt_us: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     stats: Arc<ProxyStats>,
     accept: Option<JoinHandle<()>>,
 }
 
 /// One direction of the emulated link: when the wire is next free, and the delivery stamp.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Link {
-    one_way: Duration,
+    /// The proxy's current RTT in µs (changed by [`DelayProxy::set_rtt_us`]); half each way.
+    rtt_us: Arc<AtomicU64>,
     /// Serialization time per byte; `None` = unlimited bandwidth.
     ns_per_byte: Option<f64>,
     free_at: Instant,
@@ -77,15 +79,9 @@ struct Link {
 }
 
 impl Link {
-    fn new(rtt_us: u64, mbit: Option<f64>) -> Self {
+    fn new(rtt_us: Arc<AtomicU64>, mbit: Option<f64>) -> Self {
         let now = Instant::now();
-        Self {
-            // Half each way; the odd microsecond goes to the way back.
-            one_way: Duration::from_micros(rtt_us / 2),
-            ns_per_byte: mbit.map(|m| 8_000.0 / m),
-            free_at: now,
-            last_deliver: now,
-        }
+        Self { rtt_us, ns_per_byte: mbit.map(|m| 8_000.0 / m), free_at: now, last_deliver: now }
     }
 
     /// Delivery time of `len` bytes that arrived at `now`: after the wire has carried every
@@ -102,7 +98,9 @@ impl Link {
             }
             None => now,
         };
-        self.last_deliver = (sent + self.one_way).max(self.last_deliver);
+        // Relaxed: a setting read afresh per chunk; no other memory depends on it.
+        let one_way = Duration::from_micros(self.rtt_us.load(Ordering::Relaxed) / 2);
+        self.last_deliver = (sent + one_way).max(self.last_deliver);
         self.last_deliver
     }
 }
@@ -127,12 +125,7 @@ impl DelayProxy {
         rtt_us: u64,
         mbit: Option<f64>,
     ) -> io::Result<Self> {
-        if rtt_us > MAX_RTT_US {
-            return Err(io::Error::new(
-                ErrorKind::InvalidInput,
-                format!("rtt {rtt_us} µs is above the limit of {MAX_RTT_US} µs"),
-            ));
-        }
+        check_rtt(rtt_us)?;
         if let Some(m) = mbit {
             if !(m.is_finite() && m > 0.0) {
                 return Err(io::Error::new(
@@ -145,17 +138,38 @@ impl DelayProxy {
         let local = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ProxyStats::default());
-        let route = Route { to, rtt_us, mbit, stop: stop.clone(), stats: stats.clone() };
+        let rtt = Arc::new(AtomicU64::new(rtt_us));
+        let route =
+            Route { to, rtt_us: rtt.clone(), mbit, stop: stop.clone(), stats: stats.clone() };
         let accept = thread::Builder::new()
             .name("netdelay-accept".into())
             .spawn(move || accept_loop(&listener, &route))?;
-        Ok(Self { local, stop, stats, accept: Some(accept) })
+        Ok(Self { local, rtt_us: rtt, stop, stats, accept: Some(accept) })
     }
 
     /// The address clients connect to.
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Changes the added round-trip time from now on, for every connection (benchmarks whose
+    /// conditions change midway). Chunks already stamped keep their delivery time, and no
+    /// chunk is delivered before one read earlier (order is kept when the RTT drops).
+    ///
+    /// # Errors
+    /// `rtt_us` above [`MAX_RTT_US`].
+    pub fn set_rtt_us(&self, rtt_us: u64) -> io::Result<()> {
+        check_rtt(rtt_us)?;
+        // Relaxed: see `Link::stamp`.
+        self.rtt_us.store(rtt_us, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The round-trip time added now, µs.
+    #[must_use]
+    pub fn rtt_us(&self) -> u64 {
+        self.rtt_us.load(Ordering::Relaxed)
     }
 
     #[must_use]
@@ -187,6 +201,16 @@ impl DelayProxy {
     }
 }
 
+fn check_rtt(rtt_us: u64) -> io::Result<()> {
+    if rtt_us > MAX_RTT_US {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            format!("rtt {rtt_us} µs is above the limit of {MAX_RTT_US} µs"),
+        ));
+    }
+    Ok(())
+}
+
 impl Drop for DelayProxy {
     fn drop(&mut self) {
         self.stop_and_join();
@@ -197,7 +221,7 @@ impl Drop for DelayProxy {
 #[derive(Debug, Clone)]
 struct Route {
     to: SocketAddr,
-    rtt_us: u64,
+    rtt_us: Arc<AtomicU64>,
     mbit: Option<f64>,
     stop: Arc<AtomicBool>,
     stats: Arc<ProxyStats>,
@@ -239,7 +263,7 @@ fn accept_loop(listener: &TcpListener, route: &Route) {
 
 /// One forwarded connection: a reader and a writer per direction; returns when all four end.
 fn serve(client: &TcpStream, route: &Route) {
-    let Route { to, rtt_us, mbit, ref stop, ref stats } = *route;
+    let Route { to, ref rtt_us, mbit, ref stop, ref stats } = *route;
     let Ok(target) = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) else {
         stats.refused.fetch_add(1, Ordering::Relaxed);
         return;
@@ -255,7 +279,7 @@ fn serve(client: &TcpStream, route: &Route) {
         let _ = r.set_nodelay(true);
         let _ = w.set_nodelay(true);
         let (tx, rx) = mpsc::sync_channel::<Msg>(QUEUE_CHUNKS);
-        let link = Link::new(rtt_us, mbit);
+        let link = Link::new(rtt_us.clone(), mbit);
         let ctl = Ctl { stop: stop.clone(), dead: dead.clone(), stats: stats.clone(), up };
         let ctl2 = ctl.clone();
         let (a, b) = (
@@ -429,7 +453,7 @@ mod tests {
 
     #[test]
     fn stamps_add_half_the_rtt_and_keep_order() {
-        let mut l = Link::new(1000, None);
+        let mut l = Link::new(Arc::new(AtomicU64::new(1000)), None);
         let t0 = Instant::now();
         assert_eq!(l.stamp(t0, 10), t0 + Duration::from_micros(500));
         // A chunk read "earlier" (clock skew between threads cannot happen, but order must
@@ -440,7 +464,7 @@ mod tests {
     #[test]
     fn stamps_serialize_at_the_cap() {
         // 8 Mbit/s = 1 byte per µs.
-        let mut l = Link::new(0, Some(8.0));
+        let mut l = Link::new(Arc::new(AtomicU64::new(0)), Some(8.0));
         let t0 = Instant::now();
         assert_eq!(l.stamp(t0, 1000), t0 + Duration::from_micros(1000));
         // Arrives while the wire is busy: waits for it.

@@ -199,6 +199,23 @@ fn shutdown_closes_connections_and_stops_listening() {
 }
 
 #[test]
+fn the_rtt_can_change_midway() {
+    let (target, server) = echo_server(1);
+    let proxy = DelayProxy::spawn(LOOPBACK.parse().unwrap(), target, 200, None).unwrap();
+    let mut s = connect(proxy.local_addr());
+    assert!(ping_pong(&mut s, 5)[0] >= 200);
+    proxy.set_rtt_us(4000).unwrap();
+    assert_eq!(proxy.rtt_us(), 4000);
+    let rtts = ping_pong(&mut s, 5);
+    assert!(rtts[0] >= 4000, "{rtts:?}");
+    assert!(rtts[0] <= 5000, "{rtts:?}");
+    assert!(proxy.set_rtt_us(20_000_000).is_err());
+    drop(s);
+    proxy.shutdown();
+    server.join().unwrap();
+}
+
+#[test]
 fn bad_arguments_are_refused() {
     let a: SocketAddr = LOOPBACK.parse().unwrap();
     let e = DelayProxy::spawn(a, a, 20_000_000, None).unwrap_err();
