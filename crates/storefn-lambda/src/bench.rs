@@ -62,8 +62,9 @@ pub struct BenchConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchRow {
     pub workload: Workload,
-    /// `cold`/`warm` for reads; `write` for the write path.
-    pub condition: &'static str,
+    /// `cold`/`warm` for reads, `write` for the write path; remote runs add the RTT
+    /// (`warm-rtt200`) and name a change midway with `->` (`cold->warm-rtt200`).
+    pub condition: String,
     pub r#where: Where,
     pub requests: u32,
     pub request_bytes: u64,
@@ -75,6 +76,8 @@ pub struct BenchRow {
     /// Mean time of the uncached-fraction probe (cachestat) on the request's range: the
     /// per-request cost the dispatcher adds before it decides (0 on the write path).
     pub cache_probe_us: f64,
+    /// Fraction of the requests that ran on the server (0 for `local`, 1 for `server`).
+    pub server_share: f64,
 }
 
 /// Writes `<dir>/<workload>.dat` of `file_bytes` unless a file of that size is there.
@@ -130,12 +133,7 @@ pub fn run(
         for &c in &cfg.conditions {
             let io = |what, source| LambdaError::Io { path: path.clone(), what, source };
             if c == Condition::Warm {
-                let mut at = 0;
-                while at < size {
-                    let n = MAX_RANGE_BYTES.min(size - at);
-                    file.read_range(at, n)?;
-                    at += n;
-                }
+                warm(&mut file)?;
             }
             let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5eed);
             let mut lat_us = Vec::with_capacity(cfg.requests as usize);
@@ -159,7 +157,7 @@ pub fn run(
                     lat_us.push(us);
                 }
             }
-            let mut r = row(w, c.as_str(), len, &mut lat_us, out_bytes);
+            let mut r = row(w, c.as_str().into(), Where::Local, len, &mut lat_us, out_bytes);
             r.cache_probe_us = probe_us / f64::from(cfg.requests.max(1));
             rows.push(r);
             progress(rows.last().unwrap());
@@ -199,12 +197,15 @@ fn bench_write(
             lat_us.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    Ok(row(w, "write", len as u64, &mut lat_us, out_bytes))
+    Ok(row(w, "write".into(), Where::Local, len as u64, &mut lat_us, out_bytes))
 }
 
-fn row(
+/// A row from per-request latencies (sorted here); `server_share` follows `where` (auto's
+/// caller overwrites it with the measured share).
+pub(crate) fn row(
     w: Workload,
-    condition: &'static str,
+    condition: String,
+    r#where: Where,
     len: u64,
     lat_us: &mut [f64],
     out_bytes: usize,
@@ -227,7 +228,7 @@ fn row(
     BenchRow {
         workload: w,
         condition,
-        r#where: Where::Local,
+        r#where,
         requests: u32::try_from(lat_us.len()).unwrap_or(u32::MAX),
         request_bytes: len,
         us_per_request: mean,
@@ -235,9 +236,22 @@ fn row(
         p99_us: pct(0.99),
         out_bytes,
         cache_probe_us: 0.0,
+        server_share: if r#where == Where::Server { 1.0 } else { 0.0 },
     }
 }
 
-fn storefn_progs_elf(w: Workload) -> &'static [u8] {
+/// Reads the whole file once so the page cache holds it.
+pub(crate) fn warm(file: &mut LocalFile) -> Result<(), LambdaError> {
+    let size = file.size_bytes();
+    let mut at = 0;
+    while at < size {
+        let n = MAX_RANGE_BYTES.min(size - at);
+        file.read_range(at, n)?;
+        at += n;
+    }
+    Ok(())
+}
+
+pub(crate) fn storefn_progs_elf(w: Workload) -> &'static [u8] {
     storefn_progs::must(w.prog_name())
 }

@@ -287,7 +287,8 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
 fn print_row(r: &BenchRow) {
     println!(
         "lambda bench: workload {} condition {} where {} requests {} request_bytes {} \
-         us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes cache_probe_us {:.2}",
+         us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes cache_probe_us {:.2} \
+         server_share {:.3}",
         r.workload,
         r.condition,
         r.r#where,
@@ -297,7 +298,8 @@ fn print_row(r: &BenchRow) {
         r.p50_us,
         r.p99_us,
         r.out_bytes,
-        r.cache_probe_us
+        r.cache_probe_us,
+        r.server_share
     );
 }
 
@@ -306,7 +308,7 @@ fn append_json(p: &Path, r: &BenchRow, engine: EngineArg) -> Result<(), String> 
         "workload": r.workload.name(), "condition": r.condition, "where": r.r#where.as_str(),
         "requests": r.requests, "us_per_request": r.us_per_request,
         "p50_us": r.p50_us, "p99_us": r.p99_us, "request_bytes": r.request_bytes,
-        "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "engine": format!("{engine:?}").to_lowercase(),
+        "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "server_share": r.server_share, "engine": format!("{engine:?}").to_lowercase(),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -31,7 +31,7 @@ pub fn render(rows: &[BenchRow], out: &Path) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| format!("{}: {e}", out.display());
     let mut groups: Vec<(String, &str)> = Vec::new();
     for r in rows {
-        let g = (r.workload.to_string(), r.condition);
+        let g = (r.workload.to_string(), r.condition.as_str());
         if !groups.contains(&g) {
             groups.push(g);
         }
@@ -65,7 +65,8 @@ pub fn render(rows: &[BenchRow], out: &Path) -> Result<(), String> {
             .iter()
             .filter(|r| r.r#where == *side)
             .filter_map(|r| {
-                let g = groups.iter().position(|g| *g == (r.workload.to_string(), r.condition))?;
+                let key = (r.workload.to_string(), r.condition.as_str());
+                let g = groups.iter().position(|g| *g == key)?;
                 let x0 = g as f64 + (1.0 - GROUP_FILL) / 2.0 + k as f64 * w;
                 Some((x0, r))
             })
@@ -93,7 +94,7 @@ pub fn render(rows: &[BenchRow], out: &Path) -> Result<(), String> {
     // Group labels under the axis, centred on each group.
     for (i, (wl, cond)) in groups.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(i as f64 + 0.5, ymin));
-        for (line, text) in [wl.as_str(), cond].into_iter().enumerate() {
+        for (line, text) in [wl.as_str(), *cond].into_iter().enumerate() {
             let style =
                 ("sans-serif", 16).into_text_style(&root).pos(Pos::new(HPos::Center, VPos::Top));
             root.draw(&Text::new(text.to_string(), (px, py + 8 + 18 * line as i32), style))
