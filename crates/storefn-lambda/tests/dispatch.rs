@@ -252,3 +252,13 @@ fn the_local_estimate_follows_the_uncached_fraction_without_probes() {
     // Half cached: compute + hit/2 + miss/2.
     assert!(close(d.local_estimate(0.5).unwrap(), per_byte(50.0 + 5.0 + 200.0)));
 }
+
+#[test]
+fn the_dispatchers_own_cost_is_paid_from_the_probe_budget() {
+    // Same 2x gap; in the first run the requests are so short (10 ns vs 5 ns of reported cost)
+    // that the dispatcher's own work is most of each request: it probes at the floor budget.
+    let tiny = simulate(adaptive(), &[(steady(0.01, 0.005), 5_000)], 0.0);
+    let big = simulate(adaptive(), &[(steady(10_000.0, 5_000.0), 5_000)], 0.0);
+    assert!(tiny.stats.probes * 3 < big.stats.probes, "{:?} vs {:?}", tiny.stats, big.stats);
+    assert!(tiny.stats.probes > 3, "the floor budget still probes: {:?}", tiny.stats);
+}
