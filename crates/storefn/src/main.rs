@@ -8,6 +8,9 @@ mod demo;
 mod digest_cmd;
 mod io;
 mod kv;
+mod lambda;
+mod lambda_plot;
+mod net;
 mod plot;
 mod prog;
 mod prog_bench;
@@ -33,6 +36,12 @@ enum Cmd {
     Io(io::IoCmd),
     /// The README demo: build a small database, run every lookup path, compare.
     Demo(demo::DemoArgs),
+    /// λ-IO: run a function over a file range, locally or on the server; workloads; bench.
+    #[command(subcommand)]
+    Lambda(lambda::LambdaCmd),
+    /// Network emulation: a user-space delay proxy for tests and benchmarks.
+    #[command(subcommand)]
+    Net(net::NetCmd),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
 }
@@ -45,6 +54,8 @@ fn main() -> ExitCode {
         Cmd::Io(c) => io::run(&c),
         Cmd::Demo(a) => demo::run(&a),
         Cmd::Plot(a) => plot::run(&a),
+        Cmd::Net(c) => net::run(&c),
+        Cmd::Lambda(c) => lambda::run(&c),
     };
     match result {
         Ok(code) => code,
