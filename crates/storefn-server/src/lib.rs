@@ -6,8 +6,10 @@
 //!   (`rpc-read` and `pushdown`), with the file-version staleness protocol.
 //! - [`auth`]: token files and the HMAC-SHA256 challenge-response.
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
+//! - [`bench`]: the remote lookup benchmark (`kv bench --remote`).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
 pub mod auth;
+pub mod bench;
 pub mod client;
 pub mod confine;
 pub mod proto;

@@ -65,6 +65,8 @@ pub struct RemoteStats {
     pub reloads: u64,
     /// Pushdown lookups redone with READs (the program flagged an inconsistency).
     pub fallbacks: u64,
+    /// Block reads on the server: one per READ, a chain's hops per XRP.
+    pub hops: u64,
 }
 
 /// What one step of a lookup needs next.
@@ -267,6 +269,7 @@ impl RemoteKv {
     fn read_one(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, RemoteKvError> {
         let r = self.client.one(&Req::Read { path: self.db.clone(), offset, len })?;
         self.stats.round_trips += 1;
+        self.stats.hops += 1;
         self.check(r.version)?;
         Ok(r.data)
     }
@@ -421,6 +424,7 @@ impl RemoteKv {
             for (k, r) in replies.into_iter().enumerate() {
                 let i = sent[k];
                 let r = r.ok("XRP")?;
+                self.stats.hops += u64::from(r.hops);
                 if r.version != self.version {
                     left.push(i);
                     continue;

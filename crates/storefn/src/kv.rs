@@ -143,6 +143,8 @@ pub struct BenchArgs {
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: crate::kv_remote::RemoteOpts,
 }
 
 /// Options shared by every lookup command.
@@ -160,6 +162,8 @@ pub struct PathOpts {
     /// file | raw (read and engine paths; see `kv bench --help`).
     #[arg(long, value_enum, default_value_t = IoArg::File)]
     pub io: IoArg,
+    #[command(flatten)]
+    pub remote: crate::kv_remote::RemoteOpts,
 }
 
 /// `kv bench --io`: one mode, or both side by side.
@@ -218,6 +222,29 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         }
         KvCmd::PutStream { db, count, seed, memtable_bytes, batch } => {
             put_stream(db, *count, *seed, *memtable_bytes, *batch)
+        }
+        KvCmd::Get { prog: Some(_), opts, .. } if opts.remote.remote.is_some() => {
+            Err("--prog runs a program locally; with --remote use --path pushdown".into())
+        }
+        KvCmd::Get { db, key, opts, prog: None, .. } if opts.remote.remote.is_some() => {
+            let addr = opts.remote.remote.as_deref().expect("checked");
+            crate::kv_remote::get(db, *key, &opts.path, opts.cache_levels, &opts.remote, addr)
+        }
+        KvCmd::Multiget { db, keys, random, seed, opts } if opts.remote.remote.is_some() => {
+            let addr = opts.remote.remote.as_deref().expect("checked");
+            let r = random.map(|n| (n, *seed));
+            crate::kv_remote::multiget(
+                db,
+                keys,
+                r,
+                &opts.path,
+                opts.cache_levels,
+                &opts.remote,
+                addr,
+            )
+        }
+        KvCmd::Bench(a) if a.remote.remote.is_some() => {
+            crate::kv_remote::bench(a, a.remote.remote.as_deref().expect("checked"))
         }
         KvCmd::Get { db, key, opts, prog, section } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
@@ -446,7 +473,7 @@ pub fn print_bench(r: &BenchResult, io: &str) {
     );
 }
 
-fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value {
+pub(crate) fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value {
     serde_json::json!({
         "path": r.path, "layers": r.layers, "threads": r.threads, "batch": r.batch,
         "requests": r.requests, "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us,
@@ -458,7 +485,7 @@ fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value
 }
 
 /// Appends `obj` as one JSON line to `p`.
-fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
+pub(crate) fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
     use std::io::Write as _;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

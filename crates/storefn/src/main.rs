@@ -8,9 +8,11 @@ mod demo;
 mod digest_cmd;
 mod io;
 mod kv;
+mod kv_remote;
 mod plot;
 mod prog;
 mod prog_bench;
+mod serve;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]
@@ -33,6 +35,8 @@ enum Cmd {
     Io(io::IoCmd),
     /// The README demo: build a small database, run every lookup path, compare.
     Demo(demo::DemoArgs),
+    /// Serve the files of a directory to remote clients; run storage functions next to them.
+    Serve(serve::ServeArgs),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
 }
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
         Cmd::Io(c) => io::run(&c),
         Cmd::Demo(a) => demo::run(&a),
         Cmd::Plot(a) => plot::run(&a),
+        Cmd::Serve(a) => serve::run(&a),
     };
     match result {
         Ok(code) => code,
