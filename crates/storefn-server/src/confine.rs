@@ -7,7 +7,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
-use crate::proto::StatusCode;
+use crate::proto::{StatusCode, MAX_PATH_BYTES};
 
 /// Why a path could not be opened beneath the root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,14 +107,19 @@ impl Root {
     /// reopened with [`Root::open_beneath`], which does the confined resolution).
     #[must_use]
     pub fn stat_identity(&self, rel: &[u8]) -> Option<(u64, u64, u64, u64)> {
-        let c = CString::new(rel).ok()?;
+        // NUL-terminated on the stack: this runs on every request and must not allocate.
+        let mut c = [0u8; MAX_PATH_BYTES + 1];
+        if rel.len() > MAX_PATH_BYTES || rel.contains(&0) {
+            return None;
+        }
+        c[..rel.len()].copy_from_slice(rel);
         // SAFETY: zeroed statx is a valid out-buffer; the kernel fills it.
         let mut sx: libc::statx = unsafe { std::mem::zeroed() };
         // SAFETY: `c` is NUL-terminated; `sx` is a valid, writable statx.
         let r = unsafe {
             libc::statx(
                 self.dir.as_raw_fd(),
-                c.as_ptr(),
+                c.as_ptr().cast(),
                 libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT,
                 libc::STATX_INO | libc::STATX_CTIME | libc::STATX_SIZE,
                 &raw mut sx,

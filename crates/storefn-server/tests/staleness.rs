@@ -31,7 +31,9 @@ fn belongs_to(k: u64, v: &[u8; VALUE_BYTES]) -> bool {
         return true;
     }
     let t = value_text(v);
-    t.strip_prefix("upd").and_then(|r| r.split_once('-')).is_some_and(|(_, key)| key == k.to_string())
+    t.strip_prefix("upd")
+        .and_then(|r| r.split_once('-'))
+        .is_some_and(|(_, key)| key == k.to_string())
         || t == format!("new-{k}")
 }
 
@@ -43,32 +45,44 @@ fn compaction_during_lookups_never_returns_a_wrong_value() {
     let server = serve(dir.path(), 2);
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let readers: Vec<_> = [(RemotePath::Pushdown, 2), (RemotePath::Pushdown, 1), (RemotePath::RpcRead, 2), (RemotePath::RpcRead, 0)]
-        .into_iter()
-        .enumerate()
-        .map(|(i, (path, cache))| {
-            let c = client(&server);
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let mut kv = RemoteKv::open(c, "db", cache).unwrap();
-                let mut rng = rand::rngs::SmallRng::seed_from_u64(i as u64);
-                let mut lookups = 0u64;
-                // Bounded: the writer stops us, and so does the deadline.
-                while !stop.load(Ordering::Relaxed) && t0.elapsed() < DEADLINE {
-                    let keys: Vec<u64> = (0..16).map(|_| rng.gen_range(0..n + ROUNDS * 40)).collect();
-                    let got = kv.get_many(&keys, path).unwrap();
-                    for (k, v) in keys.iter().zip(&got) {
-                        match v {
-                            Some(v) => assert!(belongs_to(*k, v), "{path:?} cache {cache}: key {k} got {:?}", value_text(v)),
-                            None => assert!(*k >= n, "{path:?} cache {cache}: key {k} (always present) not found"),
-                        }
+    let readers: Vec<_> = [
+        (RemotePath::Pushdown, 2),
+        (RemotePath::Pushdown, 1),
+        (RemotePath::RpcRead, 2),
+        (RemotePath::RpcRead, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (path, cache))| {
+        let c = client(&server);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut kv = RemoteKv::open(c, "db", cache).unwrap();
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(i as u64);
+            let mut lookups = 0u64;
+            // Bounded: the writer stops us, and so does the deadline.
+            while !stop.load(Ordering::Relaxed) && t0.elapsed() < DEADLINE {
+                let keys: Vec<u64> = (0..16).map(|_| rng.gen_range(0..n + ROUNDS * 40)).collect();
+                let got = kv.get_many(&keys, path).unwrap();
+                for (k, v) in keys.iter().zip(&got) {
+                    match v {
+                        Some(v) => assert!(
+                            belongs_to(*k, v),
+                            "{path:?} cache {cache}: key {k} got {:?}",
+                            value_text(v)
+                        ),
+                        None => assert!(
+                            *k >= n,
+                            "{path:?} cache {cache}: key {k} (always present) not found"
+                        ),
                     }
-                    lookups += keys.len() as u64;
                 }
-                (lookups, kv.stats())
-            })
+                lookups += keys.len() as u64;
+            }
+            (lookups, kv.stats())
         })
-        .collect();
+    })
+    .collect();
     let w = Db::open_with(&db, 1 << 30).unwrap();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(99);
     for r in 0..ROUNDS {
