@@ -959,7 +959,8 @@ impl Worker<'_> {
         let (idle, slow) = (self.shared.cfg.idle_timeout, self.shared.cfg.slow_client_timeout);
         for ci in 0..self.conns.len() {
             let Some(c) = self.conns[ci].as_ref() else { continue };
-            let why = if c.in_flight == 0 && c.tx_pos == c.tx.len() && now - c.last_rx > idle {
+            let quiet = c.in_flight == 0 && c.tx_pos == c.tx.len() && c.partial_since.is_none();
+            let why = if quiet && now - c.last_rx > idle {
                 self.shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                 "idle timeout"
             } else if c.partial_since.is_some_and(|t| now - t > slow)
