@@ -6,6 +6,10 @@
 
 use std::collections::VecDeque;
 
+/// A tenant alone may hold all but `slots / RESERVE_DIV` slots, so a tenant that arrives finds
+/// a slot free at once instead of waiting for a long chain to finish.
+pub const RESERVE_DIV: u32 = 8;
+
 /// Queued jobs per tenant.
 #[derive(Debug)]
 pub struct Sched {
@@ -72,10 +76,14 @@ impl Sched {
             .enumerate()
             .filter(|&(t, &n)| n > 0 || !self.queues[t].is_empty())
             .count();
-        (self.slots / u32::try_from(busy.max(1)).expect("few tenants")).max(1)
+        if busy <= 1 {
+            return (self.slots - self.slots / RESERVE_DIV).max(1);
+        }
+        (self.slots / u32::try_from(busy).expect("few tenants")).max(1)
     }
 
-    /// The next job to admit as `(tenant, job)`, or `None` if nothing may be admitted now.
+    /// The next job to admit as `(tenant, job)`, or `None` if nothing may be admitted now
+    /// (nothing queued, or every tenant with queued work is at its share).
     pub fn admit(&mut self) -> Option<(u32, u32)> {
         if !self.fair {
             let (t, j) = self.fifo.pop_front()?;
@@ -87,8 +95,9 @@ impl Sched {
         for _ in 0..self.active.len() {
             let t = self.active.pop_front()?;
             let ti = t as usize;
-            // Over its share and someone else is waiting: skip it this round.
-            if self.inflight[ti] >= share && self.active.len() > 1 {
+            // Over its share: skip it this round (another tenant may be waiting, or the
+            // reserve is kept for one that arrives).
+            if self.inflight[ti] >= share {
                 self.active.push_back(t);
                 continue;
             }
@@ -161,6 +170,24 @@ mod tests {
             }
         }
         assert_eq!(per, [2, 2]);
+    }
+
+    #[test]
+    fn a_lone_tenant_leaves_the_reserve_free() {
+        let mut s = Sched::new(16, true);
+        for j in 0..100 {
+            s.push(0, j);
+        }
+        let mut n = 0;
+        while s.admit().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 16 - 16 / RESERVE_DIV);
+        s.push(1, 7);
+        assert_eq!(s.admit(), Some((1, 7)));
+        s.done(0);
+        // Two tenants now: tenant 0 is over its share (8) and waits.
+        assert_eq!(s.admit(), None);
     }
 
     #[test]
