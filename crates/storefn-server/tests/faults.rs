@@ -245,6 +245,15 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
         }
     }
     assert_eq!((ok, limit), (1 + server::MAX_IN_FLIGHT_PER_CONN as usize, 44));
+    // Regression: 256 replies of 4 KiB in one pass once made a response frame over the 1 MiB
+    // limit (the client refused it). Responses roll over into new frames.
+    std::fs::write(dir.join("big"), vec![5u8; 4096 * 4]).unwrap();
+    let reqs: Vec<Req> = (0..256)
+        .map(|i| Req::Read { path: "big".into(), offset: (i % 4) * 4096, len: 4096 })
+        .collect();
+    for r in c.call(&reqs).unwrap() {
+        assert_eq!(r.ok("READ").unwrap().data, vec![5u8; 4096]);
+    }
     read_ok(&mut c);
     server.stop();
     server.join().unwrap();

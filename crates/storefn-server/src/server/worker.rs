@@ -29,7 +29,7 @@ use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, Messages, ProtoError,
     Request, Response, StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE,
-    MAX_FRAME_BYTES, SCRATCH_BYTES,
+    MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, SCRATCH_BYTES,
 };
 use crate::registry::ProgHash;
 
@@ -516,17 +516,13 @@ impl Worker<'_> {
 
     fn respond_err(&mut self, ci: u32, req_id: u64, op_code: u8, st: StatusCode, msg: &str) {
         let c = self.conn(ci);
-        if c.frame.is_empty() {
-            c.frame.begin(KIND_RESPONSE);
-        }
+        open_frame(c);
         put_status(&mut c.frame, req_id, op_code, st, msg);
     }
 
     fn respond(&mut self, ci: u32, req_id: u64, op_code: u8, r: &Response<'_>) {
         let c = self.conn(ci);
-        if c.frame.is_empty() {
-            c.frame.begin(KIND_RESPONSE);
-        }
+        open_frame(c);
         put_response(&mut c.frame, req_id, op_code, r);
     }
 
@@ -865,9 +861,7 @@ impl Worker<'_> {
         let Self { jobs, conns, progs, .. } = self;
         let j = jobs[ji as usize].as_ref().expect("job");
         let c = conns[conn as usize].as_mut().expect("live");
-        if c.frame.is_empty() {
-            c.frame.begin(KIND_RESPONSE);
-        }
+        open_frame(c);
         let start = c.frame.begin_msg(req_id, op::LAMBDA, StatusCode::Ok as u16);
         let hdr = c.frame.buf.len();
         c.frame.buf.extend_from_slice(&version.dev.to_le_bytes());
@@ -1012,9 +1006,7 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
         JobKind::Xrp => op::XRP,
         JobKind::Lambda => op::LAMBDA,
     };
-    if conn.frame.is_empty() {
-        conn.frame.begin(KIND_RESPONSE);
-    }
+    open_frame(conn);
     match &c.result {
         Err(e) => {
             j.input_len = u32::MAX;
@@ -1046,6 +1038,24 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 j.input_len = u32::try_from(c.data.len()).expect("<= 4096");
             }
         },
+    }
+}
+
+/// A response frame is closed (moved to the send buffer) before it could pass
+/// `MAX_FRAME_BYTES` with the largest message or `MAX_MSGS_PER_FRAME` messages.
+const ROLL_FRAME_BYTES: usize = MAX_FRAME_BYTES - MAX_LAMBDA_OUT_BYTES as usize - 1024;
+
+/// Makes the connection's response frame ready for one more message of any size.
+fn open_frame(c: &mut Conn) {
+    if !c.frame.is_empty()
+        && (c.frame.len() > ROLL_FRAME_BYTES || c.frame.count() >= MAX_MSGS_PER_FRAME)
+    {
+        let bytes = c.frame.finish();
+        c.tx.extend_from_slice(bytes);
+        c.frame.begin(KIND_RESPONSE);
+    }
+    if c.frame.is_empty() {
+        c.frame.begin(KIND_RESPONSE);
     }
 }
 
