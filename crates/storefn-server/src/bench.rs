@@ -11,6 +11,8 @@ use storefn_kv::bench::{BenchResult, Dist, KeyGen};
 use crate::client::{Client, ClientConfig, ClientError, Req};
 use crate::remote_kv::{RemoteKv, RemoteKvError, RemotePath};
 
+/// `pushdown --batch B` keeps B lookups in flight in frames of B / PIPELINE_FRAMES lookups.
+pub const PIPELINE_FRAMES: usize = 4;
 /// Round trips timed to measure the RTT before a run (STAT of the database; median).
 pub const RTT_PROBES: usize = 200;
 
@@ -106,21 +108,30 @@ fn run_thread(
     let mut keys = KeyGen::new(cfg.dist, kv.meta().key_count, cfg.seed.wrapping_add(t as u64));
     let batch = if cfg.path == RemotePath::Pushdown { cfg.batch.max(1) } else { 1 };
     let warm: Vec<u64> = (0..cfg.warmup).map(|_| keys.next_key()).collect();
-    for part in warm.chunks(batch) {
-        kv.get_many(part, cfg.path)?;
-    }
     let measured: Vec<u64> = (0..n).map(|_| keys.next_key()).collect();
-    let before = kv.stats();
-    barrier.wait();
     let mut lat_ns = Vec::with_capacity(measured.len());
     let mut misses = 0;
-    for part in measured.chunks(batch) {
-        let t0 = Instant::now();
-        let got = kv.get_many(part, cfg.path)?;
-        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // Every lookup of a batch was submitted at t0 and answered in the same frame.
-        lat_ns.extend(std::iter::repeat_n(ns, part.len()));
-        misses += got.iter().filter(|v| v.is_none()).count() as u64;
+    let before;
+    if batch > 1 {
+        // `batch` lookups in flight, refilled as replies come (frames of batch / 4).
+        let per_frame = (batch / PIPELINE_FRAMES).max(1);
+        kv.pushdown_pipelined(&warm, batch, per_frame, &mut lat_ns)?;
+        before = kv.stats();
+        barrier.wait();
+        let got = kv.pushdown_pipelined(&measured, batch, per_frame, &mut lat_ns)?;
+        misses = got.iter().filter(|v| v.is_none()).count() as u64;
+    } else {
+        for &k in &warm {
+            kv.get(k, cfg.path)?;
+        }
+        before = kv.stats();
+        barrier.wait();
+        for &k in &measured {
+            let t0 = Instant::now();
+            let got = kv.get(k, cfg.path)?;
+            lat_ns.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            misses += u64::from(got.is_none());
+        }
     }
     let after = kv.stats();
     Ok(ThreadOut {

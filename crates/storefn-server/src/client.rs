@@ -381,6 +381,70 @@ impl Client {
         Ok(())
     }
 
+    /// The most requests the server lets this connection have outstanding.
+    #[must_use]
+    pub fn max_in_flight(&self) -> usize {
+        self.conn.as_ref().map_or(1, |c| c.max_in_flight)
+    }
+
+    /// Streaming: sends `reqs` as one frame without waiting and returns the first id (the
+    /// ids are consecutive). Replies come from [`Client::recv`]. The caller keeps at most
+    /// [`Client::max_in_flight`] outstanding and receives every reply before using
+    /// [`Client::call`] again.
+    ///
+    /// # Errors
+    /// Connection errors (the connection is dropped; outstanding requests are lost).
+    pub fn send(&mut self, reqs: &[Req]) -> Result<u64, ClientError> {
+        self.ensure()?;
+        let first = self.next_id;
+        self.frame.begin(KIND_REQUEST);
+        for (i, r) in reqs.iter().enumerate() {
+            put_request(&mut self.frame, first + i as u64, &r.view());
+        }
+        self.next_id += reqs.len() as u64;
+        let conn = self.conn.as_mut().expect("ensured");
+        if let Err(e) = conn.stream.write_all(self.frame.finish()) {
+            self.conn = None;
+            return Err(ClientError::Io(e));
+        }
+        self.round_trips += 1;
+        Ok(first)
+    }
+
+    /// Streaming: receives one response frame and hands each reply to `f` with its id;
+    /// returns how many.
+    ///
+    /// # Errors
+    /// Connection and protocol errors (the connection is dropped).
+    pub fn recv(&mut self, mut f: impl FnMut(u64, Reply)) -> Result<usize, ClientError> {
+        let r = self.recv_inner(&mut f);
+        if r.is_err() {
+            self.conn = None;
+        }
+        r
+    }
+
+    fn recv_inner(&mut self, f: &mut impl FnMut(u64, Reply)) -> Result<usize, ClientError> {
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| ClientError::Io(std::io::Error::other("not connected")))?;
+        let frame_no = conn.frames_in;
+        let mut h = [0u8; FRAME_HEADER_BYTES];
+        conn.stream.read_exact(&mut h).map_err(ClientError::Io)?;
+        let hd = decode_header(&h, frame_no, KIND_RESPONSE)?;
+        conn.frames_in += 1;
+        self.rx.resize(hd.body_bytes as usize, 0);
+        conn.stream.read_exact(&mut self.rx).map_err(ClientError::Io)?;
+        let mut n = 0;
+        for m in Messages::new(&self.rx, hd.count, frame_no) {
+            let m = m?;
+            f(m.req_id, Reply::from_response(&Response::parse(&m)?));
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Sends owned requests, pipelined, and returns one reply per request (in order). A
     /// broken connection is reconnected once before sending.
     ///

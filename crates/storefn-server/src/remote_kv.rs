@@ -378,6 +378,87 @@ impl RemoteKv {
         Ok(self.get_many(&[key], path)?.remove(0))
     }
 
+    /// Pushdown lookups kept `window` in flight on one connection (frames of `per_frame`
+    /// lookups, refilled as replies arrive), like the local `xrp-batch` keeps chains in
+    /// flight. `lat_ns[i]` is lookup i's time from its frame's send to its reply. Lookups
+    /// that need more (a version change, the program's `err` flag, all levels cached) are
+    /// redone afterwards with [`RemoteKv::get_many`] and their time added.
+    ///
+    /// # Errors
+    /// As [`RemoteKv::get_many`].
+    pub fn pushdown_pipelined(
+        &mut self,
+        keys: &[u64],
+        window: usize,
+        per_frame: usize,
+        lat_ns: &mut Vec<u64>,
+    ) -> Result<Vec<Option<[u8; VALUE_BYTES]>>, RemoteKvError> {
+        use std::collections::HashMap;
+        use std::time::Instant;
+        let hash = self.prog()?;
+        let window = window.clamp(1, self.client.max_in_flight());
+        let per_frame = per_frame.clamp(1, window);
+        self.stats.lookups += keys.len() as u64;
+        let mut out = vec![None; keys.len()];
+        lat_ns.clear();
+        lat_ns.resize(keys.len(), 0);
+        let mut sent_at: HashMap<u64, (usize, Instant)> = HashMap::with_capacity(window);
+        let mut redo = Vec::new();
+        let mut got = Vec::with_capacity(window);
+        let mut next = 0;
+        let before = self.client.round_trips;
+        while next < keys.len() || !sent_at.is_empty() {
+            while next < keys.len() && sent_at.len() + per_frame <= window.max(per_frame) {
+                let mut reqs = Vec::with_capacity(per_frame);
+                let mut idx = Vec::with_capacity(per_frame);
+                while next < keys.len() && reqs.len() < per_frame {
+                    match self.start(keys[next])? {
+                        Step::Node(off, _) => {
+                            reqs.push(self.xrp_req(keys[next], off, hash));
+                            idx.push(next);
+                        }
+                        _ => redo.push(next),
+                    }
+                    next += 1;
+                }
+                if reqs.is_empty() {
+                    continue;
+                }
+                let first = self.client.send(&reqs)?;
+                let t = Instant::now();
+                for (k, &i) in idx.iter().enumerate() {
+                    sent_at.insert(first + k as u64, (i, t));
+                }
+            }
+            if sent_at.is_empty() {
+                break;
+            }
+            got.clear();
+            self.client.recv(|id, r| got.push((id, r)))?;
+            for (id, r) in got.drain(..) {
+                let (i, t) = sent_at.remove(&id).ok_or(ClientError::UnknownId(id))?;
+                lat_ns[i] = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                if r.status != 0 || r.version != self.version {
+                    redo.push(i);
+                    continue;
+                }
+                self.stats.hops += u64::from(r.hops);
+                match self.parse_xrp(&r.data)? {
+                    Some(v) => out[i] = v,
+                    None => redo.push(i),
+                }
+            }
+        }
+        self.stats.round_trips += self.client.round_trips - before;
+        for i in redo {
+            let t = Instant::now();
+            out[i] = self.get(keys[i], RemotePath::Pushdown)?;
+            self.stats.lookups -= 1; // counted above already
+            lat_ns[i] += u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        }
+        Ok(out)
+    }
+
     /// Lookups with READs; finished ones leave `todo`. Stops at the first stale reply.
     fn rpc_many(
         &mut self,

@@ -185,3 +185,28 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn pipelined_pushdown_keeps_a_window_in_flight_and_matches() {
+    let dir = TempDir::new("pipe");
+    make_db(&dir, 3);
+    let server = serve(dir.path(), 1);
+    let n = 31u64.pow(3);
+    let keys: Vec<u64> = (0..1000).map(|i| (i * 7919) % n).chain([n, u64::MAX]).collect();
+    for cache in [0, 2, 3] {
+        let mut kv = RemoteKv::open(client(&server), "db", cache).unwrap();
+        let mut lat = Vec::new();
+        let got = kv.pushdown_pipelined(&keys, 32, 8, &mut lat).unwrap();
+        for (k, v) in keys.iter().zip(&got) {
+            assert_eq!(*v, (*k < n).then(|| bpfkv_value(*k)), "key {k} cache {cache}");
+        }
+        assert_eq!(lat.len(), keys.len());
+        assert!(lat.iter().all(|&ns| ns > 0));
+        if cache < 3 {
+            // Frames of 8 lookups.
+            assert_eq!(kv.stats().round_trips, keys.len().div_ceil(8) as u64, "{:?}", kv.stats());
+        }
+    }
+    server.stop();
+    server.join().unwrap();
+}

@@ -166,8 +166,8 @@ fn remote_commands_match_local_ones_and_sigterm_stops_cleanly() {
     let j: serde_json::Value =
         serde_json::from_str(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
     assert_eq!(j["path"], "pushdown");
-    // A batch of 8 lookups per frame: one round trip per 8 lookups.
-    assert_eq!(j["round_trips_per_op"].as_f64().unwrap(), 0.125);
+    // --batch 8: 8 lookups in flight, in frames of 8 / PIPELINE_FRAMES = 2 lookups.
+    assert_eq!(j["round_trips_per_op"].as_f64().unwrap(), 0.5);
     assert!(j["rtt_us"].as_f64().unwrap() > 0.0);
     assert!(j["server_cpu_us_per_op"].as_f64().is_some(), "{j}");
     assert_eq!(j["ios_per_op"].as_f64().unwrap(), 4.0, "3 levels + the value block");

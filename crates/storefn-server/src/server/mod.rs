@@ -37,6 +37,8 @@ pub const ENGINE_CHAINS: usize = 256;
 pub const MAX_CONNS_PER_THREAD: usize = 8192;
 /// Open files per server thread (the engine registers at most 64).
 pub const MAX_OPEN_FILES_PER_THREAD: usize = 48;
+/// Distinct tenant names per server thread (each has a queue); HELLO beyond it gets `LIMIT`.
+pub const MAX_TENANTS_PER_THREAD: usize = 1024;
 /// Compiled programs per server thread.
 pub const MAX_INSTANCES_PER_THREAD: usize = 32;
 /// Longest time `poll` sleeps: timeouts and the stop flag are checked at least this often.

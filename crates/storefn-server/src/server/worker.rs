@@ -21,8 +21,8 @@ use super::files::{FileFail, Files};
 use super::sched::Sched;
 use super::{
     ServerError, Shared, ENGINE_CHAINS, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
-    MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN, POLL_INTERVAL, SERVER_MAX_HOPS,
-    SHUTDOWN_FLUSH_TIMEOUT,
+    MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD, POLL_INTERVAL,
+    SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
@@ -544,6 +544,12 @@ impl Worker<'_> {
                 }
                 let t = match self.tenants.iter().position(|t| t == tenant) {
                     Some(t) => t,
+                    None if self.tenants.len() >= MAX_TENANTS_PER_THREAD => {
+                        let m = "too many tenants on this server thread";
+                        self.respond_err(ci, req_id, code, StatusCode::Limit, m);
+                        self.conn(ci).closing = Some(m);
+                        return;
+                    }
                     None => {
                         self.tenants.push(tenant.to_vec());
                         self.tenants.len() - 1
