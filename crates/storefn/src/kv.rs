@@ -169,6 +169,8 @@ pub struct BenchArgs {
     pub layers: Option<u32>,
     #[command(flatten)]
     pub prog: ProgOpts,
+    #[command(flatten)]
+    pub remote: crate::kv_remote::RemoteOpts,
 }
 
 /// Options of every command that writes a database.
@@ -258,6 +260,8 @@ pub struct PathOpts {
     pub layers: Option<u32>,
     #[command(flatten)]
     pub prog: ProgOpts,
+    #[command(flatten)]
+    pub remote: crate::kv_remote::RemoteOpts,
 }
 
 impl PathOpts {
@@ -342,6 +346,23 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         KvCmd::PutStream { db, count, seed, memtable_bytes, batch, write } => {
             let d = Db::open_opts(db, write.db_options(*memtable_bytes)?)?;
             put_stream(&d, *count, *seed, *batch)
+        }
+        KvCmd::Get { opts, .. } if opts.remote.remote.is_some() && opts.prog.prog.is_some() => {
+            Err("--prog runs a program locally; with --remote use --path pushdown".into())
+        }
+        KvCmd::Get { db, key, opts } if opts.remote.remote.is_some() => {
+            let addr = opts.remote.remote.as_deref().expect("checked");
+            let path = opts.path.as_deref().unwrap_or("pushdown");
+            crate::kv_remote::get(db, *key, path, opts.cache_levels, &opts.remote, addr)
+        }
+        KvCmd::Multiget { db, keys, random, seed, opts } if opts.remote.remote.is_some() => {
+            let addr = opts.remote.remote.as_deref().expect("checked");
+            let r = random.map(|n| (n, *seed));
+            let path = opts.path.as_deref().unwrap_or("pushdown");
+            crate::kv_remote::multiget(db, keys, r, path, opts.cache_levels, &opts.remote, addr)
+        }
+        KvCmd::Bench(a) if a.remote.remote.is_some() => {
+            crate::kv_remote::bench(a, a.remote.remote.as_deref().expect("checked"))
         }
         KvCmd::Get { db, key, opts } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
@@ -550,7 +571,7 @@ pub fn print_bench(r: &BenchResult, io: &str) {
     );
 }
 
-fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value {
+pub(crate) fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value {
     serde_json::json!({
         "path": r.path, "layers": r.layers, "threads": r.threads, "batch": r.batch,
         "requests": r.requests, "ops_per_sec": r.ops_per_sec, "mean_us": r.mean_us,
@@ -562,7 +583,7 @@ fn bench_json(r: &BenchResult, cache_levels: u32, io: &str) -> serde_json::Value
 }
 
 /// Appends `obj` as one JSON line to `p`.
-fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
+pub(crate) fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdResult {
     use std::io::Write as _;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

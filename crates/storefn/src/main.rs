@@ -8,12 +8,14 @@ mod demo;
 mod digest_cmd;
 mod io;
 mod kv;
+mod kv_remote;
 mod lambda;
 mod lambda_plot;
 mod net;
 mod plot;
 mod prog;
 mod prog_bench;
+mod serve;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]
@@ -42,6 +44,8 @@ enum Cmd {
     /// Network emulation: a user-space delay proxy for tests and benchmarks.
     #[command(subcommand)]
     Net(net::NetCmd),
+    /// Serve the files of a directory to remote clients; run storage functions next to them.
+    Serve(serve::ServeArgs),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
 }
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
         Cmd::Plot(a) => plot::run(&a),
         Cmd::Net(c) => net::run(&c),
         Cmd::Lambda(c) => lambda::run(&c),
+        Cmd::Serve(a) => serve::run(&a),
     };
     match result {
         Ok(code) => code,
