@@ -11,6 +11,7 @@
 //!
 //! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/DESIGN.md ("DDS").
 
+pub mod host;
 pub mod ring;
 pub mod table;
 

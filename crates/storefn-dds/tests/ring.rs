@@ -30,20 +30,20 @@ fn messages_of_every_size_survive_many_wraps() {
         let msg = pattern(len, i as u8);
         let (a, b) = msg.split_at(len / 3);
         while let Err(RingError::Full) = ring.try_push(&[a, b]) {
-            consumer.pop_batch(8, |m| received.push(m.to_vec())).unwrap();
+            consumer.pop_batch(&ring, 8, |m| received.push(m.to_vec())).unwrap();
         }
         sent += 1;
     }
     while received.len() < sent {
         assert!(
-            consumer.pop_batch(64, |m| received.push(m.to_vec())).unwrap() > 0,
+            consumer.pop_batch(&ring, 64, |m| received.push(m.to_vec())).unwrap() > 0,
             "messages lost"
         );
     }
     for (i, m) in received.iter().enumerate() {
         assert_eq!(m, &pattern((i * 37) % 601, i as u8), "message {i}");
     }
-    assert_eq!(consumer.pop_batch(64, |_| panic!("extra message")).unwrap(), 0);
+    assert_eq!(consumer.pop_batch(&ring, 64, |_| panic!("extra message")).unwrap(), 0);
 }
 
 #[test]
@@ -61,7 +61,7 @@ fn full_and_too_large_are_reported() {
         Err(RingError::Timeout(Duration::from_millis(20)))
     );
     let mut consumer = ring.consumer(0);
-    assert_eq!(consumer.pop_batch(1, |_| {}).unwrap(), 1);
+    assert_eq!(consumer.pop_batch(&ring, 1, |_| {}).unwrap(), 1);
     ring.try_push(&[&[2; 1000]]).unwrap();
 }
 
@@ -77,14 +77,18 @@ fn consumer_waits_until_tail_equals_progress() {
     let stalled_at = tail.fetch_add(16, Ordering::Relaxed);
     ring.try_push(&[b"third"]).unwrap();
     let mut consumer = ring.consumer(0);
-    assert_eq!(consumer.pop_batch(64, |_| {}).unwrap(), 0, "took records past an unpublished one");
+    assert_eq!(
+        consumer.pop_batch(&ring, 64, |_| {}).unwrap(),
+        0,
+        "took records past an unpublished one"
+    );
     // The stalled producer writes its record ("second") and publishes it.
     let data = |pos: u64| &mem[pr::DATA_OFFSET / 8 + (pos as usize % 4096) / 8];
     data(stalled_at).store(6 | (u64::from(pr::RECORD_TAG) << 32), Ordering::Relaxed);
     data(stalled_at + 8).store(u64::from_le_bytes(*b"second\0\0"), Ordering::Relaxed);
     mem[pr::PROGRESS_OFFSET / 8].fetch_add(16, Ordering::Release);
     let mut got = Vec::new();
-    assert_eq!(consumer.pop_batch(64, |m| got.push(m.to_vec())).unwrap(), 3);
+    assert_eq!(consumer.pop_batch(&ring, 64, |m| got.push(m.to_vec())).unwrap(), 3);
     assert_eq!(got, [b"first".to_vec(), b"second".to_vec(), b"third".to_vec()]);
 }
 
@@ -98,12 +102,12 @@ fn garbage_records_are_reported_with_their_position() {
     mem[pr::DATA_OFFSET / 8 + 2].store(5000 | (u64::from(pr::RECORD_TAG) << 32), Ordering::Relaxed);
     let mut consumer = ring.consumer(0);
     let mut got = 0;
-    let err = consumer.pop_batch(64, |_| got += 1).unwrap_err();
+    let err = consumer.pop_batch(&ring, 64, |_| got += 1).unwrap_err();
     assert_eq!(err, RingError::Corrupt { position: 16, what: "record length out of range" });
     assert_eq!(got, 1);
     mem[pr::DATA_OFFSET / 8 + 2].store(3, Ordering::Relaxed);
     assert_eq!(
-        consumer.pop_batch(64, |_| {}).unwrap_err(),
+        consumer.pop_batch(&ring, 64, |_| {}).unwrap_err(),
         RingError::Corrupt { position: 16, what: "record tag missing" }
     );
 }
@@ -162,10 +166,11 @@ fn ring_in_a_second_mapping_of_the_memfd_sees_the_same_messages() {
     let a = SharedMemory::create("ring-test", ring_words(4096) * 8).unwrap();
     let b = SharedMemory::attach(a.fd().try_clone_to_owned().unwrap()).unwrap();
     let producer = ProgressiveRing::init(a.words(), 4096, 64).unwrap();
-    let mut consumer = ProgressiveRing::attach(b.words()).unwrap().consumer(0);
+    let ring = ProgressiveRing::attach(b.words()).unwrap();
+    let mut consumer = ring.consumer(0);
     producer.try_push(&[b"across mappings"]).unwrap();
     let mut got = Vec::new();
-    assert_eq!(consumer.pop_batch(8, |m| got.extend_from_slice(m)).unwrap(), 1);
+    assert_eq!(consumer.pop_batch(&ring, 8, |m| got.extend_from_slice(m)).unwrap(), 1);
     assert_eq!(got, b"across mappings");
 }
 
@@ -194,4 +199,39 @@ fn header_offsets_match_format_md() {
         );
     }
     assert!(section.contains(&format!("{:#010x}", pr::RECORD_TAG)), "record tag value missing");
+}
+
+/// docs/FORMAT.md's host-channel tables name each field at the offset the code uses.
+#[test]
+fn host_channel_offsets_match_format_md() {
+    use storefn_dds::host::{self, wire};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/FORMAT.md"))
+        .unwrap();
+    let section =
+        doc.split("## DDS host channel").nth(1).expect("FORMAT.md has the host channel section");
+    let section = section.split("\n## ").next().unwrap();
+    for (offset, name) in [
+        (host::CH_MAGIC, "magic"),
+        (host::CH_VERSION, "version"),
+        (host::CH_RING_BYTES, "ring_bytes"),
+        (wire::REQ_OP, "op"),
+        (wire::REQ_FILE, "file"),
+        (wire::REQ_ID, "id"),
+        (wire::REQ_OFFSET, "offset"),
+        (wire::REQ_LEN, "len"),
+        (wire::RESP_ID, "id"),
+        (wire::RESP_STATUS, "status"),
+        (wire::RESP_VALUE, "value"),
+    ] {
+        let row = format!("| {offset} |");
+        assert!(
+            section.lines().any(|l| l.starts_with(&row) && l.contains(&format!("`{name}`"))),
+            "FORMAT.md host channel: no row `{row} ... `{name}`"
+        );
+    }
+    assert_eq!(host::CHANNEL_HEADER_BYTES, 512);
+    assert_eq!(wire::REQUEST_HEADER_BYTES, 32);
+    assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);
+    assert_eq!(wire::MAX_IO_BYTES, 65536);
+    assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
 }

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod dds_cmd;
 mod demo;
 mod digest_cmd;
 mod io;
@@ -35,6 +36,12 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
+    /// DDS rings: the progressive ring vs a mutex ring vs a flag-per-slot ring.
+    #[command(subcommand)]
+    Ring(dds_cmd::RingCmd),
+    /// DDS offload engine pieces: the cache table's benchmark.
+    #[command(subcommand)]
+    Dds(dds_cmd::DdsCmd),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +52,8 @@ fn main() -> ExitCode {
         Cmd::Io(c) => io::run(&c),
         Cmd::Demo(a) => demo::run(&a),
         Cmd::Plot(a) => plot::run(&a),
+        Cmd::Ring(c) => dds_cmd::run_ring(&c),
+        Cmd::Dds(c) => dds_cmd::run_dds(&c),
     };
     match result {
         Ok(code) => code,

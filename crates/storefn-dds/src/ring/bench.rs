@@ -159,7 +159,7 @@ fn one_round(
                 producers,
                 cfg,
                 |m| ring.try_push(&[m]),
-                |f| consumer.pop_batch(max_batch, f).map_err(err),
+                |f| consumer.pop_batch(&ring, max_batch, f).map_err(err),
             )
         }
         "mutex" => {

@@ -171,6 +171,20 @@ impl<'a> ProgressiveRing<'a> {
         })
     }
 
+    /// A view with sizes the caller validated before (through [`init`](Self::init) or
+    /// [`attach`](Self::attach) on the same words), without re-reading the header: a peer that
+    /// rewrites the header later cannot change the sizes this process uses.
+    pub(crate) fn view(words: &'a [AtomicU64], capacity: usize, max_message: usize) -> Self {
+        assert!(capacity.is_power_of_two() && words.len() >= ring_words(capacity));
+        assert!(record_bytes(max_message) <= capacity / 2);
+        Self {
+            words,
+            data: &words[DATA_OFFSET / 8..ring_words(capacity)],
+            capacity: capacity as u64,
+            max_message,
+        }
+    }
+
     /// Largest payload a message may have.
     pub fn max_message(&self) -> usize {
         self.max_message
@@ -277,11 +291,11 @@ impl<'a> ProgressiveRing<'a> {
 
     /// The consumer side. One consumer per ring: two would take the same records (they could
     /// not corrupt memory, every access being atomic, only duplicate messages).
-    pub fn consumer(self, scratch_bytes: usize) -> Consumer<'a> {
+    /// `scratch_bytes` sizes the buffer messages are copied into (at least one message).
+    pub fn consumer(&self, scratch_bytes: usize) -> Consumer {
         // Relaxed: head is only stored by the consumer; this reads the last such store.
         let head = self.head().load(Ordering::Relaxed);
         Consumer {
-            ring: self,
             head,
             published: head,
             scratch: Vec::with_capacity(scratch_bytes.max(self.max_message + 8)),
@@ -301,10 +315,10 @@ pub(crate) fn backoff(spins: &mut u32) {
 }
 
 /// The single consumer of a [`ProgressiveRing`]: remembers how far records are known to be
-/// published and owns the buffer messages are copied into.
+/// published and owns the buffer messages are copied into. It does not borrow the ring (so an
+/// owner of the shared memory can keep both); pass the same ring to every call.
 #[derive(Debug)]
-pub struct Consumer<'a> {
-    ring: ProgressiveRing<'a>,
+pub struct Consumer {
     /// Next record to take.
     head: u64,
     /// Every byte below this is published (seen `progress == tail` at this value).
@@ -312,7 +326,7 @@ pub struct Consumer<'a> {
     scratch: Vec<u8>,
 }
 
-impl Consumer<'_> {
+impl Consumer {
     /// Takes up to `max_records` (<= [`MAX_BATCH_RECORDS`]) published messages and calls `f`
     /// on each (a copy; the ring space is released after the batch). Returns how many were
     /// taken: 0 when the ring is empty or a producer has reserved but not yet published.
@@ -322,10 +336,10 @@ impl Consumer<'_> {
     /// garbage); the consumer then stays where it is.
     pub fn pop_batch(
         &mut self,
+        ring: &ProgressiveRing<'_>,
         max_records: usize,
         mut f: impl FnMut(&[u8]),
     ) -> Result<usize, RingError> {
-        let ring = self.ring;
         if self.head == self.published {
             // Acquire, then load tail: see the module comment for why this order.
             let progress = ring.progress().load(Ordering::Acquire);
