@@ -9,9 +9,14 @@
 //! - [`host`]: the host file library (create/open/read/write/flush/poll) and the file service it
 //!   talks to over a pair of progressive rings.
 //!
+//! - [`offload`]: DDS's four offload functions (pred, func, cache, invalidate) as verified
+//!   storefn-vm programs of type `offload`, reaching the cache table through the VM's
+//!   `OffloadTable` trait, and the file-service hooks that run `cache` and `invalidate`.
+//!
 //! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/DESIGN.md ("DDS").
 
 pub mod host;
+pub mod offload;
 pub mod ring;
 pub mod table;
 

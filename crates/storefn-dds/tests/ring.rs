@@ -112,6 +112,18 @@ fn garbage_records_are_reported_with_their_position() {
     );
 }
 
+/// A peer that moves `head` past `tail` makes producers report corruption, not spin forever.
+#[test]
+fn head_beyond_tail_is_reported_to_producers() {
+    let mem = words(4096);
+    let ring = ProgressiveRing::init(&mem, 4096, 100).unwrap();
+    mem[pr::HEAD_OFFSET / 8].store(1 << 20, Ordering::Relaxed);
+    assert_eq!(
+        ring.try_push(&[b"x"]),
+        Err(RingError::Corrupt { position: 1 << 20, what: "head beyond tail" })
+    );
+}
+
 #[test]
 fn attach_validates_the_header() {
     let mem = words(8192);

@@ -103,13 +103,19 @@ const XRP_CALL_WRITE: usize = 3;
 const LAMBDA_CALL_READ: usize = 3;
 /// Per-call write slots of a `lambda` run: `output`.
 const LAMBDA_CALL_WRITE: usize = 1;
+/// Per-call read slots of an `offload` run: the context, `msg`, `out`.
+const OFFLOAD_CALL_READ: usize = 3;
+/// Per-call write slots of an `offload` run: `out`.
+const OFFLOAD_CALL_WRITE: usize = 1;
 /// Constant slots before the per-call ones: the stack, then at most one globals region.
 const FIXED_SLOTS_MAX: usize = 2;
 const _: () = assert!(
     FIXED_SLOTS_MAX + XRP_CALL_READ <= MAX_REGIONS
         && FIXED_SLOTS_MAX + XRP_CALL_WRITE <= MAX_REGIONS
         && FIXED_SLOTS_MAX + LAMBDA_CALL_READ <= MAX_REGIONS
-        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS,
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + OFFLOAD_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + OFFLOAD_CALL_WRITE <= MAX_REGIONS,
     "every prebuilt env fits in a RegionSet"
 );
 
@@ -175,6 +181,7 @@ impl Instance {
         let (reads, writes) = match self.prog.prog_type {
             ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
             ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
+            ProgType::Offload => (OFFLOAD_CALL_READ, OFFLOAD_CALL_WRITE),
         };
         for _ in 0..reads {
             env.read.push(Region::EMPTY);
@@ -282,6 +289,38 @@ impl Instance {
             region_or_empty(output),
         ];
         *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
+        self.exec(c)
+    }
+
+    /// Runs an `offload` entry point (pred, func, cache or invalidate; crate::offload): sets
+    /// `ctx.msg`/`msg_len` to `msg` (read-only) and `ctx.out`/`out_len` to `out` (read-write);
+    /// the caller sets `index`, `op`, `file`, `offset`, `io_len`. The context itself is
+    /// read-only to the program. Table helpers reach [`HostState::offload_table`]. Returns r0.
+    ///
+    /// # Errors
+    /// The fault that aborted the invocation.
+    pub fn run_offload(
+        &mut self,
+        ctx: &mut crate::offload::OffloadCtx,
+        msg: &[u8],
+        out: &mut [u8],
+    ) -> Result<u64, VmError> {
+        debug_assert_eq!(
+            self.prog.prog_type,
+            ProgType::Offload,
+            "run_offload on a non-offload program"
+        );
+        ctx.msg = msg.as_ptr() as u64;
+        ctx.msg_len = u32::try_from(msg.len()).unwrap_or(u32::MAX);
+        ctx.out = out.as_mut_ptr() as u64;
+        ctx.out_len = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let c = std::ptr::from_mut(ctx) as u64;
+        *self.env.0.read.last_mut::<OFFLOAD_CALL_READ>() = [
+            Region { start: c, end: c + crate::offload::OFFLOAD_CTX_BYTES as u64 },
+            region_or_empty(msg),
+            region_or_empty(out),
+        ];
+        *self.env.0.write.last_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
         self.exec(c)
     }
 }

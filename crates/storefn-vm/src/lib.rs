@@ -13,6 +13,7 @@ pub mod instance;
 pub mod interp;
 pub mod jit;
 pub mod mem;
+pub mod offload;
 pub mod program;
 pub mod verifier;
 pub mod xrp;

@@ -56,6 +56,7 @@ pub enum ProgCmd {
 pub enum TypeArg {
     Xrp,
     Lambda,
+    Offload,
 }
 
 impl From<TypeArg> for ProgType {
@@ -63,6 +64,7 @@ impl From<TypeArg> for ProgType {
         match t {
             TypeArg::Xrp => ProgType::Xrp,
             TypeArg::Lambda => ProgType::Lambda,
+            TypeArg::Offload => ProgType::Offload,
         }
     }
 }

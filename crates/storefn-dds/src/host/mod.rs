@@ -12,7 +12,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::ring::progressive::{ring_words, ProgressiveRing};
+use crate::ring::progressive::{ring_words, ProgressiveRing, MAX_RING_BYTES};
 use crate::ring::{RingError, SharedMemory, ShmError};
 
 mod client;
@@ -128,8 +128,11 @@ impl HostChannel {
             return Err(HostError::Layout(format!("offset {CH_VERSION}: version {version}")));
         }
         let ring_bytes = usize::try_from(w[CH_RING_BYTES / 8].load(Ordering::Relaxed)).unwrap_or(0);
-        let need = CHANNEL_HEADER_BYTES.checked_add(ring_words(ring_bytes).saturating_mul(16));
-        if !ring_bytes.is_power_of_two() || need.is_none_or(|n| n > shm.len_bytes()) {
+        // Range first: `ring_words` of an absurd size would overflow.
+        if !ring_bytes.is_power_of_two()
+            || ring_bytes > MAX_RING_BYTES
+            || CHANNEL_HEADER_BYTES + 2 * ring_words(ring_bytes) * 8 > shm.len_bytes()
+        {
             return Err(HostError::Layout(format!(
                 "offset {CH_RING_BYTES}: ring bytes {ring_bytes} do not fit the {}-byte region",
                 shm.len_bytes()

@@ -198,7 +198,7 @@ fn execute(
         }
         Op::Read => {
             let len = h.len as usize;
-            if len > MAX_IO_BYTES {
+            if len > MAX_IO_BYTES || h.offset.checked_add(u64::from(h.len)).is_none() {
                 return err(libc::EINVAL);
             }
             if !file(files) {
@@ -220,7 +220,10 @@ fn execute(
             (0, done as u64, done)
         }
         Op::Write => {
-            if payload.len() != h.len as usize || payload.len() > MAX_IO_BYTES {
+            if payload.len() != h.len as usize
+                || payload.len() > MAX_IO_BYTES
+                || h.offset.checked_add(u64::from(h.len)).is_none()
+            {
                 return err(libc::EINVAL);
             }
             if !file(files) {

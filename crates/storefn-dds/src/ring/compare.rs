@@ -175,7 +175,9 @@ impl FlagRing {
             // of the slot we are about to reuse.
             let head = self.head.0.load(Ordering::Acquire);
             if head > tail {
+                // Moved past our guess; a fresh tail is >= head (see the progressive ring).
                 tail = self.tail.0.load(Ordering::Relaxed);
+                debug_assert!(tail >= head, "flag ring head beyond tail");
                 continue;
             }
             if tail - head >= self.nslots {

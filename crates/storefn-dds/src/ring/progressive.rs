@@ -223,8 +223,13 @@ impl<'a> ProgressiveRing<'a> {
             // no longer read, so we may overwrite them.
             let head = self.head().load(Ordering::Acquire);
             if head > tail {
-                // Our tail is older than head: the consumer moved past it. Reload.
+                // Our tail is older than head: the consumer moved past it. A fresh tail is at
+                // least head (the consumer stored head from a tail it had read, and our acquire
+                // of head makes that read happen-before this load); if not, the peer is lying.
                 tail = self.tail().load(Ordering::Relaxed);
+                if head > tail {
+                    return Err(RingError::Corrupt { position: head, what: "head beyond tail" });
+                }
                 continue;
             }
             if tail + rec - head > self.capacity {
