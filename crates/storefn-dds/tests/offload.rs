@@ -2,6 +2,8 @@
 //! each entry point on both engines, JIT vs interpreter on random batches, a faulting program,
 //! and cache-on-write / invalidate-on-read through the file service's hooks.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -183,28 +185,21 @@ fn host_writes_fill_the_table_and_offloaded_reads_are_fresh() {
 #[test]
 fn offload_context_offsets_match_format_md() {
     use storefn_vm::offload as o;
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/FORMAT.md"))
-        .unwrap();
-    let section =
-        doc.split("## Offload context").nth(1).expect("FORMAT.md has the offload section");
-    let section = section.split("\n## ").next().unwrap();
-    for (offset, name) in [
-        (o::OFF_MSG, "msg"),
-        (o::OFF_MSG_LEN, "msg_len"),
-        (o::OFF_INDEX, "index"),
-        (o::OFF_OP, "op"),
-        (o::OFF_FILE, "file"),
-        (o::OFF_OFFSET, "offset"),
-        (o::OFF_OUT, "out"),
-        (o::OFF_OUT_LEN, "out_len"),
-        (o::OFF_IO_LEN, "io_len"),
-    ] {
-        let row = format!("| {offset} |");
-        assert!(
-            section.lines().any(|l| l.starts_with(&row) && l.contains(&format!("`{name}`"))),
-            "FORMAT.md offload context: no row `{row} ... `{name}`"
-        );
-    }
+    common::assert_rows(
+        "## Offload context",
+        &[
+            (o::OFF_MSG, "msg"),
+            (o::OFF_MSG_LEN, "msg_len"),
+            (o::OFF_INDEX, "index"),
+            (o::OFF_OP, "op"),
+            (o::OFF_FILE, "file"),
+            (o::OFF_OFFSET, "offset"),
+            (o::OFF_OUT, "out"),
+            (o::OFF_OUT_LEN, "out_len"),
+            (o::OFF_IO_LEN, "io_len"),
+        ],
+    );
+    let section = common::format_section("## Offload context");
     for id in [o::STOREFN_TABLE_LOOKUP, o::STOREFN_TABLE_INSERT, o::STOREFN_TABLE_DELETE] {
         assert!(section.contains(&format!("{id:#x}")), "helper id {id:#x} missing");
     }

@@ -2,6 +2,8 @@
 //! reports, many producers; the comparison rings through the bench (which checks every message);
 //! the shared-memory layout against docs/FORMAT.md.
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -189,27 +191,20 @@ fn ring_in_a_second_mapping_of_the_memfd_sees_the_same_messages() {
 /// docs/FORMAT.md's table of the ring header names each word at the offset the code uses.
 #[test]
 fn header_offsets_match_format_md() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/FORMAT.md"))
-        .unwrap();
-    let section =
-        doc.split("## DDS progressive ring").nth(1).expect("FORMAT.md has the ring section");
-    let section = section.split("\n## ").next().unwrap();
-    for (offset, name) in [
-        (pr::MAGIC_OFFSET, "magic"),
-        (pr::VERSION_OFFSET, "version"),
-        (pr::CAPACITY_OFFSET, "capacity"),
-        (pr::MAX_MESSAGE_OFFSET, "max_message"),
-        (pr::HEAD_OFFSET, "head"),
-        (pr::TAIL_OFFSET, "tail"),
-        (pr::PROGRESS_OFFSET, "progress"),
-        (pr::DATA_OFFSET, "data"),
-    ] {
-        let row = format!("| {offset} |");
-        assert!(
-            section.lines().any(|l| l.starts_with(&row) && l.contains(&format!("`{name}`"))),
-            "FORMAT.md: no row `{row} ... `{name}`"
-        );
-    }
+    common::assert_rows(
+        "## DDS progressive ring",
+        &[
+            (pr::MAGIC_OFFSET, "magic"),
+            (pr::VERSION_OFFSET, "version"),
+            (pr::CAPACITY_OFFSET, "capacity"),
+            (pr::MAX_MESSAGE_OFFSET, "max_message"),
+            (pr::HEAD_OFFSET, "head"),
+            (pr::TAIL_OFFSET, "tail"),
+            (pr::PROGRESS_OFFSET, "progress"),
+            (pr::DATA_OFFSET, "data"),
+        ],
+    );
+    let section = common::format_section("## DDS progressive ring");
     assert!(section.contains(&format!("{:#010x}", pr::RECORD_TAG)), "record tag value missing");
 }
 
@@ -217,30 +212,22 @@ fn header_offsets_match_format_md() {
 #[test]
 fn host_channel_offsets_match_format_md() {
     use storefn_dds::host::{self, wire};
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/FORMAT.md"))
-        .unwrap();
-    let section =
-        doc.split("## DDS host channel").nth(1).expect("FORMAT.md has the host channel section");
-    let section = section.split("\n## ").next().unwrap();
-    for (offset, name) in [
-        (host::CH_MAGIC, "magic"),
-        (host::CH_VERSION, "version"),
-        (host::CH_RING_BYTES, "ring_bytes"),
-        (wire::REQ_OP, "op"),
-        (wire::REQ_FILE, "file"),
-        (wire::REQ_ID, "id"),
-        (wire::REQ_OFFSET, "offset"),
-        (wire::REQ_LEN, "len"),
-        (wire::RESP_ID, "id"),
-        (wire::RESP_STATUS, "status"),
-        (wire::RESP_VALUE, "value"),
-    ] {
-        let row = format!("| {offset} |");
-        assert!(
-            section.lines().any(|l| l.starts_with(&row) && l.contains(&format!("`{name}`"))),
-            "FORMAT.md host channel: no row `{row} ... `{name}`"
-        );
-    }
+    common::assert_rows(
+        "## DDS host channel",
+        &[
+            (host::CH_MAGIC, "magic"),
+            (host::CH_VERSION, "version"),
+            (host::CH_RING_BYTES, "ring_bytes"),
+            (wire::REQ_OP, "op"),
+            (wire::REQ_FILE, "file"),
+            (wire::REQ_ID, "id"),
+            (wire::REQ_OFFSET, "offset"),
+            (wire::REQ_LEN, "len"),
+            (wire::RESP_ID, "id"),
+            (wire::RESP_STATUS, "status"),
+            (wire::RESP_VALUE, "value"),
+        ],
+    );
     assert_eq!(host::CHANNEL_HEADER_BYTES, 512);
     assert_eq!(wire::REQUEST_HEADER_BYTES, 32);
     assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);

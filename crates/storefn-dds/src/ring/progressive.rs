@@ -99,23 +99,7 @@ impl<'a> ProgressiveRing<'a> {
         capacity: usize,
         max_message: usize,
     ) -> Result<Self, RingError> {
-        if !capacity.is_power_of_two() || !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&capacity) {
-            return Err(RingError::Layout(format!(
-                "capacity {capacity}: must be a power of two in {MIN_RING_BYTES}..={MAX_RING_BYTES}"
-            )));
-        }
-        if max_message == 0 || record_bytes(max_message) > capacity / 2 {
-            return Err(RingError::Layout(format!(
-                "max message {max_message}: must be 1..=(capacity/2 - {RECORD_HEADER_BYTES})"
-            )));
-        }
-        if words.len() < ring_words(capacity) {
-            return Err(RingError::Layout(format!(
-                "{} bytes of memory for a ring needing {}",
-                words.len() * 8,
-                ring_words(capacity) * 8
-            )));
-        }
+        check_sizes(words.len(), capacity, max_message)?;
         for w in &words[..HEADER_BYTES / 8] {
             w.store(0, Ordering::Relaxed);
         }
@@ -145,24 +129,8 @@ impl<'a> ProgressiveRing<'a> {
         let capacity = word(CAPACITY_OFFSET).unwrap_or(0);
         let max_message = word(MAX_MESSAGE_OFFSET).unwrap_or(0);
         let cap = usize::try_from(capacity).unwrap_or(0);
-        if !cap.is_power_of_two() || !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&cap) {
-            return Err(RingError::Layout(format!(
-                "offset {CAPACITY_OFFSET}: capacity {capacity}"
-            )));
-        }
         let max = usize::try_from(max_message).unwrap_or(usize::MAX);
-        if max == 0 || record_bytes(max) > cap / 2 {
-            return Err(RingError::Layout(format!(
-                "offset {MAX_MESSAGE_OFFSET}: max message {max_message} for capacity {cap}"
-            )));
-        }
-        if words.len() < ring_words(cap) {
-            return Err(RingError::Layout(format!(
-                "capacity {cap} needs {} bytes, region has {}",
-                ring_words(cap) * 8,
-                words.len() * 8
-            )));
-        }
+        check_sizes(words.len(), cap, max)?;
         Ok(Self {
             words,
             data: &words[DATA_OFFSET / 8..ring_words(cap)],
@@ -254,7 +222,19 @@ impl<'a> ProgressiveRing<'a> {
         let mut word = [0u8; 8];
         let mut fill = 0;
         for part in parts {
-            for &b in *part {
+            let mut rest: &[u8] = part;
+            if fill == 0 {
+                // Word-aligned in the record: whole words straight from the part.
+                let words = rest.chunks_exact(8);
+                let tail_bytes = words.remainder();
+                for w in words {
+                    let w = u64::from_le_bytes(w.try_into().expect("8-byte chunk"));
+                    self.data_word(pos).store(w, Ordering::Relaxed);
+                    pos += 8;
+                }
+                rest = tail_bytes;
+            }
+            for &b in rest {
                 word[fill] = b;
                 fill += 1;
                 if fill == 8 {
@@ -306,6 +286,31 @@ impl<'a> ProgressiveRing<'a> {
             scratch: Vec::with_capacity(scratch_bytes.max(self.max_message + 8)),
         }
     }
+}
+
+/// Validates a ring's sizes against the words it has; errors name the header field's offset.
+fn check_sizes(words: usize, capacity: usize, max_message: usize) -> Result<(), RingError> {
+    if !capacity.is_power_of_two() || !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&capacity) {
+        return Err(RingError::Layout(format!(
+            "offset {CAPACITY_OFFSET}: capacity {capacity}: must be a power of two in \
+             {MIN_RING_BYTES}..={MAX_RING_BYTES}"
+        )));
+    }
+    // `max_message > capacity` first: record_bytes of an absurd value would overflow.
+    if max_message == 0 || max_message > capacity || record_bytes(max_message) > capacity / 2 {
+        return Err(RingError::Layout(format!(
+            "offset {MAX_MESSAGE_OFFSET}: max message {max_message}: must be \
+             1..=(capacity/2 - {RECORD_HEADER_BYTES}) for capacity {capacity}"
+        )));
+    }
+    if words < ring_words(capacity) {
+        return Err(RingError::Layout(format!(
+            "capacity {capacity} needs {} bytes, region has {}",
+            ring_words(capacity) * 8,
+            words * 8
+        )));
+    }
+    Ok(())
 }
 
 /// Spin a little, then yield: on a 2-core machine a producer preempted mid-publish needs the

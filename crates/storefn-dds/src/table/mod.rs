@@ -354,34 +354,26 @@ impl CacheTable {
 
     /// Removes `key`; returns the item it held.
     pub fn remove(&self, key: u64) -> Option<Item> {
-        let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (b1, b2) = self.buckets_of(key);
-        for b in [b1, b2] {
-            if let Some(slot) = self.find_slot(b, key) {
-                let item = self.read_slot_as_writer(b, slot);
-                let seq = self.begin(b);
-                // Relaxed: inside the write section; `end` publishes it.
-                self.buckets[b].occupied.fetch_and(!(1 << slot), Ordering::Relaxed);
-                self.end(b, seq);
-                self.len.fetch_sub(1, Ordering::Relaxed);
-                return Some(item);
-            }
-        }
-        None
+        self.remove_if(key, |_| true)
     }
 
     /// Removes `key` only if its cached version is <= `max_version` (an invalidation that raced
     /// with a newer write must not drop the newer entry). Returns the removed item.
     pub fn remove_at_most(&self, key: u64, max_version: u64) -> Option<Item> {
+        self.remove_if(key, |item| item.version <= max_version)
+    }
+
+    fn remove_if(&self, key: u64, remove: impl Fn(&Item) -> bool) -> Option<Item> {
         let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (b1, b2) = self.buckets_of(key);
         for b in [b1, b2] {
             if let Some(slot) = self.find_slot(b, key) {
                 let item = self.read_slot_as_writer(b, slot);
-                if item.version > max_version {
+                if !remove(&item) {
                     return None;
                 }
                 let seq = self.begin(b);
+                // Relaxed: inside the write section; `end` publishes it.
                 self.buckets[b].occupied.fetch_and(!(1 << slot), Ordering::Relaxed);
                 self.end(b, seq);
                 self.len.fetch_sub(1, Ordering::Relaxed);
