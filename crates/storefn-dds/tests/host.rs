@@ -273,3 +273,52 @@ fn attach_refuses_a_foreign_memfd() {
     )
     .is_err());
 }
+
+/// Forwarding: the server end sends opaque client requests with ids, the host end answers each
+/// (here: the payload reversed), the server matches every answer to its id. Many in flight,
+/// sizes up to the bound; bounded by a deadline.
+#[test]
+fn forwarded_requests_reach_the_host_and_answers_come_back() {
+    use storefn_dds::host::forward::MAX_FORWARD_BYTES;
+    use storefn_dds::host::{ForwardEnd, Side};
+    const REQUESTS: u64 = 500;
+    let channel = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
+    let host_channel = HostChannel::attach(channel.fd().try_clone_to_owned().unwrap()).unwrap();
+    let mut server = ForwardEnd::new(channel, Side::Server);
+    let payload = |id: u64| pattern((id as usize * 977) % 9000, id as usize);
+    let host = std::thread::spawn(move || {
+        let mut end = ForwardEnd::new(host_channel, Side::Host);
+        let (mut answered, start) = (0, Instant::now());
+        while answered < REQUESTS {
+            let mut got = Vec::new();
+            end.poll(|id, req| got.push((id, req.iter().rev().copied().collect::<Vec<u8>>())))
+                .unwrap();
+            for (id, resp) in &got {
+                end.send(*id, resp).unwrap();
+            }
+            answered += got.len() as u64;
+            assert!(start.elapsed() < CHILD_DEADLINE, "host stalled at {answered}");
+        }
+    });
+    let mut pending: std::collections::HashSet<u64> = (0..REQUESTS).collect();
+    let start = Instant::now();
+    let mut next = 0;
+    while !pending.is_empty() {
+        // Keep up to 32 in flight.
+        while next < REQUESTS && (next as usize) < REQUESTS as usize - pending.len() + 32 {
+            server.send(next, &payload(next)).unwrap();
+            next += 1;
+        }
+        server
+            .poll(|id, resp| {
+                let want: Vec<u8> = payload(id).into_iter().rev().collect();
+                assert!(resp == want.as_slice(), "answer to {id} mismatched");
+                assert!(pending.remove(&id), "answer to {id} twice or never asked");
+            })
+            .unwrap();
+        assert!(start.elapsed() < CHILD_DEADLINE, "{} answers missing", pending.len());
+    }
+    host.join().unwrap();
+    let too_big = vec![0; MAX_FORWARD_BYTES + 1];
+    assert!(matches!(server.send(1, &too_big), Err(HostError::Ring(_))));
+}

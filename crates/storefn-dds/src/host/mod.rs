@@ -16,10 +16,12 @@ use crate::ring::progressive::{ring_words, ProgressiveRing, MAX_RING_BYTES};
 use crate::ring::{RingError, SharedMemory, ShmError};
 
 mod client;
+pub mod forward;
 mod service;
 pub mod wire;
 
 pub use client::{Completion, HostFiles};
+pub use forward::{ForwardEnd, Side};
 pub use service::{FileHooks, FileService, ServiceStats};
 
 /// Channel magic, "SFDDSHC1" little-endian.
