@@ -1,6 +1,6 @@
 //! The ring microbenchmark behind `storefn ring bench`: P producer threads push fixed-size
 //! messages into one ring, one consumer thread drains it in batches; messages per second, the
-//! median of rounds, for the progressive ring (in a sealed memfd, as between processes), the
+//! median of rounds (interleaved across rings), for the progressive ring (in a sealed memfd, as between processes), the
 //! mutex ring and the flag-per-slot ring at the same byte capacity. The consumer checks every
 //! message (per-producer FIFO order, no loss, no duplicate), so a fast wrong ring fails.
 
@@ -105,19 +105,26 @@ pub fn run(cfg: &RingBenchConfig) -> Result<Vec<RingBenchResult>, RingBenchError
         )));
     }
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    // Rounds interleave the rings (round r runs every ring once before round r+1), so load
+    // from elsewhere on the machine hits every ring alike and the ratios stay comparable.
     let mut out = Vec::new();
-    for ring in &cfg.rings {
-        for &producers in &cfg.producers {
-            let fail =
-                |what: String| RingBenchError::Failed { ring: ring.clone(), producers, what };
-            let mut rates = Vec::with_capacity(cfg.rounds);
-            let mut batches = (0u64, 0u64);
-            for _ in 0..cfg.rounds {
-                let r = one_round(ring, producers, cfg).map_err(fail)?;
-                rates.push(r.0);
-                batches.0 += r.1;
-                batches.1 += r.2;
+    for &producers in &cfg.producers {
+        let mut rates = vec![Vec::with_capacity(cfg.rounds); cfg.rings.len()];
+        let mut batches = vec![(0u64, 0u64); cfg.rings.len()];
+        for _ in 0..cfg.rounds {
+            for (i, ring) in cfg.rings.iter().enumerate() {
+                let r = one_round(ring, producers, cfg).map_err(|what| RingBenchError::Failed {
+                    ring: ring.clone(),
+                    producers,
+                    what,
+                })?;
+                rates[i].push(r.0);
+                batches[i].0 += r.1;
+                batches[i].1 += r.2;
             }
+        }
+        for (i, ring) in cfg.rings.iter().enumerate() {
+            let rates = &mut rates[i];
             rates.sort_by(f64::total_cmp);
             out.push(RingBenchResult {
                 ring: ring.clone(),
@@ -127,7 +134,7 @@ pub fn run(cfg: &RingBenchConfig) -> Result<Vec<RingBenchResult>, RingBenchError
                 max_ops_per_sec: rates[rates.len() - 1],
                 messages: per_producer(cfg.messages, producers) * producers as u64,
                 message_bytes: cfg.message_bytes,
-                mean_batch: batches.0 as f64 / batches.1.max(1) as f64,
+                mean_batch: batches[i].0 as f64 / batches[i].1.max(1) as f64,
                 rounds: cfg.rounds,
                 cpus,
             });

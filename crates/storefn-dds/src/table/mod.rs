@@ -188,7 +188,7 @@ impl CacheTable {
         if capacity_items == 0 || capacity_items > MAX_CAPACITY_ITEMS {
             return Err(TableError::Capacity(capacity_items));
         }
-        let slots = capacity_items.div_ceil(SIZING_LOAD_PERCENT) * 100;
+        let slots = (capacity_items * 100).div_ceil(SIZING_LOAD_PERCENT);
         // At least two buckets, so a key's two buckets can always differ.
         let buckets = slots.div_ceil(SLOTS_PER_BUCKET).next_power_of_two().max(2);
         let buckets: Box<[Bucket]> = (0..buckets).map(|_| Bucket::default()).collect();
