@@ -113,17 +113,9 @@ pub enum TableError {
     Capacity(usize),
 }
 
-/// One slot: the item's four words. Only meaningful while the bucket's occupancy bit is set.
-#[derive(Debug, Default)]
-struct Slot {
-    key: AtomicU64,
-    version: AtomicU64,
-    offset: AtomicU64,
-    /// `file << 32 | size`.
-    file_size: AtomicU64,
-}
-
-/// A bucket fills two cache lines at most and starts on one, so two buckets never share a line.
+/// A bucket: 144 bytes from a cache-line boundary (two buckets never share a line). Fields are
+/// arrays by slot so `seq`, `occupied` and all four keys sit in the first line: a lookup that
+/// misses reads one line per bucket. Slot i is meaningful only while bit i of `occupied` is set.
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 struct Bucket {
@@ -131,7 +123,33 @@ struct Bucket {
     seq: AtomicU64,
     /// Bit i set: slot i holds an item.
     occupied: AtomicU64,
-    slots: [Slot; SLOTS_PER_BUCKET],
+    keys: [AtomicU64; SLOTS_PER_BUCKET],
+    versions: [AtomicU64; SLOTS_PER_BUCKET],
+    offsets: [AtomicU64; SLOTS_PER_BUCKET],
+    /// `file << 32 | size`.
+    file_sizes: [AtomicU64; SLOTS_PER_BUCKET],
+}
+
+impl Bucket {
+    /// Slot `i`'s item (relaxed loads: a reader validates them with `seq`; the writer, being
+    /// the only one storing, reads its own latest values).
+    fn item(&self, i: usize) -> Item {
+        let file_size = self.file_sizes[i].load(Ordering::Relaxed);
+        Item {
+            key: self.keys[i].load(Ordering::Relaxed),
+            version: self.versions[i].load(Ordering::Relaxed),
+            offset: self.offsets[i].load(Ordering::Relaxed),
+            file: (file_size >> 32) as u32,
+            size: file_size as u32,
+        }
+    }
+
+    /// The occupied slot holding `key`, per the occupancy bits and keys loaded now (relaxed).
+    fn slot_of(&self, key: u64) -> Option<usize> {
+        let occupied = self.occupied.load(Ordering::Relaxed);
+        (0..SLOTS_PER_BUCKET)
+            .find(|&i| occupied & (1 << i) != 0 && self.keys[i].load(Ordering::Relaxed) == key)
+    }
 }
 
 /// A node of the breadth-first cuckoo-path search: slot `slot` of `bucket`, reached from
@@ -285,21 +303,7 @@ impl CacheTable {
                 continue;
             }
             // Relaxed loads: consistency is decided by the seq re-check, not by these.
-            let occupied = bucket.occupied.load(Ordering::Relaxed);
-            let mut found = None;
-            for (i, slot) in bucket.slots.iter().enumerate() {
-                if occupied & (1 << i) != 0 && slot.key.load(Ordering::Relaxed) == key {
-                    let file_size = slot.file_size.load(Ordering::Relaxed);
-                    found = Some(Item {
-                        key,
-                        version: slot.version.load(Ordering::Relaxed),
-                        offset: slot.offset.load(Ordering::Relaxed),
-                        file: (file_size >> 32) as u32,
-                        size: file_size as u32,
-                    });
-                    break;
-                }
-            }
+            let found = bucket.slot_of(key).map(|i| bucket.item(i));
             // Acquire fence: if any load above saw a store made inside a write section, this
             // fence synchronises with that section's release fence (in `begin`), so the load
             // below sees the section's odd seq or later: the comparison fails.
@@ -406,12 +410,11 @@ impl CacheTable {
     fn write_slot(&self, b: usize, slot: usize, item: &Item) {
         let seq = self.begin(b);
         let bucket = &self.buckets[b];
-        let s = &bucket.slots[slot];
         // Relaxed: inside the write section (see `begin`/`end`).
-        s.key.store(item.key, Ordering::Relaxed);
-        s.version.store(item.version, Ordering::Relaxed);
-        s.offset.store(item.offset, Ordering::Relaxed);
-        s.file_size.store(pack_file_size(item.file, item.size), Ordering::Relaxed);
+        bucket.keys[slot].store(item.key, Ordering::Relaxed);
+        bucket.versions[slot].store(item.version, Ordering::Relaxed);
+        bucket.offsets[slot].store(item.offset, Ordering::Relaxed);
+        bucket.file_sizes[slot].store(pack_file_size(item.file, item.size), Ordering::Relaxed);
         bucket.occupied.fetch_or(1 << slot, Ordering::Relaxed);
         self.end(b, seq);
     }
@@ -419,24 +422,12 @@ impl CacheTable {
     /// The item in an occupied slot, read by the writer (no other writer exists, so plain
     /// relaxed loads see the latest values).
     fn read_slot_as_writer(&self, b: usize, slot: usize) -> Item {
-        let s = &self.buckets[b].slots[slot];
-        let file_size = s.file_size.load(Ordering::Relaxed);
-        Item {
-            key: s.key.load(Ordering::Relaxed),
-            version: s.version.load(Ordering::Relaxed),
-            offset: s.offset.load(Ordering::Relaxed),
-            file: (file_size >> 32) as u32,
-            size: file_size as u32,
-        }
+        self.buckets[b].item(slot)
     }
 
     /// The slot of bucket `b` holding `key` (writer only).
     fn find_slot(&self, b: usize, key: u64) -> Option<usize> {
-        let bucket = &self.buckets[b];
-        let occupied = bucket.occupied.load(Ordering::Relaxed);
-        (0..SLOTS_PER_BUCKET).find(|&i| {
-            occupied & (1 << i) != 0 && bucket.slots[i].key.load(Ordering::Relaxed) == key
-        })
+        self.buckets[b].slot_of(key)
     }
 
     /// A free slot of bucket `b` (writer only).
@@ -464,9 +455,8 @@ impl CacheTable {
         let mut head = 0;
         while head < queue.len() {
             let node = queue[head];
-            let resident = self.buckets[node.bucket as usize].slots[node.slot as usize]
-                .key
-                .load(Ordering::Relaxed);
+            let resident =
+                self.buckets[node.bucket as usize].keys[node.slot as usize].load(Ordering::Relaxed);
             let alt = self.alt_bucket(resident, node.bucket as usize);
             if self.free_slot(alt).is_some() {
                 return Some(head);
@@ -528,9 +518,11 @@ mod tests {
     }
 
     #[test]
-    fn bucket_is_cache_line_aligned_and_two_lines_at_most() {
+    fn bucket_is_cache_line_aligned_with_its_keys_in_the_first_line() {
         assert_eq!(std::mem::align_of::<Bucket>(), 64);
-        assert!(std::mem::size_of::<Bucket>() <= 192);
+        assert_eq!(std::mem::size_of::<Bucket>(), 192);
+        // seq, occupied and the four keys share the first cache line.
+        assert!(std::mem::offset_of!(Bucket, versions) <= 64);
     }
 
     #[test]
