@@ -322,3 +322,51 @@ fn forwarded_requests_reach_the_host_and_answers_come_back() {
     let too_big = vec![0; MAX_FORWARD_BYTES + 1];
     assert!(matches!(server.send(1, &too_big), Err(HostError::Ring(_))));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Whatever bytes a host sends as requests, the service answers each message long enough to
+    /// carry an id with an errno or a result, drops shorter ones (counted), and never panics or
+    /// touches a file outside its directory.
+    #[test]
+    fn garbage_requests_get_errnos_not_panics(
+        msgs in proptest::collection::vec(
+            (0u8..9, proptest::prelude::any::<u32>(), proptest::prelude::any::<u64>(),
+             proptest::prelude::any::<u32>(), proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+             0usize..100),
+            1..32),
+    ) {
+        use storefn_dds::host::wire::{RequestHeader, ResponseHeader, REQUEST_HEADER_BYTES};
+        let root = temp_dir("garbage");
+        let dir = root.join("served");
+        let channel = HostChannel::create(1 << 18).unwrap();
+        let mut service = FileService::new(&dir, &channel).unwrap();
+        let mut long = 0;
+        for (op, file, offset, len, payload, cut) in &msgs {
+            let h = RequestHeader { op: *op, file: *file % 4, id: 7, offset: *offset, len: *len };
+            let mut m = h.encode().to_vec();
+            m.extend_from_slice(payload);
+            m.truncate(*cut);
+            long += u64::from(m.len() >= REQUEST_HEADER_BYTES);
+            channel.requests().try_push(&[&m]).unwrap();
+        }
+        while service.serve_batch(&channel).unwrap() > 0 {}
+        let stats = service.stats();
+        proptest::prop_assert_eq!(stats.requests, long);
+        proptest::prop_assert_eq!(stats.malformed, msgs.len() as u64 - long);
+        let mut answers = 0u64;
+        let mut consumer = channel.responses().consumer(0);
+        while consumer
+            .pop_batch(&channel.responses(), 256, |m| {
+                let (h, _) = ResponseHeader::decode(m).unwrap();
+                assert_eq!(h.id, 7);
+                answers += 1;
+            })
+            .unwrap()
+            > 0
+        {}
+        proptest::prop_assert_eq!(answers, long);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -234,3 +234,45 @@ fn host_channel_offsets_match_format_md() {
     assert_eq!(wire::MAX_IO_BYTES, 65536);
     assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+    /// A peer that writes anything into the ring's counters and data (what a hostile process
+    /// sharing the memfd can do) gets errors, never a panic, hang or out-of-bounds access, from
+    /// either end; whatever the consumer does hand over respects the message bound.
+    #[test]
+    fn garbage_in_shared_memory_never_panics(
+        head in proptest::prelude::any::<u64>(),
+        tail in proptest::prelude::any::<u64>(),
+        progress in proptest::prelude::any::<u64>(),
+        mode in 0u8..3,
+        data in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..512),
+    ) {
+        let mem = words(4096);
+        let ring = ProgressiveRing::init(&mem, 4096, 200).unwrap();
+        ring.try_push(&[b"before"]).unwrap();
+        let mut consumer = ring.consumer(0);
+        // Small counters keep positions near each other, so records get parsed, not just
+        // refused; counters near u64::MAX probe overflow.
+        let clamp = |v: u64| match mode {
+            0 => v % 8192,
+            1 => u64::MAX - v % 64,
+            _ => v,
+        };
+        mem[pr::HEAD_OFFSET / 8].store(clamp(head), Ordering::Relaxed);
+        mem[pr::TAIL_OFFSET / 8].store(clamp(tail), Ordering::Relaxed);
+        mem[pr::PROGRESS_OFFSET / 8].store(clamp(progress), Ordering::Relaxed);
+        for (i, w) in data.iter().enumerate() {
+            mem[pr::DATA_OFFSET / 8 + i].store(*w, Ordering::Relaxed);
+        }
+        // A consumer that starts on the garbage (takes head from it) as well as one that began
+        // before it.
+        let mut late = ring.consumer(0);
+        for _ in 0..4 {
+            let _ = consumer.pop_batch(&ring, 64, |m| assert!(m.len() <= 200));
+            let _ = late.pop_batch(&ring, 64, |m| assert!(m.len() <= 200));
+            let _ = ring.try_push(&[b"after"]);
+        }
+    }
+}

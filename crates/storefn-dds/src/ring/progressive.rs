@@ -200,14 +200,21 @@ impl<'a> ProgressiveRing<'a> {
                 }
                 continue;
             }
-            if tail + rec - head > self.capacity {
+            // Saturating: a hostile peer's counters must not overflow our arithmetic.
+            if (tail - head).saturating_add(rec) > self.capacity {
                 return Err(RingError::Full);
             }
+            let Some(new_tail) = tail.checked_add(rec) else {
+                return Err(RingError::Corrupt {
+                    position: tail,
+                    what: "tail at the end of the u64 range",
+                });
+            };
             // Relaxed on both paths: the CAS only arbitrates ownership of [tail, tail+rec);
             // publication goes through `progress` (release) below.
             match self.tail().compare_exchange_weak(
                 tail,
-                tail + rec,
+                new_tail,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
@@ -370,22 +377,23 @@ impl Consumer {
             if (header >> 32) as u32 != RECORD_TAG {
                 return Err(RingError::Corrupt { position: pos, what: "record tag missing" });
             }
-            let rec = record_bytes(len) as u64;
-            if len > ring.max_message || pos + rec > self.published {
+            // Checked: positions near the end of the u64 range come only from a hostile peer.
+            let end = pos.checked_add(record_bytes(len) as u64).filter(|&e| e <= self.published);
+            let Some(end) = end.filter(|_| len <= ring.max_message) else {
                 return Err(RingError::Corrupt {
                     position: pos,
                     what: "record length out of range",
                 });
-            }
+            };
             self.scratch.clear();
             let mut p = pos + RECORD_HEADER_BYTES as u64;
-            while p < pos + rec {
+            while p < end {
                 self.scratch
                     .extend_from_slice(&ring.data_word(p).load(Ordering::Relaxed).to_le_bytes());
                 p += 8;
             }
             f(&self.scratch[..len]);
-            pos += rec;
+            pos = end;
             taken += 1;
         }
         self.head = pos;
