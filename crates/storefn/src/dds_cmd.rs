@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use storefn_dds::host::bench::{self as host_bench, HostBenchConfig};
 use storefn_dds::ring::bench::{self as ring_bench, RingBenchConfig};
 use storefn_dds::table::bench::{self as table_bench, TableBenchConfig};
 
@@ -49,6 +50,37 @@ pub enum DdsCmd {
     /// Cache-table throughput: inserts/s, and lookups/s from N readers while one writer
     /// inserts and removes.
     TableBench(TableBenchArgs),
+    /// Host path: random reads through the host file library and the file service over the
+    /// progressive rings, next to plain pread of the same file.
+    HostBench(HostBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HostBenchArgs {
+    /// Directory for the served file (default: $TMPDIR or /tmp; removed afterwards).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// File size in MiB.
+    #[arg(long, default_value_t = 64)]
+    file_mb: u64,
+    /// Bytes per read (<= 65536).
+    #[arg(long, default_value_t = 4096)]
+    io_bytes: usize,
+    /// Reads per case and round.
+    #[arg(long, default_value_t = 50_000)]
+    ops: usize,
+    /// Reads in flight for the async case.
+    #[arg(long, default_value_t = 16)]
+    depth: usize,
+    /// Rounds (cases interleaved); the median round is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Seed of the offsets.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the results as a JSON array here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -112,7 +144,10 @@ pub fn run_ring(cmd: &RingCmd) -> CmdResult {
 }
 
 pub fn run_dds(cmd: &DdsCmd) -> CmdResult {
-    let DdsCmd::TableBench(a) = cmd;
+    let a = match cmd {
+        DdsCmd::TableBench(a) => a,
+        DdsCmd::HostBench(h) => return host_bench(h),
+    };
     let cfg = TableBenchConfig {
         capacity_items: a.capacity,
         fill_percent: a.fill,
@@ -134,6 +169,39 @@ pub fn run_dds(cmd: &DdsCmd) -> CmdResult {
                 r.readers, r.ops_per_sec, r.hit_share, r.writer_ops_per_sec, r.items, r.capacity
             );
         }
+    }
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&results)? + "\n")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn host_bench(a: &HostBenchArgs) -> CmdResult {
+    let cfg = HostBenchConfig {
+        dir: a.dir.clone().unwrap_or_else(std::env::temp_dir),
+        file_bytes: a.file_mb << 20,
+        io_bytes: a.io_bytes,
+        ops: a.ops,
+        depth: a.depth,
+        rounds: a.rounds,
+        seed: a.seed,
+    };
+    let results = host_bench::run(&cfg)?;
+    for r in &results {
+        println!(
+            "host {:<10} depth {:>3}: {:>10.0} reads/s  p50 {:.1} us  p99 {:.1} us  p99.9 {:.1} us ({} B)",
+            r.case, r.depth, r.ops_per_sec, r.p50_us, r.p99_us, r.p999_us, r.io_bytes
+        );
+    }
+    if let (Some(p), Some(h)) =
+        (results.iter().find(|r| r.case == "pread"), results.iter().find(|r| r.case == "host-sync"))
+    {
+        println!(
+            "summary: host-sync p50 {:.1} us vs pread p50 {:.1} us: the rings and the service add {:.1} us",
+            h.p50_us,
+            p.p50_us,
+            h.p50_us - p.p50_us
+        );
     }
     if let Some(j) = &a.json {
         std::fs::write(j, serde_json::to_string_pretty(&results)? + "\n")?;

@@ -119,3 +119,41 @@ fn offload_programs_verify_from_the_cli() {
     assert!(!out.status.success());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn host_bench_compares_the_ring_path_with_pread() {
+    let json = temp_json("host");
+    let out = storefn()
+        .args([
+            "dds",
+            "host-bench",
+            "--file-mb",
+            "1",
+            "--ops",
+            "300",
+            "--depth",
+            "8",
+            "--rounds",
+            "1",
+        ])
+        .arg("--dir")
+        .arg(env!("CARGO_TARGET_TMPDIR"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("summary: host-sync p50"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let cases: Vec<&str> =
+        v.as_array().unwrap().iter().map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(cases, ["pread", "host-sync", "host-async"]);
+    for r in v.as_array().unwrap() {
+        assert!(
+            r["ops_per_sec"].as_f64().unwrap() > 0.0 && r["p50_us"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    assert_eq!(v[2]["depth"], 8);
+}

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::ring::progressive::{ring_words, ProgressiveRing, MAX_RING_BYTES};
 use crate::ring::{RingError, SharedMemory, ShmError};
 
+pub mod bench;
 mod client;
 pub mod forward;
 mod service;
