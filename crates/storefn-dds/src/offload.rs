@@ -140,6 +140,9 @@ impl OffloadFunctions {
     pub fn pred(&mut self, msg: &[u8]) -> Result<Verdicts, OffloadError> {
         let entry = ENTRY_SECTIONS[0];
         let mut ctx = OffloadCtx::default();
+        // A verdict the program leaves unwritten reads as "host" (the safe answer), never as a
+        // stale verdict from the previous batch.
+        self.verdicts.fill(VERDICT_HOST);
         let r = self
             .pred
             .run_offload(&mut ctx, msg, &mut self.verdicts)

@@ -137,10 +137,7 @@ pub fn run_ring(cmd: &RingCmd) -> CmdResult {
             p / f
         );
     }
-    if let Some(j) = &a.json {
-        std::fs::write(j, serde_json::to_string_pretty(&results)? + "\n")?;
-    }
-    Ok(ExitCode::SUCCESS)
+    write_json(a.json.as_ref(), &results)
 }
 
 pub fn run_dds(cmd: &DdsCmd) -> CmdResult {
@@ -170,10 +167,7 @@ pub fn run_dds(cmd: &DdsCmd) -> CmdResult {
             );
         }
     }
-    if let Some(j) = &a.json {
-        std::fs::write(j, serde_json::to_string_pretty(&results)? + "\n")?;
-    }
-    Ok(ExitCode::SUCCESS)
+    write_json(a.json.as_ref(), &results)
 }
 
 fn host_bench(a: &HostBenchArgs) -> CmdResult {
@@ -203,8 +197,13 @@ fn host_bench(a: &HostBenchArgs) -> CmdResult {
             h.p50_us - p.p50_us
         );
     }
-    if let Some(j) = &a.json {
-        std::fs::write(j, serde_json::to_string_pretty(&results)? + "\n")?;
+    write_json(a.json.as_ref(), &results)
+}
+
+/// `--json F`: the results as a pretty JSON array.
+fn write_json(path: Option<&PathBuf>, results: &impl serde::Serialize) -> CmdResult {
+    if let Some(j) = path {
+        std::fs::write(j, serde_json::to_string_pretty(results)? + "\n")?;
     }
     Ok(ExitCode::SUCCESS)
 }
