@@ -370,3 +370,49 @@ proptest::proptest! {
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
+
+/// A host application started on its own gets its channel through the server's Unix socket
+/// (fd passing); it then works like an inherited one. A second host gets a second channel.
+#[test]
+fn channel_handoff_over_a_unix_socket() {
+    use storefn_dds::host::{connect, ChannelListener};
+    let root = temp_dir("handoff");
+    let sock = root.join("host.sock");
+    let listener = ChannelListener::bind(&sock).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
+    let dir = root.join("served");
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let mut channels = Vec::new();
+            for _ in 0..2 {
+                channels.push(listener.accept(DEFAULT_CHANNEL_RING_BYTES).unwrap());
+            }
+            // Serve both until their hosts have each written and read back a file.
+            for (i, ch) in channels.iter().enumerate() {
+                let mut service = FileService::new(&dir, ch).unwrap();
+                let start = Instant::now();
+                while service.stats().requests < 3 {
+                    service.serve_batch(ch).unwrap();
+                    assert!(start.elapsed() < CHILD_DEADLINE, "host {i} stalled");
+                }
+            }
+        });
+        let mut hosts: Vec<HostFiles> =
+            (0..2).map(|_| HostFiles::new(connect(&sock).unwrap())).collect();
+        for (i, host) in hosts.iter_mut().enumerate() {
+            let f = host.create(&format!("h{i}")).unwrap();
+            host.write(f, 0, &[i as u8 + 1; 100]).unwrap();
+            let mut buf = [0u8; 100];
+            assert_eq!(host.read(f, 0, &mut buf).unwrap(), 100);
+            assert_eq!(buf, [i as u8 + 1; 100]);
+        }
+        server.join().unwrap();
+    });
+    drop(listener);
+    assert!(!sock.exists(), "listener left its socket behind");
+    // Nothing listening: a clear error naming the socket.
+    let err = connect(&sock).unwrap_err().to_string();
+    assert!(err.contains("host.sock"), "{err}");
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -18,11 +18,13 @@ use crate::ring::{RingError, SharedMemory, ShmError};
 pub mod bench;
 mod client;
 pub mod forward;
+pub mod handoff;
 mod service;
 pub mod wire;
 
 pub use client::{Completion, HostFiles};
 pub use forward::{ForwardEnd, Side};
+pub use handoff::{connect, ChannelListener};
 pub use service::{FileHooks, FileService, ServiceStats};
 
 /// Channel magic, "SFDDSHC1" little-endian.
