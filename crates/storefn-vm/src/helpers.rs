@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use crate::offload;
 use crate::program::{ProgType, RunEnv};
 use crate::VmError;
 
@@ -48,11 +49,22 @@ pub struct HostState {
     pub trace: Vec<String>,
     /// Lines dropped because `trace` was full.
     pub trace_dropped: u64,
+    /// The cache table `offload` programs' table helpers reach (none: they return -ENODEV).
+    pub offload_table: Option<crate::offload::SharedTable>,
 }
 
 /// Helper ids each program type may call.
 const XRP_HELPERS: &[u32] = &[BPF_TRACE_PRINTK];
 const LAMBDA_HELPERS: &[u32] = &[BPF_TRACE_PRINTK, STOREFN_MEMCPY, STOREFN_MEMSET, STOREFN_MEMCMP];
+const OFFLOAD_HELPERS: &[u32] = &[
+    BPF_TRACE_PRINTK,
+    STOREFN_MEMCPY,
+    STOREFN_MEMSET,
+    STOREFN_MEMCMP,
+    offload::STOREFN_TABLE_LOOKUP,
+    offload::STOREFN_TABLE_INSERT,
+    offload::STOREFN_TABLE_DELETE,
+];
 
 /// The helper table of a program type.
 #[must_use]
@@ -60,6 +72,7 @@ pub fn table(prog_type: ProgType) -> &'static [u32] {
     match prog_type {
         ProgType::Xrp => XRP_HELPERS,
         ProgType::Lambda => LAMBDA_HELPERS,
+        ProgType::Offload => OFFLOAD_HELPERS,
     }
 }
 
@@ -133,6 +146,20 @@ pub(crate) unsafe fn call(
                 std::cmp::Ordering::Less => u64::MAX,
                 std::cmp::Ordering::Equal => 0,
                 std::cmp::Ordering::Greater => 1,
+            })
+        }
+        offload::STOREFN_TABLE_LOOKUP
+        | offload::STOREFN_TABLE_INSERT
+        | offload::STOREFN_TABLE_DELETE => {
+            let table = if env.host.is_null() {
+                None
+            } else {
+                // SAFETY: a non-null `RunEnv::host` always points at the instance's `HostState`,
+                // which outlives the invocation and is not otherwise borrowed while it runs.
+                unsafe { (*env.host.cast::<HostState>()).offload_table.clone() }
+            };
+            offload::call_table_helper(table.as_ref(), id, args, |addr, n, write| {
+                check(env, insn, addr, n, write)
             })
         }
         _ => Err(VmError::Helper { insn, helper: id, reason: "unknown helper".into() }),

@@ -29,6 +29,7 @@ fn ctx_bytes(t: ProgType) -> i64 {
     match t {
         ProgType::Xrp => XRP_CTX_BYTES as i64,
         ProgType::Lambda => LAMBDA_CTX_BYTES as i64,
+        ProgType::Offload => crate::offload::OFFLOAD_CTX_BYTES as i64,
     }
 }
 

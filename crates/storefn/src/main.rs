@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod dds_cmd;
 mod demo;
 mod digest_cmd;
 mod io;
@@ -48,6 +49,12 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
+    /// DDS rings: the progressive ring vs a mutex ring vs a flag-per-slot ring.
+    #[command(subcommand)]
+    Ring(dds_cmd::RingCmd),
+    /// DDS offload engine pieces: the cache table's benchmark.
+    #[command(subcommand)]
+    Dds(dds_cmd::DdsCmd),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +68,8 @@ fn main() -> ExitCode {
         Cmd::Net(c) => net::run(&c),
         Cmd::Lambda(c) => lambda::run(&c),
         Cmd::Serve(a) => serve::run(&a),
+        Cmd::Ring(c) => dds_cmd::run_ring(&c),
+        Cmd::Dds(c) => dds_cmd::run_dds(&c),
     };
     match result {
         Ok(code) => code,
