@@ -15,6 +15,7 @@ pub mod local;
 pub mod location;
 pub mod prog;
 pub mod remote;
+pub mod server_transport;
 pub mod workloads;
 
 pub use dispatch::{
@@ -25,4 +26,5 @@ pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSid
 pub use location::{parse_range, Location};
 pub use prog::{run_lambda, LambdaProg};
 pub use remote::{LambdaTransport, RemoteSide};
+pub use server_transport::{RemoteReadSide, ServerTransport};
 pub use workloads::Workload;

@@ -35,6 +35,12 @@ impl LambdaProg {
         &self.elf
     }
 
+    /// The section or function picked from the object (`None`: the loader's default).
+    #[must_use]
+    pub fn select(&self) -> Option<&str> {
+        self.select.as_deref()
+    }
+
     /// Loads, verifies (as program type `lambda`) and prepares the program for `engine`.
     ///
     /// # Errors
