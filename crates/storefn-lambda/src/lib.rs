@@ -26,5 +26,5 @@ pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSid
 pub use location::{parse_range, Location};
 pub use prog::{run_lambda, LambdaProg};
 pub use remote::{LambdaTransport, RemoteSide};
-pub use server_transport::{RemoteReadSide, ServerTransport};
+pub use server_transport::{run_remote_once, RemoteReadSide, RemoteRunReport, ServerTransport};
 pub use workloads::Workload;

@@ -15,10 +15,10 @@ use storefn_server::registry::ProgHash;
 use storefn_server::{Client, ClientConfig, ClientError, Req};
 use storefn_vm::Instance;
 
-use crate::dispatch::{Run, Side, SideKind};
+use crate::dispatch::{DispatchConfig, Dispatcher, Run, Side, SideKind, Where};
 use crate::error::LambdaError;
 use crate::prog::{run_lambda, LambdaProg};
-use crate::remote::LambdaTransport;
+use crate::remote::{LambdaTransport, RemoteSide};
 
 /// LOAD_PROG's `prog_type` for a λ program (docs/FORMAT.md, LOAD_PROG request).
 pub const PROG_TYPE_LAMBDA: u8 = 1;
@@ -218,4 +218,80 @@ impl Side for RemoteReadSide {
     fn uncached_fraction(&mut self, _off: u64, _len: u64) -> Option<f64> {
         Some(1.0)
     }
+}
+
+/// What one `lambda run ADDR:FILE` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteRunReport {
+    pub off: u64,
+    pub len: u64,
+    pub out_bytes: usize,
+    /// The side that ran the function.
+    pub ran: SideKind,
+    /// The request's wall time as the client saw it.
+    pub wall_ns: u64,
+    /// Client side only: reading the range over READ frames, and running the function.
+    pub io_ns: u64,
+    pub compute_ns: u64,
+}
+
+/// One request on a served file: `range` (default: the whole file, by STAT) through `prog`,
+/// where `wh` says: `Local` reads the range with READ frames and runs the function here,
+/// `Server` sends the LAMBDA frame, `Auto` asks a fresh [`Dispatcher`] (with no history its
+/// model measures the local side first, so one request runs locally; ranges above
+/// [`MAX_REMOTE_RANGE_BYTES`] can only run locally).
+///
+/// # Errors
+/// Connecting, loading the program, the range, the request.
+#[allow(clippy::too_many_arguments)]
+pub fn run_remote_once(
+    addr: &str,
+    file: &str,
+    cfg: &ClientConfig,
+    prog: &LambdaProg,
+    engine: storefn_vm::Engine,
+    wh: Where,
+    range: Option<(u64, u64)>,
+    out_cap: usize,
+) -> Result<(Vec<u8>, RemoteRunReport), LambdaError> {
+    let mut reads = RemoteReadSide::new(
+        ServerTransport::connect(addr, cfg.clone())?,
+        file,
+        prog.instance(engine)?,
+    );
+    let (off, len) = match range {
+        Some(r) => r,
+        None => {
+            let r = reads
+                .transport
+                .client
+                .one(&Req::Stat { path: file.to_string() })
+                .map_err(|e| remote_err(addr, file, e))?;
+            (0, r.value)
+        }
+    };
+    let mut out = vec![0u8; out_cap];
+    let wh = if wh == Where::Auto && len > MAX_REMOTE_RANGE_BYTES { Where::Local } else { wh };
+    let (ran, run) = match wh {
+        Where::Local => (SideKind::Local, reads.run(off, len, &mut out)?),
+        Where::Server => {
+            let mut s = RemoteSide::new(ServerTransport::connect(addr, cfg.clone())?, file, prog)?;
+            (SideKind::Server, s.run(off, len, &mut out)?)
+        }
+        Where::Auto => {
+            let mut s = RemoteSide::new(ServerTransport::connect(addr, cfg.clone())?, file, prog)?;
+            Dispatcher::new(DispatchConfig::default()).run(&mut reads, &mut s, off, len, &mut out)?
+        }
+    };
+    out.truncate(run.out_bytes);
+    let report = RemoteRunReport {
+        off,
+        len,
+        out_bytes: run.out_bytes,
+        ran,
+        wall_ns: run.wall_ns,
+        io_ns: run.io_ns,
+        compute_ns: run.compute_ns,
+    };
+    Ok((out, report))
 }

@@ -6,7 +6,11 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use storefn_lambda::bench::{self, BenchConfig, BenchRow, Condition};
-use storefn_lambda::{parse_range, run_local_once, LambdaProg, Location, Where, Workload};
+use storefn_lambda::server_transport::MAX_REMOTE_RANGE_BYTES;
+use storefn_lambda::{
+    parse_range, run_local_once, run_remote_once, LambdaProg, Location, Where, Workload,
+};
+use storefn_server::ClientConfig;
 use storefn_vm::Engine;
 
 use crate::CmdResult;
@@ -188,14 +192,7 @@ const DEFAULT_OUT_CAP: usize = 1 << 20;
 fn run_one(a: &RunArgs) -> CmdResult {
     let path = match &a.file {
         Location::Local(p) => p,
-        Location::Remote { .. } => {
-            return Err(format!(
-                "{}: remote files need the storage server's LAMBDA frame, which this build does \
-                 not have yet; run on a local file with --where local",
-                a.file
-            )
-            .into())
-        }
+        Location::Remote { addr, file } => return run_remote(a, &addr.to_string(), file),
     };
     if a.r#where != Where::Local {
         return Err(format!(
@@ -237,6 +234,42 @@ fn run_one(a: &RunArgs) -> CmdResult {
         r.times.compute_ns as f64 / 1e3,
         r.uncached,
         r.probe
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lambda run ADDR:FILE`: the program runs on the server (LAMBDA frame), here over READ
+/// frames, or where the dispatcher says.
+fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
+    let cfg = match &a.token_file {
+        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
+        None => ClientConfig::default(),
+    };
+    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let out_cap = match (a.out_cap, workload, a.range) {
+        (Some(c), _, _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
+        (None, Some(w), Some((_, len))) => w.out_cap(usize::try_from(len).unwrap_or(usize::MAX)),
+        // Every read workload's bound is a constant; bitmap (the write path) gets one frame's.
+        (None, Some(w), None) => w.out_cap(MAX_REMOTE_RANGE_BYTES as usize),
+        (None, None, _) => DEFAULT_OUT_CAP,
+    };
+    let (out, r) =
+        run_remote_once(addr, file, &cfg, &prog, a.engine.engine(), a.r#where, a.range, out_cap)?;
+    if let Some(o) = &a.out {
+        std::fs::write(o, &out).map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    println!(
+        "lambda run: prog {} file {addr}:{file} range [{}, +{}) where {} (asked {}) out {} bytes \
+         time {:.1} us (client io {:.1} us, client compute {:.1} us)",
+        prog.name(),
+        r.off,
+        r.len,
+        r.ran.as_where(),
+        a.r#where,
+        r.out_bytes,
+        r.wall_ns as f64 / 1e3,
+        r.io_ns as f64 / 1e3,
+        r.compute_ns as f64 / 1e3,
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,123 @@
+//! `storefn lambda run ADDR:FILE` against a storage server on loopback (with token auth):
+//! `--where local` (READ frames, the function here), `server` (the LAMBDA frame) and `auto`
+//! all write the native baseline's bytes; errors name the limit or the missing token.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use storefn_lambda::Workload;
+use storefn_server::{Server, ServerConfig};
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    assert!(!o.status.success(), "stdout: {}", String::from_utf8_lossy(&o.stdout));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn remote_run_on_every_side_matches_native() {
+    let base =
+        std::env::temp_dir().join(format!("storefn-cli-lambda-remote-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let served = base.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let d = Dir(base.clone());
+    let tokens = d.0.join("tokens");
+    std::fs::write(&tokens, "alice 0123456789abcdef0123456789abcdef\n").unwrap();
+    let mut cfg = ServerConfig::new(&served);
+    cfg.tokens = Some(storefn_server::auth::load_tokens(&tokens).unwrap());
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = server.local_addr().to_string();
+    let tok = tokens.to_str().unwrap();
+    for (w, range, off, len) in [
+        (Workload::Knn, "0x800:4096", 2048usize, 4096usize),
+        (Workload::Stats32, "12:4000", 12, 4000),
+        (Workload::Grep, "4096:4096", 4096, 4096),
+    ] {
+        let data = served.join(format!("{}.dat", w.name()));
+        ok(&run(&["lambda", "gen", w.name(), data.to_str().unwrap(), "--size", "256K"]));
+        let input = std::fs::read(&data).unwrap();
+        let mut want = vec![0u8; w.out_cap(len)];
+        let n = w.native(&input[off..off + len], &mut want);
+        let target = format!("{addr}:{}.dat", w.name());
+        for wh in ["local", "server", "auto"] {
+            let out = d.0.join(format!("{}-{wh}.out", w.name()));
+            let s = ok(&run(&[
+                "lambda",
+                "run",
+                &target,
+                "--prog",
+                w.name(),
+                "--where",
+                wh,
+                "--range",
+                range,
+                "--token-file",
+                tok,
+                "--out",
+                out.to_str().unwrap(),
+            ]));
+            assert!(s.contains(&format!("out {n} bytes")), "{w} {wh}: {s}");
+            // auto with no history measures the client side first.
+            let ran = if wh == "server" { "server" } else { "local" };
+            assert!(s.contains(&format!("where {ran} (asked {wh})")), "{w} {wh}: {s}");
+            assert_eq!(std::fs::read(&out).unwrap(), want[..n], "{w} {wh}");
+        }
+    }
+    // The whole file (STAT for its size) over READ frames.
+    let s = ok(&run(&[
+        "lambda",
+        "run",
+        &format!("{addr}:stats32.dat"),
+        "--prog",
+        "stats32",
+        "--token-file",
+        tok,
+    ]));
+    assert!(s.contains("range [0, +262144) where local"), "{s}");
+    // A range above one LAMBDA frame's read is refused with the limit, not split.
+    let e = err(&run(&[
+        "lambda",
+        "run",
+        &format!("{addr}:knn.dat"),
+        "--prog",
+        "knn",
+        "--where",
+        "server",
+        "--range",
+        "0:8192",
+        "--token-file",
+        tok,
+    ]));
+    assert!(e.contains("range of 8192 bytes is above the limit of 4096 bytes"), "{e}");
+    // No token for a server that requires one.
+    let e = err(&run(&[
+        "lambda",
+        "run",
+        &format!("{addr}:knn.dat"),
+        "--prog",
+        "knn",
+        "--where",
+        "server",
+        "--range",
+        "0:2048",
+    ]));
+    assert!(e.contains("AUTH"), "{e}");
+    server.stop();
+    server.join().unwrap();
+}
