@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use storefn_vm::program::DEFAULT_INSN_BUDGET;
 use storefn_vm::{load_verified, Engine, Instance, ProgType};
 
 use crate::error::LambdaError;
@@ -53,7 +54,17 @@ impl LambdaProg {
     }
 }
 
-/// Runs `prog` over `input` into `out`; returns the output bytes (checked against `out`).
+/// Instructions a λ function may execute per input byte, on top of the VM's default budget: a
+/// λ function loops over its range, so a fixed budget would refuse long ranges (a 200 KiB knn
+/// range needs ~6 per byte); the bound still stops a runaway loop.
+pub const INSNS_PER_INPUT_BYTE: u64 = 64;
+/// Instructions per output buffer byte: an expanding function (bitmap's run-length decode,
+/// ~32x) does its work per output byte, not per input byte.
+pub const INSNS_PER_OUTPUT_BYTE: u64 = 8;
+
+/// Runs `prog` over `input` into `out`; returns the output bytes (checked against `out`). The
+/// instruction budget is the VM's default plus [`INSNS_PER_INPUT_BYTE`] per input byte and
+/// [`INSNS_PER_OUTPUT_BYTE`] per output buffer byte.
 ///
 /// # Errors
 /// [`LambdaError::Fault`], [`LambdaError::OutputOverflow`].
@@ -63,6 +74,10 @@ pub fn run_lambda(
     input: &[u8],
     out: &mut [u8],
 ) -> Result<usize, LambdaError> {
+    let budget = DEFAULT_INSN_BUDGET
+        .saturating_add(INSNS_PER_INPUT_BYTE.saturating_mul(input.len() as u64))
+        .saturating_add(INSNS_PER_OUTPUT_BYTE.saturating_mul(out.len() as u64));
+    prog.set_insn_budget(budget);
     let r = prog.run_lambda(input, out);
     let name = || prog_name(prog);
     let n = r.map_err(|source| LambdaError::Fault {

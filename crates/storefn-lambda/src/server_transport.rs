@@ -280,7 +280,8 @@ pub fn run_remote_once(
         }
         Where::Auto => {
             let mut s = RemoteSide::new(ServerTransport::connect(addr, cfg.clone())?, file, prog)?;
-            Dispatcher::new(DispatchConfig::default()).run(&mut reads, &mut s, off, len, &mut out)?
+            Dispatcher::new(DispatchConfig::default())
+                .run(&mut reads, &mut s, off, len, &mut out)?
         }
     };
     out.truncate(run.out_bytes);

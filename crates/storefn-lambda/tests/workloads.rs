@@ -144,20 +144,29 @@ fn long_ranges_refill_the_engine_and_land_in_place() {
 }
 
 #[test]
-fn a_range_beyond_the_work_budget_fails_with_budget_exhausted() {
-    // grep spends ~4,090 backward jumps per row: 2 MiB (512 rows) is over the 1,000,000 budget.
+fn the_work_budget_grows_with_the_range_and_still_stops_a_runaway_function() {
+    // Regression: with the VM's fixed per-invocation budget, grep over 2 MiB (and knn over
+    // 200 KiB through `lambda run`) failed with BudgetExhausted; the budget now scales with
+    // the range (prog::INSNS_PER_INPUT_BYTE), so it completes.
     let dir = tmpdir("budget");
     let path = ensure_data(&dir, Workload::Grep, 2 << 20, 9).unwrap();
     let mut file = LocalFile::open(&path, IoMode::Buffered).unwrap();
     let mut inst = prog(Workload::Grep).instance(Engine::Jit).unwrap();
     let mut out = vec![0u8; Workload::Grep.out_cap(0)];
-    let e = pread_lambda(&mut file, 0, 2 << 20, &mut inst, &mut out).unwrap_err();
-    assert!(
-        matches!(e, LambdaError::Fault { source: VmError::BudgetExhausted { .. }, .. }),
-        "{e:?}"
-    );
-    // Half of it fits.
-    pread_lambda(&mut file, 0, 512 << 10, &mut inst, &mut out).unwrap();
+    pread_lambda(&mut file, 0, 2 << 20, &mut inst, &mut out).unwrap();
+    // A function that never ends still ends, on a short range and a long one.
+    let spin = LambdaProg::from_elf("spin", storefn_progs::must("test/lambda_spin"), None);
+    for engine in [Engine::Jit, Engine::Interp] {
+        let mut inst = spin.instance(engine).unwrap();
+        for len in [8u64, 64 << 10] {
+            let mut out = vec![0u8; 8];
+            let e = pread_lambda(&mut file, 0, len, &mut inst, &mut out).unwrap_err();
+            assert!(
+                matches!(e, LambdaError::Fault { source: VmError::BudgetExhausted { .. }, .. }),
+                "{engine:?} {len}: {e:?}"
+            );
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
