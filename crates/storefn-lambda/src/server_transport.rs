@@ -8,6 +8,7 @@
 //! [`LambdaError::RangeTooLarge`] rather than split: splitting would change what the function
 //! sees (one context per range).
 
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use storefn_server::proto::{MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
@@ -121,79 +122,179 @@ impl LambdaTransport for ServerTransport {
     }
 }
 
-/// The client side of a remote file: reads the range with READ frames (pipelined, up to the
-/// server's in-flight limit per frame) and runs the function here. Nothing is cached: every
-/// request's bytes cross the network.
+/// Default client block cache of a [`RemoteReadSide`], bytes.
+pub const DEFAULT_CLIENT_CACHE_BYTES: u64 = 64 << 20;
+
+/// The client's own cache of a remote file's blocks ([`MAX_READ_BYTES`] each, aligned),
+/// bounded in blocks; evicts the oldest inserted block (FIFO) when full.
+#[derive(Debug)]
+struct BlockCache {
+    blocks: HashMap<u64, Box<[u8]>>,
+    order: VecDeque<u64>,
+    cap_blocks: usize,
+}
+
+impl BlockCache {
+    fn new(cap_bytes: u64) -> Self {
+        let cap_blocks =
+            usize::try_from(cap_bytes / u64::from(MAX_READ_BYTES)).unwrap_or(usize::MAX);
+        Self { blocks: HashMap::new(), order: VecDeque::new(), cap_blocks }
+    }
+
+    fn insert(&mut self, block: u64, data: Box<[u8]>) {
+        if self.cap_blocks == 0 {
+            return;
+        }
+        while self.blocks.len() >= self.cap_blocks {
+            let Some(old) = self.order.pop_front() else { break };
+            self.blocks.remove(&old);
+        }
+        if self.blocks.insert(block, data).is_none() {
+            self.order.push_back(block);
+        }
+    }
+}
+
+/// The client side of a remote file: reads the range with READ frames (one frame per
+/// server in-flight limit of blocks) through the client's own block cache, and runs the
+/// function here. Cached blocks cost no network; [`Side::uncached_fraction`] is the share of
+/// the range's blocks not cached.
 #[derive(Debug)]
 pub struct RemoteReadSide {
     pub transport: ServerTransport,
     pub file: String,
     pub prog: Instance,
+    size: Option<u64>,
+    cache: BlockCache,
     buf: Vec<u8>,
     reqs: Vec<Req>,
+    missing: Vec<u64>,
 }
 
 impl RemoteReadSide {
+    /// A side with a client cache of [`DEFAULT_CLIENT_CACHE_BYTES`].
     #[must_use]
     pub fn new(transport: ServerTransport, file: &str, prog: Instance) -> Self {
-        Self { transport, file: file.to_string(), prog, buf: Vec::new(), reqs: Vec::new() }
+        Self::with_cache(transport, file, prog, DEFAULT_CLIENT_CACHE_BYTES)
     }
 
-    /// Reads `[off, off + len)` of the remote file into the side's buffer.
+    /// A side whose client cache holds up to `cache_bytes` (0: no cache).
+    #[must_use]
+    pub fn with_cache(
+        transport: ServerTransport,
+        file: &str,
+        prog: Instance,
+        cache_bytes: u64,
+    ) -> Self {
+        Self {
+            transport,
+            file: file.to_string(),
+            prog,
+            size: None,
+            cache: BlockCache::new(cache_bytes),
+            buf: Vec::new(),
+            reqs: Vec::new(),
+            missing: Vec::new(),
+        }
+    }
+
+    fn err(&self, e: ClientError) -> LambdaError {
+        remote_err(&self.transport.addr, &self.file, e)
+    }
+
+    /// The remote file's size (STAT, once).
     ///
     /// # Errors
-    /// [`LambdaError::RangeTooLarge`] above [`MAX_REMOTE_READ_BYTES`]; the server's status
-    /// (e.g. out of range) or a connection failure as [`LambdaError::Remote`].
+    /// The server's status or a connection failure.
+    pub fn size_bytes(&mut self) -> Result<u64, LambdaError> {
+        if let Some(s) = self.size {
+            return Ok(s);
+        }
+        let r = self.transport.client.one(&Req::Stat { path: self.file.clone() });
+        let s = r.map_err(|e| self.err(e))?.value;
+        self.size = Some(s);
+        Ok(s)
+    }
+
+    /// Forgets every cached block of `[off, off + len)`.
+    pub fn drop_cached(&mut self, off: u64, len: u64) {
+        let b = u64::from(MAX_READ_BYTES);
+        for block in off / b..(off + len).div_ceil(b) {
+            self.cache.blocks.remove(&block);
+        }
+        let blocks = &self.cache.blocks;
+        self.cache.order.retain(|k| blocks.contains_key(k));
+    }
+
+    /// Fetches every block of `[off, off + len)` not cached (READ frames).
+    fn fetch(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
+        let b = u64::from(MAX_READ_BYTES);
+        let size = self.size_bytes()?;
+        self.missing.clear();
+        for block in off / b..(off + len).div_ceil(b) {
+            if !self.cache.blocks.contains_key(&block) {
+                self.missing.push(block);
+            }
+        }
+        let per_frame = self.transport.client.max_in_flight().max(1);
+        let missing = std::mem::take(&mut self.missing);
+        for chunk in missing.chunks(per_frame) {
+            self.reqs.clear();
+            for &block in chunk {
+                let n = (size - block * b).min(b);
+                let n32 = u32::try_from(n).expect("<= MAX_READ_BYTES");
+                self.reqs.push(Req::Read { path: self.file.clone(), offset: block * b, len: n32 });
+            }
+            let replies = self.transport.client.call(&self.reqs).map_err(|e| self.err(e))?;
+            for (&block, r) in chunk.iter().zip(replies) {
+                let r = r.ok("READ").map_err(|e| self.err(e))?;
+                let want = (size - block * b).min(b);
+                if r.data.len() as u64 != want {
+                    let m = format!("READ at {}: {} bytes for {want}", block * b, r.data.len());
+                    return Err(self.err(ClientError::Io(std::io::Error::other(m))));
+                }
+                self.cache.insert(block, r.data.into_boxed_slice());
+            }
+        }
+        self.missing = missing;
+        Ok(())
+    }
+
+    /// Reads `[off, off + len)` of the remote file (through the client cache) into the side's
+    /// buffer.
+    ///
+    /// # Errors
+    /// [`LambdaError::RangeTooLarge`] above [`MAX_REMOTE_READ_BYTES`],
+    /// [`LambdaError::OutsideFile`], the server's status or a connection failure as
+    /// [`LambdaError::Remote`].
     pub fn read_range(&mut self, off: u64, len: u64) -> Result<&[u8], LambdaError> {
-        let addr = self.transport.addr.clone();
+        let name = format!("{}:{}", self.transport.addr, self.file);
+        let path = || name.clone().into();
         if len > MAX_REMOTE_READ_BYTES {
             return Err(LambdaError::RangeTooLarge {
-                path: format!("{addr}:{}", self.file).into(),
+                path: path(),
                 len,
                 max: MAX_REMOTE_READ_BYTES,
             });
         }
-        off.checked_add(len).ok_or_else(|| LambdaError::OutsideFile {
-            path: format!("{addr}:{}", self.file).into(),
-            off,
-            len,
-            size: u64::MAX,
-        })?;
+        let size = self.size_bytes()?;
+        if off.checked_add(len).is_none_or(|e| e > size) {
+            return Err(LambdaError::OutsideFile { path: path(), off, len, size });
+        }
+        let cached = self.cache.cap_blocks > 0;
+        self.fetch(off, len)?;
+        let b = u64::from(MAX_READ_BYTES);
         self.buf.clear();
-        let chunk = u64::from(MAX_READ_BYTES);
-        let per_frame = self.transport.client.max_in_flight().max(1) as u64 * chunk;
-        let mut at = off;
-        while at < off + len {
-            let end = (at + per_frame).min(off + len);
-            self.reqs.clear();
-            let mut o = at;
-            while o < end {
-                let n = (end - o).min(chunk);
-                let n32 = u32::try_from(n).expect("<= MAX_READ_BYTES");
-                self.reqs.push(Req::Read { path: self.file.clone(), offset: o, len: n32 });
-                o += n;
-            }
-            let replies = self
-                .transport
-                .client
-                .call(&self.reqs)
-                .map_err(|e| remote_err(&addr, &self.file, e))?;
-            for (req, r) in self.reqs.iter().zip(replies) {
-                let r = r.ok("READ").map_err(|e| remote_err(&addr, &self.file, e))?;
-                let Req::Read { offset, len, .. } = req else { unreachable!("reads only") };
-                if r.data.len() != *len as usize {
-                    return Err(remote_err(
-                        &addr,
-                        &self.file,
-                        ClientError::Io(std::io::Error::other(format!(
-                            "READ at {offset}: {} bytes for {len}",
-                            r.data.len()
-                        ))),
-                    ));
-                }
-                self.buf.extend_from_slice(&r.data);
-            }
-            at = end;
+        for block in off / b..(off + len).div_ceil(b) {
+            let data = &self.cache.blocks[&block];
+            let start = usize::try_from(off.max(block * b) - block * b).expect("< block");
+            let end =
+                usize::try_from((off + len).min(block * b + b) - block * b).expect("<= block");
+            self.buf.extend_from_slice(&data[start..end]);
+        }
+        if !cached {
+            self.cache.blocks.clear();
+            self.cache.order.clear();
         }
         Ok(&self.buf)
     }
@@ -214,9 +315,13 @@ impl Side for RemoteReadSide {
         Ok(Run { out_bytes, wall_ns: io_ns + compute_ns, io_ns, compute_ns })
     }
 
-    /// No client cache: all of every range is read over the network.
-    fn uncached_fraction(&mut self, _off: u64, _len: u64) -> Option<f64> {
-        Some(1.0)
+    fn uncached_fraction(&mut self, off: u64, len: u64) -> Option<f64> {
+        let b = u64::from(MAX_READ_BYTES);
+        let blocks = off / b..(off + len).div_ceil(b);
+        let total = blocks.end - blocks.start;
+        let missing = blocks.filter(|k| !self.cache.blocks.contains_key(k)).count();
+        #[allow(clippy::cast_precision_loss)]
+        Some(if total == 0 { 0.0 } else { missing as f64 / total as f64 })
     }
 }
 
@@ -261,14 +366,7 @@ pub fn run_remote_once(
     );
     let (off, len) = match range {
         Some(r) => r,
-        None => {
-            let r = reads
-                .transport
-                .client
-                .one(&Req::Stat { path: file.to_string() })
-                .map_err(|e| remote_err(addr, file, e))?;
-            (0, r.value)
-        }
+        None => (0, reads.size_bytes()?),
     };
     let mut out = vec![0u8; out_cap];
     let wh = if wh == Where::Auto && len > MAX_REMOTE_RANGE_BYTES { Where::Local } else { wh };

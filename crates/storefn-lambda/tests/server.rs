@@ -153,3 +153,33 @@ fn server_errors_are_typed_and_name_the_file() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn the_client_cache_serves_repeated_ranges_without_the_network() {
+    let (d, server) = setup("cache");
+    let w = Workload::Stats64;
+    let path = ensure_data(&d.0, w, 64 << 10, 5).unwrap();
+    let name = path.file_name().unwrap().to_str().unwrap().to_string();
+    let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+    let mut reads =
+        RemoteReadSide::new(connect(&server), &name, prog.instance(Engine::Jit).unwrap());
+    let mut out = vec![0u8; w.out_cap(0)];
+    assert_eq!(reads.uncached_fraction(100, 8000), Some(1.0));
+    let first = reads.run(100, 8000, &mut out).unwrap();
+    let trips = reads.transport.client_mut().round_trips;
+    // Blocks 0 and 1 are cached now; block 2 is not.
+    assert_eq!(reads.uncached_fraction(0, 8192), Some(0.0));
+    assert_eq!(reads.uncached_fraction(0, 3 * 4096), Some(1.0 / 3.0));
+    let again = reads.run(100, 8000, &mut out).unwrap();
+    assert_eq!(reads.transport.client_mut().round_trips, trips, "cached: no frame sent");
+    assert_eq!(first.out_bytes, again.out_bytes);
+    reads.drop_cached(4096, 1);
+    assert_eq!(reads.uncached_fraction(0, 8192), Some(0.5));
+    reads.run(100, 8000, &mut out).unwrap();
+    assert_eq!(reads.transport.client_mut().round_trips, trips + 1, "one frame for block 1");
+    // Past the end of the remote file.
+    let e = reads.run(60 << 10, 8 << 10, &mut out).unwrap_err();
+    assert!(matches!(e, LambdaError::OutsideFile { size: 65536, .. }), "{e}");
+    server.stop();
+    server.join().unwrap();
+}
