@@ -8,7 +8,9 @@
 
 pub mod bench;
 pub mod bench_remote;
+pub mod bench_server;
 pub mod cache;
+pub mod cpu_cap;
 pub mod dispatch;
 pub mod error;
 pub mod local;
