@@ -121,3 +121,110 @@ fn remote_run_on_every_side_matches_native() {
     server.stop();
     server.join().unwrap();
 }
+
+/// Root (for the cgroup cap), or why not; with STOREFN_REQUIRE_PRIVILEGED=1 a skip fails.
+fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("STOREFN_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
+        "STOREFN_REQUIRE_PRIVILEGED=1 but not root"
+    );
+    eprintln!("skipped: the server CPU cap needs root (cgroup v1 cpu)");
+    false
+}
+
+#[test]
+fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
+    let base =
+        std::env::temp_dir().join(format!("storefn-cli-lambda-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let d = Dir(base.clone());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_storefn"))
+        .args(["serve", "--dir", d.0.to_str().unwrap(), "--listen", &addr])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Bounded wait for the listener.
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let json = d.0.join("b.json");
+    let plot = d.0.join("b.png");
+    let pid = child.id().to_string();
+    let mut args = vec![
+        "lambda",
+        "bench",
+        "--dir",
+        d.0.to_str().unwrap(),
+        "--server",
+        &addr,
+        "--workloads",
+        "stats64",
+        "--requests",
+        "8",
+        "--request-bytes",
+        "4K",
+        "--file-bytes",
+        "256K",
+        "--rtts-us",
+        "0,300",
+        "--changes",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ];
+    let capped = privileged();
+    if capped {
+        args.extend(["--cpu-cap", "50", "--server-pid", &pid]);
+    }
+    let o = run(&args);
+    let _ = child.kill();
+    let _ = child.wait();
+    let s = ok(&o);
+    // 2 RTTs x (cold, warm, cold->warm) + the RTT rise = 7 conditions x 3 sides, per CPU state.
+    let per = 7 * 3;
+    let n = if capped { 2 * per } else { per };
+    assert!(
+        s.contains(&format!("lambda bench: {n} rows, 8 requests each, where local/server/auto")),
+        "{s}"
+    );
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), n);
+    for r in &rows {
+        for k in ["workload", "condition", "where", "requests", "us_per_request"] {
+            assert!(!r[k].is_null(), "{k} missing: {r}");
+        }
+        let cond = r["condition"].as_str().unwrap();
+        assert_eq!(
+            cond.ends_with("-cpu50"),
+            capped && rows.iter().position(|x| x == r).unwrap() >= per,
+            "{r}"
+        );
+        // The proxy holds every byte for the RTT: no server request beats it.
+        if r["where"] == "server" && cond.contains("-rtt300") && !cond.contains("->") {
+            assert!(r["p50_us"].as_f64().unwrap() >= 300.0, "{r}");
+        }
+        // A warm client cache costs no network: local beats the RTT.
+        if r["where"] == "local" && cond.starts_with("warm-rtt300") {
+            assert!(r["p50_us"].as_f64().unwrap() < 300.0, "{r}");
+        }
+    }
+    assert!(std::fs::metadata(&plot).unwrap().len() > 0);
+    // The cap's group is gone.
+    let left = std::path::Path::new("/sys/fs/cgroup/cpu").join(format!("storefn-lambda-cap-{pid}"));
+    assert!(!left.exists(), "{} left behind", left.display());
+}
