@@ -31,6 +31,13 @@ fn setup(tag: &str) -> (Dir, Server) {
     (Dir(d), server)
 }
 
+/// `DIR/<workload>.dat` of `size` bytes, its served name and the workload's program.
+fn fixture(d: &Dir, w: Workload, size: u64, seed: u64) -> (PathBuf, String, LambdaProg) {
+    let path = ensure_data(&d.0, w, size, seed).unwrap();
+    let name = path.file_name().unwrap().to_str().unwrap().to_string();
+    (path, name, LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None))
+}
+
 fn connect(server: &Server) -> ServerTransport {
     ServerTransport::connect(&server.local_addr().to_string(), ClientConfig::default()).unwrap()
 }
@@ -44,9 +51,7 @@ const REMOTE_WORKLOADS: [Workload; 4] =
 fn local_server_and_remote_read_return_the_same_bytes() {
     let (d, server) = setup("same");
     for w in REMOTE_WORKLOADS {
-        let path = ensure_data(&d.0, w, 256 << 10, 7).unwrap();
-        let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+        let (path, name, prog) = fixture(&d, w, 256 << 10, 7);
         let mut local = LocalSide {
             file: LocalFile::open(&path, IoMode::Buffered).unwrap(),
             prog: prog.instance(Engine::Jit).unwrap(),
@@ -92,9 +97,7 @@ fn local_server_and_remote_read_return_the_same_bytes() {
 fn dispatcher_mixes_local_and_server_with_equal_results() {
     let (d, server) = setup("mixed");
     let w = Workload::Knn;
-    let path = ensure_data(&d.0, w, 512 << 10, 9).unwrap();
-    let name = path.file_name().unwrap().to_str().unwrap().to_string();
-    let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+    let (path, name, prog) = fixture(&d, w, 512 << 10, 9);
     let mut local = LocalSide {
         file: LocalFile::open(&path, IoMode::Buffered).unwrap(),
         prog: prog.instance(Engine::Jit).unwrap(),
@@ -131,9 +134,7 @@ fn dispatcher_mixes_local_and_server_with_equal_results() {
 fn server_errors_are_typed_and_name_the_file() {
     let (d, server) = setup("errors");
     let w = Workload::Stats64;
-    let path = ensure_data(&d.0, w, 64 << 10, 1).unwrap();
-    let name = path.file_name().unwrap().to_str().unwrap().to_string();
-    let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+    let (_, name, prog) = fixture(&d, w, 64 << 10, 1);
     let mut remote = RemoteSide::new(connect(&server), &name, &prog).unwrap();
     let mut out = vec![0u8; w.out_cap(4096)];
     // Past the end of the file: the server's OUT_OF_RANGE, carried as a typed client error.
@@ -158,9 +159,7 @@ fn server_errors_are_typed_and_name_the_file() {
 fn the_client_cache_serves_repeated_ranges_without_the_network() {
     let (d, server) = setup("cache");
     let w = Workload::Stats64;
-    let path = ensure_data(&d.0, w, 64 << 10, 5).unwrap();
-    let name = path.file_name().unwrap().to_str().unwrap().to_string();
-    let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+    let (_, name, prog) = fixture(&d, w, 64 << 10, 5);
     let mut reads =
         RemoteReadSide::new(connect(&server), &name, prog.instance(Engine::Jit).unwrap());
     let mut out = vec![0u8; w.out_cap(0)];

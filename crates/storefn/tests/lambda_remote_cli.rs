@@ -2,9 +2,12 @@
 //! `--where local` (READ frames, the function here), `server` (the LAMBDA frame) and `auto`
 //! all write the native baseline's bytes; errors name the limit or the missing token.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use common::{err, ok};
 use storefn_lambda::Workload;
 use storefn_server::{Server, ServerConfig};
 
@@ -19,14 +22,11 @@ fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap()
 }
 
-fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    assert!(!o.status.success(), "stdout: {}", String::from_utf8_lossy(&o.stdout));
-    String::from_utf8_lossy(&o.stderr).into_owned()
+/// `lambda run ADDR:FILE --prog P` with `extra` arguments.
+fn run_remote(target: &str, prog: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["lambda", "run", target, "--prog", prog];
+    args.extend_from_slice(extra);
+    run(&args)
 }
 
 #[test]
@@ -57,12 +57,7 @@ fn remote_run_on_every_side_matches_native() {
         let target = format!("{addr}:{}.dat", w.name());
         for wh in ["local", "server", "auto"] {
             let out = d.0.join(format!("{}-{wh}.out", w.name()));
-            let s = ok(&run(&[
-                "lambda",
-                "run",
-                &target,
-                "--prog",
-                w.name(),
+            let extra = [
                 "--where",
                 wh,
                 "--range",
@@ -71,7 +66,8 @@ fn remote_run_on_every_side_matches_native() {
                 tok,
                 "--out",
                 out.to_str().unwrap(),
-            ]));
+            ];
+            let s = ok(&run_remote(&target, w.name(), &extra));
             assert!(s.contains(&format!("out {n} bytes")), "{w} {wh}: {s}");
             // auto with no history measures the client side first.
             let ran = if wh == "server" { "server" } else { "local" };
@@ -80,60 +76,21 @@ fn remote_run_on_every_side_matches_native() {
         }
     }
     // The whole file (STAT for its size) over READ frames.
-    let s = ok(&run(&[
-        "lambda",
-        "run",
-        &format!("{addr}:stats32.dat"),
-        "--prog",
-        "stats32",
-        "--token-file",
-        tok,
-    ]));
+    let s = ok(&run_remote(&format!("{addr}:stats32.dat"), "stats32", &["--token-file", tok]));
     assert!(s.contains("range [0, +262144) where local"), "{s}");
     // A range above one LAMBDA frame's read is refused with the limit, not split.
-    let e = err(&run(&[
-        "lambda",
-        "run",
-        &format!("{addr}:knn.dat"),
-        "--prog",
+    let knn = format!("{addr}:knn.dat");
+    let e = err(&run_remote(
+        &knn,
         "knn",
-        "--where",
-        "server",
-        "--range",
-        "0:8192",
-        "--token-file",
-        tok,
-    ]));
+        &["--where", "server", "--range", "0:8192", "--token-file", tok],
+    ));
     assert!(e.contains("range of 8192 bytes is above the limit of 4096 bytes"), "{e}");
     // No token for a server that requires one.
-    let e = err(&run(&[
-        "lambda",
-        "run",
-        &format!("{addr}:knn.dat"),
-        "--prog",
-        "knn",
-        "--where",
-        "server",
-        "--range",
-        "0:2048",
-    ]));
+    let e = err(&run_remote(&knn, "knn", &["--where", "server", "--range", "0:2048"]));
     assert!(e.contains("AUTH"), "{e}");
     server.stop();
     server.join().unwrap();
-}
-
-/// Root (for the cgroup cap), or why not; with STOREFN_REQUIRE_PRIVILEGED=1 a skip fails.
-fn privileged() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(
-        std::env::var("STOREFN_REQUIRE_PRIVILEGED").as_deref() != Ok("1"),
-        "STOREFN_REQUIRE_PRIVILEGED=1 but not root"
-    );
-    eprintln!("skipped: the server CPU cap needs root (cgroup v1 cpu)");
-    false
 }
 
 #[test]
@@ -183,7 +140,10 @@ fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
         "--plot",
         plot.to_str().unwrap(),
     ];
-    let capped = privileged();
+    let capped = common::is_root();
+    if !capped {
+        common::skip("the server CPU cap needs root (cgroup v1 cpu); the rest runs");
+    }
     if capped {
         args.extend(["--cpu-cap", "50", "--server-pid", &pid]);
     }
