@@ -38,6 +38,13 @@ pub const MIN_PROBE_BUDGET: f64 = 0.005;
 /// Weight of the newest request in the running mean of the dispatcher's own cost.
 const OVERHEAD_EWMA: f64 = 1.0 / 64.0;
 
+/// A server whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
+/// local estimate is taken as losing at once: measuring a side 500x slower three times before
+/// deciding is the whole overhead of a short run (a warm client cache against a network round
+/// trip). Budgeted probes add its remaining samples; a first sample that was an outlier is
+/// corrected by them.
+pub const FAR_BEHIND: f64 = 4.0;
+
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
 pub const CACHED_BELOW: f64 = 0.1;
 
@@ -208,6 +215,11 @@ impl Ring {
         self.mean
     }
 
+    /// The smallest sample so far, even below [`MIN_SAMPLES`] (`None` when empty).
+    fn min_any(&self) -> Option<f64> {
+        self.v[..self.len].iter().copied().reduce(f64::min)
+    }
+
     fn trimmed_mean(&self) -> Option<f64> {
         let trim = self.trim;
         if self.len < MIN_SAMPLES.min(self.cap) {
@@ -353,7 +365,11 @@ impl Dispatcher {
         let (l, s) = (self.local_estimate(u), self.server_estimate());
         let (l, s) = match (l, s) {
             (None, _) => return self.measure(SideKind::Local),
-            (_, None) => return self.measure(SideKind::Server),
+            // Even its best sample far behind: losing, without two more measurements.
+            (Some(l), None) => match self.server.main.min_any() {
+                Some(p) if p > FAR_BEHIND * l => (l, p),
+                _ => return self.measure(SideKind::Server),
+            },
             (Some(l), Some(s)) => (l, s),
         };
         let winner = if l <= s { SideKind::Local } else { SideKind::Server };
