@@ -52,13 +52,82 @@ struct Plan {
     rtt_us: [u64; 2],
 }
 
-/// Runs the sweep; `connect(addr)` opens a transport to the server through the proxy at `addr`.
+/// The client side of a remote bench: a [`Side`] whose cache the harness can drop or fill.
+pub trait ClientSide: Side {
+    /// Bytes of the file the side reads.
+    ///
+    /// # Errors
+    /// As the side's file access.
+    fn size_bytes(&mut self) -> Result<u64, LambdaError>;
+    /// Makes `[off, off + len)` uncached for the next request.
+    ///
+    /// # Errors
+    /// As the side's cache control.
+    fn drop_range(&mut self, off: u64, len: u64) -> Result<(), LambdaError>;
+    /// Caches the whole file.
+    ///
+    /// # Errors
+    /// As the side's reads.
+    fn warm_all(&mut self) -> Result<(), LambdaError>;
+}
+
+/// The local file through the page cache (shared with a server on the same machine).
+impl ClientSide for LocalSide {
+    fn size_bytes(&mut self) -> Result<u64, LambdaError> {
+        Ok(self.file.size_bytes())
+    }
+
+    fn drop_range(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
+        drop_cached(self.file.file(), off, len).map_err(|source| LambdaError::Io {
+            path: self.file.path().to_path_buf(),
+            what: "fadvise",
+            source,
+        })
+    }
+
+    fn warm_all(&mut self) -> Result<(), LambdaError> {
+        warm(&mut self.file)
+    }
+}
+
+/// Runs the sweep with the client reading the data file directly (a [`LocalSide`]);
+/// `connect(addr)` opens a transport to the server through the proxy at `addr`.
 ///
 /// # Errors
 /// Generating data, the proxy, the transport, or a failed request.
 pub fn run_remote<T: LambdaTransport>(
     cfg: &RemoteBenchConfig,
+    connect: impl FnMut(SocketAddr) -> Result<T, LambdaError>,
+    progress: impl FnMut(&BenchRow),
+) -> Result<Vec<BenchRow>, LambdaError> {
+    let engine = cfg.base.engine;
+    run_remote_with(
+        cfg,
+        connect,
+        |_, path, prog, _| {
+            Ok(Box::new(LocalSide {
+                file: LocalFile::open(path, IoMode::Buffered)?,
+                prog: prog.instance(engine)?,
+            }))
+        },
+        progress,
+    )
+}
+
+/// Runs the sweep; `connect(addr)` opens the server transport and `client(...)` the client
+/// side, both through the proxy at `addr`.
+///
+/// # Errors
+/// Generating data, the proxy, the transport, or a failed request.
+pub fn run_remote_with<T: LambdaTransport>(
+    cfg: &RemoteBenchConfig,
     mut connect: impl FnMut(SocketAddr) -> Result<T, LambdaError>,
+    mut client: impl FnMut(
+        Workload,
+        &std::path::Path,
+        &LambdaProg,
+        SocketAddr,
+    ) -> Result<Box<dyn ClientSide>, LambdaError>,
     mut progress: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, LambdaError> {
     let mut plans: Vec<(String, Plan)> = Vec::new();
@@ -86,10 +155,6 @@ pub fn run_remote<T: LambdaTransport>(
     for &w in cfg.base.workloads.iter().filter(|w| !w.is_write()) {
         let path = ensure_data(&cfg.base.dir, w, cfg.base.file_bytes, cfg.base.seed)?;
         let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs_elf(w), None);
-        let mut local = LocalSide {
-            file: LocalFile::open(&path, IoMode::Buffered)?,
-            prog: prog.instance(cfg.base.engine)?,
-        };
         let served = format!("{}{}.dat", cfg.served_prefix, w.name());
         let proxy =
             DelayProxy::spawn("127.0.0.1:0".parse().expect("literal address"), cfg.server, 0, None)
@@ -98,10 +163,11 @@ pub fn run_remote<T: LambdaTransport>(
                     what: "delay proxy",
                     source,
                 })?;
+        let mut local = client(w, &path, &prog, proxy.local_addr())?;
         let mut server = RemoteSide::new(connect(proxy.local_addr())?, &served, &prog)?;
         for (name, plan) in &plans {
             for wh in [Where::Local, Where::Server, Where::Auto] {
-                let mut r = one_run(cfg, w, &proxy, &mut local, &mut server, *plan, wh)?;
+                let mut r = one_run(cfg, w, &proxy, &mut *local, &mut server, *plan, wh)?;
                 r.condition.clone_from(name);
                 rows.push(r);
                 progress(rows.last().unwrap());
@@ -116,18 +182,17 @@ fn one_run<T: LambdaTransport>(
     cfg: &RemoteBenchConfig,
     w: Workload,
     proxy: &DelayProxy,
-    local: &mut LocalSide,
+    local: &mut dyn ClientSide,
     server: &mut RemoteSide<T>,
     plan: Plan,
     wh: Where,
 ) -> Result<BenchRow, LambdaError> {
-    let path = local.file.path().to_path_buf();
-    let io = |what, source| LambdaError::Io { path: path.clone(), what, source };
+    let io = |what, source| LambdaError::Io { path: w.name().into(), what, source };
     let unit = w.unit_bytes();
-    let size = local.file.size_bytes();
+    let size = local.size_bytes()?;
     let len = (cfg.base.request_bytes / unit).max(1) * unit;
     if len > size {
-        return Err(LambdaError::OutsideFile { path: local.file.path().into(), off: 0, len, size });
+        return Err(LambdaError::OutsideFile { path: w.name().into(), off: 0, len, size });
     }
     let mut out = vec![0u8; w.out_cap(usize::try_from(len).unwrap_or(usize::MAX))];
     let mut disp = Dispatcher::new(cfg.dispatch);
@@ -142,12 +207,12 @@ fn one_run<T: LambdaTransport>(
         if i == 0 || i == half {
             proxy.set_rtt_us(plan.rtt_us[h]).map_err(|e| io("delay proxy", e))?;
             if !plan.cold[h] {
-                warm(&mut local.file)?;
+                local.warm_all()?;
             }
         }
         let off = rng.gen_range(0..=(size - len) / unit) * unit;
         if plan.cold[h] {
-            drop_cached(local.file.file(), off, len).map_err(|e| io("fadvise", e))?;
+            local.drop_range(off, len)?;
         }
         let t = Instant::now();
         let (side, run) = match wh {

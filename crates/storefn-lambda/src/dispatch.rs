@@ -38,6 +38,13 @@ pub const MIN_PROBE_BUDGET: f64 = 0.005;
 /// Weight of the newest request in the running mean of the dispatcher's own cost.
 const OVERHEAD_EWMA: f64 = 1.0 / 64.0;
 
+/// A server whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
+/// local estimate is taken as losing at once: measuring a side 500x slower three times before
+/// deciding is the whole overhead of a short run (a warm client cache against a network round
+/// trip). Budgeted probes add its remaining samples; a first sample that was an outlier is
+/// corrected by them.
+pub const FAR_BEHIND: f64 = 4.0;
+
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
 pub const CACHED_BELOW: f64 = 0.1;
 
@@ -172,33 +179,49 @@ impl Default for DispatchConfig {
     }
 }
 
-/// A fixed ring of the latest samples with a trimmed mean.
+/// A fixed ring of the latest samples with a trimmed mean, computed when a sample arrives (the
+/// model reads the means on every request; samples arrive once per request on one side).
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     v: [f64; MAX_SAMPLES],
     len: usize,
     next: usize,
     cap: usize,
+    trim: usize,
+    mean: Option<f64>,
 }
 
 impl Ring {
-    fn new(cap: usize) -> Self {
-        Self { v: [0.0; MAX_SAMPLES], len: 0, next: 0, cap: cap.clamp(1, MAX_SAMPLES) }
+    fn new(cap: usize, trim: usize) -> Self {
+        let cap = cap.clamp(1, MAX_SAMPLES);
+        Self { v: [0.0; MAX_SAMPLES], len: 0, next: 0, cap, trim, mean: None }
     }
 
     fn push(&mut self, x: f64) {
         self.v[self.next] = x;
         self.next = (self.next + 1) % self.cap;
         self.len = (self.len + 1).min(self.cap);
+        self.mean = self.trimmed_mean();
     }
 
     fn clear(&mut self) {
         self.len = 0;
         self.next = 0;
+        self.mean = None;
     }
 
     /// Trimmed mean of the samples, `None` below [`MIN_SAMPLES`].
-    fn mean(&self, trim: usize) -> Option<f64> {
+    fn mean(&self) -> Option<f64> {
+        self.mean
+    }
+
+    /// The smallest sample so far, even below [`MIN_SAMPLES`] (`None` when empty).
+    fn min_any(&self) -> Option<f64> {
+        self.v[..self.len].iter().copied().reduce(f64::min)
+    }
+
+    fn trimmed_mean(&self) -> Option<f64> {
+        let trim = self.trim;
         if self.len < MIN_SAMPLES.min(self.cap) {
             return None;
         }
@@ -232,11 +255,11 @@ struct SideModel {
 }
 
 impl SideModel {
-    fn new(n: usize) -> Self {
+    fn new(n: usize, trim: usize) -> Self {
         Self {
-            main: Ring::new(n),
-            hit: Ring::new(n),
-            miss: Ring::new(n),
+            main: Ring::new(n, trim),
+            hit: Ring::new(n, trim),
+            miss: Ring::new(n, trim),
             suspect: Suspect::default(),
         }
     }
@@ -291,8 +314,8 @@ impl Dispatcher {
     pub fn new(cfg: DispatchConfig) -> Self {
         Self {
             cfg,
-            local: SideModel::new(cfg.samples),
-            server: SideModel::new(cfg.samples),
+            local: SideModel::new(cfg.samples, cfg.trim),
+            server: SideModel::new(cfg.samples, cfg.trim),
             credit_ns: 0.0,
             unpriced: [0; 2],
             in_window: 0,
@@ -318,10 +341,9 @@ impl Dispatcher {
     /// The local estimate in ns per byte at uncached fraction `u`, if the model can make it.
     #[must_use]
     pub fn local_estimate(&self, u: f64) -> Option<f64> {
-        let t = self.cfg.trim;
-        let compute = self.local.main.mean(t)?;
-        let hit = if u < 1.0 { self.local.hit.mean(t) } else { Some(0.0) };
-        let miss = if u > CACHED_BELOW { self.local.miss.mean(t)? } else { 0.0 };
+        let compute = self.local.main.mean()?;
+        let hit = if u < 1.0 { self.local.hit.mean() } else { Some(0.0) };
+        let miss = if u > CACHED_BELOW { self.local.miss.mean()? } else { 0.0 };
         // With no cached sample yet, a mostly uncached range is estimated from `miss` alone
         // (a cached read costs less than an uncached one); a cached range cannot be.
         let hit = match hit {
@@ -335,7 +357,7 @@ impl Dispatcher {
     /// The server estimate in ns per byte, if measured.
     #[must_use]
     pub fn server_estimate(&self) -> Option<f64> {
-        self.server.main.mean(self.cfg.trim)
+        self.server.main.mean()
     }
 
     /// Picks the side for a request of `len` bytes whose range is `u` uncached.
@@ -343,7 +365,11 @@ impl Dispatcher {
         let (l, s) = (self.local_estimate(u), self.server_estimate());
         let (l, s) = match (l, s) {
             (None, _) => return self.measure(SideKind::Local),
-            (_, None) => return self.measure(SideKind::Server),
+            // Even its best sample far behind: losing, without two more measurements.
+            (Some(l), None) => match self.server.main.min_any() {
+                Some(p) if p > FAR_BEHIND * l => (l, p),
+                _ => return self.measure(SideKind::Server),
+            },
             (Some(l), Some(s)) => (l, s),
         };
         let winner = if l <= s { SideKind::Local } else { SideKind::Server };
@@ -417,7 +443,7 @@ impl Dispatcher {
     pub fn record(&mut self, d: Decision, len: u64, u: f64, run: &Run) {
         self.stats.requests += 1;
         let bytes = len.max(1) as f64;
-        let (trim, thr) = (self.cfg.trim, self.cfg.change_threshold);
+        let thr = self.cfg.change_threshold;
         match d.side {
             SideKind::Local => {
                 self.stats.local += 1;
@@ -438,7 +464,7 @@ impl Dispatcher {
                 if u <= CACHED_BELOW {
                     m.hit.push(io);
                 } else {
-                    let hit = m.hit.mean(trim).unwrap_or(0.0);
+                    let hit = m.hit.mean().unwrap_or(0.0);
                     m.miss.push(((io - hit * (1.0 - u)) / u).max(0.0));
                 }
             }

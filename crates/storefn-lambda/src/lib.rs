@@ -8,13 +8,16 @@
 
 pub mod bench;
 pub mod bench_remote;
+pub mod bench_server;
 pub mod cache;
+pub mod cpu_cap;
 pub mod dispatch;
 pub mod error;
 pub mod local;
 pub mod location;
 pub mod prog;
 pub mod remote;
+pub mod server_transport;
 pub mod workloads;
 
 pub use dispatch::{
@@ -25,4 +28,5 @@ pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSid
 pub use location::{parse_range, Location};
 pub use prog::{run_lambda, LambdaProg};
 pub use remote::{LambdaTransport, RemoteSide};
+pub use server_transport::{run_remote_once, RemoteReadSide, RemoteRunReport, ServerTransport};
 pub use workloads::Workload;

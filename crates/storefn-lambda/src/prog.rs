@@ -35,6 +35,12 @@ impl LambdaProg {
         &self.elf
     }
 
+    /// The section or function picked from the object (`None`: the loader's default).
+    #[must_use]
+    pub fn select(&self) -> Option<&str> {
+        self.select.as_deref()
+    }
+
     /// Loads, verifies (as program type `lambda`) and prepares the program for `engine`.
     ///
     /// # Errors
@@ -47,7 +53,10 @@ impl LambdaProg {
     }
 }
 
-/// Runs `prog` over `input` into `out`; returns the output bytes (checked against `out`).
+/// Runs `prog` over `input` into `out`; returns the output bytes (checked against `out`). The
+/// invocation's instruction budget is the instance's plus what storefn-vm adds per input and
+/// output byte (`storefn_vm::program::LAMBDA_INSNS_PER_INPUT_BYTE` / `_OUTPUT_BYTE`): a λ
+/// function loops over its whole range, so its work grows with it.
 ///
 /// # Errors
 /// [`LambdaError::Fault`], [`LambdaError::OutputOverflow`].

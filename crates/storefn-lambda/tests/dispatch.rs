@@ -262,3 +262,16 @@ fn the_dispatchers_own_cost_is_paid_from_the_probe_budget() {
     assert!(tiny.stats.probes * 3 < big.stats.probes, "{:?} vs {:?}", tiny.stats, big.stats);
     assert!(tiny.stats.probes > 3, "the floor budget still probes: {:?}", tiny.stats);
 }
+
+#[test]
+fn a_server_far_behind_is_measured_once_not_three_times() {
+    // A warm client cache (1 µs) against a network round trip (500 µs): the cold start's
+    // server measurements were the whole overhead of a short run (3 x 500 µs in 4,000 µs).
+    let o = simulate(adaptive(), &[(steady(1.0, 500.0), 4000)], 0.0);
+    assert_eq!(o.stats.server, 1, "{:?}", o.stats);
+    let ratio = o.auto_us / o.local_us;
+    assert!(ratio < 1.15, "auto {:.0} local {:.0} ({:?})", o.auto_us, o.local_us, o.stats);
+    // Not far behind (2x): the usual three measurements before trusting the estimate.
+    let o = simulate(adaptive(), &[(steady(100.0, 200.0), 50)], 0.0);
+    assert!(o.stats.server >= 3, "{:?}", o.stats);
+}

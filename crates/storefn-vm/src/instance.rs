@@ -15,7 +15,8 @@ use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
 use crate::mem::{Region, RegionSet, MAX_REGIONS};
 use crate::program::{
-    FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, LAMBDA_INSNS_PER_INPUT_BYTE, STACK_BYTES,
+    FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, LAMBDA_INSNS_PER_INPUT_BYTE,
+    LAMBDA_INSNS_PER_OUTPUT_BYTE, STACK_BYTES,
 };
 use crate::verifier::{VerifiedProgram, VerifyError};
 use crate::xrp::{
@@ -305,7 +306,7 @@ impl Instance {
     /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
     /// `size_i` = `input.len()`; returns r0 (the output bytes, by the λ-IO convention).
     /// The invocation's budget is the instance's plus [`LAMBDA_INSNS_PER_INPUT_BYTE`] per input
-    /// byte.
+    /// byte and [`LAMBDA_INSNS_PER_OUTPUT_BYTE`] per output byte.
     ///
     /// # Panics
     /// If the program is not a λ program.
@@ -328,7 +329,9 @@ impl Instance {
         ];
         *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
         // Budget grows with the input: a λ function runs once over its whole range.
-        let extra = LAMBDA_INSNS_PER_INPUT_BYTE.saturating_mul(input.len() as u64);
+        let extra = LAMBDA_INSNS_PER_INPUT_BYTE
+            .saturating_mul(input.len() as u64)
+            .saturating_add(LAMBDA_INSNS_PER_OUTPUT_BYTE.saturating_mul(output.len() as u64));
         self.exec(c, self.insn_budget.saturating_add(extra))
     }
 

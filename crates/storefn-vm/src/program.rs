@@ -22,9 +22,13 @@ pub const DEFAULT_INSN_BUDGET: u64 = 1 << 20;
 
 /// Extra instructions a λ invocation may execute per byte of its input, on top of the
 /// instance's budget. A λ function runs once over its whole range (λ-IO), so its work grows
-/// with the range the caller asked for; the bound stays linear in that request (64 MiB, the
-/// largest λ range, allows ~16 G instructions: seconds, not forever).
-pub const LAMBDA_INSNS_PER_INPUT_BYTE: u64 = 256;
+/// with the range the caller asked for (a 200 KiB knn range needs ~6 per byte, grep ~10); the
+/// bound stays linear in that request (64 MiB, the largest λ range, allows ~4 G instructions:
+/// seconds, not forever).
+pub const LAMBDA_INSNS_PER_INPUT_BYTE: u64 = 64;
+/// Extra instructions per byte of a λ invocation's output buffer: an expanding function
+/// (bitmap's run-length decode, ~32x) does its work per output byte, not per input byte.
+pub const LAMBDA_INSNS_PER_OUTPUT_BYTE: u64 = 8;
 
 /// What a program is for: fixes its context layout, region rights and helper table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -267,8 +267,9 @@ fn call_fanout_stops_on_the_instruction_budget() {
 #[test]
 fn a_lambda_budget_grows_with_its_input_and_still_stops() {
     // A λ function runs once over its whole range, so its invocation may execute the
-    // instance's budget plus LAMBDA_INSNS_PER_INPUT_BYTE per input byte, and no more.
-    use storefn_vm::program::LAMBDA_INSNS_PER_INPUT_BYTE;
+    // instance's budget plus LAMBDA_INSNS_PER_INPUT_BYTE per input byte and
+    // LAMBDA_INSNS_PER_OUTPUT_BYTE per output byte, and no more.
+    use storefn_vm::program::{LAMBDA_INSNS_PER_INPUT_BYTE, LAMBDA_INSNS_PER_OUTPUT_BYTE};
     for engine in [Engine::Interp, Engine::Jit] {
         let mut inst = match Instance::new(prog("test/lambda_spin", ProgType::Lambda), engine) {
             Ok(i) => i,
@@ -281,7 +282,9 @@ fn a_lambda_budget_grows_with_its_input_and_still_stops() {
             out.fill(0);
             let input = vec![1u8; len];
             let e = inst.run_lambda(&input, &mut out).unwrap_err();
-            let want = 1000 + LAMBDA_INSNS_PER_INPUT_BYTE * len as u64;
+            let want = 1000
+                + LAMBDA_INSNS_PER_INPUT_BYTE * len as u64
+                + LAMBDA_INSNS_PER_OUTPUT_BYTE * out.len() as u64;
             assert!(
                 matches!(e, VmError::BudgetExhausted { budget, .. } if budget == want),
                 "{engine:?} {len}: {e}"

@@ -6,7 +6,14 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use storefn_lambda::bench::{self, BenchConfig, BenchRow, Condition};
-use storefn_lambda::{parse_range, run_local_once, LambdaProg, Location, Where, Workload};
+use storefn_lambda::bench_remote::RemoteBenchConfig;
+use storefn_lambda::bench_server::{run_server, ServerBenchConfig};
+use storefn_lambda::server_transport::MAX_REMOTE_RANGE_BYTES;
+use storefn_lambda::DispatchConfig;
+use storefn_lambda::{
+    parse_range, run_local_once, run_remote_once, LambdaProg, Location, Where, Workload,
+};
+use storefn_server::ClientConfig;
 use storefn_vm::Engine;
 
 use crate::CmdResult;
@@ -97,6 +104,30 @@ pub struct BenchArgs {
     /// Draw time per request per (workload, condition) and side into this PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// A storage server serving --dir (`storefn serve --dir DIR`): run each read workload
+    /// local (READ frames through the client's cache) / server (LAMBDA frame) / auto through
+    /// a delay proxy per RTT. Requests must fit one LAMBDA frame (--request-bytes <= 4K).
+    #[arg(long)]
+    server: Option<std::net::SocketAddr>,
+    /// With --server: round-trip times the proxy adds, µs.
+    #[arg(long, value_delimiter = ',', default_values_t = [0u64, 200, 1000])]
+    rtts_us: Vec<u64>,
+    /// With --server: also the runs whose conditions change midway (cache warms; RTT rises).
+    #[arg(long)]
+    changes: bool,
+    /// With --server: repeat the sweep with the server's CPU capped to this % of one CPU
+    /// (cgroup v1; needs root and --server-pid).
+    #[arg(long)]
+    cpu_cap: Option<u32>,
+    /// With --cpu-cap: the server's process id.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// With --server: the client's block cache, bytes.
+    #[arg(long, value_parser = parse_bytes, default_value = "64M")]
+    client_cache: u64,
+    /// With --server: token for the server.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -188,14 +219,7 @@ const DEFAULT_OUT_CAP: usize = 1 << 20;
 fn run_one(a: &RunArgs) -> CmdResult {
     let path = match &a.file {
         Location::Local(p) => p,
-        Location::Remote { .. } => {
-            return Err(format!(
-                "{}: remote files need the storage server's LAMBDA frame, which this build does \
-                 not have yet; run on a local file with --where local",
-                a.file
-            )
-            .into())
-        }
+        Location::Remote { addr, file } => return run_remote(a, &addr.to_string(), file),
     };
     if a.r#where != Where::Local {
         return Err(format!(
@@ -241,6 +265,42 @@ fn run_one(a: &RunArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `lambda run ADDR:FILE`: the program runs on the server (LAMBDA frame), here over READ
+/// frames, or where the dispatcher says.
+fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
+    let cfg = match &a.token_file {
+        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
+        None => ClientConfig::default(),
+    };
+    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let out_cap = match (a.out_cap, workload, a.range) {
+        (Some(c), _, _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
+        (None, Some(w), Some((_, len))) => w.out_cap(usize::try_from(len).unwrap_or(usize::MAX)),
+        // Every read workload's bound is a constant; bitmap (the write path) gets one frame's.
+        (None, Some(w), None) => w.out_cap(MAX_REMOTE_RANGE_BYTES as usize),
+        (None, None, _) => DEFAULT_OUT_CAP,
+    };
+    let (out, r) =
+        run_remote_once(addr, file, &cfg, &prog, a.engine.engine(), a.r#where, a.range, out_cap)?;
+    if let Some(o) = &a.out {
+        std::fs::write(o, &out).map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    println!(
+        "lambda run: prog {} file {addr}:{file} range [{}, +{}) where {} (asked {}) out {} bytes \
+         time {:.1} us (client io {:.1} us, client compute {:.1} us)",
+        prog.name(),
+        r.off,
+        r.len,
+        r.ran.as_where(),
+        a.r#where,
+        r.out_bytes,
+        r.wall_ns as f64 / 1e3,
+        r.io_ns as f64 / 1e3,
+        r.compute_ns as f64 / 1e3,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_bench(a: &BenchArgs) -> CmdResult {
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
     let cfg = BenchConfig {
@@ -265,14 +325,18 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
         engine: a.engine.engine(),
     };
     let mut json_err = None;
-    let rows = bench::run(&cfg, |r| {
+    let progress = |r: &BenchRow| {
         print_row(r);
         if let Some(p) = &a.json {
             if let Err(e) = append_json(p, r, a.engine) {
                 json_err.get_or_insert(e);
             }
         }
-    })?;
+    };
+    let rows = match a.server {
+        None => bench::run(&cfg, progress)?,
+        Some(server) => run_server_bench(a, cfg, server, progress)?,
+    };
     if let Some(e) = json_err {
         return Err(e.into());
     }
@@ -280,8 +344,36 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
         crate::lambda_plot::render(&rows, p)?;
         println!("lambda bench: plot -> {}", p.display());
     }
-    println!("lambda bench: {} rows, {} requests each, where local", rows.len(), a.requests);
+    let sides = if a.server.is_some() { "local/server/auto" } else { "local" };
+    println!("lambda bench: {} rows, {} requests each, where {sides}", rows.len(), a.requests);
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_server_bench(
+    a: &BenchArgs,
+    base: BenchConfig,
+    server: std::net::SocketAddr,
+    progress: impl FnMut(&BenchRow),
+) -> Result<Vec<BenchRow>, String> {
+    let client = match &a.token_file {
+        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
+        None => ClientConfig::default(),
+    };
+    let cfg = ServerBenchConfig {
+        remote: RemoteBenchConfig {
+            base,
+            server,
+            served_prefix: String::new(),
+            rtts_us: a.rtts_us.clone(),
+            changes: a.changes,
+            dispatch: DispatchConfig::default(),
+        },
+        client,
+        client_cache_bytes: a.client_cache,
+        cpu_caps: std::iter::once(None).chain(a.cpu_cap.map(Some)).collect(),
+        server_pid: a.server_pid,
+    };
+    run_server(&cfg, progress).map_err(|e| e.to_string())
 }
 
 fn print_row(r: &BenchRow) {

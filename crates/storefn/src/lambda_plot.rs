@@ -12,6 +12,9 @@ use crate::plot::{colour, load_font};
 
 /// Figure size in pixels.
 const FIGURE_PX: (u32, u32) = (1400, 700);
+/// Narrowest group, pixels: its longest label (`cold->warm-rtt1000-cpu20`) stays readable, so a
+/// server sweep (tens of groups) widens the figure instead of overprinting the labels.
+const MIN_GROUP_PX: u32 = 190;
 /// Bars' share of a group's width (the rest separates groups).
 const GROUP_FILL: f64 = 0.8;
 const SIDES: [Where; 3] = [Where::Local, Where::Server, Where::Auto];
@@ -42,7 +45,9 @@ pub fn render(rows: &[BenchRow], out: &Path) -> Result<(), String> {
     let ymax = rows.iter().map(|r| r.us_per_request.max(r.p50_us)).fold(1.0, f64::max) * 2.0;
     let ymin =
         rows.iter().map(|r| r.us_per_request.min(r.p50_us)).fold(ymax, f64::min).max(0.01) / 2.0;
-    let root = BitMapBackend::new(out, FIGURE_PX).into_drawing_area();
+    let n_groups = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+    let width_px = FIGURE_PX.0.max(n_groups.saturating_mul(MIN_GROUP_PX).saturating_add(160));
+    let root = BitMapBackend::new(out, (width_px, FIGURE_PX.1)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let mut chart = ChartBuilder::on(&root)
         .caption("λ time per request (bar: mean, dot: median)", ("sans-serif", 26))

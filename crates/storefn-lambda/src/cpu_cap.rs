@@ -1,0 +1,82 @@
+//! Caps a process's CPU with a cgroup v1 `cpu` group (`cpu.cfs_quota_us` over
+//! `cpu.cfs_period_us`): the bench's "weak device core" for the storage server. Needs root.
+//! The group is removed on drop, after the process is moved back to the group it came from.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Where the cgroup v1 `cpu` controller is mounted.
+pub const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";
+/// CFS period of a capped group, µs (the kernel's default).
+pub const CFS_PERIOD_US: u64 = 100_000;
+
+/// A live cap; dropping it removes the group.
+#[derive(Debug)]
+pub struct CpuCap {
+    group: PathBuf,
+    /// The process's group before the cap (relative to [`CPU_CGROUP_ROOT`]).
+    home: PathBuf,
+    pid: u32,
+}
+
+/// The process's `cpu` group from `/proc/PID/cgroup` (relative path, `/` for the root).
+fn cpu_group_of(pid: u32) -> io::Result<PathBuf> {
+    let s = fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    for line in s.lines() {
+        let mut it = line.splitn(3, ':');
+        let (_, ctrls, path) = (it.next(), it.next().unwrap_or(""), it.next().unwrap_or(""));
+        if ctrls.split(',').any(|c| c == "cpu") {
+            return Ok(PathBuf::from(path.trim_start_matches('/')));
+        }
+    }
+    Err(io::Error::other(format!("/proc/{pid}/cgroup: no cgroup v1 cpu controller")))
+}
+
+fn write(path: &Path, v: &str) -> io::Result<()> {
+    fs::write(path, v).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+impl CpuCap {
+    /// Moves process `pid` (all its threads) into a new group allowed `percent` of one CPU.
+    ///
+    /// # Errors
+    /// Not root, no cgroup v1 cpu controller, or `percent` not in 1..=100; nothing is left
+    /// behind on error.
+    pub fn new(pid: u32, percent: u32) -> io::Result<Self> {
+        if !(1..=100).contains(&percent) {
+            return Err(io::Error::other(format!("cpu cap {percent}%: not in 1..=100")));
+        }
+        let home = cpu_group_of(pid)?;
+        let group = Path::new(CPU_CGROUP_ROOT).join(format!("storefn-lambda-cap-{pid}"));
+        fs::create_dir(&group)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", group.display())))?;
+        // From here on, drop removes the group.
+        let cap = Self { group, home, pid };
+        write(&cap.group.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+        let quota = CFS_PERIOD_US * u64::from(percent) / 100;
+        write(&cap.group.join("cpu.cfs_quota_us"), &quota.to_string())?;
+        write(&cap.group.join("cgroup.procs"), &pid.to_string())?;
+        Ok(cap)
+    }
+
+    /// The group's directory.
+    #[must_use]
+    pub fn group(&self) -> &Path {
+        &self.group
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        let home = Path::new(CPU_CGROUP_ROOT).join(&self.home).join("cgroup.procs");
+        // The process may have exited; either way the group must end up empty to be removed.
+        let _ = write(&home, &self.pid.to_string());
+        if let Ok(tasks) = fs::read_to_string(self.group.join("tasks")) {
+            for t in tasks.lines() {
+                let _ = write(&home, t);
+            }
+        }
+        let _ = fs::remove_dir(&self.group);
+    }
+}

@@ -1,0 +1,190 @@
+//! `storefn lambda run ADDR:FILE` against a storage server on loopback (with token auth):
+//! `--where local` (READ frames, the function here), `server` (the LAMBDA frame) and `auto`
+//! all write the native baseline's bytes; errors name the limit or the missing token.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::{err, ok};
+use storefn_lambda::Workload;
+use storefn_server::{Server, ServerConfig};
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap()
+}
+
+/// `lambda run ADDR:FILE --prog P` with `extra` arguments.
+fn run_remote(target: &str, prog: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["lambda", "run", target, "--prog", prog];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn remote_run_on_every_side_matches_native() {
+    let base =
+        std::env::temp_dir().join(format!("storefn-cli-lambda-remote-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let served = base.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let d = Dir(base.clone());
+    let tokens = d.0.join("tokens");
+    std::fs::write(&tokens, "alice 0123456789abcdef0123456789abcdef\n").unwrap();
+    let mut cfg = ServerConfig::new(&served);
+    cfg.tokens = Some(storefn_server::auth::load_tokens(&tokens).unwrap());
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = server.local_addr().to_string();
+    let tok = tokens.to_str().unwrap();
+    for (w, range, off, len) in [
+        (Workload::Knn, "0x800:4096", 2048usize, 4096usize),
+        (Workload::Stats32, "12:4000", 12, 4000),
+        (Workload::Grep, "4096:4096", 4096, 4096),
+    ] {
+        let data = served.join(format!("{}.dat", w.name()));
+        ok(&run(&["lambda", "gen", w.name(), data.to_str().unwrap(), "--size", "256K"]));
+        let input = std::fs::read(&data).unwrap();
+        let mut want = vec![0u8; w.out_cap(len)];
+        let n = w.native(&input[off..off + len], &mut want);
+        let target = format!("{addr}:{}.dat", w.name());
+        for wh in ["local", "server", "auto"] {
+            let out = d.0.join(format!("{}-{wh}.out", w.name()));
+            let extra = [
+                "--where",
+                wh,
+                "--range",
+                range,
+                "--token-file",
+                tok,
+                "--out",
+                out.to_str().unwrap(),
+            ];
+            let s = ok(&run_remote(&target, w.name(), &extra));
+            assert!(s.contains(&format!("out {n} bytes")), "{w} {wh}: {s}");
+            // auto with no history measures the client side first.
+            let ran = if wh == "server" { "server" } else { "local" };
+            assert!(s.contains(&format!("where {ran} (asked {wh})")), "{w} {wh}: {s}");
+            assert_eq!(std::fs::read(&out).unwrap(), want[..n], "{w} {wh}");
+        }
+    }
+    // The whole file (STAT for its size) over READ frames.
+    let s = ok(&run_remote(&format!("{addr}:stats32.dat"), "stats32", &["--token-file", tok]));
+    assert!(s.contains("range [0, +262144) where local"), "{s}");
+    // A range above one LAMBDA frame's read is refused with the limit, not split.
+    let knn = format!("{addr}:knn.dat");
+    let e = err(&run_remote(
+        &knn,
+        "knn",
+        &["--where", "server", "--range", "0:8192", "--token-file", tok],
+    ));
+    assert!(e.contains("range of 8192 bytes is above the limit of 4096 bytes"), "{e}");
+    // No token for a server that requires one.
+    let e = err(&run_remote(&knn, "knn", &["--where", "server", "--range", "0:2048"]));
+    assert!(e.contains("AUTH"), "{e}");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
+    let base =
+        std::env::temp_dir().join(format!("storefn-cli-lambda-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let d = Dir(base.clone());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_storefn"))
+        .args(["serve", "--dir", d.0.to_str().unwrap(), "--listen", &addr])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Bounded wait for the listener.
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let json = d.0.join("b.json");
+    let plot = d.0.join("b.png");
+    let pid = child.id().to_string();
+    let mut args = vec![
+        "lambda",
+        "bench",
+        "--dir",
+        d.0.to_str().unwrap(),
+        "--server",
+        &addr,
+        "--workloads",
+        "stats64",
+        "--requests",
+        "8",
+        "--request-bytes",
+        "4K",
+        "--file-bytes",
+        "256K",
+        "--rtts-us",
+        "0,300",
+        "--changes",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ];
+    let capped = common::is_root();
+    if !capped {
+        common::skip("the server CPU cap needs root (cgroup v1 cpu); the rest runs");
+    }
+    if capped {
+        args.extend(["--cpu-cap", "50", "--server-pid", &pid]);
+    }
+    let o = run(&args);
+    let _ = child.kill();
+    let _ = child.wait();
+    let s = ok(&o);
+    // 2 RTTs x (cold, warm, cold->warm) + the RTT rise = 7 conditions x 3 sides, per CPU state.
+    let per = 7 * 3;
+    let n = if capped { 2 * per } else { per };
+    assert!(
+        s.contains(&format!("lambda bench: {n} rows, 8 requests each, where local/server/auto")),
+        "{s}"
+    );
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), n);
+    for r in &rows {
+        for k in ["workload", "condition", "where", "requests", "us_per_request"] {
+            assert!(!r[k].is_null(), "{k} missing: {r}");
+        }
+        let cond = r["condition"].as_str().unwrap();
+        assert_eq!(
+            cond.ends_with("-cpu50"),
+            capped && rows.iter().position(|x| x == r).unwrap() >= per,
+            "{r}"
+        );
+        // The proxy holds every byte for the RTT: no server request beats it.
+        if r["where"] == "server" && cond.contains("-rtt300") && !cond.contains("->") {
+            assert!(r["p50_us"].as_f64().unwrap() >= 300.0, "{r}");
+        }
+        // A warm client cache costs no network: local beats the RTT.
+        if r["where"] == "local" && cond.starts_with("warm-rtt300") {
+            assert!(r["p50_us"].as_f64().unwrap() < 300.0, "{r}");
+        }
+    }
+    assert!(std::fs::metadata(&plot).unwrap().len() > 0);
+    // The cap's group is gone.
+    let left = std::path::Path::new("/sys/fs/cgroup/cpu").join(format!("storefn-lambda-cap-{pid}"));
+    assert!(!left.exists(), "{} left behind", left.display());
+}
