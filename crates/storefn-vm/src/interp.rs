@@ -72,7 +72,8 @@ pub fn size_bytes(op: u8) -> u64 {
 /// Every range in `env.read` must be memory that stays valid for reads, and every range in
 /// `env.write` memory valid for writes and not borrowed by any Rust reference, for the whole
 /// call; `[stack_top - STACK_BYTES, stack_top)` must be inside both sets (and, for the JIT,
-/// the program type's context at `ctx_addr` inside `env.read`); `env.host` must be
+/// the program type's context at `ctx_addr` inside `env.read`, an `xrp` context's writable
+/// fields inside `env.write`); `env.host` must be
 /// null or point at a `HostState` not otherwise borrowed during the call. (The program itself
 /// can only reach memory through these regions.) [`crate::Instance`] upholds all of this.
 pub unsafe fn run(
