@@ -380,6 +380,14 @@ impl Engine {
         self.in_flight
     }
 
+    /// The ring's file descriptor: it polls readable (`POLLIN`) when completions are waiting,
+    /// so an event loop can wait for sockets and the engine at once. Call [`Engine::reap`]
+    /// after submitting (it submits the queued SQEs) and when the fd is readable.
+    #[must_use]
+    pub fn ring_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.ring)
+    }
+
     /// Free chain slots (a submit succeeds while this is non-zero).
     #[must_use]
     pub fn free_slots(&self) -> usize {
@@ -956,7 +964,8 @@ impl Engine {
         c.ctx.data = data.as_ptr() as u64;
         c.ctx.scratch = sp as u64;
         c.invocations += 1;
-        if let Err(fault) = prog.invoke(&mut c.ctx, data, scratch) {
+        prog.on_block(c.token, op.addr, &data[..op.size as usize]);
+        if let Err(fault) = prog.invoke_chain(c.token, &mut c.ctx, data, scratch) {
             c.error = Some(ChainError::Fault { at: c.at(op.hop, op.addr), fault });
             return;
         }

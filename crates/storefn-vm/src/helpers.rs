@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use crate::offload;
 use crate::program::{ProgType, RunEnv};
 use crate::VmError;
 
@@ -48,11 +49,22 @@ pub struct HostState {
     pub trace: Vec<String>,
     /// Lines dropped because `trace` was full.
     pub trace_dropped: u64,
+    /// The cache table `offload` programs' table helpers reach (none: they return -ENODEV).
+    pub offload_table: Option<crate::offload::SharedTable>,
 }
 
 /// Helper ids each program type may call.
 const XRP_HELPERS: &[u32] = &[BPF_TRACE_PRINTK];
 const LAMBDA_HELPERS: &[u32] = &[BPF_TRACE_PRINTK, STOREFN_MEMCPY, STOREFN_MEMSET, STOREFN_MEMCMP];
+const OFFLOAD_HELPERS: &[u32] = &[
+    BPF_TRACE_PRINTK,
+    STOREFN_MEMCPY,
+    STOREFN_MEMSET,
+    STOREFN_MEMCMP,
+    offload::STOREFN_TABLE_LOOKUP,
+    offload::STOREFN_TABLE_INSERT,
+    offload::STOREFN_TABLE_DELETE,
+];
 
 /// The helper table of a program type.
 #[must_use]
@@ -60,6 +72,7 @@ pub fn table(prog_type: ProgType) -> &'static [u32] {
     match prog_type {
         ProgType::Xrp => XRP_HELPERS,
         ProgType::Lambda => LAMBDA_HELPERS,
+        ProgType::Offload => OFFLOAD_HELPERS,
     }
 }
 
@@ -94,9 +107,14 @@ pub(crate) unsafe fn call(
             reason: format!("not available to {prog_type:?} programs"),
         });
     }
+    // Only the memory helpers take a length (r3); anything else in r3 is whatever the program
+    // left there and must not count (a stale pointer would look like a huge length).
     let cost = match id {
         BPF_TRACE_PRINTK => TRACE_PRINTK_INSNS,
-        _ => HELPER_CALL_INSNS + args[2].div_ceil(HELPER_BYTES_PER_INSN),
+        STOREFN_MEMCPY | STOREFN_MEMSET | STOREFN_MEMCMP => {
+            HELPER_CALL_INSNS.saturating_add(args[2].div_ceil(HELPER_BYTES_PER_INSN))
+        }
+        _ => HELPER_CALL_INSNS,
     };
     if env.insns_left < cost {
         return Err(VmError::BudgetExhausted { insn, budget: env.insn_budget });
@@ -133,6 +151,20 @@ pub(crate) unsafe fn call(
                 std::cmp::Ordering::Less => u64::MAX,
                 std::cmp::Ordering::Equal => 0,
                 std::cmp::Ordering::Greater => 1,
+            })
+        }
+        offload::STOREFN_TABLE_LOOKUP
+        | offload::STOREFN_TABLE_INSERT
+        | offload::STOREFN_TABLE_DELETE => {
+            let table = if env.host.is_null() {
+                None
+            } else {
+                // SAFETY: a non-null `RunEnv::host` always points at the instance's `HostState`,
+                // which outlives the invocation and is not otherwise borrowed while it runs.
+                unsafe { (*env.host.cast::<HostState>()).offload_table.clone() }
+            };
+            offload::call_table_helper(table.as_ref(), id, args, |addr, n, write| {
+                check(env, insn, addr, n, write)
             })
         }
         _ => Err(VmError::Helper { insn, helper: id, reason: "unknown helper".into() }),
@@ -249,6 +281,37 @@ mod tests {
         assert_eq!(format_trace(b"%lld %llx", &[u64::MAX, 16]).unwrap(), "-1 10");
         assert_eq!(format_trace(b"%s", &[0]), None);
         assert_eq!(format_trace(b"%d %d %d %d", &[1, 2, 3]), None);
+    }
+
+    /// Regression: table helpers were charged by their r3 as if it were a length, so a stale
+    /// pointer left in r3 stopped the program on the budget.
+    #[test]
+    fn only_memory_helpers_charge_by_length() {
+        let mut env = RunEnv {
+            read: crate::mem::RegionSet::default(),
+            write: crate::mem::RegionSet::default(),
+            globals_base: 0,
+            insns_left: 100,
+            insn_budget: 100,
+            fault: crate::program::FaultInfo::default(),
+            host: std::ptr::null_mut(),
+        };
+        let stale_r3 = 0x7fff_0000_0000;
+        // SAFETY: no regions and no host: the helpers touch no memory (delete takes only a key).
+        let r = unsafe {
+            call(
+                &mut env,
+                ProgType::Offload,
+                offload::STOREFN_TABLE_DELETE,
+                [1, 0, stale_r3, 0, 0],
+                3,
+            )
+        };
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(env.insns_left, 100 - HELPER_CALL_INSNS);
+        // SAFETY: as above; a memset of 6400 bytes (cost 116) is refused before any access.
+        let r = unsafe { call(&mut env, ProgType::Lambda, STOREFN_MEMSET, [0, 0, 6400, 0, 0], 4) };
+        assert_eq!(r, Err(VmError::BudgetExhausted { insn: 4, budget: 100 }));
     }
 
     #[test]

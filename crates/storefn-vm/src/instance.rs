@@ -104,13 +104,19 @@ const XRP_CALL_WRITE: usize = 3;
 const LAMBDA_CALL_READ: usize = 3;
 /// Per-call write slots of a `lambda` run: `output`.
 const LAMBDA_CALL_WRITE: usize = 1;
+/// Per-call read slots of an `offload` run: the context, `msg`, `out`.
+const OFFLOAD_CALL_READ: usize = 3;
+/// Per-call write slots of an `offload` run: `out`.
+const OFFLOAD_CALL_WRITE: usize = 1;
 /// Constant slots before the per-call ones: the stack, then at most one globals region.
 const FIXED_SLOTS_MAX: usize = 2;
 const _: () = assert!(
     FIXED_SLOTS_MAX + XRP_CALL_READ <= MAX_REGIONS
         && FIXED_SLOTS_MAX + XRP_CALL_WRITE <= MAX_REGIONS
         && FIXED_SLOTS_MAX + LAMBDA_CALL_READ <= MAX_REGIONS
-        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS,
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + OFFLOAD_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + OFFLOAD_CALL_WRITE <= MAX_REGIONS,
     "every prebuilt env fits in a RegionSet"
 );
 
@@ -179,6 +185,7 @@ impl Instance {
         let (reads, writes) = match self.prog.prog_type {
             ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
             ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
+            ProgType::Offload => (OFFLOAD_CALL_READ, OFFLOAD_CALL_WRITE),
         };
         for _ in 0..reads {
             env.read.push(Region::EMPTY);
@@ -263,6 +270,9 @@ impl Instance {
     /// `scratch`, its stack and the writable globals. `data` is read-only. Outputs in `ctx` are
     /// NOT cleared here: call [`XrpCtx::reset_outputs`] first when starting a new step.
     ///
+    /// # Panics
+    /// If the program is not an xrp program.
+    ///
     /// # Errors
     /// The fault that aborted the invocation.
     pub fn run_xrp(
@@ -271,7 +281,9 @@ impl Instance {
         data: &[u8],
         scratch: &mut [u8],
     ) -> Result<u64, VmError> {
-        debug_assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
+        // Not a debug assertion: the verifier's context proofs (proofs.rs) are per program type, so
+        // running a program on another type's (smaller) context would let an elided load leave it.
+        assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
         ctx.data = data.as_ptr() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
@@ -291,10 +303,14 @@ impl Instance {
     /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
     /// `size_i` = `input.len()`; returns r0 (the output bytes, by the λ-IO convention).
     ///
+    /// # Panics
+    /// If the program is not a λ program.
+    ///
     /// # Errors
     /// The fault that aborted the invocation.
     pub fn run_lambda(&mut self, input: &[u8], output: &mut [u8]) -> Result<u64, VmError> {
-        debug_assert_eq!(self.prog.prog_type, ProgType::Lambda, "run_lambda on a non-λ program");
+        // A real check: context proofs are per program type (see run_xrp).
+        assert_eq!(self.prog.prog_type, ProgType::Lambda, "run_lambda on a non-λ program");
         *self.lambda_ctx = LambdaCtx {
             buf_o: output.as_mut_ptr() as u64,
             buf_i: input.as_ptr() as u64,
@@ -307,6 +323,38 @@ impl Instance {
             region_or_empty(output),
         ];
         *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
+        self.exec(c)
+    }
+
+    /// Runs an `offload` entry point (pred, func, cache or invalidate; crate::offload): sets
+    /// `ctx.msg`/`msg_len` to `msg` (read-only) and `ctx.out`/`out_len` to `out` (read-write);
+    /// the caller sets `index`, `op`, `file`, `offset`, `io_len`. The context itself is
+    /// read-only to the program. Table helpers reach [`HostState::offload_table`]. Returns r0.
+    ///
+    /// # Panics
+    /// If the program is not an offload program.
+    ///
+    /// # Errors
+    /// The fault that aborted the invocation.
+    pub fn run_offload(
+        &mut self,
+        ctx: &mut crate::offload::OffloadCtx,
+        msg: &[u8],
+        out: &mut [u8],
+    ) -> Result<u64, VmError> {
+        // A real check: context proofs are per program type (see run_xrp).
+        assert_eq!(self.prog.prog_type, ProgType::Offload, "run_offload on a non-offload program");
+        ctx.msg = msg.as_ptr() as u64;
+        ctx.msg_len = u32::try_from(msg.len()).unwrap_or(u32::MAX);
+        ctx.out = out.as_mut_ptr() as u64;
+        ctx.out_len = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let c = std::ptr::from_mut(ctx) as u64;
+        *self.env.0.read.last_mut::<OFFLOAD_CALL_READ>() = [
+            Region { start: c, end: c + crate::offload::OFFLOAD_CTX_BYTES as u64 },
+            region_or_empty(msg),
+            region_or_empty(out),
+        ];
+        *self.env.0.write.last_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
         self.exec(c)
     }
 }

@@ -34,6 +34,7 @@ pub mod instance;
 pub mod interp;
 pub mod jit;
 pub mod mem;
+pub mod offload;
 pub mod program;
 mod proofs;
 pub mod verifier;

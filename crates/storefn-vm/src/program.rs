@@ -28,6 +28,8 @@ pub enum ProgType {
     Xrp,
     /// λ-IO `struct context` (crate::xrp::LambdaCtx): runs over an input buffer into an output.
     Lambda,
+    /// DDS offload functions (crate::offload::OffloadCtx): pred, func, cache, invalidate.
+    Offload,
 }
 
 /// A program after loading and linking: the entry function first, subprograms appended.

@@ -9,7 +9,7 @@
 //! - **context read**: a load at a constant offset from a register that holds the entry's r1
 //!   unchanged (the context pointer) on every path, with `0 <= off` and `off + size` within the
 //!   program type's context. The whole context is in the read set.
-//! - **context write** (`xrp` only): a plain store (not an atomic) the same way, wholly inside
+//! - **context write** (`xrp` only; λ and offload contexts are read-only): a plain store (not an atomic) the same way, wholly inside
 //!   one of the writable fields, `done` or `next_addr[]`+`size[]`, which are in the write set.
 //!   Other context stores (the `data`/`scratch`/`slot` fields, λ's read-only context) keep
 //!   their check.
@@ -35,6 +35,7 @@ fn ctx_bytes(t: ProgType) -> i64 {
     match t {
         ProgType::Xrp => XRP_CTX_BYTES as i64,
         ProgType::Lambda => LAMBDA_CTX_BYTES as i64,
+        ProgType::Offload => crate::offload::OFFLOAD_CTX_BYTES as i64,
     }
 }
 
@@ -45,7 +46,9 @@ fn ctx_writable(t: ProgType) -> &'static [(i64, i64)] {
             (XRP_OFF_DONE as i64, XRP_OFF_SLOT as i64),
             (XRP_OFF_NEXT_ADDR as i64, XRP_OFF_SCRATCH as i64),
         ],
-        ProgType::Lambda => &[],
+        // λ's context is read-only; the offload context's fields are read-only pointers and
+        // lengths (crate::offload).
+        ProgType::Lambda | ProgType::Offload => &[],
     }
 }
 

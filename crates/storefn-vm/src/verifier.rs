@@ -59,6 +59,7 @@ pub fn type_name(t: ProgType) -> &'static str {
     match t {
         ProgType::Xrp => "xrp",
         ProgType::Lambda => "lambda",
+        ProgType::Offload => "offload",
     }
 }
 
@@ -483,7 +484,8 @@ fn uses_defs(i: Insn) -> (u16, u16) {
 /// Argument registers a helper reads (r1..rN).
 fn helper_args(id: u32) -> u16 {
     match id {
-        helpers::BPF_TRACE_PRINTK => 0b110,
+        helpers::BPF_TRACE_PRINTK | crate::offload::STOREFN_TABLE_LOOKUP => 0b110,
+        crate::offload::STOREFN_TABLE_INSERT | crate::offload::STOREFN_TABLE_DELETE => 0b10,
         _ => 0b1110,
     }
 }

@@ -59,6 +59,7 @@ pub enum ProgCmd {
 pub enum TypeArg {
     Xrp,
     Lambda,
+    Offload,
 }
 
 impl From<TypeArg> for ProgType {
@@ -66,6 +67,7 @@ impl From<TypeArg> for ProgType {
         match t {
             TypeArg::Xrp => ProgType::Xrp,
             TypeArg::Lambda => ProgType::Lambda,
+            TypeArg::Offload => ProgType::Offload,
         }
     }
 }

@@ -1,0 +1,117 @@
+//! Token auth: HMAC-SHA256 challenge-response. The server sends a fresh random challenge in
+//! its HELLO response; the client answers HMAC-SHA256(secret, challenge || tenant). The secret
+//! never crosses the wire.
+//!
+//! Token file: one tenant per line, `TENANT SECRET` (whitespace-separated; `#` starts a
+//! comment). The server loads every line; a client uses the first.
+
+use std::path::{Path, PathBuf};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::proto::{HASH_BYTES, MAX_TENANT_BYTES};
+
+/// Shortest secret accepted, bytes: a guessable secret defeats the MAC.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// Why a token file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    #[error("token file {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("token file {path}, line {line}: {why}")]
+    Bad { path: PathBuf, line: usize, why: &'static str },
+    #[error("token file {path}: no tenant")]
+    Empty { path: PathBuf },
+}
+
+/// One tenant's name and secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    pub tenant: String,
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        f.debug_struct("Token").field("tenant", &self.tenant).finish_non_exhaustive()
+    }
+}
+
+/// Reads every `TENANT SECRET` line of `path`.
+///
+/// # Errors
+/// I/O errors; a line without two fields, a tenant over 64 bytes, a secret under 16 bytes,
+/// a repeated tenant; a file with no tenant.
+pub fn load_tokens(path: &Path) -> Result<Vec<Token>, TokenError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| TokenError::Io { path: path.to_path_buf(), source })?;
+    let mut out: Vec<Token> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |why| TokenError::Bad { path: path.to_path_buf(), line: i + 1, why };
+        let mut it = line.split_whitespace();
+        let (Some(t), Some(s), None) = (it.next(), it.next(), it.next()) else {
+            return Err(bad("expected `TENANT SECRET`"));
+        };
+        if t.len() > MAX_TENANT_BYTES {
+            return Err(bad("tenant name longer than 64 bytes"));
+        }
+        if s.len() < MIN_SECRET_BYTES {
+            return Err(bad("secret shorter than 16 bytes"));
+        }
+        if out.iter().any(|x| x.tenant == t) {
+            return Err(bad("tenant listed twice"));
+        }
+        out.push(Token { tenant: t.to_string(), secret: s.as_bytes().to_vec() });
+    }
+    if out.is_empty() {
+        return Err(TokenError::Empty { path: path.to_path_buf() });
+    }
+    Ok(out)
+}
+
+/// HMAC-SHA256(secret, challenge || tenant).
+#[must_use]
+pub fn mac(secret: &[u8], challenge: &[u8; HASH_BYTES], tenant: &[u8]) -> [u8; HASH_BYTES] {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    m.update(challenge);
+    m.update(tenant);
+    m.finalize().into_bytes().into()
+}
+
+/// Checks a client's MAC in constant time.
+#[must_use]
+pub fn verify(secret: &[u8], challenge: &[u8; HASH_BYTES], tenant: &[u8], tag: &[u8]) -> bool {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    m.update(challenge);
+    m.update(tenant);
+    m.verify_slice(tag).is_ok()
+}
+
+/// A fresh random challenge from the kernel (`getrandom`).
+///
+/// # Panics
+/// If the kernel's random source fails (it does not once the system has booted).
+#[must_use]
+pub fn challenge() -> [u8; HASH_BYTES] {
+    let mut c = [0u8; HASH_BYTES];
+    let mut got = 0;
+    while got < c.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `c`.
+        let n = unsafe { libc::getrandom(c[got..].as_mut_ptr().cast(), c.len() - got, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            assert!(e.kind() == std::io::ErrorKind::Interrupted, "getrandom: {e}");
+            continue;
+        }
+        got += usize::try_from(n).expect("non-negative");
+    }
+    c
+}

@@ -1,0 +1,349 @@
+//! The remote lookup benchmark behind `storefn kv bench DB --remote ADDR --path
+//! rpc-read|pushdown`: threads, each with its own connection; the local benchmark's key
+//! distributions and result shape, plus the network figures (`rtt_us`, `round_trips_per_op`,
+//! `server_cpu_us_per_op`).
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use storefn_kv::harness::bench::{BenchResult, Dist, KeyGen};
+
+use crate::client::{Client, ClientConfig, ClientError, Req};
+use crate::remote_kv::{RemoteKv, RemoteKvError, RemotePath};
+
+/// `pushdown --batch B` keeps B lookups in flight in frames of B / PIPELINE_FRAMES lookups.
+pub const PIPELINE_FRAMES: usize = 4;
+/// Round trips timed to measure the RTT before a run (STAT of the database; median).
+pub const RTT_PROBES: usize = 200;
+
+/// A remote benchmark's parameters.
+#[derive(Debug, Clone)]
+pub struct RemoteBenchConfig {
+    pub addr: String,
+    pub client: ClientConfig,
+    /// The database, relative to the served directory.
+    pub db: String,
+    pub path: RemotePath,
+    pub threads: usize,
+    pub requests: u64,
+    /// Lookups per frame on `pushdown` (1 = one lookup per round trip).
+    pub batch: usize,
+    pub warmup: u64,
+    pub dist: Dist,
+    pub seed: u64,
+    pub cache_levels: u32,
+    /// The server's pid, when it runs on this machine: its CPU time is read from /proc.
+    pub server_pid: Option<u32>,
+}
+
+/// Results: the local shape plus the network figures.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteBenchResult {
+    pub base: BenchResult,
+    /// Median round-trip time of a STAT before the run, µs (network + server request cost).
+    pub rtt_us: f64,
+    pub round_trips_per_op: f64,
+    /// Server CPU (user + system) per lookup, µs; `None` without `server_pid`.
+    pub server_cpu_us_per_op: Option<f64>,
+    pub reloads: u64,
+}
+
+/// CPU seconds of process `pid` from `/proc/PID/stat` (utime + stime).
+#[must_use]
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (u, st): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    #[allow(clippy::cast_precision_loss)]
+    Some((u + st) / hz.max(1) as f64)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    #[allow(clippy::cast_precision_loss)]
+    let v = sorted[i] as f64 / 1000.0;
+    v
+}
+
+/// Median STAT round trip, µs.
+///
+/// # Errors
+/// Connection errors.
+pub fn measure_rtt(client: &mut Client, db: &str, probes: usize) -> Result<f64, RemoteKvError> {
+    let mut t = Vec::with_capacity(probes);
+    for _ in 0..probes {
+        let t0 = Instant::now();
+        client.one(&Req::Stat { path: db.to_string() })?;
+        t.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    t.sort_unstable();
+    Ok(percentile(&t, 0.5))
+}
+
+struct ThreadOut {
+    lat_ns: Vec<u64>,
+    round_trips: u64,
+    hops: u64,
+    misses: u64,
+    fallbacks: u64,
+    reloads: u64,
+}
+
+fn run_thread(
+    cfg: &RemoteBenchConfig,
+    t: usize,
+    n: u64,
+    barrier: &Barrier,
+) -> Result<ThreadOut, RemoteKvError> {
+    let client = Client::connect(&cfg.addr, cfg.client.clone())?;
+    let mut kv = RemoteKv::open(client, &cfg.db, cfg.cache_levels)?;
+    let mut keys = KeyGen::new(cfg.dist, kv.meta().key_count, cfg.seed.wrapping_add(t as u64));
+    let batch = if cfg.path == RemotePath::Pushdown { cfg.batch.max(1) } else { 1 };
+    let warm: Vec<u64> = (0..cfg.warmup).map(|_| keys.next_key()).collect();
+    let measured: Vec<u64> = (0..n).map(|_| keys.next_key()).collect();
+    let mut lat_ns = Vec::with_capacity(measured.len());
+    let mut misses = 0;
+    let before;
+    if batch > 1 {
+        // `batch` lookups in flight, refilled as replies come (frames of batch / 4).
+        let per_frame = (batch / PIPELINE_FRAMES).max(1);
+        kv.pushdown_pipelined(&warm, batch, per_frame, &mut lat_ns)?;
+        before = kv.stats();
+        barrier.wait();
+        let got = kv.pushdown_pipelined(&measured, batch, per_frame, &mut lat_ns)?;
+        misses = got.iter().filter(|v| v.is_none()).count() as u64;
+    } else {
+        for &k in &warm {
+            kv.get(k, cfg.path)?;
+        }
+        before = kv.stats();
+        barrier.wait();
+        for &k in &measured {
+            let t0 = Instant::now();
+            let got = kv.get(k, cfg.path)?;
+            lat_ns.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            misses += u64::from(got.is_none());
+        }
+    }
+    let after = kv.stats();
+    Ok(ThreadOut {
+        lat_ns,
+        round_trips: after.round_trips - before.round_trips,
+        hops: after.hops - before.hops,
+        misses,
+        fallbacks: after.fallbacks - before.fallbacks,
+        reloads: after.reloads - before.reloads,
+    })
+}
+
+/// Runs the benchmark.
+///
+/// # Errors
+/// Connection errors, a corrupt remote tree.
+#[allow(clippy::cast_precision_loss)]
+pub fn run(cfg: &RemoteBenchConfig) -> Result<RemoteBenchResult, RemoteKvError> {
+    let mut probe = Client::connect(&cfg.addr, cfg.client.clone())?;
+    let rtt_us = measure_rtt(&mut probe, &cfg.db, RTT_PROBES)?;
+    let threads = cfg.threads.max(1);
+    let per = cfg.requests / threads as u64;
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let outs = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let b = Arc::clone(&barrier);
+                s.spawn(move || {
+                    let r = run_thread(cfg, t, per, &b);
+                    if r.is_err() {
+                        // Do not leave the others waiting at the barrier forever.
+                        std::thread::spawn(move || b.wait());
+                    }
+                    r
+                })
+            })
+            .collect();
+        barrier.wait();
+        let cpu0 = cfg.server_pid.and_then(process_cpu_seconds);
+        let me0 = process_cpu_seconds(std::process::id());
+        let t0 = Instant::now();
+        let outs: Vec<_> =
+            hs.into_iter().map(|h| h.join().expect("bench thread panicked")).collect();
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu1 = cfg.server_pid.and_then(process_cpu_seconds);
+        let me1 = process_cpu_seconds(std::process::id());
+        (outs, secs, cpu0.zip(cpu1).map(|(a, b)| b - a), me0.zip(me1).map_or(0.0, |(a, b)| b - a))
+    });
+    let (outs, secs, server_cpu, client_cpu) = outs;
+    let mut lat = Vec::new();
+    let (mut rt, mut hops, mut misses, mut fallbacks, mut reloads) = (0, 0, 0, 0, 0);
+    for o in outs {
+        let o = o?;
+        lat.extend(o.lat_ns);
+        rt += o.round_trips;
+        hops += o.hops;
+        misses += o.misses;
+        fallbacks += o.fallbacks;
+        reloads += o.reloads;
+    }
+    lat.sort_unstable();
+    let n = lat.len().max(1) as f64;
+    let mean_us = lat.iter().map(|&x| x as f64).sum::<f64>() / n / 1000.0;
+    let over = lat.iter().filter(|&&x| x >= 1_000_000).count() as f64;
+    let path = match cfg.path {
+        RemotePath::RpcRead => "rpc-read",
+        RemotePath::Pushdown => "pushdown",
+    };
+    let layers = {
+        let c = Client::connect(&cfg.addr, cfg.client.clone())?;
+        RemoteKv::open(c, &cfg.db, 0)?.meta().layers
+    };
+    let base = BenchResult {
+        path: path.to_string(),
+        layers,
+        threads,
+        batch: if cfg.path == RemotePath::Pushdown { cfg.batch.max(1) } else { 1 },
+        requests: lat.len() as u64,
+        ops_per_sec: lat.len() as f64 / secs.max(1e-9),
+        mean_us,
+        p50_us: percentile(&lat, 0.5),
+        p95_us: percentile(&lat, 0.95),
+        p99_us: percentile(&lat, 0.99),
+        p999_us: percentile(&lat, 0.999),
+        pct_over_1ms: over * 100.0 / n,
+        // This (client) process; the server's is `server_cpu_us_per_op`.
+        cpu_us_per_op: client_cpu * 1e6 / n,
+        ios_per_op: hops as f64 / n,
+        fallbacks,
+        device_ios_per_op: 0.0,
+        misses,
+    };
+    Ok(RemoteBenchResult {
+        base,
+        rtt_us,
+        round_trips_per_op: rt as f64 / n,
+        server_cpu_us_per_op: server_cpu.map(|c| c * 1e6 / n),
+        reloads,
+    })
+}
+
+/// The fairness measurement: tenant `long` keeps `long_conns` connections each with
+/// `long_depth` 64-hop chains in flight; tenant `point` does single reads one at a time.
+#[derive(Debug, Clone)]
+pub struct FairnessConfig {
+    pub addr: String,
+    pub long_conns: usize,
+    pub long_depth: usize,
+    /// A file of linked 512 B blocks for `xrp_follow` (each block: next offset, payload).
+    pub chain_file: String,
+    /// Any file of at least `point_blocks` x 512 bytes.
+    pub point_file: String,
+    pub point_blocks: u64,
+    pub duration: std::time::Duration,
+    /// Time the long tenant gets to fill the server before point reads start.
+    pub ramp: std::time::Duration,
+}
+
+/// What the point tenant saw while the long tenant ran.
+#[derive(Debug, Clone, Default)]
+pub struct FairnessResult {
+    pub point_ops: u64,
+    pub point_p50_us: f64,
+    pub point_p99_us: f64,
+    pub long_chains: u64,
+    pub long_hops: u64,
+}
+
+/// Writes `blocks` linked 512 B blocks for `xrp_follow` (block i points at i + 1; the last
+/// ends the chain).
+///
+/// # Errors
+/// I/O errors.
+pub fn write_chain_file(path: &std::path::Path, blocks: u64) -> std::io::Result<()> {
+    let mut v = vec![0u8; usize::try_from(blocks * 512).expect("small")];
+    for i in 0..blocks {
+        let next = if i + 1 < blocks { (i + 1) * 512 } else { 0 };
+        let at = usize::try_from(i * 512).expect("small");
+        v[at..at + 8].copy_from_slice(&next.to_le_bytes());
+        v[at + 8..at + 16].copy_from_slice(&1u64.to_le_bytes());
+    }
+    std::fs::write(path, v)
+}
+
+/// Runs the fairness measurement against a server.
+///
+/// # Errors
+/// Connection errors; a chain or read that fails.
+pub fn fairness(cfg: &FairnessConfig) -> Result<FairnessResult, ClientError> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = AtomicBool::new(false);
+    let (chains, hops) = (AtomicU64::new(0), AtomicU64::new(0));
+    let tenant = |t: &str| ClientConfig { tenant: t.into(), ..ClientConfig::default() };
+    std::thread::scope(|s| {
+        let mut hs = Vec::new();
+        for _ in 0..cfg.long_conns {
+            hs.push(s.spawn(|| -> Result<(), ClientError> {
+                let mut c = Client::connect(&cfg.addr, tenant("long"))?;
+                let h = c.load_prog(0, b"", storefn_progs::must("xrp_follow"))?;
+                let req = Req::Xrp {
+                    path: cfg.chain_file.clone(),
+                    offset: 0,
+                    len: 512,
+                    hash: h,
+                    scratch: vec![],
+                    out_len: 16,
+                };
+                let reqs = vec![req; cfg.long_depth];
+                // Bounded by `stop`, which the point thread sets after `duration`.
+                while !stop.load(Ordering::Relaxed) {
+                    for r in c.call(&reqs)? {
+                        let r = r.ok("XRP")?;
+                        // Relaxed: counters read after the threads are joined.
+                        chains.fetch_add(1, Ordering::Relaxed);
+                        hops.fetch_add(u64::from(r.hops), Ordering::Relaxed);
+                    }
+                }
+                Ok(())
+            }));
+        }
+        let point = s.spawn(|| -> Result<Vec<u64>, ClientError> {
+            let mut c = Client::connect(&cfg.addr, tenant("point"));
+            std::thread::sleep(cfg.ramp);
+            let mut lat = Vec::new();
+            let t0 = Instant::now();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            while t0.elapsed() < cfg.duration {
+                let Ok(cl) = c.as_mut() else { break };
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let off = (x % cfg.point_blocks) * 512;
+                let t = Instant::now();
+                cl.one(&Req::Read { path: cfg.point_file.clone(), offset: off, len: 512 })?;
+                lat.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            }
+            stop.store(true, Ordering::Relaxed);
+            c.map(|_| lat)
+        });
+        let lat = point.join().expect("point thread");
+        stop.store(true, Ordering::Relaxed);
+        for h in hs {
+            h.join().expect("long thread")?;
+        }
+        let mut lat = lat?;
+        lat.sort_unstable();
+        Ok(FairnessResult {
+            point_ops: lat.len() as u64,
+            point_p50_us: percentile(&lat, 0.5),
+            point_p99_us: percentile(&lat, 0.99),
+            long_chains: chains.load(Ordering::Relaxed),
+            long_hops: hops.load(Ordering::Relaxed),
+        })
+    })
+}

@@ -1,0 +1,133 @@
+//! The program registry: programs verified once, named by content hash (SHA-256 over
+//! `prog_type || section || elf`), bounded by bytes with least-recently-used eviction.
+//!
+//! Shared by the server's threads behind a mutex (LOAD_PROG and the first use of a hash on a
+//! thread take it; each thread then keeps its own compiled [`storefn_vm::Instance`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use storefn_vm::{ProgType, VerifiedProgram};
+
+use crate::proto::HASH_BYTES;
+
+/// Default bound on the registry, bytes (ELF bytes + linked instructions of every program).
+pub const DEFAULT_REGISTRY_BYTES: usize = 64 << 20;
+/// Instructions per invocation the server allows any program, whatever the client asks: every
+/// instance the server runs is capped at this (storefn-vm's default, which stops the worst
+/// verified program within about 10 ms on the JIT here); a chain is bounded by hops x this.
+pub const SERVER_INSN_BUDGET: u64 = storefn_vm::program::DEFAULT_INSN_BUDGET;
+
+/// A content hash.
+pub type ProgHash = [u8; HASH_BYTES];
+
+/// The hash a client computes to name a program without loading it first.
+#[must_use]
+pub fn prog_hash(prog_type: u8, section: &[u8], elf: &[u8]) -> ProgHash {
+    let mut h = Sha256::new();
+    h.update([prog_type]);
+    h.update(section);
+    h.update(elf);
+    h.finalize().into()
+}
+
+#[derive(Debug)]
+struct Entry {
+    prog: Arc<VerifiedProgram>,
+    bytes: usize,
+    last_used: u64,
+}
+
+/// Verified programs by hash.
+#[derive(Debug)]
+pub struct Registry {
+    map: HashMap<ProgHash, Entry>,
+    bytes: usize,
+    max_bytes: usize,
+    clock: u64,
+}
+
+/// Why LOAD_PROG failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    #[error("{0}")]
+    Rejected(storefn_vm::Error),
+    #[error("section name is not UTF-8")]
+    Section,
+    #[error("program of {bytes} bytes is larger than the registry ({max} bytes)")]
+    TooLarge { bytes: usize, max: usize },
+}
+
+impl Registry {
+    #[must_use]
+    pub fn new(max_bytes: usize) -> Self {
+        Self { map: HashMap::new(), bytes: 0, max_bytes, clock: 0 }
+    }
+
+    /// Loads and verifies a program (once per hash), with the server's instruction budget.
+    ///
+    /// # Errors
+    /// The loader's or verifier's error; a program larger than the whole registry.
+    pub fn load(
+        &mut self,
+        prog_type: u8,
+        section: &[u8],
+        elf: &[u8],
+    ) -> Result<(ProgHash, Arc<VerifiedProgram>), LoadError> {
+        let hash = prog_hash(prog_type, section, elf);
+        self.clock += 1;
+        if let Some(e) = self.map.get_mut(&hash) {
+            e.last_used = self.clock;
+            return Ok((hash, Arc::clone(&e.prog)));
+        }
+        let sel = if section.is_empty() {
+            None
+        } else {
+            Some(std::str::from_utf8(section).map_err(|_| LoadError::Section)?)
+        };
+        let ty = if prog_type == 0 { ProgType::Xrp } else { ProgType::Lambda };
+        // The instruction budget is set on every instance the workers build
+        // (SERVER_INSN_BUDGET), not on the shared program.
+        let prog = storefn_vm::load_verified(elf, sel, ty).map_err(LoadError::Rejected)?;
+        let bytes = elf.len() + prog.insns.len() * 8 + prog.globals.len();
+        if bytes > self.max_bytes {
+            return Err(LoadError::TooLarge { bytes, max: self.max_bytes });
+        }
+        while self.bytes + bytes > self.max_bytes {
+            let (&victim, _) =
+                self.map.iter().min_by_key(|(_, e)| e.last_used).expect("bytes > 0 means entries");
+            let e = self.map.remove(&victim).expect("present");
+            self.bytes -= e.bytes;
+        }
+        self.bytes += bytes;
+        self.map.insert(hash, Entry { prog: Arc::clone(&prog), bytes, last_used: self.clock });
+        Ok((hash, prog))
+    }
+
+    /// The program with `hash`, marking it used; `None` if unknown or evicted.
+    pub fn get(&mut self, hash: &ProgHash) -> Option<Arc<VerifiedProgram>> {
+        self.clock += 1;
+        let e = self.map.get_mut(hash)?;
+        e.last_used = self.clock;
+        Some(Arc::clone(&e.prog))
+    }
+
+    /// Bytes held.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Programs held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}

@@ -1,0 +1,168 @@
+//! A server thread's open files: each opened once beneath the root (`openat2`), registered on
+//! the thread's engine, and checked on every request with one `statx` of its path: when the
+//! path names another inode now (a compaction renamed a new file over it), the new file is
+//! opened and the old entry stays until its last request finishes.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use storefn_io::{Engine, EngineError, FileId, IoMode};
+
+use super::MAX_OPEN_FILES_PER_THREAD;
+use crate::confine::{identity, ConfineError, Root};
+use crate::proto::{FileVersion, StatusCode};
+
+#[derive(Debug)]
+struct Slot {
+    /// Empty once the path names another file (the slot only serves requests in flight).
+    path: Vec<u8>,
+    /// Keeps the confined open alive: the engine's fd is a reopen of this one.
+    _fd: File,
+    id: FileId,
+    dev: u64,
+    ino: u64,
+    refs: u32,
+    last_used: u64,
+}
+
+/// What a request needs of its file.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    pub slot: u32,
+    pub id: FileId,
+    pub version: FileVersion,
+    pub size: u64,
+}
+
+/// Open files of one thread.
+#[derive(Debug, Default)]
+pub struct Files {
+    slots: Vec<Option<Slot>>,
+    clock: u64,
+}
+
+/// Why a request's file could not be used: the status and message to answer with.
+pub type FileFail = (StatusCode, String);
+
+fn confine_fail(e: &ConfineError) -> FileFail {
+    (e.status(), e.to_string())
+}
+
+impl Files {
+    /// The file `path` names now, opened and registered, with one more reference (release it
+    /// with [`Files::release`] when the request finishes).
+    ///
+    /// # Errors
+    /// The status to answer: outside the root, not found, a full table, engine errors.
+    pub fn acquire(
+        &mut self,
+        root: &Root,
+        engine: &mut Engine,
+        path: &[u8],
+    ) -> Result<Opened, FileFail> {
+        self.clock += 1;
+        let Some((dev, ino, change, size)) = root.stat_identity(path) else {
+            // Let the confined open say why (outside, not found, ...).
+            let e = root.open_beneath(path, libc::O_RDONLY).err();
+            return Err(
+                e.map_or((StatusCode::NotFound, "no such file".into()), |e| confine_fail(&e))
+            );
+        };
+        let found = self.slots.iter().position(|s| {
+            s.as_ref().is_some_and(|s| s.path == path && s.dev == dev && s.ino == ino)
+        });
+        let si = match found {
+            Some(i) => i,
+            None => self.open(root, engine, path)?,
+        };
+        let s = self.slots[si].as_mut().expect("slot just found or opened");
+        s.refs += 1;
+        s.last_used = self.clock;
+        // The version of a freshly opened file comes from its fd (statx above may predate a
+        // rename); a cached one matched (dev, ino), so the statx values describe it.
+        let change =
+            if found.is_some() { change } else { identity(&s._fd).map_or(change, |v| v.2) };
+        let size = if found.is_some() { size } else { identity(&s._fd).map_or(size, |v| v.3) };
+        Ok(Opened {
+            slot: u32::try_from(si).expect("small table"),
+            id: s.id,
+            version: FileVersion { dev: s.dev, ino: s.ino, change },
+            size,
+        })
+    }
+
+    fn open(&mut self, root: &Root, engine: &mut Engine, path: &[u8]) -> Result<usize, FileFail> {
+        let fd = root.open_beneath(path, libc::O_RDONLY).map_err(|e| confine_fail(&e))?;
+        let (dev, ino, _, _) = identity(&fd).map_err(|e| (StatusCode::Io, e.to_string()))?;
+        if !fd.metadata().is_ok_and(|m| m.is_file()) {
+            return Err((StatusCode::BadRequest, "not a regular file".into()));
+        }
+        // An older file at the same path stops being found by path.
+        for s in self.slots.iter_mut().flatten() {
+            if s.path == path {
+                s.path.clear();
+            }
+        }
+        self.collect(engine);
+        let si = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if self.slots.len() < MAX_OPEN_FILES_PER_THREAD => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+            None => self.evict(engine)?,
+        };
+        // The engine opens by path: the magic link reopens exactly the inode openat2 resolved
+        // beneath the root (O_DIRECT where the file system allows it).
+        let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let id = match engine.open(Path::new(&proc), IoMode::Direct) {
+            Ok(id) => id,
+            Err(EngineError::DirectRefused { .. }) => engine
+                .open(Path::new(&proc), IoMode::Buffered)
+                .map_err(|e| (StatusCode::Io, format!("engine open: {e}")))?,
+            Err(e) => return Err((StatusCode::Io, format!("engine open: {e}"))),
+        };
+        self.slots[si] = Some(Slot {
+            path: path.to_vec(),
+            _fd: fd,
+            id,
+            dev,
+            ino,
+            refs: 0,
+            last_used: self.clock,
+        });
+        Ok(si)
+    }
+
+    /// Closes entries whose path moved on and that no request uses.
+    fn collect(&mut self, engine: &mut Engine) {
+        for s in &mut self.slots {
+            if s.as_ref().is_some_and(|s| s.path.is_empty() && s.refs == 0) {
+                let old = s.take().expect("checked");
+                let _ = engine.close(old.id);
+            }
+        }
+    }
+
+    fn evict(&mut self, engine: &mut Engine) -> Result<usize, FileFail> {
+        let victim = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().filter(|s| s.refs == 0).map(|s| (i, s.last_used)))
+            .min_by_key(|&(_, t)| t)
+            .map(|(i, _)| i)
+            .ok_or((StatusCode::Limit, "every open-file slot of this thread is busy".into()))?;
+        let old = self.slots[victim].take().expect("victim exists");
+        let _ = engine.close(old.id);
+        Ok(victim)
+    }
+
+    /// A request on `slot` finished.
+    pub fn release(&mut self, slot: u32) {
+        let s = self.slots[slot as usize].as_mut().expect("released slot is open");
+        debug_assert!(s.refs > 0);
+        s.refs -= 1;
+    }
+}

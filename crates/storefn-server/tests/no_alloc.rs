@@ -1,0 +1,109 @@
+//! AIOS: a server thread allocates nothing per request in steady state. The client side of
+//! this test writes pre-encoded frames and reads replies into a fixed buffer (no allocation),
+//! so every allocation counted while requests flow is the server's.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::{make_db, serve, TempDir};
+use storefn_server::proto::{
+    decode_header, put_request, FrameBuf, Messages, Request, FRAME_HEADER_BYTES, KIND_REQUEST,
+    KIND_RESPONSE,
+};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // Relaxed: a statistic read after the measured window.
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Sends `frame` (of `n` requests) and reads response frames into `rx` until all `n`
+/// replies are in (no allocation).
+fn round_trip(s: &mut TcpStream, frame: &[u8], n: u32, rx: &mut [u8]) {
+    s.write_all(frame).unwrap();
+    let mut got = 0;
+    while got < n {
+        let mut h = [0u8; FRAME_HEADER_BYTES];
+        s.read_exact(&mut h).unwrap();
+        let hd = decode_header(&h, 0, KIND_RESPONSE).unwrap();
+        let body = &mut rx[..hd.body_bytes as usize];
+        s.read_exact(body).unwrap();
+        for m in Messages::new(body, hd.count, 0) {
+            assert_eq!(m.unwrap().status, 0, "status OK");
+        }
+        got += hd.count;
+    }
+}
+
+#[test]
+fn steady_state_requests_allocate_nothing_on_the_server() {
+    let dir = TempDir::new("noalloc");
+    make_db(&dir, 3);
+    let server = serve(dir.path(), 1);
+    let mut c = common::client(&server);
+    let elf = storefn_progs::must("kv_lookup");
+    let hash = c.load_prog(0, b"", elf).unwrap();
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut f = FrameBuf::default();
+    let mut rx = vec![0u8; 1 << 20];
+    f.begin(KIND_REQUEST);
+    put_request(&mut f, 1, &Request::Hello { tenant: b"t" });
+    let hello = f.finish().to_vec();
+    round_trip(&mut s, &hello, 1, &mut rx);
+    // A frame of 8 pushed-down lookups and 8 reads.
+    f.begin(KIND_REQUEST);
+    for i in 0..8u64 {
+        let key = (i * 3001).to_le_bytes();
+        put_request(
+            &mut f,
+            10 + i,
+            &Request::Xrp {
+                path: b"db",
+                offset: 0,
+                len: 512,
+                hash: &hash,
+                scratch: &key,
+                out_len: 160,
+            },
+        );
+        put_request(&mut f, 20 + i, &Request::Read { path: b"db", offset: i * 512, len: 512 });
+    }
+    let frame = f.finish().to_vec();
+    for _ in 0..200 {
+        round_trip(&mut s, &frame, 16, &mut rx);
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..500 {
+        round_trip(&mut s, &frame, 16, &mut rx);
+    }
+    let per_request = (ALLOCS.load(Ordering::Relaxed) - before) as f64 / (500.0 * 16.0);
+    assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "{per_request} allocations per request");
+    drop(s);
+    drop(c);
+    server.stop();
+    server.join().unwrap();
+}

@@ -1,0 +1,69 @@
+//! `storefn serve`: the storage server (crates/storefn-server). Parses, starts, waits for
+//! SIGTERM/SIGINT, stops cleanly.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use storefn_server::{Server, ServerConfig};
+
+use crate::CmdResult;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The served directory: nothing outside it is reachable.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to listen on, e.g. 127.0.0.1:7070 or [::1]:7070.
+    #[arg(long)]
+    pub listen: String,
+    /// `TENANT SECRET` lines; with it every connection must authenticate (HMAC-SHA256).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Server threads (each with its own io_uring engine).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// One FIFO for every tenant instead of fair admission (for comparisons).
+    #[arg(long, hide = true)]
+    pub unfair: bool,
+}
+
+/// Set by the signal handler; polled by the main thread.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Async-signal-safe: one atomic store. Relaxed: the main thread only polls the flag.
+    STOP.store(true, Ordering::Relaxed);
+}
+
+pub fn run(a: &ServeArgs) -> CmdResult {
+    let mut cfg = ServerConfig::new(&a.dir);
+    cfg.threads = a.threads;
+    cfg.log = true;
+    cfg.fair = !a.unfair;
+    if let Some(t) = &a.token_file {
+        cfg.tokens = Some(storefn_server::auth::load_tokens(t)?);
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let server = Server::start(&a.listen, cfg)?;
+    eprintln!(
+        "storefn serve: listening on {} (dir {}, {} thread(s), auth {})",
+        server.local_addr(),
+        a.dir.display(),
+        a.threads,
+        if a.token_file.is_some() { "on" } else { "off" }
+    );
+    while !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("storefn serve: stopping");
+    server.stop();
+    server.join()?;
+    eprintln!("storefn serve: stopped");
+    Ok(ExitCode::SUCCESS)
+}
