@@ -14,7 +14,9 @@ use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
 use crate::mem::{Region, RegionSet, MAX_REGIONS};
-use crate::program::{FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, STACK_BYTES};
+use crate::program::{
+    FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, LAMBDA_INSNS_PER_INPUT_BYTE, STACK_BYTES,
+};
 use crate::verifier::{VerifiedProgram, VerifyError};
 use crate::xrp::{
     LambdaCtx, XrpCtx, LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
@@ -242,10 +244,10 @@ impl Instance {
     /// Resets the per-invocation scalars of the prebuilt env and runs; the caller has just
     /// overwritten every per-call slot. Inlined into both `run_*`: it is the hot path.
     #[inline(always)]
-    fn exec(&mut self, ctx_addr: u64) -> Result<u64, VmError> {
+    fn exec(&mut self, ctx_addr: u64, insn_budget: u64) -> Result<u64, VmError> {
         let env = &mut self.env.0;
-        env.insns_left = self.insn_budget;
-        env.insn_budget = self.insn_budget;
+        env.insns_left = insn_budget;
+        env.insn_budget = insn_budget;
         // Derived afresh each call (not kept from `new`): `host_mut` may have handed out a
         // unique borrow of the HostState since.
         env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
@@ -297,11 +299,13 @@ impl Instance {
             Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 },
             region_or_empty(scratch),
         ];
-        self.exec(c)
+        self.exec(c, self.insn_budget)
     }
 
     /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
     /// `size_i` = `input.len()`; returns r0 (the output bytes, by the λ-IO convention).
+    /// The invocation's budget is the instance's plus [`LAMBDA_INSNS_PER_INPUT_BYTE`] per input
+    /// byte.
     ///
     /// # Panics
     /// If the program is not a λ program.
@@ -323,7 +327,9 @@ impl Instance {
             region_or_empty(output),
         ];
         *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
-        self.exec(c)
+        // Budget grows with the input: a λ function runs once over its whole range.
+        let extra = LAMBDA_INSNS_PER_INPUT_BYTE.saturating_mul(input.len() as u64);
+        self.exec(c, self.insn_budget.saturating_add(extra))
     }
 
     /// Runs an `offload` entry point (pred, func, cache or invalidate; crate::offload): sets
@@ -355,7 +361,7 @@ impl Instance {
             region_or_empty(out),
         ];
         *self.env.0.write.last_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
-        self.exec(c)
+        self.exec(c, self.insn_budget)
     }
 }
 

@@ -20,6 +20,12 @@ pub const MAX_INSNS: usize = 65_536;
 /// is a call) stops within about 10 ms on this machine's JIT (docs/DESIGN.md, "Budget").
 pub const DEFAULT_INSN_BUDGET: u64 = 1 << 20;
 
+/// Extra instructions a λ invocation may execute per byte of its input, on top of the
+/// instance's budget. A λ function runs once over its whole range (λ-IO), so its work grows
+/// with the range the caller asked for; the bound stays linear in that request (64 MiB, the
+/// largest λ range, allows ~16 G instructions: seconds, not forever).
+pub const LAMBDA_INSNS_PER_INPUT_BYTE: u64 = 256;
+
 /// What a program is for: fixes its context layout, region rights and helper table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -283,3 +283,34 @@ fn window_miss_and_helper_loops_stop_on_the_budget_alike() {
         assert_eq!(outcomes[0], outcomes[1], "{name}");
     }
 }
+
+#[test]
+fn a_lambda_budget_grows_with_its_input_and_still_stops() {
+    // A λ function runs once over its whole range, so its invocation may execute the
+    // instance's budget plus LAMBDA_INSNS_PER_INPUT_BYTE per input byte, and no more.
+    use storefn_vm::program::LAMBDA_INSNS_PER_INPUT_BYTE;
+    for engine in [Engine::Interp, Engine::Jit] {
+        let mut inst = match Instance::new(prog("test/lambda_spin", ProgType::Lambda), engine) {
+            Ok(i) => i,
+            Err(e) if engine == Engine::Jit => panic!("JIT: {e}"),
+            Err(e) => panic!("{e}"),
+        };
+        inst.set_insn_budget(1000);
+        let mut out = vec![0u8; 8];
+        for len in [8usize, 4096] {
+            out.fill(0);
+            let input = vec![1u8; len];
+            let e = inst.run_lambda(&input, &mut out).unwrap_err();
+            let want = 1000 + LAMBDA_INSNS_PER_INPUT_BYTE * len as u64;
+            assert!(
+                matches!(e, VmError::BudgetExhausted { budget, .. } if budget == want),
+                "{engine:?} {len}: {e}"
+            );
+            let n = word(&out, 0);
+            assert!((want / 16..=want / 4).contains(&n), "{engine:?} {len}: {n} iterations");
+        }
+        let mut stop = vec![0u8; 8];
+        stop.copy_from_slice(&0x5350_494e_u64.to_le_bytes());
+        assert_eq!(inst.run_lambda(&stop, &mut out).unwrap(), 8);
+    }
+}
