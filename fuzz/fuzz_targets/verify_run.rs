@@ -1,7 +1,8 @@
 //! Arbitrary instruction stream -> verifier; an accepted program must compile on the JIT, and
-//! the JIT and the interpreter must agree exactly (r0 or error incl. the instruction a budget
-//! stop names, memory, budget left) on the same
-//! sandbox. Any accepted program faulting the host shows up as a crash here.
+//! the JIT (which drops the checks the verifier proved) and the interpreter (which checks
+//! everything) must agree exactly (r0 or error incl. the instruction a budget stop names,
+//! memory, instructions left) on the same sandbox, within the budget. Any accepted program
+//! faulting the host shows up as a crash here.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

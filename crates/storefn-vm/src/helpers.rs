@@ -107,9 +107,14 @@ pub(crate) unsafe fn call(
             reason: format!("not available to {prog_type:?} programs"),
         });
     }
+    // Only the memory helpers take a length (r3); anything else in r3 is whatever the program
+    // left there and must not count (a stale pointer would look like a huge length).
     let cost = match id {
         BPF_TRACE_PRINTK => TRACE_PRINTK_INSNS,
-        _ => HELPER_CALL_INSNS + args[2].div_ceil(HELPER_BYTES_PER_INSN),
+        STOREFN_MEMCPY | STOREFN_MEMSET | STOREFN_MEMCMP => {
+            HELPER_CALL_INSNS.saturating_add(args[2].div_ceil(HELPER_BYTES_PER_INSN))
+        }
+        _ => HELPER_CALL_INSNS,
     };
     if env.insns_left < cost {
         return Err(VmError::BudgetExhausted { insn, budget: env.insn_budget });
@@ -276,6 +281,37 @@ mod tests {
         assert_eq!(format_trace(b"%lld %llx", &[u64::MAX, 16]).unwrap(), "-1 10");
         assert_eq!(format_trace(b"%s", &[0]), None);
         assert_eq!(format_trace(b"%d %d %d %d", &[1, 2, 3]), None);
+    }
+
+    /// Regression: table helpers were charged by their r3 as if it were a length, so a stale
+    /// pointer left in r3 stopped the program on the budget.
+    #[test]
+    fn only_memory_helpers_charge_by_length() {
+        let mut env = RunEnv {
+            read: crate::mem::RegionSet::default(),
+            write: crate::mem::RegionSet::default(),
+            globals_base: 0,
+            insns_left: 100,
+            insn_budget: 100,
+            fault: crate::program::FaultInfo::default(),
+            host: std::ptr::null_mut(),
+        };
+        let stale_r3 = 0x7fff_0000_0000;
+        // SAFETY: no regions and no host: the helpers touch no memory (delete takes only a key).
+        let r = unsafe {
+            call(
+                &mut env,
+                ProgType::Offload,
+                offload::STOREFN_TABLE_DELETE,
+                [1, 0, stale_r3, 0, 0],
+                3,
+            )
+        };
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(env.insns_left, 100 - HELPER_CALL_INSNS);
+        // SAFETY: as above; a memset of 6400 bytes (cost 116) is refused before any access.
+        let r = unsafe { call(&mut env, ProgType::Lambda, STOREFN_MEMSET, [0, 0, 6400, 0, 0], 4) };
+        assert_eq!(r, Err(VmError::BudgetExhausted { insn: 4, budget: 100 }));
     }
 
     #[test]

@@ -72,7 +72,8 @@ pub fn size_bytes(op: u8) -> u64 {
 /// Every range in `env.read` must be memory that stays valid for reads, and every range in
 /// `env.write` memory valid for writes and not borrowed by any Rust reference, for the whole
 /// call; `[stack_top - STACK_BYTES, stack_top)` must be inside both sets (and, for the JIT,
-/// the program type's context at `ctx_addr` inside `env.read`); `env.host` must be
+/// the program type's context at `ctx_addr` inside `env.read`, an `xrp` context's writable
+/// fields inside `env.write`); `env.host` must be
 /// null or point at a `HostState` not otherwise borrowed during the call. (The program itself
 /// can only reach memory through these regions.) [`crate::Instance`] upholds all of this.
 pub unsafe fn run(
@@ -80,6 +81,22 @@ pub unsafe fn run(
     env: &mut RunEnv,
     ctx_addr: u64,
     stack_top: u64,
+) -> Result<u64, VmError> {
+    // SAFETY: forwarded from the caller.
+    unsafe { run_counted(prog, env, ctx_addr, stack_top, &mut 0) }
+}
+
+/// [`run`], adding every instruction it executes to `executed` (tests check the budget against
+/// it: no run executes more instructions than it was charged).
+///
+/// # Safety
+/// As [`run`].
+unsafe fn run_counted(
+    prog: &VerifiedProgram,
+    env: &mut RunEnv,
+    ctx_addr: u64,
+    stack_top: u64,
+    executed: &mut u64,
 ) -> Result<u64, VmError> {
     let insns = &prog.insns[..];
     let charge = prog.cfg().charges();
@@ -100,6 +117,7 @@ pub unsafe fn run(
             }
             env.insns_left -= cost;
         }
+        *executed += 1;
         if i.dst > 10 || i.src > 10 {
             return Err(VmError::Invalid { insn: pc, reason: "register number above r10" });
         }
@@ -427,6 +445,94 @@ mod tests {
         assert_eq!(alu(ins(BPF_ALU | BPF_END | BPF_X, 0, 32), d, 0), Some(0x8877_6655));
         assert_eq!(alu(ins(BPF_ALU64 | BPF_END, 0, 64), d, 0), Some(0x8877_6655_4433_2211));
         assert_eq!(alu(ins(BPF_ALU64 | BPF_END, 0, 8), d, 0), None);
+    }
+
+    /// Random verified programs (arithmetic, stack traffic, forward and backward jumps, calls)
+    /// under random budgets: a run never executes more instructions than it was charged, and
+    /// the charge is exact: a finished run fits in exactly what it spent and not in one less.
+    #[test]
+    fn no_run_executes_more_than_it_was_charged() {
+        use crate::insn::{BPF_DW, BPF_JNE, BPF_K, BPF_LDX, BPF_STX};
+        use crate::mem::{Region, RegionSet};
+        use crate::program::{FaultInfo, ProgType, Program, STACK_BYTES};
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+
+        let mut stack = vec![0u64; STACK_BYTES / 8];
+        let top = stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
+        let run_once = |prog: &VerifiedProgram, budget: u64| {
+            let mut set = RegionSet::default();
+            set.push(Region { start: top - STACK_BYTES as u64, end: top });
+            let mut env = RunEnv {
+                read: set,
+                write: set,
+                globals_base: 0,
+                insns_left: budget,
+                insn_budget: budget,
+                fault: FaultInfo::default(),
+                host: std::ptr::null_mut(),
+            };
+            let mut executed = 0;
+            // SAFETY: the only region is `stack`, alive and not borrowed during the call; no
+            // host state; r1 is never dereferenced (the programs overwrite it first).
+            let r = unsafe { run_counted(prog, &mut env, 0, top, &mut executed) };
+            (r, budget - env.insns_left, executed)
+        };
+        let ins = |op: u8, dst: u8, src: u8, off: i16, imm: i32| Insn { op, dst, src, off, imm };
+        let (mut finished, mut stopped) = (0, 0);
+        for seed in 0..3000u64 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut v: Vec<Insn> = (0..10)
+                .map(|r| ins(BPF_ALU64 | BPF_MOV | BPF_K, r, 0, 0, rng.gen_range(0..40)))
+                .collect();
+            let base = v.len();
+            let body = rng.gen_range(2..30usize);
+            for at in 0..body {
+                let pc = base + at;
+                let r = rng.gen_range(0..10u8);
+                v.push(match rng.gen_range(0..8) {
+                    0..=2 => ins(BPF_ALU64 | BPF_ADD | BPF_K, r, 0, 0, rng.gen_range(-3..4)),
+                    3 => ins(BPF_STX | BPF_MEM | BPF_DW, 10, r, -8 * rng.gen_range(1..8), 0),
+                    4 => ins(BPF_LDX | BPF_MEM | BPF_DW, r, 10, -8 * rng.gen_range(1..8), 0),
+                    5 => ins(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, (base + body - pc) as i32),
+                    _ => {
+                        let to = rng.gen_range(base..base + body) as i64;
+                        ins(BPF_JMP | BPF_JNE | BPF_K, r, 0, (to - pc as i64 - 1) as i16, 7)
+                    }
+                });
+            }
+            // The entry's exit, then a two-instruction callee.
+            v.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+            v.push(ins(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 1));
+            v.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+            let prog = Program {
+                name: "t".into(),
+                prog_type: ProgType::Xrp,
+                insns: v,
+                globals: Vec::new(),
+                globals_rw_start: 0,
+                global_relocs: Vec::new(),
+            };
+            let Ok(prog) = VerifiedProgram::new(prog) else { continue };
+            for budget in [rng.gen_range(1..64), 400] {
+                let (r, charged, executed) = run_once(&prog, budget);
+                assert!(executed <= charged, "seed {seed}: ran {executed}, charged {charged}");
+                match r {
+                    Ok(v) => {
+                        finished += 1;
+                        assert_eq!(run_once(&prog, charged).0, Ok(v), "seed {seed}: exact fit");
+                        let short = run_once(&prog, charged - 1).0;
+                        assert!(
+                            matches!(short, Err(VmError::BudgetExhausted { .. })),
+                            "seed {seed}: one short gave {short:?}"
+                        );
+                    }
+                    Err(VmError::BudgetExhausted { .. }) => stopped += 1,
+                    Err(e) => panic!("seed {seed}: {e}"),
+                }
+            }
+        }
+        assert!(finished > 500 && stopped > 500, "finished {finished}, stopped {stopped}");
     }
 
     #[test]

@@ -8,16 +8,22 @@
 //!   `MAX_CALL_DEPTH`; the whole stack block is in both region sets.
 //! - **context read**: a load at a constant offset from a register that holds the entry's r1
 //!   unchanged (the context pointer) on every path, with `0 <= off` and `off + size` within the
-//!   program type's context. The whole context is in the read set. Stores to the context are
-//!   not proved (only some of its fields are writable) and keep their check.
+//!   program type's context. The whole context is in the read set.
+//! - **context write** (`xrp` only; λ and offload contexts are read-only): a plain store (not an atomic) the same way, wholly inside
+//!   one of the writable fields, `done` or `next_addr[]`+`size[]`, which are in the write set.
+//!   Other context stores (the `data`/`scratch`/`slot` fields, λ's read-only context) keep
+//!   their check.
 //!
 //! Anything else (data, scratch, globals, pointer arithmetic) keeps the run-time check.
 
 use crate::cfg::Cfg;
+use crate::insn::BPF_MEM;
 use crate::insn::{Insn, BPF_ALU64, BPF_CALL, BPF_JMP, BPF_LDX, BPF_MOV, BPF_ST, BPF_STX, BPF_X};
 use crate::interp::size_bytes;
 use crate::program::{ProgType, Program};
-use crate::xrp::{LAMBDA_CTX_BYTES, XRP_CTX_BYTES};
+use crate::xrp::{
+    LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR, XRP_OFF_SCRATCH, XRP_OFF_SLOT,
+};
 
 /// The frame pointer register.
 const R10: u8 = 10;
@@ -30,6 +36,19 @@ fn ctx_bytes(t: ProgType) -> i64 {
         ProgType::Xrp => XRP_CTX_BYTES as i64,
         ProgType::Lambda => LAMBDA_CTX_BYTES as i64,
         ProgType::Offload => crate::offload::OFFLOAD_CTX_BYTES as i64,
+    }
+}
+
+/// Byte ranges of the context every invocation of `t` may write.
+fn ctx_writable(t: ProgType) -> &'static [(i64, i64)] {
+    match t {
+        ProgType::Xrp => &[
+            (XRP_OFF_DONE as i64, XRP_OFF_SLOT as i64),
+            (XRP_OFF_NEXT_ADDR as i64, XRP_OFF_SCRATCH as i64),
+        ],
+        // λ's context is read-only; the offload context's fields are read-only pointers and
+        // lengths (crate::offload).
+        ProgType::Lambda | ProgType::Offload => &[],
     }
 }
 
@@ -53,12 +72,13 @@ pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg) -> Vec<bool> {
     for pc in start..end {
         let i = insns[pc];
         let Some(ctx) = holds_ctx[pc - start] else { continue };
-        if i.class() != BPF_LDX || ctx & (1 << i.src) == 0 {
-            continue;
-        }
         let (off, n) = (i64::from(i.off), size_bytes(i.op) as i64);
-        if off >= 0 && off + n <= ctx_bytes(prog.prog_type) {
-            proven[pc] = true;
+        let plain_store = (i.class() == BPF_ST || i.class() == BPF_STX) && i.op & 0xe0 == BPF_MEM;
+        if i.class() == BPF_LDX && ctx & (1 << i.src) != 0 {
+            proven[pc] = off >= 0 && off + n <= ctx_bytes(prog.prog_type);
+        } else if plain_store && ctx & (1 << i.dst) != 0 {
+            proven[pc] =
+                ctx_writable(prog.prog_type).iter().any(|&(lo, hi)| off >= lo && off + n <= hi);
         }
     }
     proven
@@ -141,13 +161,13 @@ mod tests {
             ins(ldx, 3, 6, 280, 0),                       // 3: past the context: checked
             ins(ldx, 4, 2, 0, 0),                         // 4: data: checked
             ins(BPF_ST | BPF_MEM | BPF_W, 10, 0, -4, 1),  // 5: stack: proved
-            ins(BPF_ST | BPF_MEM | BPF_W, 6, 0, 8, 1),    // 6: ctx store: checked
+            ins(BPF_ST | BPF_MEM | BPF_W, 6, 0, 8, 1),    // 6: ctx->done store: proved
             ins(BPF_JMP | BPF_JEQ | BPF_K, 4, 0, 1, 0),   // 7: if r4 == 0 skip the next
             ins(BPF_ALU64 | BPF_ADD | BPF_K, 6, 0, 0, 8), // 8: r6 no longer ctx on one path
             ins(ldx, 0, 6, 0, 0),                         // 9: checked (not ctx on every path)
             ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
         ];
-        let want = [true, false, true, false, false, true, false, false, false, false, false];
+        let want = [true, false, true, false, false, true, true, false, false, false, false];
         assert_eq!(proofs(p), want);
     }
 }

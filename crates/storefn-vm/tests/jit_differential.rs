@@ -408,12 +408,13 @@ fn mutated_programs_never_panic_or_escape() {
     assert!(compiled > 100, "only {compiled} mutated programs compiled");
 }
 
-/// Programs that read their context through r1 and through a copy in r6 while random
-/// arithmetic, loads and jumps overwrite either register on some paths. The JIT drops the
-/// region check exactly where the verifier proved the read (src/proofs.rs); a wrong proof would
-/// let the JIT read where the interpreter faults, and show up here as a difference.
+/// Programs that read and write their context through r1 and through a copy in r6 while
+/// random arithmetic, loads and jumps overwrite either register on some paths. The JIT drops
+/// the region check exactly where the verifier proved the access (src/proofs.rs); a wrong proof
+/// would let the JIT touch memory where the interpreter faults, and show up here as a
+/// difference (or a crash).
 #[test]
-fn context_reads_jit_equals_interp_where_checks_are_elided() {
+fn context_accesses_jit_equals_interp_where_checks_are_elided() {
     let (mut proved, mut checked) = (0, 0);
     for seed in 0..1500u64 {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0xc0ff_ee00);
@@ -426,11 +427,17 @@ fn context_reads_jit_equals_interp_where_checks_are_elided() {
         for at in 0..body_len {
             let pc = base + at;
             let reg = |rng: &mut SmallRng| [0u8, 1, 2, 6, 7][rng.gen_range(0..5)];
-            let insn = match rng.gen_range(0..8) {
+            let insn = match rng.gen_range(0..10) {
                 0..=3 => {
                     let size = SIZES[rng.gen_range(0..SIZES.len())];
                     let from = if rng.gen_bool(0.5) { 1 } else { 6 };
                     ldx(size, reg(&mut rng), from, rng.gen_range(-16..300))
+                }
+                8 | 9 => {
+                    // Stores around the writable fields (done at 8, next_addr/size 16..272).
+                    let size = SIZES[rng.gen_range(0..SIZES.len())];
+                    let to = if rng.gen_bool(0.5) { 1 } else { 6 };
+                    stx(size, to, reg(&mut rng), rng.gen_range(-8..290))
                 }
                 4 => alu64_imm(BPF_ADD, reg(&mut rng), rng.gen_range(-8..8)),
                 5 => mov64_reg(reg(&mut rng), if rng.gen_bool(0.5) { 1 } else { 6 }),
@@ -445,7 +452,7 @@ fn context_reads_jit_equals_interp_where_checks_are_elided() {
         insns.push(exit());
         let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
         for pc in 0..prog.insns.len() {
-            if prog.insns[pc].class() == BPF_LDX {
+            if matches!(prog.insns[pc].class(), BPF_LDX | BPF_STX) {
                 if prog.access_in_bounds(pc) {
                     proved += 1;
                 } else {
@@ -458,5 +465,5 @@ fn context_reads_jit_equals_interp_where_checks_are_elided() {
             assert_same(&jit, &interp, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
         }
     }
-    assert!(proved > 2000 && checked > 2000, "proved {proved}, checked {checked} context loads");
+    assert!(proved > 2000 && checked > 2000, "proved {proved}, checked {checked} context accesses");
 }

@@ -264,6 +264,26 @@ fn call_fanout_stops_on_the_instruction_budget() {
     assert_eq!(stops[..2], stops[2..], "JIT and interpreter stop at the same instructions");
 }
 
+/// The other worst shapes behind the default budget's stop time (docs/DESIGN.md): a region
+/// window miss on every load, and a helper call (`bpf_trace_printk`) per iteration. Both
+/// engines stop on the budget at the same instruction with the same trace log.
+#[test]
+fn window_miss_and_helper_loops_stop_on_the_budget_alike() {
+    for name in ["test/budget_window", "test/budget_trace"] {
+        let p = prog(name, ProgType::Xrp);
+        let mut outcomes = Vec::new();
+        for engine in [Engine::Jit, Engine::Interp] {
+            let mut inst = Instance::new(Arc::clone(&p), engine).unwrap();
+            inst.set_insn_budget(100_000);
+            let mut s = vec![0u8; 4096];
+            let e = inst.run_xrp(&mut XrpCtx::default(), &block(&[0]), &mut s).unwrap_err();
+            assert!(matches!(e, VmError::BudgetExhausted { budget: 100_000, .. }), "{name}: {e}");
+            outcomes.push((e, inst.host().trace.len()));
+        }
+        assert_eq!(outcomes[0], outcomes[1], "{name}");
+    }
+}
+
 #[test]
 fn a_lambda_budget_grows_with_its_input_and_still_stops() {
     // A λ function runs once over its whole range, so its invocation may execute the

@@ -222,9 +222,10 @@ impl JitProgram {
     /// # Safety
     /// The contract of [`crate::interp::run`]: `env`'s regions are valid memory for the whole
     /// call (writable ones not borrowed elsewhere), the stack below `stack_top` is inside
-    /// them, `env.host` is null or an unborrowed `HostState`; and, if the program reads its
-    /// context, `[ctx_addr, ctx_addr + context size of its type)` is inside `env.read` (the
-    /// JIT reads the context at offsets the verifier proved without a run-time check).
+    /// them, `env.host` is null or an unborrowed `HostState`; and, if the program uses its
+    /// context, `[ctx_addr, ctx_addr + context size of its type)` is inside `env.read` and,
+    /// for `xrp`, its `done` and `next_addr[]`+`size[]` fields inside `env.write` (the JIT
+    /// accesses the context at offsets the verifier proved without a run-time check).
     /// [`crate::Instance`] upholds all of it.
     #[inline]
     pub unsafe fn run(

@@ -6,6 +6,7 @@ use storefn_vm::jit::JitProgram;
 use storefn_vm::mem::{Region, RegionSet};
 pub use storefn_vm::program::DEFAULT_INSN_BUDGET;
 use storefn_vm::program::{FaultInfo, STACK_BYTES};
+use storefn_vm::xrp::{XRP_OFF_DONE, XRP_OFF_SCRATCH};
 use storefn_vm::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
 #[path = "../asm/mod.rs"]
@@ -88,7 +89,8 @@ impl Sandbox {
             stack: vec![0; STACK_BYTES / 8],
             globals: vec![0; 4],
             globals_ro_words: 2,
-            ctx_writable: None,
+            // XRP's writable context fields (done .. size[]), as the run contract requires.
+            ctx_writable: Some((XRP_OFF_DONE, XRP_OFF_SCRATCH)),
         }
     }
 
