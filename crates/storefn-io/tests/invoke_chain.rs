@@ -40,7 +40,7 @@ fn chains_are_invoked_with_their_token() {
     let mut p = ByToken { seen: Vec::new() };
     let mut done = Vec::new();
     e.wait(3, &mut p, |c| {
-        done.push((c.token, u64::from_le_bytes(c.scratch[..8].try_into().unwrap())))
+        done.push((c.token, u64::from_le_bytes(c.scratch[..8].try_into().unwrap())));
     })
     .unwrap();
     done.sort_unstable();
