@@ -341,7 +341,11 @@ impl Worker<'_> {
                 }
             }
         }
-        self.dispatch();
+        // Completions free slots: admit queued jobs again at once rather than after the
+        // next poll (which may sleep when nothing else is in flight).
+        while self.dispatch() > 0 {
+            self.reap()?;
+        }
         self.reap()?;
         self.flush_all();
         self.check_timeouts();
@@ -798,10 +802,12 @@ impl Worker<'_> {
         self.sched.push(tenant, ji);
     }
 
-    /// Admits queued jobs while the engine has free slots.
-    fn dispatch(&mut self) {
+    /// Admits queued jobs while the engine has free slots; returns how many.
+    fn dispatch(&mut self) -> usize {
+        let mut n = 0;
         while self.engine.free_slots() > 0 {
-            let Some((_, ji)) = self.sched.admit() else { return };
+            let Some((_, ji)) = self.sched.admit() else { break };
+            n += 1;
             let j = self.jobs[ji as usize].as_mut().expect("queued job exists");
             j.admitted = true;
             let token = u64::from(ji);
@@ -823,6 +829,7 @@ impl Worker<'_> {
                 self.shared.stats.chains.fetch_add(1, Ordering::Relaxed);
             }
         }
+        n
     }
 
     /// Reaps completed chains and reads; builds their responses.
