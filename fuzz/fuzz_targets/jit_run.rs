@@ -1,21 +1,26 @@
-//! Arbitrary instruction stream -> JIT (no verifier): compiling never panics; a compiled
-//! program runs in the sandbox and ends with a value or a fault, never harming the host, and
-//! never spends more than its budget.
+//! Arbitrary instruction stream -> verifier -> JIT: every verified program compiles; running it
+//! in the sandbox ends with a value or a fault, never harming the host, and never executes more
+//! instructions than its budget (a stop must say so, naming the budget).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use storefn_vm::jit::JitProgram;
+use storefn_vm::{VerifiedProgram, VmError};
 
 #[path = "sandbox.rs"]
 mod sandbox;
 use sandbox::*;
 
 fuzz_target!(|data: &[u8]| {
-    let prog = program(data);
-    if let Ok(jit) = JitProgram::compile(&prog) {
-        let mut sb = Sandbox::new();
-        let initial = sb.clone();
-        let o = outcome(&mut sb, &initial, |env, ctx, top| jit.run(env, ctx, top));
-        assert!(o.left <= FUZZ_BUDGET);
+    let Ok(prog) = VerifiedProgram::new(program(data)) else { return };
+    let jit = JitProgram::compile(&prog)
+        .unwrap_or_else(|e| panic!("verifier accepted what the JIT rejects: {e}"));
+    let mut sb = Sandbox::new();
+    let initial = sb.clone();
+    // SAFETY: the env grants only the sandbox's own buffers, alive for the call; no host.
+    let o = outcome(&mut sb, &initial, |env, ctx, top| unsafe { jit.run(env, ctx, top) });
+    assert!(o.left <= FUZZ_BUDGET);
+    if let Err(VmError::BudgetExhausted { budget, .. }) = o.result {
+        assert_eq!(budget, FUZZ_BUDGET);
     }
 });

@@ -5,7 +5,7 @@ use storefn_vm::mem::{Region, RegionSet};
 use storefn_vm::program::{FaultInfo, STACK_BYTES};
 use storefn_vm::{ProgType, Program, RunEnv, VmError};
 
-/// Taken backward jumps per fuzzed invocation: small, so loops end fast.
+/// Instructions per fuzzed invocation: small, so loops end fast.
 pub const FUZZ_BUDGET: u64 = 2_000;
 /// Words of the read-only context and of the read-write data region.
 const CTX_WORDS: usize = 8;
@@ -57,7 +57,8 @@ impl Sandbox {
             read,
             write,
             globals_base: 0,
-            back_jumps_left: FUZZ_BUDGET,
+            insns_left: FUZZ_BUDGET,
+            insn_budget: FUZZ_BUDGET,
             fault: FaultInfo::default(),
             host: std::ptr::null_mut(),
         }
@@ -82,11 +83,10 @@ pub fn program(bytes: &[u8]) -> Program {
         globals: Vec::new(),
         globals_rw_start: 0,
         global_relocs: Vec::new(),
-        back_jump_budget: FUZZ_BUDGET,
     }
 }
 
-/// What an engine did: result, memory after, budget left.
+/// What an engine did: result, memory after, instructions left of the budget.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Outcome {
     pub result: Result<u64, VmError>,
@@ -103,7 +103,7 @@ pub fn outcome(
     let mut env = sb.env();
     let result = run(&mut env, sb.ctx_addr(), sb.stack_top());
     let out =
-        Outcome { result, data: sb.data.clone(), stack: sb.stack.clone(), left: env.back_jumps_left };
+        Outcome { result, data: sb.data.clone(), stack: sb.stack.clone(), left: env.insns_left };
     sb.reset(initial);
     out
 }

@@ -964,6 +964,7 @@ impl Engine {
         c.ctx.data = data.as_ptr() as u64;
         c.ctx.scratch = sp as u64;
         c.invocations += 1;
+        prog.on_block(c.token, op.addr, &data[..op.size as usize]);
         if let Err(fault) = prog.invoke_chain(c.token, &mut c.ctx, data, scratch) {
             c.error = Some(ChainError::Fault { at: c.at(op.hop, op.addr), fault });
             return;

@@ -29,6 +29,11 @@ pub trait StorageFn {
     fn invoke(&mut self, ctx: &mut XrpCtx, data: &[u8], scratch: &mut [u8])
         -> Result<u64, VmError>;
 
+    /// Called with every block a chain read, just before [`StorageFn::invoke`] runs on it:
+    /// `token` is the chain's, `addr` the requested file offset and `data` exactly the requested
+    /// bytes. Default: nothing. The KV store's block cache keeps what chains read through it
+    /// (it commits a chain's blocks only once the chain completed without error).
+    fn on_block(&mut self, _token: u64, _addr: u64, _data: &[u8]) {}
     /// [`StorageFn::invoke`] for the chain submitted with `token`: what the engine calls. A
     /// function that serves chains of several programs (a server's per-thread dispatcher)
     /// overrides it to pick the program by token; the default ignores the token.

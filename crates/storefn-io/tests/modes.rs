@@ -9,7 +9,7 @@ use storefn_io::{Engine, EngineConfig, EngineError, IoMode};
 fn tmpfs_refuses_o_direct_with_a_clear_error_and_buffered_mode_works() {
     let dir = std::path::Path::new("/dev/shm");
     if !dir.is_dir() {
-        println!("skipped: no /dev/shm (tmpfs) on this machine");
+        common::skip("no /dev/shm (tmpfs) on this machine");
         return;
     }
     let lists = random_lists(11, 200, 4, 512);

@@ -46,7 +46,7 @@ impl Drop for Setup {
 fn run(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
     if !out.status.success() {
-        println!("skipped: {cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        common::skip(&format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
         return None;
     }
     Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -55,7 +55,7 @@ fn run(cmd: &mut Command) -> Option<String> {
 fn mount_4k(s: &mut Setup) -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root for losetup/mount");
+        common::skip("needs root for losetup/mount");
         return None;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -6,25 +6,27 @@
 //! the sidecar is written (and the old sidecar is removed first), so a crash never leaves a
 //! sidecar describing a half-written file.
 
-use std::fs::File;
-use std::io::Write as _;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::aligned::{open_direct, AlignedBuf};
+use crate::aligned::AlignedBuf;
 use crate::format::{
-    bpfkv_value, meta_path, put_node_header, put_slot, Meta, NodeSize, FILE_MASK,
+    bpfkv_value, meta_path, put_node_header, put_slot, Meta, NodeSize, FILE_MASK, META_BYTES,
     NODE_TYPE_INTERNAL, NODE_TYPE_LEAF, UNUSED_KEY, UNUSED_LEAF_PTR, VALUE_BYTES,
 };
+use crate::storage::{parent_dir, Storage, StorageFile};
 use crate::KvError;
 
 /// Bytes per write: large enough to reach the disk's sequential bandwidth, a multiple of both
 /// node sizes and of the 4 KiB alignment O_DIRECT needs.
 pub const BUILD_CHUNK_BYTES: usize = 4 << 20;
+
+/// Deepest database `create` makes (and the deepest sidecar-less file opening infers):
+/// 8 levels of 31 is 852 TB already.
+pub const MAX_CREATE_LAYERS: u32 = 8;
 
 /// A progress callback: `(bytes_written, total_bytes)`.
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
@@ -42,11 +44,11 @@ struct Job {
 }
 
 /// A thread doing the file writes, so filling the next buffer overlaps the current write.
-/// Falls back to buffered writes if O_DIRECT rejects a block size (e.g. a 512 B-aligned tail on
-/// a 4 KiB-block device); the final fsync makes either durable.
+/// The storage layer takes O_DIRECT where it can and redoes a write O_DIRECT refuses (a
+/// 512 B-aligned tail on a 4 KiB-block device) buffered; the final sync makes either durable.
 struct Writer {
     tx: Option<SyncSender<Job>>,
-    handle: Option<JoinHandle<Result<File, KvError>>>,
+    handle: Option<JoinHandle<Result<Box<dyn StorageFile>, KvError>>>,
     /// Bytes written so far; Relaxed: read only for the progress display.
     written: Arc<AtomicU64>,
     /// Set once a write failed; Relaxed: producers only use it to stop early, the error itself
@@ -56,27 +58,16 @@ struct Writer {
 }
 
 impl Writer {
-    fn start(file: File, direct: bool, path: &Path, total: u64) -> Writer {
+    fn start(file: Box<dyn StorageFile>, path: &Path, total: u64) -> Writer {
         let (tx, rx) = sync_channel::<Job>(WRITE_QUEUE);
         let written = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicBool::new(false));
         let (w, f, path) = (Arc::clone(&written), Arc::clone(&failed), path.to_path_buf());
         let handle = std::thread::spawn(move || {
-            let (mut file, mut direct, mut err) = (file, direct, None);
+            let mut err = None;
             for job in rx {
                 if err.is_none() {
-                    let data = &job.buf[..job.len];
-                    let mut r = file.write_all_at(data, job.offset);
-                    if direct && matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
-                        match std::fs::OpenOptions::new().write(true).open(&path) {
-                            Ok(b) => {
-                                (file, direct) = (b, false);
-                                r = file.write_all_at(data, job.offset);
-                            }
-                            Err(e) => r = Err(e),
-                        }
-                    }
-                    if let Err(e) = r {
+                    if let Err(e) = file.write_at(&job.buf[..job.len], job.offset) {
                         err = Some(KvError::io(&path, "write", e));
                         f.store(true, Ordering::Relaxed);
                     }
@@ -91,7 +82,7 @@ impl Writer {
     }
 
     /// Waits for every queued write; returns the file for the fsync.
-    fn finish(mut self) -> Result<File, KvError> {
+    fn finish(mut self) -> Result<Box<dyn StorageFile>, KvError> {
         drop(self.tx.take());
         self.handle.take().expect("joined once").join().expect("writer thread panicked")
     }
@@ -169,12 +160,28 @@ pub fn build_tree(
     entries: impl Iterator<Item = (u64, [u8; 64])>,
     progress: Progress,
 ) -> Result<Meta, KvError> {
+    build_tree_in(&crate::storage::RealStorage, path, node_size, entries, progress)
+}
+
+/// [`build_tree`] through `storage`. Before writing, compares the bytes the tree and sidecar
+/// take with the free space of the file system (`NoSpace` with both figures); on any failure
+/// it removes what it wrote.
+///
+/// # Errors
+/// As [`build_tree`], and `NoSpace`.
+pub fn build_tree_in(
+    storage: &dyn Storage,
+    path: &Path,
+    node_size: NodeSize,
+    entries: impl Iterator<Item = (u64, [u8; 64])>,
+    progress: Progress,
+) -> Result<Meta, KvError> {
     let (lo, hi) = entries.size_hint();
     if hi == Some(lo) {
-        build_counted(path, node_size, lo as u64, entries, progress)
+        build_counted(storage, path, node_size, lo as u64, entries, progress)
     } else {
         let v: Vec<_> = entries.collect();
-        build_counted(path, node_size, v.len() as u64, v.into_iter(), progress)
+        build_counted(storage, path, node_size, v.len() as u64, v.into_iter(), progress)
     }
 }
 
@@ -188,8 +195,20 @@ pub fn create_bpfkv(
     layers: u32,
     progress: Progress,
 ) -> Result<Meta, KvError> {
-    /// Deepest database `create` makes: 8 levels of 31 is 852 TB already.
-    const MAX_CREATE_LAYERS: u32 = 8;
+    create_bpfkv_in(&crate::storage::RealStorage, path, node_size, layers, progress)
+}
+
+/// [`create_bpfkv`] through `storage` (free space checked first, see [`build_tree_in`]).
+///
+/// # Errors
+/// As [`build_tree_in`]; `layers` outside 1..=8 is `Invalid`.
+pub fn create_bpfkv_in(
+    storage: &dyn Storage,
+    path: &Path,
+    node_size: NodeSize,
+    layers: u32,
+    progress: Progress,
+) -> Result<Meta, KvError> {
     if !(1..=MAX_CREATE_LAYERS).contains(&layers) {
         return Err(KvError::Invalid(format!(
             "--layers {layers}: must be 1..={MAX_CREATE_LAYERS}"
@@ -200,10 +219,11 @@ pub fn create_bpfkv(
         value: u64::from(layers),
         limit: 7,
     })?;
-    build_tree(path, node_size, (0..n).map(|k| (k, bpfkv_value(k))), progress)
+    build_tree_in(storage, path, node_size, (0..n).map(|k| (k, bpfkv_value(k))), progress)
 }
 
 fn build_counted(
+    storage: &dyn Storage,
     path: &Path,
     node_size: NodeSize,
     n: u64,
@@ -211,19 +231,57 @@ fn build_counted(
     progress: Progress,
 ) -> Result<Meta, KvError> {
     let meta = Meta::plan(node_size, n)?;
+    check_space(storage, path, meta.file_bytes + META_BYTES as u64)?;
     let mp = meta_path(path);
-    match std::fs::remove_file(&mp) {
+    match storage.remove(&mp) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(KvError::io(&mp, "remove old sidecar", e));
         }
         _ => {}
     }
-    let (file, direct) = open_direct(path, true)?;
+    let file = storage.create(path, true).map_err(|e| KvError::io(path, "create", e))?;
+    let result = write_file(storage, path, &meta, file, entries, progress);
+    if result.is_err() {
+        // Whatever failed (ENOSPC, EIO, bad input), leave nothing half-written behind.
+        let _ = storage.remove(&tmp_meta_path(path));
+        let _ = storage.remove(path);
+    }
+    result.map(|()| meta)
+}
+
+/// Refuses to start a build of `need_bytes` at `path` the file system has no room for. A file
+/// already at `path` is replaced, so its bytes count as free.
+pub(crate) fn check_space(
+    storage: &dyn Storage,
+    path: &Path,
+    need_bytes: u64,
+) -> Result<(), KvError> {
+    let dir = parent_dir(path);
+    let free = storage.free_bytes(&dir).map_err(|e| KvError::io(&dir, "statvfs", e))?;
+    let replaced = std::fs::metadata(path).map_or(0, |m| m.len());
+    if need_bytes > free.saturating_add(replaced) {
+        return Err(KvError::NoSpace {
+            path: path.to_path_buf(),
+            need_bytes,
+            free_bytes: free.saturating_add(replaced),
+        });
+    }
+    Ok(())
+}
+
+fn write_file(
+    storage: &dyn Storage,
+    path: &Path,
+    meta: &Meta,
+    file: Box<dyn StorageFile>,
+    entries: impl Iterator<Item = (u64, [u8; 64])>,
+    progress: Progress,
+) -> Result<(), KvError> {
     // Allocate the whole file first: O_DIRECT writes that extend a file (or fill holes past
     // EOF) are serialised by ext4; writes into allocated space are not.
-    preallocate(&file, meta.file_bytes).map_err(|e| KvError::io(path, "fallocate", e))?;
-    let writer = Writer::start(file, direct, path, meta.file_bytes);
-    let result = write_tree(path, &meta, entries, &writer, progress);
+    file.allocate(meta.file_bytes).map_err(|e| KvError::io(path, "fallocate", e))?;
+    let writer = Writer::start(file, path, meta.file_bytes);
+    let result = write_tree(path, meta, entries, &writer, progress);
     // Join the writer even on error; its I/O error (if any) is the real cause.
     let written = Arc::clone(&writer.written);
     let file = writer.finish()?;
@@ -231,9 +289,8 @@ fn build_counted(
     // Relaxed suffices: the join above ordered every writer store before this load.
     assert_eq!(written.load(Ordering::Relaxed), meta.file_bytes, "every byte written once");
     progress(meta.file_bytes, meta.file_bytes);
-    file.sync_all().map_err(|e| KvError::io(path, "fsync", e))?;
-    write_meta(path, &meta)?;
-    Ok(meta)
+    file.sync().map_err(|e| KvError::io(path, "fsync", e))?;
+    write_meta(storage, path, meta)
 }
 
 fn write_tree(
@@ -325,31 +382,23 @@ fn write_tree(
     Ok(())
 }
 
-fn preallocate(file: &File, bytes: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(bytes).map_err(|_| std::io::Error::other("file too large"))?;
-    // SAFETY: plain syscall on an fd we own; no memory is passed.
-    let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
-    match r {
-        // 0 = done; EOPNOTSUPP/EINVAL = a file system without fallocate: writes allocate.
-        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
-        e => Err(std::io::Error::from_raw_os_error(e)),
-    }
+fn tmp_meta_path(path: &Path) -> std::path::PathBuf {
+    let mut tmp = meta_path(path).into_os_string();
+    tmp.push(".tmp");
+    tmp.into()
 }
 
 /// Writes the sidecar atomically: temp file, fsync, rename, fsync of the directory.
-fn write_meta(path: &Path, meta: &Meta) -> Result<(), KvError> {
+///
+/// # Errors
+/// I/O errors naming the file.
+pub fn write_meta(storage: &dyn Storage, path: &Path, meta: &Meta) -> Result<(), KvError> {
     let mp = meta_path(path);
-    let mut tmp = mp.clone().into_os_string();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    let mut f = File::create(&tmp).map_err(|e| KvError::io(&tmp, "create", e))?;
-    f.write_all(&meta.encode()).map_err(|e| KvError::io(&tmp, "write", e))?;
-    f.sync_all().map_err(|e| KvError::io(&tmp, "fsync", e))?;
-    std::fs::rename(&tmp, &mp).map_err(|e| KvError::io(&mp, "rename", e))?;
-    let dir = mp.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| KvError::io(dir, "fsync directory", e))?;
-    Ok(())
+    let tmp = tmp_meta_path(path);
+    let f = storage.create(&tmp, false).map_err(|e| KvError::io(&tmp, "create", e))?;
+    f.write_at(&meta.encode(), 0).map_err(|e| KvError::io(&tmp, "write", e))?;
+    f.sync().map_err(|e| KvError::io(&tmp, "fsync", e))?;
+    storage.rename(&tmp, &mp).map_err(|e| KvError::io(&mp, "rename", e))?;
+    let dir = parent_dir(&mp);
+    storage.sync_dir(&dir).map_err(|e| KvError::io(&dir, "fsync directory", e))
 }

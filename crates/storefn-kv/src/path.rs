@@ -123,12 +123,20 @@ impl BlockLru {
         if self.capacity_blocks == 0 || self.map.contains_key(&offset) {
             return;
         }
+        self.put_owned(offset, data.into());
+    }
+
+    /// [`BlockLru::put`] of a block the caller already owns (no copy).
+    pub fn put_owned(&mut self, offset: u64, data: Box<[u8]>) {
+        if self.capacity_blocks == 0 || self.map.contains_key(&offset) {
+            return;
+        }
         while self.map.len() >= self.capacity_blocks {
             let (_, victim) = self.order.pop_first().expect("non-empty when full");
             self.map.remove(&victim);
         }
         self.clock += 1;
-        self.map.insert(offset, (data.into(), self.clock));
+        self.map.insert(offset, (data, self.clock));
         self.order.insert(self.clock, offset);
         debug_assert_eq!(self.map.len(), self.order.len());
     }

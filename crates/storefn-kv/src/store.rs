@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::aligned::{open_direct, AlignedBuf, IO_ALIGN};
 use crate::format::{
-    meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, META_BYTES, NODE_TYPE_INTERNAL,
-    NODE_TYPE_LEAF, VALUE_BYTES,
+    meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF,
+    VALUE_BYTES,
 };
 use crate::KvError;
 
@@ -41,6 +41,67 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, KvError> {
     let (_, align) = storefn_io::file::statx_size_align(file, path)
         .map_err(|e| KvError::io(path, "statx", std::io::Error::other(e.to_string())))?;
     Ok(if align == 0 { IO_ALIGN as u64 } else { u64::from(align) })
+}
+
+/// The shape of a BPF-KV file that has no sidecar, as BPF-KV's `create` makes it: F^L keys for
+/// some node size and depth L (`layers`, when given, is the only depth tried). A candidate must
+/// match the file's size exactly, and its root and first leaf must read back as that shape
+/// would write them (node types, the root's first child pointer, key 0 and its value pointer).
+///
+/// # Errors
+/// `ShapeUnknown` when no shape, or more than one, fits; I/O errors.
+pub fn infer_meta(path: &Path, layers: Option<u32>) -> Result<Meta, KvError> {
+    use crate::format::{NODE_OFF_NEXT, NODE_OFF_TYPE};
+    let file = File::open(path).map_err(|e| KvError::io(path, "open", e))?;
+    let size = file.metadata().map_err(|e| KvError::io(path, "stat", e))?.len();
+    let depths = layers.map_or(1..=crate::builder::MAX_CREATE_LAYERS, |l| l..=l);
+    let mut fits = Vec::new();
+    for ns in [NodeSize::B512, NodeSize::B4096] {
+        for l in depths.clone() {
+            let Some(n) = (ns.fanout() as u64).checked_pow(l) else { continue };
+            let Ok(m) = Meta::plan(ns, n) else { continue };
+            if m.file_bytes != size || m.layers != l {
+                continue;
+            }
+            let nb = ns.bytes();
+            let leaf_off = m.level_starts()[l as usize - 1] * nb as u64;
+            let (mut root, mut leaf) = (vec![0u8; nb], vec![0u8; nb]);
+            file.read_exact_at(&mut root, 0).map_err(|e| KvError::io(path, "pread", e))?;
+            file.read_exact_at(&mut leaf, leaf_off).map_err(|e| KvError::io(path, "pread", e))?;
+            let (rv, lv) = (NodeView::new(&root, ns), NodeView::new(&leaf, ns));
+            let u64_at =
+                |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+            let root_ok = if l == 1 {
+                u64_at(&root, NODE_OFF_TYPE) == NODE_TYPE_LEAF
+            } else {
+                u64_at(&root, NODE_OFF_TYPE) == NODE_TYPE_INTERNAL
+                    && u64_at(&root, NODE_OFF_NEXT) == 0
+                    && rv.ptr(0) == FILE_MASK | nb as u64
+            };
+            let leaf_ok = lv.node_type() == NODE_TYPE_LEAF
+                && lv.key(0) == 0
+                && lv.ptr(0) == FILE_MASK | m.value_log_offset;
+            if root_ok && leaf_ok {
+                fits.push(m);
+            }
+        }
+    }
+    match fits.as_slice() {
+        [m] => Ok(*m),
+        [] => Err(KvError::ShapeUnknown {
+            path: path.to_owned(),
+            size,
+            reason: format!(
+                "no BPF-KV `create` shape{} has this size and root",
+                layers.map_or_else(String::new, |l| format!(" of {l} layers"))
+            ),
+        }),
+        _ => Err(KvError::ShapeUnknown {
+            path: path.to_owned(),
+            size,
+            reason: format!("{} shapes fit; give --layers", fits.len()),
+        }),
+    }
 }
 
 /// What a lookup does next.
@@ -73,22 +134,43 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens `path` after checking its sidecar `path.meta` and the file size.
+    /// Opens `path` after checking its sidecar `path.meta` and the file size; without a sidecar
+    /// (a file made by BPF-KV's own tool) infers and checks the shape ([`infer_meta`]).
     ///
     /// # Errors
-    /// `MetaMissing`, `MetaCorrupt`, `SizeMismatch`, I/O errors, or `CorruptNode` for a bad
+    /// `MetaCorrupt`, `SizeMismatch`, `ShapeUnknown`, I/O errors, or `CorruptNode` for a bad
     /// cached level.
     pub fn open(path: &Path, cache_levels: u32) -> Result<Store, KvError> {
-        let mp = meta_path(path);
-        let bytes = std::fs::read(&mp)
-            .map_err(|source| KvError::MetaMissing { path: mp.clone(), source })?;
-        if bytes.len() != META_BYTES {
-            return Err(KvError::MetaCorrupt {
-                path: mp,
-                reason: format!("{} bytes, expected {META_BYTES}", bytes.len()),
-            });
-        }
-        let meta = Meta::decode(&bytes, &mp)?;
+        Self::open_as(path, &meta_path(path), None, cache_levels)
+    }
+
+    /// Opens the tree `path` described by the sidecar `meta_file`, or, when that does not exist,
+    /// by the shape inferred from the file (with `layers`, only that depth is considered; with
+    /// a sidecar, `layers` must agree with it). Opens read-only and writes nothing.
+    ///
+    /// # Errors
+    /// As [`Store::open`]; `Invalid` when `layers` disagrees with the sidecar.
+    pub fn open_as(
+        path: &Path,
+        meta_file: &Path,
+        layers: Option<u32>,
+        cache_levels: u32,
+    ) -> Result<Store, KvError> {
+        let meta = match std::fs::read(meta_file) {
+            Ok(bytes) => {
+                let meta = Meta::decode(&bytes, meta_file)?;
+                if let Some(l) = layers.filter(|&l| l != meta.layers) {
+                    return Err(KvError::Invalid(format!(
+                        "--layers {l}, but {} says {} layers",
+                        meta_file.display(),
+                        meta.layers
+                    )));
+                }
+                meta
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => infer_meta(path, layers)?,
+            Err(source) => return Err(KvError::MetaMissing { path: meta_file.to_owned(), source }),
+        };
         let (file, direct) = open_direct(path, false)?;
         let actual = file.metadata().map_err(|e| KvError::io(path, "stat", e))?.len();
         if actual != meta.file_bytes {

@@ -6,11 +6,11 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::bench::{open_path, PathOptions};
 use storefn_kv::format::bpfkv_value;
+use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::path::Lookup;
-use storefn_kv::xrp_paths::{ProgSource, XrpPath};
-use storefn_kv::{build_tree, create_bpfkv, KvError, LookupPath, NodeSize, Store};
+use storefn_kv::xrp_paths::{ChainOptions, ProgSource, XrpPath};
+use storefn_kv::{build_tree, create_bpfkv, LookupPath, NodeSize, Store};
 
 #[test]
 fn every_key_via_every_engine_path_and_cache_depth() {
@@ -21,8 +21,8 @@ fn every_key_via_every_engine_path_and_cache_depth() {
     for cache in 0..=3 {
         let store = Arc::new(Store::open(&p, cache).unwrap());
         for name in ["uring", "xrp", "xrp-batch"] {
-            let opts = PathOptions { cache_bytes: 0, batch: 16, raw: false };
-            let mut path = open_path(name, &store, opts).unwrap();
+            let opts = PathOptions { batch: 16, ..PathOptions::default() };
+            let mut path = open_path(name, &store, &opts).unwrap();
             let mut out: Vec<Lookup> = Vec::new();
             path.get_many(&keys, &mut out).unwrap();
             assert_eq!(out.len(), keys.len());
@@ -46,9 +46,12 @@ fn uring_lru_serves_repeated_blocks() {
     let p = dir.join("db");
     create_bpfkv(&p, NodeSize::B512, 3, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&p, 0).unwrap());
-    let mut path =
-        open_path("uring", &store, PathOptions { cache_bytes: 1 << 20, batch: 1, raw: false })
-            .unwrap();
+    let mut path = open_path(
+        "uring",
+        &store,
+        &PathOptions { cache_bytes: 1 << 20, batch: 1, ..Default::default() },
+    )
+    .unwrap();
     for _ in 0..3 {
         assert_eq!(path.get(4242).unwrap(), Some(bpfkv_value(4242)));
     }
@@ -66,7 +69,7 @@ fn node_4096_and_partial_tree_via_xrp() {
     let store = Arc::new(Store::open(&p, 0).unwrap());
     for name in ["uring", "xrp", "xrp-batch"] {
         let mut path =
-            open_path(name, &store, PathOptions { cache_bytes: 0, batch: 8, raw: false }).unwrap();
+            open_path(name, &store, &PathOptions { batch: 8, ..Default::default() }).unwrap();
         for &k in keys.iter().step_by(211) {
             assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "{name} {k}");
             assert_eq!(path.get(k + 1).unwrap(), None, "{name} {}", k + 1);
@@ -82,8 +85,12 @@ fn failing_chains_fall_back_to_read_and_are_counted() {
     let store = Arc::new(Store::open(&p, 0).unwrap());
     // A 3-layer lookup needs 4 hops; a limit of 2 fails every chain.
     for batch in [false, true] {
-        let mut path =
-            XrpPath::new(Arc::clone(&store), &ProgSource::BuiltIn, batch, 8, Some(2)).unwrap();
+        let mut path = XrpPath::new(
+            Arc::clone(&store),
+            &ProgSource::BuiltIn,
+            ChainOptions { batch, chains: 8, max_hops: Some(2), ..Default::default() },
+        )
+        .unwrap();
         let keys: Vec<u64> = (0..100u64).map(|i| i * 297).collect();
         let mut out = Vec::new();
         path.get_many(&keys, &mut out).unwrap();
@@ -101,14 +108,15 @@ fn user_programs_fail_loudly_without_fallback() {
     create_bpfkv(&p, NodeSize::B512, 2, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&p, 0).unwrap());
     let good = ProgSource::User { elf: storefn_progs::must("kv_lookup").to_vec(), section: None };
-    let mut path = XrpPath::new(Arc::clone(&store), &good, false, 1, None).unwrap();
+    let mut path = XrpPath::new(Arc::clone(&store), &good, ChainOptions::default()).unwrap();
     assert_eq!(path.get(960).unwrap(), Some(bpfkv_value(960)));
     assert_eq!(path.get(961).unwrap(), None);
     let bad =
         ProgSource::User { elf: storefn_progs::must("test/write_data").to_vec(), section: None };
-    let mut path = XrpPath::new(Arc::clone(&store), &bad, false, 1, None).unwrap();
+    let mut path = XrpPath::new(Arc::clone(&store), &bad, ChainOptions::default()).unwrap();
     let e = path.get(1).unwrap_err();
-    assert!(matches!(e, KvError::Program(_)), "{e}");
+    // The chain's own error, typed: a fault of the program, not raw mode's Stale.
+    assert!(matches!(e.chain_error(), Some(storefn_io::ChainError::Fault { .. })), "{e:?}");
     assert!(e.to_string().contains("write of 1 bytes"), "{e}");
     assert_eq!(path.stats().fallbacks, 0);
 }

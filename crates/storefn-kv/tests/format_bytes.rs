@@ -57,3 +57,48 @@ fn node_4096_layout_has_fanout_255() {
     let v = 256 * 4096 + 3 * 64;
     assert_eq!(&bytes[v..v + 64], &bpfkv_value(3));
 }
+
+/// Issue 11: a file written by BPF-KV's `create` (here its independent reimplementation) has
+/// no sidecar; it opens with its shape inferred (or with `layers` given), a wrong `layers` is
+/// refused, reading writes nothing, and the first writer adds the sidecar `create` would write.
+#[test]
+fn bpfkv_files_without_a_sidecar_open_with_the_inferred_shape() {
+    use storefn_kv::db::{open_read, Db, DbOptions};
+    use storefn_kv::{KvError, LookupPath, Store};
+    let dir = TempDir::new("nosidecar");
+    for layers in 1..=3 {
+        let theirs = dir.join(&format!("theirs{layers}"));
+        std::fs::write(&theirs, reference_create(layers)).unwrap();
+        let ours = dir.join(&format!("ours{layers}"));
+        let meta = create_bpfkv(&ours, NodeSize::B512, layers, &mut common::noop()).unwrap();
+        let s = Store::open(&theirs, 0).unwrap();
+        assert_eq!(*s.meta(), meta, "{layers} layers inferred");
+        assert_eq!(
+            *Store::open_as(&theirs, &meta_path(&theirs), Some(layers), 1).unwrap().meta(),
+            meta
+        );
+        let e = Store::open_as(&theirs, &meta_path(&theirs), Some(layers + 1), 0).unwrap_err();
+        assert!(matches!(e, KvError::ShapeUnknown { .. }), "{e}");
+        let last = 31u64.pow(layers) - 1;
+        let view = open_read(&theirs, 0, None).unwrap();
+        let mut path = storefn_kv::ReadPath::new(std::sync::Arc::new(view.store), 0);
+        assert_eq!(path.get(last).unwrap(), Some(bpfkv_value(last)));
+        assert!(!meta_path(&theirs).exists(), "a reader wrote no sidecar");
+        let d = Db::open_opts(&theirs, DbOptions::default()).unwrap();
+        drop(d);
+        assert_eq!(
+            std::fs::read(meta_path(&theirs)).unwrap(),
+            std::fs::read(meta_path(&ours)).unwrap()
+        );
+    }
+    // A file of no BPF-KV shape: an error naming its size.
+    let odd = dir.join("odd");
+    std::fs::write(&odd, vec![0u8; 5000]).unwrap();
+    let e = Store::open(&odd, 0).unwrap_err().to_string();
+    assert!(e.contains("5000 bytes") && e.contains("no BPF-KV `create` shape"), "{e}");
+    // The right size with a wrong root is refused too.
+    let mut bad = reference_create(2);
+    bad[8] = 1; // the root's type: a leaf
+    std::fs::write(&odd, &bad).unwrap();
+    assert!(matches!(Store::open(&odd, 0).unwrap_err(), KvError::ShapeUnknown { .. }));
+}

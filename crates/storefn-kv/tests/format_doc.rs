@@ -152,3 +152,56 @@ fn scratch_tables_match_code_and_header() {
         assert_eq!(defines.get(name), Some(&v), "bpfkv.h {name}");
     }
 }
+
+/// `(offset, size)` by field name of the first table after the line `marker` (inside the WAL
+/// section, which holds three tables).
+fn table_after(marker: &str) -> HashMap<String, (u64, u64)> {
+    let start = DOC.find(marker).unwrap_or_else(|| panic!("FORMAT.md lacks {marker:?}"));
+    DOC[start + marker.len()..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().replace('`', "")).collect())
+        .filter(|r: &Vec<String>| r.len() >= 3 && r[0].parse::<u64>().is_ok())
+        .map(|r| (r[2].clone(), (num(&r[0]), num(&r[1]))))
+        .collect()
+}
+
+#[test]
+fn wal_tables_match_code() {
+    use storefn_kv::wal::*;
+    let h = table_after("Batch header:");
+    let want = [
+        ("magic", 0, BATCH_MAGIC.len()),
+        ("count", HDR_OFF_COUNT, 4),
+        ("first_seq", HDR_OFF_FIRST_SEQ, 8),
+        ("payload_bytes", HDR_OFF_PAYLOAD_BYTES, 4),
+        ("header_crc", HDR_OFF_CRC, 4),
+        ("zero", HDR_OFF_ZERO, HEADER_BYTES - HDR_OFF_ZERO),
+    ];
+    assert_eq!(h.len(), want.len());
+    for (name, off, size) in want {
+        assert_eq!(h[name], (off as u64, size as u64), "header {name}");
+    }
+    let r = table_after("WAL record:");
+    assert_eq!(r.len(), 2);
+    assert_eq!(r["key"], (0, 8));
+    assert_eq!(r["value"], (8, storefn_kv::wal::VALUE_BYTES as u64));
+    assert_eq!(8 + storefn_kv::wal::VALUE_BYTES, RECORD_BYTES);
+    let c = table_after("Commit marker:");
+    let want = [
+        ("magic", 0, COMMIT_MAGIC.len()),
+        ("batch_crc", COMMIT_OFF_CRC, 4),
+        ("last_seq", COMMIT_OFF_LAST_SEQ, COMMIT_BYTES - COMMIT_OFF_LAST_SEQ),
+    ];
+    assert_eq!(c.len(), want.len());
+    for (name, off, size) in want {
+        assert_eq!(c[name], (off as u64, size as u64), "commit {name}");
+    }
+    for magic in [BATCH_MAGIC, COMMIT_MAGIC] {
+        assert!(DOC.contains(&format!("ASCII `{}`", std::str::from_utf8(&magic).unwrap())));
+    }
+    assert!(DOC.contains(&format!("1..={MAX_BATCH_RECORDS} (`MAX_BATCH_RECORDS`)")));
+    // The diagram's batch length formula.
+    assert!(DOC.contains(&format!("{} + {}*count", HEADER_BYTES + COMMIT_BYTES, RECORD_BYTES)));
+}

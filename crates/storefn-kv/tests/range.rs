@@ -42,13 +42,11 @@ fn check(p: &std::path::Path, seed: u64) {
         let want: Vec<_> = all.iter().filter(|(k, _)| (a..=b).contains(k)).copied().collect();
         let got = scan.collect(a, b).unwrap();
         if store.node_size() == NodeSize::B512 && want.len() <= 1500 {
-            // The kv_range storage function over the pread chain driver (short ranges: the
-            // interpreter plus a pread per hop is slow in debug builds).
-            let mut inst =
-                storefn_kv::chain::instance(storefn_progs::must("kv_range"), None).unwrap();
-            let mut run = |start: u64, s: &mut [u8]| {
-                storefn_kv::chain::run_pread(&store, &mut inst, start, 512, s)
-            };
+            // The kv_range storage function as engine chains (short ranges: slow in debug).
+            let inst =
+                storefn_kv::program::instance(storefn_progs::must("kv_range"), None).unwrap();
+            let mut ch = storefn_kv::xrp_paths::EngineChain::new(&store, inst, None).unwrap();
+            let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
             let o = storefn_kv::xrp_range::range_xrp(&store, &mut run, a, b, None).unwrap();
             assert!(o.entries == want, "xrp [{a}, {b}] entries differ");
             for agg in [Agg::Sum, Agg::Min, Agg::Max, Agg::Count] {

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::bench::{open_path, PathOptions};
 use storefn_kv::format::bpfkv_value;
+use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::path::Lookup;
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 
@@ -35,7 +35,7 @@ impl LoopExt4 {
     fn new() -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            println!("skipped: loop-device file systems need root");
+            common::skip("loop-device file systems need root");
             return None;
         }
         let mut fs = Self { dir: TempDir::new("raw-loop"), dev: None, mounted: false };
@@ -73,8 +73,8 @@ fn lookups(db: &Path, raw: bool) -> Vec<(String, u64, u64)> {
     for cache in [0, 1] {
         let store = Arc::new(Store::open(db, cache).unwrap());
         for name in ["read", "uring", "xrp", "xrp-batch"] {
-            let opts = PathOptions { cache_bytes: 0, batch: 16, raw };
-            let mut path = open_path(name, &store, opts).unwrap();
+            let opts = PathOptions { cache_bytes: 0, batch: 16, raw, ..Default::default() };
+            let mut path = open_path(name, &store, &opts).unwrap();
             let mut got: Vec<Lookup> = Vec::new();
             path.get_many(&keys, &mut got).unwrap();
             for (k, l) in keys.iter().zip(&got) {
@@ -109,8 +109,8 @@ fn raw_on_a_disk_that_refuses_device_access_falls_back_to_the_file() {
     let db = dir.join("db");
     create_bpfkv(&db, NodeSize::B512, 2, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&db, 0).unwrap());
-    let opts = PathOptions { cache_bytes: 0, batch: 4, raw: true };
-    let mut path = open_path("xrp", &store, opts).unwrap();
+    let opts = PathOptions { cache_bytes: 0, batch: 4, raw: true, ..Default::default() };
+    let mut path = open_path("xrp", &store, &opts).unwrap();
     for k in [0u64, 500, 960] {
         assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)));
     }
@@ -122,16 +122,18 @@ fn raw_on_a_disk_that_refuses_device_access_falls_back_to_the_file() {
     }
 }
 
-fn compare_cfg(path: &str, requests: u64) -> storefn_kv::bench::BenchConfig {
-    storefn_kv::bench::BenchConfig {
+fn compare_cfg(path: &str, requests: u64) -> storefn_kv::harness::bench::BenchConfig {
+    storefn_kv::harness::bench::BenchConfig {
         path: path.into(),
         threads: 2,
         requests,
         batch: if path == "xrp-batch" { 8 } else { 1 },
         warmup: 10,
-        dist: storefn_kv::bench::Dist::Uniform,
+        dist: storefn_kv::harness::bench::Dist::Uniform,
         seed: 3,
         cache_bytes: 0,
+        prog: storefn_kv::ProgSource::BuiltIn,
+        abi: storefn_kv::Abi::Storefn,
         raw: false,
     }
 }
@@ -143,7 +145,7 @@ fn compare_interleaves_the_file_path_and_raw_mode_over_the_same_keys() {
     create_bpfkv(&db, NodeSize::B512, 3, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&db, 0).unwrap());
     for path in ["xrp", "xrp-batch", "uring"] {
-        let c = storefn_kv::compare::run(&store, &compare_cfg(path, 403), 7).unwrap();
+        let c = storefn_kv::harness::compare::run(&store, &compare_cfg(path, 403), 7).unwrap();
         assert!(c.raw_in_use(), "{path}");
         assert_eq!(c.rounds.len(), 7);
         for r in [&c.file, &c.raw] {
@@ -162,7 +164,7 @@ fn compare_says_when_raw_mode_was_not_in_use() {
     let db = dir.join("db");
     create_bpfkv(&db, NodeSize::B512, 2, &mut common::noop()).unwrap();
     let store = Arc::new(Store::open(&db, 0).unwrap());
-    let c = storefn_kv::compare::run(&store, &compare_cfg("xrp", 50), 5).unwrap();
+    let c = storefn_kv::harness::compare::run(&store, &compare_cfg("xrp", 50), 5).unwrap();
     assert_eq!((c.file.requests, c.raw.requests), (50, 50));
     // On /dev/vda the device refuses even root, so raw mode declines and says so.
     if c.raw.device_ios_per_op == 0.0 {
@@ -171,14 +173,14 @@ fn compare_says_when_raw_mode_was_not_in_use() {
     for (rounds, requests, want) in [
         (0, 50, "--rounds 0"),
         (26, 50, "fewer than one lookup per round"),
-        (storefn_kv::compare::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
+        (storefn_kv::harness::compare::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
     ] {
-        let e = storefn_kv::compare::run(&store, &compare_cfg("xrp", requests), rounds)
+        let e = storefn_kv::harness::compare::run(&store, &compare_cfg("xrp", requests), rounds)
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{e}");
     }
-    let e = storefn_kv::compare::run(&store, &compare_cfg("nope", 50), 5).unwrap_err();
+    let e = storefn_kv::harness::compare::run(&store, &compare_cfg("nope", 50), 5).unwrap_err();
     assert!(e.to_string().contains("--path nope"), "{e}");
 }
 
@@ -197,8 +199,8 @@ fn raw_read_and_uring_paths_survive_a_writer_and_redo_the_lookup_on_the_file() {
 fn survive_a_writer(db: &Path, name: &str) {
     let store = Arc::new(Store::open(db, 0).unwrap());
     // A small LRU: exercised (cleared on Stale) but too small to hide the device reads.
-    let opts = PathOptions { cache_bytes: 64 << 10, batch: 1, raw: true };
-    let mut path = open_path(name, &store, opts).unwrap();
+    let opts = PathOptions { cache_bytes: 64 << 10, batch: 1, raw: true, ..Default::default() };
+    let mut path = open_path(name, &store, &opts).unwrap();
     let check = |path: &mut Box<dyn storefn_kv::path::LookupPath>, k: u64| {
         assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "key {k}");
     };

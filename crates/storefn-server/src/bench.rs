@@ -6,7 +6,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use storefn_kv::bench::{BenchResult, Dist, KeyGen};
+use storefn_kv::harness::bench::{BenchResult, Dist, KeyGen};
 
 use crate::client::{Client, ClientConfig, ClientError, Req};
 use crate::remote_kv::{RemoteKv, RemoteKvError, RemotePath};

@@ -302,7 +302,10 @@ impl RemoteKv {
         if let Some(h) = self.hash {
             return Ok(h);
         }
-        let elf = storefn_kv::chain::builtin_lookup_elf(self.meta.node_size);
+        // The storefn ABI has a program for every node size: this cannot fail.
+        let elf =
+            storefn_kv::program::builtin_lookup_elf(self.meta.node_size, storefn_kv::Abi::Storefn)
+                .expect("storefn lookup programs exist for every node size");
         let h = self.client.load_prog(0, b"", elf)?;
         self.hash = Some(h);
         Ok(h)

@@ -18,7 +18,7 @@ use object::read::{Object, ObjectSection, ObjectSymbol, RelocationTarget, Symbol
 use object::{Architecture, ObjectKind, RelocationFlags, SectionFlags, SectionIndex, SymbolKind};
 
 use crate::insn::{self, Insn, BPF_PSEUDO_CALL, INSN_BYTES};
-use crate::program::{ProgType, Program, DEFAULT_BACK_JUMP_BUDGET, MAX_INSNS};
+use crate::program::{ProgType, Program, MAX_INSNS};
 
 /// ELF relocation types for BPF (LLVM's `BPF.def`).
 const R_BPF_64_64: u32 = 1;
@@ -99,15 +99,7 @@ pub fn load(elf: &[u8], select: Option<&str>, prog_type: ProgType) -> Result<Pro
     let (entry, name) = linker.select(select)?;
     linker.link(entry)?;
     let Linker { out, global_relocs, globals, globals_rw_start, .. } = linker;
-    Ok(Program {
-        name,
-        prog_type,
-        insns: out,
-        globals,
-        globals_rw_start,
-        global_relocs,
-        back_jump_budget: DEFAULT_BACK_JUMP_BUDGET,
-    })
+    Ok(Program { name, prog_type, insns: out, globals, globals_rw_start, global_relocs })
 }
 
 fn aligned_copy(bytes: &[u8]) -> Vec<u64> {

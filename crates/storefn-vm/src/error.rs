@@ -10,7 +10,9 @@ pub enum VmError {
         "insn #{insn}: write of {len} bytes at {addr:#x} outside the program's writable regions"
     )]
     BadWrite { insn: usize, addr: u64, len: u64 },
-    #[error("insn #{insn}: back-jump budget of {budget} exhausted")]
+    /// The basic block starting at `insn` (or the helper called there) did not fit in what was
+    /// left of the invocation's instruction budget of `budget`.
+    #[error("insn #{insn}: instruction budget exhausted ({budget} instructions)")]
     BudgetExhausted { insn: usize, budget: u64 },
     #[error("insn #{insn}: call depth exceeds {max}")]
     CallDepth { insn: usize, max: usize },

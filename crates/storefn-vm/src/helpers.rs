@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use crate::offload;
 use crate::program::{ProgType, RunEnv};
 use crate::VmError;
 
@@ -28,6 +29,16 @@ pub const MAX_TRACE_LINES: usize = 1024;
 pub const MAX_TRACE_LINE_BYTES: usize = 512;
 /// Longest format string read from the program.
 pub const MAX_FORMAT_BYTES: u64 = 256;
+/// Instructions a helper call costs against the invocation's budget before any per-byte part:
+/// the trampoline and argument checks take about as long as this many JIT'd instructions.
+pub const HELPER_CALL_INSNS: u64 = 16;
+/// Bytes a memory helper moves or compares per instruction charged (a copy of 64 bytes costs
+/// about one JIT'd instruction's time).
+pub const HELPER_BYTES_PER_INSN: u64 = 64;
+/// What `bpf_trace_printk` costs: formatting, allocating the line and rotating the log take
+/// about a microsecond, ~100x a simple instruction; charged high so a program that only logs
+/// stops no later than one that computes.
+pub const TRACE_PRINTK_INSNS: u64 = 256;
 /// `-EINVAL`, what the kernel's helpers return for bad arguments.
 const EINVAL: u64 = (-22i64) as u64;
 
@@ -38,11 +49,22 @@ pub struct HostState {
     pub trace: Vec<String>,
     /// Lines dropped because `trace` was full.
     pub trace_dropped: u64,
+    /// The cache table `offload` programs' table helpers reach (none: they return -ENODEV).
+    pub offload_table: Option<crate::offload::SharedTable>,
 }
 
 /// Helper ids each program type may call.
 const XRP_HELPERS: &[u32] = &[BPF_TRACE_PRINTK];
 const LAMBDA_HELPERS: &[u32] = &[BPF_TRACE_PRINTK, STOREFN_MEMCPY, STOREFN_MEMSET, STOREFN_MEMCMP];
+const OFFLOAD_HELPERS: &[u32] = &[
+    BPF_TRACE_PRINTK,
+    STOREFN_MEMCPY,
+    STOREFN_MEMSET,
+    STOREFN_MEMCMP,
+    offload::STOREFN_TABLE_LOOKUP,
+    offload::STOREFN_TABLE_INSERT,
+    offload::STOREFN_TABLE_DELETE,
+];
 
 /// The helper table of a program type.
 #[must_use]
@@ -50,6 +72,7 @@ pub fn table(prog_type: ProgType) -> &'static [u32] {
     match prog_type {
         ProgType::Xrp => XRP_HELPERS,
         ProgType::Lambda => LAMBDA_HELPERS,
+        ProgType::Offload => OFFLOAD_HELPERS,
     }
 }
 
@@ -59,12 +82,18 @@ pub fn allowed(prog_type: ProgType, id: u32) -> bool {
     table(prog_type).contains(&id)
 }
 
-/// Calls helper `id` with r1..r5 = `args` for the instruction `insn`; returns r0.
+/// Calls helper `id` with r1..r5 = `args` for the instruction `insn`; returns r0. Charges the
+/// helper's cost to `env.insns_left` first.
 ///
 /// # Errors
-/// [`VmError::Helper`] for an id outside the type's table, or a pointer argument outside the
-/// regions ([`VmError::BadRead`] / [`VmError::BadWrite`] naming `insn`).
-pub fn call(
+/// [`VmError::Helper`] for an id outside the type's table, a pointer argument outside the
+/// regions ([`VmError::BadRead`] / [`VmError::BadWrite`] naming `insn`), or
+/// [`VmError::BudgetExhausted`] when the cost does not fit.
+///
+/// # Safety
+/// The contract of [`crate::interp::run`] for `env`: its regions are valid memory (writes:
+/// and unaliased) and `env.host` is null or an unborrowed `HostState`.
+pub(crate) unsafe fn call(
     env: &mut RunEnv,
     prog_type: ProgType,
     id: u32,
@@ -78,6 +107,14 @@ pub fn call(
             reason: format!("not available to {prog_type:?} programs"),
         });
     }
+    let cost = match id {
+        BPF_TRACE_PRINTK => TRACE_PRINTK_INSNS,
+        _ => HELPER_CALL_INSNS + args[2].div_ceil(HELPER_BYTES_PER_INSN),
+    };
+    if env.insns_left < cost {
+        return Err(VmError::BudgetExhausted { insn, budget: env.insn_budget });
+    }
+    env.insns_left -= cost;
     match id {
         BPF_TRACE_PRINTK => trace_printk(env, args, insn),
         STOREFN_MEMCPY => {
@@ -109,6 +146,20 @@ pub fn call(
                 std::cmp::Ordering::Less => u64::MAX,
                 std::cmp::Ordering::Equal => 0,
                 std::cmp::Ordering::Greater => 1,
+            })
+        }
+        offload::STOREFN_TABLE_LOOKUP
+        | offload::STOREFN_TABLE_INSERT
+        | offload::STOREFN_TABLE_DELETE => {
+            let table = if env.host.is_null() {
+                None
+            } else {
+                // SAFETY: a non-null `RunEnv::host` always points at the instance's `HostState`,
+                // which outlives the invocation and is not otherwise borrowed while it runs.
+                unsafe { (*env.host.cast::<HostState>()).offload_table.clone() }
+            };
+            offload::call_table_helper(table.as_ref(), id, args, |addr, n, write| {
+                check(env, insn, addr, n, write)
             })
         }
         _ => Err(VmError::Helper { insn, helper: id, reason: "unknown helper".into() }),

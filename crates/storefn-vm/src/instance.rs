@@ -14,8 +14,8 @@ use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
 use crate::mem::{Region, RegionSet, MAX_REGIONS};
-use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
-use crate::verifier::{self, VerifyError};
+use crate::program::{FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, STACK_BYTES};
+use crate::verifier::{VerifiedProgram, VerifyError};
 use crate::xrp::{
     LambdaCtx, XrpCtx, LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
     XRP_OFF_SCRATCH, XRP_OFF_SLOT,
@@ -51,10 +51,9 @@ pub fn load_verified(
     elf: &[u8],
     select: Option<&str>,
     prog_type: ProgType,
-) -> Result<Arc<Program>, Error> {
+) -> Result<Arc<VerifiedProgram>, Error> {
     let prog = elf::load(elf, select, prog_type)?;
-    verifier::verify(&prog)?;
-    Ok(Arc::new(prog))
+    Ok(Arc::new(VerifiedProgram::new(prog)?))
 }
 
 #[derive(Debug)]
@@ -69,7 +68,9 @@ enum Exec {
 /// A program ready to run, with its own globals, stack and host state.
 #[derive(Debug)]
 pub struct Instance {
-    prog: Arc<Program>,
+    prog: Arc<VerifiedProgram>,
+    /// Instructions each invocation may execute ([`DEFAULT_INSN_BUDGET`] unless set).
+    insn_budget: u64,
     exec: Exec,
     /// Globals image, 8-byte aligned (`u64` backing); `globals_len` bytes are meaningful.
     globals: Box<[u64]>,
@@ -103,13 +104,19 @@ const XRP_CALL_WRITE: usize = 3;
 const LAMBDA_CALL_READ: usize = 3;
 /// Per-call write slots of a `lambda` run: `output`.
 const LAMBDA_CALL_WRITE: usize = 1;
+/// Per-call read slots of an `offload` run: the context, `msg`, `out`.
+const OFFLOAD_CALL_READ: usize = 3;
+/// Per-call write slots of an `offload` run: `out`.
+const OFFLOAD_CALL_WRITE: usize = 1;
 /// Constant slots before the per-call ones: the stack, then at most one globals region.
 const FIXED_SLOTS_MAX: usize = 2;
 const _: () = assert!(
     FIXED_SLOTS_MAX + XRP_CALL_READ <= MAX_REGIONS
         && FIXED_SLOTS_MAX + XRP_CALL_WRITE <= MAX_REGIONS
         && FIXED_SLOTS_MAX + LAMBDA_CALL_READ <= MAX_REGIONS
-        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS,
+        && FIXED_SLOTS_MAX + LAMBDA_CALL_WRITE <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + OFFLOAD_CALL_READ <= MAX_REGIONS
+        && FIXED_SLOTS_MAX + OFFLOAD_CALL_WRITE <= MAX_REGIONS,
     "every prebuilt env fits in a RegionSet"
 );
 
@@ -117,11 +124,12 @@ const _: () = assert!(
 const WORD: usize = 8;
 
 impl Instance {
-    /// Prepares a verified program (see [`load_verified`]) for `engine`.
+    /// Prepares a verified program (see [`load_verified`]) for `engine`, with the default
+    /// instruction budget ([`DEFAULT_INSN_BUDGET`]; see [`Instance::set_insn_budget`]).
     ///
     /// # Errors
     /// [`Error::Jit`] when the JIT cannot compile the program; there is no silent fallback.
-    pub fn new(prog: Arc<Program>, engine: Engine) -> Result<Self, Error> {
+    pub fn new(prog: Arc<VerifiedProgram>, engine: Engine) -> Result<Self, Error> {
         let exec = match engine {
             Engine::Jit => Exec::Jit(JitProgram::compile(&prog)?),
             Engine::Interp => Exec::Interp,
@@ -135,6 +143,7 @@ impl Instance {
         }
         let mut inst = Self {
             prog,
+            insn_budget: DEFAULT_INSN_BUDGET,
             exec,
             globals,
             globals_len,
@@ -145,7 +154,8 @@ impl Instance {
                 read: RegionSet::default(),
                 write: RegionSet::default(),
                 globals_base: 0,
-                back_jumps_left: 0,
+                insns_left: 0,
+                insn_budget: 0,
                 fault: FaultInfo::default(),
                 host: std::ptr::null_mut(),
             }),
@@ -175,6 +185,7 @@ impl Instance {
         let (reads, writes) = match self.prog.prog_type {
             ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
             ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
+            ProgType::Offload => (OFFLOAD_CALL_READ, OFFLOAD_CALL_WRITE),
         };
         for _ in 0..reads {
             env.read.push(Region::EMPTY);
@@ -185,8 +196,21 @@ impl Instance {
     }
 
     #[must_use]
-    pub fn program(&self) -> &Arc<Program> {
+    pub fn program(&self) -> &Arc<VerifiedProgram> {
         &self.prog
+    }
+
+    /// Instructions each invocation may execute before it aborts with
+    /// [`VmError::BudgetExhausted`].
+    #[must_use]
+    pub fn insn_budget(&self) -> u64 {
+        self.insn_budget
+    }
+
+    /// Sets the per-invocation instruction budget (from the next run on). A chain of `h` hops
+    /// executes at most `h * insns` instructions.
+    pub fn set_insn_budget(&mut self, insns: u64) {
+        self.insn_budget = insns;
     }
 
     #[must_use]
@@ -220,14 +244,22 @@ impl Instance {
     #[inline(always)]
     fn exec(&mut self, ctx_addr: u64) -> Result<u64, VmError> {
         let env = &mut self.env.0;
-        env.back_jumps_left = self.prog.back_jump_budget;
+        env.insns_left = self.insn_budget;
+        env.insn_budget = self.insn_budget;
         // Derived afresh each call (not kept from `new`): `host_mut` may have handed out a
         // unique borrow of the HostState since.
         env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
         let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-        match &self.exec {
-            Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
-            Exec::Interp => interp::run(&self.prog, env, ctx_addr, stack_top),
+        // SAFETY: `env` was laid out by `lay_out_env` from this instance's own stack and
+        // globals boxes (alive and not borrowed while `self` is mutably borrowed here) and the
+        // caller of `run_*` patched the per-call slots from slices it lends us exclusively
+        // (writable ones as `&mut`) for this call; `env.host` was just derived from our boxed
+        // HostState; `stack_top` is the end of the stack region.
+        unsafe {
+            match &self.exec {
+                Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
+                Exec::Interp => interp::run(&self.prog, env, ctx_addr, stack_top),
+            }
         }
     }
 
@@ -238,6 +270,9 @@ impl Instance {
     /// `scratch`, its stack and the writable globals. `data` is read-only. Outputs in `ctx` are
     /// NOT cleared here: call [`XrpCtx::reset_outputs`] first when starting a new step.
     ///
+    /// # Panics
+    /// If the program is not an xrp program.
+    ///
     /// # Errors
     /// The fault that aborted the invocation.
     pub fn run_xrp(
@@ -246,7 +281,9 @@ impl Instance {
         data: &[u8],
         scratch: &mut [u8],
     ) -> Result<u64, VmError> {
-        debug_assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
+        // Not a debug assertion: the verifier's context proofs (proofs.rs) are per program type, so
+        // running a program on another type's (smaller) context would let an elided load leave it.
+        assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
         ctx.data = data.as_ptr() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
@@ -266,10 +303,14 @@ impl Instance {
     /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
     /// `size_i` = `input.len()`; returns r0 (the output bytes, by the λ-IO convention).
     ///
+    /// # Panics
+    /// If the program is not a λ program.
+    ///
     /// # Errors
     /// The fault that aborted the invocation.
     pub fn run_lambda(&mut self, input: &[u8], output: &mut [u8]) -> Result<u64, VmError> {
-        debug_assert_eq!(self.prog.prog_type, ProgType::Lambda, "run_lambda on a non-λ program");
+        // A real check: context proofs are per program type (see run_xrp).
+        assert_eq!(self.prog.prog_type, ProgType::Lambda, "run_lambda on a non-λ program");
         *self.lambda_ctx = LambdaCtx {
             buf_o: output.as_mut_ptr() as u64,
             buf_i: input.as_ptr() as u64,
@@ -282,6 +323,38 @@ impl Instance {
             region_or_empty(output),
         ];
         *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
+        self.exec(c)
+    }
+
+    /// Runs an `offload` entry point (pred, func, cache or invalidate; crate::offload): sets
+    /// `ctx.msg`/`msg_len` to `msg` (read-only) and `ctx.out`/`out_len` to `out` (read-write);
+    /// the caller sets `index`, `op`, `file`, `offset`, `io_len`. The context itself is
+    /// read-only to the program. Table helpers reach [`HostState::offload_table`]. Returns r0.
+    ///
+    /// # Panics
+    /// If the program is not an offload program.
+    ///
+    /// # Errors
+    /// The fault that aborted the invocation.
+    pub fn run_offload(
+        &mut self,
+        ctx: &mut crate::offload::OffloadCtx,
+        msg: &[u8],
+        out: &mut [u8],
+    ) -> Result<u64, VmError> {
+        // A real check: context proofs are per program type (see run_xrp).
+        assert_eq!(self.prog.prog_type, ProgType::Offload, "run_offload on a non-offload program");
+        ctx.msg = msg.as_ptr() as u64;
+        ctx.msg_len = u32::try_from(msg.len()).unwrap_or(u32::MAX);
+        ctx.out = out.as_mut_ptr() as u64;
+        ctx.out_len = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let c = std::ptr::from_mut(ctx) as u64;
+        *self.env.0.read.last_mut::<OFFLOAD_CALL_READ>() = [
+            Region { start: c, end: c + crate::offload::OFFLOAD_CTX_BYTES as u64 },
+            region_or_empty(msg),
+            region_or_empty(out),
+        ];
+        *self.env.0.write.last_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
         self.exec(c)
     }
 }

@@ -3,7 +3,9 @@
 //! Semantics (RFC 9669): 32-bit ALU results are zero-extended; shift amounts are masked to the
 //! operand width; `x / 0 = 0` and `x % 0 = x`; signed division `INT_MIN / -1 = INT_MIN` and
 //! `INT_MIN % -1 = 0` (wrapping). Every load and store is checked against the invocation's
-//! regions ([`crate::mem`]); every taken backward jump spends one unit of the budget; callee-saved
+//! regions ([`crate::mem`]); reaching a charge point (function entry, loop header) spends its
+//! charge from the instruction budget ([`crate::cfg`]), a helper what it costs
+//! ([`crate::helpers`]); callee-saved
 //! r6-r9 and the frame pointer r10 are restored when a BPF-to-BPF call returns.
 //!
 //! Details the JIT must match (differential tests compare r0, memory effects and the error):
@@ -11,8 +13,8 @@
 //! - after a helper call r1-r5 keep their values, after a BPF-to-BPF call they hold what the
 //!   callee left (the verifier forbids reading them either way, so this is unobservable);
 //! - a fault names the faulting instruction: the load/store/atomic, the helper `call`, the
-//!   backward jump that found the budget empty (budget in the error = `Program::back_jump_budget`),
-//!   the `call` that would exceed [`MAX_CALL_DEPTH`] frames;
+//!   charge point whose charge did not fit in the budget left (budget in the
+//!   error = `RunEnv::insn_budget`), the `call` that would exceed [`MAX_CALL_DEPTH`] frames;
 //! - atomics check the write regions first (`BadWrite`); every instance's write regions lie
 //!   inside its read regions, so an atomic never reports `BadRead`;
 //! - an `lddw` listed in `Program::global_relocs` loads `RunEnv::globals_base + offset`; any
@@ -26,8 +28,8 @@ use crate::insn::{
     BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_MUL, BPF_NEG, BPF_OR, BPF_PSEUDO_CALL, BPF_RSH,
     BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
 };
-use crate::program::{Program, RunEnv, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
-use crate::VmError;
+use crate::program::{RunEnv, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
+use crate::{VerifiedProgram, VmError};
 
 /// Atomic operation codes (the `imm` of `STX | ATOMIC`), RFC 9669 section 5.3.
 pub mod atomic {
@@ -60,17 +62,27 @@ pub fn size_bytes(op: u8) -> u64 {
     }
 }
 
-/// Runs `prog` once: r1 = `ctx_addr`, r10 = `stack_top`; returns r0.
+/// Runs `prog` once: r1 = `ctx_addr`, r10 = `stack_top`; returns r0. `env.insns_left` holds
+/// the instruction budget for this invocation.
 ///
 /// # Errors
 /// The fault that aborted the invocation (bad access, budget, helper failure, ...).
-pub fn run(
-    prog: &Program,
+///
+/// # Safety
+/// Every range in `env.read` must be memory that stays valid for reads, and every range in
+/// `env.write` memory valid for writes and not borrowed by any Rust reference, for the whole
+/// call; `[stack_top - STACK_BYTES, stack_top)` must be inside both sets (and, for the JIT,
+/// the program type's context at `ctx_addr` inside `env.read`); `env.host` must be
+/// null or point at a `HostState` not otherwise borrowed during the call. (The program itself
+/// can only reach memory through these regions.) [`crate::Instance`] upholds all of this.
+pub unsafe fn run(
+    prog: &VerifiedProgram,
     env: &mut RunEnv,
     ctx_addr: u64,
     stack_top: u64,
 ) -> Result<u64, VmError> {
     let insns = &prog.insns[..];
+    let charge = prog.cfg().charges();
     let mut r = [0u64; 11];
     r[1] = ctx_addr;
     r[10] = stack_top;
@@ -81,6 +93,13 @@ pub fn run(
         let Some(&i) = insns.get(pc) else {
             return Err(VmError::Invalid { insn: pc, reason: "execution ran off the end" });
         };
+        let cost = u64::from(charge[pc]);
+        if cost != 0 {
+            if env.insns_left < cost {
+                return Err(VmError::BudgetExhausted { insn: pc, budget: env.insn_budget });
+            }
+            env.insns_left -= cost;
+        }
         if i.dst > 10 || i.src > 10 {
             return Err(VmError::Invalid { insn: pc, reason: "register number above r10" });
         }
@@ -151,7 +170,8 @@ pub fn run(
                         continue;
                     }
                     let args = [r[1], r[2], r[3], r[4], r[5]];
-                    r[0] = helpers::call(env, prog.prog_type, i.imm as u32, args, pc)?;
+                    // SAFETY: `env` is this call's environment, valid by `run`'s contract.
+                    r[0] = unsafe { helpers::call(env, prog.prog_type, i.imm as u32, args, pc)? };
                 }
                 op => {
                     let (jump, rel) = if op == BPF_JA {
@@ -167,17 +187,7 @@ pub fn run(
                         (c, i64::from(i.off))
                     };
                     if jump {
-                        let t = target(insns, pc, rel)?;
-                        if t <= pc {
-                            if env.back_jumps_left == 0 {
-                                return Err(VmError::BudgetExhausted {
-                                    insn: pc,
-                                    budget: prog.back_jump_budget,
-                                });
-                            }
-                            env.back_jumps_left -= 1;
-                        }
-                        pc = t;
+                        pc = target(insns, pc, rel)?;
                         continue;
                     }
                 }
@@ -205,18 +215,15 @@ fn sign_extend(v: u64, n: u64) -> u64 {
     }
 }
 
-/// Loads `n` bytes at `addr` after checking the read regions.
-///
-/// # Errors
-/// [`VmError::BadRead`] when `[addr, addr+n)` is not inside one read region.
-pub fn load(env: &RunEnv, pc: usize, addr: u64, n: u64) -> Result<u64, VmError> {
+/// Loads `n` bytes at `addr` after checking the read regions (`run`'s safety contract makes
+/// them valid).
+fn load(env: &RunEnv, pc: usize, addr: u64, n: u64) -> Result<u64, VmError> {
     if !env.read.allows(addr, n) {
         return Err(VmError::BadRead { insn: pc, addr, len: n });
     }
     let p = addr as usize;
-    // SAFETY: `[addr, addr+n)` lies inside a read region; the instance that built `env` keeps
-    // every region's memory alive and unaliased by Rust references for the whole invocation
-    // (RunEnv contract). Unaligned reads are used because programs may compute any address.
+    // SAFETY: `[addr, addr+n)` lies inside a read region, which `run`'s contract makes valid
+    // for reads for the whole invocation. Unaligned reads are used because programs may compute any address.
     let v = unsafe {
         match n {
             1 => u64::from((p as *const u8).read()),
@@ -229,16 +236,13 @@ pub fn load(env: &RunEnv, pc: usize, addr: u64, n: u64) -> Result<u64, VmError> 
 }
 
 /// Stores the low `n` bytes of `val` at `addr` after checking the write regions.
-///
-/// # Errors
-/// [`VmError::BadWrite`] when `[addr, addr+n)` is not inside one write region.
-pub fn store(env: &RunEnv, pc: usize, addr: u64, n: u64, val: u64) -> Result<(), VmError> {
+fn store(env: &RunEnv, pc: usize, addr: u64, n: u64, val: u64) -> Result<(), VmError> {
     if !env.write.allows(addr, n) {
         return Err(VmError::BadWrite { insn: pc, addr, len: n });
     }
     let p = addr as usize;
-    // SAFETY: `[addr, addr+n)` lies inside a write region, which the instance guarantees is
-    // live, writable host memory not borrowed elsewhere during the invocation.
+    // SAFETY: `[addr, addr+n)` lies inside a write region, which `run`'s contract makes live,
+    // writable memory not borrowed elsewhere during the invocation.
     unsafe {
         match n {
             1 => (p as *mut u8).write(val as u8),

@@ -2,8 +2,29 @@
 //!
 //! Pipeline: [`elf`] loads a clang-built object into a [`Program`]; [`verifier`] checks it
 //! statically; [`jit`] (Cranelift) or [`interp`] (the reference) runs it against a [`RunEnv`]
-//! whose regions bound every memory access at run time (sBPF-style, docs/DESIGN.md).
+//! whose regions bound every memory access at run time (sBPF-style, docs/DESIGN.md), and whose
+//! instruction budget bounds the work of every invocation.
+//!
+//! Safe use goes through [`load_verified`] (or [`VerifiedProgram::new`]) and [`Instance`]: an
+//! instance runs only verified programs, over memory it lays out itself from the buffers the
+//! caller lends it. The lower-level entry points that take a caller-built [`RunEnv`]
+//! ([`interp::run`], [`jit::JitProgram::run`]) are `unsafe fn`: the regions are trusted.
+//!
+//! ```compile_fail
+//! // A RunEnv granting arbitrary memory cannot be run from safe code.
+//! # fn f(p: &storefn_vm::VerifiedProgram, env: &mut storefn_vm::RunEnv) {
+//! let _ = storefn_vm::interp::run(p, env, 0, 0);
+//! # }
+//! ```
+//!
+//! ```no_run
+//! # fn f(p: &storefn_vm::VerifiedProgram, env: &mut storefn_vm::RunEnv) {
+//! // SAFETY: (the caller's contract would be stated here)
+//! let _ = unsafe { storefn_vm::interp::run(p, env, 0, 0) };
+//! # }
+//! ```
 
+pub mod cfg;
 pub mod disasm;
 pub mod elf;
 pub mod error;
@@ -13,7 +34,9 @@ pub mod instance;
 pub mod interp;
 pub mod jit;
 pub mod mem;
+pub mod offload;
 pub mod program;
+mod proofs;
 pub mod verifier;
 pub mod xrp;
 
@@ -22,5 +45,5 @@ pub use error::VmError;
 pub use helpers::HostState;
 pub use instance::{load_verified, Engine, Error, Instance};
 pub use program::{ProgType, Program, RunEnv};
-pub use verifier::{verify, VerifyError, VerifyStats};
+pub use verifier::{verify, VerifiedProgram, VerifyError, VerifyStats};
 pub use xrp::{LambdaCtx, XrpCtx};

@@ -14,8 +14,11 @@ pub const STACK_FRAME_BYTES: usize = 512;
 pub const STACK_BYTES: usize = MAX_CALL_DEPTH * STACK_FRAME_BYTES;
 /// Instruction slots a program may have after linking.
 pub const MAX_INSNS: usize = 65_536;
-/// Default budget of taken backward jumps per invocation (λ-IO's loop bound).
-pub const DEFAULT_BACK_JUMP_BUDGET: u64 = 1_000_000;
+/// Default instruction budget per invocation: every executed instruction costs one (charged
+/// per basic block on entry, calls included), helpers cost what [`crate::helpers`] charges.
+/// Chosen so the slowest verified program shape (deep call fan-outs, where every instruction
+/// is a call) stops within about 10 ms on this machine's JIT (docs/DESIGN.md, "Budget").
+pub const DEFAULT_INSN_BUDGET: u64 = 1 << 20;
 
 /// What a program is for: fixes its context layout, region rights and helper table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +28,8 @@ pub enum ProgType {
     Xrp,
     /// λ-IO `struct context` (crate::xrp::LambdaCtx): runs over an input buffer into an output.
     Lambda,
+    /// DDS offload functions (crate::offload::OffloadCtx): pred, func, cache, invalidate.
+    Offload,
 }
 
 /// A program after loading and linking: the entry function first, subprograms appended.
@@ -43,8 +48,6 @@ pub struct Program {
     /// `lddw` slots that load a global's address: (insn index, byte offset into `globals`).
     /// At run time the register receives `RunEnv::globals_base + offset`.
     pub global_relocs: Vec<(usize, u64)>,
-    /// Taken backward jumps allowed per invocation.
-    pub back_jump_budget: u64,
 }
 
 /// Kinds of run-time fault an engine records in [`RunEnv::fault`].
@@ -74,7 +77,11 @@ pub struct RunEnv {
     pub read: RegionSet,
     pub write: RegionSet,
     pub globals_base: u64,
-    pub back_jumps_left: u64,
+    /// Instructions this invocation may still execute (both engines charge a basic block's
+    /// length on entry and abort when it does not fit).
+    pub insns_left: u64,
+    /// The invocation's whole budget, for the error message.
+    pub insn_budget: u64,
     pub fault: FaultInfo,
     /// Opaque host state for helpers (trace log, ...); owned by the instance.
     pub host: *mut std::ffi::c_void,

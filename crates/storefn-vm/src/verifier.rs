@@ -15,6 +15,7 @@
 //!
 //! Every rejection reads `insn #N: <reason>`.
 
+use crate::cfg::{self, is_pseudo_call, rel_target, Cfg};
 use crate::helpers;
 use crate::insn::{
     Insn, BPF_ALU, BPF_ALU64, BPF_ATOMIC, BPF_CALL, BPF_DIV, BPF_DW, BPF_END, BPF_EXIT, BPF_JA,
@@ -58,6 +59,7 @@ pub fn type_name(t: ProgType) -> &'static str {
     match t {
         ProgType::Xrp => "xrp",
         ProgType::Lambda => "lambda",
+        ProgType::Offload => "offload",
     }
 }
 
@@ -66,6 +68,11 @@ pub fn type_name(t: ProgType) -> &'static str {
 /// # Errors
 /// The first violation found, as `insn #N: reason`.
 pub fn verify(prog: &Program) -> Result<VerifyStats, VerifyError> {
+    analyze(prog).map(|(stats, _)| stats)
+}
+
+/// [`verify`], keeping the control-flow analysis for [`VerifiedProgram`].
+fn analyze(prog: &Program) -> Result<(VerifyStats, Cfg), VerifyError> {
     let insns = &prog.insns;
     if insns.is_empty() {
         return err(0, "empty program");
@@ -76,47 +83,109 @@ pub fn verify(prog: &Program) -> Result<VerifyStats, VerifyError> {
             format!("program has {} slots, the limit is {MAX_INSNS}", insns.len()),
         );
     }
-    let second = lddw_halves(insns)?;
+    let second = cfg::lddw_halves(insns)?;
     for (pc, i) in insns.iter().enumerate() {
         if !second[pc] {
             check_insn(prog.prog_type, pc, *i)?;
         }
     }
     check_relocs(prog, &second)?;
-    let funcs = functions(insns, &second)?;
-    for f in 0..funcs.len() {
-        check_function(insns, &second, &funcs, f)?;
-    }
-    let (order, depth) = call_graph(insns, &second, &funcs)?;
-    let mut needs = vec![0u16; funcs.len()];
-    let mut returns = vec![false; funcs.len()];
+    let cfg = Cfg::new(insns, second)?;
+    let (order, depth) = call_graph(insns, &cfg)?;
+    let nfuncs = cfg.functions().len();
+    let mut needs = vec![0u16; nfuncs];
+    let mut returns = vec![false; nfuncs];
     for f in order {
-        let (n, r) = dataflow(insns, &second, &funcs, f, &needs, &returns)?;
+        let (n, r) = dataflow(insns, &cfg, f, &needs, &returns)?;
         needs[f] = n;
         returns[f] = r;
     }
-    Ok(VerifyStats { insns: insns.len(), functions: funcs.len(), max_call_depth: depth })
+    let stats = VerifyStats { insns: insns.len(), functions: nfuncs, max_call_depth: depth };
+    Ok((stats, cfg))
 }
 
-/// Marks the second slot of every `lddw` and checks the pairs.
-fn lddw_halves(insns: &[Insn]) -> Result<Vec<bool>, VerifyError> {
-    let mut second = vec![false; insns.len()];
-    let mut pc = 0;
-    while pc < insns.len() {
-        if insns[pc].is_lddw() {
-            let Some(hi) = insns.get(pc + 1) else {
-                return err(pc, "lddw is missing its second slot");
-            };
-            if hi.op != 0 || hi.dst != 0 || hi.src != 0 || hi.off != 0 {
-                return err(pc + 1, "malformed second slot of lddw");
-            }
-            second[pc + 1] = true;
-            pc += 2;
-        } else {
-            pc += 1;
-        }
+/// A program that passed [`verify`], with the control-flow analysis the engines share.
+///
+/// The only way to get one is [`VerifiedProgram::new`] (or [`crate::load_verified`]), so an
+/// [`crate::Instance`] or [`crate::jit::JitProgram`] built from it runs only what the verifier
+/// accepted. It dereferences to the (read-only) [`Program`].
+///
+/// ```compile_fail
+/// // An unverified Program is not accepted by Instance::new.
+/// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
+/// let _ = storefn_vm::Instance::new(std::sync::Arc::new(prog), storefn_vm::Engine::Jit);
+/// ```
+///
+/// ```compile_fail
+/// // Nor can a VerifiedProgram be assembled around an unverified one.
+/// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
+/// let _ = storefn_vm::VerifiedProgram { prog, cfg: todo!(), stats: todo!(), in_bounds: todo!() };
+/// ```
+///
+/// ```no_run
+/// // The accepted shape.
+/// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
+/// let prog = storefn_vm::VerifiedProgram::new(prog).unwrap();
+/// let _ = storefn_vm::Instance::new(std::sync::Arc::new(prog), storefn_vm::Engine::Jit);
+/// ```
+#[derive(Debug, Clone)]
+pub struct VerifiedProgram {
+    prog: Program,
+    cfg: Cfg,
+    stats: VerifyStats,
+    /// Per slot: the access there is proved in bounds (`proofs.rs`).
+    in_bounds: Vec<bool>,
+}
+
+impl VerifiedProgram {
+    /// Verifies `prog`.
+    ///
+    /// # Errors
+    /// The first violation found, as `insn #N: reason`.
+    pub fn new(prog: Program) -> Result<Self, VerifyError> {
+        let (stats, cfg) = analyze(&prog)?;
+        let in_bounds = crate::proofs::in_bounds(&prog, &cfg);
+        Ok(Self { prog, cfg, stats, in_bounds })
     }
-    Ok(second)
+
+    /// Did the verifier prove the load, store or atomic at `pc` in bounds of memory every
+    /// invocation is granted (its stack frame through r10, or its context at a constant
+    /// offset)? The JIT drops the run-time check exactly there (`proofs.rs`).
+    #[must_use]
+    pub fn access_in_bounds(&self, pc: usize) -> bool {
+        self.in_bounds.get(pc).copied().unwrap_or(false)
+    }
+
+    /// Per-slot [`VerifiedProgram::access_in_bounds`].
+    #[must_use]
+    pub(crate) fn in_bounds(&self) -> &[bool] {
+        &self.in_bounds
+    }
+
+    /// What the program passed the verifier with.
+    #[must_use]
+    pub fn stats(&self) -> VerifyStats {
+        self.stats
+    }
+
+    /// Its control flow (functions, basic blocks).
+    #[must_use]
+    pub fn cfg(&self) -> &Cfg {
+        &self.cfg
+    }
+
+    /// The verified program.
+    #[must_use]
+    pub fn program(&self) -> &Program {
+        &self.prog
+    }
+}
+
+impl std::ops::Deref for VerifiedProgram {
+    type Target = Program;
+    fn deref(&self) -> &Program {
+        &self.prog
+    }
 }
 
 fn check_reg(pc: usize, r: u8) -> Result<(), VerifyError> {
@@ -305,101 +374,17 @@ fn check_relocs(prog: &Program, second: &[bool]) -> Result<(), VerifyError> {
     Ok(())
 }
 
-/// Target of the jump or call at `pc` with relative offset `rel`, if it is a valid slot.
-fn rel_target(insns: &[Insn], pc: usize, rel: i64) -> Option<usize> {
-    let t = i64::try_from(pc).ok()? + rel + 1;
-    usize::try_from(t).ok().filter(|&t| t < insns.len())
-}
-
-fn jump_rel(i: Insn) -> Option<i64> {
-    let op = i.op & 0xf0;
-    if !(i.class() == BPF_JMP || i.class() == BPF_JMP32) || op == BPF_CALL || op == BPF_EXIT {
-        return None;
-    }
-    Some(if i.class() == BPF_JMP32 && op == BPF_JA { i64::from(i.imm) } else { i64::from(i.off) })
-}
-
-fn is_pseudo_call(i: Insn) -> bool {
-    i.op == BPF_JMP | BPF_CALL && i.src == BPF_PSEUDO_CALL
-}
-
-/// Function boundaries: entry at 0 plus every BPF-to-BPF call target; sorted start slots.
-fn functions(insns: &[Insn], second: &[bool]) -> Result<Vec<usize>, VerifyError> {
-    let mut starts = vec![0];
-    for (pc, i) in insns.iter().enumerate() {
-        if second[pc] || !is_pseudo_call(*i) {
-            continue;
-        }
-        let Some(t) = rel_target(insns, pc, i64::from(i.imm)) else {
-            return err(pc, "call target is outside the program");
-        };
-        if second[t] {
-            return err(pc, format!("call into the middle of lddw at #{}", t - 1));
-        }
-        starts.push(t);
-    }
-    starts.sort_unstable();
-    starts.dedup();
-    Ok(starts)
-}
-
-fn func_range(insns: &[Insn], funcs: &[usize], f: usize) -> (usize, usize) {
-    (funcs[f], funcs.get(f + 1).copied().unwrap_or(insns.len()))
-}
-
-fn func_of(funcs: &[usize], pc: usize) -> usize {
-    funcs.partition_point(|&s| s <= pc) - 1
-}
-
-/// Jumps stay inside the function; the last instruction does not fall through.
-fn check_function(
-    insns: &[Insn],
-    second: &[bool],
-    funcs: &[usize],
-    f: usize,
-) -> Result<(), VerifyError> {
-    let (start, end) = func_range(insns, funcs, f);
-    for pc in start..end {
-        let i = insns[pc];
-        if second[pc] {
-            continue;
-        }
-        if let Some(rel) = jump_rel(i) {
-            let t = rel_target(insns, pc, rel).filter(|&t| t >= start && t < end);
-            let Some(t) = t else {
-                return err(
-                    pc,
-                    format!("jump target {} is outside the function", pc as i64 + rel + 1),
-                );
-            };
-            if second[t] {
-                return err(pc, format!("jump into the middle of lddw at #{}", t - 1));
-            }
-        }
-    }
-    let last = if second[end - 1] { end - 2 } else { end - 1 };
-    let i = insns[last];
-    let ends = i.op == BPF_JMP | BPF_EXIT || (jump_rel(i).is_some() && i.op & 0xf0 == BPF_JA);
-    if !ends {
-        return err(last, "falls through past the end of the function");
-    }
-    Ok(())
-}
-
 /// Checks recursion and depth; returns functions callees-first and the deepest chain.
-fn call_graph(
-    insns: &[Insn],
-    second: &[bool],
-    funcs: &[usize],
-) -> Result<(Vec<usize>, usize), VerifyError> {
+fn call_graph(insns: &[Insn], cfg: &Cfg) -> Result<(Vec<usize>, usize), VerifyError> {
+    let funcs = cfg.functions();
     let callees: Vec<Vec<(usize, usize)>> = (0..funcs.len())
         .map(|f| {
-            let (s, e) = func_range(insns, funcs, f);
+            let (s, e) = cfg.func_range(f);
             (s..e)
-                .filter(|&pc| is_pseudo_call(insns[pc]) && !second[pc])
+                .filter(|&pc| is_pseudo_call(insns[pc]) && !cfg.is_second_half(pc))
                 .filter_map(|pc| {
                     let t = rel_target(insns, pc, i64::from(insns[pc].imm))?;
-                    Some((pc, func_of(funcs, t)))
+                    Some((pc, cfg.func_of(t)))
                 })
                 .collect()
         })
@@ -499,7 +484,8 @@ fn uses_defs(i: Insn) -> (u16, u16) {
 /// Argument registers a helper reads (r1..rN).
 fn helper_args(id: u32) -> u16 {
     match id {
-        helpers::BPF_TRACE_PRINTK => 0b110,
+        helpers::BPF_TRACE_PRINTK | crate::offload::STOREFN_TABLE_LOOKUP => 0b110,
+        crate::offload::STOREFN_TABLE_INSERT | crate::offload::STOREFN_TABLE_DELETE => 0b10,
         _ => 0b1110,
     }
 }
@@ -513,13 +499,12 @@ fn first_reg(bits: u16) -> u16 {
 /// written on every path to `exit`.
 fn dataflow(
     insns: &[Insn],
-    second: &[bool],
-    funcs: &[usize],
+    cfg: &Cfg,
     f: usize,
     needs_of: &[u16],
     returns_of: &[bool],
 ) -> Result<(u16, bool), VerifyError> {
-    let (start, end) = func_range(insns, funcs, f);
+    let (start, end) = cfg.func_range(f);
     // State per slot: (definitely written, may still hold the caller's argument).
     let mut state: Vec<Option<(u16, u16)>> = vec![None; end - start];
     let entry = if f == 0 { (0b10, 0) } else { (ARGS, ARGS) };
@@ -537,7 +522,7 @@ fn dataflow(
         if is_call {
             clobber = ARGS;
             if i.src == BPF_PSEUDO_CALL {
-                let g = rel_target(insns, pc, i64::from(i.imm)).map_or(0, |t| func_of(funcs, t));
+                let g = rel_target(insns, pc, i64::from(i.imm)).map_or(0, |t| cfg.func_of(t));
                 uses = needs_of[g];
                 defs = u16::from(returns_of[g]);
             } else {
@@ -561,17 +546,8 @@ fn dataflow(
         needs |= uses & untouched;
         init = (init & !clobber) | defs;
         untouched &= !(clobber | defs);
-        let mut succ = [None, None];
-        if let Some(rel) = jump_rel(i) {
-            succ[0] = rel_target(insns, pc, rel);
-            if i.op & 0xf0 != BPF_JA {
-                succ[1] = Some(pc + 1);
-            }
-        } else {
-            succ[0] = Some(pc + if i.is_lddw() { 2 } else { 1 });
-        }
-        for s in succ.into_iter().flatten() {
-            if s < start || s >= end || second[s] {
+        for s in cfg.successors(insns, pc).into_iter().flatten() {
+            if s < start || s >= end || cfg.is_second_half(s) {
                 continue; // checked by check_function; unreachable here
             }
             let new = match state[s - start] {

@@ -190,19 +190,41 @@ fn subprogram_calls_preserve_callee_saved_and_use_a_new_frame() {
 }
 
 #[test]
-fn budget_exhaustion_names_the_jump() {
+fn budget_exhaustion_names_the_charge_point_that_did_not_fit() {
+    // Charge points: 0 (entry: 1 insn before the loop), 1 (the loop header: 1, 2). Budget
+    // 10 = 1 + 4 * 2, then the fifth iteration finds 1 left.
     let mut p = program(asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), ja(-2)], ProgType::Xrp);
     p.insns.push(exit()); // unreachable; keeps the verifier's fall-through rule happy
-    p.back_jump_budget = 10;
-    storefn_vm::verify(&p).unwrap();
-    assert_eq!(run_unverified(p).unwrap_err(), VmError::BudgetExhausted { insn: 2, budget: 10 });
-    // Exactly `budget` backward jumps are allowed.
-    let mut p = program(
-        asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 11, -2), exit()],
-        ProgType::Xrp,
-    );
-    p.back_jump_budget = 10;
-    assert_eq!(run_unverified(p).unwrap(), 11);
+    let e = run_with_budget(p, 10).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 10 });
+    assert_eq!(e.to_string(), "insn #1: instruction budget exhausted (10 instructions)");
+    // The loop header pays for the longest path to the next charge point or exit: 1, 2 and
+    // the exit, so 11 iterations cost 1 + 11 * 3 = 34.
+    let looped =
+        asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 11, -2), exit()];
+    assert_eq!(run_with_budget(program(looped.clone(), ProgType::Xrp), 34).unwrap(), 11);
+    let e = run_with_budget(program(looped, ProgType::Xrp), 33).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 33 });
+}
+
+#[test]
+fn calls_and_straight_line_code_are_charged() {
+    // No loop at all: main (4 insns, charged at its entry) calls f (3 insns, charged at its
+    // entry) twice: 4 + 3 + 3 = 10.
+    let p = asm![
+        call_pc(3),      // 0: main
+        call_pc(2),      // 1
+        mov64_imm(0, 7), // 2
+        exit(),          // 3
+        mov64_imm(0, 1), // 4: f
+        alu64_imm(BPF_ADD, 0, 1),
+        exit()
+    ];
+    assert_eq!(run_with_budget(program(p.clone(), ProgType::Xrp), 10).unwrap(), 7);
+    let e = run_with_budget(program(p.clone(), ProgType::Xrp), 9).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 4, budget: 9 }, "second call's body");
+    let e = run_with_budget(program(p, ProgType::Xrp), 3).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 0, budget: 3 }, "main's own body");
 }
 
 #[test]
@@ -255,15 +277,4 @@ fn deepest_stack_frame_is_inside_the_stack_region() {
     }
     v.extend(asm![st(BPF_B, 10, -512, 1), mov64_imm(0, 3), exit()]);
     assert_eq!(run_xrp(v).unwrap(), 3);
-}
-
-#[test]
-fn unverified_garbage_faults_instead_of_panicking() {
-    let p = program(asm![i(0xff, 15, 15, 0, 0)], ProgType::Xrp);
-    assert!(matches!(run_unverified(p).unwrap_err(), VmError::Invalid { insn: 0, .. }));
-    let p = program(asm![mov64_imm(0, 1)], ProgType::Xrp);
-    assert_eq!(
-        run_unverified(p).unwrap_err().to_string(),
-        "insn #1: invalid instruction: execution ran off the end"
-    );
 }

@@ -1,20 +1,19 @@
-//! JIT: BPF-to-BPF calls (frames, callee-saved registers, depth limit), helper calls, and
-//! rejection of malformed programs without panicking.
+//! JIT: BPF-to-BPF calls (frames, callee-saved registers, depth limit, the budget across
+//! frames), helper calls, and arbitrary verified streams without panicking.
 
 mod jit_support;
 
 use jit_support::*;
 use proptest::prelude::*;
 use storefn_vm::insn::*;
-use storefn_vm::jit::{JitError, JitProgram};
+use storefn_vm::jit::JitProgram;
 use storefn_vm::program::{MAX_CALL_DEPTH, STACK_FRAME_BYTES};
-use storefn_vm::VmError;
+use storefn_vm::{VerifiedProgram, VmError};
 
 fn run_with(insns: Vec<Insn>, sb: &mut Sandbox) -> Result<u64, VmError> {
-    let prog = program(insns);
-    let jit = JitProgram::compile(&prog).expect("compiles");
-    let mut env = sb.env(prog.back_jump_budget);
-    jit.run(&mut env, sb.ctx_addr(), sb.stack_top())
+    let jit = JitProgram::compile(&verified(insns)).expect("compiles");
+    let mut env = sb.env(DEFAULT_INSN_BUDGET);
+    run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top())
 }
 
 #[test]
@@ -55,11 +54,12 @@ fn callee_r10_is_one_frame_lower() {
 }
 
 #[test]
-fn recursion_stops_at_the_depth_limit() {
-    // f: call f; the 8th nested frame's call is refused.
+fn recursion_never_reaches_the_jit() {
+    // f: call f. The JIT keeps a run-time depth limit, but only verified programs compile and
+    // the verifier refuses recursion.
     let p = vec![call_local(1), exit(), call_local(-1), exit()];
-    let e = run_with(p, &mut Sandbox::new()).unwrap_err();
-    assert_eq!(e, VmError::CallDepth { insn: 2, max: MAX_CALL_DEPTH });
+    let e = VerifiedProgram::new(program(p)).unwrap_err();
+    assert_eq!(e.to_string(), "insn #2: recursive call to the function at #2");
 }
 
 #[test]
@@ -84,84 +84,63 @@ fn fault_in_callee_aborts_the_whole_invocation() {
 
 #[test]
 fn budget_is_shared_across_frames() {
-    // The callee loops 10 times; the budget of 15 survives one call but not two.
+    // Charges: main 4 at its entry; the callee 1 at its entry (4) and 3 at its loop header (5:
+    // 5, 6 and the exit), so a call costs 1 + 10 * 3 = 31 and the run 4 + 31 + 31 = 66. With
+    // 40 the second call's loop stops in its 2nd iteration (4 + 31 + 1 + 3 = 39, 1 left).
     let callee_loop = [mov64(1, 10), alu64_imm(BPF_SUB, 1, 1), jmp_imm(BPF_JNE, 1, 0, -2), exit()];
     let mut p = vec![call_local(3), call_local(2), mov64(0, 3), exit()];
     p.extend(callee_loop);
-    let mut prog = program(p);
-    prog.back_jump_budget = 15;
-    let jit = JitProgram::compile(&prog).unwrap();
+    let jit = JitProgram::compile(&verified(p)).unwrap();
     let mut sb = Sandbox::new();
-    let mut env = sb.env(15);
-    let e = jit.run(&mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 6, budget: 15 });
+    let mut env = sb.env(40);
+    let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 5, budget: 40 });
+    let mut env = sb.env(66);
+    assert_eq!(run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()), Ok(3));
+    assert_eq!(env.insns_left, 0);
 }
 
 #[test]
 fn helper_error_names_helper_and_insn() {
-    // Until the helper table is linked (vm-core), every helper reports an error; either way an
-    // unknown helper id must surface as a Helper error at the call instruction.
-    let p = vec![mov64(1, 1), call_helper(0x7fff_0000), exit()];
+    // trace_printk("hi") with no host state (these sandboxes have none) fails in the helper.
+    let p = vec![
+        st(BPF_W, 10, -8, 0x6968),
+        mov64_reg(1, 10),
+        alu64_imm(BPF_ADD, 1, -8),
+        mov64(2, 3),
+        call_helper(6),
+        exit(),
+    ];
     match run_with(p, &mut Sandbox::new()).unwrap_err() {
-        VmError::Helper { insn, helper, .. } => assert_eq!((insn, helper), (1, 0x7fff_0000)),
+        VmError::Helper { insn, helper, .. } => assert_eq!((insn, helper), (4, 6)),
         e => panic!("{e:?}"),
     }
 }
 
 #[test]
 fn env_fault_is_reset_between_runs() {
-    let prog = program(vec![mov64(1, 0), ldx(BPF_B, 0, 1, 0), exit()]);
-    let ok = program(vec![mov64(0, 3), exit()]);
+    let prog = verified(vec![mov64(1, 0), ldx(BPF_B, 0, 1, 0), exit()]);
+    let ok = verified(vec![mov64(0, 3), exit()]);
     let (bad, ok) = (JitProgram::compile(&prog).unwrap(), JitProgram::compile(&ok).unwrap());
     let mut sb = Sandbox::new();
     let mut env = sb.env(10);
-    assert!(bad.run(&mut env, sb.ctx_addr(), sb.stack_top()).is_err());
-    assert_eq!(ok.run(&mut env, sb.ctx_addr(), sb.stack_top()), Ok(3));
-}
-
-fn compile_err(insns: Vec<Insn>) -> JitError {
-    JitProgram::compile(&program(insns)).expect_err("must be rejected")
-}
-
-#[test]
-fn malformed_programs_are_errors() {
-    assert!(matches!(compile_err(vec![]), JitError::Size { len: 0, .. }));
-    let e = compile_err(vec![ja(5), exit()]);
-    assert_eq!(e.to_string(), "insn #0: jump/call target 6 outside the program");
-    let e = compile_err(vec![mov64(0, 0)]);
-    assert_eq!(e.to_string(), "insn #0: falls through past the end of its function");
-    let e = compile_err(vec![ins(BPF_LD | BPF_IMM | BPF_DW, 0, 0, 0, 0)]);
-    assert_eq!(e.to_string(), "insn #0: lddw without its second slot");
-    let mut p = Vec::from(lddw(0, 1));
-    p.insert(0, ja(1));
-    p.push(exit());
-    let e = compile_err(p);
-    assert_eq!(e.to_string(), "insn #0: jump target 2 is the second half of lddw");
-    let e = compile_err(vec![mov64(10, 0), exit()]);
-    assert_eq!(e.to_string(), "insn #0: r10 is not writable");
-    let e = compile_err(vec![mov64(11, 0), exit()]);
-    assert_eq!(e.to_string(), "insn #0: register r11 does not exist");
-    let e = compile_err(vec![ins(0x20, 0, 0, 0, 0), exit()]); // legacy LD ABS
-    assert_eq!(e.to_string(), "insn #0: unsupported load op 0x20");
-    let e = compile_err(vec![ins(BPF_JMP32 | BPF_EXIT, 0, 0, 0, 0)]);
-    assert_eq!(e.to_string(), "insn #0: 0x96 is not a valid JMP32 op");
-    // A jump from the entry function into a subprogram.
-    let e = compile_err(vec![call_local(2), ja(1), exit(), mov64(0, 1), exit()]);
-    assert_eq!(e.to_string(), "insn #1: jump target 3 outside its function");
+    assert!(run_jit(&bad, &mut env, sb.ctx_addr(), sb.stack_top()).is_err());
+    assert_eq!(run_jit(&ok, &mut env, sb.ctx_addr(), sb.stack_top()), Ok(3));
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
 
-    /// Arbitrary instruction streams never panic the compiler; if one compiles, running it in a
-    /// sandbox returns (a value or a fault) without harming the host.
+    /// Arbitrary instruction streams the verifier accepts compile; running one in a sandbox
+    /// returns (a value or a fault) without harming the host.
     #[test]
     fn arbitrary_streams_never_panic(raw in proptest::collection::vec(any::<[u8; 8]>(), 1..40)) {
         let insns: Vec<Insn> = raw.iter().map(Insn::decode).collect();
-        if let Ok(jit) = JitProgram::compile(&program(insns)) {
+        if let Ok(prog) = VerifiedProgram::new(program(insns)) {
+            let jit = JitProgram::compile(&prog).expect("a verified program compiles");
             let mut sb = Sandbox::new();
             let mut env = sb.env(1000);
-            let _ = jit.run(&mut env, sb.ctx_addr(), sb.stack_top());
+            let _ = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top());
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Differential tests: the JIT against the reference interpreter on generated random programs
 //! (straight-line ALU, loads/stores/atomics over a sandbox, forward and backward jumps) and on
-//! the compiled program corpus. Same r0, same error, same memory effects, same budget left.
+//! the compiled program corpus. Same r0, same error (a budget stop at the same instruction),
+//! same memory effects, same budget left.
 //!
 //! The interpreter lives on the vm-core branch; the comparisons against it are compiled only
 //! with `--features differential`. The generator and harness are always built and exercised
@@ -13,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::{Program, RunEnv, VmError};
+use storefn_vm::{Program, RunEnv, VerifiedProgram, VmError};
 
 /// Budget for generated programs: small, so loops end quickly and the limit itself is tested.
 const GEN_BUDGET: u64 = 300;
@@ -21,7 +22,7 @@ const GEN_BUDGET: u64 = 300;
 const GEN_MAX_BODY: usize = 60;
 
 /// An engine: runs a program once on an environment (ctx address, stack top).
-pub type EngineFn = dyn FnMut(&Program, &mut RunEnv, u64, u64) -> Result<u64, VmError>;
+pub type EngineFn = dyn FnMut(&VerifiedProgram, &mut RunEnv, u64, u64) -> Result<u64, VmError>;
 
 /// What one engine did: r0 or error, then memory and the budget left.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,26 +31,27 @@ pub struct Outcome {
     pub data: Vec<u64>,
     pub stack: Vec<u64>,
     pub globals: Vec<u64>,
-    pub back_jumps_left: u64,
+    pub insns_left: u64,
 }
 
 /// Runs `engine` once on `sb`, then restores `sb`'s memory to `initial` (same addresses, so
 /// pointers and fault addresses compare exactly across engines).
 pub fn outcome(
-    prog: &Program,
+    prog: &VerifiedProgram,
+    budget: u64,
     sb: &mut Sandbox,
     initial: &Sandbox,
     engine: &mut EngineFn,
 ) -> Outcome {
-    let mut env = sb.env(prog.back_jump_budget);
+    let mut env = sb.env(budget);
     let result = engine(prog, &mut env, sb.ctx_addr(), sb.stack_top());
-    let left = env.back_jumps_left;
+    let left = env.insns_left;
     let out = Outcome {
         result,
         data: sb.data.clone(),
         stack: sb.stack.clone(),
         globals: sb.globals.clone(),
-        back_jumps_left: left,
+        insns_left: left,
     };
     sb.ctx.copy_from_slice(&initial.ctx);
     sb.data.copy_from_slice(&initial.data);
@@ -61,7 +63,7 @@ pub fn outcome(
 /// Compact comparison: which part differs, and where.
 pub fn assert_same(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(a.result, b.result, "{what}: result");
-    assert_eq!(a.back_jumps_left, b.back_jumps_left, "{what}: budget left");
+    assert_eq!(a.insns_left, b.insns_left, "{what}: budget left");
     for (name, x, y) in [
         ("data", &a.data, &b.data),
         ("stack", &a.stack, &b.stack),
@@ -75,27 +77,38 @@ pub fn assert_same(a: &Outcome, b: &Outcome, what: &str) {
 
 /// Prepares one sandbox with `setup` and runs `engines` on it in turn, memory reset between.
 pub fn run_engines(
-    prog: &Program,
+    prog: &VerifiedProgram,
+    budget: u64,
     setup: &dyn Fn(&mut Sandbox),
     engines: &mut [&mut EngineFn],
 ) -> Vec<Outcome> {
     let mut sb = Sandbox::new();
     setup(&mut sb);
     let initial = sb.clone();
-    engines.iter_mut().map(|e| outcome(prog, &mut sb, &initial, *e)).collect()
+    engines.iter_mut().map(|e| outcome(prog, budget, &mut sb, &initial, *e)).collect()
 }
 
-fn jit_engine(prog: &Program, env: &mut RunEnv, ctx: u64, top: u64) -> Result<u64, VmError> {
+fn jit_engine(
+    prog: &VerifiedProgram,
+    env: &mut RunEnv,
+    ctx: u64,
+    top: u64,
+) -> Result<u64, VmError> {
     let jit = JitProgram::compile(prog).unwrap_or_else(|e| panic!("JIT rejects {prog:?}: {e}"));
-    jit.run(env, ctx, top)
+    run_jit(&jit, env, ctx, top)
 }
 
 /// (JIT outcome, interpreter outcome) on the same sandbox addresses.
-pub fn both(prog: &Program, setup: &dyn Fn(&mut Sandbox)) -> (Outcome, Outcome) {
-    let mut interp = |p: &Program, env: &mut RunEnv, ctx: u64, top: u64| {
-        storefn_vm::interp::run(p, env, ctx, top)
+pub fn both(
+    prog: &VerifiedProgram,
+    budget: u64,
+    setup: &dyn Fn(&mut Sandbox),
+) -> (Outcome, Outcome) {
+    let mut interp = |p: &VerifiedProgram, env: &mut RunEnv, ctx: u64, top: u64| {
+        // SAFETY: the env grants only the sandbox's own buffers, alive for the call; no host.
+        unsafe { storefn_vm::interp::run(p, env, ctx, top) }
     };
-    let mut v = run_engines(prog, setup, &mut [&mut jit_engine, &mut interp]);
+    let mut v = run_engines(prog, budget, setup, &mut [&mut jit_engine, &mut interp]);
     let i = v.pop().unwrap();
     (v.pop().unwrap(), i)
 }
@@ -267,9 +280,13 @@ pub fn gen_program(seed: u64) -> Program {
         });
     }
     insns.push(exit());
-    let mut p = program(insns);
-    p.back_jump_budget = GEN_BUDGET;
-    p
+    program(insns)
+}
+
+/// [`gen_program`], verified; `None` when the verifier rejects it (an uninitialised read on
+/// some path, a stack access outside the frame).
+pub fn gen_verified(seed: u64) -> Option<VerifiedProgram> {
+    VerifiedProgram::new(gen_program(seed)).ok()
 }
 
 /// `ja +0`: a no-op jump, exercises JA lowering.
@@ -283,10 +300,12 @@ fn ja_placeholder() -> Insn {
 fn generated_programs_compile_and_run_deterministically() {
     let mut faults = 0;
     let mut budget = 0;
+    let mut verified = 0;
     for seed in 0..300 {
-        let prog = gen_program(seed);
+        let Some(prog) = gen_verified(seed) else { continue };
+        verified += 1;
         let mut jit2 = jit_engine;
-        let v = run_engines(&prog, &gen_setup, &mut [&mut jit_engine, &mut jit2]);
+        let v = run_engines(&prog, GEN_BUDGET, &gen_setup, &mut [&mut jit_engine, &mut jit2]);
         assert_same(&v[0], &v[1], &format!("seed {seed}"));
         let a = &v[0];
         match &a.result {
@@ -296,17 +315,25 @@ fn generated_programs_compile_and_run_deterministically() {
         }
     }
     // The generator must exercise the interesting paths, not only clean runs.
+    assert!(verified > 200, "only {verified} of 300 generated programs verify");
     assert!(faults > 10, "faults {faults}");
     assert!(budget > 3, "budget {budget}");
 }
 
+/// Same result everywhere, and with small budgets the same stopping instruction: the engines
+/// charge the same blocks in the same order.
 #[test]
 fn random_programs_jit_equals_interp() {
+    let mut stops = 0;
     for seed in 0..3000 {
-        let prog = gen_program(seed);
-        let (jit, interp) = both(&prog, &gen_setup);
-        assert_same(&jit, &interp, &format!("seed {seed}: {:?}", prog.insns));
+        let Some(prog) = gen_verified(seed) else { continue };
+        for budget in [3, 17, GEN_BUDGET] {
+            let (jit, interp) = both(&prog, budget, &gen_setup);
+            assert_same(&jit, &interp, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+            stops += usize::from(matches!(jit.result, Err(VmError::BudgetExhausted { .. })));
+        }
     }
+    assert!(stops > 1000, "only {stops} budget stops compared");
 }
 
 #[test]
@@ -319,9 +346,7 @@ fn corpus_programs_jit_equals_interp() {
         let t = if name.contains("lambda") { ProgType::Lambda } else { ProgType::Xrp };
         {
             let Ok(prog) = storefn_vm::elf::load(elf, None, t) else { continue };
-            if storefn_vm::verifier::verify(&prog).is_err() {
-                continue;
-            }
+            let Ok(prog) = VerifiedProgram::new(prog) else { continue };
             // Context pointers into the sandbox: XRP data and scratch, or λ's buf_o/buf_i.
             let setup = |sb: &mut Sandbox| {
                 gen_setup(sb);
@@ -345,7 +370,7 @@ fn corpus_programs_jit_equals_interp() {
                     }
                 }
             };
-            let (jit, interp) = both(&prog, &setup);
+            let (jit, interp) = both(&prog, DEFAULT_INSN_BUDGET, &setup);
             assert_same(&jit, &interp, name);
             compared += 1;
             ran_ok += usize::from(jit.result.is_ok());
@@ -369,15 +394,69 @@ fn mutated_programs_never_panic_or_escape() {
             bytes[rng.gen_range(0..8)] ^= 1 << rng.gen_range(0..8);
             prog.insns[i] = Insn::decode(&bytes);
         }
-        let Ok(jit) = JitProgram::compile(&prog) else { continue };
+        let Ok(prog) = VerifiedProgram::new(prog) else { continue };
+        let jit = JitProgram::compile(&prog).expect("a verified program compiles");
         compiled += 1;
         let mut sb = Sandbox::new();
         gen_setup(&mut sb);
         let before_stack_len = sb.stack.len();
         let mut env = sb.env(GEN_BUDGET);
-        let _ = jit.run(&mut env, sb.ctx_addr(), sb.stack_top());
-        assert!(env.back_jumps_left <= GEN_BUDGET);
+        let _ = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top());
+        assert!(env.insns_left <= GEN_BUDGET);
         assert_eq!(sb.stack.len(), before_stack_len);
     }
     assert!(compiled > 100, "only {compiled} mutated programs compiled");
+}
+
+/// Programs that read their context through r1 and through a copy in r6 while random
+/// arithmetic, loads and jumps overwrite either register on some paths. The JIT drops the
+/// region check exactly where the verifier proved the read (src/proofs.rs); a wrong proof would
+/// let the JIT read where the interpreter faults, and show up here as a difference.
+#[test]
+fn context_reads_jit_equals_interp_where_checks_are_elided() {
+    let (mut proved, mut checked) = (0, 0);
+    for seed in 0..1500u64 {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xc0ff_ee00);
+        let mut insns = vec![mov64_reg(6, 1)];
+        for r in [0u8, 2, 3, 4, 5, 7, 8, 9] {
+            insns.push(mov64(r, rng.gen_range(-4..300)));
+        }
+        let base = insns.len();
+        let body_len = rng.gen_range(1..=30usize);
+        for at in 0..body_len {
+            let pc = base + at;
+            let reg = |rng: &mut SmallRng| [0u8, 1, 2, 6, 7][rng.gen_range(0..5)];
+            let insn = match rng.gen_range(0..8) {
+                0..=3 => {
+                    let size = SIZES[rng.gen_range(0..SIZES.len())];
+                    let from = if rng.gen_bool(0.5) { 1 } else { 6 };
+                    ldx(size, reg(&mut rng), from, rng.gen_range(-16..300))
+                }
+                4 => alu64_imm(BPF_ADD, reg(&mut rng), rng.gen_range(-8..8)),
+                5 => mov64_reg(reg(&mut rng), if rng.gen_bool(0.5) { 1 } else { 6 }),
+                _ => {
+                    let to = rng.gen_range(base..=base + body_len);
+                    let off = i16::try_from(to as i64 - pc as i64 - 1).unwrap();
+                    jmp_imm(BPF_JGT, reg(&mut rng), rng.gen_range(0..300), off)
+                }
+            };
+            insns.push(insn);
+        }
+        insns.push(exit());
+        let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
+        for pc in 0..prog.insns.len() {
+            if prog.insns[pc].class() == BPF_LDX {
+                if prog.access_in_bounds(pc) {
+                    proved += 1;
+                } else {
+                    checked += 1;
+                }
+            }
+        }
+        for budget in [17, GEN_BUDGET] {
+            let (jit, interp) = both(&prog, budget, &gen_setup);
+            assert_same(&jit, &interp, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+        }
+    }
+    assert!(proved > 2000 && checked > 2000, "proved {proved}, checked {checked} context loads");
 }

@@ -6,13 +6,12 @@ mod jit_support;
 use jit_support::*;
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::VmError;
+use storefn_vm::{VerifiedProgram, VmError};
 
 fn run_with(insns: Vec<Insn>, sb: &mut Sandbox) -> Result<u64, VmError> {
-    let prog = program(insns);
-    let jit = JitProgram::compile(&prog).expect("compiles");
-    let mut env = sb.env(prog.back_jump_budget);
-    jit.run(&mut env, sb.ctx_addr(), sb.stack_top())
+    let jit = JitProgram::compile(&verified(insns)).expect("compiles");
+    let mut env = sb.env(DEFAULT_INSN_BUDGET);
+    run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top())
 }
 
 fn run(insns: Vec<Insn>) -> Result<u64, VmError> {
@@ -25,7 +24,8 @@ fn alu(class64: bool, op: u8, off: i16, a: u64, b: u64, use_reg: bool) -> u64 {
     p.extend(lddw(0, a));
     p.extend(lddw(1, b));
     let class = if class64 { BPF_ALU64 } else { BPF_ALU };
-    if use_reg {
+    // `neg` has only the K form (the verifier refuses NEG | X).
+    if use_reg && op != BPF_NEG {
         p.push(ins(class | op | BPF_X, 0, 1, off, 0));
     } else {
         p.push(ins(class | op | BPF_K, 0, 0, off, b as u32 as i32));
@@ -280,7 +280,8 @@ fn gotol_and_ja() {
     assert_eq!(run(p).unwrap(), 7);
 }
 
-/// Sum 1..=n with a backward conditional jump: n back-jumps taken... (n-1 actually).
+/// Sum 1..=n with a backward conditional jump. Charge points: entry (0, 1) and the loop header
+/// 2, which pays for 2, 3, 4 and the exit: 2 + 4n charged.
 fn loop_prog(n: i32) -> Vec<Insn> {
     vec![
         mov64(0, 0),
@@ -293,35 +294,35 @@ fn loop_prog(n: i32) -> Vec<Insn> {
 }
 
 #[test]
-fn backward_jumps_loop_within_budget() {
-    let prog = program(loop_prog(100));
-    let jit = JitProgram::compile(&prog).unwrap();
+fn loop_runs_on_exactly_its_instruction_count() {
+    let jit = JitProgram::compile(&verified(loop_prog(100))).unwrap();
     let mut sb = Sandbox::new();
-    let mut env = sb.env(99);
-    assert_eq!(jit.run(&mut env, sb.ctx_addr(), sb.stack_top()), Ok(5050));
-    assert_eq!(env.back_jumps_left, 0, "99 taken backward jumps charged");
+    let mut env = sb.env(402);
+    assert_eq!(run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()), Ok(5050));
+    assert_eq!(env.insns_left, 0, "2 + 4 * 100 instructions charged");
 }
 
 #[test]
-fn budget_exhaustion_names_the_jump() {
-    let mut prog = program(loop_prog(100));
-    prog.back_jump_budget = 98;
-    let jit = JitProgram::compile(&prog).unwrap();
+fn budget_exhaustion_names_the_charge_point_that_did_not_fit() {
+    let jit = JitProgram::compile(&verified(loop_prog(100))).unwrap();
     let mut sb = Sandbox::new();
-    let mut env = sb.env(98);
-    let e = jit.run(&mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 4, budget: 98 });
-    assert_eq!(e.to_string(), "insn #4: back-jump budget of 98 exhausted");
+    let mut env = sb.env(401);
+    let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 2, budget: 401 }, "100th iteration");
+    assert_eq!(e.to_string(), "insn #2: instruction budget exhausted (401 instructions)");
+    assert_eq!(env.insns_left, 3, "a charge that does not fit is not taken");
+    let mut env = sb.env(1);
+    let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 0, budget: 1 }, "the entry");
 }
 
 #[test]
 fn infinite_loop_terminates() {
     // `ja -1` jumps to itself forever; the budget stops it.
-    let prog = program(vec![mov64(0, 0), ja(-1), exit()]);
-    let jit = JitProgram::compile(&prog).unwrap();
+    let jit = JitProgram::compile(&verified(vec![mov64(0, 0), ja(-1), exit()])).unwrap();
     let mut sb = Sandbox::new();
     let mut env = sb.env(1000);
-    let e = jit.run(&mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
+    let e = run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()).unwrap_err();
     assert!(matches!(e, VmError::BudgetExhausted { insn: 1, .. }), "{e:?}");
 }
 
@@ -419,12 +420,19 @@ fn write_to_read_only_region_faults() {
 
 #[test]
 fn stack_below_the_frame_block_faults() {
-    // r10 - 4096 - 8 is below the whole stack block.
+    // r10 - 4096 - 8 is below the whole stack block (through a copy of r10: the verifier
+    // refuses a constant r10 offset outside the frame).
     let mut sb = Sandbox::new();
     let top = sb.stack_top();
-    let p = vec![st(BPF_DW, 10, -4104, 1), mov64(0, 0), exit()];
+    let p = vec![
+        mov64_reg(1, 10),
+        alu64_imm(BPF_ADD, 1, -4104),
+        st(BPF_DW, 1, 0, 1),
+        mov64(0, 0),
+        exit(),
+    ];
     let e = run_with(p, &mut sb).unwrap_err();
-    assert_eq!(e, VmError::BadWrite { insn: 0, addr: top - 4104, len: 8 });
+    assert_eq!(e, VmError::BadWrite { insn: 2, addr: top - 4104, len: 8 });
 }
 
 #[test]
@@ -494,7 +502,7 @@ fn cmpxchg_success_and_failure() {
 fn atomic_on_read_only_memory_is_bad_write() {
     let mut sb = Sandbox::new();
     let ctx = sb.ctx_addr();
-    let p = vec![mov64(2, 1), atomic(BPF_DW, 1, 2, 0, 0x00), exit()];
+    let p = vec![mov64(2, 1), atomic(BPF_DW, 1, 2, 0, 0x00), mov64(0, 0), exit()];
     assert_eq!(run_with(p, &mut sb).unwrap_err(), VmError::BadWrite { insn: 1, addr: ctx, len: 8 });
 }
 
@@ -509,9 +517,11 @@ fn lddw_global_relocation() {
     insns.push(exit());
     let mut prog = program(insns);
     prog.global_relocs = vec![(0, 8), (3, 16)];
-    let jit = JitProgram::compile(&prog).unwrap();
+    prog.globals = vec![0; 32];
+    prog.globals_rw_start = 16;
+    let jit = JitProgram::compile(&VerifiedProgram::new(prog).unwrap()).unwrap();
     let mut env = sb.env(10);
-    assert_eq!(jit.run(&mut env, sb.ctx_addr(), sb.stack_top()), Ok(0xfeed));
+    assert_eq!(run_jit(&jit, &mut env, sb.ctx_addr(), sb.stack_top()), Ok(0xfeed));
     assert_eq!(sb.globals[2], 0xfeed);
 }
 

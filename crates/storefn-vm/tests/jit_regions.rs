@@ -14,7 +14,7 @@ fn read_data_prog(sb: &Sandbox) -> JitProgram {
     p.push(ldx(BPF_DW, 0, 1, 8));
     p.push(st(BPF_DW, 1, 16, 5));
     p.push(exit());
-    JitProgram::compile(&program(p)).unwrap()
+    JitProgram::compile(&verified(p)).unwrap()
 }
 
 #[test]
@@ -23,19 +23,19 @@ fn hint_revalidated_when_regions_change() {
     sb.data[1] = 77;
     let jit = read_data_prog(&sb);
     let data = Region { start: sb.data_addr(), end: sb.data_addr() + DATA_BYTES as u64 };
-    let mut env = sb.env(10);
-    assert_eq!(jit.run(&mut env, 0, sb.stack_top()), Ok(77));
+    let mut env = sb.env(100);
+    assert_eq!(run_jit(&jit, &mut env, 0, sb.stack_top()), Ok(77));
     // Same program, data no longer readable: the hint from the last run must not let it through.
     env.read = RegionSet::default();
     env.read.push(Region { start: sb.ctx_addr(), end: sb.ctx_addr() + 8 });
-    let e = jit.run(&mut env, 0, sb.stack_top()).unwrap_err();
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
     assert_eq!(e, VmError::BadRead { insn: 2, addr: data.start + 8, len: 8 });
     // Readable again, at a different index.
     env.read.push(data);
-    assert_eq!(jit.run(&mut env, 0, sb.stack_top()), Ok(77));
+    assert_eq!(run_jit(&jit, &mut env, 0, sb.stack_top()), Ok(77));
     // Not writable any more.
     env.write = RegionSet::default();
-    let e = jit.run(&mut env, 0, sb.stack_top()).unwrap_err();
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
     assert_eq!(e, VmError::BadWrite { insn: 3, addr: data.start + 16, len: 8 });
 }
 
@@ -44,10 +44,10 @@ fn stale_region_past_len_grants_nothing() {
     let sb = Sandbox::new();
     let jit = read_data_prog(&sb);
     let mut env = RunEnvBuilder::only_data(&sb);
-    assert_eq!(jit.run(&mut env, 0, sb.stack_top()), Ok(0));
+    assert_eq!(run_jit(&jit, &mut env, 0, sb.stack_top()), Ok(0));
     // Drop the data region by shrinking len: its entry is still in the array.
     env.read.len -= 1;
-    let e = jit.run(&mut env, 0, sb.stack_top()).unwrap_err();
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
     assert!(matches!(e, VmError::BadRead { insn: 2, .. }), "{e:?}");
 }
 
@@ -56,10 +56,10 @@ fn region_shrunk_between_runs() {
     // The window/hint covered 256 bytes last run; now the region is 8 bytes: offset 8 faults.
     let mut sb = Sandbox::new();
     let jit = read_data_prog(&sb);
-    let mut env = sb.env(10);
-    assert!(jit.run(&mut env, 0, sb.stack_top()).is_ok());
+    let mut env = sb.env(100);
+    assert!(run_jit(&jit, &mut env, 0, sb.stack_top()).is_ok());
     env.read.regions[1].end = sb.data_addr() + 8;
-    let e = jit.run(&mut env, 0, sb.stack_top()).unwrap_err();
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
     assert_eq!(e, VmError::BadRead { insn: 2, addr: sb.data_addr() + 8, len: 8 });
 }
 
@@ -67,10 +67,10 @@ fn region_shrunk_between_runs() {
 fn inverted_region_is_empty() {
     let mut sb = Sandbox::new();
     let jit = read_data_prog(&sb);
-    let mut env = sb.env(10);
+    let mut env = sb.env(100);
     env.read.regions[1] = Region { start: sb.data_addr() + 64, end: sb.data_addr() };
     env.read.regions[0] = Region { start: u64::MAX - 4, end: 16 };
-    let e = jit.run(&mut env, 0, sb.stack_top()).unwrap_err();
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
     assert!(matches!(e, VmError::BadRead { insn: 2, .. }), "{e:?}");
 }
 
@@ -83,9 +83,9 @@ fn access_ending_exactly_at_region_end() {
         p.push(ldx(len_op, 0, 1, 0));
         p.push(ldx(len_op, 0, 1, 1)); // one byte further: out
         p.push(exit());
-        let jit = JitProgram::compile(&program(p)).unwrap();
-        let mut env = sb.env(10);
-        let e = jit.run(&mut env, 0, sb.stack_top()).unwrap_err();
+        let jit = JitProgram::compile(&verified(p)).unwrap();
+        let mut env = sb.env(100);
+        let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
         assert_eq!(e, VmError::BadRead { insn: 3, addr: last - n + 1, len: n });
     }
 }

@@ -7,6 +7,8 @@ use storefn_vm::ProgType;
 fn type_of(name: &str) -> ProgType {
     if name.contains("lambda") {
         ProgType::Lambda
+    } else if name.contains("offload") || name.starts_with("dds/") {
+        ProgType::Offload
     } else {
         ProgType::Xrp
     }

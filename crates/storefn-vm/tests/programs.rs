@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use storefn_vm::{load_verified, Engine, Instance, ProgType, Program, VmError, XrpCtx};
+use storefn_vm::{load_verified, Engine, Instance, ProgType, VerifiedProgram, VmError, XrpCtx};
 
-fn prog(name: &str, t: ProgType) -> Arc<Program> {
+fn prog(name: &str, t: ProgType) -> Arc<VerifiedProgram> {
     load_verified(storefn_progs::must(name), None, t).unwrap()
 }
 
@@ -96,14 +96,16 @@ fn bounded_loop_sums_the_block() {
 
 #[test]
 fn spinning_program_exhausts_the_budget() {
-    let mut p = (*prog("test/spin", ProgType::Xrp)).clone();
-    p.back_jump_budget = 1000;
-    let mut inst = Instance::new(Arc::new(p), Engine::Interp).unwrap();
+    let mut inst = Instance::new(prog("test/spin", ProgType::Xrp), Engine::Interp).unwrap();
+    inst.set_insn_budget(1000);
     let mut s = vec![0u8; 4096];
     let e = inst.run_xrp(&mut XrpCtx::default(), &block(&[1]), &mut s).unwrap_err();
     assert!(matches!(e, VmError::BudgetExhausted { budget: 1000, .. }), "{e}");
-    // Each of the 1000 allowed back jumps ran one more loop iteration.
-    assert_eq!(word(&s, 0), 1001);
+    // Every instruction of an iteration is charged (the loop header pays for the 5-7
+    // instruction body and the longest way out of it), not only the backward jump (which
+    // would allow 1000 iterations).
+    let n = word(&s, 0);
+    assert!((1000 / 16..=1000 / 4).contains(&n), "{n} iterations");
     // With the magic word it stops at once; the budget was reset for the new invocation.
     let mut ctx = XrpCtx::default();
     inst.run_xrp(&mut ctx, &block(&[0x5350_494e]), &mut s).unwrap();
@@ -231,4 +233,33 @@ fn previous_calls_buffers_are_not_granted() {
         let e = reader.run_xrp(&mut ctx2, &[], &mut scratch2).unwrap_err();
         assert!(matches!(e, VmError::BadRead { len: 8, .. }), "{engine:?}: {e}");
     }
+}
+
+/// Regression (issue 10): a loop-free program of seven functions, each calling the next 64
+/// times, passed the verifier and then ran for minutes, because only backward jumps were
+/// charged. Every instruction is charged now: both engines stop on the default budget, at the
+/// same instruction, with the same error.
+#[test]
+fn call_fanout_stops_on_the_instruction_budget() {
+    let p = prog("test/fanout", ProgType::Xrp);
+    assert_eq!(p.stats().functions, 7);
+    let mut stops = Vec::new();
+    for engine in [Engine::Jit, Engine::Interp] {
+        let mut inst = Instance::new(Arc::clone(&p), engine).unwrap();
+        assert_eq!(inst.insn_budget(), storefn_vm::program::DEFAULT_INSN_BUDGET);
+        let mut s = vec![0u8; 4096];
+        let e = inst.run_xrp(&mut XrpCtx::default(), &block(&[0]), &mut s).unwrap_err();
+        let VmError::BudgetExhausted { insn, budget } = e else { panic!("{engine:?}: {e}") };
+        assert_eq!(budget, storefn_vm::program::DEFAULT_INSN_BUDGET);
+        stops.push(insn);
+        // A smaller budget per instance stops it sooner, at a different point.
+        inst.set_insn_budget(1000);
+        let e = inst.run_xrp(&mut XrpCtx::default(), &block(&[0]), &mut s).unwrap_err();
+        assert!(matches!(e, VmError::BudgetExhausted { budget: 1000, .. }), "{e}");
+        stops.push(match e {
+            VmError::BudgetExhausted { insn, .. } => insn,
+            _ => unreachable!(),
+        });
+    }
+    assert_eq!(stops[..2], stops[2..], "JIT and interpreter stop at the same instructions");
 }

@@ -88,12 +88,11 @@ fn random_program(rng: &mut SmallRng) -> Vec<Insn> {
 
 /// 0 = rejected, 1 = ran to `exit`, 2 = faulted cleanly.
 fn check(insns: Vec<Insn>) -> usize {
-    let mut p = program(insns, ProgType::Xrp);
-    p.back_jump_budget = 200;
+    let p = program(insns, ProgType::Xrp);
     if storefn_vm::verify(&p).is_err() {
         return 0;
     }
-    match run_unverified(p) {
+    match run_with_budget(p, 600) {
         Ok(_) => 1,
         // `Invalid` means the verifier let through something the engines cannot run.
         Err(e @ VmError::Invalid { .. }) => panic!("verified program hit {e}"),

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use storefn_kv::bench::{open_path, BenchConfig, Dist, PathOptions, PATH_NAMES};
 use storefn_kv::format::bpfkv_value;
+use storefn_kv::harness::bench::{open_path, BenchConfig, Dist, PathOptions, PATH_NAMES};
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 
 use crate::CmdResult;
@@ -65,11 +65,11 @@ pub fn run(args: &DemoArgs) -> CmdResult {
     );
     let store = Arc::new(Store::open(&db, 0)?);
     let keys = crate::kv::random_keys(DEMO_CHECK_KEYS, args.seed, meta.key_count);
-    let opts = PathOptions { cache_bytes: 0, batch: DEMO_BATCH, raw: false };
+    let opts = PathOptions { batch: DEMO_BATCH, ..PathOptions::default() };
 
     let mut available = Vec::new();
     for name in PATH_NAMES {
-        match open_path(name, &store, opts) {
+        match open_path(name, &store, &opts) {
             Ok(mut p) if *name != "device" => {
                 let mut out = Vec::new();
                 p.get_many(&keys, &mut out)?;
@@ -106,15 +106,17 @@ pub fn run(args: &DemoArgs) -> CmdResult {
             seed: args.seed,
             cache_bytes: 0,
             raw: false,
+            prog: storefn_kv::ProgSource::BuiltIn,
+            abi: storefn_kv::Abi::Storefn,
         };
-        let r = storefn_kv::bench::run(&store, &cfg)?;
+        let r = storefn_kv::harness::bench::run(&store, &cfg)?;
         println!(
             "{:<10} {:>7} {:>12.0} {:>10.1} {:>10.1} {:>10.2} {:>11.2}",
             r.path, r.batch, r.ops_per_sec, r.mean_us, r.p99_us, r.ios_per_op, r.cpu_us_per_op
         );
     }
     println!("(device = random single-block reads, the physical reference; 1 thread each)");
-    if let Some(e) = storefn_kv::chain::engine_used() {
+    if let Some(e) = storefn_kv::program::engine_used() {
         println!("(storage functions ran on the VM's {e} engine)");
     }
     Ok(ExitCode::SUCCESS)

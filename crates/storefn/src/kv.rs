@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use storefn_kv::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::db::{open_read, Db, DbOptions};
 use storefn_kv::format::value_text;
-use storefn_kv::range::{aggregate, Agg, RangeScan};
-use storefn_kv::{create_bpfkv, LookupPath, NodeSize, Store};
+use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::query::RangeVia;
+use storefn_kv::range::Agg;
+use storefn_kv::{Abi, LookupPath, NodeSize, ProgSource, Store};
 
 use crate::CmdResult;
 
@@ -26,6 +28,9 @@ pub enum KvCmd {
         /// 512 (BPF-KV, fan-out 31) or 4096 (fan-out 255, for 4 KiB-block devices).
         #[arg(long, default_value_t = 512)]
         node_size: u64,
+        /// Wait up to SECS for another writer's lock instead of failing at once.
+        #[arg(long, value_name = "SECS")]
+        wait_lock: Option<f64>,
     },
     /// Insert or update a key (durable on return); value: text, NUL-padded to 64 bytes.
     Put {
@@ -34,10 +39,26 @@ pub enum KvCmd {
         key: u64,
         #[arg(long)]
         value: String,
+        #[command(flatten)]
+        write: WriteOpts,
     },
     /// Merge the WAL's memtable into a new tree file and swap it in atomically.
-    Compact { db: PathBuf },
-    /// Crash-test driver: `count` random puts, printing `ack KEY` once each is durable.
+    Compact {
+        db: PathBuf,
+        #[command(flatten)]
+        write: WriteOpts,
+    },
+    /// As the writer: finish an interrupted compaction and cut a torn WAL tail; with
+    /// --point-in-time also drop a corrupt WAL batch and everything after it, printing what went.
+    Recover {
+        db: PathBuf,
+        #[arg(long)]
+        point_in_time: bool,
+        #[command(flatten)]
+        write: WriteOpts,
+    },
+    /// Crash-test driver: prints `locked NS` once it holds the writer's lock, then makes `count`
+    /// random puts, printing `ack KEY VALUE` once each is durable.
     #[command(hide = true)]
     PutStream {
         db: PathBuf,
@@ -51,6 +72,8 @@ pub enum KvCmd {
         /// Puts submitted together per group commit.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        #[command(flatten)]
+        write: WriteOpts,
     },
     /// Look one key up; prints the value as text, or `not found` (exit 1).
     Get {
@@ -59,14 +82,6 @@ pub enum KvCmd {
         key: u64,
         #[command(flatten)]
         opts: PathOpts,
-        /// Run this XRP-style program (ELF .o) instead of the built-in one (scratch ABI:
-        /// docs/FORMAT.md, "Lookup scratch ABI"): over the io engine with --path xrp|xrp-batch,
-        /// else over pread. A failing program is an error (no fallback).
-        #[arg(long)]
-        prog: Option<PathBuf>,
-        /// ELF section of the program in --prog (default: the first XRP section).
-        #[arg(long, requires = "prog")]
-        section: Option<String>,
     },
     /// Look many keys up; prints `KEY VALUE` or `KEY not found` per key.
     Multiget {
@@ -94,10 +109,16 @@ pub enum KvCmd {
         /// sum|min|max|count (sum wraps at 2^64).
         #[arg(long)]
         agg: Option<String>,
-        /// xrp: the resumable kv_range storage function (32 results per call; 512 B nodes);
-        /// read: leaf scan with pread. Default: xrp for 512 B nodes, read for 4096 B.
+        /// xrp: a resumable range storage function on the io engine (32 results per call;
+        /// 512 B nodes): the built-in one, or --prog; read: leaf scan with pread.
+        /// Default: xrp for 512 B nodes, read for 4096 B.
         #[arg(long)]
         path: Option<String>,
+        /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
+        #[arg(long)]
+        layers: Option<u32>,
+        #[command(flatten)]
+        prog: ProgOpts,
     },
     /// Lookup benchmark; prints BPF-KV's driver lines, then p50, CPU per lookup, fallbacks.
     Bench(BenchArgs),
@@ -120,7 +141,7 @@ pub struct BenchArgs {
     pub batch: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
-    /// LRU block cache per thread, bytes, on the read and uring paths (0 = off).
+    /// LRU block cache per thread, bytes, on the read, uring, xrp and xrp-batch paths (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
     /// uniform | zipf:THETA
@@ -143,27 +164,115 @@ pub struct BenchArgs {
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
+    #[arg(long)]
+    pub layers: Option<u32>,
+    #[command(flatten)]
+    pub prog: ProgOpts,
     #[command(flatten)]
     pub remote: crate::kv_remote::RemoteOpts,
+}
+
+/// Options of every command that writes a database.
+#[derive(Debug, Args)]
+pub struct WriteOpts {
+    /// Wait up to SECS for another writer's lock instead of failing at once.
+    #[arg(long, value_name = "SECS")]
+    pub wait_lock: Option<f64>,
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root); the
+    /// writer then creates DB.meta.
+    #[arg(long)]
+    pub layers: Option<u32>,
+}
+
+impl WriteOpts {
+    fn db_options(&self, memtable_limit_bytes: usize) -> Result<DbOptions, String> {
+        Ok(DbOptions {
+            memtable_limit_bytes,
+            wait_lock: wait_secs(self.wait_lock)?,
+            layers: self.layers,
+            ..DbOptions::default()
+        })
+    }
+}
+
+/// `--wait-lock SECS` as a duration.
+fn wait_secs(secs: Option<f64>) -> Result<Option<std::time::Duration>, String> {
+    secs.map(|s| {
+        std::time::Duration::try_from_secs_f64(s).map_err(|e| format!("--wait-lock {s}: {e}"))
+    })
+    .transpose()
+}
+
+/// The storage function of the chain paths and its scratch layout.
+#[derive(Debug, Args)]
+pub struct ProgOpts {
+    /// Run this XRP-style program (ELF .o) instead of the built-in one, as chains on the io
+    /// engine (--path xrp|xrp-batch). A failing program is an error (no fallback).
+    #[arg(long)]
+    pub prog: Option<PathBuf>,
+    /// ELF section of the program in --prog (default: the first XRP section).
+    #[arg(long, requires = "prog")]
+    pub section: Option<String>,
+    /// Scratch layout of the program: storefn (docs/FORMAT.md, "Lookup scratch ABI" / "Range
+    /// scratch ABI") or bpfkv (BPF-KV's ScatterGatherQuery / RangeQuery, as XRP's get.c and
+    /// range.c expect; up to 32 keys per chain in multiget). Without --prog, bpfkv runs our
+    /// built-in programs written for those layouts.
+    #[arg(long, default_value = "storefn", value_parser = parse_abi)]
+    pub abi: Abi,
+}
+
+fn parse_abi(s: &str) -> Result<Abi, String> {
+    s.parse::<Abi>().map_err(|e| e.to_string())
+}
+
+impl ProgOpts {
+    /// The program source: the --prog file's bytes, or the built-in program.
+    fn source(&self) -> Result<ProgSource, Box<dyn std::error::Error>> {
+        match &self.prog {
+            None => Ok(ProgSource::BuiltIn),
+            Some(p) => Ok(ProgSource::User {
+                elf: std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
+                section: self.section.clone(),
+            }),
+        }
+    }
 }
 
 /// Options shared by every lookup command.
 #[derive(Debug, Args)]
 pub struct PathOpts {
-    /// read | uring | xrp | xrp-batch
-    #[arg(long, default_value = "read")]
-    pub path: String,
+    /// read | uring | xrp | xrp-batch [default: read, or xrp with --prog or --abi bpfkv]
+    #[arg(long)]
+    pub path: Option<String>,
     /// Keep the top k levels in memory and start reads below them.
     #[arg(long, default_value_t = 0)]
     pub cache_levels: u32,
-    /// LRU block cache per thread, in bytes, on the read and uring paths (0 = off).
+    /// LRU block cache per thread, in bytes, on the read, uring, xrp and xrp-batch paths
+    /// (0 = off).
     #[arg(long, default_value_t = 0)]
     pub cache_bytes: u64,
     /// file | raw (read and engine paths; see `kv bench --help`).
     #[arg(long, value_enum, default_value_t = IoArg::File)]
     pub io: IoArg,
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
+    #[arg(long)]
+    pub layers: Option<u32>,
+    #[command(flatten)]
+    pub prog: ProgOpts,
     #[command(flatten)]
     pub remote: crate::kv_remote::RemoteOpts,
+}
+
+impl PathOpts {
+    /// The path name: as given, else xrp when a program or the BPF-KV ABI asks for chains.
+    fn path_name(&self) -> &str {
+        match &self.path {
+            Some(p) => p,
+            None if self.prog.prog.is_some() || self.prog.abi == Abi::BpfKv => "xrp",
+            None => "read",
+        }
+    }
 }
 
 /// `kv bench --io`: one mode, or both side by side.
@@ -198,75 +307,74 @@ pub enum IoArg {
     Raw,
 }
 
-/// The lookup path called `name` over `store`.
+/// The lookup path `opts` names over `store`; `keys_per_chain` keys ride one chain (BPF-KV ABI).
 pub fn make_path(
-    name: &str,
     store: &Arc<Store>,
     opts: &PathOpts,
+    keys_per_chain: usize,
 ) -> Result<Box<dyn LookupPath>, Box<dyn std::error::Error>> {
-    let raw = opts.io == IoArg::Raw;
-    Ok(open_path(name, store, PathOptions { cache_bytes: opts.cache_bytes, batch: 32, raw })?)
+    let o = PathOptions {
+        cache_bytes: opts.cache_bytes,
+        batch: 32,
+        raw: opts.io == IoArg::Raw,
+        prog: opts.prog.source()?,
+        abi: opts.prog.abi,
+        keys_per_chain,
+    };
+    open_path(opts.path_name(), store, &o).map_err(|e| prog_err(&opts.prog, e))
 }
 
 pub fn run(cmd: &KvCmd) -> CmdResult {
     match cmd {
-        KvCmd::Create { db, layers, node_size } => create(db, *layers, *node_size),
-        KvCmd::Put { db, key, value } => {
+        KvCmd::Create { db, layers, node_size, wait_lock } => {
+            create(db, *layers, *node_size, wait_secs(*wait_lock)?)
+        }
+        KvCmd::Put { db, key, value, write } => {
             let v = put_value(value)?;
-            storefn_kv::db::Db::open(db)?.put(*key, &v)?;
+            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            Db::open_opts(db, write.db_options(limit)?)?.put(*key, &v)?;
             Ok(ExitCode::SUCCESS)
         }
-        KvCmd::Compact { db } => {
-            storefn_kv::db::Db::open(db)?.compact()?;
+        KvCmd::Compact { db, write } => {
+            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            Db::open_opts(db, write.db_options(limit)?)?.compact()?;
             Ok(ExitCode::SUCCESS)
         }
-        KvCmd::PutStream { db, count, seed, memtable_bytes, batch } => {
-            put_stream(db, *count, *seed, *memtable_bytes, *batch)
+        KvCmd::Recover { db, point_in_time, write } => {
+            recover(db, *point_in_time, wait_secs(write.wait_lock)?)
         }
-        KvCmd::Get { prog: Some(_), opts, .. } if opts.remote.remote.is_some() => {
+        KvCmd::PutStream { db, count, seed, memtable_bytes, batch, write } => {
+            let d = Db::open_opts(db, write.db_options(*memtable_bytes)?)?;
+            put_stream(&d, *count, *seed, *batch)
+        }
+        KvCmd::Get { opts, .. } if opts.remote.remote.is_some() && opts.prog.prog.is_some() => {
             Err("--prog runs a program locally; with --remote use --path pushdown".into())
         }
-        KvCmd::Get { db, key, opts, prog: None, .. } if opts.remote.remote.is_some() => {
+        KvCmd::Get { db, key, opts } if opts.remote.remote.is_some() => {
             let addr = opts.remote.remote.as_deref().expect("checked");
-            crate::kv_remote::get(db, *key, &opts.path, opts.cache_levels, &opts.remote, addr)
+            let path = opts.path.as_deref().unwrap_or("pushdown");
+            crate::kv_remote::get(db, *key, path, opts.cache_levels, &opts.remote, addr)
         }
         KvCmd::Multiget { db, keys, random, seed, opts } if opts.remote.remote.is_some() => {
             let addr = opts.remote.remote.as_deref().expect("checked");
             let r = random.map(|n| (n, *seed));
-            crate::kv_remote::multiget(
-                db,
-                keys,
-                r,
-                &opts.path,
-                opts.cache_levels,
-                &opts.remote,
-                addr,
-            )
+            let path = opts.path.as_deref().unwrap_or("pushdown");
+            crate::kv_remote::multiget(db, keys, r, path, opts.cache_levels, &opts.remote, addr)
         }
         KvCmd::Bench(a) if a.remote.remote.is_some() => {
             crate::kv_remote::bench(a, a.remote.remote.as_deref().expect("checked"))
         }
-        KvCmd::Get { db, key, opts, prog, section } => {
+        KvCmd::Get { db, key, opts } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
-            // A user program answers from the tree alone, but after recovery like the rest.
-            let logged = storefn_kv::db::logged_value(db, *key)?;
-            if let (None, Some(v)) = (prog, logged) {
-                println!("{}", value_text(&v));
+            // A user program answers from the tree alone.
+            let view = open_read(db, opts.cache_levels, opts.layers)?;
+            if let (None, Some(v)) = (&opts.prog.prog, view.mem.get(*key)) {
+                println!("{}", value_text(v));
                 return Ok(ExitCode::SUCCESS);
             }
-            let store = Arc::new(Store::open(db, opts.cache_levels)?);
-            let found = match prog {
-                Some(p) if matches!(opts.path.as_str(), "xrp" | "xrp-batch") => {
-                    let elf = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
-                    let src =
-                        storefn_kv::xrp_paths::ProgSource::User { elf, section: section.clone() };
-                    storefn_kv::xrp_paths::XrpPath::new(Arc::clone(&store), &src, false, 1, None)
-                        .and_then(|mut x| x.get(*key))
-                        .map_err(|e| format!("{}: {e}", p.display()))?
-                }
-                Some(p) => run_user_prog(&store, *key, p, section.as_deref())?,
-                None => make_path(&opts.path, &store, opts)?.get(*key)?,
-            };
+            let store = Arc::new(view.store);
+            let found =
+                make_path(&store, opts, 1)?.get(*key).map_err(|e| prog_err(&opts.prog, e))?;
             match found {
                 Some(v) => {
                     println!("{}", value_text(&v));
@@ -279,19 +387,20 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
         }
         KvCmd::Multiget { db, keys, random, seed, opts } => {
-            let mem = storefn_kv::db::logged_memtable(db)?;
-            let store = Arc::new(Store::open(db, opts.cache_levels)?);
+            let view = open_read(db, opts.cache_levels, opts.layers)?;
+            let (mem, store) = (view.mem, Arc::new(view.store));
             let keys = match random {
                 Some(n) => random_keys(*n, *seed, store.meta().key_count),
                 None if keys.is_empty() => return Err("give --keys or --random".into()),
                 None => keys.clone(),
             };
-            let mut path = make_path(&opts.path, &store, opts)?;
-            let mut out = Vec::with_capacity(keys.len());
-            path.get_many(&keys, &mut out)?;
+            let kpc = opts.prog.abi.max_keys_per_chain();
+            let mut path = make_path(&store, opts, kpc)?;
+            let found = storefn_kv::query::multiget(path.as_mut(), &mem, &keys)
+                .map_err(|e| prog_err(&opts.prog, e))?;
             let mut missing = 0;
-            for (k, l) in keys.iter().zip(&out) {
-                match mem.get(*k).or(l.value.as_ref()) {
+            for (k, v) in keys.iter().zip(&found) {
+                match v {
                     Some(v) => println!("{k} {}", value_text(v)),
                     None => {
                         missing += 1;
@@ -301,37 +410,24 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             }
             Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        KvCmd::Range { db, begin, end, agg, path } => {
-            let mem = storefn_kv::db::logged_memtable(db)?;
-            let store = Store::open(db, 0)?;
+        KvCmd::Range { db, begin, end, agg, path, layers, prog } => {
+            let view = open_read(db, 0, *layers)?;
+            let (mem, store) = (view.mem, view.store);
             let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
-            // Logged puts inside the range: fetch the tree's entries, overlay the puts, and
-            // aggregate here (the storage function only sees the tree).
-            let logged = mem.range(*begin, *end).next().is_some();
-            let default = if store.node_size() == NodeSize::B512 { "xrp" } else { "read" };
-            let (entries, value) = match path.as_deref().unwrap_or(default) {
-                "read" => (RangeScan::new(&store).collect(*begin, *end)?, None),
-                "xrp" => {
-                    let mut ch = storefn_kv::xrp_paths::EngineChain::new(
-                        &store,
-                        storefn_progs::must("kv_range"),
-                        None,
-                    )?;
-                    let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
-                    let fn_agg = if logged { None } else { agg };
-                    let o =
-                        storefn_kv::xrp_range::range_xrp(&store, &mut run, *begin, *end, fn_agg)?;
-                    (o.entries, o.agg)
-                }
-                p => return Err(format!("--path {p}: expected read|xrp").into()),
+            let chain = || -> Result<RangeVia, Box<dyn std::error::Error>> {
+                Ok(RangeVia::Chain { prog: prog.source()?, abi: prog.abi })
             };
-            let entries = storefn_kv::db::overlay_range(entries, &mem, *begin, *end);
-            let value = match agg {
-                Some(a) if value.is_none() || logged => {
-                    aggregate(a, entries.iter().map(|(_, v)| v))
-                }
-                _ => value,
+            let via = match path.as_deref() {
+                None if prog.prog.is_some() || prog.abi == Abi::BpfKv => chain()?,
+                None => RangeVia::default_for(store.node_size()),
+                Some("xrp") => chain()?,
+                Some("read") if prog.prog.is_none() => RangeVia::Read,
+                Some("read") => return Err("--prog runs on --path xrp".into()),
+                Some(p) => return Err(format!("--path {p}: expected read|xrp").into()),
             };
+            let o = storefn_kv::query::range(&store, &mem, *begin, *end, agg, &via)
+                .map_err(|e| prog_err(prog, e))?;
+            let (entries, value) = (o.entries, o.agg);
             match agg {
                 None => {
                     for (k, v) in &entries {
@@ -350,9 +446,9 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
 }
 
 fn bench(a: &BenchArgs) -> CmdResult {
-    // Lookups measure the tree alone, but only once an interrupted compaction is finished.
-    storefn_kv::db::recover(&a.db)?;
-    let store = Arc::new(Store::open(&a.db, a.cache_levels)?);
+    // Lookups measure the tree alone (read-only: an interrupted compaction is read as recovery
+    // would finish it, and left for the next writer to finish).
+    let store = Arc::new(open_read(&a.db, a.cache_levels, a.layers)?.store);
     let cfg = BenchConfig {
         path: a.path.clone(),
         threads: a.threads,
@@ -363,6 +459,8 @@ fn bench(a: &BenchArgs) -> CmdResult {
         seed: a.seed,
         cache_bytes: a.cache_bytes,
         raw: a.io == BenchIo::One(IoArg::Raw),
+        prog: a.prog.source()?,
+        abi: a.prog.abi,
     };
     let io = match a.io {
         BenchIo::One(_) if a.rounds.is_some() => {
@@ -371,7 +469,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
         BenchIo::One(io) => io,
         BenchIo::Both => return bench_compare(a, &store, &cfg),
     };
-    let r = storefn_kv::bench::run(&store, &cfg)?;
+    let r = storefn_kv::harness::bench::run(&store, &cfg)?;
     print_bench(&r, io.name());
     if r.misses > 0 {
         eprintln!("warning: {} lookups found nothing", r.misses);
@@ -385,10 +483,10 @@ fn bench(a: &BenchArgs) -> CmdResult {
 /// `--io file,raw`: both modes interleaved (storefn_kv::compare), each mode's block, then
 /// one stable `compare` line.
 fn bench_compare(a: &BenchArgs, store: &Arc<Store>, cfg: &BenchConfig) -> CmdResult {
-    let c = storefn_kv::compare::run(
+    let c = storefn_kv::harness::compare::run(
         store,
         cfg,
-        a.rounds.unwrap_or(storefn_kv::compare::DEFAULT_ROUNDS),
+        a.rounds.unwrap_or(storefn_kv::harness::compare::DEFAULT_ROUNDS),
     )?;
     for (r, io) in [(&c.file, "file"), (&c.raw, "raw")] {
         println!("== io={io}");
@@ -452,7 +550,7 @@ pub fn print_bench(r: &BenchResult, io: &str) {
     println!("Fallbacks: {}", r.fallbacks);
     println!("Device reads per lookup: {:.4}", r.device_ios_per_op);
     if r.path.starts_with("xrp") {
-        println!("VM engine: {}", storefn_kv::chain::engine_used().unwrap_or("none"));
+        println!("VM engine: {}", storefn_kv::program::engine_used().unwrap_or("none"));
     }
     println!(
         "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
@@ -496,30 +594,12 @@ pub(crate) fn append_line(p: &std::path::Path, obj: &serde_json::Value) -> CmdRe
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a user's XRP-style program for one lookup (scratch ABI: docs/FORMAT.md).
-fn run_user_prog(
-    store: &Store,
-    key: u64,
-    prog: &std::path::Path,
-    section: Option<&str>,
-) -> Result<Option<[u8; 64]>, Box<dyn std::error::Error>> {
-    use storefn_kv::format::{LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, SCRATCH_BYTES};
-    use storefn_kv::Step;
-    let elf = std::fs::read(prog).map_err(|e| format!("{}: {e}", prog.display()))?;
-    let mut inst = storefn_kv::chain::instance(&elf, section)
-        .map_err(|e| format!("{}: {e}", prog.display()))?;
-    let Step::Node { offset, .. } = store.start(key)? else {
-        return Err("--prog needs at least one uncached level (lower --cache-levels)".into());
-    };
-    let mut scratch = vec![0u8; SCRATCH_BYTES];
-    scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
-    let nb = store.node_size().bytes() as u64;
-    storefn_kv::chain::run_pread(store, &mut inst, offset, nb, &mut scratch)
-        .map_err(|e| format!("{}: {e}", prog.display()))?;
-    if scratch[LOOKUP_OFF_FOUND] == 0 {
-        return Ok(None);
+/// A lookup error, prefixed with the --prog file when one ran.
+fn prog_err(prog: &ProgOpts, e: storefn_kv::KvError) -> Box<dyn std::error::Error> {
+    match &prog.prog {
+        Some(p) => format!("{}: {e}", p.display()).into(),
+        None => e.into(),
     }
-    Ok(Some(scratch[LOOKUP_OFF_VALUE..LOOKUP_OFF_VALUE + 64].try_into().expect("64 bytes")))
 }
 
 /// `n` keys drawn uniformly from `0..key_count` with a seeded generator.
@@ -529,7 +609,40 @@ pub fn random_keys(n: u64, seed: u64, key_count: u64) -> Vec<u64> {
     (0..n).map(|_| rng.gen_range(0..key_count.max(1))).collect()
 }
 
-fn create(db: &std::path::Path, layers: u32, node_size: u64) -> CmdResult {
+/// `kv recover`: prints what it repaired and, with --point-in-time, what it dropped.
+fn recover(
+    db: &std::path::Path,
+    point_in_time: bool,
+    wait: Option<std::time::Duration>,
+) -> CmdResult {
+    let (repaired, dropped) = storefn_kv::db::recover_db(db, point_in_time, wait)?;
+    if repaired {
+        println!("finished an interrupted compaction of {}", db.display());
+    }
+    match dropped {
+        Some(d) => println!(
+            "dropped {} bytes of the WAL from offset {} ({}): {} committed batches after it, \
+             {} records{}",
+            d.bytes,
+            d.offset,
+            d.reason,
+            d.batches,
+            d.records,
+            d.seqs.map_or_else(String::new, |(a, b)| format!(", sequence numbers {a}..={b}"))
+        ),
+        None if point_in_time => println!("WAL has no corruption: nothing dropped"),
+        None => {}
+    }
+    println!("recovered {}", db.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn create(
+    db: &std::path::Path,
+    layers: u32,
+    node_size: u64,
+    wait: Option<std::time::Duration>,
+) -> CmdResult {
     let ns = NodeSize::from_bytes(node_size)
         .ok_or_else(|| format!("--node-size {node_size}: expected 512 or 4096"))?;
     let bar = indicatif::ProgressBar::new(0);
@@ -540,7 +653,7 @@ fn create(db: &std::path::Path, layers: u32, node_size: u64) -> CmdResult {
         .expect("valid template"),
     );
     let t0 = Instant::now();
-    let meta = create_bpfkv(db, ns, layers, &mut |done, total| {
+    let meta = storefn_kv::db::create_db(db, ns, layers, wait, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })?;
@@ -571,19 +684,15 @@ fn put_value(text: &str) -> Result<[u8; 64], String> {
 }
 
 /// Key space of the crash driver: twice the tree's keys, so half the puts are new keys.
-fn put_stream(
-    db: &std::path::Path,
-    count: u64,
-    seed: u64,
-    memtable_bytes: usize,
-    batch: usize,
-) -> CmdResult {
+fn put_stream(d: &Db, count: u64, seed: u64, batch: usize) -> CmdResult {
     use rand::{Rng, SeedableRng};
     use std::io::Write as _;
-    let d = storefn_kv::db::Db::open_with(db, memtable_bytes)?;
     let span = d.store().meta().key_count.max(1) * 2;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let mut out = std::io::stdout().lock();
+    // When this writer got the lock (wall clock, ns): orders writer processes in tests.
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    writeln!(out, "locked {}", since.as_nanos())?;
     let mut done = 0u64;
     while done < count {
         let n = (count - done).min(batch.max(1) as u64);

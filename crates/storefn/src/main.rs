@@ -4,11 +4,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod dds_cmd;
 mod demo;
 mod digest_cmd;
 mod io;
 mod kv;
 mod kv_remote;
+mod lambda;
+mod lambda_plot;
+mod net;
 mod plot;
 mod prog;
 mod prog_bench;
@@ -35,10 +39,22 @@ enum Cmd {
     Io(io::IoCmd),
     /// The README demo: build a small database, run every lookup path, compare.
     Demo(demo::DemoArgs),
+    /// λ-IO: run a function over a file range, locally or on the server; workloads; bench.
+    #[command(subcommand)]
+    Lambda(lambda::LambdaCmd),
+    /// Network emulation: a user-space delay proxy for tests and benchmarks.
+    #[command(subcommand)]
+    Net(net::NetCmd),
     /// Serve the files of a directory to remote clients; run storage functions next to them.
     Serve(serve::ServeArgs),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
+    /// DDS rings: the progressive ring vs a mutex ring vs a flag-per-slot ring.
+    #[command(subcommand)]
+    Ring(dds_cmd::RingCmd),
+    /// DDS offload engine pieces: the cache table's benchmark.
+    #[command(subcommand)]
+    Dds(dds_cmd::DdsCmd),
 }
 
 fn main() -> ExitCode {
@@ -49,7 +65,11 @@ fn main() -> ExitCode {
         Cmd::Io(c) => io::run(&c),
         Cmd::Demo(a) => demo::run(&a),
         Cmd::Plot(a) => plot::run(&a),
+        Cmd::Net(c) => net::run(&c),
+        Cmd::Lambda(c) => lambda::run(&c),
         Cmd::Serve(a) => serve::run(&a),
+        Cmd::Ring(c) => dds_cmd::run_ring(&c),
+        Cmd::Dds(c) => dds_cmd::run_dds(&c),
     };
     match result {
         Ok(code) => code,

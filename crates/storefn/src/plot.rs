@@ -111,7 +111,7 @@ fn threads_layers(runs: &[Run]) -> Option<u32> {
     counts.into_iter().max_by_key(|(layers, t)| (t.len(), *layers)).map(|(l, _)| l)
 }
 
-fn load_font() -> Result<(), String> {
+pub(crate) fn load_font() -> Result<(), String> {
     let path = std::env::var(FONT_ENV).unwrap_or_else(|_| DEFAULT_FONT.to_owned());
     let bytes = std::fs::read(&path).map_err(|e| {
         format!("font {path}: {e} (install Debian's fonts-dejavu-core or set {FONT_ENV})")
@@ -180,7 +180,7 @@ pub fn render(runs: &[Run], out: &Path) -> Result<(), String> {
 }
 
 /// Colour of the i-th series (stable across panels because series are sorted by path).
-fn colour(i: usize) -> RGBColor {
+pub(crate) fn colour(i: usize) -> RGBColor {
     const PALETTE: [RGBColor; 8] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),

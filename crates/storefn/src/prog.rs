@@ -47,6 +47,9 @@ pub enum ProgCmd {
         engine: EngineArg,
         #[arg(long)]
         section: Option<String>,
+        /// Instructions the invocation may execute (default: the VM's DEFAULT_INSN_BUDGET).
+        #[arg(long)]
+        budget: Option<u64>,
     },
     /// Per-call cost of node searches on the JIT, the interpreter and native Rust.
     Bench(crate::prog_bench::BenchArgs),
@@ -56,6 +59,7 @@ pub enum ProgCmd {
 pub enum TypeArg {
     Xrp,
     Lambda,
+    Offload,
 }
 
 impl From<TypeArg> for ProgType {
@@ -63,6 +67,7 @@ impl From<TypeArg> for ProgType {
         match t {
             TypeArg::Xrp => ProgType::Xrp,
             TypeArg::Lambda => ProgType::Lambda,
+            TypeArg::Offload => ProgType::Offload,
         }
     }
 }
@@ -85,7 +90,7 @@ pub fn run(cmd: &ProgCmd) -> CmdResult {
             verify(file, section.as_deref(), (*prog_type).into())
         }
         ProgCmd::Dump { file, section } => dump(file, section.as_deref()),
-        ProgCmd::Run { file, prog_type, data, scratch, scratch_out, engine, section } => {
+        ProgCmd::Run { file, prog_type, data, scratch, scratch_out, engine, section, budget } => {
             if *prog_type != TypeArg::Xrp {
                 return Err("prog run supports --type xrp only".into());
             }
@@ -100,6 +105,7 @@ pub fn run(cmd: &ProgCmd) -> CmdResult {
                 scratch: scratch.as_deref(),
                 scratch_out: scratch_out.as_deref(),
                 engine,
+                budget: *budget,
             };
             run_xrp(&args)
         }
@@ -150,6 +156,7 @@ struct RunArgs<'a> {
     scratch: Option<&'a Path>,
     scratch_out: Option<&'a Path>,
     engine: Engine,
+    budget: Option<u64>,
 }
 
 /// Reads `path` zero-padded to `len` bytes; longer files are an error, never truncated.
@@ -172,6 +179,9 @@ fn run_xrp(a: &RunArgs<'_>) -> CmdResult {
     let prog = storefn_vm::load_verified(&elf, a.section, ProgType::Xrp)
         .map_err(|e| format!("{}: {e}", a.file.display()))?;
     let mut inst = Instance::new(prog, a.engine)?;
+    if let Some(b) = a.budget {
+        inst.set_insn_budget(b);
+    }
     let data = read_padded(a.data, XRP_DATA_VIEW_BYTES, "data")?;
     let mut scratch = match a.scratch {
         Some(p) => read_padded(p, XRP_SCRATCH_BYTES, "scratch")?,

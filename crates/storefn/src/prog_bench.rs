@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 use storefn_vm::jit::JitProgram;
 use storefn_vm::xrp::{XrpCtx, XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES};
-use storefn_vm::{Instance, ProgType, Program};
+use storefn_vm::{Instance, ProgType, VerifiedProgram};
 
 use crate::CmdResult;
 
@@ -48,6 +48,9 @@ pub struct BenchArgs {
     /// Write the results as a JSON array to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Workloads to run, comma-separated (e.g. one at a time under a profiler).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "node512,node4k")]
+    pub workload: Vec<Workload>,
 }
 
 /// One JSON record (the contract of issue 3: program, engine, ns_per_call, compile_us for JIT).
@@ -60,8 +63,8 @@ struct Record {
     compile_us: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Workload {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
     Node512,
     Node4k,
 }
@@ -177,7 +180,7 @@ fn bytes_mut(words: &mut [u64]) -> &mut [u8] {
 }
 
 /// Loads and verifies a bench program exactly as `storefn prog run` does.
-fn load_xrp_section(elf: &[u8], name: &str) -> Result<Arc<Program>, String> {
+fn load_xrp_section(elf: &[u8], name: &str) -> Result<Arc<VerifiedProgram>, String> {
     storefn_vm::load_verified(elf, Some("xrp"), ProgType::Xrp).map_err(|e| format!("{name}: {e}"))
 }
 
@@ -279,7 +282,7 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-fn compile_us(prog: &Program) -> Result<f64, String> {
+fn compile_us(prog: &VerifiedProgram) -> Result<f64, String> {
     let mut samples = Vec::with_capacity(COMPILE_SAMPLES);
     for _ in 0..COMPILE_SAMPLES {
         let t = Instant::now();
@@ -326,7 +329,7 @@ fn bench_workload(workload: Workload, args: &BenchArgs) -> Result<Vec<Record>, S
 
 pub fn run(args: &BenchArgs) -> CmdResult {
     let mut records = Vec::new();
-    for w in [Workload::Node512, Workload::Node4k] {
+    for &w in &args.workload {
         records.extend(bench_workload(w, args)?);
     }
     println!("{:<8} {:<7} {:>12} {:>11}", "program", "engine", "ns_per_call", "compile_us");
@@ -364,7 +367,14 @@ mod tests {
 
     #[test]
     fn bench_programs_match_native_on_every_engine() {
-        let args = BenchArgs { calls: 10, rounds: 1, warmup: 1, seed: 7, json: None };
+        let args = BenchArgs {
+            calls: 10,
+            rounds: 1,
+            warmup: 1,
+            seed: 7,
+            json: None,
+            workload: vec![Workload::Node512, Workload::Node4k],
+        };
         for w in [Workload::Node512, Workload::Node4k] {
             let recs = bench_workload(w, &args).expect("answers agree");
             assert_eq!(recs.len(), engines().len());
@@ -375,7 +385,14 @@ mod tests {
 
     #[test]
     fn json_records_follow_the_contract() {
-        let args = BenchArgs { calls: 5, rounds: 1, warmup: 1, seed: 3, json: None };
+        let args = BenchArgs {
+            calls: 5,
+            rounds: 1,
+            warmup: 1,
+            seed: 3,
+            json: None,
+            workload: vec![Workload::Node512, Workload::Node4k],
+        };
         let recs = bench_workload(Workload::Node4k, &args).unwrap();
         let v: serde_json::Value = serde_json::to_value(&recs).unwrap();
         for r in v.as_array().unwrap() {

@@ -140,7 +140,22 @@ fn run_faults_print_insn_and_exit_1() {
     assert!(stderr(&o).starts_with("error: insn #2: write of 1 bytes at 0x"), "{}", stderr(&o));
     let o = run_xrp(&obj(&d, "test/spin"), &data, &["--engine", "interp"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("back-jump budget of 1000000 exhausted"), "{}", stderr(&o));
+    let want = format!(
+        "instruction budget exhausted ({} instructions)",
+        storefn_vm::program::DEFAULT_INSN_BUDGET
+    );
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    // `--budget` sets it per run; the loop-free call fan-out stops on it on both engines at
+    // the same instruction.
+    let mut errs = Vec::new();
+    for engine in ["jit", "interp"] {
+        let o = run_xrp(&obj(&d, "test/fanout"), &data, &["--engine", engine, "--budget", "5000"]);
+        assert_eq!(o.status.code(), Some(1));
+        let e = stderr(&o);
+        assert!(e.contains("instruction budget exhausted (5000 instructions)"), "{e}");
+        errs.push(e);
+    }
+    assert_eq!(errs[0], errs[1]);
     // A data file longer than the view is an error, not a silent truncation.
     std::fs::write(&data, vec![0u8; 5000]).unwrap();
     let o = run_xrp(&obj(&d, "xrp_follow"), &data, &["--engine", "interp"]);

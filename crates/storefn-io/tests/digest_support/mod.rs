@@ -16,6 +16,13 @@ use std::time::Duration;
 
 use storefn_io::digest::{DigestError, RawAccess, RawDevice};
 
+// One source for the skip helper; some test binaries load `common` beside this module.
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/skip.rs"]
+mod skip;
+#[allow(unused_imports)] // not every test binary skips
+pub use skip::skip;
+
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 fn unique(tag: &str) -> PathBuf {
@@ -73,12 +80,12 @@ impl LoopFs {
     /// `None` (after printing the reason) when not root or a tool is missing.
     pub fn new(kind: FsKind, size_mib: u64, mkfs_args: &[&str]) -> Option<Self> {
         if !is_root() {
-            println!("skipped: loop-device file systems need root");
+            skip("loop-device file systems need root");
             return None;
         }
         for tool in ["losetup", "mount", "umount", kind.mkfs()] {
             if !have(tool) {
-                println!("skipped: {tool} not installed");
+                skip(&format!("{tool} not installed"));
                 return None;
             }
         }
@@ -157,28 +164,38 @@ pub struct ZramFs {
 }
 
 const ZRAM_SYS: &str = "/sys/block/zram0";
+/// How long to wait for another test run to release zram0.
+const ZRAM_WAIT: Duration = Duration::from_secs(120);
 
 impl ZramFs {
     pub fn new(disksize: &str) -> Option<Self> {
         if !is_root() {
-            println!("skipped: zram needs root");
+            skip("zram needs root");
             return None;
         }
         if !Path::new("/dev/zram0").exists() || !have("mkfs.ext4") {
-            println!("skipped: no /dev/zram0 or mkfs.ext4");
+            skip("no /dev/zram0 or mkfs.ext4");
             return None;
         }
-        let size = std::fs::read_to_string(format!("{ZRAM_SYS}/disksize")).unwrap_or_default();
-        if size.trim() != "0" {
-            println!("skipped: /dev/zram0 is in use (disksize {})", size.trim());
-            return None;
+        // Another test run may hold zram0 for a while: wait (bounded) before giving up.
+        let deadline = std::time::Instant::now() + ZRAM_WAIT;
+        loop {
+            let size = std::fs::read_to_string(format!("{ZRAM_SYS}/disksize")).unwrap_or_default();
+            if size.trim() == "0" {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                skip(&format!("/dev/zram0 is in use (disksize {})", size.trim()));
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
         // Best effort: lz4 as in BRIEF §5; the default algorithm works too.
         let _ = std::fs::write(format!("{ZRAM_SYS}/comp_algorithm"), "lz4");
         // Writing disksize fails with EBUSY if someone initialised it since we looked: that is
         // the claim. From here on Drop resets it.
         if let Err(e) = std::fs::write(format!("{ZRAM_SYS}/disksize"), disksize) {
-            println!("skipped: cannot claim /dev/zram0 ({e})");
+            skip(&format!("cannot claim /dev/zram0 ({e})"));
             return None;
         }
         let mut fs = Self { mnt: unique("zram-mnt"), mounted: false };

@@ -2,6 +2,10 @@
 //! independently from its published algorithm (not from our builder).
 #![allow(dead_code)]
 
+mod skip;
+#[allow(unused_imports)] // not every test binary skips
+pub use skip::skip;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 

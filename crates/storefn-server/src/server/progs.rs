@@ -73,11 +73,12 @@ impl Progs {
             if prog.prog_type != ty {
                 return Err((StatusCode::BadRequest, "program type does not match the op".into()));
             }
-            let inst = match Instance::new(prog.clone(), storefn_vm::Engine::Jit) {
+            let mut inst = match Instance::new(prog.clone(), storefn_vm::Engine::Jit) {
                 Ok(i) => i,
                 Err(_) => Instance::new(prog, storefn_vm::Engine::Interp)
                     .map_err(|e| (StatusCode::ProgRejected, e.to_string()))?,
             };
+            inst.set_insn_budget(inst.insn_budget().min(crate::registry::SERVER_INSN_BUDGET));
             let si = match self.slots.iter().position(Option::is_none) {
                 Some(i) => i,
                 None if self.slots.len() < MAX_INSTANCES_PER_THREAD => {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use storefn_vm::insn::*;
-use storefn_vm::program::DEFAULT_BACK_JUMP_BUDGET;
-use storefn_vm::{Engine, Instance, ProgType, Program, VmError, XrpCtx};
+use storefn_vm::program::DEFAULT_INSN_BUDGET;
+use storefn_vm::{Engine, Instance, ProgType, Program, VerifiedProgram, VmError, XrpCtx};
 
 #[path = "../asm/mod.rs"]
 mod asm;
@@ -51,20 +51,25 @@ pub fn program(insns: Vec<Insn>, prog_type: ProgType) -> Program {
         globals: Vec::new(),
         globals_rw_start: 0,
         global_relocs: Vec::new(),
-        back_jump_budget: DEFAULT_BACK_JUMP_BUDGET,
     }
 }
 
 /// Verifies and runs an xrp program once on the interpreter with a zeroed 4 KiB data block
 /// and scratch.
 pub fn run_xrp(insns: Vec<Insn>) -> Result<u64, VmError> {
-    let prog = program(insns, ProgType::Xrp);
-    storefn_vm::verify(&prog).expect("test program must verify");
-    run_unverified(prog)
+    run_with_budget(program(insns, ProgType::Xrp), DEFAULT_INSN_BUDGET)
 }
 
-pub fn run_unverified(prog: Program) -> Result<u64, VmError> {
-    let mut inst = Instance::new(Arc::new(prog), Engine::Interp).unwrap();
+/// Verifies `prog` (panics if rejected) and runs it once on the interpreter with `budget`.
+pub fn run_with_budget(prog: Program, budget: u64) -> Result<u64, VmError> {
+    run_on(prog, budget, Engine::Interp)
+}
+
+/// [`run_with_budget`] on either engine.
+pub fn run_on(prog: Program, budget: u64, engine: Engine) -> Result<u64, VmError> {
+    let prog = VerifiedProgram::new(prog).expect("test program must verify");
+    let mut inst = Instance::new(Arc::new(prog), engine).unwrap();
+    inst.set_insn_budget(budget);
     let data = vec![0u8; 4096];
     let mut scratch = vec![0u8; 4096];
     let mut ctx = XrpCtx::default();

@@ -1,10 +1,12 @@
 //! Shared by the jit_* tests: a tiny assembler and a sandbox (regions + RunEnv).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use storefn_vm::insn::*;
+use storefn_vm::jit::JitProgram;
 use storefn_vm::mem::{Region, RegionSet};
-use storefn_vm::program::{FaultInfo, DEFAULT_BACK_JUMP_BUDGET, STACK_BYTES};
-use storefn_vm::{ProgType, Program, RunEnv};
+pub use storefn_vm::program::DEFAULT_INSN_BUDGET;
+use storefn_vm::program::{FaultInfo, STACK_BYTES};
+use storefn_vm::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
 #[path = "../asm/mod.rs"]
 mod asm;
@@ -39,8 +41,19 @@ pub fn program(insns: Vec<Insn>) -> Program {
         globals: Vec::new(),
         globals_rw_start: 0,
         global_relocs: Vec::new(),
-        back_jump_budget: DEFAULT_BACK_JUMP_BUDGET,
     }
+}
+
+/// [`program`], verified (panics with the verifier's message if rejected).
+pub fn verified(insns: Vec<Insn>) -> VerifiedProgram {
+    VerifiedProgram::new(program(insns)).unwrap_or_else(|e| panic!("test program: {e}"))
+}
+
+/// Runs `jit` once on `env` (r1 = `ctx`, r10 = `top`).
+pub fn run_jit(jit: &JitProgram, env: &mut RunEnv, ctx: u64, top: u64) -> Result<u64, VmError> {
+    // SAFETY: every env in these tests grants only a Sandbox's own buffers (or nothing), which
+    // the test keeps alive and does not borrow during the call; `env.host` is null.
+    unsafe { jit.run(env, ctx, top) }
 }
 
 /// Bytes of the read-only "context" region in tests (room for `struct bpf_xrp`).
@@ -113,7 +126,8 @@ impl Sandbox {
             read,
             write,
             globals_base: self.globals.as_ptr() as u64,
-            back_jumps_left: budget,
+            insns_left: budget,
+            insn_budget: budget,
             fault: FaultInfo::default(),
             host: std::ptr::null_mut(),
         }

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use crate::bench::{
+use crate::harness::bench::{
     chunk_len, cpu_seconds, draw, join_all, measure, open_path, path_options, summarize,
     thread_share, BenchConfig, BenchResult, KeyGen, ThreadOut,
 };
@@ -122,7 +122,7 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig, rounds: u32) -> Result<Compare
             cfg.requests, cfg.threads
         )));
     }
-    drop(open_path(&cfg.path, store, path_options(cfg, false))?);
+    drop(open_path(&cfg.path, store, &path_options(cfg, false))?);
     let barrier = Arc::new(Barrier::new(cfg.threads));
     let n = store.meta().key_count;
     let handles: Vec<_> = (0..cfg.threads)
@@ -180,7 +180,7 @@ fn pair_thread(
     let chunk = chunk_len(cfg);
     let mut paths: Vec<Box<dyn LookupPath>> = MODES
         .iter()
-        .map(|&m| open_path(&cfg.path, store, path_options(cfg, m == Mode::Raw)))
+        .map(|&m| open_path(&cfg.path, store, &path_options(cfg, m == Mode::Raw)))
         .collect::<Result<_, _>>()?;
     let warm = draw(keys, cfg.warmup);
     for p in &mut paths {

@@ -6,25 +6,31 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 
-use crate::device::DevicePath;
+use crate::abi::Abi;
+use crate::harness::device::DevicePath;
 use crate::path::{Lookup, LookupPath, PathStats, ReadPath};
 use crate::store::Store;
-use crate::xrp_paths::{ProgSource, UringPath, XrpPath};
+use crate::xrp_paths::{ChainOptions, ProgSource, UringPath, XrpPath};
 use crate::KvError;
 
 /// Every `--path` name, in the order the demo shows them.
 pub const PATH_NAMES: &[&str] = &["read", "uring", "xrp", "xrp-batch", "device"];
 
 /// Options shared by every path constructor.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct PathOptions {
-    /// LRU block cache per path instance, bytes (0 = off).
+    /// LRU block cache per path instance, bytes (0 = off): read, uring, xrp and xrp-batch.
     pub cache_bytes: u64,
     /// Lookups (or block reads) in flight per thread on batching paths.
     pub batch: usize,
     /// `--io raw`: the read path and the engine paths (uring, xrp, xrp-batch) read the block device through the
     /// metadata digest; when raw mode cannot be set up they say why and use the file.
     pub raw: bool,
+    /// The chain paths' program (`--prog`; built-in by default) and its scratch layout.
+    pub prog: ProgSource,
+    pub abi: Abi,
+    /// Keys per chain on the chain paths (0 or 1: one; up to 32 in the BPF-KV ABI).
+    pub keys_per_chain: usize,
 }
 
 /// Builds the lookup path called `name`.
@@ -34,23 +40,36 @@ pub struct PathOptions {
 pub fn open_path(
     name: &str,
     store: &Arc<Store>,
-    opts: PathOptions,
+    opts: &PathOptions,
 ) -> Result<Box<dyn LookupPath>, KvError> {
+    let chains = |batch: bool| ChainOptions {
+        batch,
+        chains: opts.batch.max(1),
+        abi: opts.abi,
+        cache_bytes: opts.cache_bytes,
+        keys_per_chain: opts.keys_per_chain.max(1),
+        ..ChainOptions::default()
+    };
+    if !opts.prog.is_builtin() && !name.starts_with("xrp") {
+        return Err(KvError::Invalid(format!(
+            "--prog runs storage-function chains: use --path xrp or xrp-batch, not {name}"
+        )));
+    }
     match name {
         "read" => {
             Ok(Box::new(ReadPath::new(Arc::clone(store), opts.cache_bytes).with_io(opts.raw)?))
         }
-        "device" => Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?)),
+        "device" => {
+            Ok(Box::new(DevicePath::new(Arc::clone(store), opts.batch.max(1))?.with_io(opts.raw)?))
+        }
         "uring" => {
             Ok(Box::new(UringPath::new(Arc::clone(store), opts.cache_bytes)?.with_io(opts.raw)?))
         }
         "xrp" => Ok(Box::new(
-            XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, false, 1, None)?
-                .with_io(opts.raw)?,
+            XrpPath::new(Arc::clone(store), &opts.prog, chains(false))?.with_io(opts.raw)?,
         )),
         "xrp-batch" => Ok(Box::new(
-            XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, true, opts.batch.max(1), None)?
-                .with_io(opts.raw)?,
+            XrpPath::new(Arc::clone(store), &opts.prog, chains(true))?.with_io(opts.raw)?,
         )),
         _ => Err(KvError::Invalid(format!(
             "--path {name}: expected one of {}",
@@ -155,6 +174,9 @@ pub struct BenchConfig {
     pub cache_bytes: u64,
     /// `--io raw` (see [`PathOptions::raw`]).
     pub raw: bool,
+    /// `--prog` / `--abi` for the chain paths (see [`PathOptions`]).
+    pub prog: ProgSource,
+    pub abi: Abi,
 }
 
 /// A benchmark run's results (latencies in microseconds).
@@ -273,7 +295,7 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
     let opts = path_options(cfg, cfg.raw);
     // One path on this thread first, so a bad --path fails before threads start; each thread
     // then builds its own (engines stay on the thread that made them).
-    drop(open_path(&cfg.path, store, opts)?);
+    drop(open_path(&cfg.path, store, &opts)?);
     let barrier = Arc::new(Barrier::new(cfg.threads + 1));
     let n = store.meta().key_count;
     let handles: Vec<_> = (0..cfg.threads)
@@ -281,11 +303,12 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
             let cfg = cfg.clone();
             let barrier = Arc::clone(&barrier);
             let store = Arc::clone(store);
+            let opts = opts.clone();
             let share = thread_share(cfg.requests, cfg.threads, t);
             std::thread::spawn(move || {
                 let mut keys = KeyGen::new(cfg.dist, n, cfg.seed.wrapping_add(t as u64));
                 let mut passed = false;
-                let r = open_path(&cfg.path, &store, opts).and_then(|mut path| {
+                let r = open_path(&cfg.path, &store, &opts).and_then(|mut path| {
                     run_thread(path.as_mut(), &cfg, &mut keys, share, &barrier, &mut passed)
                 });
                 if !passed {
@@ -305,7 +328,14 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
 }
 
 pub(crate) fn path_options(cfg: &BenchConfig, raw: bool) -> PathOptions {
-    PathOptions { cache_bytes: cfg.cache_bytes, batch: cfg.batch.max(1), raw }
+    PathOptions {
+        cache_bytes: cfg.cache_bytes,
+        batch: cfg.batch.max(1),
+        raw,
+        prog: cfg.prog.clone(),
+        abi: cfg.abi,
+        keys_per_chain: 1,
+    }
 }
 
 /// Thread `t`'s part of `requests` (the first `requests % threads` threads take one more).

@@ -1,0 +1,278 @@
+//! The file service: executes the host's requests on files beneath one directory.
+//!
+//! Confinement: every path is resolved by `openat2(dir, path, RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS)`, so `..`, absolute paths and symlinks leading out of the directory
+//! fail in the kernel (EXDEV) rather than by string checks. Every length is bounded
+//! ([`MAX_IO_BYTES`], [`MAX_PATH_BYTES`], [`MAX_OPEN_FILES`]); a bad request gets an errno
+//! answer, never a panic. The read buffer is allocated once.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::wire::{Op, RequestHeader, ResponseHeader, MAX_IO_BYTES, MAX_PATH_BYTES};
+use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
+use crate::ring::progressive::{backoff, Consumer, MAX_BATCH_RECORDS};
+
+/// Files one service keeps open (file ids are `0..MAX_OPEN_FILES`).
+pub const MAX_OPEN_FILES: usize = 1024;
+
+/// Called by the service around file I/O: DDS's `cache` runs on writes, `invalidate` on reads
+/// and writes. Runs on the service's thread, after a successful write / before a read.
+pub trait FileHooks: Send {
+    /// `data` was written at `offset` of file `file` (and acknowledged after this returns).
+    fn on_write(&mut self, file: u32, offset: u64, data: &[u8]);
+    /// `len` bytes at `offset` of `file` are about to be read for the host.
+    fn on_read(&mut self, file: u32, offset: u64, len: u32);
+}
+
+/// Counters (all requests, by outcome).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceStats {
+    /// Requests answered.
+    pub requests: u64,
+    /// Requests answered with an errno.
+    pub errors: u64,
+    /// Messages too short to carry a request id (dropped, unanswerable).
+    pub malformed: u64,
+}
+
+/// The file service of one host channel.
+pub struct FileService {
+    dir: OwnedFd,
+    files: Vec<Option<File>>,
+    buf: Vec<u8>,
+    consumer: Consumer,
+    hooks: Option<Box<dyn FileHooks>>,
+    stats: ServiceStats,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for FileService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileService")
+            .field("dir", &self.dir)
+            .field("open_files", &self.files.iter().filter(|f| f.is_some()).count())
+            .field("hooks", &self.hooks.is_some())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileService {
+    /// A service for `channel`'s requests on files beneath `dir`.
+    ///
+    /// # Errors
+    /// `Dir` when `dir` cannot be opened as a directory.
+    pub fn new(dir: &Path, channel: &HostChannel) -> Result<Self, HostError> {
+        let dir_err = |source| HostError::Dir { path: dir.display().to_string(), source };
+        let c = CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| dir_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        // SAFETY: valid NUL-terminated path; plain syscall.
+        let raw =
+            unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if raw < 0 {
+            return Err(dir_err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let dir = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Self {
+            dir,
+            files: (0..MAX_OPEN_FILES).map(|_| None).collect(),
+            buf: vec![0; MAX_IO_BYTES],
+            consumer: channel.requests().consumer(MAX_IO_BYTES + 64),
+            hooks: None,
+            stats: ServiceStats::default(),
+            response_timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Installs the write/read hooks.
+    pub fn set_hooks(&mut self, hooks: Box<dyn FileHooks>) {
+        self.hooks = Some(hooks);
+    }
+
+    /// The open file behind `id` (the server's offloaded reads use the same files).
+    pub fn file(&self, id: u32) -> Option<&File> {
+        self.files.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServiceStats {
+        self.stats
+    }
+
+    /// Executes one batch of requests (at most [`MAX_BATCH_RECORDS`]) and pushes their
+    /// responses. Returns how many requests it took (0: none ready).
+    ///
+    /// # Errors
+    /// `Ring` when the request ring is corrupt or the host left the response ring full for the
+    /// response timeout (the channel is then unusable; other channels are unaffected).
+    pub fn serve_batch(&mut self, channel: &HostChannel) -> Result<usize, HostError> {
+        let Self { dir, files, buf, consumer, hooks, stats, response_timeout } = self;
+        let responses = channel.responses();
+        let mut failed = None;
+        let n = consumer.pop_batch(&channel.requests(), MAX_BATCH_RECORDS, |msg| {
+            if failed.is_some() {
+                return;
+            }
+            let Ok((h, payload)) = RequestHeader::decode(msg) else {
+                stats.malformed += 1;
+                return;
+            };
+            let (status, value, data_len) = execute(dir, files, buf, hooks, &h, payload);
+            stats.requests += 1;
+            stats.errors += u64::from(status != 0);
+            let head = ResponseHeader { id: h.id, status, value }.encode();
+            if let Err(e) = responses.push(&[&head, &buf[..data_len]], *response_timeout) {
+                failed = Some(e);
+            }
+        })?;
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(n),
+        }
+    }
+
+    /// Serves until `stop` is set (checked between batches), backing off while idle.
+    ///
+    /// # Errors
+    /// As [`serve_batch`](Self::serve_batch).
+    pub fn serve_until(
+        &mut self,
+        channel: &HostChannel,
+        stop: &AtomicBool,
+    ) -> Result<(), HostError> {
+        let mut spins = 0;
+        // Relaxed: a stop flag; nothing is published through it.
+        while !stop.load(Ordering::Relaxed) {
+            if self.serve_batch(channel)? == 0 {
+                backoff(&mut spins);
+            } else {
+                spins = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one request; returns (status, value, bytes of `buf` to send back).
+fn execute(
+    dir: &OwnedFd,
+    files: &mut [Option<File>],
+    buf: &mut [u8],
+    hooks: &mut Option<Box<dyn FileHooks>>,
+    h: &RequestHeader,
+    payload: &[u8],
+) -> (i32, u64, usize) {
+    let err = |errno: i32| (-errno, 0, 0);
+    let Some(op) = Op::from_byte(h.op) else { return err(libc::EINVAL) };
+    let file = |files: &mut [Option<File>]| files.get(h.file as usize).is_some_and(Option::is_some);
+    match op {
+        Op::Create | Op::Open => {
+            if payload.len() != h.len as usize || payload.is_empty() {
+                return err(libc::EINVAL);
+            }
+            if payload.len() > MAX_PATH_BYTES {
+                return err(libc::ENAMETOOLONG);
+            }
+            let Some(slot) = files.iter().position(Option::is_none) else {
+                return err(libc::EMFILE);
+            };
+            let flags = if op == Op::Create {
+                libc::O_CREAT | libc::O_TRUNC | libc::O_RDWR
+            } else {
+                libc::O_RDWR
+            };
+            match open_beneath(dir, payload, flags) {
+                Ok(f) => {
+                    files[slot] = Some(f);
+                    (0, slot as u64, 0)
+                }
+                Err(e) => err(e),
+            }
+        }
+        Op::Read => {
+            let len = h.len as usize;
+            if len > MAX_IO_BYTES || h.offset.checked_add(u64::from(h.len)).is_none() {
+                return err(libc::EINVAL);
+            }
+            if !file(files) {
+                return err(libc::EBADF);
+            }
+            if let Some(hk) = hooks.as_mut() {
+                hk.on_read(h.file, h.offset, h.len);
+            }
+            let f = files[h.file as usize].as_ref().expect("checked above");
+            let mut done = 0;
+            while done < len {
+                match f.read_at(&mut buf[done..len], h.offset + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return err(e.raw_os_error().unwrap_or(libc::EIO)),
+                }
+            }
+            (0, done as u64, done)
+        }
+        Op::Write => {
+            if payload.len() != h.len as usize
+                || payload.len() > MAX_IO_BYTES
+                || h.offset.checked_add(u64::from(h.len)).is_none()
+            {
+                return err(libc::EINVAL);
+            }
+            if !file(files) {
+                return err(libc::EBADF);
+            }
+            let f = files[h.file as usize].as_ref().expect("checked above");
+            if let Err(e) = f.write_all_at(payload, h.offset) {
+                return err(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+            if let Some(hk) = hooks.as_mut() {
+                hk.on_write(h.file, h.offset, payload);
+            }
+            (0, payload.len() as u64, 0)
+        }
+        Op::Flush => match files.get(h.file as usize).and_then(Option::as_ref) {
+            None => err(libc::EBADF),
+            Some(f) => match f.sync_data() {
+                Ok(()) => (0, 0, 0),
+                Err(e) => err(e.raw_os_error().unwrap_or(libc::EIO)),
+            },
+        },
+        Op::Close => match files.get_mut(h.file as usize).and_then(Option::take) {
+            None => err(libc::EBADF),
+            Some(_) => (0, 0, 0),
+        },
+    }
+}
+
+/// `openat2(dir, path, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`; Err(errno).
+fn open_beneath(dir: &OwnedFd, path: &[u8], flags: libc::c_int) -> Result<File, i32> {
+    let c = CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: open_how is plain old data; zero is a valid value for every field.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = if flags & libc::O_CREAT != 0 { 0o644 } else { 0 };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: valid dirfd, NUL-terminated path and an open_how of the size we pass.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &raw const how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    }
+    // SAFETY: openat2 returned a fresh fd we own.
+    Ok(unsafe { File::from_raw_fd(raw as i32) })
+}

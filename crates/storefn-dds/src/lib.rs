@@ -1,0 +1,23 @@
+//! DDS on storefn: the pieces of the offload engine that stand on their own.
+//!
+//! - [`table`]: the cache table, a concurrent cuckoo hash with per-bucket seqlocks, mapping a
+//!   request key to `{version, file, offset, size}`.
+//! - [`ring`]: the progressive ring (DDS's lock-free multi-producer ring: reserve by CAS on
+//!   `tail`, publish by adding to `progress`, the consumer takes a batch only when
+//!   `tail == progress`), in shared memory between processes, plus a mutex ring and a
+//!   flag-per-slot ring it is measured against.
+//! - [`host`]: the host file library (create/open/read/write/flush/poll) and the file service it
+//!   talks to over a pair of progressive rings.
+//!
+//! - [`offload`]: DDS's four offload functions (pred, func, cache, invalidate) as verified
+//!   storefn-vm programs of type `offload`, reaching the cache table through the VM's
+//!   `OffloadTable` trait, and the file-service hooks that run `cache` and `invalidate`.
+//!
+//! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/DESIGN.md ("DDS").
+
+pub mod host;
+pub mod offload;
+pub mod ring;
+pub mod table;
+
+pub use table::{CacheTable, Inserted, Item, Lookup, TableError};

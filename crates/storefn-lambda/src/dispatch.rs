@@ -1,0 +1,515 @@
+//! The dispatcher: run each λ request on the client ("local") or the storage server, chosen by
+//! λ-IO's measured cost model (docs/DESIGN.md, "λ-IO").
+//!
+//! **Model.** Every request that runs is a sample of its side (ns per input byte). The server's
+//! estimate is the trimmed mean of its wall times. The local estimate is
+//! `compute + hit x (1 - u) + miss x u` per byte, where `u` is the uncached fraction of the
+//! request's range (cachestat, free to ask before every request), `compute` the function's time,
+//! `hit` the I/O time of a cached range and `miss` of an uncached one, each a trimmed mean of
+//! its own samples. λ-IO's "I/O time scaled by the uncached fraction" is the case `hit = 0`.
+//! So a change of the cache state moves the local estimate at once, without a probe.
+//!
+//! **Profiling.** λ-IO profiles 5 of every 200 requests on both sides ([`Profiling::Fixed`]).
+//! A probe of the losing side costs `(slow - fast)`, so that costs `5/200 x (slow/fast - 1)`:
+//! 22% when the sides differ 10x. [`Profiling::Adaptive`] (the default) keeps a credit: each
+//! request adds `budget x` the winner's estimate, a probe of the loser spends its expected
+//! excess `loser - winner`; so probes of a loser twice as slow come often, of one 100x slower
+//! rarely, and their cost stays within `budget` of the winner's time whatever the ratio. The
+//! dispatcher's own per-request cost (the cachestat call, deciding, recording), measured as a
+//! running mean, is paid from the same budget first.
+//! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
+//! away from its side's estimate is confirmed by one more sample, and two in a row in the same
+//! direction replace the side's history; an estimate the model cannot make (the range went
+//! cold and no uncached local sample exists) probes that side.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+use crate::error::LambdaError;
+
+/// Most samples kept per quantity (a fixed ring: no allocation per request).
+pub const MAX_SAMPLES: usize = 32;
+/// Samples a side needs before its estimate is trusted (cold start probes until then).
+pub const MIN_SAMPLES: usize = 3;
+/// Share of the winner's time always left for probing the loser, even when the dispatcher's
+/// own per-request cost uses up the budget: without probes a recovered loser is never seen.
+pub const MIN_PROBE_BUDGET: f64 = 0.005;
+/// Weight of the newest request in the running mean of the dispatcher's own cost.
+const OVERHEAD_EWMA: f64 = 1.0 / 64.0;
+
+/// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
+pub const CACHED_BELOW: f64 = 0.1;
+
+/// Where a request runs: the `--where` argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Where {
+    /// In this process: read the range (through the client's cache), run the function here.
+    Local,
+    /// On the storage server: only the function's output crosses the network.
+    Server,
+    /// Per request, by the dispatcher's model.
+    Auto,
+}
+
+impl Where {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Where::Local => "local",
+            Where::Server => "server",
+            Where::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for Where {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Where {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "local" => Ok(Where::Local),
+            "server" => Ok(Where::Server),
+            "auto" => Ok(Where::Auto),
+            _ => Err(format!("unknown --where {s:?}: expected local, server or auto")),
+        }
+    }
+}
+
+/// One of the two sides a request can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SideKind {
+    Local,
+    Server,
+}
+
+impl SideKind {
+    #[must_use]
+    pub fn as_where(self) -> Where {
+        match self {
+            SideKind::Local => Where::Local,
+            SideKind::Server => Where::Server,
+        }
+    }
+
+    fn other(self) -> Self {
+        match self {
+            SideKind::Local => SideKind::Server,
+            SideKind::Server => SideKind::Local,
+        }
+    }
+}
+
+/// What one request cost on the side that ran it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Output bytes the function returned.
+    pub out_bytes: usize,
+    /// The request's wall time, as the caller saw it.
+    pub wall_ns: u64,
+    /// Local side only: reading the range (0 elsewhere).
+    pub io_ns: u64,
+    /// Local side only: running the function (0 elsewhere).
+    pub compute_ns: u64,
+}
+
+/// A place a λ request can run: the local file, or the server's LAMBDA frame.
+pub trait Side {
+    fn kind(&self) -> SideKind;
+
+    /// Runs the side's function over `[off, off + len)` of its file into `out`.
+    ///
+    /// # Errors
+    /// The request's failure, naming the file and range.
+    fn run(&mut self, off: u64, len: u64, out: &mut [u8]) -> Result<Run, LambdaError>;
+
+    /// Fraction of `[off, off + len)` not in the client's cache; `None` for a side that does
+    /// not read through it (the server).
+    fn uncached_fraction(&mut self, _off: u64, _len: u64) -> Option<f64> {
+        None
+    }
+}
+
+/// How the dispatcher profiles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Profiling {
+    /// λ-IO's: the first `probes` requests of every `window` run on the local side, the next
+    /// `probes` on the server, the rest on the predicted winner.
+    Fixed { window: u32, probes: u32 },
+    /// Probe the loser only as often as `budget` (fraction of the winner's time) pays for,
+    /// after the dispatcher's own per-request cost (the cache probe, deciding, recording) has
+    /// been paid from it; at least [`MIN_PROBE_BUDGET`] stays for probes.
+    Adaptive { budget: f64 },
+}
+
+/// Dispatcher settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DispatchConfig {
+    pub profiling: Profiling,
+    /// Samples per quantity in the trimmed mean (<= [`MAX_SAMPLES`]).
+    pub samples: usize,
+    /// Samples dropped at each end before averaging (when more than `2 x trim` are kept).
+    pub trim: usize,
+    /// Relative distance from the estimate that makes a sample a change signal.
+    pub change_threshold: f64,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            // 4.5%, bookkeeping included: half a point of margin under the 5% goal for
+            // estimates that are a little off.
+            profiling: Profiling::Adaptive { budget: 0.045 },
+            samples: 8,
+            trim: 1,
+            change_threshold: 0.25,
+        }
+    }
+}
+
+/// A fixed ring of the latest samples with a trimmed mean.
+#[derive(Debug, Clone, Copy)]
+struct Ring {
+    v: [f64; MAX_SAMPLES],
+    len: usize,
+    next: usize,
+    cap: usize,
+}
+
+impl Ring {
+    fn new(cap: usize) -> Self {
+        Self { v: [0.0; MAX_SAMPLES], len: 0, next: 0, cap: cap.clamp(1, MAX_SAMPLES) }
+    }
+
+    fn push(&mut self, x: f64) {
+        self.v[self.next] = x;
+        self.next = (self.next + 1) % self.cap;
+        self.len = (self.len + 1).min(self.cap);
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
+    }
+
+    /// Trimmed mean of the samples, `None` below [`MIN_SAMPLES`].
+    fn mean(&self, trim: usize) -> Option<f64> {
+        if self.len < MIN_SAMPLES.min(self.cap) {
+            return None;
+        }
+        let mut s = [0.0f64; MAX_SAMPLES];
+        s[..self.len].copy_from_slice(&self.v[..self.len]);
+        let s = &mut s[..self.len];
+        s.sort_unstable_by(f64::total_cmp);
+        let t = if self.len > 2 * trim { trim } else { 0 };
+        let kept = &s[t..self.len - t];
+        #[allow(clippy::cast_precision_loss)]
+        Some(kept.iter().sum::<f64>() / kept.len() as f64)
+    }
+}
+
+/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none).
+#[derive(Debug, Clone, Copy, Default)]
+struct Suspect {
+    dir: i8,
+}
+
+/// The quantities one side's estimate is made of (ns per input byte).
+#[derive(Debug, Clone, Copy)]
+struct SideModel {
+    /// Server: wall time. Local: the function's time.
+    main: Ring,
+    /// Local: I/O time of cached ranges.
+    hit: Ring,
+    /// Local: I/O time of uncached ranges, normalized to a fully uncached range.
+    miss: Ring,
+    suspect: Suspect,
+}
+
+impl SideModel {
+    fn new(n: usize) -> Self {
+        Self {
+            main: Ring::new(n),
+            hit: Ring::new(n),
+            miss: Ring::new(n),
+            suspect: Suspect::default(),
+        }
+    }
+}
+
+/// Counters a caller reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    pub requests: u64,
+    pub local: u64,
+    pub server: u64,
+    /// Requests run on the side the model did not pick (profiling), cold start included.
+    pub probes: u64,
+    /// Change signals confirmed (a side's history replaced).
+    pub changes: u64,
+    /// Times the predicted winner changed.
+    pub switches: u64,
+}
+
+/// A decision for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub side: SideKind,
+    /// Run to measure, not because the model picked it.
+    pub probe: bool,
+}
+
+/// λ-IO's dispatcher with adaptive profiling (module docs).
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    cfg: DispatchConfig,
+    local: SideModel,
+    server: SideModel,
+    /// Adaptive profiling's credit, in ns.
+    credit_ns: f64,
+    /// Requests run on a side because its estimate was missing (cold start, or history
+    /// dropped after a change), indexed local 0 / server 1, not yet charged to the credit.
+    unpriced: [u32; 2],
+    /// Position in the current fixed window.
+    in_window: u32,
+    /// A side a change signal asked to measure again, once, at the next request.
+    reprobe: Option<SideKind>,
+    last_winner: Option<SideKind>,
+    /// Running mean of the dispatcher's own cost per request as a fraction of the request's
+    /// time (measured by [`Dispatcher::run`]).
+    overhead_frac: f64,
+    stats: DispatchStats,
+}
+
+impl Dispatcher {
+    #[must_use]
+    pub fn new(cfg: DispatchConfig) -> Self {
+        Self {
+            cfg,
+            local: SideModel::new(cfg.samples),
+            server: SideModel::new(cfg.samples),
+            credit_ns: 0.0,
+            unpriced: [0; 2],
+            in_window: 0,
+            reprobe: None,
+            last_winner: None,
+            overhead_frac: 0.0,
+            stats: DispatchStats::default(),
+        }
+    }
+
+    #[must_use]
+    pub fn stats(&self) -> DispatchStats {
+        self.stats
+    }
+
+    /// The dispatcher's own cost per request (cache probe, decide, record) as a running mean
+    /// fraction of the requests' time; adaptive profiling pays it from its budget.
+    #[must_use]
+    pub fn overhead_fraction(&self) -> f64 {
+        self.overhead_frac
+    }
+
+    /// The local estimate in ns per byte at uncached fraction `u`, if the model can make it.
+    #[must_use]
+    pub fn local_estimate(&self, u: f64) -> Option<f64> {
+        let t = self.cfg.trim;
+        let compute = self.local.main.mean(t)?;
+        let hit = if u < 1.0 { self.local.hit.mean(t) } else { Some(0.0) };
+        let miss = if u > CACHED_BELOW { self.local.miss.mean(t)? } else { 0.0 };
+        // With no cached sample yet, a mostly uncached range is estimated from `miss` alone
+        // (a cached read costs less than an uncached one); a cached range cannot be.
+        let hit = match hit {
+            Some(h) => h,
+            None if u > CACHED_BELOW => 0.0,
+            None => return None,
+        };
+        Some(compute + hit * (1.0 - u) + miss * u)
+    }
+
+    /// The server estimate in ns per byte, if measured.
+    #[must_use]
+    pub fn server_estimate(&self) -> Option<f64> {
+        self.server.main.mean(self.cfg.trim)
+    }
+
+    /// Picks the side for a request of `len` bytes whose range is `u` uncached.
+    pub fn decide(&mut self, len: u64, u: f64) -> Decision {
+        let (l, s) = (self.local_estimate(u), self.server_estimate());
+        let (l, s) = match (l, s) {
+            (None, _) => return self.measure(SideKind::Local),
+            (_, None) => return self.measure(SideKind::Server),
+            (Some(l), Some(s)) => (l, s),
+        };
+        let winner = if l <= s { SideKind::Local } else { SideKind::Server };
+        if self.last_winner.is_some_and(|w| w != winner) {
+            self.stats.switches += 1;
+        }
+        self.last_winner = Some(winner);
+        if let Some(side) = self.reprobe.take() {
+            if side != winner {
+                return self.probe(side);
+            }
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let bytes = len.max(1) as f64;
+        let (win_ns, lose_ns) = if winner == SideKind::Local { (l, s) } else { (s, l) };
+        let (win_ns, lose_ns) = (win_ns * bytes, lose_ns * bytes);
+        match self.cfg.profiling {
+            Profiling::Fixed { window, probes } => {
+                let i = self.in_window;
+                self.in_window = (i + 1) % window.max(1);
+                if i < probes {
+                    return self.pick(SideKind::Local, winner);
+                }
+                if i < 2 * probes {
+                    return self.pick(SideKind::Server, winner);
+                }
+            }
+            Profiling::Adaptive { budget } => {
+                let budget = (budget - self.overhead_frac).max(MIN_PROBE_BUDGET);
+                let excess = lose_ns - win_ns;
+                // What the measurements without an estimate cost beyond the winner is paid
+                // from the same budget: a run with a 100x loser repays its cold start before
+                // probing again, so the overhead stays bounded from the first request.
+                let loser = usize::from(winner == SideKind::Local);
+                self.credit_ns -= f64::from(self.unpriced[loser]) * excess;
+                self.unpriced = [0; 2];
+                self.credit_ns += budget * win_ns;
+                // Never bank more than one probe's worth: after a long quiet stretch the next
+                // probe is due, not a burst of them.
+                self.credit_ns = self.credit_ns.min(excess.max(0.0) + budget * win_ns);
+                if self.credit_ns >= excess {
+                    self.credit_ns -= excess;
+                    return self.probe(winner.other());
+                }
+            }
+        }
+        self.pick(winner, winner)
+    }
+
+    fn pick(&mut self, side: SideKind, winner: SideKind) -> Decision {
+        if side == winner {
+            Decision { side, probe: false }
+        } else {
+            self.probe(side)
+        }
+    }
+
+    /// A request on `side` because its estimate is missing.
+    fn measure(&mut self, side: SideKind) -> Decision {
+        self.unpriced[usize::from(side == SideKind::Server)] += 1;
+        self.probe(side)
+    }
+
+    fn probe(&mut self, side: SideKind) -> Decision {
+        self.stats.probes += 1;
+        Decision { side, probe: true }
+    }
+
+    /// Feeds back what the request decided by [`Dispatcher::decide`] cost.
+    #[allow(clippy::cast_precision_loss)]
+    pub fn record(&mut self, d: Decision, len: u64, u: f64, run: &Run) {
+        self.stats.requests += 1;
+        let bytes = len.max(1) as f64;
+        let (trim, thr) = (self.cfg.trim, self.cfg.change_threshold);
+        match d.side {
+            SideKind::Local => {
+                self.stats.local += 1;
+                // The change test is on the whole request, against the model's own estimate.
+                let est = self.local_estimate(u);
+                let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
+                let m = &mut self.local;
+                let changed = est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr));
+                if changed {
+                    m.main.clear();
+                    m.hit.clear();
+                    m.miss.clear();
+                    self.stats.changes += 1;
+                    self.reprobe = Some(SideKind::Local);
+                }
+                m.main.push(run.compute_ns as f64 / bytes);
+                let io = run.io_ns as f64 / bytes;
+                if u <= CACHED_BELOW {
+                    m.hit.push(io);
+                } else {
+                    let hit = m.hit.mean(trim).unwrap_or(0.0);
+                    m.miss.push(((io - hit * (1.0 - u)) / u).max(0.0));
+                }
+            }
+            SideKind::Server => {
+                self.stats.server += 1;
+                let est = self.server_estimate();
+                let wall = run.wall_ns as f64 / bytes;
+                let m = &mut self.server;
+                if est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr)) {
+                    m.main.clear();
+                    self.stats.changes += 1;
+                    self.reprobe = Some(SideKind::Server);
+                }
+                m.main.push(wall);
+            }
+        }
+        // A suspect sample on a side the model is not running gets its confirmation now.
+        let m = if d.side == SideKind::Local { &self.local } else { &self.server };
+        if m.suspect.dir != 0 && self.reprobe.is_none() {
+            self.reprobe = Some(d.side);
+        }
+    }
+
+    /// Decides, runs on the chosen side, records; returns where it ran and what it cost.
+    ///
+    /// # Errors
+    /// The chosen side's error (nothing is recorded for a failed request).
+    pub fn run(
+        &mut self,
+        local: &mut dyn Side,
+        server: &mut dyn Side,
+        off: u64,
+        len: u64,
+        out: &mut [u8],
+    ) -> Result<(SideKind, Run), LambdaError> {
+        debug_assert_eq!(local.kind(), SideKind::Local);
+        debug_assert_eq!(server.kind(), SideKind::Server);
+        let t0 = Instant::now();
+        let u = local.uncached_fraction(off, len).unwrap_or(1.0).clamp(0.0, 1.0);
+        let d = self.decide(len, u);
+        let t1 = Instant::now();
+        let side: &mut dyn Side = if d.side == SideKind::Local { local } else { server };
+        let run = side.run(off, len, out)?;
+        let t2 = Instant::now();
+        self.record(d, len, u, &run);
+        let own = (t1 - t0) + t2.elapsed();
+        #[allow(clippy::cast_precision_loss)]
+        let frac = own.as_nanos() as f64 / (run.wall_ns.max(1) as f64);
+        self.overhead_frac += OVERHEAD_EWMA * (frac.min(1.0) - self.overhead_frac);
+        Ok((d.side, run))
+    }
+}
+
+/// Is `x` the second sample in a row on the same side of `est` by more than `thr`? A sample
+/// within bounds clears the suspicion.
+fn signal(s: &mut Suspect, est: f64, x: f64, thr: f64) -> bool {
+    let dir = if x > est * (1.0 + thr) {
+        1
+    } else if x < est * (1.0 - thr) {
+        -1
+    } else {
+        0
+    };
+    if dir == 0 {
+        *s = Suspect::default();
+        return false;
+    }
+    if s.dir == dir {
+        *s = Suspect::default();
+        return true;
+    }
+    *s = Suspect { dir };
+    false
+}

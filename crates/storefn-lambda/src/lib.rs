@@ -1,0 +1,28 @@
+//! storefn-lambda: λ-IO on storefn. One eBPF function (program type `lambda`, context
+//! `struct context { buf_o, buf_i, size_i }`) runs over a file range either in this process
+//! ([`local`]: io_uring reads into registered buffers, the function on the completed data) or on
+//! the storage server (a [`Side`] over the server's LAMBDA frame), chosen per request by
+//! [`Dispatcher`], λ-IO's measured cost model with adaptive profiling. [`workloads`] holds the
+//! built-in functions' native baselines and data generators; [`bench`] the local benchmark.
+//! Design: docs/DESIGN.md, "λ-IO".
+
+pub mod bench;
+pub mod bench_remote;
+pub mod cache;
+pub mod dispatch;
+pub mod error;
+pub mod local;
+pub mod location;
+pub mod prog;
+pub mod remote;
+pub mod workloads;
+
+pub use dispatch::{
+    DispatchConfig, DispatchStats, Dispatcher, Profiling, Run, Side, SideKind, Where,
+};
+pub use error::LambdaError;
+pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSide, RunReport};
+pub use location::{parse_range, Location};
+pub use prog::{run_lambda, LambdaProg};
+pub use remote::{LambdaTransport, RemoteSide};
+pub use workloads::Workload;

@@ -1,0 +1,264 @@
+//! The dispatcher against synthetic sides whose costs are set by the test (virtual time: the
+//! sides report costs, nothing sleeps), so the goals are checked exactly and deterministically:
+//! auto within 5% of the better fixed side in steady conditions (profiling overhead included),
+//! auto better than both fixed sides when conditions change midway, and why the fixed 5-in-200
+//! profiling of λ-IO is not enough.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use storefn_lambda::{DispatchConfig, Dispatcher, LambdaError, Profiling, Run, Side, SideKind};
+
+const LEN: u64 = 256 * 1024;
+
+/// Costs in µs per request of the current condition, shared by the test and its sides.
+#[derive(Debug, Clone, Copy)]
+struct Cond {
+    /// Local: the function's time.
+    compute_us: f64,
+    /// Local: reading a fully uncached range (a cached one costs `hit_us`).
+    miss_us: f64,
+    hit_us: f64,
+    /// Fraction of the range not in the client's cache.
+    uncached: f64,
+    /// Server: wall time (network + server compute + its I/O).
+    server_us: f64,
+}
+
+impl Cond {
+    fn local_us(&self) -> f64 {
+        self.compute_us + self.hit_us * (1.0 - self.uncached) + self.miss_us * self.uncached
+    }
+}
+
+struct Synth {
+    kind: SideKind,
+    cond: Rc<Cell<Cond>>,
+    /// Multiplicative noise, uniform in [1 - jitter, 1 + jitter].
+    jitter: f64,
+    rng: SmallRng,
+    /// Total cost of the requests this side ran, µs.
+    spent_us: Rc<Cell<f64>>,
+}
+
+impl Synth {
+    fn noise(&mut self) -> f64 {
+        if self.jitter == 0.0 {
+            1.0
+        } else {
+            self.rng.gen_range(1.0 - self.jitter..=1.0 + self.jitter)
+        }
+    }
+}
+
+fn ns(us: f64) -> u64 {
+    (us * 1000.0).round() as u64
+}
+
+impl Side for Synth {
+    fn kind(&self) -> SideKind {
+        self.kind
+    }
+
+    fn run(&mut self, _off: u64, _len: u64, _out: &mut [u8]) -> Result<Run, LambdaError> {
+        let c = self.cond.get();
+        let k = self.noise();
+        let run = match self.kind {
+            SideKind::Local => {
+                let io = (c.hit_us * (1.0 - c.uncached) + c.miss_us * c.uncached) * k;
+                let compute = c.compute_us * k;
+                Run {
+                    out_bytes: 32,
+                    wall_ns: ns(io + compute),
+                    io_ns: ns(io),
+                    compute_ns: ns(compute),
+                }
+            }
+            SideKind::Server => {
+                Run { out_bytes: 32, wall_ns: ns(c.server_us * k), ..Run::default() }
+            }
+        };
+        self.spent_us.set(self.spent_us.get() + run.wall_ns as f64 / 1000.0);
+        Ok(run)
+    }
+
+    fn uncached_fraction(&mut self, _off: u64, _len: u64) -> Option<f64> {
+        (self.kind == SideKind::Local).then(|| self.cond.get().uncached)
+    }
+}
+
+struct Outcome {
+    auto_us: f64,
+    local_us: f64,
+    server_us: f64,
+    stats: storefn_lambda::DispatchStats,
+}
+
+/// Runs `phases` (condition, requests) with auto, and computes what always-local and
+/// always-server would have cost under the same conditions (the same noise seed).
+fn simulate(cfg: DispatchConfig, phases: &[(Cond, u32)], jitter: f64) -> Outcome {
+    let cond = Rc::new(Cell::new(phases[0].0));
+    let spent = Rc::new(Cell::new(0.0));
+    let mk = |kind, seed| Synth {
+        kind,
+        cond: cond.clone(),
+        jitter,
+        rng: SmallRng::seed_from_u64(seed),
+        spent_us: spent.clone(),
+    };
+    let (mut local, mut server) = (mk(SideKind::Local, 1), mk(SideKind::Server, 2));
+    let mut d = Dispatcher::new(cfg);
+    let mut out = [0u8; 32];
+    let (mut fixed_local, mut fixed_server) = (0.0, 0.0);
+    for &(c, n) in phases {
+        cond.set(c);
+        for _ in 0..n {
+            d.run(&mut local, &mut server, 0, LEN, &mut out).unwrap();
+            fixed_local += c.local_us();
+            fixed_server += c.server_us;
+        }
+    }
+    Outcome {
+        auto_us: spent.get(),
+        local_us: fixed_local,
+        server_us: fixed_server,
+        stats: d.stats(),
+    }
+}
+
+/// Auto at least 10% below the better of always-local and always-server.
+fn assert_beats_both_fixed_sides(o: &Outcome) {
+    let best = o.local_us.min(o.server_us);
+    assert!(
+        o.auto_us < 0.9 * best,
+        "auto {:.0} local {:.0} server {:.0} ({:?})",
+        o.auto_us,
+        o.local_us,
+        o.server_us,
+        o.stats
+    );
+}
+
+fn steady(local_us: f64, server_us: f64) -> Cond {
+    Cond {
+        compute_us: local_us * 0.3,
+        miss_us: local_us * 0.7,
+        hit_us: 0.0,
+        uncached: 1.0,
+        server_us,
+    }
+}
+
+fn adaptive() -> DispatchConfig {
+    DispatchConfig::default()
+}
+
+fn fixed() -> DispatchConfig {
+    DispatchConfig {
+        profiling: Profiling::Fixed { window: 200, probes: 5 },
+        ..DispatchConfig::default()
+    }
+}
+
+#[test]
+fn steady_conditions_auto_within_5_percent_of_the_better_side() {
+    // Ratios from "nearly equal" to "100x apart", either side winning, with and without noise.
+    for (l, s) in
+        [(100.0, 90.0), (100.0, 50.0), (100.0, 10.0), (100.0, 1.0), (10.0, 100.0), (1.0, 100.0)]
+    {
+        for jitter in [0.0, 0.15] {
+            let o = simulate(adaptive(), &[(steady(l, s), 20_000)], jitter);
+            let best = o.local_us.min(o.server_us);
+            let ratio = o.auto_us / best;
+            assert!(
+                ratio <= 1.05,
+                "local {l} server {s} jitter {jitter}: auto {:.0} vs best {best:.0} = {ratio:.3} ({:?})",
+                o.auto_us,
+                o.stats
+            );
+        }
+    }
+}
+
+#[test]
+fn fixed_5_in_200_profiling_costs_too_much_when_sides_differ_10x() {
+    // 5/200 x (10 - 1) = 22.5% extra: why profiling must adapt.
+    let o = simulate(fixed(), &[(steady(100.0, 10.0), 20_000)], 0.0);
+    let over = o.auto_us / o.server_us - 1.0;
+    assert!((0.20..0.25).contains(&over), "fixed profiling overhead {over:.3}");
+    let a = simulate(adaptive(), &[(steady(100.0, 10.0), 20_000)], 0.0);
+    assert!(a.auto_us / a.server_us - 1.0 < 0.05);
+    assert!(a.stats.probes < o.stats.probes / 5, "{:?} vs {:?}", a.stats, o.stats);
+}
+
+#[test]
+fn cache_warming_midway_auto_beats_both_fixed_sides() {
+    // Cold: the local side reads 400 µs from the device, the server answers in 150 µs.
+    // Warm: the same range is in the client's cache; local is 60 µs.
+    let cold =
+        Cond { compute_us: 50.0, miss_us: 400.0, hit_us: 10.0, uncached: 1.0, server_us: 150.0 };
+    let warm = Cond { uncached: 0.0, ..cold };
+    let o = simulate(adaptive(), &[(cold, 5_000), (warm, 5_000)], 0.1);
+    assert_beats_both_fixed_sides(&o);
+    assert!(o.stats.switches >= 1);
+}
+
+#[test]
+fn rtt_rising_midway_auto_beats_both_fixed_sides() {
+    // Server at 0 µs RTT: 80 µs; after the RTT rises by 1 ms: 1080 µs. Local: 300 µs.
+    let near = steady(300.0, 80.0);
+    let far = Cond { server_us: 1080.0, ..near };
+    let o = simulate(adaptive(), &[(near, 5_000), (far, 5_000)], 0.1);
+    assert_beats_both_fixed_sides(&o);
+}
+
+#[test]
+fn server_recovering_is_found_again_by_probing() {
+    // The server is loaded (CPU capped) for a while, then recovers: the dispatcher runs locally
+    // meanwhile and must notice the recovery only through its probes of the losing side.
+    let loaded = steady(200.0, 600.0);
+    let free = Cond { server_us: 50.0, ..loaded };
+    let o = simulate(adaptive(), &[(loaded, 5_000), (free, 10_000)], 0.1);
+    let ideal = 5_000.0 * 200.0 + 10_000.0 * 50.0;
+    assert!(o.auto_us < 1.1 * ideal, "auto {:.0} ideal {ideal:.0} ({:?})", o.auto_us, o.stats);
+    assert!(o.auto_us < 0.8 * o.local_us.min(o.server_us));
+}
+
+#[test]
+fn the_local_estimate_follows_the_uncached_fraction_without_probes() {
+    let mut d = Dispatcher::new(adaptive());
+    let cold =
+        Cond { compute_us: 50.0, miss_us: 400.0, hit_us: 10.0, uncached: 1.0, server_us: 150.0 };
+    // Train the local side cold and warm, and the server.
+    let _ = simulate(adaptive(), &[(cold, 10)], 0.0);
+    for u in [1.0, 1.0, 1.0, 0.0, 0.0, 0.0] {
+        let c = Cond { uncached: u, ..cold };
+        let io = c.hit_us * (1.0 - u) + c.miss_us * u;
+        let run =
+            Run { out_bytes: 32, wall_ns: ns(io + 50.0), io_ns: ns(io), compute_ns: ns(50.0) };
+        d.record(
+            storefn_lambda::dispatch::Decision { side: SideKind::Local, probe: true },
+            LEN,
+            u,
+            &run,
+        );
+    }
+    let per_byte = |us: f64| us * 1000.0 / LEN as f64;
+    let close = |a: f64, b: f64| (a - b).abs() < b * 1e-9 + 1e-12;
+    assert!(close(d.local_estimate(1.0).unwrap(), per_byte(450.0)));
+    assert!(close(d.local_estimate(0.0).unwrap(), per_byte(60.0)));
+    // Half cached: compute + hit/2 + miss/2.
+    assert!(close(d.local_estimate(0.5).unwrap(), per_byte(50.0 + 5.0 + 200.0)));
+}
+
+#[test]
+fn the_dispatchers_own_cost_is_paid_from_the_probe_budget() {
+    // Same 2x gap; in the first run the requests are so short (10 ns vs 5 ns of reported cost)
+    // that the dispatcher's own work is most of each request: it probes at the floor budget.
+    let tiny = simulate(adaptive(), &[(steady(0.01, 0.005), 5_000)], 0.0);
+    let big = simulate(adaptive(), &[(steady(10_000.0, 5_000.0), 5_000)], 0.0);
+    assert!(tiny.stats.probes * 3 < big.stats.probes, "{:?} vs {:?}", tiny.stats, big.stats);
+    assert!(tiny.stats.probes > 3, "the floor budget still probes: {:?}", tiny.stats);
+}

@@ -1,0 +1,70 @@
+//! A local λ request in steady state allocates nothing: the engine's slots, the input buffer
+//! and the instance are all built before the first request, and the dispatcher's rings are
+//! fixed arrays.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use storefn_io::IoMode;
+use storefn_lambda::bench::ensure_data;
+use storefn_lambda::{DispatchConfig, Dispatcher, LambdaProg, LocalFile, Run, SideKind, Workload};
+use storefn_vm::Engine;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+struct Counting;
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls on this thread.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `System.alloc` with layout `l`.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+#[test]
+fn steady_state_requests_do_not_allocate() {
+    let dir = std::env::temp_dir().join(format!("storefn-lambda-noalloc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = ensure_data(&dir, Workload::Knn, 1 << 20, 5).unwrap();
+    let mut file = LocalFile::open(&path, IoMode::Buffered).unwrap();
+    let w = Workload::Knn;
+    let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+    let mut inst = prog.instance(Engine::Jit).unwrap();
+    let mut out = vec![0u8; w.out_cap(0)];
+    let len = 256 << 10;
+    file.pread_lambda(0, len, &mut inst, &mut out).unwrap();
+    let mut d = Dispatcher::new(DispatchConfig::default());
+    let before = allocs();
+    for i in 0..20u64 {
+        let off = (i % 3) * 2048;
+        let (n, t) = file.pread_lambda(off, len, &mut inst, &mut out).unwrap();
+        assert_eq!(n, 136);
+        let u = file.uncached_fraction(off, len).unwrap().0;
+        let dec = d.decide(len, u);
+        let run = Run {
+            out_bytes: n,
+            wall_ns: t.io_ns + t.compute_ns,
+            io_ns: t.io_ns,
+            compute_ns: t.compute_ns,
+        };
+        let server = Run { out_bytes: n, wall_ns: 1_000_000, ..Run::default() };
+        d.record(dec, len, u, if dec.side == SideKind::Local { &run } else { &server });
+    }
+    assert_eq!(allocs() - before, 0, "allocations in 20 steady-state requests");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

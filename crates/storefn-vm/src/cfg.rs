@@ -1,0 +1,295 @@
+//! The control flow of a linked program, computed once by the verifier and shared by the
+//! verifier (dataflow), the JIT (one Cranelift block per basic block) and the interpreter:
+//! `lddw` halves, function starts, jump targets, basic blocks, successors, and where the
+//! instruction budget is charged.
+//!
+//! Basic blocks: a block starts at every function start, every jump target and the slot after
+//! every jump-class instruction (jumps, `call`, `exit`).
+//!
+//! Budget charge points: every function start and every target of a backward jump (target <=
+//! the jump's index). Every cycle of the control flow contains a backward jump (forward jumps
+//! and fall-through only raise the index; calls return to the next slot and the call graph is
+//! acyclic), so between two charge points control runs through an acyclic region. A charge point
+//! charges the longest path, in instructions (an `lddw` counts one; a `call` one, its callee
+//! charges itself), from it to the next charge point or `exit`. So every executed instruction is
+//! paid for before it runs (a run may stop before spending all it paid for), loops pay once per
+//! iteration at their header, and both engines, reading the same table, stop at the same
+//! instruction (docs/DESIGN.md, "Budget").
+
+use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
+use crate::verifier::VerifyError;
+
+fn err<T>(insn: usize, reason: impl Into<String>) -> Result<T, VerifyError> {
+    Err(VerifyError { insn, reason: reason.into() })
+}
+
+/// Control flow of a program whose jumps and calls the verifier accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cfg {
+    /// `second[pc]`: slot `pc` is the second half of an `lddw`.
+    second: Vec<bool>,
+    /// Function start slots, sorted; the entry (0) first.
+    funcs: Vec<usize>,
+    /// `leader[pc]`: a basic block starts at slot `pc`.
+    leader: Vec<bool>,
+    /// Instructions charged when control reaches this slot; 0 = not a charge point.
+    charge: Vec<u32>,
+}
+
+impl Cfg {
+    /// Control flow of `insns`, given its `lddw` halves ([`lddw_halves`]). Checks that calls
+    /// and jumps land on instruction starts inside the program (jumps: inside their own
+    /// function) and that no function falls through its end.
+    ///
+    /// # Errors
+    /// The first violation, as the verifier reports it.
+    pub(crate) fn new(insns: &[Insn], second: Vec<bool>) -> Result<Self, VerifyError> {
+        let funcs = functions(insns, &second)?;
+        let mut leader = vec![false; insns.len()];
+        for f in 0..funcs.len() {
+            check_function(insns, &second, &funcs, f, &mut leader)?;
+        }
+        let mut cfg = Self { second, funcs, leader, charge: vec![0; insns.len()] };
+        cfg.charge = cfg.charges_for(insns);
+        Ok(cfg)
+    }
+
+    /// The charge of every charge point (see the module documentation): a longest-path pass
+    /// from the last slot down, which sees every successor first because only backward jumps
+    /// go down and their targets are charge points.
+    fn charges_for(&self, insns: &[Insn]) -> Vec<u32> {
+        let n = insns.len();
+        let mut point = vec![false; n];
+        for &f in &self.funcs {
+            point[f] = true;
+        }
+        for pc in (0..n).filter(|&pc| !self.second[pc]) {
+            if let Some(t) = jump_rel(insns[pc]).and_then(|rel| rel_target(insns, pc, rel)) {
+                if t <= pc {
+                    point[t] = true;
+                }
+            }
+        }
+        // Longest path from `pc` to the next charge point or `exit`, `pc` included.
+        let mut longest = vec![0u32; n];
+        for pc in (0..n).rev().filter(|&pc| !self.second[pc]) {
+            let after = self.successors(insns, pc).into_iter().flatten().map(|s| {
+                debug_assert!(point[s] || s > pc, "a backward edge ends at a charge point");
+                if point[s] {
+                    0
+                } else {
+                    longest[s]
+                }
+            });
+            longest[pc] = 1 + after.max().unwrap_or(0);
+        }
+        (0..n).map(|pc| if point[pc] { longest[pc] } else { 0 }).collect()
+    }
+
+    /// Function start slots, sorted, entry first.
+    #[must_use]
+    pub fn functions(&self) -> &[usize] {
+        &self.funcs
+    }
+
+    /// Slots `[start, end)` of function `f`.
+    #[must_use]
+    pub fn func_range(&self, f: usize) -> (usize, usize) {
+        (self.funcs[f], self.funcs.get(f + 1).copied().unwrap_or(self.second.len()))
+    }
+
+    /// The function holding slot `pc`.
+    #[must_use]
+    pub fn func_of(&self, pc: usize) -> usize {
+        self.funcs.partition_point(|&s| s <= pc) - 1
+    }
+
+    /// Is slot `pc` the second half of an `lddw`?
+    #[must_use]
+    pub fn is_second_half(&self, pc: usize) -> bool {
+        self.second[pc]
+    }
+
+    /// Instructions charged to the budget when control reaches `pc`; 0 when `pc` is not a
+    /// charge point.
+    #[must_use]
+    pub fn charge(&self, pc: usize) -> u32 {
+        self.charge[pc]
+    }
+
+    /// Per-slot charges (see [`Cfg::charge`]), for the engines' hot paths.
+    #[must_use]
+    pub(crate) fn charges(&self) -> &[u32] {
+        &self.charge
+    }
+
+    /// Does a basic block start at `pc`?
+    #[must_use]
+    pub fn is_block_start(&self, pc: usize) -> bool {
+        self.leader[pc]
+    }
+
+    /// Where control may go after the instruction at `pc` within its function (a call's
+    /// successor is the slot after it; `exit` has none).
+    #[must_use]
+    pub fn successors(&self, insns: &[Insn], pc: usize) -> [Option<usize>; 2] {
+        let i = insns[pc];
+        if i.op == BPF_JMP | BPF_EXIT {
+            return [None, None];
+        }
+        if let Some(rel) = jump_rel(i) {
+            let t = rel_target(insns, pc, rel);
+            let fall = (i.op & 0xf0 != BPF_JA).then_some(pc + 1);
+            return [t, fall];
+        }
+        [Some(pc + if i.is_lddw() { 2 } else { 1 }), None]
+    }
+}
+
+/// Jumps, calls and `exit`: the instructions that end a basic block.
+fn is_jump_class(i: Insn) -> bool {
+    i.class() == BPF_JMP || i.class() == BPF_JMP32
+}
+
+/// Marks the second slot of every `lddw` and checks the pairs.
+///
+/// # Errors
+/// A truncated or malformed pair.
+pub(crate) fn lddw_halves(insns: &[Insn]) -> Result<Vec<bool>, VerifyError> {
+    let mut second = vec![false; insns.len()];
+    let mut pc = 0;
+    while pc < insns.len() {
+        if insns[pc].is_lddw() {
+            let Some(hi) = insns.get(pc + 1) else {
+                return err(pc, "lddw is missing its second slot");
+            };
+            if hi.op != 0 || hi.dst != 0 || hi.src != 0 || hi.off != 0 {
+                return err(pc + 1, "malformed second slot of lddw");
+            }
+            second[pc + 1] = true;
+            pc += 2;
+        } else {
+            pc += 1;
+        }
+    }
+    Ok(second)
+}
+
+/// Target of the jump or call at `pc` with relative offset `rel`, if it is a valid slot.
+#[must_use]
+pub fn rel_target(insns: &[Insn], pc: usize, rel: i64) -> Option<usize> {
+    let t = i64::try_from(pc).ok()? + rel + 1;
+    usize::try_from(t).ok().filter(|&t| t < insns.len())
+}
+
+/// The relative offset of a (conditional or unconditional) jump; `None` for anything else.
+#[must_use]
+pub fn jump_rel(i: Insn) -> Option<i64> {
+    let op = i.op & 0xf0;
+    if !is_jump_class(i) || op == BPF_CALL || op == BPF_EXIT {
+        return None;
+    }
+    Some(if i.class() == BPF_JMP32 && op == BPF_JA { i64::from(i.imm) } else { i64::from(i.off) })
+}
+
+/// A BPF-to-BPF call (`call` with src = 1).
+#[must_use]
+pub fn is_pseudo_call(i: Insn) -> bool {
+    i.op == BPF_JMP | BPF_CALL && i.src == BPF_PSEUDO_CALL
+}
+
+/// Function boundaries: entry at 0 plus every BPF-to-BPF call target; sorted start slots.
+fn functions(insns: &[Insn], second: &[bool]) -> Result<Vec<usize>, VerifyError> {
+    let mut starts = vec![0];
+    for (pc, i) in insns.iter().enumerate() {
+        if second[pc] || !is_pseudo_call(*i) {
+            continue;
+        }
+        let Some(t) = rel_target(insns, pc, i64::from(i.imm)) else {
+            return err(pc, "call target is outside the program");
+        };
+        if second[t] {
+            return err(pc, format!("call into the middle of lddw at #{}", t - 1));
+        }
+        starts.push(t);
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    Ok(starts)
+}
+
+/// Jumps stay inside the function; the last instruction does not fall through. Marks the
+/// function's block starts in `leader`.
+fn check_function(
+    insns: &[Insn],
+    second: &[bool],
+    funcs: &[usize],
+    f: usize,
+    leader: &mut [bool],
+) -> Result<(), VerifyError> {
+    let (start, end) = (funcs[f], funcs.get(f + 1).copied().unwrap_or(insns.len()));
+    leader[start] = true;
+    for pc in start..end {
+        let i = insns[pc];
+        if second[pc] {
+            continue;
+        }
+        if is_jump_class(i) && pc + 1 < end {
+            leader[pc + 1] = true;
+        }
+        if let Some(rel) = jump_rel(i) {
+            let t = rel_target(insns, pc, rel).filter(|&t| t >= start && t < end);
+            let Some(t) = t else {
+                return err(
+                    pc,
+                    format!("jump target {} is outside the function", pc as i64 + rel + 1),
+                );
+            };
+            if second[t] {
+                return err(pc, format!("jump into the middle of lddw at #{}", t - 1));
+            }
+            leader[t] = true;
+        }
+    }
+    let last = if second[end - 1] { end - 2 } else { end - 1 };
+    let i = insns[last];
+    let ends = i.op == BPF_JMP | BPF_EXIT || (jump_rel(i).is_some() && i.op & 0xf0 == BPF_JA);
+    if !ends {
+        return err(last, "falls through past the end of the function");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn::{BPF_ADD, BPF_ALU64, BPF_JNE, BPF_K, BPF_MOV};
+
+    fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { op, dst, src, off, imm }
+    }
+
+    #[test]
+    fn charges_at_entries_and_loop_headers_cover_the_longest_path() {
+        let p = [
+            ins(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0), // 0: block 0..=2
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 0, 0, 0, 1), // 1
+            ins(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, 3), // 2: -> 6
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 0, 0, 0, 1), // 3: block 3..=4 (after the call)
+            ins(BPF_JMP | BPF_JNE | BPF_K, 0, 0, -4, 9),  // 4: -> 1
+            ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),          // 5: block
+            ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),          // 6: function
+        ];
+        let second = lddw_halves(&p).unwrap();
+        let cfg = Cfg::new(&p, second).unwrap();
+        let starts: Vec<usize> = (0..p.len()).filter(|&pc| cfg.is_block_start(pc)).collect();
+        assert_eq!(starts, [0, 1, 3, 5, 6]);
+        // Entry: just insn 0 (1 is a loop header); loop header 1: 1, 2 (call), 3, 4, 5 (exit);
+        // the callee: its exit.
+        assert_eq!(cfg.charges(), &[1, 5, 0, 0, 0, 0, 1]);
+        assert_eq!(cfg.functions(), &[0, 6]);
+        assert_eq!(cfg.successors(&p, 4), [Some(1), Some(5)]);
+        assert_eq!(cfg.successors(&p, 2), [Some(3), None]);
+        assert_eq!(cfg.successors(&p, 5), [None, None]);
+    }
+}

@@ -1,0 +1,204 @@
+//! The ABI between generated code and Rust: the per-invocation `RunAux`, the field offsets
+//! generated code loads and stores, the function signatures, and the `extern "C"` callbacks
+//! (region resolution behind a preserve-all shim, helper calls).
+
+use super::*;
+
+/// Per-invocation state the generated code shares with its Rust callbacks. Lives on `run`'s
+/// stack: nothing is allocated per invocation unless a helper fails.
+#[repr(C)]
+#[derive(Debug)]
+pub(super) struct RunAux {
+    /// The invocation's environment. Generated code reaches `RunEnv` only through here (on
+    /// slow paths), which keeps one register free in loops.
+    pub(super) env: *mut RunEnv,
+    /// Read window refreshed by [`resolve_region`]: region start and `size - 7` (saturating).
+    pub(super) hot_lo: u64,
+    pub(super) hot_span: u64,
+    /// Write window: kept in memory (not variables) to save registers; same meaning.
+    pub(super) wr_lo: u64,
+    pub(super) wr_span: u64,
+    /// The program's hint table (`JitProgram::hints`).
+    pub(super) hints: *const Cell<u8>,
+    /// [`resolve_region`]'s answer, stored by the preserve-all shim (which returns nothing).
+    pub(super) found: u64,
+    /// Frames currently live below the entry frame (0 in the entry function).
+    pub(super) depth: u64,
+    pub(super) prog_type: ProgType,
+    /// The helper's error when `fault.kind == HELPER` (VmError carries a message).
+    pub(super) helper_err: Option<VmError>,
+}
+
+/// Signature of every compiled BPF function, callable from Rust.
+pub(super) type CompiledFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64, u64, u64, u64) -> u64;
+
+pub(super) fn bpf_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    // aux, r1..r5, r10
+    for _ in 0..7 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// Defines `fn(aux, addr, site)` with the preserve-all convention: it calls [`resolve_region`]
+/// (System V) and stores its answer in `aux.found`. Call sites in hot code then clobber no
+/// register, so a rarely taken slow path does not force the loop around it to spill.
+pub(super) fn define_resolve_shim(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    fctx: &mut FunctionBuilderContext,
+) -> Result<FuncId, JitError> {
+    let mut sig = module.make_signature();
+    sig.call_conv = CallConv::PreserveAll;
+    for _ in 0..3 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    let id = module
+        .declare_function("storefn_resolve_shim", Linkage::Local, &sig)
+        .map_err(|e| JitError::Codegen(e.to_string()))?;
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    let rsig = ctx.func.import_signature(sig_of(module, 3));
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let blk = b.create_block();
+    b.append_block_params_for_function_params(blk);
+    b.switch_to_block(blk);
+    let p = b.block_params(blk).to_vec();
+    let f = b.ins().iconst(I64, resolve_region as *const () as usize as i64);
+    let call = b.ins().call_indirect(rsig, f, &p);
+    let r = b.inst_results(call)[0];
+    b.ins().store(MemFlagsData::trusted(), r, p[0], OFF_AUX_FOUND);
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
+    b.finalize(module.target_config());
+    let r = module.define_function(id, ctx).map_err(|e| JitError::Codegen(format!("{e:?}")));
+    module.clear_context(ctx);
+    r.map(|()| id)
+}
+
+pub(super) fn sig_of(module: &JITModule, params: usize) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..params {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+pub(super) const fn env_off(field: usize) -> i32 {
+    assert!(field < i32::MAX as usize);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+    {
+        field as i32
+    }
+}
+
+pub(super) const OFF_INSNS_LEFT: i32 = env_off(offset_of!(RunEnv, insns_left));
+pub(super) const OFF_GLOBALS: i32 = env_off(offset_of!(RunEnv, globals_base));
+pub(super) const OFF_FAULT_KIND: i32 =
+    env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, kind));
+pub(super) const OFF_FAULT_INSN: i32 =
+    env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, insn));
+pub(super) const OFF_FAULT_ADDR: i32 =
+    env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, addr));
+pub(super) const OFF_FAULT_LEN: i32 =
+    env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, len));
+pub(super) const OFF_READ_REGIONS: i32 =
+    env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, regions));
+pub(super) const OFF_WRITE_REGIONS: i32 =
+    env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, regions));
+pub(super) const OFF_READ_LEN: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, len));
+pub(super) const OFF_WRITE_LEN: i32 =
+    env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, len));
+const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
+pub(super) const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
+pub(super) const OFF_AUX_FOUND: i32 = env_off(offset_of!(RunAux, found));
+pub(super) const OFF_AUX_WR_LO: i32 = env_off(offset_of!(RunAux, wr_lo));
+pub(super) const OFF_AUX_WR_SPAN: i32 = env_off(offset_of!(RunAux, wr_span));
+pub(super) const OFF_AUX_LO: i32 = env_off(offset_of!(RunAux, hot_lo));
+pub(super) const OFF_AUX_SPAN: i32 = env_off(offset_of!(RunAux, hot_span));
+pub(super) const OFF_AUX_DEPTH: i32 = env_off(offset_of!(RunAux, depth));
+
+/// Exact region check when both the window and the site's hint missed (the contract of
+/// crate::mem). On success stores the matching region's index in the site's hint, refreshes
+/// `aux`'s window and returns 1; otherwise records the fault and returns 0.
+/// `site` = instruction index << 8 | is_write << 4 | access bytes. Reached from generated code
+/// through the preserve-all shim (see `define_resolve_shim`).
+pub(super) extern "C" fn resolve_region(aux: *mut RunAux, addr: u64, site: u64) -> u64 {
+    // SAFETY: the generated code passes the `aux` pointer `run` gave it; it and the `env` it
+    // points to are valid and not otherwise borrowed while generated code runs.
+    let aux = unsafe { &mut *aux };
+    // SAFETY: as above.
+    let env = unsafe { &mut *aux.env };
+    let pc = site >> 8;
+    let len = site & 0xf;
+    let write = site & 0x10 != 0;
+    let set: &RegionSet = if write { &env.write } else { &env.read };
+    // A corrupt `len` must not make us index out of bounds (that would abort the process).
+    let count = usize::try_from(set.len).unwrap_or(MAX_REGIONS).min(MAX_REGIONS);
+    if let Some((i, r)) =
+        set.regions[..count].iter().enumerate().find(|(_, r)| r.contains(addr, len))
+    {
+        let span = (r.end - r.start).saturating_sub(MAX_ACCESS_BYTES - 1);
+        if write {
+            (aux.wr_lo, aux.wr_span) = (r.start, span);
+        } else {
+            (aux.hot_lo, aux.hot_span) = (r.start, span);
+        }
+        let slot = usize::try_from(pc * 2).unwrap_or(0) + usize::from(write);
+        // SAFETY: `aux.hints` is the owning JitProgram's hint table (alive: `run` borrows it),
+        // which has 2 entries per instruction and `pc` is an instruction index of the program;
+        // the table is only accessed from the thread running this invocation.
+        unsafe { (*aux.hints.add(slot)).set(u8::try_from(i).unwrap_or(0)) };
+        return 1;
+    }
+    env.fault = FaultInfo {
+        kind: if write { fault::BAD_WRITE } else { fault::BAD_READ },
+        insn: u32::try_from(pc).unwrap_or(u32::MAX),
+        addr,
+        len,
+    };
+    0
+}
+
+/// Helper call from generated code: forwards to the helper table; on error stores the error in
+/// `aux`, records a HELPER fault and returns 0 (the generated code then returns).
+#[allow(clippy::too_many_arguments)]
+pub(super) extern "C" fn helper_trampoline(
+    aux: *mut RunAux,
+    id: u64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    insn: u64,
+) -> u64 {
+    // SAFETY: as in `resolve_region`: the pointer `run` passed down, valid and unaliased.
+    let aux = unsafe { &mut *aux };
+    // SAFETY: as above.
+    let env = unsafe { &mut *aux.env };
+    let id = u32::try_from(id).unwrap_or(u32::MAX);
+    let insn_idx = usize::try_from(insn).unwrap_or(usize::MAX);
+    // A panic must not unwind into JIT frames (that would abort the process): turn it into an
+    // error naming the helper.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `env` is the invocation's environment, valid by `JitProgram::run`'s contract.
+        unsafe { crate::helpers::call(env, aux.prog_type, id, [a1, a2, a3, a4, a5], insn_idx) }
+    }));
+    let err = match r {
+        Ok(Ok(v)) => return v,
+        Ok(Err(e)) => e,
+        Err(_) => VmError::Helper { insn: insn_idx, helper: id, reason: "helper panicked".into() },
+    };
+    aux.helper_err = Some(err);
+    env.fault = FaultInfo {
+        kind: fault::HELPER,
+        insn: u32::try_from(insn).unwrap_or(u32::MAX),
+        addr: u64::from(id),
+        len: 0,
+    };
+    0
+}

@@ -1,0 +1,256 @@
+//! Loads, stores and atomics, each behind the run-time region check of [`crate::mem`]'s
+//! contract (a window in registers, a per-site hint, then a full scan in Rust).
+
+use super::abi::*;
+use super::translate::Tx;
+use super::*;
+
+/// Which region set an access is checked against; the value is also the fault kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Read,
+    Write,
+}
+
+impl Tx<'_, '_> {
+    /// [`Tx::check`], unless the verifier proved this access in bounds (`proofs.rs`: the
+    /// stack frame through r10, or a constant-offset context read); the proof rests on the
+    /// run contract, under which that memory is always granted.
+    pub(super) fn check_unless_proved(&mut self, pc: usize, addr: Value, len: u64, access: Access) {
+        if !self.in_bounds[pc] {
+            self.check(pc, addr, len, access);
+        }
+    }
+
+    /// Emits the region check for `len` bytes at `addr`; on return the builder is positioned
+    /// where the access may be performed. Three tiers: (1) the window variables (last region
+    /// this function matched for this access kind); (2) the site's hint, a region index that
+    /// persists across invocations, re-validated against the current RunEnv; (3) a call to
+    /// [`resolve_region`], which scans every region and updates the hint.
+    pub(super) fn check(&mut self, pc: usize, addr: Value, len: u64, access: Access) {
+        debug_assert!((1..=MAX_ACCESS_BYTES).contains(&len));
+        let (lo_v, span_v) = self.win_read;
+        let fl = MemFlagsData::trusted();
+        // Reads use window variables (registers); writes keep theirs in `aux` (two L1 loads).
+        let (lo, span) = match access {
+            Access::Read => (self.b.use_var(lo_v), self.b.use_var(span_v)),
+            Access::Write => (
+                self.b.ins().load(I64, fl, self.aux, OFF_AUX_WR_LO),
+                self.b.ins().load(I64, fl, self.aux, OFF_AUX_WR_SPAN),
+            ),
+        };
+        let off = self.b.ins().isub(addr, lo);
+        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, off, span);
+        let cont = self.b.create_block();
+        let hinted = self.b.create_block();
+        let refill = self.b.create_block();
+        let miss = self.b.create_block();
+        let refill_aux = self.b.create_block();
+        for blk in [hinted, refill, miss, refill_aux] {
+            self.b.set_cold_block(blk);
+        }
+        self.b.append_block_param(refill, I64);
+        self.b.append_block_param(refill, I64);
+        self.b.ins().brif(inside, cont, &[], hinted, &[]);
+
+        // Tier 2: regions[hint], exactly as Region::contains, as a chain of compare-and-branch
+        // (each test needs no temporaries, so the cold path does not push the function into
+        // saving more callee-saved registers): idx < len, start <= addr, addr <= end and
+        // end - addr >= len, the last two being `addr + len <= end` without overflow.
+        self.b.switch_to_block(hinted);
+        let slot = pc * 2 + usize::from(access == Access::Write);
+        let hint_addr = self.hints_addr + u64::try_from(slot).unwrap_or(0);
+        let hint = self.iconst(hint_addr.cast_signed());
+        let idx = self.b.ins().uload8(I64, fl, hint, 0);
+        let env = self.env();
+        let (base, count_off) = match access {
+            Access::Read => (OFF_READ_REGIONS, OFF_READ_LEN),
+            Access::Write => (OFF_WRITE_REGIONS, OFF_WRITE_LEN),
+        };
+        // Entries past `len` are stale: a hint pointing there grants nothing.
+        let count = self.b.ins().load(I64, fl, env, count_off);
+        let live = self.b.ins().icmp(IntCC::UnsignedLessThan, idx, count);
+        let in_use = self.cold_block();
+        self.b.ins().brif(live, in_use, &[], miss, &[]);
+        self.b.switch_to_block(in_use);
+        let scaled = self.b.ins().ishl_imm_u(idx, 4);
+        let rptr = self.b.ins().iadd(env, scaled);
+        let start = self.b.ins().load(I64, fl, rptr, base);
+        let end = self.b.ins().load(I64, fl, rptr, base + 8);
+        let above_start = self.cold_block();
+        let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
+        self.b.ins().brif(ge, above_start, &[], miss, &[]);
+        self.b.switch_to_block(above_start);
+        let below_end = self.cold_block();
+        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, end);
+        self.b.ins().brif(le, below_end, &[], miss, &[]);
+        self.b.switch_to_block(below_end);
+        let room = self.b.ins().isub(end, addr);
+        // Immediates only on this path: constants would be hoisted and occupy registers.
+        let fits =
+            self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, room, len.cast_signed());
+        let size = self.b.ins().isub(end, start);
+        self.b.ins().brif(fits, refill, &[start.into(), size.into()], miss, &[]);
+
+        self.b.switch_to_block(refill);
+        let p = self.b.block_params(refill).to_vec();
+        let z = self.iconst(0);
+        let big = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, p[1], 7i64);
+        let span = self.b.ins().iadd_imm_s(p[1], -i64::try_from(MAX_ACCESS_BYTES - 1).unwrap_or(0));
+        let span = self.b.ins().select(big, span, z);
+        match access {
+            Access::Read => {
+                self.b.def_var(lo_v, p[0]);
+                self.b.def_var(span_v, span);
+            }
+            Access::Write => {
+                self.b.ins().store(fl, p[0], self.aux, OFF_AUX_WR_LO);
+                self.b.ins().store(fl, span, self.aux, OFF_AUX_WR_SPAN);
+            }
+        }
+        self.b.ins().jump(cont, &[]);
+
+        // Tier 3: full scan in Rust.
+        self.b.switch_to_block(miss);
+        let site =
+            (u64::try_from(pc).unwrap_or(0) << 8) | (u64::from(access == Access::Write) << 4) | len;
+        let site = self.iconst(site.cast_signed());
+        // Preserve-all call: the hot code around it keeps its registers.
+        self.b.ins().call(self.resolve_shim, &[self.aux, addr, site]);
+        let found = self.b.ins().load(I64, fl, self.aux, OFF_AUX_FOUND);
+        self.b.ins().brif(found, refill_aux, &[], self.exit_block, &[]);
+
+        // The resolver refreshed the window in `aux` (where writes keep theirs anyway).
+        self.b.switch_to_block(refill_aux);
+        if access == Access::Read {
+            let lo = self.b.ins().load(I64, fl, self.aux, OFF_AUX_LO);
+            let span = self.b.ins().load(I64, fl, self.aux, OFF_AUX_SPAN);
+            self.b.def_var(lo_v, lo);
+            self.b.def_var(span_v, span);
+        }
+        self.b.ins().jump(cont, &[]);
+
+        self.b.switch_to_block(cont);
+    }
+
+    pub(super) fn size_of(pc: usize, insn: Insn) -> Result<u64, JitError> {
+        Ok(match insn.op & 0x18 {
+            BPF_B => 1,
+            BPF_H => 2,
+            BPF_W => 4,
+            BPF_DW => 8,
+            _ => return Err(invalid(pc, "bad size")),
+        })
+    }
+
+    pub(super) fn addr(&mut self, pc: usize, base: u8, off: i16) -> Result<Value, JitError> {
+        let b = self.reg(pc, base)?;
+        Ok(self.b.ins().iadd_imm_s(b, i64::from(off)))
+    }
+
+    pub(super) fn ldx(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
+        let mode = insn.op & 0xe0;
+        let len = Self::size_of(pc, insn)?;
+        let sx = match mode {
+            BPF_MEM => false,
+            BPF_MEMSX if len < 8 => true,
+            _ => return Err(invalid(pc, format!("unsupported load op {:#04x}", insn.op))),
+        };
+        let addr = self.addr(pc, insn.src, insn.off)?;
+        self.check_unless_proved(pc, addr, len, Access::Read);
+        let f = MemFlagsData::new().with_notrap();
+        let ins = self.b.ins();
+        let v = match (len, sx) {
+            (1, false) => ins.uload8(I64, f, addr, 0),
+            (2, false) => ins.uload16(I64, f, addr, 0),
+            (4, false) => ins.uload32(f, addr, 0),
+            (1, true) => ins.sload8(I64, f, addr, 0),
+            (2, true) => ins.sload16(I64, f, addr, 0),
+            (4, true) => ins.sload32(f, addr, 0),
+            _ => ins.load(I64, f, addr, 0),
+        };
+        self.set_reg(pc, insn.dst, v)
+    }
+
+    pub(super) fn store(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
+        let mode = insn.op & 0xe0;
+        let len = Self::size_of(pc, insn)?;
+        let is_stx = insn.class() == BPF_STX;
+        if mode == BPF_ATOMIC && is_stx {
+            return self.atomic(pc, insn, len);
+        }
+        if mode != BPF_MEM {
+            return Err(invalid(pc, format!("unsupported store op {:#04x}", insn.op)));
+        }
+        let v = if is_stx { self.reg(pc, insn.src)? } else { self.iconst(i64::from(insn.imm)) };
+        let addr = self.addr(pc, insn.dst, insn.off)?;
+        self.check_unless_proved(pc, addr, len, Access::Write);
+        self.store_n(len, v, addr);
+        Ok(())
+    }
+
+    pub(super) fn store_n(&mut self, len: u64, v: Value, addr: Value) {
+        let f = MemFlagsData::new().with_notrap();
+        let ins = self.b.ins();
+        match len {
+            1 => ins.istore8(f, v, addr, 0),
+            2 => ins.istore16(f, v, addr, 0),
+            4 => ins.istore32(f, v, addr, 0),
+            _ => ins.store(f, v, addr, 0),
+        };
+    }
+
+    /// Atomics as plain read-modify-write (single-threaded semantics: an invocation owns the
+    /// memory it writes for its duration). Checked for write first, then for read, as the
+    /// interpreter does (an address in neither set reports BadWrite).
+    pub(super) fn atomic(&mut self, pc: usize, insn: Insn, len: u64) -> Result<(), JitError> {
+        if len != 4 && len != 8 {
+            return Err(invalid(pc, "atomic operations are 32- or 64-bit"));
+        }
+        let op = insn.imm;
+        let alu = op & !ATOMIC_FETCH;
+        let fetch = op & ATOMIC_FETCH != 0;
+        let known =
+            matches!(alu, 0x00 /* ADD */ | 0x40 /* OR */ | 0x50 /* AND */ | 0xa0 /* XOR */)
+                || op == ATOMIC_XCHG
+                || op == ATOMIC_CMPXCHG;
+        if !known {
+            return Err(invalid(pc, format!("unknown atomic op {op:#x}")));
+        }
+        let addr = self.addr(pc, insn.dst, insn.off)?;
+        self.check_unless_proved(pc, addr, len, Access::Write);
+        self.check_unless_proved(pc, addr, len, Access::Read);
+        let f = MemFlagsData::new().with_notrap();
+        let old = if len == 4 {
+            self.b.ins().uload32(f, addr, 0)
+        } else {
+            self.b.ins().load(I64, f, addr, 0)
+        };
+        let src = self.reg(pc, insn.src)?;
+        if op == ATOMIC_CMPXCHG {
+            let r0 = self.reg(pc, 0)?;
+            let eq = if len == 4 {
+                let a = self.b.ins().ireduce(I32, old);
+                let e = self.b.ins().ireduce(I32, r0);
+                self.b.ins().icmp(IntCC::Equal, a, e)
+            } else {
+                self.b.ins().icmp(IntCC::Equal, old, r0)
+            };
+            let new = self.b.ins().select(eq, src, old);
+            self.store_n(len, new, addr);
+            return self.set_reg(pc, 0, old);
+        }
+        let new = match alu {
+            0x00 => self.b.ins().iadd(old, src),
+            0x40 => self.b.ins().bor(old, src),
+            0x50 => self.b.ins().band(old, src),
+            0xa0 => self.b.ins().bxor(old, src),
+            _ => src, // XCHG
+        };
+        self.store_n(len, new, addr);
+        if fetch {
+            self.set_reg(pc, insn.src, old)?;
+        }
+        Ok(())
+    }
+}

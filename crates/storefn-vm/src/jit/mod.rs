@@ -1,0 +1,385 @@
+//! Cranelift JIT: translates a linked [`Program`] to native code with the interpreter's exact
+//! semantics (crate::interp is the reference; docs/DESIGN.md, "JIT").
+//!
+//! Shape of the generated code:
+//! - every BPF function (insn 0 plus every BPF-to-BPF call target) becomes one Cranelift
+//!   function `fn(env, aux, r1, r2, r3, r4, r5, r10) -> r0` (System V); eBPF registers are
+//!   Cranelift variables, so they live in machine registers;
+//! - every load/store is checked against the invocation's regions. The fast path compares the
+//!   address with a cached window of the last region that matched (two variables per access
+//!   kind); a miss calls [`resolve_region`], which performs the exact contract check of
+//!   [`crate::mem`], refreshes the window, or records the fault;
+//! - reaching a charge point ([`crate::cfg`]: function entries, loop headers) subtracts its
+//!   charge from the instruction budget (a variable, spilled to `RunEnv::insns_left` around
+//!   calls) and aborts when it does not fit;
+//! - faults are written to `RunEnv::fault` and the function returns; callers check the fault
+//!   kind after every call, so nothing unwinds and nothing traps.
+//!
+//! Files: `abi.rs` (the run-time structures generated code addresses, the signatures and the
+//! Rust trampolines it calls), `translate.rs` (eBPF to Cranelift IR: functions, blocks and the
+//! budget, ALU, jumps, calls), `memcheck.rs` (loads, stores and atomics with their region
+//! checks).
+
+mod abi;
+mod memcheck;
+mod translate;
+
+use std::cell::Cell;
+use std::mem::offset_of;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I16, I32, I64, I8};
+use cranelift_codegen::ir::{
+    AbiParam, Block, BlockArg, FuncRef, InstBuilder, MemFlagsData, SigRef, Signature, Type,
+    UserFuncName, Value,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+
+use crate::cfg::Cfg;
+use crate::insn::{
+    Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_AND, BPF_ARSH, BPF_ATOMIC, BPF_B, BPF_CALL, BPF_DIV,
+    BPF_DW, BPF_END, BPF_EXIT, BPF_H, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLE, BPF_JLT, BPF_JMP,
+    BPF_JMP32, BPF_JNE, BPF_JSET, BPF_JSGE, BPF_JSGT, BPF_JSLE, BPF_JSLT, BPF_LD, BPF_LDX, BPF_LSH,
+    BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_MUL, BPF_NEG, BPF_OR, BPF_PSEUDO_CALL, BPF_RSH,
+    BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
+};
+use crate::mem::{Region, RegionSet, MAX_REGIONS};
+use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
+use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
+
+use abi::{bpf_signature, define_resolve_shim, CompiledFn, RunAux};
+use translate::translate_function;
+
+/// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
+const ATOMIC_FETCH: i32 = 0x01;
+const ATOMIC_XCHG: i32 = 0xe0 | ATOMIC_FETCH;
+const ATOMIC_CMPXCHG: i32 = 0xf0 | ATOMIC_FETCH;
+/// `call` with src = 0: a helper by id.
+const CALL_HELPER: u8 = 0;
+/// eBPF registers r0..r10.
+const NUM_REGS: usize = 11;
+/// The frame pointer register, read-only to programs.
+const FRAME_REG: u8 = 10;
+/// Set this environment variable to print the machine code of every compiled function to
+/// stderr (a diagnostic for JIT work; off in normal runs).
+pub const DISASM_ENV: &str = "STOREFN_JIT_DISASM";
+/// Widest access: the fast-path window guarantees this many bytes past the address.
+const MAX_ACCESS_BYTES: u64 = 8;
+
+/// Why a program could not be compiled. The verifier runs first, so these mean either a
+/// verifier gap or a program the JIT does not support; they never panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JitError {
+    #[error("JIT unsupported: {0}")]
+    Unsupported(String),
+    #[error("insn #{insn}: {reason}")]
+    Invalid { insn: usize, reason: String },
+    #[error("program has {len} instruction slots; limit is 1..={max}")]
+    Size { len: usize, max: usize },
+    #[error("JIT host: {0}")]
+    Host(String),
+    #[error("JIT code generation: {0}")]
+    Codegen(String),
+}
+
+fn invalid(insn: usize, reason: impl Into<String>) -> JitError {
+    JitError::Invalid { insn, reason: reason.into() }
+}
+
+/// A compiled program. Dropping it frees its code.
+#[derive(Debug)]
+pub struct JitProgram {
+    code: CodeMemory,
+    entry: CompiledFn,
+    /// Per access site, the index of the region that matched last time (validated on use).
+    /// Written by the generated code's slow path; Cell keeps JitProgram !Sync.
+    hints: Box<[Cell<u8>]>,
+    prog_type: ProgType,
+}
+
+/// Owns the JIT module; frees the executable memory on drop.
+struct CodeMemory(Option<JITModule>);
+
+impl std::fmt::Debug for CodeMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CodeMemory")
+    }
+}
+
+impl Drop for CodeMemory {
+    fn drop(&mut self) {
+        if let Some(module) = self.0.take() {
+            // SAFETY: the only pointers into this module's code are `JitProgram::entry` (dropped
+            // with us) and the call graph inside the module itself; no invocation can be running
+            // because `run` borrows the JitProgram.
+            unsafe { module.free_memory() };
+        }
+    }
+}
+
+// SAFETY: the module is only touched at compile time and on drop; after `compile` returns, the
+// JitProgram holds immutable machine code and a function pointer into it. Invocations keep all
+// mutable state in the caller's RunEnv and a stack-local RunAux, so moving the program to another
+// thread is sound. (It is not Sync-shared: `run` takes &self but callers keep one per thread.)
+unsafe impl Send for JitProgram {}
+
+impl JitProgram {
+    /// Compiles a verified program. Never panics: an instruction the translator does not know
+    /// is reported as [`JitError`] (a verifier gap, not a crash).
+    ///
+    /// # Errors
+    /// An instruction the JIT cannot translate, or a Cranelift failure.
+    pub fn compile(verified: &VerifiedProgram) -> Result<Self, JitError> {
+        let prog: &Program = verified;
+        let cfg = verified.cfg();
+        let funcs: Vec<(usize, usize)> =
+            (0..cfg.functions().len()).map(|f| cfg.func_range(f)).collect();
+        let mut module = new_module()?;
+        let ptr_ty = module.target_config().pointer_type();
+        if ptr_ty != I64 {
+            return Err(JitError::Host("the JIT needs a 64-bit host".into()));
+        }
+        let mut code = CodeMemory(None);
+        // Region hints, one byte per (instruction, access kind); the code addresses them
+        // directly, `resolve_region` through `aux.hints`.
+        let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
+        // Baked into the code as an immediate: the boxed table never moves and lives as long
+        // as the code (both owned by the JitProgram), and the hint load needs no `aux` load.
+        let hints_addr = hints.as_ptr() as u64;
+        let sig = bpf_signature(&module);
+        let mut ids = Vec::with_capacity(funcs.len());
+        // Declaring allocates no code memory, so an early return here leaks nothing; from the
+        // first definition on, `code` owns the module and frees it on every path.
+        for &(start, _) in &funcs {
+            let id = module
+                .declare_function(&format!("bpf_fn_{start}"), Linkage::Local, &sig)
+                .map_err(|e| JitError::Codegen(e.to_string()))?;
+            ids.push((start, id));
+        }
+        let mut ctx = module.make_context();
+        let mut fctx = FunctionBuilderContext::new();
+        let shim = define_resolve_shim(&mut module, &mut ctx, &mut fctx);
+        let mut result = shim.as_ref().map(|_| ()).map_err(Clone::clone);
+        let shim = shim.unwrap_or(ids[0].1);
+        for (i, &(start, end)) in funcs.iter().enumerate() {
+            if result.is_err() {
+                break;
+            }
+            ctx.func.signature = sig.clone();
+            ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
+            let disasm = std::env::var_os(DISASM_ENV).is_some();
+            ctx.set_disasm(disasm);
+            let r = translate_function(
+                verified,
+                (start, end),
+                shim,
+                hints_addr,
+                &ids,
+                &mut module,
+                &mut ctx,
+                &mut fctx,
+            )
+            .and_then(|()| {
+                module
+                    .define_function(ids[i].1, &mut ctx)
+                    .map_err(|e| JitError::Codegen(format!("{e:?}")))
+            });
+            if disasm {
+                if let Some(code) = ctx.compiled_code() {
+                    eprintln!("{}", code.vcode.as_deref().unwrap_or(""));
+                }
+            }
+            module.clear_context(&mut ctx);
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        let finalized = result.and_then(|()| {
+            module.finalize_definitions().map_err(|e| JitError::Codegen(e.to_string()))
+        });
+        let entry_ptr = finalized.as_ref().ok().map(|()| module.get_finalized_function(ids[0].1));
+        code.0 = Some(module);
+        finalized?;
+        let entry_ptr = entry_ptr.expect("finalized module has the entry function");
+        // SAFETY: `entry_ptr` is the finalized code of a function declared with `bpf_signature`,
+        // which is the System V equivalent of `CompiledFn` on this (64-bit) host.
+        let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(entry_ptr) };
+        Ok(Self { code, entry, hints, prog_type: prog.prog_type })
+    }
+
+    /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.
+    /// `env.insns_left` must hold the budget for this invocation; `env.fault` is reset.
+    ///
+    /// # Errors
+    /// The fault that aborted the invocation.
+    ///
+    /// # Safety
+    /// The contract of [`crate::interp::run`]: `env`'s regions are valid memory for the whole
+    /// call (writable ones not borrowed elsewhere), the stack below `stack_top` is inside
+    /// them, `env.host` is null or an unborrowed `HostState`; and, if the program reads its
+    /// context, `[ctx_addr, ctx_addr + context size of its type)` is inside `env.read` (the
+    /// JIT reads the context at offsets the verifier proved without a run-time check).
+    /// [`crate::Instance`] upholds all of it.
+    #[inline]
+    pub unsafe fn run(
+        &self,
+        env: &mut RunEnv,
+        ctx_addr: u64,
+        stack_top: u64,
+    ) -> Result<u64, VmError> {
+        debug_assert!(self.code.0.is_some());
+        env.fault = FaultInfo::default();
+        debug_assert!(!self.hints.is_empty());
+        let mut aux = RunAux {
+            env: std::ptr::from_mut(env),
+            hot_lo: 0,
+            hot_span: 0,
+            wr_lo: 0,
+            wr_span: 0,
+            hints: self.hints.as_ptr(),
+            found: 0,
+            depth: 0,
+            prog_type: self.prog_type,
+            helper_err: None,
+        };
+        // SAFETY: `entry` points at live code (owned by `self.code`) with the `CompiledFn` ABI.
+        // The generated code dereferences only `env`/`aux` (valid, exclusively borrowed here) at
+        // fixed field offsets, and program memory only after a region check against `env`'s
+        // region sets, whose validity is the caller's contract for RunEnv.
+        let r0 = unsafe { (self.entry)(&raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
+        if env.fault.kind == fault::NONE {
+            return Ok(r0);
+        }
+        fault_to_result(env.fault, r0, &mut aux, env.insn_budget)
+    }
+}
+
+#[cold]
+fn fault_to_result(f: FaultInfo, r0: u64, aux: &mut RunAux, budget: u64) -> Result<u64, VmError> {
+    let insn = f.insn as usize;
+    match f.kind {
+        fault::NONE => Ok(r0),
+        fault::BAD_READ => Err(VmError::BadRead { insn, addr: f.addr, len: f.len }),
+        fault::BAD_WRITE => Err(VmError::BadWrite { insn, addr: f.addr, len: f.len }),
+        fault::BUDGET => Err(VmError::BudgetExhausted { insn, budget }),
+        fault::CALL_DEPTH => Err(VmError::CallDepth { insn, max: MAX_CALL_DEPTH }),
+        fault::HELPER => Err(aux.helper_err.take().unwrap_or_else(|| VmError::Helper {
+            insn,
+            helper: u32::try_from(f.addr).unwrap_or(u32::MAX),
+            reason: "failed".into(),
+        })),
+        other => Err(VmError::Helper {
+            insn,
+            helper: u32::MAX,
+            reason: format!("unknown fault kind {other}"),
+        }),
+    }
+}
+
+fn new_module() -> Result<JITModule, JitError> {
+    let mut flags = settings::builder();
+    let set = |f: &mut settings::Builder, k: &str, v: &str| {
+        f.set(k, v).map_err(|e| JitError::Host(format!("cranelift flag {k}: {e}")))
+    };
+    set(&mut flags, "opt_level", "speed")?;
+    set(&mut flags, "use_colocated_libcalls", "false")?;
+    set(&mut flags, "is_pic", "false")?;
+    // The IR verifier costs compile time; debug builds keep it as a check on this translator.
+    set(&mut flags, "enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })?;
+    let isa = cranelift_native::builder()
+        .map_err(|e| JitError::Host(e.to_string()))?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| JitError::Host(e.to_string()))?;
+    Ok(JITModule::new(JITBuilder::with_isa(isa, default_libcall_names())))
+}
+
+/// `pc + delta + 1`, checked to lie in `0..n`.
+fn rel_target(pc: usize, delta: i64, n: usize) -> Result<usize, JitError> {
+    let t = i64::try_from(pc).unwrap_or(i64::MAX).saturating_add(delta).saturating_add(1);
+    usize::try_from(t)
+        .ok()
+        .filter(|&t| t < n)
+        .ok_or_else(|| invalid(pc, format!("jump/call target {t} outside the program")))
+}
+
+/// Where a conditional or unconditional jump at `pc` goes, if it is one.
+fn jump_target(pc: usize, insn: &Insn, n: usize) -> Result<Option<usize>, JitError> {
+    let class = insn.class();
+    if class != BPF_JMP && class != BPF_JMP32 {
+        return Ok(None);
+    }
+    match insn.op & 0xf0 {
+        BPF_CALL | BPF_EXIT => Ok(None),
+        BPF_JA if class == BPF_JMP32 => rel_target(pc, i64::from(insn.imm), n).map(Some),
+        _ => rel_target(pc, i64::from(insn.off), n).map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn jit_program_is_send() {
+        assert_send::<JitProgram>();
+    }
+
+    #[test]
+    fn fault_kinds_map_to_errors() {
+        let mut aux = RunAux {
+            env: std::ptr::null_mut(),
+            hot_lo: 0,
+            hot_span: 0,
+            wr_lo: 0,
+            wr_span: 0,
+            hints: std::ptr::null(),
+            found: 0,
+            depth: 0,
+            prog_type: ProgType::Xrp,
+            helper_err: None,
+        };
+        let f = |kind| FaultInfo { kind, insn: 3, addr: 0x10, len: 4 };
+        assert_eq!(fault_to_result(f(fault::NONE), 9, &mut aux, 5), Ok(9));
+        assert_eq!(
+            fault_to_result(f(fault::BAD_READ), 0, &mut aux, 5),
+            Err(VmError::BadRead { insn: 3, addr: 0x10, len: 4 })
+        );
+        assert_eq!(
+            fault_to_result(f(fault::BUDGET), 0, &mut aux, 5),
+            Err(VmError::BudgetExhausted { insn: 3, budget: 5 })
+        );
+        assert!(matches!(
+            fault_to_result(f(99), 0, &mut aux, 5),
+            Err(VmError::Helper { insn: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn compiling_and_dropping_many_programs_frees_code() {
+        // Each JitProgram owns its code pages; 2000 compile/drop cycles must not exhaust memory.
+        let prog = Program {
+            name: "t".into(),
+            prog_type: ProgType::Xrp,
+            insns: vec![
+                Insn { op: BPF_ALU64 | BPF_MOV, dst: 0, src: 0, off: 0, imm: 1 },
+                Insn { op: BPF_JMP | BPF_EXIT, ..Insn::default() },
+            ],
+            globals: Vec::new(),
+            globals_rw_start: 0,
+            global_relocs: Vec::new(),
+        };
+        let prog = VerifiedProgram::new(prog).unwrap();
+        for _ in 0..2000 {
+            let jit = JitProgram::compile(&prog).unwrap();
+            drop(jit);
+        }
+    }
+}

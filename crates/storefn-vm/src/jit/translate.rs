@@ -1,0 +1,584 @@
+//! eBPF to Cranelift IR: one Cranelift function per BPF function, one block per basic block of
+//! the shared [`crate::cfg::Cfg`] (charge points start with their budget charge), ALU, jumps,
+//! calls.
+
+use super::abi::*;
+use super::*;
+
+/// Translation state for one BPF function.
+pub(super) struct Tx<'a, 'f> {
+    pub(super) b: FunctionBuilder<'f>,
+    pub(super) insns: &'a [Insn],
+    pub(super) prog: &'a Program,
+    /// Budget charge at each slot (0: not a charge point; [`crate::cfg::Cfg::charge`]).
+    pub(super) charges: &'a [u32],
+    /// Accesses the verifier proved in bounds: no run-time region check there.
+    pub(super) in_bounds: &'a [bool],
+    pub(super) regs: [Variable; NUM_REGS],
+    /// Fast-path windows: (lo, span) for reads and for writes.
+    pub(super) win_read: (Variable, Variable),
+    /// `env.insns_left`, kept in a register between calls and returns.
+    pub(super) budget: Variable,
+    pub(super) aux: Value,
+    /// Block starting at each instruction index that is a jump target (or follows a branch).
+    pub(super) block_at: Vec<Option<Block>>,
+    /// Shared exit path after a callee or helper recorded a fault: return 0.
+    pub(super) exit_block: Block,
+    /// Shared fault path: params (kind, insn, addr, len) stored into env.fault, then return 0.
+    pub(super) fault_block: Block,
+    /// The preserve-all shim in front of [`resolve_region`].
+    pub(super) resolve_shim: FuncRef,
+    pub(super) helper_sig: SigRef,
+    /// (function start, FuncRef) for every BPF function.
+    pub(super) callees: Vec<(usize, FuncRef)>,
+    pub(super) func_range: (usize, usize),
+    /// Address of the program's hint table (`JitProgram::hints`), a code immediate.
+    pub(super) hints_addr: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn translate_function(
+    verified: &VerifiedProgram,
+    (start, end): (usize, usize),
+    shim: FuncId,
+    hints_addr: u64,
+    ids: &[(usize, FuncId)],
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    fctx: &mut FunctionBuilderContext,
+) -> Result<(), JitError> {
+    let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
+    let insns = &prog.insns[..];
+    // One Cranelift block per basic block (the verifier checked every jump lands on one).
+    let needs_callee =
+        (start..end).any(|pc| !cfg.is_second_half(pc) && crate::cfg::is_pseudo_call(insns[pc]));
+    let callees: Vec<(usize, FuncRef)> = if needs_callee {
+        ids.iter().map(|&(s, id)| (s, module.declare_func_in_func(id, &mut ctx.func))).collect()
+    } else {
+        Vec::new()
+    };
+    let resolve_shim = module.declare_func_in_func(shim, &mut ctx.func);
+    let helper_sig = ctx.func.import_signature(sig_of(module, 8));
+
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
+    let win_read = (b.declare_var(I64), b.declare_var(I64));
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    let aux = params[0];
+    let zero = b.ins().iconst(I64, 0);
+    b.def_var(regs[0], zero);
+    for r in 1..=5 {
+        b.def_var(regs[r], params[r]);
+    }
+    for r in &regs[6..10] {
+        b.def_var(*r, zero);
+    }
+    b.def_var(regs[10], params[6]);
+    for v in [win_read.0, win_read.1] {
+        b.def_var(v, zero);
+    }
+    let budget = b.declare_var(I64);
+    let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
+    let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
+    b.def_var(budget, left);
+    let block_at: Vec<Option<Block>> = (0..insns.len())
+        .map(|pc| {
+            let here = (start..end).contains(&pc) && cfg.is_block_start(pc);
+            here.then(|| b.create_block())
+        })
+        .collect();
+    let exit_block = b.create_block();
+    b.set_cold_block(exit_block);
+    let fault_block = b.create_block();
+    b.set_cold_block(fault_block);
+    for _ in 0..4 {
+        b.append_block_param(fault_block, I64);
+    }
+    let first = block_at[start].expect("start is a target");
+    b.ins().jump(first, &[]);
+
+    let mut tx = Tx {
+        b,
+        insns,
+        prog,
+        charges: cfg.charges(),
+        in_bounds: verified.in_bounds(),
+        regs,
+        win_read,
+        budget,
+        aux,
+        block_at,
+        exit_block,
+        fault_block,
+        resolve_shim,
+        helper_sig,
+        callees,
+        func_range: (start, end),
+        hints_addr,
+    };
+    tx.body()?;
+    tx.finish_shared_blocks();
+    tx.b.seal_all_blocks();
+    tx.b.finalize(module.target_config());
+    Ok(())
+}
+
+/// Whether control continues to the next instruction.
+#[derive(PartialEq, Eq)]
+pub(super) enum Flow {
+    Next,
+    Stop,
+}
+
+impl Tx<'_, '_> {
+    pub(super) fn body(&mut self) -> Result<(), JitError> {
+        let (start, end) = self.func_range;
+        let mut pc = start;
+        let mut open = false; // is there a current, unterminated block?
+        while pc < end {
+            if let Some(blk) = self.block_at[pc] {
+                if open {
+                    self.b.ins().jump(blk, &[]);
+                }
+                self.b.switch_to_block(blk);
+                open = true;
+            }
+            let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
+            if open {
+                if self.charges[pc] != 0 {
+                    self.charge(pc, self.charges[pc]);
+                }
+                open = self.insn(pc)? == Flow::Next;
+                if open && pc + width >= end {
+                    return Err(invalid(pc, "falls through past the end of its function"));
+                }
+            }
+            // else: unreachable code (no jump lands here); nothing to emit.
+            pc += width;
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish_shared_blocks(&mut self) {
+        self.b.switch_to_block(self.exit_block);
+        self.spill_budget();
+        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().return_(&[zero]);
+
+        self.b.switch_to_block(self.fault_block);
+        let p = self.b.block_params(self.fault_block).to_vec();
+        let env = self.env();
+        let f = MemFlagsData::trusted();
+        let kind = self.b.ins().ireduce(I32, p[0]);
+        let insn = self.b.ins().ireduce(I32, p[1]);
+        self.b.ins().store(f, kind, env, OFF_FAULT_KIND);
+        self.b.ins().store(f, insn, env, OFF_FAULT_INSN);
+        self.b.ins().store(f, p[2], env, OFF_FAULT_ADDR);
+        self.b.ins().store(f, p[3], env, OFF_FAULT_LEN);
+        self.spill_budget();
+        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().return_(&[zero]);
+    }
+
+    /// A block laid out away from the hot code (region-check slow paths).
+    pub(super) fn cold_block(&mut self) -> Block {
+        let blk = self.b.create_block();
+        self.b.set_cold_block(blk);
+        blk
+    }
+
+    /// `aux.env`, loaded where needed (slow paths) instead of occupying a register.
+    pub(super) fn env(&mut self) -> Value {
+        self.b.ins().load(I64, MemFlagsData::trusted(), self.aux, OFF_AUX_ENV)
+    }
+
+    pub(super) fn reg(&mut self, pc: usize, r: u8) -> Result<Value, JitError> {
+        if usize::from(r) >= NUM_REGS {
+            return Err(invalid(pc, format!("register r{r} does not exist")));
+        }
+        Ok(self.b.use_var(self.regs[usize::from(r)]))
+    }
+
+    pub(super) fn set_reg(&mut self, pc: usize, r: u8, v: Value) -> Result<(), JitError> {
+        if r >= FRAME_REG {
+            return Err(invalid(pc, format!("r{r} is not writable")));
+        }
+        self.b.def_var(self.regs[usize::from(r)], v);
+        Ok(())
+    }
+
+    pub(super) fn iconst(&mut self, v: i64) -> Value {
+        self.b.ins().iconst(I64, v)
+    }
+
+    /// Jumps to the shared fault block with constant kind/insn and the given addr/len.
+    pub(super) fn jump_fault(&mut self, kind: u32, pc: usize, addr: Value, len: Value) {
+        let k = self.iconst(i64::from(kind));
+        let i = self.iconst(i64::try_from(pc).unwrap_or(i64::MAX));
+        let args = [BlockArg::Value(k), BlockArg::Value(i), addr.into(), len.into()];
+        self.b.ins().jump(self.fault_block, &args);
+    }
+
+    pub(super) fn insn(&mut self, pc: usize) -> Result<Flow, JitError> {
+        let insn = self.insns[pc];
+        match insn.class() {
+            BPF_ALU | BPF_ALU64 => self.alu(pc, insn).map(|()| Flow::Next),
+            BPF_JMP | BPF_JMP32 => self.jmp(pc, insn),
+            BPF_LD => self.lddw(pc, insn).map(|()| Flow::Next),
+            BPF_LDX => self.ldx(pc, insn).map(|()| Flow::Next),
+            BPF_ST | BPF_STX => self.store(pc, insn).map(|()| Flow::Next),
+            _ => unreachable!("3-bit class"),
+        }
+    }
+
+    // ---- ALU ----------------------------------------------------------------------------
+
+    pub(super) fn alu(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
+        let is64 = insn.class() == BPF_ALU64;
+        let op = insn.op & 0xf0;
+        let use_x = insn.op & BPF_X != 0;
+        if op == BPF_END {
+            return self.endian(pc, insn, is64);
+        }
+        let ty = if is64 { I64 } else { I32 };
+        let dst64 = self.reg(pc, insn.dst)?;
+        let dst = if is64 { dst64 } else { self.b.ins().ireduce(I32, dst64) };
+        let src = if use_x {
+            let s = self.reg(pc, insn.src)?;
+            if is64 {
+                s
+            } else {
+                self.b.ins().ireduce(I32, s)
+            }
+        } else if is64 {
+            self.iconst(i64::from(insn.imm))
+        } else {
+            self.b.ins().iconst(I32, i64::from(insn.imm.cast_unsigned()))
+        };
+        let signed = match (op, insn.off) {
+            (BPF_DIV | BPF_MOD, 1) => true,
+            (BPF_MOV, 8 | 16) if use_x => true,
+            (BPF_MOV, 32) if use_x && is64 => true,
+            (_, 0) => false,
+            _ => return Err(invalid(pc, format!("bad offset {} for ALU op {op:#x}", insn.off))),
+        };
+        let ins = self.b.ins();
+        let r = match op {
+            BPF_ADD => ins.iadd(dst, src),
+            BPF_SUB => ins.isub(dst, src),
+            BPF_MUL => ins.imul(dst, src),
+            BPF_OR => ins.bor(dst, src),
+            BPF_AND => ins.band(dst, src),
+            BPF_XOR => ins.bxor(dst, src),
+            // Cranelift shifts take the amount modulo the type width, as eBPF requires.
+            BPF_LSH => ins.ishl(dst, src),
+            BPF_RSH => ins.ushr(dst, src),
+            BPF_ARSH => ins.sshr(dst, src),
+            BPF_NEG => ins.ineg(dst),
+            BPF_MOV if signed => {
+                let narrow = match insn.off {
+                    8 => I8,
+                    16 => I16,
+                    _ => I32,
+                };
+                let t = ins.ireduce(narrow, src);
+                self.b.ins().sextend(ty, t)
+            }
+            BPF_MOV => src,
+            BPF_DIV | BPF_MOD => self.divmod(ty, op == BPF_MOD, signed, dst, src, use_x, insn.imm),
+            _ => return Err(invalid(pc, format!("unknown ALU op {:#04x}", insn.op))),
+        };
+        let r = if is64 { r } else { self.b.ins().uextend(I64, r) };
+        self.set_reg(pc, insn.dst, r)
+    }
+
+    /// eBPF division: x/0 = 0, x%0 = x, INT_MIN/-1 = INT_MIN, INT_MIN%-1 = 0; never traps.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn divmod(
+        &mut self,
+        ty: Type,
+        is_mod: bool,
+        signed: bool,
+        x: Value,
+        d: Value,
+        use_x: bool,
+        imm: i32,
+    ) -> Value {
+        if !use_x {
+            // Constant divisor: the special cases are decided now.
+            return match (imm, is_mod, signed) {
+                (0, false, _) => self.b.ins().iconst(ty, 0),
+                (0, true, _) => x,
+                (-1, false, true) => self.b.ins().ineg(x),
+                (-1, true, true) => self.b.ins().iconst(ty, 0),
+                (_, false, false) => self.b.ins().udiv(x, d),
+                (_, true, false) => self.b.ins().urem(x, d),
+                (_, false, true) => self.b.ins().sdiv(x, d),
+                (_, true, true) => self.b.ins().srem(x, d),
+            };
+        }
+        let one = self.b.ins().iconst(ty, 1);
+        let zero = self.b.ins().iconst(ty, 0);
+        let is_zero = self.b.ins().icmp(IntCC::Equal, d, zero);
+        if !signed {
+            let safe = self.b.ins().select(is_zero, one, d);
+            return if is_mod {
+                let r = self.b.ins().urem(x, safe);
+                self.b.ins().select(is_zero, x, r)
+            } else {
+                let q = self.b.ins().udiv(x, safe);
+                self.b.ins().select(is_zero, zero, q)
+            };
+        }
+        let m1 = self.b.ins().iconst(ty, if ty == I32 { 0xffff_ffff } else { -1 });
+        let is_m1 = self.b.ins().icmp(IntCC::Equal, d, m1);
+        let special = self.b.ins().bor(is_zero, is_m1);
+        let safe = self.b.ins().select(special, one, d);
+        if is_mod {
+            let r = self.b.ins().srem(x, safe);
+            let r = self.b.ins().select(is_m1, zero, r);
+            self.b.ins().select(is_zero, x, r)
+        } else {
+            let q = self.b.ins().sdiv(x, safe);
+            let neg = self.b.ins().ineg(x);
+            let q = self.b.ins().select(is_m1, neg, q);
+            self.b.ins().select(is_zero, zero, q)
+        }
+    }
+
+    /// `le16/32/64`, `be16/32/64` (class ALU) and `bswap16/32/64` (class ALU64, src = 0).
+    pub(super) fn endian(&mut self, pc: usize, insn: Insn, is64: bool) -> Result<(), JitError> {
+        let to_be = insn.op & BPF_X != 0;
+        if is64 && to_be {
+            return Err(invalid(pc, "bswap with the source bit set"));
+        }
+        let swap = to_be || is64;
+        let v = self.reg(pc, insn.dst)?;
+        let r = match (insn.imm, swap) {
+            (16, false) => self.b.ins().band_imm_u(v, 0xffff),
+            (32, false) => self.b.ins().band_imm_u(v, 0xffff_ffff),
+            (64, false) => v,
+            (16 | 32, true) => {
+                let t = if insn.imm == 16 { I16 } else { I32 };
+                let n = self.b.ins().ireduce(t, v);
+                let s = self.b.ins().bswap(n);
+                self.b.ins().uextend(I64, s)
+            }
+            (64, true) => self.b.ins().bswap(v),
+            _ => return Err(invalid(pc, format!("byte swap width {} is not 16/32/64", insn.imm))),
+        };
+        self.set_reg(pc, insn.dst, r)
+    }
+
+    // ---- jumps, calls, exit ----------------------------------------------------------------
+
+    pub(super) fn jmp(&mut self, pc: usize, insn: Insn) -> Result<Flow, JitError> {
+        let is32 = insn.class() == BPF_JMP32;
+        let op = insn.op & 0xf0;
+        if matches!(op, BPF_JA | BPF_CALL | BPF_EXIT) && insn.op & BPF_X != 0 {
+            return Err(invalid(pc, format!("{:#04x} is not a valid jump op", insn.op)));
+        }
+        match op {
+            BPF_EXIT if !is32 => {
+                let r0 = self.reg(pc, 0)?;
+                self.spill_budget();
+                self.b.ins().return_(&[r0]);
+                return Ok(Flow::Stop);
+            }
+            BPF_CALL if !is32 => return self.call(pc, insn).map(|()| Flow::Next),
+            BPF_EXIT | BPF_CALL => {
+                return Err(invalid(pc, format!("{:#04x} is not a valid JMP32 op", insn.op)))
+            }
+            _ => {}
+        }
+        let n = self.insns.len();
+        let target = jump_target(pc, &insn, n)?.expect("a jump op has a target");
+        if op == BPF_JA {
+            self.goto(target)?;
+            return Ok(Flow::Stop);
+        }
+        let cc = match op {
+            BPF_JEQ => IntCC::Equal,
+            BPF_JGT => IntCC::UnsignedGreaterThan,
+            BPF_JGE => IntCC::UnsignedGreaterThanOrEqual,
+            BPF_JNE | BPF_JSET => IntCC::NotEqual,
+            BPF_JSGT => IntCC::SignedGreaterThan,
+            BPF_JSGE => IntCC::SignedGreaterThanOrEqual,
+            BPF_JLT => IntCC::UnsignedLessThan,
+            BPF_JLE => IntCC::UnsignedLessThanOrEqual,
+            BPF_JSLT => IntCC::SignedLessThan,
+            BPF_JSLE => IntCC::SignedLessThanOrEqual,
+            _ => return Err(invalid(pc, format!("unknown jump op {:#04x}", insn.op))),
+        };
+        let ty = if is32 { I32 } else { I64 };
+        let a = self.reg(pc, insn.dst)?;
+        let a = if is32 { self.b.ins().ireduce(I32, a) } else { a };
+        let b = if insn.op & BPF_X != 0 {
+            let s = self.reg(pc, insn.src)?;
+            if is32 {
+                self.b.ins().ireduce(I32, s)
+            } else {
+                s
+            }
+        } else if is32 {
+            self.b.ins().iconst(I32, i64::from(insn.imm.cast_unsigned()))
+        } else {
+            self.iconst(i64::from(insn.imm))
+        };
+        let cond = if op == BPF_JSET {
+            let m = self.b.ins().band(a, b);
+            let z = self.b.ins().iconst(ty, 0);
+            self.b.ins().icmp(cc, m, z)
+        } else {
+            self.b.ins().icmp(cc, a, b)
+        };
+        let Some(fall) = self.block_at.get(pc + 1).copied().flatten() else {
+            return Err(invalid(pc, "conditional jump at the end of its function"));
+        };
+        let Some(blk) = self.block_at.get(target).copied().flatten() else {
+            return Err(invalid(pc, format!("jump target {target} is not a block start")));
+        };
+        self.b.ins().brif(cond, blk, &[], fall, &[]);
+        Ok(Flow::Stop)
+    }
+
+    /// Unconditional transfer to `target` (the target block charges itself on entry).
+    pub(super) fn goto(&mut self, target: usize) -> Result<(), JitError> {
+        let Some(blk) = self.block_at.get(target).copied().flatten() else {
+            return Err(invalid(target, "jump target is not a block start"));
+        };
+        self.b.ins().jump(blk, &[]);
+        Ok(())
+    }
+
+    /// Reaching the charge point `pc`: spend its `len` instructions, or fault there when they do
+    /// not fit (the interpreter does exactly the same).
+    pub(super) fn charge(&mut self, pc: usize, len: u32) {
+        // The budget lives in a variable (a register in loops); see `spill_budget`.
+        let left = self.b.use_var(self.budget);
+        let fits = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, i64::from(len));
+        let ok = self.b.create_block();
+        let fail = self.cold_block();
+        self.b.ins().brif(fits, ok, &[], fail, &[]);
+        self.b.switch_to_block(fail);
+        let z = self.iconst(0);
+        self.jump_fault(fault::BUDGET, pc, z, z);
+        self.b.switch_to_block(ok);
+        let rest = self.b.ins().iadd_imm_s(left, -i64::from(len));
+        self.b.def_var(self.budget, rest);
+    }
+
+    /// Writes the budget variable back to `env.insns_left` (before calls and returns).
+    pub(super) fn spill_budget(&mut self) {
+        let left = self.b.use_var(self.budget);
+        let env = self.env();
+        self.b.ins().store(MemFlagsData::trusted(), left, env, OFF_INSNS_LEFT);
+    }
+
+    /// Reloads the budget variable from `env` (after a call, which may have spent some).
+    pub(super) fn reload_budget(&mut self) {
+        let env = self.env();
+        let left = self.b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
+        self.b.def_var(self.budget, left);
+    }
+
+    /// After a call: reload the budget, and leave through `exit_block` if the callee recorded a
+    /// fault.
+    pub(super) fn check_fault_after_call(&mut self) {
+        self.reload_budget();
+        let env = self.env();
+        let kind = self.b.ins().load(I32, MemFlagsData::trusted(), env, OFF_FAULT_KIND);
+        let cont = self.b.create_block();
+        self.b.ins().brif(kind, self.exit_block, &[], cont, &[]);
+        self.b.switch_to_block(cont);
+    }
+
+    pub(super) fn call(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
+        let mut args = Vec::with_capacity(9);
+        args.push(self.aux);
+        let r0 = match insn.src {
+            CALL_HELPER => {
+                let id = self.iconst(i64::from(insn.imm.cast_unsigned()));
+                args.push(id);
+                for r in 1..=5 {
+                    args.push(self.reg(pc, r)?);
+                }
+                args.push(self.iconst(i64::try_from(pc).unwrap_or(i64::MAX)));
+                let f = self.iconst(helper_trampoline as *const () as usize as i64);
+                self.spill_budget();
+                let call = self.b.ins().call_indirect(self.helper_sig, f, &args);
+                let r0 = self.b.inst_results(call)[0];
+                self.check_fault_after_call();
+                r0
+            }
+            BPF_PSEUDO_CALL => {
+                let target = rel_target(pc, i64::from(insn.imm), self.insns.len())?;
+                let Some(&(_, fref)) = self.callees.iter().find(|(s, _)| *s == target) else {
+                    return Err(invalid(pc, format!("call target {target} is not a function")));
+                };
+                let f = MemFlagsData::trusted();
+                let depth = self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH);
+                let deeper = self.b.ins().iadd_imm_s(depth, 1);
+                let limit = i64::try_from(MAX_CALL_DEPTH).unwrap_or(i64::MAX);
+                let too_deep =
+                    self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, deeper, limit);
+                let ok = self.b.create_block();
+                let fail = self.b.create_block();
+                self.b.set_cold_block(fail);
+                self.b.ins().brif(too_deep, fail, &[], ok, &[]);
+                self.b.switch_to_block(fail);
+                let z = self.iconst(0);
+                self.jump_fault(fault::CALL_DEPTH, pc, z, z);
+                self.b.switch_to_block(ok);
+                self.b.ins().store(f, deeper, self.aux, OFF_AUX_DEPTH);
+                for r in 1..=5 {
+                    args.push(self.reg(pc, r)?);
+                }
+                let fp = self.reg(pc, FRAME_REG)?;
+                let frame = i64::try_from(STACK_FRAME_BYTES).unwrap_or(i64::MAX);
+                args.push(self.b.ins().iadd_imm_s(fp, -frame));
+                self.spill_budget();
+                let call = self.b.ins().call(fref, &args);
+                let r0 = self.b.inst_results(call)[0];
+                self.check_fault_after_call();
+                self.b.ins().store(f, depth, self.aux, OFF_AUX_DEPTH);
+                r0
+            }
+            s => return Err(invalid(pc, format!("call with src {s} is not supported"))),
+        };
+        self.set_reg(pc, 0, r0)?;
+        // r1-r5 are caller-saved: their values after a call are undefined; zero them so the
+        // generated code need not keep the old values alive across the call.
+        let z = self.iconst(0);
+        for r in 1..=5 {
+            self.set_reg(pc, r, z)?;
+        }
+        Ok(())
+    }
+
+    // ---- memory ------------------------------------------------------------------------------
+
+    pub(super) fn lddw(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
+        if !insn.is_lddw() {
+            return Err(invalid(pc, format!("unsupported load op {:#04x}", insn.op)));
+        }
+        let Some(hi) = self.insns.get(pc + 1) else {
+            return Err(invalid(pc, "lddw without its second slot"));
+        };
+        let v = if let Some(&(_, off)) = self.prog.global_relocs.iter().find(|(i, _)| *i == pc) {
+            let env = self.env();
+            let base = self.b.ins().load(I64, MemFlagsData::trusted(), env, OFF_GLOBALS);
+            self.b.ins().iadd_imm_s(base, off.cast_signed())
+        } else if insn.src == 0 {
+            let imm =
+                (u64::from(hi.imm.cast_unsigned()) << 32) | u64::from(insn.imm.cast_unsigned());
+            self.iconst(imm.cast_signed())
+        } else {
+            return Err(invalid(pc, format!("lddw with src {} and no relocation", insn.src)));
+        };
+        self.set_reg(pc, insn.dst, v)
+    }
+}

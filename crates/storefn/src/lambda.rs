@@ -1,0 +1,319 @@
+//! `storefn lambda gen|run|bench`: λ-IO functions over file ranges (storefn-lambda).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use storefn_lambda::bench::{self, BenchConfig, BenchRow, Condition};
+use storefn_lambda::{parse_range, run_local_once, LambdaProg, Location, Where, Workload};
+use storefn_vm::Engine;
+
+use crate::CmdResult;
+
+#[derive(Debug, Subcommand)]
+pub enum LambdaCmd {
+    /// Write a workload's input file: stats64, stats32, knn, grep, bitmap, tpch_q6.
+    Gen(GenArgs),
+    /// Run a λ function over a file range; prints a summary, writes the output bytes to --out.
+    Run(RunArgs),
+    /// Time per request of each workload under each client-cache condition (local side).
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    #[arg(value_parser = parse_workload)]
+    workload: Workload,
+    /// The file to write (replaced if it exists).
+    file: PathBuf,
+    /// Bytes to write, rounded down to whole records (K, M, G suffixes: powers of 1024).
+    #[arg(long, value_parser = parse_bytes, default_value = "64M")]
+    size: u64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// FILE on this machine, or ADDR:FILE on a storage server (FILE relative to its served
+    /// directory).
+    #[arg(value_parser = parse_location)]
+    file: Location,
+    /// A built-in workload (stats64, knn, ...), a built-in program (lambda/knn), or a path to a
+    /// clang `-target bpf` object built against progs/include.
+    #[arg(long)]
+    prog: String,
+    /// Program to pick from the object: a section or a function name.
+    #[arg(long)]
+    section: Option<String>,
+    /// local: read the range here and run the function here; server: run it on the server
+    /// (only the output crosses the network); auto: per request, by the measured cost model.
+    #[arg(long = "where", value_parser = parse_where, default_value = "local")]
+    r#where: Where,
+    /// OFF:LEN (decimal or 0x hex); the whole file when absent.
+    #[arg(long, value_parser = parse_range)]
+    range: Option<(u64, u64)>,
+    /// Where to write the function's output bytes.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Output buffer size (default: the workload's bound, or 1M for other programs).
+    #[arg(long, value_parser = parse_bytes)]
+    out_cap: Option<u64>,
+    /// Token for the server (ADDR:FILE only).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
+    engine: EngineArg,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Directory for the generated data files (`<workload>.dat`, reused when the size matches).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Workloads, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = parse_workload)]
+    workloads: Vec<Workload>,
+    /// Client-cache conditions, comma-separated.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [CondArg::Cold, CondArg::Warm])]
+    conditions: Vec<CondArg>,
+    /// Timed requests per (workload, condition), after 3 warm-up requests.
+    #[arg(long, default_value_t = 200)]
+    requests: u32,
+    /// Bytes per request, rounded down to whole records.
+    #[arg(long, value_parser = parse_bytes, default_value = "256K")]
+    request_bytes: u64,
+    /// Size of each data file.
+    #[arg(long, value_parser = parse_bytes, default_value = "64M")]
+    file_bytes: u64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
+    engine: EngineArg,
+    /// Append one JSON object per (workload, condition, where) to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw time per request per (workload, condition) and side into this PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    Jit,
+    Interp,
+}
+
+impl EngineArg {
+    fn engine(self) -> Engine {
+        match self {
+            EngineArg::Jit => Engine::Jit,
+            EngineArg::Interp => Engine::Interp,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CondArg {
+    Cold,
+    Warm,
+}
+
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    s.parse()
+}
+
+fn parse_location(s: &str) -> Result<Location, String> {
+    s.parse()
+}
+
+fn parse_where(s: &str) -> Result<Where, String> {
+    s.parse()
+}
+
+/// `4096`, `256K`, `64M`, `1G` (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|e| format!("size {s:?}: {e}"))?;
+    n.checked_mul(mul).ok_or_else(|| format!("size {s:?} overflows"))
+}
+
+pub fn run(cmd: &LambdaCmd) -> CmdResult {
+    match cmd {
+        LambdaCmd::Gen(a) => gen(a),
+        LambdaCmd::Run(a) => run_one(a),
+        LambdaCmd::Bench(a) => run_bench(a),
+    }
+}
+
+fn gen(a: &GenArgs) -> CmdResult {
+    let err = |e: std::io::Error| format!("{}: {e}", a.file.display());
+    let f = std::fs::File::create(&a.file).map_err(err)?;
+    let mut w = std::io::BufWriter::new(f);
+    let n = a.workload.generate(&mut w, a.size, a.seed).map_err(err)?;
+    let f = w.into_inner().map_err(|e| err(e.into_error()))?;
+    f.sync_all().map_err(err)?;
+    println!("lambda gen: {} {} bytes seed {} -> {}", a.workload, n, a.seed, a.file.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The program named by `--prog`, and the output bound when it is a built-in workload.
+fn resolve_prog(
+    spec: &str,
+    section: Option<&str>,
+) -> Result<(LambdaProg, Option<Workload>), String> {
+    if let Ok(w) = spec.parse::<Workload>() {
+        let elf = storefn_progs::must(w.prog_name());
+        return Ok((LambdaProg::from_elf(w.name(), elf, section), Some(w)));
+    }
+    if let Some(elf) = storefn_progs::get(spec) {
+        let w = Workload::ALL.into_iter().find(|w| w.prog_name() == spec);
+        return Ok((LambdaProg::from_elf(spec, elf, section), w));
+    }
+    let elf = std::fs::read(spec).map_err(|e| {
+        format!("--prog {spec}: not a built-in workload or program, and reading it as a file: {e}")
+    })?;
+    Ok((LambdaProg::from_elf(spec, &elf, section), None))
+}
+
+/// Default output buffer for a program that is not a built-in workload.
+const DEFAULT_OUT_CAP: usize = 1 << 20;
+
+fn run_one(a: &RunArgs) -> CmdResult {
+    let path = match &a.file {
+        Location::Local(p) => p,
+        Location::Remote { .. } => {
+            return Err(format!(
+                "{}: remote files need the storage server's LAMBDA frame, which this build does \
+                 not have yet; run on a local file with --where local",
+                a.file
+            )
+            .into())
+        }
+    };
+    if a.r#where != Where::Local {
+        return Err(format!(
+            "--where {}: {} is a local file, so only --where local applies (server and auto \
+             need ADDR:FILE)",
+            a.r#where, a.file
+        )
+        .into());
+    }
+    if a.token_file.is_some() {
+        return Err("--token-file applies to ADDR:FILE only".into());
+    }
+    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let mut inst = prog.instance(a.engine.engine())?;
+    let len_hint = a.range.map_or(0, |(_, l)| usize::try_from(l).unwrap_or(usize::MAX));
+    let out_cap = match (a.out_cap, workload) {
+        (Some(c), _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
+        (None, Some(w)) if a.range.is_some() => w.out_cap(len_hint),
+        (None, Some(w)) => {
+            let size = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            w.out_cap(usize::try_from(size.len()).unwrap_or(usize::MAX))
+        }
+        (None, None) => DEFAULT_OUT_CAP,
+    };
+    let (out, r) = run_local_once(path, &mut inst, a.range, out_cap)?;
+    if let Some(o) = &a.out {
+        std::fs::write(o, &out).map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    println!(
+        "lambda run: prog {} file {} range [{}, +{}) where local out {} bytes time {:.1} us \
+         (io {:.1} us, compute {:.1} us, uncached {:.2} by {:?})",
+        prog.name(),
+        path.display(),
+        r.off,
+        r.len,
+        r.out_bytes,
+        (r.times.io_ns + r.times.compute_ns) as f64 / 1e3,
+        r.times.io_ns as f64 / 1e3,
+        r.times.compute_ns as f64 / 1e3,
+        r.uncached,
+        r.probe
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_bench(a: &BenchArgs) -> CmdResult {
+    std::fs::create_dir_all(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
+    let cfg = BenchConfig {
+        dir: a.dir.clone(),
+        workloads: if a.workloads.is_empty() {
+            Workload::ALL.to_vec()
+        } else {
+            a.workloads.clone()
+        },
+        conditions: a
+            .conditions
+            .iter()
+            .map(|c| match c {
+                CondArg::Cold => Condition::Cold,
+                CondArg::Warm => Condition::Warm,
+            })
+            .collect(),
+        requests: a.requests,
+        request_bytes: a.request_bytes,
+        file_bytes: a.file_bytes,
+        seed: a.seed,
+        engine: a.engine.engine(),
+    };
+    let mut json_err = None;
+    let rows = bench::run(&cfg, |r| {
+        print_row(r);
+        if let Some(p) = &a.json {
+            if let Err(e) = append_json(p, r, a.engine) {
+                json_err.get_or_insert(e);
+            }
+        }
+    })?;
+    if let Some(e) = json_err {
+        return Err(e.into());
+    }
+    if let Some(p) = &a.plot {
+        crate::lambda_plot::render(&rows, p)?;
+        println!("lambda bench: plot -> {}", p.display());
+    }
+    println!("lambda bench: {} rows, {} requests each, where local", rows.len(), a.requests);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_row(r: &BenchRow) {
+    println!(
+        "lambda bench: workload {} condition {} where {} requests {} request_bytes {} \
+         us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes cache_probe_us {:.2} \
+         server_share {:.3}",
+        r.workload,
+        r.condition,
+        r.r#where,
+        r.requests,
+        r.request_bytes,
+        r.us_per_request,
+        r.p50_us,
+        r.p99_us,
+        r.out_bytes,
+        r.cache_probe_us,
+        r.server_share
+    );
+}
+
+fn append_json(p: &Path, r: &BenchRow, engine: EngineArg) -> Result<(), String> {
+    let obj = serde_json::json!({
+        "workload": r.workload.name(), "condition": r.condition, "where": r.r#where.as_str(),
+        "requests": r.requests, "us_per_request": r.us_per_request,
+        "p50_us": r.p50_us, "p99_us": r.p99_us, "request_bytes": r.request_bytes,
+        "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "server_share": r.server_share, "engine": format!("{engine:?}").to_lowercase(),
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    writeln!(f, "{obj}").map_err(|e| format!("{}: {e}", p.display()))
+}

@@ -1,0 +1,159 @@
+//! `storefn ring bench`, `storefn dds table-bench` and `storefn prog verify --type offload`:
+//! the DDS pieces reachable from the command line, with the JSON keys the issue names.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn storefn() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_storefn"))
+}
+
+fn temp_json(tag: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("storefn-dds-cli-{tag}-{}.json", std::process::id()))
+}
+
+#[test]
+fn ring_bench_writes_one_record_per_ring_and_producer_count() {
+    let json = temp_json("ring");
+    let out = storefn()
+        .args([
+            "ring",
+            "bench",
+            "--producers",
+            "1,2",
+            "--messages",
+            "4000",
+            "--rounds",
+            "1",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("summary: producers=2 progressive/mutex="), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs.len(), 6);
+    for ring in ["progressive", "mutex", "flag"] {
+        for producers in [1, 2] {
+            let r = recs
+                .iter()
+                .find(|r| r["ring"] == ring && r["producers"] == producers)
+                .unwrap_or_else(|| panic!("no record for {ring} x {producers}"));
+            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+        }
+    }
+}
+
+#[test]
+fn ring_bench_rejects_an_unknown_ring() {
+    let out = storefn().args(["ring", "bench", "--ring", "spsc"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--ring spsc: expected one of progressive|mutex|flag"));
+}
+
+#[test]
+fn table_bench_reports_inserts_and_lookups() {
+    let json = temp_json("table");
+    let out = storefn()
+        .args([
+            "dds",
+            "table-bench",
+            "--capacity",
+            "20000",
+            "--readers",
+            "1,2",
+            "--duration-ms",
+            "50",
+        ])
+        .args(["--rounds", "1", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs.len(), 3);
+    assert_eq!(recs[0]["workload"], "insert");
+    assert_eq!(recs[0]["items"], 16000);
+    for (r, readers) in recs[1..].iter().zip([1, 2]) {
+        assert_eq!(
+            (r["workload"].as_str(), r["readers"].as_u64()),
+            (Some("lookup"), Some(readers))
+        );
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(r["hit_share"].as_f64().unwrap() > 0.5, "{r}");
+    }
+}
+
+#[test]
+fn offload_programs_verify_from_the_cli() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("dds-cli-prog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let obj = dir.join("pageserver.o");
+    std::fs::write(&obj, storefn_progs::must("dds/pageserver")).unwrap();
+    for section in ["offload/pred", "offload/func", "offload/cache", "offload/invalidate"] {
+        let out = storefn()
+            .args(["prog", "verify"])
+            .arg(&obj)
+            .args(["--type", "offload", "--section", section])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{section}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+    }
+    // As an XRP program the table helpers are unknown.
+    let out = storefn()
+        .args(["prog", "verify"])
+        .arg(&obj)
+        .args(["--section", "offload/pred"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn host_bench_compares_the_ring_path_with_pread() {
+    let json = temp_json("host");
+    let out = storefn()
+        .args([
+            "dds",
+            "host-bench",
+            "--file-mb",
+            "1",
+            "--ops",
+            "300",
+            "--depth",
+            "8",
+            "--rounds",
+            "1",
+        ])
+        .arg("--dir")
+        .arg(env!("CARGO_TARGET_TMPDIR"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("summary: host-sync p50"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let cases: Vec<&str> =
+        v.as_array().unwrap().iter().map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(cases, ["pread", "host-sync", "host-async"]);
+    for r in v.as_array().unwrap() {
+        assert!(
+            r["ops_per_sec"].as_f64().unwrap() > 0.0 && r["p50_us"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    assert_eq!(v[2]["depth"], 8);
+}
