@@ -11,7 +11,7 @@
 #
 # Environment: STOREFN (binary; default target/release/storefn), DIR (default
 # /var/tmp/storefn-remote-bench; the database is kept between runs), LAYERS (5),
-# REQUESTS (20000), OUT (bench/out/remote-<stamp>).
+# REQUESTS (20000), OUT (bench/out/remote-<stamp>), REMOTE (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,11 +32,14 @@ SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q "listening on" "$OUT/serve.log" && break; sleep 0.1; done
 
+# REMOTE: where the remote runs connect (default the server itself; set it to a delay proxy
+# in front of ADDR to add round-trip time).
+REMOTE=${REMOTE:-$ADDR}
 J=$OUT/remote.jsonl
 run() { echo "== $*"; "$BIN" kv bench "$@" --requests "$REQUESTS" --json "$J" | grep -E '^(summary|remote) '; }
 run "$DIR/$DB" --path xrp
 run "$DIR/$DB" --path xrp-batch --batch 32
-run "$DB" --remote "$ADDR" --server-pid "$SERVER" --path rpc-read
-run "$DB" --remote "$ADDR" --server-pid "$SERVER" --path pushdown --batch 1
-run "$DB" --remote "$ADDR" --server-pid "$SERVER" --path pushdown --batch 32
+run "$DB" --remote "$REMOTE" --server-pid "$SERVER" --path rpc-read
+run "$DB" --remote "$REMOTE" --server-pid "$SERVER" --path pushdown --batch 1
+run "$DB" --remote "$REMOTE" --server-pid "$SERVER" --path pushdown --batch 32
 echo "results: $J"

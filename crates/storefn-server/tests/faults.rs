@@ -260,3 +260,53 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
 }
 
 use storefn_server::server;
+
+#[test]
+fn stop_answers_every_request_then_closes() {
+    let dir = TempDir::new("stop");
+    storefn_server::bench::write_chain_file(&dir.join("chain"), 64).unwrap();
+    // IPv6 loopback too.
+    let server = Server::start("[::1]:0", ServerConfig::new(dir.path())).unwrap();
+    let mut c =
+        storefn_server::Client::connect(&server.local_addr().to_string(), Default::default())
+            .unwrap();
+    let h = c.load_prog(0, b"", storefn_progs::must("xrp_follow")).unwrap();
+    let chain = |_| Request::Xrp {
+        path: b"chain",
+        offset: 0,
+        len: 512,
+        hash: &h,
+        scratch: &[],
+        out_len: 16,
+    };
+    // More 64-hop chains than the engine admits at once: some are still queued at stop.
+    let n = server::MAX_IN_FLIGHT_PER_CONN as usize;
+    let mut reqs = vec![Request::Hello { tenant: b"s" }];
+    reqs.extend((0..n).map(chain));
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&frame_of(&reqs)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    server.stop();
+    let (mut ok, mut down, mut got, mut frames) = (0, 0, 0, 0);
+    let mut body = vec![0u8; MAX_FRAME_BYTES];
+    while got < reqs.len() {
+        let mut h = [0u8; FRAME_HEADER_BYTES];
+        s.read_exact(&mut h).unwrap();
+        let hd = decode_header(&h, frames, KIND_RESPONSE).unwrap();
+        frames += 1;
+        s.read_exact(&mut body[..hd.body_bytes as usize]).unwrap();
+        for m in Messages::new(&body[..hd.body_bytes as usize], hd.count, 0) {
+            got += 1;
+            match m.unwrap().status {
+                0 => ok += 1,
+                x if x == StatusCode::ShuttingDown as u16 => down += 1,
+                x => panic!("status {x}"),
+            }
+        }
+    }
+    assert_eq!(ok + down, reqs.len(), "every request answered");
+    assert!(down > 0 && ok > 1, "ok {ok}, shutting down {down}");
+    wait_closed(&mut s, Duration::from_secs(10));
+    server.join().unwrap();
+}

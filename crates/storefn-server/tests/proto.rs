@@ -144,6 +144,28 @@ proptest! {
     }
 }
 
+proptest! {
+    /// The fuzz target's property on random bytes and on valid frames with bytes flipped.
+    #[test]
+    fn fuzz_property_holds(noise in proptest::collection::vec(any::<u8>(), 0..512),
+                           reqs in proptest::collection::vec((any::<u64>(), arb_req()), 1..4),
+                           flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4)) {
+        fuzz::check_frame(&noise);
+        let mut f = FrameBuf::default();
+        f.begin(KIND_REQUEST);
+        for (id, r) in &reqs {
+            put_request(&mut f, *id, &r.view());
+        }
+        let mut bytes = f.finish().to_vec();
+        fuzz::check_frame(&bytes);
+        for (i, b) in flips {
+            let at = i.index(bytes.len());
+            bytes[at] = b;
+        }
+        fuzz::check_frame(&bytes);
+    }
+}
+
 fn one_read_frame() -> Vec<u8> {
     let mut f = FrameBuf::default();
     f.begin(KIND_REQUEST);

@@ -6,6 +6,7 @@
 //! `Vec<u8>` that is reused between frames. Every decoding error names the frame (its sequence
 //! number on the connection), the message index and the byte offset in the frame body.
 
+pub mod fuzz;
 pub mod msg;
 
 pub use msg::{put_request, put_response, put_status, FileVersion, Request, Response, StatusCode};

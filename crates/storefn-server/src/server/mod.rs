@@ -5,6 +5,8 @@
 //! "Server").
 
 mod files;
+mod progs;
+mod requests;
 pub mod sched;
 mod worker;
 

@@ -14,24 +14,20 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
-use storefn_io::{Completion, Engine, EngineConfig, StorageFn, VmError, XrpCtx};
-use storefn_vm::{Instance, ProgType};
+use storefn_io::{Completion, Engine, EngineConfig};
 
 use super::files::{FileFail, Files};
+use super::progs::Progs;
 use super::sched::Sched;
 use super::{
     ServerError, Shared, ENGINE_CHAINS, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
-    MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD, POLL_INTERVAL,
-    SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    MAX_IN_FLIGHT_PER_CONN, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
-use crate::auth;
-use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
-    decode_header, op, put_response, put_status, FileVersion, FrameBuf, Messages, ProtoError,
-    Request, Response, StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE,
-    MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, SCRATCH_BYTES,
+    decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
+    StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
+    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME,
 };
-use crate::registry::ProgHash;
 
 /// Receive buffer a connection starts with; it grows up to `MAX_FRAME_BYTES` for big frames.
 const INITIAL_RX_BYTES: usize = 64 * 1024;
@@ -39,7 +35,7 @@ const INITIAL_RX_BYTES: usize = 64 * 1024;
 const ACCEPTS_PER_PASS: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JobKind {
+pub(super) enum JobKind {
     Read,
     Xrp,
     Lambda,
@@ -48,175 +44,72 @@ enum JobKind {
 /// A request waiting for or running on the engine. `buf` holds the XRP scratch going in, and a
 /// λ's input coming out of the read.
 #[derive(Debug)]
-struct Job {
-    conn: u32,
-    conn_gen: u32,
-    tenant: u32,
-    req_id: u64,
-    kind: JobKind,
-    file_slot: u32,
-    file: storefn_io::FileId,
-    version: FileVersion,
-    offset: u64,
-    len: u32,
-    inst: u32,
-    out_len: u32,
-    scratch_len: u32,
-    buf: Box<[u8]>,
+pub(super) struct Job {
+    pub(super) conn: u32,
+    pub(super) conn_gen: u32,
+    pub(super) tenant: u32,
+    pub(super) req_id: u64,
+    pub(super) kind: JobKind,
+    pub(super) file_slot: u32,
+    pub(super) file: storefn_io::FileId,
+    pub(super) version: FileVersion,
+    pub(super) offset: u64,
+    pub(super) len: u32,
+    pub(super) inst: u32,
+    pub(super) out_len: u32,
+    pub(super) scratch_len: u32,
+    pub(super) buf: Box<[u8]>,
     /// λ: bytes of input in `buf` once the read completed (`u32::MAX`: the read failed).
-    input_len: u32,
+    pub(super) input_len: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
-    admitted: bool,
-}
-
-struct InstSlot {
-    hash: ProgHash,
-    inst: Instance,
-    refs: u32,
-    last_used: u64,
-}
-
-impl std::fmt::Debug for InstSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InstSlot").field("refs", &self.refs).finish_non_exhaustive()
-    }
-}
-
-/// The thread's compiled programs; as the engine's storage function it runs the program of
-/// the chain's job (the token is the job index).
-#[derive(Debug, Default)]
-struct Progs {
-    slots: Vec<Option<InstSlot>>,
-    /// Program slot of each job index.
-    job_inst: Vec<u32>,
-    clock: u64,
-}
-
-impl StorageFn for Progs {
-    fn invoke(&mut self, _: &mut XrpCtx, _: &[u8], _: &mut [u8]) -> Result<u64, VmError> {
-        unreachable!("the engine calls invoke_chain")
-    }
-
-    fn invoke_chain(
-        &mut self,
-        token: u64,
-        ctx: &mut XrpCtx,
-        data: &[u8],
-        scratch: &mut [u8],
-    ) -> Result<u64, VmError> {
-        let ti = usize::try_from(token).expect("job index");
-        let si = self.job_inst[ti] as usize;
-        let s = self.slots[si].as_mut().expect("a running job's program stays loaded");
-        s.inst.run_xrp(ctx, data, scratch)
-    }
-}
-
-impl Progs {
-    /// The slot of `hash` for a `ty` request, compiling it from the registry on first use.
-    fn acquire(&mut self, shared: &Shared, hash: &ProgHash, ty: ProgType) -> Result<u32, FileFail> {
-        self.clock += 1;
-        let found = self.slots.iter().position(|s| s.as_ref().is_some_and(|s| &s.hash == hash));
-        let si = if let Some(i) = found {
-            i
-        } else {
-            let prog = shared
-                .registry
-                .lock()
-                .map_err(|_| (StatusCode::Io, "registry poisoned".to_string()))?
-                .get(hash)
-                .ok_or((StatusCode::UnknownProg, "unknown program hash: send LOAD_PROG".into()))?;
-            if prog.prog_type != ty {
-                return Err((StatusCode::BadRequest, "program type does not match the op".into()));
-            }
-            let mut inst = match Instance::new(prog.clone(), storefn_vm::Engine::Jit) {
-                Ok(i) => i,
-                Err(_) => Instance::new(prog, storefn_vm::Engine::Interp)
-                    .map_err(|e| (StatusCode::ProgRejected, e.to_string()))?,
-            };
-            inst.set_insn_budget(inst.insn_budget().min(crate::registry::SERVER_INSN_BUDGET));
-            let si = match self.slots.iter().position(Option::is_none) {
-                Some(i) => i,
-                None if self.slots.len() < MAX_INSTANCES_PER_THREAD => {
-                    self.slots.push(None);
-                    self.slots.len() - 1
-                }
-                None => self
-                    .slots
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, s)| {
-                        s.as_ref().filter(|s| s.refs == 0).map(|s| (i, s.last_used))
-                    })
-                    .min_by_key(|&(_, t)| t)
-                    .map(|(i, _)| i)
-                    .ok_or((
-                        StatusCode::Limit,
-                        "every program slot of this thread is busy".into(),
-                    ))?,
-            };
-            self.slots[si] = Some(InstSlot { hash: *hash, inst, refs: 0, last_used: 0 });
-            si
-        };
-        let s = self.slots[si].as_mut().expect("present");
-        if s.inst.program().prog_type != ty {
-            return Err((StatusCode::BadRequest, "program type does not match the op".into()));
-        }
-        s.refs += 1;
-        s.last_used = self.clock;
-        Ok(u32::try_from(si).expect("small"))
-    }
-
-    fn release(&mut self, si: u32) {
-        let s = self.slots[si as usize].as_mut().expect("held slot");
-        s.refs -= 1;
-    }
+    pub(super) admitted: bool,
 }
 
 /// One client connection.
 #[derive(Debug)]
-struct Conn {
-    stream: TcpStream,
-    peer: SocketAddr,
-    id: u64,
-    gen: u32,
-    rx: Vec<u8>,
-    rx_len: usize,
-    frames_in: u64,
+pub(super) struct Conn {
+    pub(super) stream: TcpStream,
+    pub(super) peer: SocketAddr,
+    pub(super) id: u64,
+    pub(super) gen: u32,
+    pub(super) rx: Vec<u8>,
+    pub(super) rx_len: usize,
+    pub(super) frames_in: u64,
     /// Responses being collected this pass.
-    frame: FrameBuf,
+    pub(super) frame: FrameBuf,
     /// Bytes ready to send, and how many of them went out.
-    tx: Vec<u8>,
-    tx_pos: usize,
-    in_flight: u32,
-    tenant: Option<u32>,
-    challenge: [u8; HASH_BYTES],
-    authed: bool,
-    last_rx: Instant,
+    pub(super) tx: Vec<u8>,
+    pub(super) tx_pos: usize,
+    pub(super) in_flight: u32,
+    pub(super) tenant: Option<u32>,
+    pub(super) challenge: [u8; HASH_BYTES],
+    pub(super) authed: bool,
+    pub(super) last_rx: Instant,
     /// When a partly received frame started waiting for the rest.
-    partial_since: Option<Instant>,
+    pub(super) partial_since: Option<Instant>,
     /// When pending output stopped draining.
-    tx_stalled_since: Option<Instant>,
+    pub(super) tx_stalled_since: Option<Instant>,
     /// Close once the output is sent (auth failure, protocol error).
-    closing: Option<&'static str>,
+    pub(super) closing: Option<&'static str>,
 }
 
-struct Worker<'a> {
-    id: usize,
-    shared: &'a Shared,
-    engine: Engine,
-    conns: Vec<Option<Conn>>,
-    gens: Vec<u32>,
-    files: Files,
-    progs: Progs,
-    jobs: Vec<Option<Job>>,
-    free_jobs: Vec<u32>,
-    spare_bufs: Vec<Box<[u8]>>,
-    sched: Sched,
-    tenants: Vec<Vec<u8>>,
-    pollfds: Vec<libc::pollfd>,
-    poll_conn: Vec<u32>,
+pub(super) struct Worker<'a> {
+    pub(super) id: usize,
+    pub(super) shared: &'a Shared,
+    pub(super) engine: Engine,
+    pub(super) conns: Vec<Option<Conn>>,
+    pub(super) gens: Vec<u32>,
+    pub(super) files: Files,
+    pub(super) progs: Progs,
+    pub(super) jobs: Vec<Option<Job>>,
+    pub(super) free_jobs: Vec<u32>,
+    pub(super) spare_bufs: Vec<Box<[u8]>>,
+    pub(super) sched: Sched,
+    pub(super) tenants: Vec<Vec<u8>>,
+    pub(super) pollfds: Vec<libc::pollfd>,
+    pub(super) poll_conn: Vec<u32>,
     /// Jobs finished in the current reap.
-    finished: Vec<u32>,
+    pub(super) finished: Vec<u32>,
 }
 
 pub(crate) fn run(
@@ -262,13 +155,13 @@ pub(crate) fn run(
 }
 
 impl Worker<'_> {
-    fn log(&self, conn: &Conn, what: &str) {
+    pub(super) fn log(&self, conn: &Conn, what: &str) {
         if self.shared.cfg.log {
             eprintln!("storefn serve: [t{}] conn {} {}: {what}", self.id, conn.id, conn.peer);
         }
     }
 
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         // Acquire: pairs with Server::stop's Release.
         self.shared.stop.load(Ordering::Acquire)
     }
@@ -342,7 +235,11 @@ impl Worker<'_> {
                 }
             }
         }
-        self.dispatch();
+        // Completions free slots: admit queued jobs again at once rather than after the
+        // next poll (which may sleep when nothing else is in flight).
+        while self.dispatch() > 0 {
+            self.reap()?;
+        }
         self.reap()?;
         self.flush_all();
         self.check_timeouts();
@@ -488,321 +385,12 @@ impl Worker<'_> {
         self.close(ci, &why);
     }
 
-    fn handle_frame(
-        &mut self,
-        ci: u32,
-        body: &[u8],
-        count: u32,
-        frame: u64,
-    ) -> Result<(), ProtoError> {
-        // Validate the whole frame before acting on any of it: a malformed frame does nothing.
-        for m in Messages::new(body, count, frame) {
-            Request::parse(&m?)?;
-        }
-        for m in Messages::new(body, count, frame) {
-            let m = m.expect("validated");
-            let r = Request::parse(&m).expect("validated");
-            self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-            self.handle_request(ci, m.req_id, &r);
-            if self.conns[ci as usize].as_ref().is_none_or(|c| c.closing.is_some()) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn conn(&mut self, ci: u32) -> &mut Conn {
-        self.conns[ci as usize].as_mut().expect("live connection")
-    }
-
-    fn respond_err(&mut self, ci: u32, req_id: u64, op_code: u8, st: StatusCode, msg: &str) {
-        let c = self.conn(ci);
-        open_frame(c);
-        put_status(&mut c.frame, req_id, op_code, st, msg);
-    }
-
-    fn respond(&mut self, ci: u32, req_id: u64, op_code: u8, r: &Response<'_>) {
-        let c = self.conn(ci);
-        open_frame(c);
-        put_response(&mut c.frame, req_id, op_code, r);
-    }
-
-    fn handle_request(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
-        let code = r.op();
-        let auth_needed = self.shared.cfg.tokens.is_some();
-        let c = self.conns[ci as usize].as_mut().expect("live connection");
-        let (c_tenant, c_authed, challenge) = (c.tenant, c.authed, c.challenge);
-        match *r {
-            Request::Hello { tenant } => {
-                if c_tenant.is_some() {
-                    return self.respond_err(
-                        ci,
-                        req_id,
-                        code,
-                        StatusCode::BadRequest,
-                        "HELLO sent twice",
-                    );
-                }
-                let t = match self.tenants.iter().position(|t| t == tenant) {
-                    Some(t) => t,
-                    None if self.tenants.len() >= MAX_TENANTS_PER_THREAD => {
-                        let m = "too many tenants on this server thread";
-                        self.respond_err(ci, req_id, code, StatusCode::Limit, m);
-                        self.conn(ci).closing = Some(m);
-                        return;
-                    }
-                    None => {
-                        self.tenants.push(tenant.to_vec());
-                        self.tenants.len() - 1
-                    }
-                };
-                let challenge = if auth_needed { auth::challenge() } else { [0; HASH_BYTES] };
-                let c = self.conn(ci);
-                c.tenant = Some(u32::try_from(t).expect("few tenants"));
-                c.challenge = challenge;
-                c.authed = !auth_needed;
-                let name = String::from_utf8_lossy(tenant).into_owned();
-                let c = self.conns[ci as usize].as_ref().expect("live");
-                self.log(c, &format!("hello, tenant {name:?}"));
-                let flags = if auth_needed { HELLO_FLAG_AUTH_REQUIRED } else { 0 };
-                let resp = Response::Hello {
-                    challenge: &challenge,
-                    flags,
-                    max_frame_bytes: u32::try_from(MAX_FRAME_BYTES).expect("1 MiB"),
-                    max_in_flight: MAX_IN_FLIGHT_PER_CONN,
-                };
-                return self.respond(ci, req_id, code, &resp);
-            }
-            Request::Auth { mac } => {
-                let Some(t) = c_tenant else {
-                    return self.respond_err(
-                        ci,
-                        req_id,
-                        code,
-                        StatusCode::BadRequest,
-                        "HELLO first",
-                    );
-                };
-                let name = &self.tenants[t as usize];
-                let ok = self.shared.cfg.tokens.as_ref().is_some_and(|toks| {
-                    toks.iter().any(|k| {
-                        k.tenant.as_bytes() == name.as_slice()
-                            && auth::verify(&k.secret, &challenge, name, mac)
-                    })
-                });
-                if ok {
-                    self.conn(ci).authed = true;
-                    let c = self.conns[ci as usize].as_ref().expect("live");
-                    self.log(c, "authenticated");
-                    return self.respond(ci, req_id, code, &Response::Auth);
-                }
-                self.shared.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
-                self.respond_err(
-                    ci,
-                    req_id,
-                    code,
-                    StatusCode::AuthFailed,
-                    "wrong MAC or unknown tenant",
-                );
-                self.conn(ci).closing = Some("authentication failed");
-                return;
-            }
-            _ => {}
-        }
-        if c_tenant.is_none() {
-            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO first");
-        }
-        if !c_authed {
-            return self.respond_err(ci, req_id, code, StatusCode::AuthRequired, "AUTH first");
-        }
-        match *r {
-            Request::LoadProg { prog_type, section, elf } => {
-                let res = match self.shared.registry.lock() {
-                    Ok(mut reg) => reg.load(prog_type, section, elf),
-                    Err(_) => {
-                        return self.respond_err(
-                            ci,
-                            req_id,
-                            code,
-                            StatusCode::Io,
-                            "registry poisoned",
-                        )
-                    }
-                };
-                match res {
-                    Ok((hash, prog)) => {
-                        let insns = u32::try_from(prog.insns.len()).unwrap_or(u32::MAX);
-                        self.respond(ci, req_id, code, &Response::LoadProg { hash: &hash, insns });
-                    }
-                    Err(e) => {
-                        let st = match e {
-                            crate::registry::LoadError::TooLarge { .. } => StatusCode::Limit,
-                            _ => StatusCode::ProgRejected,
-                        };
-                        self.respond_err(ci, req_id, code, st, &e.to_string());
-                    }
-                }
-            }
-            Request::Stat { path } => {
-                match self.files.acquire(&self.shared.root, &mut self.engine, path) {
-                    Ok(o) => {
-                        self.files.release(o.slot);
-                        self.respond(
-                            ci,
-                            req_id,
-                            code,
-                            &Response::Stat { version: o.version, size: o.size },
-                        );
-                    }
-                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
-                }
-            }
-            Request::Write { path, offset, data } => {
-                match write_file(&self.shared.root, path, offset, data) {
-                    Ok(version) => {
-                        let written = u32::try_from(data.len()).expect("bounded");
-                        self.respond(ci, req_id, code, &Response::Write { version, written });
-                    }
-                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
-                }
-            }
-            Request::Read { path, offset, len } => {
-                self.queue(ci, req_id, JobKind::Read, path, offset, len, None, &[], 0);
-            }
-            Request::Xrp { path, offset, len, hash, scratch, out_len } => {
-                self.queue(
-                    ci,
-                    req_id,
-                    JobKind::Xrp,
-                    path,
-                    offset,
-                    len,
-                    Some(hash),
-                    scratch,
-                    out_len,
-                );
-            }
-            Request::Lambda { path, offset, len, hash, out_cap } => {
-                self.queue(
-                    ci,
-                    req_id,
-                    JobKind::Lambda,
-                    path,
-                    offset,
-                    len,
-                    Some(hash),
-                    &[],
-                    out_cap,
-                );
-            }
-            Request::Hello { .. } | Request::Auth { .. } => unreachable!("handled above"),
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn queue(
-        &mut self,
-        ci: u32,
-        req_id: u64,
-        kind: JobKind,
-        path: &[u8],
-        offset: u64,
-        len: u32,
-        hash: Option<&ProgHash>,
-        scratch: &[u8],
-        out_len: u32,
-    ) {
-        let code = match kind {
-            JobKind::Read => op::READ,
-            JobKind::Xrp => op::XRP,
-            JobKind::Lambda => op::LAMBDA,
-        };
-        if self.stopping() {
-            return self.respond_err(
-                ci,
-                req_id,
-                code,
-                StatusCode::ShuttingDown,
-                "server is stopping",
-            );
-        }
-        let c = self.conn(ci);
-        if c.in_flight >= MAX_IN_FLIGHT_PER_CONN {
-            return self.respond_err(
-                ci,
-                req_id,
-                code,
-                StatusCode::Limit,
-                "too many requests in flight",
-            );
-        }
-        let (conn_gen, tenant) = (c.gen, c.tenant.expect("HELLO checked"));
-        let inst = match hash {
-            None => u32::MAX,
-            Some(h) => {
-                let ty = if kind == JobKind::Xrp { ProgType::Xrp } else { ProgType::Lambda };
-                match self.progs.acquire(self.shared, h, ty) {
-                    Ok(i) => i,
-                    Err((st, m)) => return self.respond_err(ci, req_id, code, st, &m),
-                }
-            }
-        };
-        let f = match self.files.acquire(&self.shared.root, &mut self.engine, path) {
-            Ok(f) => f,
-            Err((st, m)) => {
-                if inst != u32::MAX {
-                    self.progs.release(inst);
-                }
-                return self.respond_err(ci, req_id, code, st, &m);
-            }
-        };
-        if offset.checked_add(u64::from(len)).is_none_or(|e| e > f.size) {
-            self.files.release(f.slot);
-            if inst != u32::MAX {
-                self.progs.release(inst);
-            }
-            let m = format!("[{offset}, +{len}) is outside the file ({} bytes)", f.size);
-            return self.respond_err(ci, req_id, code, StatusCode::OutOfRange, &m);
-        }
-        let mut buf =
-            self.spare_bufs.pop().unwrap_or_else(|| vec![0u8; SCRATCH_BYTES].into_boxed_slice());
-        buf[..scratch.len()].copy_from_slice(scratch);
-        let job = Job {
-            conn: ci,
-            conn_gen,
-            tenant,
-            req_id,
-            kind,
-            file_slot: f.slot,
-            file: f.id,
-            version: f.version,
-            offset,
-            len,
-            inst,
-            out_len,
-            scratch_len: u32::try_from(scratch.len()).expect("<= 4096"),
-            buf,
-            input_len: 0,
-            admitted: false,
-        };
-        let ji = match self.free_jobs.pop() {
-            Some(j) => j,
-            None => {
-                self.jobs.push(None);
-                self.progs.job_inst.push(0);
-                u32::try_from(self.jobs.len() - 1).expect("bounded by connections x in-flight")
-            }
-        };
-        self.progs.job_inst[ji as usize] = inst;
-        self.jobs[ji as usize] = Some(job);
-        self.conn(ci).in_flight += 1;
-        self.sched.push(tenant, ji);
-    }
-
-    /// Admits queued jobs while the engine has free slots.
-    fn dispatch(&mut self) {
+    /// Admits queued jobs while the engine has free slots; returns how many.
+    fn dispatch(&mut self) -> usize {
+        let mut n = 0;
         while self.engine.free_slots() > 0 {
-            let Some((_, ji)) = self.sched.admit() else { return };
+            let Some((_, ji)) = self.sched.admit() else { break };
+            n += 1;
             let j = self.jobs[ji as usize].as_mut().expect("queued job exists");
             j.admitted = true;
             let token = u64::from(ji);
@@ -824,6 +412,7 @@ impl Worker<'_> {
                 self.shared.stats.chains.fetch_add(1, Ordering::Relaxed);
             }
         }
+        n
     }
 
     /// Reaps completed chains and reads; builds their responses.
@@ -1053,7 +642,7 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
 const ROLL_FRAME_BYTES: usize = MAX_FRAME_BYTES - MAX_LAMBDA_OUT_BYTES as usize - 1024;
 
 /// Makes the connection's response frame ready for one more message of any size.
-fn open_frame(c: &mut Conn) {
+pub(super) fn open_frame(c: &mut Conn) {
     if !c.frame.is_empty()
         && (c.frame.len() > ROLL_FRAME_BYTES || c.frame.count() >= MAX_MSGS_PER_FRAME)
     {
@@ -1086,20 +675,4 @@ fn send(c: &mut Conn) -> Result<(), String> {
     c.tx.clear();
     c.tx_pos = 0;
     Ok(())
-}
-
-/// WRITE: open beneath the root for writing, write everything, `fdatasync`, then the version.
-fn write_file(
-    root: &crate::confine::Root,
-    path: &[u8],
-    offset: u64,
-    data: &[u8],
-) -> Result<FileVersion, FileFail> {
-    use std::os::unix::fs::FileExt;
-    let f = root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;
-    f.write_all_at(data, offset).map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
-    f.sync_data().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
-    let (dev, ino, change, _) =
-        crate::confine::identity(&f).map_err(|e| (StatusCode::Io, e.to_string()))?;
-    Ok(FileVersion { dev, ino, change })
 }

@@ -1,0 +1,118 @@
+//! The thread's compiled programs: one instance per program hash, shared by the thread's
+//! jobs; as the engine's storage function it runs the program of each chain's job.
+
+use storefn_io::{StorageFn, VmError, XrpCtx};
+use storefn_vm::{Instance, ProgType};
+
+use super::files::FileFail;
+use super::{Shared, MAX_INSTANCES_PER_THREAD};
+use crate::proto::StatusCode;
+use crate::registry::ProgHash;
+
+pub(super) struct InstSlot {
+    pub(super) hash: ProgHash,
+    pub(super) inst: Instance,
+    pub(super) refs: u32,
+    pub(super) last_used: u64,
+}
+
+impl std::fmt::Debug for InstSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstSlot").field("refs", &self.refs).finish_non_exhaustive()
+    }
+}
+
+/// The thread's compiled programs; as the engine's storage function it runs the program of
+/// the chain's job (the token is the job index).
+#[derive(Debug, Default)]
+pub(super) struct Progs {
+    pub(super) slots: Vec<Option<InstSlot>>,
+    /// Program slot of each job index.
+    pub(super) job_inst: Vec<u32>,
+    pub(super) clock: u64,
+}
+
+impl StorageFn for Progs {
+    fn invoke(&mut self, _: &mut XrpCtx, _: &[u8], _: &mut [u8]) -> Result<u64, VmError> {
+        unreachable!("the engine calls invoke_chain")
+    }
+
+    fn invoke_chain(
+        &mut self,
+        token: u64,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        let ti = usize::try_from(token).expect("job index");
+        let si = self.job_inst[ti] as usize;
+        let s = self.slots[si].as_mut().expect("a running job's program stays loaded");
+        s.inst.run_xrp(ctx, data, scratch)
+    }
+}
+
+impl Progs {
+    /// The slot of `hash` for a `ty` request, compiling it from the registry on first use.
+    pub(super) fn acquire(
+        &mut self,
+        shared: &Shared,
+        hash: &ProgHash,
+        ty: ProgType,
+    ) -> Result<u32, FileFail> {
+        self.clock += 1;
+        let found = self.slots.iter().position(|s| s.as_ref().is_some_and(|s| &s.hash == hash));
+        let si = if let Some(i) = found {
+            i
+        } else {
+            let prog = shared
+                .registry
+                .lock()
+                .map_err(|_| (StatusCode::Io, "registry poisoned".to_string()))?
+                .get(hash)
+                .ok_or((StatusCode::UnknownProg, "unknown program hash: send LOAD_PROG".into()))?;
+            if prog.prog_type != ty {
+                return Err((StatusCode::BadRequest, "program type does not match the op".into()));
+            }
+            let mut inst = match Instance::new(prog.clone(), storefn_vm::Engine::Jit) {
+                Ok(i) => i,
+                Err(_) => Instance::new(prog, storefn_vm::Engine::Interp)
+                    .map_err(|e| (StatusCode::ProgRejected, e.to_string()))?,
+            };
+            inst.set_insn_budget(inst.insn_budget().min(crate::registry::SERVER_INSN_BUDGET));
+            let si = match self.slots.iter().position(Option::is_none) {
+                Some(i) => i,
+                None if self.slots.len() < MAX_INSTANCES_PER_THREAD => {
+                    self.slots.push(None);
+                    self.slots.len() - 1
+                }
+                None => self
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| {
+                        s.as_ref().filter(|s| s.refs == 0).map(|s| (i, s.last_used))
+                    })
+                    .min_by_key(|&(_, t)| t)
+                    .map(|(i, _)| i)
+                    .ok_or((
+                        StatusCode::Limit,
+                        "every program slot of this thread is busy".into(),
+                    ))?,
+            };
+            self.slots[si] = Some(InstSlot { hash: *hash, inst, refs: 0, last_used: 0 });
+            si
+        };
+        let s = self.slots[si].as_mut().expect("present");
+        if s.inst.program().prog_type != ty {
+            return Err((StatusCode::BadRequest, "program type does not match the op".into()));
+        }
+        s.refs += 1;
+        s.last_used = self.clock;
+        Ok(u32::try_from(si).expect("small"))
+    }
+
+    pub(super) fn release(&mut self, si: u32) {
+        let s = self.slots[si as usize].as_mut().expect("held slot");
+        s.refs -= 1;
+    }
+}

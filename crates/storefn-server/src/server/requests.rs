@@ -1,0 +1,353 @@
+//! Requests as they arrive: a frame is validated whole, then each request is answered at once
+//! (HELLO, AUTH, LOAD_PROG, STAT, WRITE) or queued for the engine (READ, XRP, LAMBDA).
+
+use std::sync::atomic::Ordering;
+
+use storefn_vm::ProgType;
+
+use super::files::FileFail;
+use super::worker::{open_frame, Conn, Job, JobKind, Worker};
+use super::{MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD};
+use crate::auth;
+use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
+use crate::proto::{
+    op, put_response, put_status, FileVersion, Messages, ProtoError, Request, Response, StatusCode,
+    HASH_BYTES, MAX_FRAME_BYTES, SCRATCH_BYTES,
+};
+use crate::registry::ProgHash;
+
+impl Worker<'_> {
+    pub(super) fn handle_frame(
+        &mut self,
+        ci: u32,
+        body: &[u8],
+        count: u32,
+        frame: u64,
+    ) -> Result<(), ProtoError> {
+        // Validate the whole frame before acting on any of it: a malformed frame does nothing.
+        for m in Messages::new(body, count, frame) {
+            Request::parse(&m?)?;
+        }
+        for m in Messages::new(body, count, frame) {
+            let m = m.expect("validated");
+            let r = Request::parse(&m).expect("validated");
+            self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+            self.handle_request(ci, m.req_id, &r);
+            if self.conns[ci as usize].as_ref().is_none_or(|c| c.closing.is_some()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn conn(&mut self, ci: u32) -> &mut Conn {
+        self.conns[ci as usize].as_mut().expect("live connection")
+    }
+
+    pub(super) fn respond_err(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        op_code: u8,
+        st: StatusCode,
+        msg: &str,
+    ) {
+        let c = self.conn(ci);
+        open_frame(c);
+        put_status(&mut c.frame, req_id, op_code, st, msg);
+    }
+
+    fn respond(&mut self, ci: u32, req_id: u64, op_code: u8, r: &Response<'_>) {
+        let c = self.conn(ci);
+        open_frame(c);
+        put_response(&mut c.frame, req_id, op_code, r);
+    }
+
+    fn handle_request(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
+        let code = r.op();
+        let auth_needed = self.shared.cfg.tokens.is_some();
+        let c = self.conns[ci as usize].as_mut().expect("live connection");
+        let (c_tenant, c_authed, challenge) = (c.tenant, c.authed, c.challenge);
+        match *r {
+            Request::Hello { tenant } => {
+                if c_tenant.is_some() {
+                    return self.respond_err(
+                        ci,
+                        req_id,
+                        code,
+                        StatusCode::BadRequest,
+                        "HELLO sent twice",
+                    );
+                }
+                let t = match self.tenants.iter().position(|t| t == tenant) {
+                    Some(t) => t,
+                    None if self.tenants.len() >= MAX_TENANTS_PER_THREAD => {
+                        let m = "too many tenants on this server thread";
+                        self.respond_err(ci, req_id, code, StatusCode::Limit, m);
+                        self.conn(ci).closing = Some(m);
+                        return;
+                    }
+                    None => {
+                        self.tenants.push(tenant.to_vec());
+                        self.tenants.len() - 1
+                    }
+                };
+                let challenge = if auth_needed { auth::challenge() } else { [0; HASH_BYTES] };
+                let c = self.conn(ci);
+                c.tenant = Some(u32::try_from(t).expect("few tenants"));
+                c.challenge = challenge;
+                c.authed = !auth_needed;
+                let name = String::from_utf8_lossy(tenant).into_owned();
+                let c = self.conns[ci as usize].as_ref().expect("live");
+                self.log(c, &format!("hello, tenant {name:?}"));
+                let flags = if auth_needed { HELLO_FLAG_AUTH_REQUIRED } else { 0 };
+                let resp = Response::Hello {
+                    challenge: &challenge,
+                    flags,
+                    max_frame_bytes: u32::try_from(MAX_FRAME_BYTES).expect("1 MiB"),
+                    max_in_flight: MAX_IN_FLIGHT_PER_CONN,
+                };
+                return self.respond(ci, req_id, code, &resp);
+            }
+            Request::Auth { mac } => {
+                let Some(t) = c_tenant else {
+                    return self.respond_err(
+                        ci,
+                        req_id,
+                        code,
+                        StatusCode::BadRequest,
+                        "HELLO first",
+                    );
+                };
+                let name = &self.tenants[t as usize];
+                let ok = self.shared.cfg.tokens.as_ref().is_some_and(|toks| {
+                    toks.iter().any(|k| {
+                        k.tenant.as_bytes() == name.as_slice()
+                            && auth::verify(&k.secret, &challenge, name, mac)
+                    })
+                });
+                if ok {
+                    self.conn(ci).authed = true;
+                    let c = self.conns[ci as usize].as_ref().expect("live");
+                    self.log(c, "authenticated");
+                    return self.respond(ci, req_id, code, &Response::Auth);
+                }
+                self.shared.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+                self.respond_err(
+                    ci,
+                    req_id,
+                    code,
+                    StatusCode::AuthFailed,
+                    "wrong MAC or unknown tenant",
+                );
+                self.conn(ci).closing = Some("authentication failed");
+                return;
+            }
+            _ => {}
+        }
+        if c_tenant.is_none() {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO first");
+        }
+        if !c_authed {
+            return self.respond_err(ci, req_id, code, StatusCode::AuthRequired, "AUTH first");
+        }
+        match *r {
+            Request::LoadProg { prog_type, section, elf } => {
+                let res = match self.shared.registry.lock() {
+                    Ok(mut reg) => reg.load(prog_type, section, elf),
+                    Err(_) => {
+                        return self.respond_err(
+                            ci,
+                            req_id,
+                            code,
+                            StatusCode::Io,
+                            "registry poisoned",
+                        )
+                    }
+                };
+                match res {
+                    Ok((hash, prog)) => {
+                        let insns = u32::try_from(prog.insns.len()).unwrap_or(u32::MAX);
+                        self.respond(ci, req_id, code, &Response::LoadProg { hash: &hash, insns });
+                    }
+                    Err(e) => {
+                        let st = match e {
+                            crate::registry::LoadError::TooLarge { .. } => StatusCode::Limit,
+                            _ => StatusCode::ProgRejected,
+                        };
+                        self.respond_err(ci, req_id, code, st, &e.to_string());
+                    }
+                }
+            }
+            Request::Stat { path } => {
+                match self.files.acquire(&self.shared.root, &mut self.engine, path) {
+                    Ok(o) => {
+                        self.files.release(o.slot);
+                        self.respond(
+                            ci,
+                            req_id,
+                            code,
+                            &Response::Stat { version: o.version, size: o.size },
+                        );
+                    }
+                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
+            Request::Write { path, offset, data } => {
+                match write_file(&self.shared.root, path, offset, data) {
+                    Ok(version) => {
+                        let written = u32::try_from(data.len()).expect("bounded");
+                        self.respond(ci, req_id, code, &Response::Write { version, written });
+                    }
+                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
+            Request::Read { path, offset, len } => {
+                self.queue(ci, req_id, JobKind::Read, path, offset, len, None, &[], 0);
+            }
+            Request::Xrp { path, offset, len, hash, scratch, out_len } => {
+                self.queue(
+                    ci,
+                    req_id,
+                    JobKind::Xrp,
+                    path,
+                    offset,
+                    len,
+                    Some(hash),
+                    scratch,
+                    out_len,
+                );
+            }
+            Request::Lambda { path, offset, len, hash, out_cap } => {
+                self.queue(
+                    ci,
+                    req_id,
+                    JobKind::Lambda,
+                    path,
+                    offset,
+                    len,
+                    Some(hash),
+                    &[],
+                    out_cap,
+                );
+            }
+            Request::Hello { .. } | Request::Auth { .. } => unreachable!("handled above"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        kind: JobKind,
+        path: &[u8],
+        offset: u64,
+        len: u32,
+        hash: Option<&ProgHash>,
+        scratch: &[u8],
+        out_len: u32,
+    ) {
+        let code = match kind {
+            JobKind::Read => op::READ,
+            JobKind::Xrp => op::XRP,
+            JobKind::Lambda => op::LAMBDA,
+        };
+        if self.stopping() {
+            return self.respond_err(
+                ci,
+                req_id,
+                code,
+                StatusCode::ShuttingDown,
+                "server is stopping",
+            );
+        }
+        let c = self.conn(ci);
+        if c.in_flight >= MAX_IN_FLIGHT_PER_CONN {
+            return self.respond_err(
+                ci,
+                req_id,
+                code,
+                StatusCode::Limit,
+                "too many requests in flight",
+            );
+        }
+        let (conn_gen, tenant) = (c.gen, c.tenant.expect("HELLO checked"));
+        let inst = match hash {
+            None => u32::MAX,
+            Some(h) => {
+                let ty = if kind == JobKind::Xrp { ProgType::Xrp } else { ProgType::Lambda };
+                match self.progs.acquire(self.shared, h, ty) {
+                    Ok(i) => i,
+                    Err((st, m)) => return self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
+        };
+        let f = match self.files.acquire(&self.shared.root, &mut self.engine, path) {
+            Ok(f) => f,
+            Err((st, m)) => {
+                if inst != u32::MAX {
+                    self.progs.release(inst);
+                }
+                return self.respond_err(ci, req_id, code, st, &m);
+            }
+        };
+        if offset.checked_add(u64::from(len)).is_none_or(|e| e > f.size) {
+            self.files.release(f.slot);
+            if inst != u32::MAX {
+                self.progs.release(inst);
+            }
+            let m = format!("[{offset}, +{len}) is outside the file ({} bytes)", f.size);
+            return self.respond_err(ci, req_id, code, StatusCode::OutOfRange, &m);
+        }
+        let mut buf =
+            self.spare_bufs.pop().unwrap_or_else(|| vec![0u8; SCRATCH_BYTES].into_boxed_slice());
+        buf[..scratch.len()].copy_from_slice(scratch);
+        let job = Job {
+            conn: ci,
+            conn_gen,
+            tenant,
+            req_id,
+            kind,
+            file_slot: f.slot,
+            file: f.id,
+            version: f.version,
+            offset,
+            len,
+            inst,
+            out_len,
+            scratch_len: u32::try_from(scratch.len()).expect("<= 4096"),
+            buf,
+            input_len: 0,
+            admitted: false,
+        };
+        let ji = match self.free_jobs.pop() {
+            Some(j) => j,
+            None => {
+                self.jobs.push(None);
+                self.progs.job_inst.push(0);
+                u32::try_from(self.jobs.len() - 1).expect("bounded by connections x in-flight")
+            }
+        };
+        self.progs.job_inst[ji as usize] = inst;
+        self.jobs[ji as usize] = Some(job);
+        self.conn(ci).in_flight += 1;
+        self.sched.push(tenant, ji);
+    }
+}
+
+/// WRITE: open beneath the root for writing, write everything, `fdatasync`, then the version.
+fn write_file(
+    root: &crate::confine::Root,
+    path: &[u8],
+    offset: u64,
+    data: &[u8],
+) -> Result<FileVersion, FileFail> {
+    use std::os::unix::fs::FileExt;
+    let f = root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;
+    f.write_all_at(data, offset).map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
+    f.sync_data().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
+    let (dev, ino, change, _) =
+        crate::confine::identity(&f).map_err(|e| (StatusCode::Io, e.to_string()))?;
+    Ok(FileVersion { dev, ino, change })
+}
