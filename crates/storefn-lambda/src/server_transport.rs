@@ -3,15 +3,15 @@
 //! runs the same ELF bytes the local side does. [`RemoteReadSide`] is the other way to reach a
 //! remote file: the client reads the range with READ frames and runs the function itself.
 //!
-//! The LAMBDA frame reads at most [`MAX_READ_BYTES`] per request (the server engine's
-//! plain-read limit, docs/FORMAT.md), so a longer range is refused with
-//! [`LambdaError::RangeTooLarge`] rather than split: splitting would change what the function
-//! sees (one context per range).
+//! The LAMBDA frame covers at most [`MAX_LAMBDA_IN_BYTES`] per request (the server stages the
+//! range in several engine reads and runs the function once over it, docs/FORMAT.md), so a
+//! longer range is refused with [`LambdaError::RangeTooLarge`] rather than split: splitting
+//! would change what the function sees (one context per range).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use storefn_server::proto::{MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
+use storefn_server::proto::{MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
 use storefn_server::registry::ProgHash;
 use storefn_server::{Client, ClientConfig, ClientError, Req};
 use storefn_vm::Instance;
@@ -26,7 +26,7 @@ use crate::remote::{LambdaTransport, RemoteSide};
 pub const PROG_TYPE_LAMBDA: u8 = 1;
 
 /// Largest range one remote λ request (LAMBDA frame) may cover, bytes.
-pub const MAX_REMOTE_RANGE_BYTES: u64 = MAX_READ_BYTES as u64;
+pub const MAX_REMOTE_RANGE_BYTES: u64 = MAX_LAMBDA_IN_BYTES as u64;
 
 /// Largest range [`RemoteReadSide`] reads for one request (READ frames of
 /// [`MAX_READ_BYTES`]), bytes: bounds the client's input buffer.
@@ -94,7 +94,7 @@ impl LambdaTransport for ServerTransport {
         let req = Req::Lambda {
             path: file.to_string(),
             offset: off,
-            len: u32::try_from(len).expect("<= MAX_READ_BYTES"),
+            len: u32::try_from(len).expect("<= MAX_LAMBDA_IN_BYTES"),
             hash: *prog,
             out_cap,
         };

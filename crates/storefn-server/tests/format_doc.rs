@@ -222,3 +222,19 @@ fn payload_tables_match_code() {
         ],
     );
 }
+
+/// The `meaning` cell of `field` in the table under `heading`.
+fn meaning(heading: &str, field: &str) -> String {
+    let r = rows(heading).into_iter().find(|r| r[2] == field);
+    r.unwrap_or_else(|| panic!("{heading}: no field {field}"))[3].clone()
+}
+
+#[test]
+fn lambda_bounds_match_code() {
+    assert_eq!(meaning("### LAMBDA request", "len"), format!("1..={MAX_LAMBDA_IN_BYTES}"));
+    assert_eq!(
+        meaning("### LAMBDA request", "out_cap"),
+        format!("0..={MAX_LAMBDA_OUT_BYTES} output bytes")
+    );
+    assert_eq!(meaning("### READ request", "len"), format!("1..={MAX_READ_BYTES}"));
+}

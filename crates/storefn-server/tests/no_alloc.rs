@@ -66,6 +66,7 @@ fn steady_state_requests_allocate_nothing_on_the_server() {
     let mut c = common::client(&server);
     let elf = storefn_progs::must("kv_lookup");
     let hash = c.load_prog(0, b"", elf).unwrap();
+    let lambda = c.load_prog(1, b"", storefn_progs::must("lambda/stats64")).unwrap();
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.set_nodelay(true).unwrap();
     let mut f = FrameBuf::default();
@@ -74,7 +75,8 @@ fn steady_state_requests_allocate_nothing_on_the_server() {
     put_request(&mut f, 1, &Request::Hello { tenant: b"t" });
     let hello = f.finish().to_vec();
     round_trip(&mut s, &hello, 1, &mut rx);
-    // A frame of 8 pushed-down lookups and 8 reads.
+    // A frame of 8 pushed-down lookups, 8 reads and 2 λ requests over 40 KiB ranges (each
+    // staged in ten engine reads).
     f.begin(KIND_REQUEST);
     for i in 0..8u64 {
         let key = (i * 3001).to_le_bytes();
@@ -92,15 +94,25 @@ fn steady_state_requests_allocate_nothing_on_the_server() {
         );
         put_request(&mut f, 20 + i, &Request::Read { path: b"db", offset: i * 512, len: 512 });
     }
+    for i in 0..2u64 {
+        let r = Request::Lambda {
+            path: b"db",
+            offset: i * 8,
+            len: 40 << 10,
+            hash: &lambda,
+            out_cap: 32,
+        };
+        put_request(&mut f, 30 + i, &r);
+    }
     let frame = f.finish().to_vec();
     for _ in 0..200 {
-        round_trip(&mut s, &frame, 16, &mut rx);
+        round_trip(&mut s, &frame, 18, &mut rx);
     }
     let before = ALLOCS.load(Ordering::Relaxed);
     for _ in 0..500 {
-        round_trip(&mut s, &frame, 16, &mut rx);
+        round_trip(&mut s, &frame, 18, &mut rx);
     }
-    let per_request = (ALLOCS.load(Ordering::Relaxed) - before) as f64 / (500.0 * 16.0);
+    let per_request = (ALLOCS.load(Ordering::Relaxed) - before) as f64 / (500.0 * 18.0);
     assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "{per_request} allocations per request");
     drop(s);
     drop(c);

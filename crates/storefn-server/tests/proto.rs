@@ -57,13 +57,13 @@ fn arb_req() -> impl Strategy<Value = OwnedReq> {
         (
             arb_path(),
             any::<u64>(),
-            len.clone(),
+            len,
             arb_hash(),
             proptest::collection::vec(any::<u8>(), 0..128),
             0..=4096u32
         )
             .prop_map(|(p, o, l, h, s, ol)| OwnedReq::Xrp(p, o, l, h, s, ol)),
-        (arb_path(), any::<u64>(), len, arb_hash(), 0..=MAX_LAMBDA_OUT_BYTES)
+        (arb_path(), any::<u64>(), 1..=MAX_LAMBDA_IN_BYTES, arb_hash(), 0..=MAX_LAMBDA_OUT_BYTES)
             .prop_map(|(p, o, l, h, c)| OwnedReq::Lambda(p, o, l, h, c)),
         (arb_path(), any::<u64>(), proptest::collection::vec(any::<u8>(), 1..512))
             .prop_map(|(p, o, d)| OwnedReq::Write(p, o, d)),

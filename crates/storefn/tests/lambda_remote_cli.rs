@@ -48,6 +48,8 @@ fn remote_run_on_every_side_matches_native() {
         (Workload::Knn, "0x800:4096", 2048usize, 4096usize),
         (Workload::Stats32, "12:4000", 12, 4000),
         (Workload::Grep, "4096:4096", 4096, 4096),
+        // Several 4 KiB engine reads on the server, one function run over the whole range.
+        (Workload::Stats32, "12:40000", 12, 40000),
     ] {
         let data = served.join(format!("{}.dat", w.name()));
         ok(&run(&["lambda", "gen", w.name(), data.to_str().unwrap(), "--size", "256K"]));
@@ -78,14 +80,14 @@ fn remote_run_on_every_side_matches_native() {
     // The whole file (STAT for its size) over READ frames.
     let s = ok(&run_remote(&format!("{addr}:stats32.dat"), "stats32", &["--token-file", tok]));
     assert!(s.contains("range [0, +262144) where local"), "{s}");
-    // A range above one LAMBDA frame's read is refused with the limit, not split.
+    // A range above one LAMBDA frame's limit is refused with the limit, not split.
     let knn = format!("{addr}:knn.dat");
     let e = err(&run_remote(
         &knn,
         "knn",
-        &["--where", "server", "--range", "0:8192", "--token-file", tok],
+        &["--where", "server", "--range", "0:2097152", "--token-file", tok],
     ));
-    assert!(e.contains("range of 8192 bytes is above the limit of 4096 bytes"), "{e}");
+    assert!(e.contains("range of 2097152 bytes is above the limit of 1048576 bytes"), "{e}");
     // No token for a server that requires one.
     let e = err(&run_remote(&knn, "knn", &["--where", "server", "--range", "0:2048"]));
     assert!(e.contains("AUTH"), "{e}");

@@ -51,6 +51,9 @@ pub const MAX_WRITE_BYTES: u32 = 64 * 1024;
 pub const SCRATCH_BYTES: usize = 4096;
 /// Largest λ output a request may ask for.
 pub const MAX_LAMBDA_OUT_BYTES: u32 = 64 * 1024;
+/// Largest range one LAMBDA request reads, bytes: the server reads it in `MAX_READ_BYTES`
+/// engine reads into a per-thread staging buffer of this size and runs the function once.
+pub const MAX_LAMBDA_IN_BYTES: u32 = 1 << 20;
 
 /// Frame kinds (byte 5).
 pub const KIND_REQUEST: u8 = 0;

@@ -2,8 +2,9 @@
 //! of docs/FORMAT.md ("Wire protocol", "Requests", "Responses").
 
 use super::{
-    le_u16, le_u32, le_u64, op, FrameBuf, Msg, MsgAt, ProtoError, HASH_BYTES, MAX_LAMBDA_OUT_BYTES,
-    MAX_PATH_BYTES, MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES, SCRATCH_BYTES,
+    le_u16, le_u32, le_u64, op, FrameBuf, Msg, MsgAt, ProtoError, HASH_BYTES, MAX_LAMBDA_IN_BYTES,
+    MAX_LAMBDA_OUT_BYTES, MAX_PATH_BYTES, MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES,
+    SCRATCH_BYTES,
 };
 
 /// HELLO request: `tenant_len u16 | reserved u16 | tenant`.
@@ -357,8 +358,8 @@ impl<'a> Request<'a> {
                 need(p, at, LAMBDA_OFF_PATH)?;
                 zero(p, at, LAMBDA_OFF_PATH_LEN + 2..LAMBDA_OFF_HASH)?;
                 let len = le_u32(p, LAMBDA_OFF_LEN);
-                if len == 0 || len > MAX_READ_BYTES {
-                    return Err(at.bad(LAMBDA_OFF_LEN, "len", "not in 1..=MAX_READ_BYTES"));
+                if len == 0 || len > MAX_LAMBDA_IN_BYTES {
+                    return Err(at.bad(LAMBDA_OFF_LEN, "len", "not in 1..=MAX_LAMBDA_IN_BYTES"));
                 }
                 let out_cap = le_u32(p, LAMBDA_OFF_OUT_CAP);
                 if out_cap > MAX_LAMBDA_OUT_BYTES {

@@ -318,6 +318,7 @@ impl Worker<'_> {
             out_len,
             scratch_len: u32::try_from(scratch.len()).expect("<= 4096"),
             buf,
+            input: Vec::new(),
             input_len: 0,
             admitted: false,
         };

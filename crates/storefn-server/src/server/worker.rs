@@ -26,7 +26,7 @@ use super::{
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
     StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME,
+    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES,
 };
 
 /// Receive buffer a connection starts with; it grows up to `MAX_FRAME_BYTES` for big frames.
@@ -59,7 +59,10 @@ pub(super) struct Job {
     pub(super) out_len: u32,
     pub(super) scratch_len: u32,
     pub(super) buf: Box<[u8]>,
-    /// λ: bytes of input in `buf` once the read completed (`u32::MAX`: the read failed).
+    /// λ: the range read so far (staging buffer taken from the thread's pool when the job is
+    /// admitted, so at most `ENGINE_CHAINS` exist per thread; empty for other kinds).
+    pub(super) input: Vec<u8>,
+    /// λ: `u32::MAX` once a read of the range failed (its error is already answered).
     pub(super) input_len: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
     pub(super) admitted: bool,
@@ -104,6 +107,8 @@ pub(super) struct Worker<'a> {
     pub(super) jobs: Vec<Option<Job>>,
     pub(super) free_jobs: Vec<u32>,
     pub(super) spare_bufs: Vec<Box<[u8]>>,
+    /// λ staging buffers of finished jobs, kept with their capacity (AIOS: reused, not freed).
+    pub(super) spare_inputs: Vec<Vec<u8>>,
     pub(super) sched: Sched,
     pub(super) tenants: Vec<Vec<u8>>,
     pub(super) pollfds: Vec<libc::pollfd>,
@@ -145,6 +150,7 @@ pub(crate) fn run(
         jobs: Vec::new(),
         free_jobs: Vec::new(),
         spare_bufs: Vec::new(),
+        spare_inputs: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
         tenants: Vec::new(),
         pollfds: Vec::new(),
@@ -240,7 +246,9 @@ impl Worker<'_> {
         while self.dispatch() > 0 {
             self.reap()?;
         }
-        self.reap()?;
+        // A λ range's next chunk is queued after the reap that completed the previous one: reap
+        // again (which submits it) until no chunk was queued, or it would wait for the poll.
+        while self.reap()? > 0 {}
         self.flush_all();
         self.check_timeouts();
         Ok(())
@@ -395,8 +403,11 @@ impl Worker<'_> {
             j.admitted = true;
             let token = u64::from(ji);
             let r = match j.kind {
-                JobKind::Read | JobKind::Lambda => {
-                    self.engine.submit_read(j.file, j.offset, u64::from(j.len), token)
+                JobKind::Read => self.engine.submit_read(j.file, j.offset, u64::from(j.len), token),
+                JobKind::Lambda => {
+                    j.input = self.spare_inputs.pop().unwrap_or_default();
+                    debug_assert!(j.input.is_empty());
+                    submit_lambda_chunk(&mut self.engine, j, token)
                 }
                 JobKind::Xrp => {
                     let n = j.scratch_len as usize;
@@ -415,10 +426,11 @@ impl Worker<'_> {
         n
     }
 
-    /// Reaps completed chains and reads; builds their responses.
-    fn reap(&mut self) -> std::io::Result<()> {
+    /// Reaps completed chains and reads; builds their responses. Returns how many λ chunk
+    /// reads it queued (submitted by the next reap).
+    fn reap(&mut self) -> std::io::Result<usize> {
         if self.engine.live() == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let Self { engine, progs, jobs, conns, finished, .. } = self;
         finished.clear();
@@ -433,16 +445,29 @@ impl Worker<'_> {
                 finished.push(ji);
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        // λ programs run here, outside the reap (their input was copied out of the buffer).
+        // λ programs run here, outside the reap (their input was copied out of the buffer):
+        // once the whole range is staged; until then the next chunk's read goes out (the
+        // reaped read freed its engine slot, so the job keeps its scheduler share).
+        let mut queued = 0;
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            let j = self.jobs[ji as usize].as_ref().expect("finished job exists");
-            if j.kind == JobKind::Lambda && j.input_len != u32::MAX {
+            let j = self.jobs[ji as usize].as_mut().expect("finished job exists");
+            let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
+            if j.kind == JobKind::Lambda && j.input_len != u32::MAX && live {
+                if j.input.len() < j.len as usize {
+                    match submit_lambda_chunk(&mut self.engine, j, u64::from(ji)) {
+                        Ok(()) => queued += 1,
+                        Err(e) => {
+                            self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
+                        }
+                    }
+                    continue;
+                }
                 self.run_lambda(ji);
             }
             self.release_job(ji);
         }
-        Ok(())
+        Ok(queued)
     }
 
     /// Runs a λ job's program over its input, writing the output straight into the response.
@@ -453,7 +478,6 @@ impl Worker<'_> {
             return;
         }
         let (conn, req_id, version, cap, inst) = (j.conn, j.req_id, j.version, j.out_len, j.inst);
-        let input_len = j.input_len as usize;
         let Self { jobs, conns, progs, .. } = self;
         let j = jobs[ji as usize].as_ref().expect("job");
         let c = conns[conn as usize].as_mut().expect("live");
@@ -467,7 +491,7 @@ impl Worker<'_> {
         let out_at = c.frame.buf.len();
         c.frame.buf.resize(out_at + cap as usize, 0);
         let s = progs.slots[inst as usize].as_mut().expect("held");
-        let res = s.inst.run_lambda(&j.buf[..input_len], &mut c.frame.buf[out_at..]);
+        let res = s.inst.run_lambda(&j.input, &mut c.frame.buf[out_at..]);
         match res {
             Ok(ret) => {
                 let keep = usize::try_from(ret.min(u64::from(cap))).expect("<= cap");
@@ -518,6 +542,11 @@ impl Worker<'_> {
             c.in_flight -= 1;
         }
         self.spare_bufs.push(j.buf);
+        if j.input.capacity() > 0 {
+            let mut input = j.input;
+            input.clear();
+            self.spare_inputs.push(input);
+        }
         self.free_jobs.push(ji);
     }
 
@@ -630,11 +659,36 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 put_response(&mut conn.frame, j.req_id, code, &r);
             }
             JobKind::Lambda => {
-                j.buf[..c.data.len()].copy_from_slice(c.data);
-                j.input_len = u32::try_from(c.data.len()).expect("<= 4096");
+                let want = (j.len as usize - j.input.len()).min(MAX_READ_BYTES as usize);
+                if c.data.len() != want {
+                    // The range was checked against the file's size: a short read means the
+                    // file shrank under the request; never loop on it.
+                    j.input_len = u32::MAX;
+                    let m = format!(
+                        "short read at {}: {} of {want} bytes",
+                        j.offset + j.input.len() as u64,
+                        c.data.len()
+                    );
+                    put_status(&mut conn.frame, j.req_id, code, StatusCode::Io, &m);
+                } else {
+                    j.input.extend_from_slice(c.data);
+                }
             }
         },
     }
+}
+
+/// Submits the read of a λ job's next chunk (at most `MAX_READ_BYTES`, the engine's plain-read
+/// limit) of its range; the chunk lands after the bytes already staged.
+fn submit_lambda_chunk(
+    engine: &mut Engine,
+    j: &mut Job,
+    token: u64,
+) -> Result<(), storefn_io::SubmitError> {
+    let done = j.input.len() as u64;
+    debug_assert!(done < u64::from(j.len));
+    let n = (u64::from(j.len) - done).min(u64::from(MAX_READ_BYTES));
+    engine.submit_read(j.file, j.offset + done, n, token)
 }
 
 /// A response frame is closed (moved to the send buffer) before it could pass
