@@ -14,6 +14,7 @@ mod lambda;
 mod lambda_plot;
 mod net;
 mod plot;
+mod plot_rtt;
 mod prog;
 mod prog_bench;
 mod serve;

@@ -32,6 +32,10 @@ pub struct PlotArgs {
     /// Output PNG.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
+    /// Remote lookups: mean latency against RTT per remote path, with the physical bound
+    /// (`kv bench --remote` runs and one local `xrp` run; see bench/remote.sh).
+    #[arg(long)]
+    pub rtt: bool,
 }
 
 /// The fields of one bench run the figures use (others in the object are ignored).
@@ -48,6 +52,15 @@ pub struct Run {
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
 pub fn run(args: &PlotArgs) -> CmdResult {
+    if args.rtt {
+        let mut runs = Vec::new();
+        for f in &args.files {
+            runs.extend(read_runs::<crate::plot_rtt::RttRun>(f)?);
+        }
+        crate::plot_rtt::render(&runs, &args.output)?;
+        println!("plot: {} runs -> {}", runs.len(), args.output.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut runs = Vec::new();
     for f in &args.files {
         runs.extend(read_runs(f)?);
@@ -61,7 +74,7 @@ pub fn run(args: &PlotArgs) -> CmdResult {
 ///
 /// # Errors
 /// Unreadable file, bad JSON or a run missing a field, naming the file and line.
-pub fn read_runs(file: &Path) -> Result<Vec<Run>, String> {
+pub fn read_runs<T: serde::de::DeserializeOwned>(file: &Path) -> Result<Vec<T>, String> {
     let len = std::fs::metadata(file).map_err(|e| format!("{}: {e}", file.display()))?.len();
     if len > MAX_INPUT_BYTES {
         return Err(format!(
@@ -79,7 +92,7 @@ pub fn read_runs(file: &Path) -> Result<Vec<Run>, String> {
             other => vec![other],
         };
         for item in items {
-            let run: Run = serde_json::from_value(item)
+            let run: T = serde_json::from_value(item)
                 .map_err(|e| format!("{}: run #{}: {e}", file.display(), runs.len() + 1))?;
             runs.push(run);
         }
@@ -253,7 +266,7 @@ fn panel<DB: DrawingBackend>(
 }
 
 /// Axis numbers: 12000 -> "12k", 2500000 -> "2.5M".
-fn format_si(v: f64) -> String {
+pub(crate) fn format_si(v: f64) -> String {
     if v >= 1e6 {
         format!("{:.1}M", v / 1e6)
     } else if v >= 1e4 {
