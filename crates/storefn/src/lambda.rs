@@ -8,11 +8,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use storefn_lambda::bench::{self, BenchConfig, BenchRow, Condition};
 use storefn_lambda::bench_remote::RemoteBenchConfig;
 use storefn_lambda::bench_server::{run_server, ServerBenchConfig};
-use storefn_lambda::server_transport::MAX_REMOTE_RANGE_BYTES;
 use storefn_lambda::DispatchConfig;
 use storefn_lambda::{
     parse_range, run_local_once, run_remote_once, LambdaProg, Location, Where, Workload,
 };
+use storefn_server::proto::MAX_READ_BYTES;
 use storefn_server::ClientConfig;
 use storefn_vm::Engine;
 
@@ -276,8 +276,9 @@ fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
     let out_cap = match (a.out_cap, workload, a.range) {
         (Some(c), _, _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
         (None, Some(w), Some((_, len))) => w.out_cap(usize::try_from(len).unwrap_or(usize::MAX)),
-        // Every read workload's bound is a constant; bitmap (the write path) gets one frame's.
-        (None, Some(w), None) => w.out_cap(MAX_REMOTE_RANGE_BYTES as usize),
+        // Every read workload's bound is a constant; bitmap (the write path) gets one 4 KiB
+        // read's (its bound grows with the input: 1 MiB, the LAMBDA limit, would ask 4 GiB).
+        (None, Some(w), None) => w.out_cap(MAX_READ_BYTES as usize),
         (None, None, _) => DEFAULT_OUT_CAP,
     };
     let (out, r) =
