@@ -250,3 +250,26 @@ fn malformed_fields_name_message_and_offset() {
         ProtoError::BadField { field: "path_len", why: "empty path", .. }
     ));
 }
+
+#[test]
+fn lambda_len_is_bounded_by_max_lambda_in_bytes_not_by_read() {
+    let frame = |len: u32| {
+        let mut f = FrameBuf::default();
+        f.begin(KIND_REQUEST);
+        let r = Request::Lambda { path: b"db", offset: 0, len, hash: &[7; 32], out_cap: 32 };
+        put_request(&mut f, 1, &r);
+        f.finish().to_vec()
+    };
+    // Above READ's limit but within the LAMBDA limit: valid.
+    let ok = frame(MAX_LAMBDA_IN_BYTES);
+    let (_, mut m) = decode_frame(&ok, 9, KIND_REQUEST).unwrap();
+    let r = Request::parse(&m.next().unwrap().unwrap()).unwrap();
+    assert!(matches!(r, Request::Lambda { len: MAX_LAMBDA_IN_BYTES, .. }), "{r:?}");
+    assert_eq!(
+        first_msg_err(&frame(MAX_LAMBDA_IN_BYTES + 1)).to_string(),
+        format!(
+            "frame 9, message 0: field len at body offset {}: not in 1..=MAX_LAMBDA_IN_BYTES",
+            MSG_HEADER_BYTES + msg::LAMBDA_OFF_LEN
+        )
+    );
+}
