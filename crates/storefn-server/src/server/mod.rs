@@ -5,6 +5,7 @@
 //! "Server").
 
 mod files;
+pub mod offload;
 pub mod sched;
 mod worker;
 
@@ -66,6 +67,8 @@ pub struct ServerConfig {
     /// Timeouts (tests shorten them).
     pub idle_timeout: Duration,
     pub slow_client_timeout: Duration,
+    /// DDS: the offload engine OFFLOAD requests go through; `None` = OFFLOAD is refused.
+    pub offload: Option<std::sync::Arc<dyn offload::OffloadHook>>,
 }
 
 impl ServerConfig {
@@ -80,6 +83,7 @@ impl ServerConfig {
             fair: true,
             idle_timeout: IDLE_TIMEOUT,
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
+            offload: None,
         }
     }
 }
