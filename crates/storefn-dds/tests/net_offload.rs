@@ -35,12 +35,14 @@ fn run<T>(
     let addr = d.server.local_addr().to_string();
     let lsns: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
-    let files =
-        storefn_dds::host::HostChannel::attach(d.host_files.fd().try_clone_to_owned().unwrap())
-            .unwrap();
-    let fwd =
-        storefn_dds::host::HostChannel::attach(d.host_forward.fd().try_clone_to_owned().unwrap())
-            .unwrap();
+    let files = storefn_dds::host::HostChannel::attach(
+        d.host_files.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
+    )
+    .unwrap();
+    let fwd = storefn_dds::host::HostChannel::attach(
+        d.host_forward.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
+    )
+    .unwrap();
     let out = std::thread::scope(|s| {
         let host = s.spawn(|| {
             let mut h = PageHost::create(
@@ -111,16 +113,23 @@ fn forwarded_and_offloaded_answers_agree() {
             check(p as u64, lsns[p].load(Ordering::Acquire), &o.data);
             assert_eq!(o.data, f.data, "page {p}: offloaded and forwarded answers differ");
         }
-        // A GetPage asking for an LSN the table does not have yet goes to the host.
+        // A GetPage for an LSN newer than the cached one goes to the host, which replays the
+        // page up to it first.
         d.front.set_offload(true);
-        let r = c.one(&Req::Offload { msg: get_page(3, u64::MAX).to_vec() }).unwrap();
+        let newer = lsns[3].load(Ordering::Acquire) + 1000;
+        let r = c.one(&Req::Offload { msg: get_page(3, newer).to_vec() }).unwrap();
         assert_eq!(r.value, u64::from(SERVED_BY_HOST));
+        check(3, newer, &r.data);
+        // The replayed page was cached on its write: the same GetPage is now offloaded.
+        let again = c.one(&Req::Offload { msg: get_page(3, newer).to_vec() }).unwrap();
+        assert_eq!(again.value, u64::from(SERVED_BY_OFFLOAD));
+        assert_eq!(again.data, r.data);
         // A message that is no GetPage is judged "host" by pred and answered empty by the host.
         let r = c.one(&Req::Offload { msg: vec![1, 2, 3] }).unwrap();
         assert_eq!((r.value, r.data.len()), (u64::from(SERVED_BY_HOST), 0));
     });
     assert_eq!(host.bad_requests, 1);
-    assert_eq!(host.answered, PAGES + 1);
+    assert_eq!((host.answered, host.updates), (PAGES + 1, 1));
 }
 
 /// Regression guard for DDS's staleness rule: under concurrent replay (the host reading pages,
