@@ -73,8 +73,16 @@ fn run<T>(
         while !ready.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
+        // Stops the host thread even when the client panics (else the scope waits forever).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let guard = Stop(&stop);
         let out = client(&d, &addr, &lsns, &stop);
-        stop.store(true, Ordering::Release);
+        drop(guard);
         (out, host.join().unwrap())
     });
     d.stop().unwrap();

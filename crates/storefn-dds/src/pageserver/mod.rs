@@ -228,8 +228,13 @@ impl PageHost {
             if self.lsns[page as usize] < lsn {
                 // GetPage@LSN for a version not replayed yet: replay the page's pending log up
                 // to that LSN (here one update, numbered at least the LSN asked).
+                // The page just written is in `buf`: answer from it (reading it back would
+                // run `invalidate` and drop the entry `cache` just made).
                 self.next_lsn = self.next_lsn.max(lsn);
                 self.apply_update(page)?;
+                self.forward.send(id, &self.buf)?;
+                self.stats.answered += 1;
+                continue;
             }
             let got = self.files.read(self.file, page * PAGE_BYTES as u64, &mut self.buf)?;
             self.forward.send(id, &self.buf[..got])?;
