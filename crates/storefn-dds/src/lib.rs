@@ -13,10 +13,19 @@
 //!   storefn-vm programs of type `offload`, reaching the cache table through the VM's
 //!   `OffloadTable` trait, and the file-service hooks that run `cache` and `invalidate`.
 //!
+//! - [`frontend`]: the offload engine inside storefn-server (its `OffloadHook`): batches a
+//!   frame's OFFLOAD requests through `pred`/`func`, reads offloaded ones next to the data,
+//!   forwards the rest to the host application.
+//!
+//! - [`pageserver`]: the paper's page server as a host application (stores pages, replays
+//!   updates, answers forwarded GetPage requests).
+//!
 //! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/DESIGN.md ("DDS").
 
+pub mod frontend;
 pub mod host;
 pub mod offload;
+pub mod pageserver;
 pub mod ring;
 pub mod table;
 

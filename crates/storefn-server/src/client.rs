@@ -133,6 +133,10 @@ impl Reply {
                 o.version = version;
                 o.value = size;
             }
+            Response::Offload { served_by, data } => {
+                o.value = u64::from(served_by);
+                o.data = data.to_vec();
+            }
             Response::Error { status, message, .. } => {
                 o.status = status;
                 o.message = String::from_utf8_lossy(message).into_owned();
@@ -157,11 +161,39 @@ impl Reply {
 /// An owned request for [`Client::call`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Req {
-    Read { path: String, offset: u64, len: u32 },
-    Xrp { path: String, offset: u64, len: u32, hash: ProgHash, scratch: Vec<u8>, out_len: u32 },
-    Lambda { path: String, offset: u64, len: u32, hash: ProgHash, out_cap: u32 },
-    Write { path: String, offset: u64, data: Vec<u8> },
-    Stat { path: String },
+    Read {
+        path: String,
+        offset: u64,
+        len: u32,
+    },
+    Xrp {
+        path: String,
+        offset: u64,
+        len: u32,
+        hash: ProgHash,
+        scratch: Vec<u8>,
+        out_len: u32,
+    },
+    Lambda {
+        path: String,
+        offset: u64,
+        len: u32,
+        hash: ProgHash,
+        out_cap: u32,
+    },
+    Write {
+        path: String,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Stat {
+        path: String,
+    },
+    /// DDS: an application message for the server's offload engine; the reply's `value` is
+    /// `served_by` (0 offloaded, 1 host), `data` the answer.
+    Offload {
+        msg: Vec<u8>,
+    },
 }
 
 impl Req {
@@ -189,6 +221,7 @@ impl Req {
                 Request::Write { path: path.as_bytes(), offset: *offset, data }
             }
             Self::Stat { path } => Request::Stat { path: path.as_bytes() },
+            Self::Offload { msg } => Request::Offload { msg },
         }
     }
 }
@@ -514,6 +547,7 @@ impl Client {
             Req::Lambda { .. } => "LAMBDA",
             Req::Write { .. } => "WRITE",
             Req::Stat { .. } => "STAT",
+            Req::Offload { .. } => "OFFLOAD",
         };
         self.call(std::slice::from_ref(req))?.remove(0).ok(op)
     }

@@ -221,6 +221,26 @@ fn payload_tables_match_code() {
             ("size", VERSION_BYTES, Some(STAT_R_BYTES - VERSION_BYTES)),
         ],
     );
+    check(
+        "### OFFLOAD request",
+        &[
+            ("msg_len", OFFLOAD_OFF_MSG_LEN, Some(4)),
+            ("reserved", OFFLOAD_OFF_MSG_LEN + 4, Some(OFFLOAD_OFF_MSG - OFFLOAD_OFF_MSG_LEN - 4)),
+            ("msg", OFFLOAD_OFF_MSG, None),
+        ],
+    );
+    check(
+        "### OFFLOAD response",
+        &[
+            ("served_by", OFFLOAD_R_OFF_SERVED_BY, Some(1)),
+            ("reserved", OFFLOAD_R_OFF_SERVED_BY + 1, Some(OFFLOAD_R_OFF_DATA - 1)),
+            ("data", OFFLOAD_R_OFF_DATA, None),
+        ],
+    );
+    let doc_msg = &rows("### OFFLOAD request")[0][3];
+    assert!(doc_msg.contains(&MAX_OFFLOAD_MSG_BYTES.to_string()), "msg_len bound: {doc_msg}");
+    let doc_data = &rows("### OFFLOAD response")[2][3];
+    assert!(doc_data.contains(&MAX_OFFLOAD_DATA_BYTES.to_string()), "data bound: {doc_data}");
 }
 
 /// The `meaning` cell of `field` in the table under `heading`.

@@ -210,3 +210,19 @@ fn pipelined_pushdown_keeps_a_window_in_flight_and_matches() {
     server.stop();
     server.join().unwrap();
 }
+
+/// OFFLOAD on a server that runs no offload engine is a clear BAD_REQUEST, and the connection
+/// stays usable.
+#[test]
+fn offload_without_an_engine_is_a_bad_request() {
+    let dir = TempDir::new("nooffload");
+    std::fs::write(dir.join("f"), vec![7u8; 100]).unwrap();
+    let server = serve(dir.path(), 1);
+    let mut c = client(&server);
+    let r = c.call(&[Req::Offload { msg: vec![1; 16] }]).unwrap().remove(0);
+    assert_eq!(r.status, storefn_server::proto::StatusCode::BadRequest as u16, "{r:?}");
+    assert!(r.message.contains("no offload engine"), "{}", r.message);
+    assert_eq!(c.one(&Req::Stat { path: "f".into() }).unwrap().value, 100);
+    server.stop();
+    server.join().unwrap();
+}

@@ -2,6 +2,7 @@
 //! truncated and oversized frames are typed errors naming the frame, message and offset.
 
 use proptest::prelude::*;
+use storefn_server::proto::msg::{MAX_OFFLOAD_MSG_BYTES, SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 use storefn_server::proto::*;
 
 fn arb_path() -> impl Strategy<Value = Vec<u8>> {
@@ -21,6 +22,7 @@ enum OwnedReq {
     Lambda(Vec<u8>, u64, u32, [u8; 32], u32),
     Write(Vec<u8>, u64, Vec<u8>),
     Stat(Vec<u8>),
+    Offload(Vec<u8>),
 }
 
 impl OwnedReq {
@@ -38,6 +40,7 @@ impl OwnedReq {
             }
             Self::Write(p, o, d) => Request::Write { path: p, offset: *o, data: d },
             Self::Stat(p) => Request::Stat { path: p },
+            Self::Offload(m) => Request::Offload { msg: m },
         }
     }
 }
@@ -68,6 +71,8 @@ fn arb_req() -> impl Strategy<Value = OwnedReq> {
         (arb_path(), any::<u64>(), proptest::collection::vec(any::<u8>(), 1..512))
             .prop_map(|(p, o, d)| OwnedReq::Write(p, o, d)),
         arb_path().prop_map(OwnedReq::Stat),
+        proptest::collection::vec(any::<u8>(), 1..=MAX_OFFLOAD_MSG_BYTES as usize)
+            .prop_map(OwnedReq::Offload),
     ]
 }
 
@@ -110,6 +115,8 @@ proptest! {
             (op::LOAD_PROG, Response::LoadProg { hash: &h, insns: hops }),
             (op::HELLO, Response::Hello { challenge: &h, flags: 1, max_frame_bytes: 5, max_in_flight: 6 }),
             (op::AUTH, Response::Auth),
+            (op::OFFLOAD, Response::Offload { served_by: SERVED_BY_HOST, data: &data }),
+            (op::OFFLOAD, Response::Offload { served_by: SERVED_BY_OFFLOAD, data: &data }),
         ];
         let mut f = FrameBuf::default();
         f.begin(KIND_RESPONSE);

@@ -13,6 +13,7 @@ mod kv_remote;
 mod lambda;
 mod lambda_plot;
 mod net;
+mod pageserver_cmd;
 mod plot;
 mod plot_rtt;
 mod prog;
@@ -56,6 +57,9 @@ enum Cmd {
     /// DDS offload engine pieces: the cache table's benchmark.
     #[command(subcommand)]
     Dds(dds_cmd::DdsCmd),
+    /// DDS's page server over the network: server with offload, host application, GetPage bench.
+    #[command(subcommand)]
+    Pageserver(pageserver_cmd::PageServerCmd),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve::run(&a),
         Cmd::Ring(c) => dds_cmd::run_ring(&c),
         Cmd::Dds(c) => dds_cmd::run_dds(&c),
+        Cmd::Pageserver(c) => pageserver_cmd::run(&c),
     };
     match result {
         Ok(code) => code,

@@ -31,9 +31,9 @@ pub struct ServeArgs {
 }
 
 /// Set by the signal handler; polled by the main thread.
-static STOP: AtomicBool = AtomicBool::new(false);
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
+pub(crate) extern "C" fn on_signal(_: libc::c_int) {
     // Async-signal-safe: one atomic store. Relaxed: the main thread only polls the flag.
     STOP.store(true, Ordering::Relaxed);
 }

@@ -157,3 +157,41 @@ fn host_bench_compares_the_ring_path_with_pread() {
     }
     assert_eq!(v[2]["depth"], 8);
 }
+
+/// `storefn pageserver bench --spawn`: server, host application and load on loopback, with
+/// the issue's JSON keys; no stale page, both paths used with offload on, none offloaded off.
+#[test]
+fn pageserver_bench_spawn_reports_the_issue_keys() {
+    for (mode, offloaded) in [("on", true), ("off", false)] {
+        let json = temp_json(&format!("pageserver-{mode}"));
+        let out = storefn()
+            .args(["pageserver", "bench", "--spawn", "--offload", mode, "--pages", "256"])
+            .args(["--requests", "600", "--warmup", "100", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        std::fs::remove_file(&json).unwrap();
+        for k in [
+            "offload",
+            "requests",
+            "offloaded_share",
+            "host_cpu_us_per_op",
+            "p50_us",
+            "p99_us",
+            "stale_pages",
+        ] {
+            assert!(v.get(k).is_some(), "{mode}: no key {k} in {v}");
+        }
+        assert_eq!(v["stale_pages"], 0);
+        assert_eq!(v["requests"], 600);
+        assert_eq!(v["offload"], offloaded);
+        let share = v["offloaded_share"].as_f64().unwrap();
+        if offloaded {
+            assert!(share > 0.5 && share < 1.0, "{mode}: share {share}");
+        } else {
+            assert_eq!(share, 0.0);
+        }
+    }
+}

@@ -69,8 +69,11 @@ pub mod op {
     pub const LAMBDA: u8 = 6;
     pub const WRITE: u8 = 7;
     pub const STAT: u8 = 8;
+    /// DDS: an application message judged by the server's offload functions (served next to
+    /// the data, or forwarded to the host application).
+    pub const OFFLOAD: u8 = 9;
     /// Every op, for tables and tests.
-    pub const ALL: [(u8, &str); 8] = [
+    pub const ALL: [(u8, &str); 9] = [
         (HELLO, "HELLO"),
         (AUTH, "AUTH"),
         (LOAD_PROG, "LOAD_PROG"),
@@ -79,6 +82,7 @@ pub mod op {
         (LAMBDA, "LAMBDA"),
         (WRITE, "WRITE"),
         (STAT, "STAT"),
+        (OFFLOAD, "OFFLOAD"),
     ];
 }
 

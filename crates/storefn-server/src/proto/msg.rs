@@ -63,6 +63,19 @@ pub const WRITE_OFF_PATH: usize = 16;
 /// WRITE response: `version [24] | written u32 | reserved u32`.
 pub const WRITE_R_BYTES: usize = 32;
 /// STAT request: `path_len u16 | reserved u16 | path`.
+/// OFFLOAD request: `msg_len u32 | reserved [4] | msg`.
+pub const OFFLOAD_OFF_MSG_LEN: usize = 0;
+pub const OFFLOAD_OFF_MSG: usize = 8;
+/// Largest OFFLOAD application message (request) and answer (response data).
+pub const MAX_OFFLOAD_MSG_BYTES: u32 = 4096;
+pub const MAX_OFFLOAD_DATA_BYTES: u32 = 64 * 1024;
+/// OFFLOAD response: `served_by u8 | reserved [7] | data`.
+pub const OFFLOAD_R_OFF_SERVED_BY: usize = 0;
+pub const OFFLOAD_R_OFF_DATA: usize = 8;
+/// `served_by`: read next to the data by the offload engine.
+pub const SERVED_BY_OFFLOAD: u8 = 0;
+/// `served_by`: answered by the host application.
+pub const SERVED_BY_HOST: u8 = 1;
 pub const STAT_OFF_PATH_LEN: usize = 0;
 pub const STAT_OFF_PATH: usize = 4;
 /// STAT response: `version [24] | size u64`.
@@ -206,6 +219,9 @@ pub enum Request<'a> {
     Stat {
         path: &'a [u8],
     },
+    Offload {
+        msg: &'a [u8],
+    },
 }
 
 fn need(p: &[u8], at: MsgAt, n: usize) -> Result<(), ProtoError> {
@@ -260,6 +276,7 @@ impl<'a> Request<'a> {
             Self::Lambda { .. } => op::LAMBDA,
             Self::Write { .. } => op::WRITE,
             Self::Stat { .. } => op::STAT,
+            Self::Offload { .. } => op::OFFLOAD,
         }
     }
 
@@ -398,6 +415,22 @@ impl<'a> Request<'a> {
                 exact(p, at, end)?;
                 Ok(Self::Stat { path })
             }
+            op::OFFLOAD => {
+                need(p, at, OFFLOAD_OFF_MSG)?;
+                zero(p, at, OFFLOAD_OFF_MSG_LEN + 4..OFFLOAD_OFF_MSG)?;
+                let n = le_u32(p, OFFLOAD_OFF_MSG_LEN);
+                if n == 0 || n > MAX_OFFLOAD_MSG_BYTES {
+                    return Err(at.bad(
+                        OFFLOAD_OFF_MSG_LEN,
+                        "msg_len",
+                        "not in 1..=MAX_OFFLOAD_MSG_BYTES",
+                    ));
+                }
+                let end = OFFLOAD_OFF_MSG + n as usize;
+                need(p, at, end)?;
+                exact(p, at, end)?;
+                Ok(Self::Offload { msg: &p[OFFLOAD_OFF_MSG..end] })
+            }
             other => Err(ProtoError::UnknownOp { frame: at.frame, msg: at.msg, op: other }),
         }
     }
@@ -477,6 +510,11 @@ pub fn put_request(f: &mut FrameBuf, req_id: u64, r: &Request<'_>) {
             put_u16(o, 0);
             o.extend_from_slice(path);
         }
+        Request::Offload { msg } => {
+            put_u32(o, len32(msg.len()));
+            put_u32(o, 0);
+            o.extend_from_slice(msg);
+        }
     }
     f.end_msg(start);
 }
@@ -516,6 +554,11 @@ pub enum Response<'a> {
     Stat {
         version: FileVersion,
         size: u64,
+    },
+    /// `served_by`: [`SERVED_BY_OFFLOAD`] or [`SERVED_BY_HOST`].
+    Offload {
+        served_by: u8,
+        data: &'a [u8],
     },
     /// Any op with a non-OK status; `code` is `None` for a status this build does not know.
     Error {
@@ -598,6 +641,19 @@ impl<'a> Response<'a> {
                 exact(p, at, STAT_R_BYTES)?;
                 Ok(Self::Stat { version: version(p)?, size: le_u64(p, VERSION_BYTES) })
             }
+            op::OFFLOAD => {
+                need(p, at, OFFLOAD_R_OFF_DATA)?;
+                zero(p, at, OFFLOAD_R_OFF_SERVED_BY + 1..OFFLOAD_R_OFF_DATA)?;
+                let served_by = p[OFFLOAD_R_OFF_SERVED_BY];
+                if served_by > SERVED_BY_HOST {
+                    return Err(at.bad(OFFLOAD_R_OFF_SERVED_BY, "served_by", "not 0 or 1"));
+                }
+                let data = &p[OFFLOAD_R_OFF_DATA..];
+                if data.len() > MAX_OFFLOAD_DATA_BYTES as usize {
+                    return Err(at.bad(OFFLOAD_R_OFF_DATA, "data", "over MAX_OFFLOAD_DATA_BYTES"));
+                }
+                Ok(Self::Offload { served_by, data })
+            }
             _ => unreachable!("op checked above"),
         }
     }
@@ -644,6 +700,11 @@ pub fn put_response(f: &mut FrameBuf, req_id: u64, op_code: u8, r: &Response<'_>
         Response::Stat { version, size } => {
             version.put(o);
             put_u64(o, size);
+        }
+        Response::Offload { served_by, data } => {
+            o.push(served_by);
+            o.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
+            o.extend_from_slice(data);
         }
         Response::Error { .. } => panic!("put_response: use put_status for errors"),
     }

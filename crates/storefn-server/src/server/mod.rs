@@ -5,6 +5,7 @@
 //! "Server").
 
 mod files;
+pub mod offload;
 mod progs;
 mod requests;
 pub mod sched;
@@ -68,6 +69,8 @@ pub struct ServerConfig {
     /// Timeouts (tests shorten them).
     pub idle_timeout: Duration,
     pub slow_client_timeout: Duration,
+    /// DDS: the offload engine OFFLOAD requests go through; `None` = OFFLOAD is refused.
+    pub offload: Option<std::sync::Arc<dyn offload::OffloadHook>>,
 }
 
 impl ServerConfig {
@@ -82,6 +85,7 @@ impl ServerConfig {
             fair: true,
             idle_timeout: IDLE_TIMEOUT,
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
+            offload: None,
         }
     }
 }

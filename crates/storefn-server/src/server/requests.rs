@@ -37,6 +37,7 @@ impl Worker<'_> {
                 break;
             }
         }
+        self.run_offload_batch(ci);
         Ok(())
     }
 
@@ -231,6 +232,7 @@ impl Worker<'_> {
                     out_cap,
                 );
             }
+            Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
             Request::Hello { .. } | Request::Auth { .. } => unreachable!("handled above"),
         }
     }

@@ -18,6 +18,8 @@ use storefn_io::{Completion, Engine, EngineConfig};
 
 use super::files::{FileFail, Files};
 use super::progs::Progs;
+#[path = "worker_offload.rs"]
+mod offload;
 use super::sched::Sched;
 use super::{
     ServerError, Shared, ENGINE_CHAINS, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
@@ -28,6 +30,7 @@ use crate::proto::{
     StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
     MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES,
 };
+use offload::OffloadState;
 
 /// Receive buffer a connection starts with; it grows up to `MAX_FRAME_BYTES` for big frames.
 const INITIAL_RX_BYTES: usize = 64 * 1024;
@@ -115,6 +118,9 @@ pub(super) struct Worker<'a> {
     pub(super) poll_conn: Vec<u32>,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
+    /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
+    /// requests forwarded to the host application, by token.
+    offload: OffloadState,
 }
 
 pub(crate) fn run(
@@ -156,6 +162,7 @@ pub(crate) fn run(
         pollfds: Vec::new(),
         poll_conn: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
+        offload: OffloadState::default(),
     };
     w.serve(listener)
 }
@@ -212,7 +219,13 @@ impl Worker<'_> {
             self.pollfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
             self.poll_conn.push(u32::try_from(i).expect("bounded"));
         }
-        let timeout = i32::try_from(POLL_INTERVAL.as_millis()).expect("small");
+        // Host answers arrive over shared memory, not an fd: while any are awaited, poll
+        // without sleeping.
+        let timeout = if self.offload.forwarded_live > 0 {
+            0
+        } else {
+            i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
+        };
         let nfds = libc::nfds_t::try_from(self.pollfds.len()).expect("bounded");
         // SAFETY: pollfds is a valid array of nfds entries that lives across the call.
         let n = unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, timeout) };
@@ -249,6 +262,7 @@ impl Worker<'_> {
         // A λ range's next chunk is queued after the reap that completed the previous one: reap
         // again (which submits it) until no chunk was queued, or it would wait for the poll.
         while self.reap()? > 0 {}
+        self.poll_forwarded();
         self.flush_all();
         self.check_timeouts();
         Ok(())
@@ -605,6 +619,7 @@ impl Worker<'_> {
         let deadline = Instant::now() + SHUTDOWN_FLUSH_TIMEOUT;
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
+                || self.offload.forwarded_live > 0
                 || self
                     .conns
                     .iter()

@@ -1,0 +1,221 @@
+//! DDS's front end inside the storage server: implements storefn-server's [`OffloadHook`].
+//!
+//! - `decide`: a frame's OFFLOAD messages become one batch message (`count u32 | pad u32 |`
+//!   the messages back to back, docs/FORMAT.md "DDS offload batch"), split into batches of at
+//!   most `batch` requests; `pred` judges each batch, `func` gives the read of each offloaded
+//!   request. A fault or bad output of a function forwards the batch (always correct).
+//! - `read`: the offloaded read, from the file service's own open file (the host application
+//!   opened it through the host library), under the service's lock, so it never interleaves
+//!   with a host write of the same bytes.
+//! - `forward` / `poll_answers`: the forwarding channel to the host application.
+//!
+//! The file service runs on its own thread ([`FrontEnd::start`]), serving the host library.
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use storefn_server::server::offload::{OffloadDecision, OffloadHook};
+
+use crate::host::{FileService, ForwardEnd, HostChannel, HostError, Side};
+use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
+use crate::ring::progressive::backoff;
+
+/// Bytes before the messages of a batch: `count u32 | pad u32`.
+pub const BATCH_HEADER_BYTES: usize = 8;
+
+/// Counters. Relaxed: statistics only.
+#[derive(Debug, Default)]
+pub struct FrontEndStats {
+    /// Requests served next to the data.
+    pub offloaded: AtomicU64,
+    /// Requests forwarded to the host application.
+    pub forwarded: AtomicU64,
+    /// Batches whose functions faulted (forwarded whole).
+    pub faults: AtomicU64,
+}
+
+/// The front end: offload functions, the file service, the forwarding channel.
+pub struct FrontEnd {
+    funcs: Mutex<(OffloadFunctions, Vec<u8>)>,
+    service: Arc<Mutex<FileService>>,
+    forward: Mutex<ForwardEnd>,
+    batch: usize,
+    /// `false`: every request is forwarded (the baseline without offload).
+    offload: AtomicBool,
+    stats: FrontEndStats,
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<Result<(), HostError>>>>,
+}
+
+impl std::fmt::Debug for FrontEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontEnd")
+            .field("batch", &self.batch)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FrontEnd {
+    /// Starts the file service of `files` on its own thread and returns the front end.
+    /// `service` must have its `cache`/`invalidate` hooks installed by the caller; `funcs` is
+    /// the front end's own instance of the functions (on the same table). `batch`: most
+    /// requests per `pred` call (the program's own bound, e.g. 64 for the page server).
+    /// `offload == false` forwards every request (the baseline).
+    ///
+    /// # Errors
+    /// `Malformed` for `batch` outside `1..=MAX_BATCH_REQUESTS`.
+    pub fn start(
+        funcs: OffloadFunctions,
+        service: FileService,
+        files: HostChannel,
+        forward: HostChannel,
+        batch: usize,
+        offload: bool,
+    ) -> Result<Arc<Self>, HostError> {
+        if batch == 0 || batch > MAX_BATCH_REQUESTS {
+            return Err(HostError::Malformed(format!(
+                "offload batch {batch}: expected 1..={MAX_BATCH_REQUESTS}"
+            )));
+        }
+        let service = Arc::new(Mutex::new(service));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (svc, st) = (Arc::clone(&service), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("storefn-dds-files".into())
+            .spawn(move || -> Result<(), HostError> {
+                let mut spins = 0;
+                // Relaxed: a stop flag; nothing is published through it.
+                while !st.load(Ordering::Relaxed) {
+                    let n = svc.lock().map_err(|_| poisoned())?.serve_batch(&files)?;
+                    if n == 0 {
+                        backoff(&mut spins);
+                    } else {
+                        spins = 0;
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| HostError::Dir { path: "file service thread".into(), source: e })?;
+        Ok(Arc::new(Self {
+            funcs: Mutex::new((funcs, Vec::new())),
+            service,
+            forward: Mutex::new(ForwardEnd::new(forward, Side::Server)),
+            batch,
+            offload: AtomicBool::new(offload),
+            stats: FrontEndStats::default(),
+            stop,
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+
+    /// Turns offload on or off (off: every request goes to the host application).
+    pub fn set_offload(&self, on: bool) {
+        self.offload.store(on, Ordering::Relaxed);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &FrontEndStats {
+        &self.stats
+    }
+
+    /// Stops the file service thread and returns its result (idempotent).
+    ///
+    /// # Errors
+    /// The service's error, if it stopped on one.
+    pub fn stop(&self) -> Result<(), HostError> {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.thread.lock().map_err(|_| poisoned())?.take();
+        match t {
+            Some(t) => t.join().unwrap_or_else(|_| Err(poisoned())),
+            None => Ok(()),
+        }
+    }
+}
+
+fn poisoned() -> HostError {
+    HostError::Malformed("file service thread panicked".into())
+}
+
+impl OffloadHook for FrontEnd {
+    fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>) {
+        // Relaxed: a mode switch; a batch judged under either mode is answered correctly.
+        if !self.offload.load(Ordering::Relaxed) {
+            self.stats.forwarded.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+            out.extend(msgs.iter().map(|_| OffloadDecision::Forward));
+            return;
+        }
+        let Ok(mut g) = self.funcs.lock() else {
+            out.extend(msgs.iter().map(|_| OffloadDecision::Forward));
+            return;
+        };
+        let (funcs, buf) = &mut *g;
+        for chunk in msgs.chunks(self.batch) {
+            buf.clear();
+            buf.extend_from_slice(&u32::try_from(chunk.len()).expect("<= batch").to_le_bytes());
+            buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
+            for m in chunk {
+                buf.extend_from_slice(m);
+            }
+            let first = out.len();
+            match funcs.pred(buf) {
+                Ok(v) => {
+                    for i in 0..chunk.len() {
+                        let d = if v.0.get(i).copied().unwrap_or(false) {
+                            // The entry may have gone since pred: func looks it up again.
+                            match funcs.func(buf, u32::try_from(i).expect("<= batch")) {
+                                Ok(Some(op)) => OffloadDecision::Read {
+                                    file: op.file,
+                                    offset: op.offset,
+                                    size: op.size,
+                                },
+                                Ok(None) => OffloadDecision::Forward,
+                                Err(_) => {
+                                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                                    OffloadDecision::Forward
+                                }
+                            }
+                        } else {
+                            OffloadDecision::Forward
+                        };
+                        out.push(d);
+                    }
+                }
+                Err(_) => {
+                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                    out.extend(chunk.iter().map(|_| OffloadDecision::Forward));
+                }
+            }
+            let off = out[first..].iter().filter(|d| **d != OffloadDecision::Forward).count();
+            self.stats.offloaded.fetch_add(off as u64, Ordering::Relaxed);
+            self.stats.forwarded.fetch_add((chunk.len() - off) as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self, file: u32, offset: u64, buf: &mut [u8]) -> Result<usize, i32> {
+        let svc = self.service.lock().map_err(|_| libc::EIO)?;
+        let f = svc.file(file).ok_or(libc::EBADF)?;
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {
+        let fwd = self.forward.lock().map_err(|_| "forward channel poisoned".to_string())?;
+        fwd.send(token, msg).map_err(|e| e.to_string())
+    }
+
+    fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize {
+        let Ok(mut fwd) = self.forward.lock() else { return 0 };
+        fwd.poll(|id, data| f(id, data)).unwrap_or(0)
+    }
+}

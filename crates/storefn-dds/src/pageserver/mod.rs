@@ -1,0 +1,399 @@
+//! The page server of DDS's paper (Azure SQL Hyperscale's GetPage) as a host application.
+//!
+//! Pages are [`PAGE_BYTES`] at `page * PAGE_BYTES` of one file; a page's first 8 bytes are its
+//! LSN (little-endian), the same layout `progs/dds/pageserver.bpf.c` reads. The host stores pages
+//! through the host file library (so the file service's `cache` hook records page -> {LSN, file,
+//! offset} on each write), replays page updates (read the page, which runs `invalidate`, then
+//! write it back with a newer LSN), and answers the GetPage requests the offload functions
+//! forwarded to it. A GetPage request is `page u64 | lsn u64` ([`GET_PAGE_BYTES`]); its answer is
+//! the page.
+
+use crate::host::{ForwardEnd, HostError, HostFiles};
+
+pub mod bench;
+
+/// The page id of a stats request: GetPage(STATS_PAGE, 0) is never cached, so it reaches the
+/// host, which answers [`HostStats::encode`] (how a remote bench reads the host's CPU).
+pub const STATS_PAGE: u64 = u64::MAX;
+/// Bytes of an encoded [`HostStats`].
+pub const HOST_STATS_BYTES: usize = 40;
+
+/// Page size (progs/include/pageserver.h `PS_PAGE_BYTES`).
+pub const PAGE_BYTES: usize = 8192;
+/// A GetPage request: `page u64 | lsn u64`.
+pub const GET_PAGE_BYTES: usize = 16;
+/// Most requests one `pred` call of the page server's functions judges (`PS_MAX_BATCH`).
+pub const PAGE_SERVER_BATCH: usize = 64;
+
+/// Encodes a GetPage request.
+#[must_use]
+pub fn get_page(page: u64, lsn: u64) -> [u8; GET_PAGE_BYTES] {
+    let mut m = [0; GET_PAGE_BYTES];
+    m[..8].copy_from_slice(&page.to_le_bytes());
+    m[8..].copy_from_slice(&lsn.to_le_bytes());
+    m
+}
+
+/// The LSN of a page image (`None`: shorter than 8 bytes).
+#[must_use]
+pub fn page_lsn(page: &[u8]) -> Option<u64> {
+    page.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// A page image: the LSN, then the page id, then bytes derived from both (so a reader can tell
+/// a page from another page or another version).
+pub fn fill_page(buf: &mut [u8], page: u64, lsn: u64) {
+    buf[..8].copy_from_slice(&lsn.to_le_bytes());
+    buf[8..16].copy_from_slice(&page.to_le_bytes());
+    let seed = page.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ lsn;
+    for (i, b) in buf[16..].iter_mut().enumerate() {
+        *b = (seed >> ((i % 8) * 8)) as u8 ^ i as u8;
+    }
+}
+
+/// Host-side counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Pages stored.
+    pub pages: u64,
+    /// CPU time of the host thread spent answering forwarded requests (including the updates a
+    /// GetPage for a newer LSN forces), nanoseconds; idle polling is not counted.
+    pub busy_cpu_ns: u64,
+    /// Forwarded GetPage requests answered.
+    pub answered: u64,
+    /// Page updates applied.
+    pub updates: u64,
+    /// Forwarded messages that were not a GetPage of a stored page (answered empty).
+    pub bad_requests: u64,
+}
+
+impl HostStats {
+    /// `pages | busy_cpu_ns | answered | updates | bad_requests`, each u64 little-endian.
+    #[must_use]
+    pub fn encode(&self) -> [u8; HOST_STATS_BYTES] {
+        let mut o = [0; HOST_STATS_BYTES];
+        let v = [self.pages, self.busy_cpu_ns, self.answered, self.updates, self.bad_requests];
+        for (i, x) in v.iter().enumerate() {
+            o[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
+        }
+        o
+    }
+
+    /// The inverse of [`encode`](Self::encode); `None` for a wrong length.
+    #[must_use]
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != HOST_STATS_BYTES {
+            return None;
+        }
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        Some(Self {
+            pages: w(0),
+            busy_cpu_ns: w(1),
+            answered: w(2),
+            updates: w(3),
+            bad_requests: w(4),
+        })
+    }
+}
+
+/// CPU time of the calling thread, nanoseconds.
+#[must_use]
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out pointer; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    debug_assert_eq!(r, 0);
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// The page server's host application.
+#[derive(Debug)]
+pub struct PageHost {
+    files: HostFiles,
+    forward: ForwardEnd,
+    file: u32,
+    pages: u64,
+    /// LSN of each page as the host last wrote it.
+    lsns: Vec<u64>,
+    next_lsn: u64,
+    buf: Vec<u8>,
+    /// (forward id, page, LSN asked) of the batch being answered; reused.
+    pending: Vec<(u64, u64, u64)>,
+    stats: HostStats,
+}
+
+impl PageHost {
+    /// Creates `path` through the host library with `pages` pages, page `p` at LSN `p + 1`.
+    ///
+    /// # Errors
+    /// Host-library errors.
+    pub fn create(
+        mut files: HostFiles,
+        forward: ForwardEnd,
+        path: &str,
+        pages: u64,
+    ) -> Result<Self, HostError> {
+        let file = files.create(path)?;
+        let mut buf = vec![0; PAGE_BYTES];
+        for p in 0..pages {
+            fill_page(&mut buf, p, p + 1);
+            files.write(file, p * PAGE_BYTES as u64, &buf)?;
+        }
+        files.flush(file)?;
+        Ok(Self {
+            files,
+            forward,
+            file,
+            pages,
+            lsns: (1..=pages).collect(),
+            next_lsn: pages + 1,
+            buf,
+            pending: Vec::new(),
+            stats: HostStats { pages, ..HostStats::default() },
+        })
+    }
+
+    /// Pages stored.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// The LSN the host last wrote for `page`.
+    pub fn lsn(&self, page: u64) -> Option<u64> {
+        self.lsns.get(usize::try_from(page).ok()?).copied()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HostStats {
+        self.stats
+    }
+
+    /// Replays one log record for `page`: reads the page (the file service runs `invalidate`,
+    /// so the page is no longer offloaded), applies the update (a new LSN), writes it back (the
+    /// service runs `cache`, recording the new LSN). Returns the new LSN.
+    ///
+    /// # Errors
+    /// Host-library errors; `Malformed` for a page beyond the file.
+    pub fn apply_update(&mut self, page: u64) -> Result<u64, HostError> {
+        if page >= self.pages {
+            return Err(HostError::Malformed(format!("page {page} of {}", self.pages)));
+        }
+        let at = page * PAGE_BYTES as u64;
+        self.files.read(self.file, at, &mut self.buf)?;
+        let lsn = self.next_lsn;
+        self.next_lsn += 1;
+        fill_page(&mut self.buf, page, lsn);
+        self.files.write(self.file, at, &self.buf)?;
+        self.lsns[page as usize] = lsn;
+        self.stats.updates += 1;
+        Ok(lsn)
+    }
+
+    /// Answers every forwarded GetPage ready now (one ring batch): replays the page up to the
+    /// LSN asked when it is behind, reads it through the host library and sends it back; a
+    /// GetPage of [`STATS_PAGE`] is answered with the host's counters. Returns how many it
+    /// took.
+    ///
+    /// # Errors
+    /// Ring and host-library errors.
+    pub fn serve_forwarded(&mut self) -> Result<usize, HostError> {
+        let mut reqs = std::mem::take(&mut self.pending);
+        reqs.clear();
+        let t0 = thread_cpu_ns();
+        self.forward.poll(|id, msg| {
+            let (page, lsn) = if msg.len() == GET_PAGE_BYTES {
+                let w = |a: usize| u64::from_le_bytes(msg[a..a + 8].try_into().expect("8 bytes"));
+                (w(0), w(8))
+            } else {
+                (u64::MAX - 1, 0)
+            };
+            reqs.push((id, page, lsn));
+        })?;
+        let n = reqs.len();
+        if n == 0 {
+            self.pending = reqs;
+            return Ok(0);
+        }
+        for &(id, page, lsn) in &reqs {
+            if page == STATS_PAGE {
+                self.stats.busy_cpu_ns += thread_cpu_ns() - t0;
+                self.forward.send(id, &self.stats.encode())?;
+                continue;
+            }
+            if page >= self.pages {
+                self.stats.bad_requests += 1;
+                self.forward.send(id, &[])?;
+                continue;
+            }
+            if self.lsns[page as usize] < lsn {
+                // GetPage@LSN for a version not replayed yet: replay the page's pending log up
+                // to that LSN (here one update, numbered at least the LSN asked).
+                // The page just written is in `buf`: answer from it (reading it back would
+                // run `invalidate` and drop the entry `cache` just made).
+                self.next_lsn = self.next_lsn.max(lsn);
+                self.apply_update(page)?;
+                self.forward.send(id, &self.buf)?;
+                self.stats.answered += 1;
+                continue;
+            }
+            let got = self.files.read(self.file, page * PAGE_BYTES as u64, &mut self.buf)?;
+            self.forward.send(id, &self.buf[..got])?;
+            self.stats.answered += 1;
+        }
+        self.stats.busy_cpu_ns += thread_cpu_ns() - t0;
+        self.pending = reqs;
+        Ok(n)
+    }
+}
+
+/// The host application's main loop until `stop`: answers forwarded requests and replays
+/// `updates_per_sec` random page updates (0: none), paced by the wall clock.
+///
+/// # Errors
+/// The first host-library or ring error.
+pub fn host_loop(
+    h: &mut PageHost,
+    stop: &std::sync::atomic::AtomicBool,
+    updates_per_sec: u64,
+    seed: u64,
+) -> Result<(), HostError> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let start = std::time::Instant::now();
+    let mut done = 0u64;
+    let mut spins = 0;
+    // Relaxed: a stop flag; nothing is published through it.
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut worked = h.serve_forwarded()? > 0;
+        let due =
+            u64::try_from(start.elapsed().as_micros() * u128::from(updates_per_sec) / 1_000_000)
+                .unwrap_or(u64::MAX);
+        if done < due && h.pages > 0 {
+            h.apply_update(rng.gen_range(0..h.pages))?;
+            done += 1;
+            worked = true;
+        }
+        if worked {
+            spins = 0;
+        } else {
+            crate::ring::progressive::backoff(&mut spins);
+        }
+    }
+    Ok(())
+}
+
+/// A page server on this machine: storefn-server with the DDS front end on `listen`, its file
+/// service serving `dir`, and the two channels a host application attaches to.
+#[derive(Debug)]
+pub struct Deployment {
+    /// The storage server.
+    pub server: storefn_server::Server,
+    /// The front end the server runs.
+    pub front: std::sync::Arc<crate::frontend::FrontEnd>,
+    /// The host application's ends (file channel, forwarding channel) when it runs in this
+    /// process; `None` when the channels were handed to another process.
+    pub host_files: Option<crate::host::HostChannel>,
+    pub host_forward: Option<crate::host::HostChannel>,
+}
+
+/// Why a deployment failed to start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeployError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Offload(#[from] crate::offload::OffloadError),
+    #[error(transparent)]
+    Server(#[from] storefn_server::ServerError),
+    #[error("table: {0}")]
+    Table(String),
+}
+
+impl Deployment {
+    /// Starts the server on `listen` (loopback) with the page server's offload functions
+    /// (`elf`: progs/dds/pageserver.bpf.c) over a table of `table_items`, files beneath `dir`.
+    ///
+    /// # Errors
+    /// Any part failing to start.
+    pub fn start(
+        listen: &str,
+        dir: &std::path::Path,
+        elf: &[u8],
+        table_items: usize,
+        offload: bool,
+    ) -> Result<Self, DeployError> {
+        use crate::host::{HostChannel, DEFAULT_CHANNEL_RING_BYTES};
+        let files = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
+        let forward = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
+        let host_files = HostChannel::attach(dup(&files)?)?;
+        let host_forward = HostChannel::attach(dup(&forward)?)?;
+        let mut d = Self::start_with(listen, dir, elf, table_items, offload, files, forward)?;
+        d.host_files = Some(host_files);
+        d.host_forward = Some(host_forward);
+        Ok(d)
+    }
+
+    /// As [`start`](Self::start) over channels already shared with a host application
+    /// (e.g. accepted by a [`crate::host::ChannelListener`]).
+    ///
+    /// # Errors
+    /// Any part failing to start.
+    pub fn start_with(
+        listen: &str,
+        dir: &std::path::Path,
+        elf: &[u8],
+        table_items: usize,
+        offload: bool,
+        files: crate::host::HostChannel,
+        forward: crate::host::HostChannel,
+    ) -> Result<Self, DeployError> {
+        use crate::offload::{OffloadFunctions, OffloadHooks};
+        use std::sync::Arc;
+        let table = Arc::new(
+            crate::CacheTable::with_capacity(table_items)
+                .map_err(|e| DeployError::Table(e.to_string()))?,
+        );
+        let mut service = crate::host::FileService::new(dir, &files)?;
+        let engine = storefn_vm::Engine::Jit;
+        let hooks = OffloadFunctions::load(elf, engine, Arc::clone(&table))?;
+        service.set_hooks(Box::new(OffloadHooks { functions: hooks, errors: 0 }));
+        let funcs = OffloadFunctions::load(elf, engine, table)?;
+        let front = crate::frontend::FrontEnd::start(
+            funcs,
+            service,
+            files,
+            forward,
+            PAGE_SERVER_BATCH,
+            offload,
+        )?;
+        let mut cfg = storefn_server::ServerConfig::new(dir);
+        let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
+        cfg.offload = Some(hook);
+        let server = match storefn_server::Server::start(listen, cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = front.stop();
+                return Err(e.into());
+            }
+        };
+        Ok(Self { server, front, host_files: None, host_forward: None })
+    }
+
+    /// Stops the server, then the file service.
+    ///
+    /// # Errors
+    /// The first error of either.
+    pub fn stop(self) -> Result<(), DeployError> {
+        self.server.stop();
+        let r = self.server.join();
+        self.front.stop()?;
+        Ok(r?)
+    }
+}
+
+pub(crate) fn dup(ch: &crate::host::HostChannel) -> Result<std::os::fd::OwnedFd, HostError> {
+    ch.fd()
+        .try_clone_to_owned()
+        .map_err(|e| HostError::Dir { path: "channel memfd".into(), source: e })
+}

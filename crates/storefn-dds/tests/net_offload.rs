@@ -1,0 +1,176 @@
+//! DDS over the network, on loopback: storefn-server runs the page server's offload functions
+//! on OFFLOAD requests; offloaded GetPages are read next to the data, the rest are forwarded to
+//! the host application (a thread here, on the same shared-memory channels a separate process
+//! would use) and its answers relayed back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rand::{Rng, SeedableRng};
+use storefn_dds::host::{ForwardEnd, HostFiles, Side};
+use storefn_dds::pageserver::{fill_page, get_page, page_lsn, Deployment, PageHost, PAGE_BYTES};
+use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
+use storefn_server::{Client, ClientConfig, Req};
+
+const PAGES: u64 = 64;
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let d = std::env::temp_dir().join(format!("storefn-dds-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Starts the deployment and a host thread that creates the pages, publishes each page's LSN
+/// in `lsns` after its write is acknowledged, applies `updates` random updates while answering
+/// forwarded requests, then keeps answering until `stop`.
+fn run<T>(
+    tag: &str,
+    updates: u64,
+    client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
+) -> (T, storefn_dds::pageserver::HostStats) {
+    let dir = temp_dir(tag);
+    let elf = storefn_progs::must("dds/pageserver");
+    let d = Deployment::start("127.0.0.1:0", &dir, elf, 4096, true).unwrap();
+    let addr = d.server.local_addr().to_string();
+    let lsns: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
+    let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    let files = storefn_dds::host::HostChannel::attach(
+        d.host_files.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
+    )
+    .unwrap();
+    let fwd = storefn_dds::host::HostChannel::attach(
+        d.host_forward.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
+    )
+    .unwrap();
+    let out = std::thread::scope(|s| {
+        let host = s.spawn(|| {
+            let mut h = PageHost::create(
+                HostFiles::new(files),
+                ForwardEnd::new(fwd, Side::Host),
+                "pages",
+                PAGES,
+            )
+            .unwrap();
+            for p in 0..PAGES {
+                // Release: a client acquiring the LSN asks for a page already written.
+                lsns[p as usize].store(h.lsn(p).unwrap(), Ordering::Release);
+            }
+            ready.store(true, Ordering::Release);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+            let mut left = updates;
+            while !stop.load(Ordering::Acquire) {
+                h.serve_forwarded().unwrap();
+                if left > 0 {
+                    let p = rng.gen_range(0..PAGES);
+                    let lsn = h.apply_update(p).unwrap();
+                    lsns[p as usize].store(lsn, Ordering::Release);
+                    left -= 1;
+                }
+            }
+            h.stats()
+        });
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // Stops the host thread even when the client panics (else the scope waits forever).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let guard = Stop(&stop);
+        let out = client(&d, &addr, &lsns, &stop);
+        drop(guard);
+        (out, host.join().unwrap())
+    });
+    d.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    out
+}
+
+/// Checks one answer: the right page, at least the LSN asked, its bytes those of its LSN.
+fn check(page: u64, asked: u64, data: &[u8]) -> u64 {
+    assert_eq!(data.len(), PAGE_BYTES, "page {page}: {} bytes", data.len());
+    let lsn = page_lsn(data).unwrap();
+    assert!(lsn >= asked, "page {page}: LSN {lsn} older than the {asked} asked");
+    let mut want = vec![0; PAGE_BYTES];
+    fill_page(&mut want, page, lsn);
+    assert!(data == want.as_slice(), "page {page} LSN {lsn}: bytes differ from that version");
+    lsn
+}
+
+#[test]
+fn forwarded_and_offloaded_answers_agree() {
+    let ((), host) = run("agree", 0, |d, addr, lsns, _| {
+        let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
+        let reqs: Vec<Req> = (0..PAGES)
+            .map(|p| Req::Offload {
+                msg: get_page(p, lsns[p as usize].load(Ordering::Acquire)).to_vec(),
+            })
+            .collect();
+        let offloaded = c.call(&reqs).unwrap();
+        d.front.set_offload(false);
+        let forwarded = c.call(&reqs).unwrap();
+        for p in 0..PAGES as usize {
+            let (o, f) = (&offloaded[p], &forwarded[p]);
+            assert_eq!((o.status, f.status), (0, 0), "page {p}: {} / {}", o.message, f.message);
+            assert_eq!(o.value, u64::from(SERVED_BY_OFFLOAD), "page {p} was not offloaded");
+            assert_eq!(f.value, u64::from(SERVED_BY_HOST), "page {p} was not forwarded");
+            check(p as u64, lsns[p].load(Ordering::Acquire), &o.data);
+            assert_eq!(o.data, f.data, "page {p}: offloaded and forwarded answers differ");
+        }
+        // A GetPage for an LSN newer than the cached one goes to the host, which replays the
+        // page up to it first.
+        d.front.set_offload(true);
+        let newer = lsns[3].load(Ordering::Acquire) + 1000;
+        let r = c.one(&Req::Offload { msg: get_page(3, newer).to_vec() }).unwrap();
+        assert_eq!(r.value, u64::from(SERVED_BY_HOST));
+        check(3, newer, &r.data);
+        // The replayed page was cached on its write: the same GetPage is now offloaded.
+        let again = c.one(&Req::Offload { msg: get_page(3, newer).to_vec() }).unwrap();
+        assert_eq!(again.value, u64::from(SERVED_BY_OFFLOAD));
+        assert_eq!(again.data, r.data);
+        // A message that is no GetPage is judged "host" by pred and answered empty by the host.
+        let r = c.one(&Req::Offload { msg: vec![1, 2, 3] }).unwrap();
+        assert_eq!((r.value, r.data.len()), (u64::from(SERVED_BY_HOST), 0));
+    });
+    assert_eq!(host.bad_requests, 1);
+    assert_eq!((host.answered, host.updates), (PAGES + 1, 1));
+}
+
+/// Regression guard for DDS's staleness rule: under concurrent replay (the host reading pages,
+/// which invalidates them, and writing newer LSNs, which re-caches them), no GetPage returns a
+/// page older than the LSN it asked for, offloaded or forwarded.
+#[test]
+fn get_page_never_returns_a_page_older_than_asked_under_replay() {
+    let ((off, fwd), host) = run("replay", 3000, |_, addr, lsns, _| {
+        let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut off, mut fwd) = (0u64, 0u64);
+        for _ in 0..200 {
+            let asked: Vec<(u64, u64)> = (0..16)
+                .map(|_| {
+                    let p = rng.gen_range(0..PAGES);
+                    (p, lsns[p as usize].load(Ordering::Acquire))
+                })
+                .collect();
+            let reqs: Vec<Req> =
+                asked.iter().map(|&(p, l)| Req::Offload { msg: get_page(p, l).to_vec() }).collect();
+            for (r, &(p, l)) in c.call(&reqs).unwrap().iter().zip(&asked) {
+                assert_eq!(r.status, 0, "page {p}: {}", r.message);
+                check(p, l, &r.data);
+                if r.value == u64::from(SERVED_BY_OFFLOAD) {
+                    off += 1;
+                } else {
+                    fwd += 1;
+                }
+            }
+        }
+        (off, fwd)
+    });
+    assert_eq!(host.bad_requests, 0);
+    assert!(host.updates > 0);
+    assert!(off > 0 && fwd > 0, "both paths must be exercised: {off} offloaded, {fwd} forwarded");
+}

@@ -1,0 +1,262 @@
+//! `storefn pageserver ...`: DDS's page server over the network (storefn_dds::pageserver).
+//! `serve` runs storefn-server with the DDS front end and hands the host channels to a host
+//! application over a Unix socket; `host` is that application; `bench` is the GetPage load.
+//! This module parses and prints.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use storefn_dds::host::DEFAULT_CHANNEL_RING_BYTES;
+use storefn_dds::host::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
+use storefn_dds::pageserver::bench::{self, PageBenchConfig};
+use storefn_dds::pageserver::{host_loop, Deployment, PageHost};
+
+use crate::serve::{on_signal, STOP};
+use crate::CmdResult;
+
+#[derive(Debug, Subcommand)]
+pub enum PageServerCmd {
+    /// The storage server with DDS offload: waits for the host application on --channel, then
+    /// serves GetPage (OFFLOAD) requests on --listen.
+    Serve(ServeArgs),
+    /// The host application: stores pages through the host file library, replays page
+    /// updates, answers the GetPages the offload functions forward to it.
+    Host(HostArgs),
+    /// GetPage load: latency of offloaded vs forwarded requests, host CPU per GetPage.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Served directory (the page file lives here).
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: String,
+    /// Unix socket the host application connects to (must not exist; mode 0600).
+    #[arg(long)]
+    channel: PathBuf,
+    /// Offload functions (ELF); default: the built-in progs/dds/pageserver.bpf.c.
+    #[arg(long)]
+    prog: Option<PathBuf>,
+    /// off: every GetPage goes to the host application (the baseline).
+    #[arg(long, value_enum, default_value = "on")]
+    offload: OnOff,
+    /// Cache-table items.
+    #[arg(long, default_value_t = 1 << 16)]
+    table_items: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// The server's host-channel socket.
+    #[arg(long)]
+    channel: PathBuf,
+    /// Page file, relative to the server's directory.
+    #[arg(long, default_value = "pages")]
+    file: String,
+    /// Pages to store (8 KiB each).
+    #[arg(long, default_value_t = 4096)]
+    pages: u64,
+    /// Page updates replayed per second (random pages).
+    #[arg(long, default_value_t = 1000)]
+    updates_per_sec: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A running `storefn pageserver serve` with its host application.
+    #[arg(long, conflicts_with = "spawn", required_unless_present = "spawn")]
+    remote: Option<String>,
+    /// Start a server, a host application and the load on this machine (loopback).
+    #[arg(long)]
+    spawn: bool,
+    /// With --spawn: run the server with offload on or off. With --remote: what the server
+    /// was started with (recorded in the report).
+    #[arg(long, value_enum, default_value = "on")]
+    offload: OnOff,
+    /// With --spawn: directory for the page file (default: a fresh one under $TMPDIR,
+    /// removed after).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// With --spawn: pages stored.
+    #[arg(long, default_value_t = 4096)]
+    pages: u64,
+    /// With --spawn: page updates replayed per second by the host.
+    #[arg(long, default_value_t = 1000)]
+    updates_per_sec: u64,
+    /// Measured GetPages.
+    #[arg(long, default_value_t = 20_000)]
+    requests: u64,
+    /// Unmeasured GetPages per thread first.
+    #[arg(long, default_value_t = 2000)]
+    warmup: u64,
+    /// Client threads (one connection and one request outstanding each).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Share of GetPages asking for a version newer than the cached one (host only).
+    #[arg(long, default_value_t = 0.1)]
+    host_share: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(c: &PageServerCmd) -> CmdResult {
+    match c {
+        PageServerCmd::Serve(a) => serve(a),
+        PageServerCmd::Host(a) => host(a),
+        PageServerCmd::Bench(a) => bench_cmd(a),
+    }
+}
+
+fn install_signals() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+fn elf(prog: Option<&PathBuf>) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    Ok(match prog {
+        Some(p) => std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => storefn_progs::must("dds/pageserver").to_vec(),
+    })
+}
+
+fn serve(a: &ServeArgs) -> CmdResult {
+    let elf = elf(a.prog.as_ref())?;
+    install_signals();
+    let l = ChannelListener::bind(&a.channel)?;
+    eprintln!(
+        "storefn pageserver serve: waiting for the host application on {}",
+        a.channel.display()
+    );
+    let files = l.accept(DEFAULT_CHANNEL_RING_BYTES)?;
+    let forward = l.accept(DEFAULT_CHANNEL_RING_BYTES)?;
+    let on = a.offload == OnOff::On;
+    let d = Deployment::start_with(&a.listen, &a.dir, &elf, a.table_items, on, files, forward)?;
+    eprintln!(
+        "storefn pageserver serve: listening on {} (dir {}, offload {})",
+        d.server.local_addr(),
+        a.dir.display(),
+        if on { "on" } else { "off" }
+    );
+    while !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = d.front.stats();
+    eprintln!(
+        "storefn pageserver serve: stopping ({} offloaded, {} forwarded, {} function faults)",
+        s.offloaded.load(Ordering::Relaxed),
+        s.forwarded.load(Ordering::Relaxed),
+        s.faults.load(Ordering::Relaxed)
+    );
+    d.stop()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn host(a: &HostArgs) -> CmdResult {
+    install_signals();
+    let files = HostFiles::new(connect(&a.channel)?);
+    let forward = ForwardEnd::new(connect(&a.channel)?, Side::Host);
+    let mut h = PageHost::create(files, forward, &a.file, a.pages)?;
+    eprintln!(
+        "storefn pageserver host: {} pages stored in {}; replaying {} updates/s",
+        a.pages, a.file, a.updates_per_sec
+    );
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| -> CmdResult {
+        let t = s.spawn(|| host_loop(&mut h, &stop, a.updates_per_sec, a.seed));
+        while !STOP.load(Ordering::Relaxed) && !t.is_finished() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        t.join().map_err(|_| "host loop panicked")??;
+        Ok(ExitCode::SUCCESS)
+    })?;
+    let st = h.stats();
+    eprintln!(
+        "storefn pageserver host: stopped ({} forwarded answered, {} updates, {:.1} ms busy CPU)",
+        st.answered,
+        st.updates,
+        st.busy_cpu_ns as f64 / 1e6
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_cmd(a: &BenchArgs) -> CmdResult {
+    if !(0.0..=1.0).contains(&a.host_share) {
+        return Err(format!("--host-share {}: expected 0..=1", a.host_share).into());
+    }
+    let cfg = PageBenchConfig {
+        addr: a.remote.clone().unwrap_or_default(),
+        requests: a.requests,
+        warmup: a.warmup,
+        threads: a.threads,
+        host_share: a.host_share,
+        seed: a.seed,
+        offload: a.offload == OnOff::On,
+    };
+    let r = if a.spawn {
+        let (dir, temp) = match &a.dir {
+            Some(d) => (d.clone(), false),
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let d = std::env::temp_dir()
+                    .join(format!("storefn-pageserver-{}-{nanos}", std::process::id()));
+                std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+                (d, true)
+            }
+        };
+        let r = bench::spawn_and_run(&dir, &elf(None)?, a.pages, a.updates_per_sec, &cfg);
+        if temp {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        r?
+    } else {
+        bench::run(&cfg)?
+    };
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    println!(
+        "pageserver offload={} requests={} offloaded_share={:.3} host_cpu_us_per_op={:.2} \
+         p50_us={:.1} p99_us={:.1} offloaded_p50_us={} forwarded_p50_us={} offloaded_p99_us={} \
+         forwarded_p99_us={} host_us_per_forwarded={} stale_pages={} ops_per_sec={:.0}",
+        if r.offload { "on" } else { "off" },
+        r.requests,
+        r.offloaded_share,
+        r.host_cpu_us_per_op,
+        r.p50_us,
+        r.p99_us,
+        opt(r.offloaded_p50_us),
+        opt(r.forwarded_p50_us),
+        opt(r.offloaded_p99_us),
+        opt(r.forwarded_p99_us),
+        opt(r.host_us_per_forwarded),
+        r.stale_pages,
+        r.ops_per_sec
+    );
+    if let Some(p) = &a.json {
+        let s = serde_json::to_string_pretty(&r)?;
+        std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if r.stale_pages > 0 {
+        return Err(format!("{} stale pages (older than the LSN asked)", r.stale_pages).into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
