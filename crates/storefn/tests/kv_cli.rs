@@ -1,29 +1,10 @@
 //! `storefn kv ...` and `storefn demo` as a user runs them: output lines and exit codes.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-struct Dir(PathBuf);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{storefn, Dir};
 
 fn dir(tag: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("storefn-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
-}
-
-fn storefn(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    common::temp_dir("storefn-cli", tag)
 }
 
 #[test]
