@@ -375,40 +375,17 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             let store = Arc::new(view.store);
             let found =
                 make_path(&store, opts, 1)?.get(*key).map_err(|e| prog_err(&opts.prog, e))?;
-            match found {
-                Some(v) => {
-                    println!("{}", value_text(&v));
-                    Ok(ExitCode::SUCCESS)
-                }
-                None => {
-                    println!("not found");
-                    Ok(ExitCode::FAILURE)
-                }
-            }
+            Ok(print_get(found.as_ref()))
         }
         KvCmd::Multiget { db, keys, random, seed, opts } => {
             let view = open_read(db, opts.cache_levels, opts.layers)?;
             let (mem, store) = (view.mem, Arc::new(view.store));
-            let keys = match random {
-                Some(n) => random_keys(*n, *seed, store.meta().key_count),
-                None if keys.is_empty() => return Err("give --keys or --random".into()),
-                None => keys.clone(),
-            };
+            let keys = pick_keys(keys, random.map(|n| (n, *seed)), store.meta().key_count)?;
             let kpc = opts.prog.abi.max_keys_per_chain();
             let mut path = make_path(&store, opts, kpc)?;
             let found = storefn_kv::query::multiget(path.as_mut(), &mem, &keys)
                 .map_err(|e| prog_err(&opts.prog, e))?;
-            let mut missing = 0;
-            for (k, v) in keys.iter().zip(&found) {
-                match v {
-                    Some(v) => println!("{k} {}", value_text(v)),
-                    None => {
-                        missing += 1;
-                        println!("{k} not found");
-                    }
-                }
-            }
-            Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(print_multiget(&keys, &found))
         }
         KvCmd::Range { db, begin, end, agg, path, layers, prog } => {
             let view = open_read(db, 0, *layers)?;
@@ -603,6 +580,56 @@ fn prog_err(prog: &ProgOpts, e: storefn_kv::KvError) -> Box<dyn std::error::Erro
 }
 
 /// `n` keys drawn uniformly from `0..key_count` with a seeded generator.
+/// `kv get`'s output, local or remote: the value as text, or `not found` (exit 1).
+pub(crate) fn print_get(found: Option<&[u8; storefn_kv::format::VALUE_BYTES]>) -> ExitCode {
+    match found {
+        Some(v) => {
+            println!("{}", value_text(v));
+            ExitCode::SUCCESS
+        }
+        None => {
+            println!("not found");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kv multiget`'s output, local or remote: `KEY VALUE` or `KEY not found` per key; exit 1 if
+/// any key was missing.
+pub(crate) fn print_multiget(
+    keys: &[u64],
+    found: &[Option<[u8; storefn_kv::format::VALUE_BYTES]>],
+) -> ExitCode {
+    let mut missing = 0;
+    for (k, v) in keys.iter().zip(found) {
+        match v {
+            Some(v) => println!("{k} {}", value_text(v)),
+            None => {
+                missing += 1;
+                println!("{k} not found");
+            }
+        }
+    }
+    if missing == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `kv multiget`'s keys: `--random N --seed S` over `key_count` keys, else `--keys`.
+pub(crate) fn pick_keys(
+    keys: &[u64],
+    random: Option<(u64, u64)>,
+    key_count: u64,
+) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
+    match random {
+        Some((n, seed)) => Ok(random_keys(n, seed, key_count)),
+        None if keys.is_empty() => Err("give --keys or --random".into()),
+        None => Ok(keys.to_vec()),
+    }
+}
+
 pub fn random_keys(n: u64, seed: u64, key_count: u64) -> Vec<u64> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use storefn_kv::format::value_text;
 use storefn_server::bench::{run as bench_run, RemoteBenchConfig};
 use storefn_server::{Client, ClientConfig, RemoteKv, RemotePath};
 
@@ -56,16 +55,8 @@ pub fn get(
     addr: &str,
 ) -> CmdResult {
     let p: RemotePath = path.parse()?;
-    match open(db, o, addr, cache_levels)?.get(key, p)? {
-        Some(v) => {
-            println!("{}", value_text(&v));
-            Ok(ExitCode::SUCCESS)
-        }
-        None => {
-            println!("not found");
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    let found = open(db, o, addr, cache_levels)?.get(key, p)?;
+    Ok(crate::kv::print_get(found.as_ref()))
 }
 
 pub fn multiget(
@@ -79,23 +70,9 @@ pub fn multiget(
 ) -> CmdResult {
     let p: RemotePath = path.parse()?;
     let mut kv = open(db, o, addr, cache_levels)?;
-    let keys = match random {
-        Some((n, seed)) => crate::kv::random_keys(n, seed, kv.meta().key_count),
-        None if keys.is_empty() => return Err("give --keys or --random".into()),
-        None => keys.to_vec(),
-    };
+    let keys = crate::kv::pick_keys(keys, random, kv.meta().key_count)?;
     let got = kv.get_many(&keys, p)?;
-    let mut missing = 0;
-    for (k, v) in keys.iter().zip(&got) {
-        match v {
-            Some(v) => println!("{k} {}", value_text(v)),
-            None => {
-                missing += 1;
-                println!("{k} not found");
-            }
-        }
-    }
-    Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(crate::kv::print_multiget(&keys, &got))
 }
 
 pub fn bench(a: &crate::kv::BenchArgs, addr: &str) -> CmdResult {
