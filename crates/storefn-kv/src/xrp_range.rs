@@ -63,7 +63,7 @@ pub fn range_hops(store: &Store, abi: Abi, agg: Option<Agg>) -> u32 {
 pub type ChainRunner<'a> = &'a mut dyn FnMut(u64, &mut [u8]) -> Result<u32, KvError>;
 
 /// Runs `[begin, end]` through the `kv_range` program; `run_chain(start, scratch)` runs one
-/// chain of it from the 512 B block at `start` (pread driver or io engine) and returns its hops.
+/// chain of it on the io engine from the 512 B block at `start` and returns its hops.
 ///
 /// # Errors
 /// `Invalid` for 4096 B nodes (the program's leaf copy is 512 B); `Program` when a chain fails

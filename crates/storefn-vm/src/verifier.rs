@@ -1,7 +1,8 @@
 //! Static checks run before a program may be compiled or interpreted.
 //!
-//! The verifier does not prove memory safety (every access is checked at run time against the
-//! invocation's regions) nor termination (the back-jump budget bounds loops). It proves the
+//! The verifier does not prove memory safety in general (accesses are checked at run time
+//! against the invocation's regions, except the stack and context accesses `proofs` proves in
+//! bounds) nor termination (the instruction budget bounds every run). It proves the
 //! properties the engines rely on to stay simple and identical:
 //! - every opcode is in the RFC 9669 allow-list with valid fields (registers r0-r10, offsets
 //!   meaningful for the operation, known atomic operations, `lddw` with src = 0 only);
