@@ -244,8 +244,10 @@ impl Instance {
 
     /// Resets the per-invocation scalars of the prebuilt env and runs; the caller has just
     /// overwritten every per-call slot. Inlined into both `run_*`: it is the hot path.
+    /// `interp`: run this call on the interpreter even when the instance has a JIT (the JIT's
+    /// proofs need more memory than the call lends; see `run_xrp`).
     #[inline(always)]
-    fn exec(&mut self, ctx_addr: u64, insn_budget: u64) -> Result<u64, VmError> {
+    fn exec(&mut self, ctx_addr: u64, insn_budget: u64, interp: bool) -> Result<u64, VmError> {
         let env = &mut self.env.0;
         env.insns_left = insn_budget;
         env.insn_budget = insn_budget;
@@ -257,11 +259,13 @@ impl Instance {
         // globals boxes (alive and not borrowed while `self` is mutably borrowed here) and the
         // caller of `run_*` patched the per-call slots from slices it lends us exclusively
         // (writable ones as `&mut`) for this call; `env.host` was just derived from our boxed
-        // HostState; `stack_top` is the end of the stack region.
+        // HostState; `stack_top` is the end of the stack region. The JIT runs only when the
+        // caller checked its xrp buffers against `xrp_min_bytes` (run_xrp; other types prove
+        // nothing about their buffers).
         unsafe {
             match &self.exec {
-                Exec::Jit(j) => j.run(env, ctx_addr, stack_top),
-                Exec::Interp => interp::run(&self.prog, env, ctx_addr, stack_top),
+                Exec::Jit(j) if !interp => j.run(env, ctx_addr, stack_top),
+                _ => interp::run(&self.prog, env, ctx_addr, stack_top),
             }
         }
     }
@@ -300,7 +304,12 @@ impl Instance {
             Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 },
             region_or_empty(scratch),
         ];
-        self.exec(c, self.insn_budget)
+        // The JIT's data/scratch proofs hold for buffers at least this long; a call lending
+        // less (a short block) runs on the interpreter, which checks every access and stops
+        // at the same instruction with the same error.
+        let (need_data, need_scratch) = self.prog.xrp_min_bytes();
+        let short = (data.len() as u64) < need_data || (scratch.len() as u64) < need_scratch;
+        self.exec(c, self.insn_budget, short)
     }
 
     /// Runs a λ program: `buf_i` = `input` (read-only), `buf_o` = `output` (read-write),
@@ -332,7 +341,7 @@ impl Instance {
         let extra = LAMBDA_INSNS_PER_INPUT_BYTE
             .saturating_mul(input.len() as u64)
             .saturating_add(LAMBDA_INSNS_PER_OUTPUT_BYTE.saturating_mul(output.len() as u64));
-        self.exec(c, self.insn_budget.saturating_add(extra))
+        self.exec(c, self.insn_budget.saturating_add(extra), false)
     }
 
     /// Runs an `offload` entry point (pred, func, cache or invalidate; crate::offload): sets
@@ -364,7 +373,7 @@ impl Instance {
             region_or_empty(out),
         ];
         *self.env.0.write.last_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
-        self.exec(c, self.insn_budget)
+        self.exec(c, self.insn_budget, false)
     }
 }
 

@@ -37,6 +37,7 @@ pub mod mem;
 pub mod offload;
 pub mod program;
 mod proofs;
+mod ranges;
 pub mod verifier;
 pub mod xrp;
 

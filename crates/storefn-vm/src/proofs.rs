@@ -1,34 +1,49 @@
 //! Accesses the verifier proves in bounds, so the JIT may drop their run-time region check.
 //!
-//! Two facts are proved, each resting on what every invocation is guaranteed (the `# Safety`
-//! contract of [`crate::interp::run`] / [`crate::jit::JitProgram::run`], which
-//! [`crate::Instance`] upholds):
+//! Each proof rests on what every invocation is guaranteed (the `# Safety` contract of
+//! [`crate::interp::run`] / [`crate::jit::JitProgram::run`], which [`crate::Instance`]
+//! upholds):
 //! - **stack**: an access through r10 itself. The verifier checked `off` keeps it inside the
 //!   current 512-byte frame; the engines keep r10 at `stack_top - k * 512` with `k` below
 //!   `MAX_CALL_DEPTH`; the whole stack block is in both region sets.
-//! - **context read**: a load at a constant offset from a register that holds the entry's r1
-//!   unchanged (the context pointer) on every path, with `0 <= off` and `off + size` within the
-//!   program type's context. The whole context is in the read set.
-//! - **context write** (`xrp` only; λ and offload contexts are read-only): a plain store (not an atomic) the same way, wholly inside
-//!   one of the writable fields, `done` or `next_addr[]`+`size[]`, which are in the write set.
-//!   Other context stores (the `data`/`scratch`/`slot` fields, λ's read-only context) keep
-//!   their check.
+//! - **context**: on every path of the range analysis ([`crate::ranges`]) the base register
+//!   points into the context at an offset range such that the whole access lies inside the
+//!   program type's context (loads), or inside one of the xrp context's writable fields,
+//!   `done` or `next_addr[]`+`size[]` (plain stores; λ and offload contexts are read-only).
+//! - **xrp data / scratch**: on every path the base register is `ctx.data` (resp.
+//!   `ctx.scratch`) plus an offset range such that the access lies in the first
+//!   [`XRP_DATA_VIEW_BYTES`] (resp. [`XRP_SCRATCH_BYTES`]) bytes; loads only for `data`
+//!   (read-only), loads and plain stores for `scratch`. The largest end offset over these
+//!   proofs is the program's [`InBounds::data_bytes`] / [`InBounds::scratch_bytes`]: the JIT's
+//!   contract is that `data` / `scratch` are at least that long, and `run_xrp` runs a call
+//!   whose buffers are shorter on the interpreter (which checks every access) instead.
 //!
-//! Anything else (data, scratch, globals, pointer arithmetic) keeps the run-time check.
+//! Anything else (atomics outside the stack, globals, pointers the analysis lost, anything in
+//! a BPF-to-BPF callee) keeps the run-time check.
 
 use crate::cfg::Cfg;
-use crate::insn::BPF_MEM;
-use crate::insn::{Insn, BPF_ALU64, BPF_CALL, BPF_JMP, BPF_LDX, BPF_MOV, BPF_ST, BPF_STX, BPF_X};
+use crate::insn::{BPF_LDX, BPF_MEM, BPF_ST, BPF_STX};
 use crate::interp::size_bytes;
 use crate::program::{ProgType, Program};
+use crate::ranges::{self, Base, Val};
 use crate::xrp::{
-    LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR, XRP_OFF_SCRATCH, XRP_OFF_SLOT,
+    LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_DATA_VIEW_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
+    XRP_OFF_SCRATCH, XRP_OFF_SLOT, XRP_SCRATCH_BYTES,
 };
 
 /// The frame pointer register.
 const R10: u8 = 10;
-/// r0-r5: what a call leaves undefined or overwrites.
-const CALL_CLOBBERS: u16 = 0b11_1111;
+
+/// What the verifier proved about a program's accesses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct InBounds {
+    /// `at[pc]`: the load, store or atomic at `pc` is in bounds (module documentation).
+    pub(crate) at: Vec<bool>,
+    /// Bytes of `data` the proved data loads need (0: none proved).
+    pub(crate) data_bytes: u64,
+    /// Bytes of `scratch` the proved scratch accesses need (0: none proved).
+    pub(crate) scratch_bytes: u64,
+}
 
 /// Bytes of the context every invocation of `t` may read.
 fn ctx_bytes(t: ProgType) -> i64 {
@@ -52,93 +67,82 @@ fn ctx_writable(t: ProgType) -> &'static [(i64, i64)] {
     }
 }
 
-/// `proven[pc]`: the load, store or atomic at `pc` is in bounds (module documentation).
-pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg) -> Vec<bool> {
+/// The proofs for `prog` (module documentation).
+pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg) -> InBounds {
     let insns = &prog.insns;
-    let mut proven = vec![false; insns.len()];
+    let mut out = InBounds { at: vec![false; insns.len()], ..InBounds::default() };
     for (pc, i) in insns.iter().enumerate() {
         if cfg.is_second_half(pc) {
             continue;
         }
-        let through_r10 = match i.class() {
+        out.at[pc] = match i.class() {
             BPF_LDX => i.src == R10,
             BPF_ST | BPF_STX => i.dst == R10,
             _ => false,
         };
-        proven[pc] = through_r10;
     }
-    let holds_ctx = ctx_registers(insns, cfg);
-    let (start, end) = cfg.func_range(0);
-    for pc in start..end {
+    let Some(states) = ranges::analyze(prog, cfg) else { return out };
+    let (start, _) = cfg.func_range(0);
+    let (mut data, mut scratch) = (0u64, 0u64);
+    for (k, reaching) in states.iter().enumerate() {
+        let pc = start + k;
         let i = insns[pc];
-        let Some(ctx) = holds_ctx[pc - start] else { continue };
-        let (off, n) = (i64::from(i.off), size_bytes(i.op) as i64);
-        let plain_store = (i.class() == BPF_ST || i.class() == BPF_STX) && i.op & 0xe0 == BPF_MEM;
-        if i.class() == BPF_LDX && ctx & (1 << i.src) != 0 {
-            proven[pc] = off >= 0 && off + n <= ctx_bytes(prog.prog_type);
-        } else if plain_store && ctx & (1 << i.dst) != 0 {
-            proven[pc] =
-                ctx_writable(prog.prog_type).iter().any(|&(lo, hi)| off >= lo && off + n <= hi);
+        let load = i.class() == BPF_LDX;
+        let store = (i.class() == BPF_ST || i.class() == BPF_STX) && i.op & 0xe0 == BPF_MEM;
+        let base = if load { i.src } else { i.dst };
+        if out.at[pc] || reaching.is_empty() || !(load || store) || base >= R10 {
+            continue;
         }
-    }
-    proven
-}
-
-/// Per slot of the entry function, the registers that hold the context pointer on every path
-/// reaching it (`None`: unreachable). Forward dataflow, intersection at merges.
-fn ctx_registers(insns: &[Insn], cfg: &Cfg) -> Vec<Option<u16>> {
-    let (start, end) = cfg.func_range(0);
-    let mut state: Vec<Option<u16>> = vec![None; end - start];
-    state[0] = Some(1 << 1);
-    let mut work = vec![start];
-    while let Some(pc) = work.pop() {
-        let Some(mut ctx) = state[pc - start] else { continue };
-        let i = insns[pc];
-        let copy = i.op == BPF_ALU64 | BPF_MOV | BPF_X && i.off == 0;
-        if copy {
-            ctx = (ctx & !(1 << i.dst)) | (u16::from(ctx & (1 << i.src) != 0) << i.dst);
-        } else if i.op == BPF_JMP | BPF_CALL {
-            ctx &= !CALL_CLOBBERS;
-        } else {
-            ctx &= !defs(i);
-        }
-        for s in cfg.successors(insns, pc).into_iter().flatten() {
-            if s < start || s >= end {
-                continue;
+        let n = size_bytes(i.op) as i64;
+        let mut need = (0u64, 0u64);
+        let proved = reaching.iter().all(|st| {
+            let Val::Ptr(b, o) = st[usize::from(base)] else { return false };
+            let (Some(lo), Some(hi)) = (
+                o.lo.checked_add(i64::from(i.off)),
+                o.hi.checked_add(i64::from(i.off)).and_then(|h| h.checked_add(n)),
+            ) else {
+                return false;
+            };
+            let within = |end: usize| lo >= 0 && hi <= end as i64;
+            match b {
+                Base::Ctx if load => lo >= 0 && hi <= ctx_bytes(prog.prog_type),
+                Base::Ctx => ctx_writable(prog.prog_type).iter().any(|&(a, z)| lo >= a && hi <= z),
+                Base::Data if load && within(XRP_DATA_VIEW_BYTES) => {
+                    need.0 = need.0.max(hi.unsigned_abs());
+                    true
+                }
+                Base::Scratch if within(XRP_SCRATCH_BYTES) => {
+                    need.1 = need.1.max(hi.unsigned_abs());
+                    true
+                }
+                Base::Data | Base::Scratch => false,
             }
-            let new = state[s - start].map_or(ctx, |old| old & ctx);
-            if state[s - start] != Some(new) {
-                state[s - start] = Some(new);
-                work.push(s);
-            }
+        });
+        if proved {
+            out.at[pc] = true;
+            data = data.max(need.0);
+            scratch = scratch.max(need.1);
         }
     }
-    state
-}
-
-/// Registers an instruction may write (conservative: any register it could define).
-fn defs(i: Insn) -> u16 {
-    let d = 1u16 << (i.dst & 15);
-    let s = 1u16 << (i.src & 15);
-    match i.class() {
-        BPF_STX => s | 1, // atomics with fetch write src; cmpxchg writes r0
-        BPF_ST => 0,
-        c if c == BPF_JMP || c == crate::insn::BPF_JMP32 => 0,
-        _ => d,
-    }
+    out.data_bytes = data;
+    out.scratch_bytes = scratch;
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::insn::{BPF_ADD, BPF_DW, BPF_EXIT, BPF_JEQ, BPF_K, BPF_MEM, BPF_W};
+    use crate::insn::{
+        Insn, BPF_ADD, BPF_ALU64, BPF_AND, BPF_B, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JGE,
+        BPF_JLT, BPF_JMP, BPF_JNE, BPF_K, BPF_LSH, BPF_MEM, BPF_MOV, BPF_W, BPF_X,
+    };
     use crate::VerifiedProgram;
 
     fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
         Insn { op, dst, src, off, imm }
     }
 
-    fn proofs(insns: Vec<Insn>) -> Vec<bool> {
+    fn verified(insns: Vec<Insn>) -> VerifiedProgram {
         let prog = Program {
             name: "t".into(),
             prog_type: ProgType::Xrp,
@@ -147,27 +151,133 @@ mod tests {
             globals_rw_start: 0,
             global_relocs: Vec::new(),
         };
-        let v = VerifiedProgram::new(prog).unwrap();
+        VerifiedProgram::new(prog).unwrap()
+    }
+
+    fn proofs(insns: Vec<Insn>) -> Vec<bool> {
+        let v = verified(insns);
         (0..v.insns.len()).map(|pc| v.access_in_bounds(pc)).collect()
     }
 
     #[test]
-    fn stack_and_constant_context_reads_are_proved_nothing_else() {
+    fn stack_and_context_accesses_are_proved_where_every_path_stays_inside() {
         let ldx = BPF_LDX | BPF_MEM | BPF_DW;
         let p = vec![
             ins(ldx, 2, 1, 0, 0),                         // 0: ctx->data: proved
             ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 1, 0, 0), // 1: r6 = ctx
             ins(ldx, 3, 6, 272, 0),                       // 2: ctx->scratch via the copy: proved
             ins(ldx, 3, 6, 280, 0),                       // 3: past the context: checked
-            ins(ldx, 4, 2, 0, 0),                         // 4: data: checked
+            ins(ldx, 4, 2, 0, 0),                         // 4: data (ctx->data): proved
             ins(BPF_ST | BPF_MEM | BPF_W, 10, 0, -4, 1),  // 5: stack: proved
             ins(BPF_ST | BPF_MEM | BPF_W, 6, 0, 8, 1),    // 6: ctx->done store: proved
             ins(BPF_JMP | BPF_JEQ | BPF_K, 4, 0, 1, 0),   // 7: if r4 == 0 skip the next
-            ins(BPF_ALU64 | BPF_ADD | BPF_K, 6, 0, 0, 8), // 8: r6 no longer ctx on one path
-            ins(ldx, 0, 6, 0, 0),                         // 9: checked (not ctx on every path)
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 6, 0, 0, 8), // 8: r6 = ctx + 8 on one path
+            ins(ldx, 0, 6, 0, 0),                         // 9: ctx+0 or ctx+8: proved
+            ins(ldx, 0, 6, 272, 0),                       // 10: ctx+272 or ctx+280: checked
             ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
         ];
-        let want = [true, false, true, false, false, true, true, false, false, false, false];
+        let want = [true, false, true, false, true, true, true, false, false, true, false, false];
         assert_eq!(proofs(p), want);
     }
+
+    const LDX_DW: u8 = BPF_LDX | BPF_MEM | BPF_DW;
+    const JMP_K: u8 = BPF_JMP | BPF_K;
+
+    fn mov(dst: u8, imm: i32) -> Insn {
+        ins(BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm)
+    }
+
+    fn exit() -> [Insn; 2] {
+        [mov(0, 0), ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)]
+    }
+
+    /// `r2 = ctx->data; r3 = ctx->scratch`, then `body`, then `r0 = 0; exit`.
+    fn xrp(body: &[Insn]) -> VerifiedProgram {
+        let mut p = vec![ins(LDX_DW, 2, 1, 0, 0), ins(LDX_DW, 3, 1, 272, 0)];
+        p.extend_from_slice(body);
+        p.extend(exit());
+        verified(p)
+    }
+
+    #[test]
+    fn data_and_scratch_are_proved_up_to_their_view_and_no_further() {
+        let st = BPF_ST | BPF_MEM;
+        let v = xrp(&[
+            ins(LDX_DW, 0, 2, 4088, 0),                      // 2: data's last word: proved
+            ins(LDX_DW, 0, 2, 4089, 0),                      // 3: one byte past: checked
+            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 2, -1, 0),     // 4: before data: checked
+            ins(st | BPF_DW, 2, 0, 0, 1),                    // 5: data is read-only: checked
+            ins(st | BPF_DW, 3, 0, 4088, 1),                 // 6: scratch's last word: proved
+            ins(st | BPF_B, 3, 0, 4096, 1),                  // 7: past scratch: checked
+            ins(BPF_STX | 0xc0 | BPF_DW, 3, 0, 0, 0),        // 8: atomic on scratch: checked
+        ]);
+        let got: Vec<bool> = (2..=8).map(|pc| v.access_in_bounds(pc)).collect();
+        assert_eq!(got, [true, false, false, false, true, false, false]);
+        assert_eq!(v.xrp_min_bytes(), (4096, 4096));
+    }
+
+    #[test]
+    fn a_pointer_stepping_with_a_bounded_counter_is_proved() {
+        // for (i = 0, p = data; i != 31; i++, p += 8) r0 = *p;  (BPF-KV's node scan)
+        let v = xrp(&[
+            mov(4, 0),                                      // 2
+            ins(LDX_DW, 0, 2, 0, 0),                        // 3: loop header: proved
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 2, 0, 0, 8),   // 4
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 4, 0, 0, 1),   // 5
+            ins(JMP_K | BPF_JNE, 4, 0, -4, 31),             // 6: -> 3
+        ]);
+        assert!(v.access_in_bounds(3));
+        assert_eq!(v.xrp_min_bytes(), (31 * 8, 0));
+        // The same loop running one word further than the view: the last access is outside.
+        let v = xrp(&[
+            mov(4, 0),
+            ins(LDX_DW, 0, 2, 0, 0),
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 2, 0, 0, 8),
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 4, 0, 0, 1),
+            ins(JMP_K | BPF_JNE, 4, 0, -4, 513),
+        ]);
+        assert!(!v.access_in_bounds(3));
+        assert_eq!(v.xrp_min_bytes(), (0, 0));
+    }
+
+    #[test]
+    fn masked_and_compared_indices_are_proved_unbounded_ones_are_not() {
+        let v = xrp(&[
+            ins(LDX_DW, 4, 3, 0, 0),                        // 2: r4 = scratch[0] (any value)
+            ins(BPF_ALU64 | BPF_AND | BPF_K, 4, 0, 0, 511), // 3: r4 &= 511
+            ins(BPF_ALU64 | BPF_LSH | BPF_K, 4, 0, 0, 3),   // 4: r4 <<= 3
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0),   // 5: r5 = data
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 5, 4, 0, 0),   // 6: r5 += r4
+            ins(LDX_DW, 0, 5, 0, 0),                        // 7: data[0..512]: proved
+            ins(LDX_DW, 6, 3, 8, 0),                        // 8: r6 = scratch[1] (any value)
+            ins(JMP_K | BPF_JGE, 6, 0, 3, 4089),            // 9: if r6 >= 4089 skip the loads
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 6, 2, 0, 0),   // 10: r6 = data + [0, 4088]
+            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 6, 0, 0),     // 11: proved (one byte)
+            ins(BPF_LDX | BPF_MEM | BPF_W, 0, 6, 0, 0),     // 12: 4 bytes at 4088..4092: proved
+            ins(LDX_DW, 7, 3, 16, 0),                       // 13: r7 = scratch[2]
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 7, 2, 0, 0),   // 14: r7 = data + anything
+            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 7, 0, 0),     // 15: checked
+            ins(JMP_K | BPF_JLT, 7, 0, 1, 0),               // 16: never taken (u64 < 0)
+            ins(BPF_JMP | BPF_JA, 0, 0, 0, 0),              // 17
+        ]);
+        let got: Vec<bool> = [7, 11, 12, 15].iter().map(|&pc| v.access_in_bounds(pc)).collect();
+        assert_eq!(got, [true, true, true, false]);
+        // Word 511 ends at 4096; the 4-byte load at 4088 ends at 4092.
+        assert_eq!(v.xrp_min_bytes(), (4096, 24));
+    }
+
+    #[test]
+    fn a_branch_that_cannot_be_taken_proves_nothing_behind_it_and_equality_narrows() {
+        let v = xrp(&[
+            ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),     // 2: r4 = scratch byte, 0..=255
+            ins(JMP_K | BPF_JEQ, 4, 0, 2, 300),             // 3: r4 == 300: impossible
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 4, 2, 0, 0),   // 4: r4 = data + [0, 255]
+            ins(LDX_DW, 0, 4, 0, 0),                        // 5: proved
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0),   // 6: r5 = data
+            ins(LDX_DW, 0, 5, 8000, 0),                     // 7: checked
+        ]);
+        assert!(v.access_in_bounds(5));
+        assert!(!v.access_in_bounds(7));
+    }
 }
+

@@ -134,8 +134,9 @@ pub struct VerifiedProgram {
     prog: Program,
     cfg: Cfg,
     stats: VerifyStats,
-    /// Per slot: the access there is proved in bounds (`proofs.rs`).
-    in_bounds: Vec<bool>,
+    /// Per slot: the access there is proved in bounds, and what those proofs need
+    /// (`proofs.rs`).
+    in_bounds: crate::proofs::InBounds,
 }
 
 impl VerifiedProgram {
@@ -150,17 +151,26 @@ impl VerifiedProgram {
     }
 
     /// Did the verifier prove the load, store or atomic at `pc` in bounds of memory every
-    /// invocation is granted (its stack frame through r10, or its context at a constant
-    /// offset)? The JIT drops the run-time check exactly there (`proofs.rs`).
+    /// invocation is granted (its stack frame through r10, its context, or for xrp the first
+    /// [`VerifiedProgram::xrp_min_bytes`] of `data` / `scratch`)? The JIT drops the run-time
+    /// check exactly there (`proofs.rs`).
     #[must_use]
     pub fn access_in_bounds(&self, pc: usize) -> bool {
-        self.in_bounds.get(pc).copied().unwrap_or(false)
+        self.in_bounds.at.get(pc).copied().unwrap_or(false)
     }
 
     /// Per-slot [`VerifiedProgram::access_in_bounds`].
     #[must_use]
     pub(crate) fn in_bounds(&self) -> &[bool] {
-        &self.in_bounds
+        &self.in_bounds.at
+    }
+
+    /// `(data, scratch)` bytes an xrp invocation must be lent for the proved accesses to hold
+    /// (0 when none rests on that buffer). `Instance::run_xrp` runs a call with shorter buffers
+    /// on the interpreter.
+    #[must_use]
+    pub fn xrp_min_bytes(&self) -> (u64, u64) {
+        (self.in_bounds.data_bytes, self.in_bounds.scratch_bytes)
     }
 
     /// What the program passed the verifier with.

@@ -113,9 +113,13 @@ pub fn both(
     (v.pop().unwrap(), i)
 }
 
-/// Sandbox for generated programs: ctx[0] holds the data address, data holds a pattern.
+/// Sandbox for generated programs: the context's `data` field holds the data address and its
+/// `scratch` field the second half of it (as the JIT's run contract requires); data holds a
+/// pattern.
 fn gen_setup(sb: &mut Sandbox) {
-    sb.ctx[0] = sb.data_addr();
+    use storefn_vm::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH};
+    sb.ctx[XRP_OFF_DATA / 8] = sb.data_addr();
+    sb.ctx[XRP_OFF_SCRATCH / 8] = sb.data_addr() + DATA_BYTES as u64 / 2;
     for (i, w) in sb.data.iter_mut().enumerate() {
         *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555;
     }

@@ -225,7 +225,11 @@ impl JitProgram {
     /// them, `env.host` is null or an unborrowed `HostState`; and, if the program uses its
     /// context, `[ctx_addr, ctx_addr + context size of its type)` is inside `env.read` and,
     /// for `xrp`, its `done` and `next_addr[]`+`size[]` fields inside `env.write` (the JIT
-    /// accesses the context at offsets the verifier proved without a run-time check).
+    /// accesses the context at offsets the verifier proved without a run-time check); and, for
+    /// `xrp`, with `(d, s)` = [`VerifiedProgram::xrp_min_bytes`], the context's `data` field
+    /// holds an address whose first `d` bytes are inside `env.read` and its `scratch` field
+    /// one whose first `s` bytes are inside both `env.read` and `env.write`, neither field
+    /// changing during the call (the proved data and scratch accesses are not checked).
     /// [`crate::Instance`] upholds all of it.
     #[inline]
     pub unsafe fn run(

@@ -59,8 +59,10 @@ pub fn run_jit(jit: &JitProgram, env: &mut RunEnv, ctx: u64, top: u64) -> Result
 
 /// Bytes of the read-only "context" region in tests (room for `struct bpf_xrp`).
 pub const CTX_BYTES: usize = 288;
-/// Bytes of the read/write data region in tests.
-pub const DATA_BYTES: usize = 4096;
+/// Bytes of the read/write data region in tests: room for an xrp `data` view and a `scratch`
+/// buffer behind it (the JIT's run contract: the context's `data` and `scratch` fields point
+/// at that many bytes of granted memory, see `VerifiedProgram::xrp_min_bytes`).
+pub const DATA_BYTES: usize = 8192;
 
 /// Memory one test invocation may touch: ctx (read-only), data (rw), stack (rw), plus globals.
 #[derive(Debug, Clone)]

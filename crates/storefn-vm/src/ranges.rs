@@ -1,0 +1,465 @@
+//! Range analysis over the entry function: which registers hold a pointer into the context,
+//! the xrp `data` block or `scratch` at a bounded offset, and which hold a scalar in a known
+//! unsigned range. `proofs.rs` turns the states reaching each access into proofs.
+//!
+//! Abstract interpretation, path-sensitive up to a point: each slot keeps up to
+//! [`STATES_PER_SLOT`] distinct states (a loop with a constant trip count is followed iteration
+//! by iteration, so a pointer stepping in lockstep with its counter keeps an exact offset);
+//! past that the slot's states are joined into one summary, and after [`WIDEN_AFTER`] growths
+//! of a summary every bound still moving is widened to its extreme, so the analysis ends. A
+//! state arriving at a slot is dropped when one already kept there contains it (its
+//! continuations are covered). Branches refine the ranges they compare on each edge; an edge
+//! whose refined range is empty is not followed. More than [`MAX_ARRIVALS`] arrivals in all
+//! and the analysis gives up: nothing is proved (every access keeps its check).
+//!
+//! Every fact is about the value a register holds at run time on every path that reaches the
+//! slot: `Ptr(Data, [a, b])` means the register equals `ctx.data + k` for some `a <= k <= b`
+//! (run_xrp sets `ctx.data` to the data slice and the program cannot write that field, which
+//! lies outside the context's writable fields); `Scalar([lo, hi])` means `lo <= value <= hi`
+//! as u64. `Scalar(FULL)` is "anything", pointers included, so every operation on a scalar is
+//! computed for arbitrary 64-bit values.
+
+use crate::cfg::Cfg;
+use crate::insn::{
+    Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_AND, BPF_ATOMIC, BPF_CALL, BPF_DIV, BPF_END, BPF_EXIT,
+    BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLE, BPF_JLT, BPF_JMP, BPF_JMP32, BPF_JNE, BPF_JSGE,
+    BPF_JSGT, BPF_JSLE, BPF_JSLT, BPF_LD, BPF_LDX, BPF_LSH, BPF_MEM, BPF_MOD, BPF_MOV, BPF_MUL,
+    BPF_RSH, BPF_STX, BPF_SUB, BPF_X,
+};
+use crate::interp::size_bytes;
+use crate::program::{ProgType, Program};
+use crate::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH};
+
+/// Distinct states a slot keeps before it joins them into one summary: enough for a loop of
+/// this many iterations to be followed exactly (BPF-KV's 31-key node scan needs 31).
+pub(crate) const STATES_PER_SLOT: usize = 40;
+/// Growths of a slot's summary before its moving bounds are widened to their extremes.
+const WIDEN_AFTER: u32 = 8;
+/// States processed in all before the analysis gives up (bounds verification time).
+pub(crate) const MAX_ARRIVALS: usize = 200_000;
+
+/// What a pointer points into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Base {
+    /// The program type's context (the entry's r1).
+    Ctx,
+    /// The xrp `data` block (`ctx.data`).
+    Data,
+    /// The xrp `scratch` buffer (`ctx.scratch`).
+    Scratch,
+}
+
+/// An inclusive range; unsigned for scalars, signed byte offsets for pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span<T> {
+    pub(crate) lo: T,
+    pub(crate) hi: T,
+}
+
+/// The abstract value of one register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Val {
+    Scalar(Span<u64>),
+    Ptr(Base, Span<i64>),
+}
+
+const FULL: Val = Val::Scalar(Span { lo: 0, hi: u64::MAX });
+const U32_MAX: u64 = u32::MAX as u64;
+
+fn scalar(lo: u64, hi: u64) -> Val {
+    debug_assert!(lo <= hi);
+    Val::Scalar(Span { lo, hi })
+}
+
+fn konst(v: u64) -> Val {
+    scalar(v, v)
+}
+
+impl Val {
+    fn span(self) -> Option<Span<u64>> {
+        match self {
+            Val::Scalar(s) => Some(s),
+            Val::Ptr(..) => None,
+        }
+    }
+
+    fn contains(self, other: Val) -> bool {
+        match (self, other) {
+            (Val::Scalar(a), _) if a.lo == 0 && a.hi == u64::MAX => true,
+            (Val::Scalar(a), Val::Scalar(b)) => a.lo <= b.lo && b.hi <= a.hi,
+            (Val::Ptr(x, a), Val::Ptr(y, b)) => x == y && a.lo <= b.lo && b.hi <= a.hi,
+            _ => false,
+        }
+    }
+
+    fn join(self, other: Val) -> Val {
+        match (self, other) {
+            (Val::Scalar(a), Val::Scalar(b)) => scalar(a.lo.min(b.lo), a.hi.max(b.hi)),
+            (Val::Ptr(x, a), Val::Ptr(y, b)) if x == y => {
+                Val::Ptr(x, Span { lo: a.lo.min(b.lo), hi: a.hi.max(b.hi) })
+            }
+            _ => FULL,
+        }
+    }
+
+    /// `self` joined with `new`, every bound `new` moved outward pushed to its extreme.
+    fn widen(self, new: Val) -> Val {
+        match (self, self.join(new)) {
+            (Val::Scalar(a), Val::Scalar(b)) => scalar(
+                if b.lo < a.lo { 0 } else { b.lo },
+                if b.hi > a.hi { u64::MAX } else { b.hi },
+            ),
+            (Val::Ptr(_, a), Val::Ptr(x, b)) if a == b => Val::Ptr(x, b),
+            // A pointer whose offset keeps moving: nothing provable remains.
+            _ => FULL,
+        }
+    }
+}
+
+/// Registers r0-r9 (r10 is the frame pointer; its accesses are proved syntactically).
+pub(crate) type State = [Val; 10];
+
+fn state_contains(a: &State, b: &State) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.contains(*y))
+}
+
+/// Per slot of the entry function: the states that reach it, or `None` when the analysis gave
+/// up. An empty list: no path reaches the slot.
+pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
+    let (start, end) = cfg.func_range(0);
+    let mut kept: Vec<Vec<State>> = vec![Vec::new(); end - start];
+    let mut growths = vec![0u32; end - start];
+    let mut entry = [FULL; 10];
+    entry[1] = Val::Ptr(Base::Ctx, Span { lo: 0, hi: 0 });
+    let mut work = vec![(start, entry)];
+    let mut arrivals = 0usize;
+    while let Some((pc, st)) = work.pop() {
+        arrivals += 1;
+        if arrivals > MAX_ARRIVALS {
+            return None;
+        }
+        let slot = &mut kept[pc - start];
+        if slot.iter().any(|k| state_contains(k, &st)) {
+            continue;
+        }
+        let st = if slot.len() < STATES_PER_SLOT {
+            slot.push(st);
+            st
+        } else {
+            // Summary mode: one state, grown (and eventually widened) by every arrival.
+            let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
+            growths[pc - start] += 1;
+            let new: State = if growths[pc - start] > WIDEN_AFTER {
+                std::array::from_fn(|r| old[r].widen(st[r]))
+            } else {
+                join_states(&old, &st)
+            };
+            slot.clear();
+            slot.push(new);
+            new
+        };
+        for (succ, s) in step(prog, cfg, pc, st) {
+            if (start..end).contains(&succ) && !cfg.is_second_half(succ) {
+                work.push((succ, s));
+            }
+        }
+    }
+    Some(kept)
+}
+
+fn join_states(a: &State, b: &State) -> State {
+    std::array::from_fn(|r| a[r].join(b[r]))
+}
+
+/// Successor states of `pc` (at most two; an infeasible branch edge is left out).
+fn step(prog: &Program, cfg: &Cfg, pc: usize, mut st: State) -> Vec<(usize, State)> {
+    let insns = &prog.insns;
+    let i = insns[pc];
+    let [a, b] = cfg.successors(insns, pc);
+    let d = usize::from(i.dst).min(9);
+    match i.class() {
+        BPF_ALU | BPF_ALU64 if i.dst < 10 => st[d] = alu(i, &st),
+        BPF_LD if i.dst < 10 => {
+            let hi = insns.get(pc + 1).map_or(0, |h| h.imm);
+            // A relocated lddw is a globals address: not tracked (FULL).
+            let v = (u64::from(hi.cast_unsigned()) << 32) | u64::from(i.imm.cast_unsigned());
+            let relocated = prog.global_relocs.binary_search_by_key(&pc, |&(at, _)| at).is_ok();
+            st[d] = if i.src == 0 && !relocated { konst(v) } else { FULL };
+        }
+        BPF_LDX if i.dst < 10 => st[d] = load(i, &st, prog.prog_type),
+        BPF_STX if i.op & 0xe0 == BPF_ATOMIC => {
+            // Fetching atomics write src; cmpxchg writes r0.
+            st[usize::from(i.src).min(9)] = FULL;
+            st[0] = FULL;
+        }
+        BPF_JMP if i.op == BPF_JMP | BPF_CALL => {
+            for r in &mut st[0..=5] {
+                *r = FULL;
+            }
+        }
+        BPF_JMP | BPF_JMP32 if i.op & 0xf0 != BPF_JA && i.op & 0xf0 != BPF_EXIT => {
+            let (Some(target), Some(fall)) = (a, b) else { return Vec::new() };
+            let mut out = Vec::with_capacity(2);
+            if let Some(s) = branch(i, st, true) {
+                out.push((target, s));
+            }
+            if let Some(s) = branch(i, st, false) {
+                out.push((fall, s));
+            }
+            return out;
+        }
+        _ => {}
+    }
+    [a, b].into_iter().flatten().map(|s| (s, st)).collect()
+}
+
+/// The second operand of an ALU or jump instruction, as a value.
+fn operand(i: Insn, st: &State, is64: bool) -> Val {
+    if i.op & BPF_X != 0 {
+        if i.src >= 10 {
+            return FULL;
+        }
+        st[usize::from(i.src)]
+    } else if is64 {
+        konst(i64::from(i.imm).cast_unsigned())
+    } else {
+        konst(u64::from(i.imm.cast_unsigned()))
+    }
+}
+
+fn alu(i: Insn, st: &State) -> Val {
+    let is64 = i.class() == BPF_ALU64;
+    let op = i.op & 0xf0;
+    let dst = st[usize::from(i.dst)];
+    let src = operand(i, st, is64);
+    if op == BPF_END {
+        return FULL; // be64 in the 32-bit class yields 64 bits
+    }
+    if op == BPF_MOV && i.off == 0 {
+        return if is64 { src } else { trunc32(src) };
+    }
+    if i.off != 0 {
+        return FULL; // signed moves and divisions
+    }
+    if is64 {
+        alu64(op, i, dst, src)
+    } else {
+        alu32(op, dst, src)
+    }
+}
+
+fn alu64(op: u8, i: Insn, dst: Val, src: Val) -> Val {
+    // `rX += -c` is a subtraction by c, not an overflowing add of 2^64 - c.
+    let k = i.op & BPF_X == 0;
+    let neg_k = k && i.imm < 0;
+    match (op, dst, src) {
+        (BPF_ADD, Val::Ptr(b, o), _) if k => ptr_off(b, o, i64::from(i.imm)),
+        (BPF_SUB, Val::Ptr(b, o), _) if k => ptr_off(b, o, -i64::from(i.imm)),
+        (BPF_ADD, Val::Ptr(b, o), Val::Scalar(s)) | (BPF_ADD, Val::Scalar(s), Val::Ptr(b, o)) => {
+            ptr_add(b, o, s, false)
+        }
+        (BPF_SUB, Val::Ptr(b, o), Val::Scalar(s)) => ptr_add(b, o, s, true),
+        (_, Val::Scalar(a), Val::Scalar(s)) => {
+            if neg_k && op == BPF_ADD {
+                let c = i64::from(i.imm).unsigned_abs();
+                return sub_span(a, Span { lo: c, hi: c });
+            }
+            scalar_op(op, a, s)
+        }
+        _ => FULL,
+    }
+}
+
+/// 32-bit ALU: exact when the 64-bit result of the operands fits in 32 bits, else any u32.
+fn alu32(op: u8, dst: Val, src: Val) -> Val {
+    let (Some(a), Some(b)) = (trunc32(dst).span(), trunc32(src).span()) else {
+        return scalar(0, U32_MAX);
+    };
+    let b = if op == BPF_LSH || op == BPF_RSH { shift_amount(b, 31) } else { Some(b) };
+    match b.map(|b| scalar_op(op, a, b)).and_then(Val::span) {
+        Some(r) if r.hi <= U32_MAX => Val::Scalar(r),
+        _ => scalar(0, U32_MAX),
+    }
+}
+
+fn trunc32(v: Val) -> Val {
+    match v {
+        Val::Scalar(s) if s.hi <= U32_MAX => v,
+        _ => scalar(0, U32_MAX),
+    }
+}
+
+/// A constant shift amount masked as the ISA masks it; `None` when it is not a constant.
+fn shift_amount(b: Span<u64>, mask: u64) -> Option<Span<u64>> {
+    (b.lo == b.hi).then_some(Span { lo: b.lo & mask, hi: b.lo & mask })
+}
+
+fn sub_span(a: Span<u64>, b: Span<u64>) -> Val {
+    if a.lo >= b.hi {
+        scalar(a.lo - b.hi, a.hi - b.lo)
+    } else {
+        FULL
+    }
+}
+
+fn scalar_op(op: u8, a: Span<u64>, b: Span<u64>) -> Val {
+    match op {
+        BPF_ADD => match (a.lo.checked_add(b.lo), a.hi.checked_add(b.hi)) {
+            (Some(lo), Some(hi)) => scalar(lo, hi),
+            _ => FULL,
+        },
+        BPF_SUB => sub_span(a, b),
+        BPF_MUL => match (a.lo.checked_mul(b.lo), a.hi.checked_mul(b.hi)) {
+            (Some(lo), Some(hi)) => scalar(lo, hi),
+            _ => FULL,
+        },
+        BPF_AND => scalar(0, a.hi.min(b.hi)),
+        BPF_DIV if b.lo > 0 => scalar(a.lo / b.hi, a.hi / b.lo),
+        BPF_MOD if b.lo > 0 => scalar(0, a.hi.min(b.hi - 1)),
+        BPF_LSH => match shift_amount(b, 63) {
+            Some(k) if a.hi.leading_zeros() as u64 >= k.lo => scalar(a.lo << k.lo, a.hi << k.lo),
+            _ => FULL,
+        },
+        BPF_RSH => match shift_amount(b, 63) {
+            Some(k) => scalar(a.lo >> k.lo, a.hi >> k.lo),
+            None => scalar(0, a.hi),
+        },
+        _ => FULL,
+    }
+}
+
+/// `ptr + delta` for a constant `delta`.
+fn ptr_off(b: Base, o: Span<i64>, delta: i64) -> Val {
+    match (o.lo.checked_add(delta), o.hi.checked_add(delta)) {
+        (Some(lo), Some(hi)) => Val::Ptr(b, Span { lo, hi }),
+        _ => FULL,
+    }
+}
+
+/// `ptr ± s` for a scalar range `s`.
+fn ptr_add(b: Base, o: Span<i64>, s: Span<u64>, sub: bool) -> Val {
+    let (Ok(lo), Ok(hi)) = (i64::try_from(s.lo), i64::try_from(s.hi)) else { return FULL };
+    let r = if sub {
+        o.lo.checked_sub(hi).zip(o.hi.checked_sub(lo))
+    } else {
+        o.lo.checked_add(lo).zip(o.hi.checked_add(hi))
+    };
+    r.map_or(FULL, |(lo, hi)| Val::Ptr(b, Span { lo, hi }))
+}
+
+fn load(i: Insn, st: &State, t: ProgType) -> Val {
+    let n = size_bytes(i.op);
+    if i.op & 0xe0 != BPF_MEM {
+        return FULL; // sign-extending loads
+    }
+    let base = st.get(usize::from(i.src)).copied().unwrap_or(FULL);
+    if let (ProgType::Xrp, Val::Ptr(Base::Ctx, o)) = (t, base) {
+        let field = o.lo == o.hi && n == 8;
+        let at = o.lo.checked_add(i64::from(i.off));
+        if field && at == Some(XRP_OFF_DATA as i64) {
+            return Val::Ptr(Base::Data, Span { lo: 0, hi: 0 });
+        }
+        if field && at == Some(XRP_OFF_SCRATCH as i64) {
+            return Val::Ptr(Base::Scratch, Span { lo: 0, hi: 0 });
+        }
+    }
+    match n {
+        1 => scalar(0, 0xff),
+        2 => scalar(0, 0xffff),
+        4 => scalar(0, U32_MAX),
+        _ => FULL,
+    }
+}
+
+/// The state on the taken (`taken`) or fall-through edge of a conditional jump; `None` when
+/// the refined ranges say the edge cannot be taken.
+fn branch(i: Insn, mut st: State, taken: bool) -> Option<State> {
+    let is64 = i.class() == BPF_JMP;
+    let op = i.op & 0xf0;
+    if i.dst >= 10 {
+        return Some(st);
+    }
+    let (Some(mut a), Some(mut b)) = (st[usize::from(i.dst)].span(), operand(i, &st, is64).span())
+    else {
+        return Some(st);
+    };
+    // A 32-bit compare is the 64-bit one when both sides fit in 32 bits; a signed compare is
+    // the unsigned one when both are non-negative.
+    let fits = |s: Span<u64>| is64 || s.hi <= U32_MAX;
+    let nonneg = |s: Span<u64>| s.hi <= if is64 { i64::MAX as u64 } else { i32::MAX as u64 };
+    let signed = matches!(op, BPF_JSGT | BPF_JSGE | BPF_JSLT | BPF_JSLE);
+    if !fits(a) || !fits(b) || (signed && (!nonneg(a) || !nonneg(b))) {
+        return Some(st);
+    }
+    // Normalise to `a OP b` holding on this edge.
+    let op = match (op, taken) {
+        (BPF_JEQ, true) | (BPF_JNE, false) => BPF_JEQ,
+        (BPF_JEQ, false) | (BPF_JNE, true) => BPF_JNE,
+        (BPF_JGT | BPF_JSGT, true) | (BPF_JLE | BPF_JSLE, false) => BPF_JGT,
+        (BPF_JGE | BPF_JSGE, true) | (BPF_JLT | BPF_JSLT, false) => BPF_JGE,
+        (BPF_JLT | BPF_JSLT, true) | (BPF_JGE | BPF_JSGE, false) => BPF_JLT,
+        (BPF_JLE | BPF_JSLE, true) | (BPF_JGT | BPF_JSGT, false) => BPF_JLE,
+        _ => return Some(st), // JSET: no range fact
+    };
+    match op {
+        BPF_JEQ => {
+            let (lo, hi) = (a.lo.max(b.lo), a.hi.min(b.hi));
+            if lo > hi {
+                return None;
+            }
+            a = Span { lo, hi };
+            b = a;
+        }
+        BPF_JNE => {
+            if a.lo == a.hi && b.lo == b.hi && a.lo == b.lo {
+                return None;
+            }
+            // Only a constant at an end of the other range shrinks it.
+            if b.lo == b.hi {
+                a = shave(a, b.lo)?;
+            }
+            if a.lo == a.hi {
+                b = shave(b, a.lo)?;
+            }
+        }
+        BPF_JGT => (a, b) = less(b, a, 1)?.swap(),
+        BPF_JGE => (a, b) = less(b, a, 0)?.swap(),
+        BPF_JLT => (a, b) = less(a, b, 1)?,
+        _ => (a, b) = less(a, b, 0)?, // JLE
+    }
+    st[usize::from(i.dst)] = Val::Scalar(a);
+    if i.op & BPF_X != 0 && i.src < 10 {
+        st[usize::from(i.src)] = Val::Scalar(b);
+    }
+    Some(st)
+}
+
+/// Refines `x + gap <= y` (gap 1: `x < y`; 0: `x <= y`); `None` when impossible.
+fn less(x: Span<u64>, y: Span<u64>, gap: u64) -> Option<(Span<u64>, Span<u64>)> {
+    let x_hi = y.hi.checked_sub(gap)?.min(x.hi);
+    let y_lo = x.lo.checked_add(gap)?.max(y.lo);
+    (x.lo <= x_hi && y_lo <= y.hi).then_some((Span { lo: x.lo, hi: x_hi }, Span { lo: y_lo, hi: y.hi }))
+}
+
+trait Swap {
+    fn swap(self) -> Self;
+}
+
+impl<T> Swap for (T, T) {
+    fn swap(self) -> Self {
+        (self.1, self.0)
+    }
+}
+
+/// `s` without the value `v` when `v` is one of its ends.
+fn shave(s: Span<u64>, v: u64) -> Option<Span<u64>> {
+    if s.lo == v && s.hi == v {
+        None
+    } else if s.lo == v {
+        Some(Span { lo: v + 1, hi: s.hi })
+    } else if s.hi == v {
+        Some(Span { lo: s.lo, hi: v - 1 })
+    } else {
+        Some(s)
+    }
+}
