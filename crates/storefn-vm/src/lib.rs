@@ -28,6 +28,7 @@ pub mod cfg;
 pub mod disasm;
 pub mod elf;
 pub mod error;
+pub mod harness;
 pub mod helpers;
 pub mod insn;
 pub mod instance;

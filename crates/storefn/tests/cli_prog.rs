@@ -181,3 +181,35 @@ fn default_engine_is_jit_without_silent_fallback() {
         assert!(stdout(&jit).is_empty());
     }
 }
+
+/// `storefn prog bench`: a row per (workload, engine), the stable summary line, and JSON
+/// records with the issue-3 keys; `empty` (the fixed cost of a call) is among the workloads.
+#[test]
+fn prog_bench_prints_rows_summary_and_json() {
+    let d = tmpdir("bench");
+    let json = d.join("bench.json");
+    let o = run(&[
+        "prog",
+        "bench",
+        "--calls",
+        "20",
+        "--rounds",
+        "1",
+        "--warmup",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for w in ["node512", "node4k", "empty"] {
+        for e in ["jit", "interp", "native"] {
+            assert!(out.lines().any(|l| l.starts_with(w) && l.contains(e)), "{w} {e}: {out}");
+        }
+    }
+    assert!(out.contains("summary: node512 jit/native="), "{out}");
+    let text = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(text.matches("\"ns_per_call\"").count(), 9, "{text}");
+    assert_eq!(text.matches("\"compile_us\"").count(), 3, "{text}");
+    std::fs::remove_dir_all(&d).ok();
+}
