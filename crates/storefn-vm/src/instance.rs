@@ -83,9 +83,9 @@ pub struct Instance {
     /// Boxed so `RunEnv::host` stays valid if the instance moves between invocations.
     host: Box<HostState>,
     lambda_ctx: Box<LambdaCtx>,
-    /// Stack and globals regions first, then the program type's per-call slots last
-    /// ([`XRP_CALL_READ`] / [`XRP_CALL_WRITE`], or the `LAMBDA_` ones). Both sets' `len`
-    /// never change after `new`.
+    /// The program type's per-call slots first ([`XRP_CALL_READ`] / [`XRP_CALL_WRITE`], or
+    /// the `LAMBDA_` / `OFFLOAD_` ones: constant indices, patched without a bounds check), then
+    /// the stack and globals regions. Both sets' `len` never change after `new`.
     env: OwnedEnv,
 }
 
@@ -111,7 +111,7 @@ const LAMBDA_CALL_WRITE: usize = 1;
 const OFFLOAD_CALL_READ: usize = 3;
 /// Per-call write slots of an `offload` run: `out`.
 const OFFLOAD_CALL_WRITE: usize = 1;
-/// Constant slots before the per-call ones: the stack, then at most one globals region.
+/// Constant slots after the per-call ones: the stack, then at most one globals region.
 const FIXED_SLOTS_MAX: usize = 2;
 const _: () = assert!(
     FIXED_SLOTS_MAX + XRP_CALL_READ <= MAX_REGIONS
@@ -167,10 +167,21 @@ impl Instance {
         Ok(inst)
     }
 
-    /// Fills `self.env` once: the stack and globals regions (their boxes never move), then
-    /// the program type's per-call slots as [`Region::EMPTY`] until a run patches them.
+    /// Fills `self.env` once: the program type's per-call slots as [`Region::EMPTY`] until a
+    /// run patches them, then the stack and globals regions (their boxes never move).
     fn lay_out_env(&mut self) {
         let env = &mut self.env.0;
+        let (reads, writes) = match self.prog.prog_type {
+            ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
+            ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
+            ProgType::Offload => (OFFLOAD_CALL_READ, OFFLOAD_CALL_WRITE),
+        };
+        for _ in 0..reads {
+            env.read.push(Region::EMPTY);
+        }
+        for _ in 0..writes {
+            env.write.push(Region::EMPTY);
+        }
         env.globals_base = self.globals.as_mut_ptr() as u64;
         let stack = self.stack.as_mut_ptr() as u64;
         let stack = Region { start: stack, end: stack + STACK_BYTES as u64 };
@@ -183,19 +194,8 @@ impl Instance {
                 env.write.push(Region { start: g + self.prog.globals_rw_start as u64, end });
             }
         }
-        debug_assert!(env.read.len as usize <= FIXED_SLOTS_MAX);
-        debug_assert!(env.write.len as usize <= FIXED_SLOTS_MAX);
-        let (reads, writes) = match self.prog.prog_type {
-            ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
-            ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
-            ProgType::Offload => (OFFLOAD_CALL_READ, OFFLOAD_CALL_WRITE),
-        };
-        for _ in 0..reads {
-            env.read.push(Region::EMPTY);
-        }
-        for _ in 0..writes {
-            env.write.push(Region::EMPTY);
-        }
+        debug_assert!(env.read.len as usize <= reads + FIXED_SLOTS_MAX);
+        debug_assert!(env.write.len as usize <= writes + FIXED_SLOTS_MAX);
     }
 
     #[must_use]
@@ -294,12 +294,12 @@ impl Instance {
         ctx.data = data.as_ptr() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
-        *self.env.0.read.last_mut::<XRP_CALL_READ>() = [
+        *self.env.0.read.first_mut::<XRP_CALL_READ>() = [
             Region { start: c, end: c + XRP_CTX_BYTES as u64 },
             region_or_empty(data),
             region_or_empty(scratch),
         ];
-        *self.env.0.write.last_mut::<XRP_CALL_WRITE>() = [
+        *self.env.0.write.first_mut::<XRP_CALL_WRITE>() = [
             Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 },
             Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 },
             region_or_empty(scratch),
@@ -331,12 +331,12 @@ impl Instance {
             size_i: input.len() as u64,
         };
         let c = std::ptr::from_ref::<LambdaCtx>(&self.lambda_ctx) as u64;
-        *self.env.0.read.last_mut::<LAMBDA_CALL_READ>() = [
+        *self.env.0.read.first_mut::<LAMBDA_CALL_READ>() = [
             Region { start: c, end: c + LAMBDA_CTX_BYTES as u64 },
             region_or_empty(input),
             region_or_empty(output),
         ];
-        *self.env.0.write.last_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
+        *self.env.0.write.first_mut::<LAMBDA_CALL_WRITE>() = [region_or_empty(output)];
         // Budget grows with the input: a λ function runs once over its whole range.
         let extra = LAMBDA_INSNS_PER_INPUT_BYTE
             .saturating_mul(input.len() as u64)
@@ -367,12 +367,12 @@ impl Instance {
         ctx.out = out.as_mut_ptr() as u64;
         ctx.out_len = u32::try_from(out.len()).unwrap_or(u32::MAX);
         let c = std::ptr::from_mut(ctx) as u64;
-        *self.env.0.read.last_mut::<OFFLOAD_CALL_READ>() = [
+        *self.env.0.read.first_mut::<OFFLOAD_CALL_READ>() = [
             Region { start: c, end: c + crate::offload::OFFLOAD_CTX_BYTES as u64 },
             region_or_empty(msg),
             region_or_empty(out),
         ];
-        *self.env.0.write.last_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
+        *self.env.0.write.first_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
         self.exec(c, self.insn_budget, false)
     }
 }

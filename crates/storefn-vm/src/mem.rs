@@ -54,16 +54,13 @@ impl RegionSet {
         self.len += 1;
     }
 
-    /// The last `N` slots in use, to overwrite in place: the per-call patching of a prebuilt
-    /// set (one bounds check for all of them).
-    ///
-    /// # Panics
-    /// When fewer than `N` slots are in use: a runtime bug, never program-controlled.
+    /// The first `N` slots, to overwrite in place: the per-call patching of a prebuilt set,
+    /// which keeps its per-call slots first so this needs no run-time check (a slot at or past
+    /// `len` grants nothing, so patching one is harmless; the caller lays out `len >= N`).
     #[inline]
-    pub fn last_mut<const N: usize>(&mut self) -> &mut [Region; N] {
-        let len = usize::try_from(self.len).unwrap_or(usize::MAX);
-        assert!(N <= len && len <= MAX_REGIONS, "region set has {len} slots, not {N}");
-        (&mut self.regions[len - N..len]).try_into().expect("exactly N slots")
+    pub fn first_mut<const N: usize>(&mut self) -> &mut [Region; N] {
+        const { assert!(N <= MAX_REGIONS, "more slots than a RegionSet has") };
+        self.regions.first_chunk_mut::<N>().expect("N <= MAX_REGIONS")
     }
 
     pub fn clear(&mut self) {
@@ -95,24 +92,16 @@ mod tests {
     }
 
     #[test]
-    fn last_mut_overwrites_the_tail_in_use() {
+    fn first_mut_overwrites_the_head() {
         let mut set = RegionSet::default();
         for start in [16, 32, 48] {
             set.push(Region { start, end: start + 8 });
         }
-        *set.last_mut::<2>() = [Region::EMPTY, Region { start: 100, end: 108 }];
+        *set.first_mut::<2>() = [Region::EMPTY, Region { start: 100, end: 108 }];
         assert_eq!(set.len, 3);
-        assert!(set.allows(16, 8));
-        assert!(!set.allows(32, 8), "the old slot is gone");
+        assert!(!set.allows(16, 8), "the old slot is gone");
         assert!(set.allows(100, 8));
-        assert!(!set.allows(48, 8));
-    }
-
-    #[test]
-    #[should_panic(expected = "region set has 1 slots, not 2")]
-    fn last_mut_refuses_more_slots_than_in_use() {
-        let mut set = RegionSet::default();
-        set.push(Region { start: 16, end: 24 });
-        let _ = set.last_mut::<2>();
+        assert!(!set.allows(32, 8));
+        assert!(set.allows(48, 8));
     }
 }

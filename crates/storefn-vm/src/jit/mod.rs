@@ -231,7 +231,9 @@ impl JitProgram {
     /// one whose first `s` bytes are inside both `env.read` and `env.write`, neither field
     /// changing during the call (the proved data and scratch accesses are not checked).
     /// [`crate::Instance`] upholds all of it.
-    #[inline]
+    // Always inlined: `Instance::run_xrp` is the per-block hot path; a call here costs it a
+    // frame and the register saves around it.
+    #[inline(always)]
     pub unsafe fn run(
         &self,
         env: &mut RunEnv,
