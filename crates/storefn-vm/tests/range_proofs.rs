@@ -1,0 +1,249 @@
+//! The range proofs (src/ranges.rs, src/proofs.rs) against the interpreter, through
+//! `Instance::run_xrp` with `data` and `scratch` exactly as long as the xrp views (separate
+//! allocations): random xrp programs index data and scratch with constants just inside and
+//! just outside the views, masked and compared indices, and pointers stepping through loops.
+//! The JIT drops the check wherever the verifier proved an access; a wrong proof would let it
+//! read or write past a buffer where the interpreter faults, so any difference in r0, error
+//! (with its instruction index), scratch or context outputs fails here. Short buffers take the
+//! interpreter fallback and must agree too.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use storefn_vm::insn::*;
+use storefn_vm::xrp::{XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES};
+use storefn_vm::{Engine, Instance, ProgType, VerifiedProgram, VmError, XrpCtx};
+
+/// r2 = ctx->data, r3 = ctx->scratch for the whole program (the body never writes them).
+const DATA: u8 = 2;
+const SCRATCH: u8 = 3;
+/// Registers the body computes with.
+const TEMPS: [u8; 5] = [4, 5, 6, 7, 8];
+const SIZES: [u8; 4] = [BPF_B, BPF_H, BPF_W, BPF_DW];
+
+/// An offset for an access of `n` bytes into a view of `view` bytes: mostly the edges.
+fn edge_off(rng: &mut SmallRng, n: i16, view: usize) -> i16 {
+    let view = view as i16;
+    match rng.gen_range(0..6) {
+        0 => view - n,                   // last fitting
+        1 => view - n + rng.gen_range(1..=n.max(1)), // just outside
+        2 => -rng.gen_range(1..=8),      // before the start
+        3 => 0,
+        _ => rng.gen_range(0..view + 16),
+    }
+}
+
+/// One access through `base` (+ `off`), load or store, random size.
+fn access(rng: &mut SmallRng, base: u8, off: i16, out: &mut Vec<Insn>) {
+    let size = SIZES[rng.gen_range(0..4)];
+    let t = TEMPS[rng.gen_range(0..TEMPS.len())];
+    out.push(match rng.gen_range(0..4) {
+        0 | 1 => ldx(size, t, base, off),
+        2 => stx(size, base, t, off),
+        _ => st(size, base, off, rng.gen()),
+    });
+}
+
+/// A random xrp program over data and scratch (module documentation).
+fn gen(seed: u64) -> Vec<Insn> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut p = vec![ldx(BPF_DW, DATA, 1, 0), ldx(BPF_DW, SCRATCH, 1, 272), mov64_imm(0, 0)];
+    for &t in &TEMPS {
+        p.push(mov64_imm(t, rng.gen_range(0..64)));
+    }
+    for _ in 0..rng.gen_range(1..8) {
+        let (base, view) = if rng.gen_bool(0.5) {
+            (DATA, XRP_DATA_VIEW_BYTES)
+        } else {
+            (SCRATCH, XRP_SCRATCH_BYTES)
+        };
+        let n = 8;
+        let t = TEMPS[rng.gen_range(0..3)];
+        let ptr = TEMPS[3 + rng.gen_range(0..2)];
+        match rng.gen_range(0..5) {
+            // A constant offset at the edges.
+            0 => {
+                let off = edge_off(&mut rng, n, view);
+                access(&mut rng, base, off, &mut p);
+            }
+            // A loaded index, masked (sometimes past the view) and scaled.
+            1 => {
+                p.push(ldx(SIZES[rng.gen_range(0..4)], t, SCRATCH, 8 * rng.gen_range(0..4)));
+                let mask = [7, 63, 511, 4095, 4096, 8191][rng.gen_range(0..6)];
+                p.push(alu64_imm(BPF_AND, t, mask));
+                p.push(alu64_imm(BPF_LSH, t, rng.gen_range(0..4)));
+                p.push(mov64_reg(ptr, base));
+                p.push(alu64_reg(BPF_ADD, ptr, t));
+                let off = rng.gen_range(-4..12);
+                access(&mut rng, ptr, off, &mut p);
+            }
+            // A loaded index bounded by a comparison (sometimes one too loose).
+            2 => {
+                p.push(ldx(BPF_DW, t, SCRATCH, 8 * rng.gen_range(0..4)));
+                let limit = view as i32 - 8 + rng.gen_range(-2..=2);
+                let op = [BPF_JGE, BPF_JGT, BPF_JSGE][rng.gen_range(0..3)];
+                p.push(jmp_imm(op, t, limit, 3));
+                p.push(mov64_reg(ptr, base));
+                p.push(alu64_reg(BPF_ADD, ptr, t));
+                p.push(ldx(BPF_DW, TEMPS[0], ptr, 0));
+            }
+            // A pointer stepping through a counted loop (sometimes one step too many).
+            3 => {
+                let step = [1, 4, 8][rng.gen_range(0..3)];
+                let start = rng.gen_range(0..64);
+                let fit = (view as i32 - start - 8) / step + 1;
+                let trips = (fit + rng.gen_range(-3..=1)).clamp(1, 40);
+                let (start, trips) = if trips == fit || rng.gen_bool(0.5) {
+                    (view as i32 - 8 - step * (trips - 1) + rng.gen_range(-1..=1), trips)
+                } else {
+                    (start, trips)
+                };
+                p.push(mov64_reg(ptr, base));
+                p.push(alu64_imm(BPF_ADD, ptr, start));
+                p.push(mov64_imm(t, 0));
+                access(&mut rng, ptr, 0, &mut p); // the loop header
+                p.push(alu64_imm(BPF_ADD, ptr, step));
+                p.push(alu64_imm(BPF_ADD, t, 1));
+                p.push(jmp_imm(BPF_JNE, t, trips, -4));
+            }
+            // Binary search over the view (node4k's shape), hi clamped (sometimes too high).
+            _ => {
+                let max = (view as i32 - 8) / 8 + rng.gen_range(0..=1);
+                p.extend([
+                    mov64_imm(4, 0),
+                    ldx(BPF_DW, 5, SCRATCH, 0),
+                    jmp_imm(BPF_JLT, 5, max, 1),
+                    mov64_imm(5, max),
+                    // loop: if lo >= hi break
+                    jmp_reg(BPF_JGE, 4, 5, 13),
+                    mov64_reg(6, 4),
+                    alu64_reg(BPF_ADD, 6, 5),
+                    alu64_imm(BPF_RSH, 6, 1),
+                    mov64_reg(7, 6),
+                    alu64_imm(BPF_LSH, 7, 3),
+                    alu64_reg(BPF_ADD, 7, base),
+                    ldx(BPF_DW, 8, 7, 0),
+                    // go right when the word's low bit is set, else left
+                    jmp_imm(BPF_JSET, 8, 1, 2),
+                    mov64_reg(5, 6),
+                    ja(-11),
+                    mov64_reg(4, 6),
+                    alu64_imm(BPF_ADD, 4, 1),
+                    ja(-14),
+                ]);
+            }
+        }
+    }
+    p.push(alu64_reg(BPF_ADD, 0, TEMPS[0]));
+    p.push(exit());
+    p
+}
+
+/// Bytes around each buffer that no instance is granted: the generated offsets (at most
+/// 8191 << 3 past a base) land there, so both engines fault alike instead of one reaching the
+/// other instance's stack; a JIT access a wrong proof let through reads these bytes and differs.
+const GUARD: usize = 80 << 10;
+
+/// `data` and `scratch`, each in the middle of its own guarded allocation.
+struct Buffers {
+    data: Vec<u8>,
+    scratch: Vec<u8>,
+    data_len: usize,
+    scratch_len: usize,
+}
+
+impl Buffers {
+    fn new(rng: &mut SmallRng, data_len: usize, scratch_len: usize) -> Self {
+        let mut fill = |n: usize| {
+            let mut v = vec![0xa5u8; 2 * GUARD + n];
+            v[GUARD..GUARD + n].iter_mut().for_each(|b| *b = rng.gen());
+            v
+        };
+        Self { data: fill(data_len), scratch: fill(scratch_len), data_len, scratch_len }
+    }
+}
+
+/// Runs once on `b` in place (same addresses for both engines, so fault addresses compare),
+/// then restores the scratch bytes.
+fn run(inst: &mut Instance, b: &mut Buffers) -> (Result<u64, VmError>, Vec<u8>, XrpCtx) {
+    let mut ctx = XrpCtx::default();
+    let before = b.scratch.clone();
+    let data = &b.data[GUARD..GUARD + b.data_len];
+    let r = inst.run_xrp(&mut ctx, data, &mut b.scratch[GUARD..GUARD + b.scratch_len]);
+    let after = b.scratch.clone();
+    b.scratch.copy_from_slice(&before);
+    (r, after, ctx)
+}
+
+fn same(a: &(Result<u64, VmError>, Vec<u8>, XrpCtx), b: &(Result<u64, VmError>, Vec<u8>, XrpCtx)) {
+    assert_eq!(a.0, b.0, "result");
+    assert_eq!(a.1, b.1, "scratch");
+    assert_eq!((a.2.done, a.2.next_addr, a.2.size), (b.2.done, b.2.next_addr, b.2.size), "ctx");
+}
+
+#[test]
+fn proved_accesses_agree_with_the_interpreter_at_the_edges_of_exact_buffers() {
+    let (mut proved, mut checked, mut faults, mut fallbacks) = (0, 0, 0, 0);
+    for seed in 0..3000u64 {
+        let insns = gen(seed);
+        let prog = match VerifiedProgram::new(program(insns.clone(), ProgType::Xrp)) {
+            Ok(p) => Arc::new(p),
+            Err(e) => panic!("seed {seed}: {e}: {insns:?}"),
+        };
+        for pc in 0..prog.insns.len() {
+            if matches!(prog.insns[pc].class(), BPF_LDX | BPF_ST | BPF_STX) {
+                if prog.access_in_bounds(pc) {
+                    proved += 1;
+                } else {
+                    checked += 1;
+                }
+            }
+        }
+        let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
+        let mut interp = Instance::new(Arc::clone(&prog), Engine::Interp).unwrap();
+        jit.set_insn_budget(5_000);
+        interp.set_insn_budget(5_000);
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
+        let mut exact = Buffers::new(&mut rng, XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES);
+        let (j, i) = (run(&mut jit, &mut exact), run(&mut interp, &mut exact));
+        let what = format!("seed {seed}: {:?}", prog.insns);
+        std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("{what}"));
+        faults += usize::from(matches!(j.0, Err(VmError::BadRead { .. } | VmError::BadWrite { .. })));
+        // Shorter than the proofs need: the JIT instance runs these on the interpreter.
+        let mut short = Buffers::new(&mut rng, 64, 16);
+        let (need_data, need_scratch) = prog.xrp_min_bytes();
+        fallbacks += usize::from(need_data > 64 || need_scratch > 16);
+        let (j, i) = (run(&mut jit, &mut short), run(&mut interp, &mut short));
+        std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("short: {what}"));
+    }
+    assert!(proved > 5_000 && checked > 5_000, "proved {proved}, checked {checked}");
+    assert!(faults > 300 && fallbacks > 1_000, "faults {faults}, fallbacks {fallbacks}");
+}
+
+/// A proved access just inside the view and one just outside: the outside one still faults on
+/// the JIT with its instruction index, the inside one runs.
+#[test]
+fn just_outside_a_proved_view_still_faults_with_the_instruction_index() {
+    let prog = Arc::new(
+        VerifiedProgram::new(program(
+            vec![
+                ldx(BPF_DW, DATA, 1, 0),
+                ldx(BPF_DW, 0, DATA, 4088), // 1: proved
+                ldx(BPF_B, 0, DATA, 4096),  // 2: checked: faults
+                exit(),
+            ],
+            ProgType::Xrp,
+        ))
+        .unwrap(),
+    );
+    assert!(prog.access_in_bounds(1) && !prog.access_in_bounds(2));
+    let mut jit = Instance::new(prog, Engine::Jit).unwrap();
+    let mut b = Buffers::new(&mut SmallRng::seed_from_u64(1), XRP_DATA_VIEW_BYTES, 8);
+    let (r, ..) = run(&mut jit, &mut b);
+    let addr = b.data.as_ptr() as u64 + (GUARD + 4096) as u64;
+    assert_eq!(r, Err(VmError::BadRead { insn: 2, addr, len: 1 }));
+}
