@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use storefn_kv::db::{open_read, Db, DbOptions};
 use storefn_kv::format::value_text;
-use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, Load, PathOptions};
 use storefn_kv::query::RangeVia;
 use storefn_kv::range::Agg;
 use storefn_kv::{Abi, LookupPath, NodeSize, ProgSource, Store};
@@ -169,6 +169,20 @@ pub struct BenchArgs {
     pub prog: ProgOpts,
     #[command(flatten)]
     pub remote: crate::kv_remote::RemoteOpts,
+}
+
+impl BenchArgs {
+    /// The offered load; `--batch` defaults to `default_batch`.
+    pub fn load(&self, default_batch: usize) -> Result<Load, storefn_kv::KvError> {
+        Ok(Load {
+            threads: self.threads,
+            requests: self.requests,
+            batch: self.batch.unwrap_or(default_batch),
+            warmup: self.warmup,
+            dist: self.dist.parse::<Dist>()?,
+            seed: self.seed,
+        })
+    }
 }
 
 /// `--layers`, taken by every command that opens a database.
@@ -432,12 +446,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
     let store = Arc::new(open_read(&a.db, a.cache_levels, a.shape.layers)?.store);
     let cfg = BenchConfig {
         path: a.path.clone(),
-        threads: a.threads,
-        requests: a.requests,
-        batch: a.batch.unwrap_or(if a.path == "xrp-batch" { DEFAULT_XRP_BATCH } else { 1 }),
-        warmup: a.warmup,
-        dist: a.dist.parse::<Dist>()?,
-        seed: a.seed,
+        load: a.load(if a.path == "xrp-batch" { DEFAULT_XRP_BATCH } else { 1 })?,
         cache_bytes: a.cache_bytes,
         raw: a.io == BenchIo::One(IoArg::Raw),
         prog: a.prog.source()?,
