@@ -3,7 +3,7 @@
 //! An [`Engine`] owns one ring (one per thread), registered aligned buffers, registered files and
 //! a table of chain slots. A *chain* starts with one block read; each completed block is handed
 //! to a [`StorageFn`] with an XRP context; the function's `next_addr[]`/`size[]` requests are read
-//! next, concurrently, until it sets `done`. Semantics: docs/DESIGN.md, "Chains".
+//! next, concurrently, until it sets `done`. Semantics: docs/design/io.md, "Chains".
 
 pub mod digest;
 pub mod engine;

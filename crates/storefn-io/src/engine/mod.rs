@@ -1,5 +1,5 @@
 //! The engine: one io_uring ring per thread, registered buffers and files, and chains of block
-//! reads driven by a storage function on every completion (docs/DESIGN.md, "Chains").
+//! reads driven by a storage function on every completion (docs/design/io.md, "Chains").
 //!
 //! Shape (guide): caller-owned slots with `user_data` = buffer index; every table is sized once
 //! in [`Engine::new`]; completions are reaped in batches into a fixed array and the functions run
