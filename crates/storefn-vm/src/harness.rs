@@ -313,8 +313,9 @@ pub fn bench_workload(
 ) -> Result<Vec<Record>, String> {
     let prog = load_xrp(elf, workload.prog_name())?;
     let compile = compile_us(&prog)?;
-    let instance =
-        |engine| Instance::new(Arc::clone(&prog), engine).map_err(|e| format!("{}: {e}", prog.name));
+    let instance = |engine| {
+        Instance::new(Arc::clone(&prog), engine).map_err(|e| format!("{}: {e}", prog.name))
+    };
     let (jit, interp) = (instance(VmEngine::Jit)?, instance(VmEngine::Interp)?);
     let mut sb = Sandbox::new();
     let max_key = workload.fill(&mut sb.data);
@@ -361,8 +362,8 @@ mod tests {
     fn bench_programs_match_native_on_every_engine() {
         let cfg = BenchConfig { calls: 10, rounds: 1, warmup: 1, seed: 7 };
         for w in [Workload::Node512, Workload::Node4k, Workload::Empty] {
-            let recs = bench_workload(w, storefn_progs::must(w.prog_name()), &cfg)
-                .expect("answers agree");
+            let recs =
+                bench_workload(w, storefn_progs::must(w.prog_name()), &cfg).expect("answers agree");
             let engines: Vec<&str> = recs.iter().map(|r| r.engine).collect();
             assert_eq!(engines, ENGINES);
             assert!(recs.iter().all(|r| r.ns_per_call > 0.0 && r.program == w.name()));

@@ -203,13 +203,13 @@ mod tests {
     fn data_and_scratch_are_proved_up_to_their_view_and_no_further() {
         let st = BPF_ST | BPF_MEM;
         let v = xrp(&[
-            ins(LDX_DW, 0, 2, 4088, 0),                      // 2: data's last word: proved
-            ins(LDX_DW, 0, 2, 4089, 0),                      // 3: one byte past: checked
-            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 2, -1, 0),     // 4: before data: checked
-            ins(st | BPF_DW, 2, 0, 0, 1),                    // 5: data is read-only: checked
-            ins(st | BPF_DW, 3, 0, 4088, 1),                 // 6: scratch's last word: proved
-            ins(st | BPF_B, 3, 0, 4096, 1),                  // 7: past scratch: checked
-            ins(BPF_STX | 0xc0 | BPF_DW, 3, 0, 0, 0),        // 8: atomic on scratch: checked
+            ins(LDX_DW, 0, 2, 4088, 0),                  // 2: data's last word: proved
+            ins(LDX_DW, 0, 2, 4089, 0),                  // 3: one byte past: checked
+            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 2, -1, 0), // 4: before data: checked
+            ins(st | BPF_DW, 2, 0, 0, 1),                // 5: data is read-only: checked
+            ins(st | BPF_DW, 3, 0, 4088, 1),             // 6: scratch's last word: proved
+            ins(st | BPF_B, 3, 0, 4096, 1),              // 7: past scratch: checked
+            ins(BPF_STX | 0xc0 | BPF_DW, 3, 0, 0, 0),    // 8: atomic on scratch: checked
         ]);
         let got: Vec<bool> = (2..=8).map(|pc| v.access_in_bounds(pc)).collect();
         assert_eq!(got, [true, false, false, false, true, false, false]);
@@ -220,11 +220,11 @@ mod tests {
     fn a_pointer_stepping_with_a_bounded_counter_is_proved() {
         // for (i = 0, p = data; i != 31; i++, p += 8) r0 = *p;  (BPF-KV's node scan)
         let v = xrp(&[
-            mov(4, 0),                                      // 2
-            ins(LDX_DW, 0, 2, 0, 0),                        // 3: loop header: proved
-            ins(BPF_ALU64 | BPF_ADD | BPF_K, 2, 0, 0, 8),   // 4
-            ins(BPF_ALU64 | BPF_ADD | BPF_K, 4, 0, 0, 1),   // 5
-            ins(JMP_K | BPF_JNE, 4, 0, -4, 31),             // 6: -> 3
+            mov(4, 0),                                    // 2
+            ins(LDX_DW, 0, 2, 0, 0),                      // 3: loop header: proved
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 2, 0, 0, 8), // 4
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 4, 0, 0, 1), // 5
+            ins(JMP_K | BPF_JNE, 4, 0, -4, 31),           // 6: -> 3
         ]);
         assert!(v.access_in_bounds(3));
         assert_eq!(v.xrp_min_bytes(), (31 * 8, 0));
@@ -243,22 +243,22 @@ mod tests {
     #[test]
     fn masked_and_compared_indices_are_proved_unbounded_ones_are_not() {
         let v = xrp(&[
-            ins(LDX_DW, 4, 3, 0, 0),                        // 2: r4 = scratch[0] (any value)
+            ins(LDX_DW, 4, 3, 0, 0), // 2: r4 = scratch[0] (any value)
             ins(BPF_ALU64 | BPF_AND | BPF_K, 4, 0, 0, 511), // 3: r4 &= 511
-            ins(BPF_ALU64 | BPF_LSH | BPF_K, 4, 0, 0, 3),   // 4: r4 <<= 3
-            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0),   // 5: r5 = data
-            ins(BPF_ALU64 | BPF_ADD | BPF_X, 5, 4, 0, 0),   // 6: r5 += r4
-            ins(LDX_DW, 0, 5, 0, 0),                        // 7: data[0..512]: proved
-            ins(LDX_DW, 6, 3, 8, 0),                        // 8: r6 = scratch[1] (any value)
-            ins(JMP_K | BPF_JGE, 6, 0, 3, 4089),            // 9: if r6 >= 4089 skip the loads
-            ins(BPF_ALU64 | BPF_ADD | BPF_X, 6, 2, 0, 0),   // 10: r6 = data + [0, 4088]
-            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 6, 0, 0),     // 11: proved (one byte)
-            ins(BPF_LDX | BPF_MEM | BPF_W, 0, 6, 0, 0),     // 12: 4 bytes at 4088..4092: proved
-            ins(LDX_DW, 7, 3, 16, 0),                       // 13: r7 = scratch[2]
-            ins(BPF_ALU64 | BPF_ADD | BPF_X, 7, 2, 0, 0),   // 14: r7 = data + anything
-            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 7, 0, 0),     // 15: checked
-            ins(JMP_K | BPF_JLT, 7, 0, 1, 0),               // 16: never taken (u64 < 0)
-            ins(BPF_JMP | BPF_JA, 0, 0, 0, 0),              // 17
+            ins(BPF_ALU64 | BPF_LSH | BPF_K, 4, 0, 0, 3), // 4: r4 <<= 3
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0), // 5: r5 = data
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 5, 4, 0, 0), // 6: r5 += r4
+            ins(LDX_DW, 0, 5, 0, 0), // 7: data[0..512]: proved
+            ins(LDX_DW, 6, 3, 8, 0), // 8: r6 = scratch[1] (any value)
+            ins(JMP_K | BPF_JGE, 6, 0, 3, 4089), // 9: if r6 >= 4089 skip the loads
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 6, 2, 0, 0), // 10: r6 = data + [0, 4088]
+            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 6, 0, 0), // 11: proved (one byte)
+            ins(BPF_LDX | BPF_MEM | BPF_W, 0, 6, 0, 0), // 12: 4 bytes at 4088..4092: proved
+            ins(LDX_DW, 7, 3, 16, 0), // 13: r7 = scratch[2]
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 7, 2, 0, 0), // 14: r7 = data + anything
+            ins(BPF_LDX | BPF_MEM | BPF_B, 0, 7, 0, 0), // 15: checked
+            ins(JMP_K | BPF_JLT, 7, 0, 1, 0), // 16: never taken (u64 < 0)
+            ins(BPF_JMP | BPF_JA, 0, 0, 0, 0), // 17
         ]);
         let got: Vec<bool> = [7, 11, 12, 15].iter().map(|&pc| v.access_in_bounds(pc)).collect();
         assert_eq!(got, [true, true, true, false]);
@@ -269,15 +269,14 @@ mod tests {
     #[test]
     fn a_branch_that_cannot_be_taken_proves_nothing_behind_it_and_equality_narrows() {
         let v = xrp(&[
-            ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),     // 2: r4 = scratch byte, 0..=255
-            ins(JMP_K | BPF_JEQ, 4, 0, 2, 300),             // 3: r4 == 300: impossible
-            ins(BPF_ALU64 | BPF_ADD | BPF_X, 4, 2, 0, 0),   // 4: r4 = data + [0, 255]
-            ins(LDX_DW, 0, 4, 0, 0),                        // 5: proved
-            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0),   // 6: r5 = data
-            ins(LDX_DW, 0, 5, 8000, 0),                     // 7: checked
+            ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0), // 2: r4 = scratch byte, 0..=255
+            ins(JMP_K | BPF_JEQ, 4, 0, 2, 300),         // 3: r4 == 300: impossible
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 4, 2, 0, 0), // 4: r4 = data + [0, 255]
+            ins(LDX_DW, 0, 4, 0, 0),                    // 5: proved
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0), // 6: r5 = data
+            ins(LDX_DW, 0, 5, 8000, 0),                 // 7: checked
         ]);
         assert!(v.access_in_bounds(5));
         assert!(!v.access_in_bounds(7));
     }
 }
-

@@ -317,7 +317,9 @@ fn scalar_op(op: u8, a: Span<u64>, b: Span<u64>) -> Val {
         BPF_DIV if b.lo > 0 => scalar(a.lo / b.hi, a.hi / b.lo),
         BPF_MOD if b.lo > 0 => scalar(0, a.hi.min(b.hi - 1)),
         BPF_LSH => match shift_amount(b, 63) {
-            Some(k) if a.hi.leading_zeros() as u64 >= k.lo => scalar(a.lo << k.lo, a.hi << k.lo),
+            Some(k) if u64::from(a.hi.leading_zeros()) >= k.lo => {
+                scalar(a.lo << k.lo, a.hi << k.lo)
+            }
             _ => FULL,
         },
         BPF_RSH => match shift_amount(b, 63) {
@@ -438,7 +440,8 @@ fn branch(i: Insn, mut st: State, taken: bool) -> Option<State> {
 fn less(x: Span<u64>, y: Span<u64>, gap: u64) -> Option<(Span<u64>, Span<u64>)> {
     let x_hi = y.hi.checked_sub(gap)?.min(x.hi);
     let y_lo = x.lo.checked_add(gap)?.max(y.lo);
-    (x.lo <= x_hi && y_lo <= y.hi).then_some((Span { lo: x.lo, hi: x_hi }, Span { lo: y_lo, hi: y.hi }))
+    (x.lo <= x_hi && y_lo <= y.hi)
+        .then_some((Span { lo: x.lo, hi: x_hi }, Span { lo: y_lo, hi: y.hi }))
 }
 
 trait Swap {

@@ -29,9 +29,9 @@ const SIZES: [u8; 4] = [BPF_B, BPF_H, BPF_W, BPF_DW];
 fn edge_off(rng: &mut SmallRng, n: i16, view: usize) -> i16 {
     let view = view as i16;
     match rng.gen_range(0..6) {
-        0 => view - n,                   // last fitting
+        0 => view - n,                               // last fitting
         1 => view - n + rng.gen_range(1..=n.max(1)), // just outside
-        2 => -rng.gen_range(1..=8),      // before the start
+        2 => -rng.gen_range(1..=8),                  // before the start
         3 => 0,
         _ => rng.gen_range(0..view + 16),
     }
@@ -212,7 +212,8 @@ fn proved_accesses_agree_with_the_interpreter_at_the_edges_of_exact_buffers() {
         let (j, i) = (run(&mut jit, &mut exact), run(&mut interp, &mut exact));
         let what = format!("seed {seed}: {:?}", prog.insns);
         std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("{what}"));
-        faults += usize::from(matches!(j.0, Err(VmError::BadRead { .. } | VmError::BadWrite { .. })));
+        faults +=
+            usize::from(matches!(j.0, Err(VmError::BadRead { .. } | VmError::BadWrite { .. })));
         // Shorter than the proofs need: the JIT instance runs these on the interpreter.
         let mut short = Buffers::new(&mut rng, 64, 16);
         let (need_data, need_scratch) = prog.xrp_min_bytes();

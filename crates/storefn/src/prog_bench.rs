@@ -65,8 +65,12 @@ fn bench_workload(w: Workload, args: &BenchArgs) -> Result<Vec<Record>, String> 
     let w = w.harness();
     let elf = storefn_progs::get(w.prog_name())
         .ok_or_else(|| format!("program {} not built", w.prog_name()))?;
-    let cfg =
-        BenchConfig { calls: args.calls, rounds: args.rounds, warmup: args.warmup, seed: args.seed };
+    let cfg = BenchConfig {
+        calls: args.calls,
+        rounds: args.rounds,
+        warmup: args.warmup,
+        seed: args.seed,
+    };
     Ok(harness::bench_workload(w, elf, &cfg)?
         .into_iter()
         .map(|r| Record {
