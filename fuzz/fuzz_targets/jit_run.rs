@@ -8,6 +8,7 @@ use storefn_vm::jit::JitProgram;
 use storefn_vm::{VerifiedProgram, VmError};
 
 #[path = "sandbox.rs"]
+#[allow(dead_code)]
 mod sandbox;
 use sandbox::*;
 

@@ -10,6 +10,7 @@ use storefn_vm::jit::JitProgram;
 use storefn_vm::{interp, VerifiedProgram};
 
 #[path = "sandbox.rs"]
+#[allow(dead_code)]
 mod sandbox;
 use sandbox::*;
 

@@ -294,15 +294,16 @@ impl Instance {
         ctx.data = data.as_ptr() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
+        let scratch_region = region_or_empty(scratch);
         *self.env.0.read.first_mut::<XRP_CALL_READ>() = [
             Region { start: c, end: c + XRP_CTX_BYTES as u64 },
             region_or_empty(data),
-            region_or_empty(scratch),
+            scratch_region,
         ];
         *self.env.0.write.first_mut::<XRP_CALL_WRITE>() = [
             Region { start: c + XRP_OFF_DONE as u64, end: c + XRP_OFF_SLOT as u64 },
             Region { start: c + XRP_OFF_NEXT_ADDR as u64, end: c + XRP_OFF_SCRATCH as u64 },
-            region_or_empty(scratch),
+            scratch_region,
         ];
         // The JIT's data/scratch proofs hold for buffers at least this long; a call lending
         // less (a short block) runs on the interpreter, which checks every access and stops
