@@ -279,4 +279,29 @@ mod tests {
         assert!(v.access_in_bounds(5));
         assert!(!v.access_in_bounds(7));
     }
+
+    #[test]
+    fn an_analysis_past_its_state_bound_proves_nothing_but_the_stack() {
+        // `diamonds` branches on a loaded value whose paths differ in r0, then a data load and
+        // a stack store.
+        let shape = |diamonds: i32| {
+            let mut p = vec![ins(LDX_DW, 2, 1, 0, 0), mov(0, 0), ins(LDX_DW, 4, 2, 8, 0)];
+            for k in 0..diamonds {
+                p.push(ins(JMP_K | BPF_JGE, 4, 0, 1, k));
+                p.push(ins(BPF_ALU64 | BPF_ADD | BPF_K, 0, 0, 0, 1));
+            }
+            p.push(ins(LDX_DW, 3, 2, 0, 0));
+            p.push(ins(BPF_ST | BPF_MEM | BPF_DW, 10, 0, -8, 0));
+            p.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+            let n = p.len();
+            (verified(p), n)
+        };
+        let (small, n) = shape(50);
+        assert!(small.access_in_bounds(n - 3) && small.access_in_bounds(n - 2));
+        let (big, n) = shape(6000);
+        assert!(!big.access_in_bounds(0), "not even the context load: the analysis gave up");
+        assert!(!big.access_in_bounds(n - 3));
+        assert!(big.access_in_bounds(n - 2), "r10 accesses are proved without the analysis");
+        assert_eq!(big.xrp_min_bytes(), (0, 0));
+    }
 }
