@@ -165,6 +165,18 @@ impl VerifiedProgram {
         &self.in_bounds.at
     }
 
+    /// `(proved, all)`: the program's loads, stores and atomics, and how many of them
+    /// [`VerifiedProgram::access_in_bounds`] holds for (`storefn prog verify --proofs`).
+    #[must_use]
+    pub fn proved_accesses(&self) -> (usize, usize) {
+        let access = |pc: &usize| {
+            !self.cfg.is_second_half(*pc)
+                && matches!(self.prog.insns[*pc].class(), BPF_LDX | BPF_ST | BPF_STX)
+        };
+        let all: Vec<usize> = (0..self.prog.insns.len()).filter(access).collect();
+        (all.iter().filter(|&&pc| self.access_in_bounds(pc)).count(), all.len())
+    }
+
     /// `(data, scratch)` bytes an xrp invocation must be lent for the proved accesses to hold
     /// (0 when none rests on that buffer). `Instance::run_xrp` runs a call with shorter buffers
     /// on the interpreter.

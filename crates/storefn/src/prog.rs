@@ -22,6 +22,10 @@ pub enum ProgCmd {
         section: Option<String>,
         #[arg(long = "type", value_enum, default_value_t = TypeArg::Xrp)]
         prog_type: TypeArg,
+        /// Also print how many memory accesses the verifier proved in bounds (the JIT runs
+        /// them without a check) and, for xrp, the data/scratch bytes those proofs need.
+        #[arg(long)]
+        proofs: bool,
     },
     /// Disassemble the linked program, one line per instruction with its slot index.
     Dump {
@@ -86,8 +90,8 @@ pub fn run(cmd: &ProgCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ProgCmd::Verify { file, section, prog_type } => {
-            verify(file, section.as_deref(), (*prog_type).into())
+        ProgCmd::Verify { file, section, prog_type, proofs } => {
+            verify(file, section.as_deref(), (*prog_type).into(), *proofs)
         }
         ProgCmd::Dump { file, section } => dump(file, section.as_deref()),
         ProgCmd::Run { file, prog_type, data, scratch, scratch_out, engine, section, budget } => {
@@ -117,13 +121,21 @@ fn read(path: &Path) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
-fn verify(file: &Path, section: Option<&str>, t: ProgType) -> CmdResult {
+fn verify(file: &Path, section: Option<&str>, t: ProgType, proofs: bool) -> CmdResult {
     let elf = read(file)?;
     let prog =
         storefn_vm::elf::load(&elf, section, t).map_err(|e| format!("{}: {e}", file.display()))?;
-    match storefn_vm::verify(&prog) {
-        Ok(stats) => {
-            println!("ok: {} instructions", stats.insns);
+    match storefn_vm::VerifiedProgram::new(prog) {
+        Ok(v) => {
+            println!("ok: {} instructions", v.stats().insns);
+            if proofs {
+                let (proved, all) = v.proved_accesses();
+                let (data, scratch) = v.xrp_min_bytes();
+                println!(
+                    "proved: {proved} of {all} memory accesses in bounds \
+                     (needs data >= {data} bytes, scratch >= {scratch} bytes)"
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

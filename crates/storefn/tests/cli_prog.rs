@@ -213,3 +213,17 @@ fn prog_bench_prints_rows_summary_and_json() {
     assert_eq!(text.matches("\"compile_us\"").count(), 3, "{text}");
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// `storefn prog verify --proofs`: the accesses the JIT runs unchecked and what they need.
+#[test]
+fn verify_proofs_counts_the_proved_accesses() {
+    let d = tmpdir("verify_proofs");
+    let o = run(&["prog", "verify", obj(&d, "bench_node512").to_str().unwrap(), "--proofs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "ok: 18 instructions\n\
+         proved: 6 of 6 memory accesses in bounds (needs data >= 264 bytes, scratch >= 16 bytes)\n"
+    );
+    std::fs::remove_dir_all(&d).ok();
+}
