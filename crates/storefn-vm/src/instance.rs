@@ -74,6 +74,9 @@ pub struct Instance {
     prog: Arc<VerifiedProgram>,
     /// Instructions each invocation may execute ([`DEFAULT_INSN_BUDGET`] unless set).
     insn_budget: u64,
+    /// `prog.xrp_min_bytes()` for the JIT (kept here: read on every `run_xrp`); `(0, 0)` for
+    /// the interpreter, which needs nothing.
+    jit_min_bytes: (u64, u64),
     exec: Exec,
     /// Globals image, 8-byte aligned (`u64` backing); `globals_len` bytes are meaningful.
     globals: Box<[u64]>,
@@ -144,9 +147,11 @@ impl Instance {
             b[..chunk.len()].copy_from_slice(chunk);
             *w = u64::from_le_bytes(b);
         }
+        let jit_min_bytes = if engine == Engine::Jit { prog.xrp_min_bytes() } else { (0, 0) };
         let mut inst = Self {
             prog,
             insn_budget: DEFAULT_INSN_BUDGET,
+            jit_min_bytes,
             exec,
             globals,
             globals_len,
@@ -308,7 +313,7 @@ impl Instance {
         // The JIT's data/scratch proofs hold for buffers at least this long; a call lending
         // less (a short block) runs on the interpreter, which checks every access and stops
         // at the same instruction with the same error.
-        let (need_data, need_scratch) = self.prog.xrp_min_bytes();
+        let (need_data, need_scratch) = self.jit_min_bytes;
         let short = (data.len() as u64) < need_data || (scratch.len() as u64) < need_scratch;
         self.exec(c, self.insn_budget, short)
     }

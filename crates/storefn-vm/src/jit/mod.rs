@@ -258,9 +258,14 @@ impl JitProgram {
         // SAFETY: `entry` points at live code (owned by `self.code`) with the `CompiledFn` ABI.
         // The generated code dereferences only `env`/`aux` (valid, exclusively borrowed here) at
         // fixed field offsets, and program memory only after a region check against `env`'s
-        // region sets, whose validity is the caller's contract for RunEnv.
+        // region sets or where the verifier proved the access inside memory this function's
+        // contract guarantees (the stack frame, the context, xrp's data/scratch views).
         let r0 = unsafe { (self.entry)(&raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
         if env.fault.kind == fault::NONE {
+            // Only a HELPER fault stores `helper_err`, so it is None here: skip its drop glue
+            // on the hot path (forgetting a None leaks nothing).
+            debug_assert!(aux.helper_err.is_none());
+            std::mem::forget(aux);
             return Ok(r0);
         }
         fault_to_result(env.fault, r0, &mut aux, env.insn_budget)
