@@ -3,7 +3,8 @@
 //!
 //! Contract (both engines): a load of `n` bytes at `a` is allowed iff `[a, a+n)` lies wholly
 //! inside one entry of `read`; a store iff it lies inside one entry of `write`. Anything else
-//! aborts the invocation with [`crate::VmError::BadAccess`] naming the instruction and address.
+//! aborts the invocation with [`crate::VmError::BadRead`] / [`crate::VmError::BadWrite`] naming the
+//! instruction and address.
 //! Programs see real host addresses, so unmodified C pointer arithmetic works.
 
 /// Most regions one invocation can be granted (ctx, its writable parts, data, scratch, stack,

@@ -5,9 +5,10 @@
 //! - every BPF function (insn 0 plus every BPF-to-BPF call target) becomes one Cranelift
 //!   function `fn(env, aux, r1, r2, r3, r4, r5, r10) -> r0` (System V); eBPF registers are
 //!   Cranelift variables, so they live in machine registers;
-//! - every load/store is checked against the invocation's regions. The fast path compares the
+//! - every load/store the verifier did not prove in bounds (proofs.rs) is checked against the
+//!   invocation's regions. The fast path compares the
 //!   address with a cached window of the last region that matched (two variables per access
-//!   kind); a miss calls [`resolve_region`], which performs the exact contract check of
+//!   kind); a miss calls `abi::resolve_region`, which performs the exact contract check of
 //!   [`crate::mem`], refreshes the window, or records the fault;
 //! - reaching a charge point ([`crate::cfg`]: function entries, loop headers) subtracts its
 //!   charge from the instruction budget (a variable, spilled to `RunEnv::insns_left` around
