@@ -24,6 +24,10 @@ const SCRATCH: u8 = 3;
 /// Registers the body computes with.
 const TEMPS: [u8; 5] = [4, 5, 6, 7, 8];
 const SIZES: [u8; 4] = [BPF_B, BPF_H, BPF_W, BPF_DW];
+const ALU_OPS: [u8; 13] = [
+    BPF_ADD, BPF_SUB, BPF_MUL, BPF_DIV, BPF_OR, BPF_AND, BPF_LSH, BPF_RSH, BPF_NEG, BPF_MOD,
+    BPF_XOR, BPF_MOV, BPF_ARSH,
+];
 
 /// An offset for an access of `n` bytes into a view of `view` bytes: mostly the edges.
 fn edge_off(rng: &mut SmallRng, n: i16, view: usize) -> i16 {
@@ -64,7 +68,47 @@ fn gen(seed: u64) -> Vec<Insn> {
         let n = 8;
         let t = TEMPS[rng.gen_range(0..3)];
         let ptr = TEMPS[3 + rng.gen_range(0..2)];
-        match rng.gen_range(0..5) {
+        match rng.gen_range(0..6) {
+            // A loaded value through random ALU ops and compares (every transfer rule of
+            // ranges.rs, 32- and 64-bit, immediate and register), then used as an index.
+            5 => {
+                p.push(ldx(SIZES[rng.gen_range(0..4)], t, SCRATCH, 8 * rng.gen_range(0..4)));
+                for _ in 0..rng.gen_range(1..4) {
+                    let op = ALU_OPS[rng.gen_range(0..ALU_OPS.len())];
+                    let other = TEMPS[rng.gen_range(0..3)];
+                    let imm = [1, 3, 7, 8, 63, 255, 4095, 4096, -1, -8][rng.gen_range(0..10)];
+                    // `neg` has no register form.
+                    let form =
+                        if op == BPF_NEG { 3 * rng.gen_range(0..2) } else { rng.gen_range(0..5) };
+                    p.push(match form {
+                        0 => alu32_imm(op, t, imm),
+                        1 => alu32_reg(op, t, other),
+                        2 => alu64_reg(op, t, other),
+                        _ => alu64_imm(op, t, imm),
+                    });
+                    if rng.gen_bool(0.4) {
+                        let jop = [
+                            BPF_JGT, BPF_JGE, BPF_JLT, BPF_JLE, BPF_JNE, BPF_JEQ, BPF_JSGT,
+                            BPF_JSLT,
+                        ][rng.gen_range(0..8)];
+                        let class = if rng.gen_bool(0.5) { BPF_JMP } else { BPF_JMP32 };
+                        p.push(ins(
+                            class | jop | BPF_K,
+                            t,
+                            0,
+                            3,
+                            [8, 511, 4088, 4095][rng.gen_range(0..4)],
+                        ));
+                        p.push(mov64_reg(ptr, base));
+                        p.push(alu64_reg(BPF_ADD, ptr, t));
+                        p.push(ldx(BPF_B, TEMPS[0], ptr, 0));
+                    }
+                }
+                p.push(mov64_reg(ptr, base));
+                p.push(alu64_reg(BPF_ADD, ptr, t));
+                let off = rng.gen_range(-2..9);
+                access(&mut rng, ptr, off, &mut p);
+            }
             // A constant offset at the edges.
             0 => {
                 let off = edge_off(&mut rng, n, view);
