@@ -10,6 +10,8 @@
 //! caller lends it. The lower-level entry points that take a caller-built [`RunEnv`]
 //! ([`interp::run`], [`jit::JitProgram::run`]) are `unsafe fn`: the regions are trusted.
 //!
+//! The benchmark harness behind `storefn prog bench` lives in [`harness`], outside this API.
+//!
 //! ```compile_fail
 //! // A RunEnv granting arbitrary memory cannot be run from safe code.
 //! # fn f(p: &storefn_vm::VerifiedProgram, env: &mut storefn_vm::RunEnv) {
