@@ -55,7 +55,8 @@ pub enum ProgCmd {
         #[arg(long)]
         budget: Option<u64>,
     },
-    /// Per-call cost of node searches on the JIT, the interpreter and native Rust.
+    /// Per-call cost of node searches (and of an empty function: the fixed cost of a call) on
+    /// the JIT, the interpreter and native Rust.
     Bench(crate::prog_bench::BenchArgs),
 }
 
