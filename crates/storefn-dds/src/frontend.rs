@@ -20,7 +20,6 @@ use storefn_server::server::offload::{OffloadDecision, OffloadHook};
 
 use crate::host::{FileService, ForwardEnd, HostChannel, HostError, Side};
 use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
-use crate::ring::progressive::backoff;
 
 /// Bytes before the messages of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;
@@ -86,14 +85,15 @@ impl FrontEnd {
         let thread = std::thread::Builder::new()
             .name("storefn-dds-files".into())
             .spawn(move || -> Result<(), HostError> {
-                let mut spins = 0;
+                let mut idle = 0;
                 // Relaxed: a stop flag; nothing is published through it.
                 while !st.load(Ordering::Relaxed) {
                     let n = svc.lock().map_err(|_| poisoned())?.serve_batch(&files)?;
                     if n == 0 {
-                        backoff(&mut spins);
+                        // Outside the lock: offloaded reads take it.
+                        crate::host::service_idle_wait(&files, &mut idle);
                     } else {
-                        spins = 0;
+                        idle = 0;
                     }
                 }
                 Ok(())

@@ -60,7 +60,23 @@ impl ForwardEnd {
     /// # Errors
     /// `Ring`: `TooLarge` above [`MAX_FORWARD_BYTES`], `Timeout` when the ring stayed full.
     pub fn send(&self, id: u64, payload: &[u8]) -> Result<(), HostError> {
-        Ok(self.outgoing().push(&[&id.to_le_bytes(), payload], self.timeout)?)
+        self.outgoing().push(&[&id.to_le_bytes(), payload], self.timeout)?;
+        match self.side {
+            Side::Server => self.channel.request_bell().ring(),
+            Side::Host => self.channel.response_bell().ring(),
+        }
+        Ok(())
+    }
+
+    /// Sleeps on the incoming ring's doorbell until something arrives or `timeout` (at most
+    /// [`PARK_SLICE`](super::doorbell::PARK_SLICE)) passes; returns at once when messages wait.
+    pub fn wait_incoming(&self, timeout: Duration) {
+        let (ring, bell) = match self.side {
+            Side::Server => (self.channel.responses(), self.channel.response_bell()),
+            Side::Host => (self.channel.requests(), self.channel.request_bell()),
+        };
+        let _ =
+            bell.park_unless(timeout, || Ok::<bool, std::convert::Infallible>(ring.has_unread()));
     }
 
     /// Hands every message ready now (up to one batch) to `f(id, payload)`. Returns how many.

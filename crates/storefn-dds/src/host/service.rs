@@ -14,9 +14,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::doorbell::{PARK_SLICE, SPIN_POLLS};
 use super::wire::{Op, RequestHeader, ResponseHeader, MAX_IO_BYTES, MAX_PATH_BYTES};
 use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
-use crate::ring::progressive::{backoff, Consumer, MAX_BATCH_RECORDS};
+use crate::ring::progressive::{Consumer, MAX_BATCH_RECORDS};
 
 /// Files one service keeps open (file ids are `0..MAX_OPEN_FILES`).
 pub const MAX_OPEN_FILES: usize = 1024;
@@ -132,13 +133,18 @@ impl FileService {
                 failed = Some(e);
             }
         })?;
+        if n > 0 {
+            // After the batch's responses are published: wake a host sleeping in a blocking call.
+            channel.response_bell().ring();
+        }
         match failed {
             Some(e) => Err(e.into()),
             None => Ok(n),
         }
     }
 
-    /// Serves until `stop` is set (checked between batches), backing off while idle.
+    /// Serves until `stop` is set (checked between batches), sleeping on the request ring's
+    /// doorbell while idle.
     ///
     /// # Errors
     /// As [`serve_batch`](Self::serve_batch).
@@ -147,17 +153,32 @@ impl FileService {
         channel: &HostChannel,
         stop: &AtomicBool,
     ) -> Result<(), HostError> {
-        let mut spins = 0;
+        let mut idle = 0;
         // Relaxed: a stop flag; nothing is published through it.
         while !stop.load(Ordering::Relaxed) {
             if self.serve_batch(channel)? == 0 {
-                backoff(&mut spins);
+                idle_wait(channel, &mut idle);
             } else {
-                spins = 0;
+                idle = 0;
             }
         }
         Ok(())
     }
+}
+
+/// What a file service does after finding no request: a few polls with a CPU pause, then a
+/// sleep of at most one [`PARK_SLICE`] on the request ring's doorbell (the host library rings
+/// it on every submit), so an idle service costs no CPU and a stop flag is seen promptly.
+pub(crate) fn idle_wait(channel: &HostChannel, idle: &mut u32) {
+    *idle += 1;
+    if *idle < SPIN_POLLS {
+        std::hint::spin_loop();
+        return;
+    }
+    let requests = channel.requests();
+    let _ = channel
+        .request_bell()
+        .park_unless(PARK_SLICE, || Ok::<bool, std::convert::Infallible>(requests.has_unread()));
 }
 
 /// Runs one request; returns (status, value, bytes of `buf` to send back).

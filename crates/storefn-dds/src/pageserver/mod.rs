@@ -261,23 +261,36 @@ pub fn host_loop(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let start = std::time::Instant::now();
     let mut done = 0u64;
-    let mut spins = 0;
+    let mut idle = 0u32;
     // Relaxed: a stop flag; nothing is published through it.
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let mut worked = h.serve_forwarded()? > 0;
+        let elapsed_us = start.elapsed().as_micros();
         let due =
-            u64::try_from(start.elapsed().as_micros() * u128::from(updates_per_sec) / 1_000_000)
-                .unwrap_or(u64::MAX);
+            u64::try_from(elapsed_us * u128::from(updates_per_sec) / 1_000_000).unwrap_or(u64::MAX);
         if done < due && h.pages > 0 {
             h.apply_update(rng.gen_range(0..h.pages))?;
             done += 1;
             worked = true;
         }
         if worked {
-            spins = 0;
-        } else {
-            crate::ring::progressive::backoff(&mut spins);
+            idle = 0;
+            continue;
         }
+        idle += 1;
+        if idle < crate::host::doorbell::SPIN_POLLS {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Idle: sleep until a forwarded request arrives or the next update is due.
+        let next_due_us = if updates_per_sec == 0 || h.pages == 0 {
+            u128::MAX
+        } else {
+            u128::from(done + 1) * 1_000_000 / u128::from(updates_per_sec)
+        };
+        let wait_us = next_due_us.saturating_sub(elapsed_us);
+        let wait = std::time::Duration::from_micros(u64::try_from(wait_us).unwrap_or(u64::MAX));
+        h.forward.wait_incoming(wait);
     }
     Ok(())
 }
