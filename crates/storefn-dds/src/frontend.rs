@@ -102,7 +102,13 @@ impl FrontEnd {
         Ok(Arc::new(Self {
             funcs: Mutex::new((funcs, Vec::new())),
             service,
-            forward: Mutex::new(ForwardEnd::new(forward, Side::Server)),
+            forward: Mutex::new({
+                // Never wait for room: a host that stopped taking requests must fail the
+                // requests forwarded to it at once, not stall the server thread.
+                let mut end = ForwardEnd::new(forward, Side::Server);
+                end.set_timeout(std::time::Duration::ZERO);
+                end
+            }),
             batch,
             offload: AtomicBool::new(offload),
             stats: FrontEndStats::default(),
@@ -211,7 +217,12 @@ impl OffloadHook for FrontEnd {
 
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {
         let fwd = self.forward.lock().map_err(|_| "forward channel poisoned".to_string())?;
-        fwd.send(token, msg).map_err(|e| e.to_string())
+        fwd.send(token, msg).map_err(|e| match e {
+            HostError::Ring(crate::ring::RingError::Timeout(_)) => {
+                "the host application's request ring is full (it is not taking requests)".into()
+            }
+            e => e.to_string(),
+        })
     }
 
     fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize {

@@ -174,3 +174,89 @@ fn get_page_never_returns_a_page_older_than_asked_under_replay() {
     assert!(host.updates > 0);
     assert!(off > 0 && fwd > 0, "both paths must be exercised: {off} offloaded, {fwd} forwarded");
 }
+
+/// Regression test for forwarded requests hanging on a stuck host: a host that stops taking
+/// requests fails only the requests forwarded to it, each with `HOST_TIMEOUT` after the
+/// forward timeout, while offloaded ones are still served; when it wakes up, its late answer
+/// to the timed-out request is dropped, never relayed to the request that reused the slot.
+#[test]
+fn a_stuck_host_times_out_only_forwarded_requests() {
+    use storefn_dds::pageserver::DeployOptions;
+    use storefn_server::proto::StatusCode;
+    const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+    let dir = temp_dir("stuck");
+    let mut opts = DeployOptions::new(4096, true);
+    opts.forward_timeout = TIMEOUT;
+    let d =
+        Deployment::start_opts("127.0.0.1:0", &dir, storefn_progs::must("dds/pageserver"), &opts)
+            .unwrap();
+    let addr = d.server.local_addr().to_string();
+    let attach = |ch: &Option<storefn_dds::host::HostChannel>| {
+        storefn_dds::host::HostChannel::attach(
+            ch.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
+        )
+        .unwrap()
+    };
+    let (files, fwd) = (attach(&d.host_files), attach(&d.host_forward));
+    let (ready, stuck, stop) =
+        (AtomicBool::new(false), AtomicBool::new(true), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let host = s.spawn(|| {
+            let mut h = PageHost::create(
+                HostFiles::new(files),
+                ForwardEnd::new(fwd, Side::Host),
+                "pages",
+                PAGES,
+            )
+            .unwrap();
+            ready.store(true, Ordering::Release);
+            while !stop.load(Ordering::Acquire) {
+                if stuck.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                } else {
+                    h.serve_forwarded().unwrap();
+                }
+            }
+            h.stats()
+        });
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let mut c = Client::connect(&addr, ClientConfig::default()).unwrap();
+        // Page 5 at LSN 6 is cached: offloaded. At LSN 1000 only the (stuck) host can answer.
+        let t0 = std::time::Instant::now();
+        let r = c.call(&[Req::Offload { msg: get_page(5, 1000).to_vec() }]).unwrap().remove(0);
+        let waited = t0.elapsed();
+        assert_eq!(r.status, StatusCode::HostTimeout as u16, "{}", r.message);
+        assert!(r.message.contains("did not answer"), "message names the cause: {}", r.message);
+        assert!(waited >= TIMEOUT && waited < TIMEOUT * 4, "timed out after {waited:?}");
+        // The stuck host does not hurt offloaded requests, on this or another connection.
+        let mut c2 = Client::connect(&addr, ClientConfig::default()).unwrap();
+        let t0 = std::time::Instant::now();
+        let r = c2.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
+        assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+        check(7, 8, &r.data);
+        assert!(t0.elapsed() < TIMEOUT, "offloaded request waited {:?}", t0.elapsed());
+        // A second forwarded request reuses the slot; the host wakes up meanwhile and answers
+        // both: the late answer (page 5) must be dropped, this one gets page 9.
+        let r = std::thread::scope(|s2| {
+            let waker = s2.spawn(|| {
+                std::thread::sleep(TIMEOUT / 4);
+                stuck.store(false, Ordering::Release);
+            });
+            let r = c.one(&Req::Offload { msg: get_page(9, 2000).to_vec() }).unwrap();
+            waker.join().unwrap();
+            r
+        });
+        assert_eq!(r.value, u64::from(SERVED_BY_HOST));
+        check(9, 2000, &r.data);
+        let stats = d.server.stats();
+        assert_eq!(stats.forward_timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.late_answers.load(Ordering::Relaxed), 1);
+        stop.store(true, Ordering::Release);
+        let st = host.join().unwrap();
+        assert_eq!(st.answered, 2, "the host answered both forwarded requests");
+    });
+    d.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

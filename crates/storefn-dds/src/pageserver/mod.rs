@@ -309,6 +309,26 @@ pub struct Deployment {
     pub host_forward: Option<crate::host::HostChannel>,
 }
 
+/// How to run a [`Deployment`].
+#[derive(Debug, Clone)]
+pub struct DeployOptions {
+    /// Cache-table items.
+    pub table_items: usize,
+    /// `false`: every GetPage is forwarded (the baseline).
+    pub offload: bool,
+    /// How long a forwarded request waits for the host application
+    /// ([`storefn_server::server::FORWARD_TIMEOUT`] by default).
+    pub forward_timeout: std::time::Duration,
+}
+
+impl DeployOptions {
+    /// Defaults for everything else.
+    #[must_use]
+    pub fn new(table_items: usize, offload: bool) -> Self {
+        Self { table_items, offload, forward_timeout: storefn_server::server::FORWARD_TIMEOUT }
+    }
+}
+
 /// Why a deployment failed to start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -336,12 +356,25 @@ impl Deployment {
         table_items: usize,
         offload: bool,
     ) -> Result<Self, DeployError> {
+        Self::start_opts(listen, dir, elf, &DeployOptions::new(table_items, offload))
+    }
+
+    /// As [`start`](Self::start) with every option.
+    ///
+    /// # Errors
+    /// Any part failing to start.
+    pub fn start_opts(
+        listen: &str,
+        dir: &std::path::Path,
+        elf: &[u8],
+        opts: &DeployOptions,
+    ) -> Result<Self, DeployError> {
         use crate::host::{HostChannel, DEFAULT_CHANNEL_RING_BYTES};
         let files = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
         let forward = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
         let host_files = HostChannel::attach(dup(&files)?)?;
         let host_forward = HostChannel::attach(dup(&forward)?)?;
-        let mut d = Self::start_with(listen, dir, elf, table_items, offload, files, forward)?;
+        let mut d = Self::start_with_opts(listen, dir, elf, opts, files, forward)?;
         d.host_files = Some(host_files);
         d.host_forward = Some(host_forward);
         Ok(d)
@@ -361,10 +394,26 @@ impl Deployment {
         files: crate::host::HostChannel,
         forward: crate::host::HostChannel,
     ) -> Result<Self, DeployError> {
+        let opts = DeployOptions::new(table_items, offload);
+        Self::start_with_opts(listen, dir, elf, &opts, files, forward)
+    }
+
+    /// As [`start_with`](Self::start_with) with every option.
+    ///
+    /// # Errors
+    /// Any part failing to start.
+    pub fn start_with_opts(
+        listen: &str,
+        dir: &std::path::Path,
+        elf: &[u8],
+        opts: &DeployOptions,
+        files: crate::host::HostChannel,
+        forward: crate::host::HostChannel,
+    ) -> Result<Self, DeployError> {
         use crate::offload::{OffloadFunctions, OffloadHooks};
         use std::sync::Arc;
         let table = Arc::new(
-            crate::CacheTable::with_capacity(table_items)
+            crate::CacheTable::with_capacity(opts.table_items)
                 .map_err(|e| DeployError::Table(e.to_string()))?,
         );
         let mut service = crate::host::FileService::new(dir, &files)?;
@@ -378,11 +427,12 @@ impl Deployment {
             files,
             forward,
             PAGE_SERVER_BATCH,
-            offload,
+            opts.offload,
         )?;
         let mut cfg = storefn_server::ServerConfig::new(dir);
         let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
         cfg.offload = Some(hook);
+        cfg.forward_timeout = opts.forward_timeout;
         let server = match storefn_server::Server::start(listen, cfg) {
             Ok(s) => s,
             Err(e) => {

@@ -143,11 +143,13 @@ pub enum StatusCode {
     ShuttingDown = 11,
     /// The range is outside the file.
     OutOfRange = 12,
+    /// DDS: the host application did not answer a forwarded request in time.
+    HostTimeout = 13,
 }
 
 impl StatusCode {
     /// Every code with its name, for the document check.
-    pub const ALL: [(StatusCode, &'static str); 13] = [
+    pub const ALL: [(StatusCode, &'static str); 14] = [
         (Self::Ok, "OK"),
         (Self::BadRequest, "BAD_REQUEST"),
         (Self::AuthRequired, "AUTH_REQUIRED"),
@@ -161,6 +163,7 @@ impl StatusCode {
         (Self::Limit, "LIMIT"),
         (Self::ShuttingDown, "SHUTTING_DOWN"),
         (Self::OutOfRange, "OUT_OF_RANGE"),
+        (Self::HostTimeout, "HOST_TIMEOUT"),
     ];
 
     /// The code for a wire value; `None` for values this build does not know.

@@ -50,6 +50,11 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most server threads.
 pub const MAX_THREADS: usize = 64;
+/// DDS: how long a request forwarded to the host application may wait for its answer before
+/// the client gets `HOST_TIMEOUT` (the host's late answer is then dropped). Long enough for a
+/// host that replays a page before answering; short enough that a stuck host fails its
+/// clients' requests instead of hanging them.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to run a server.
 #[derive(Debug, Clone)]
@@ -71,6 +76,8 @@ pub struct ServerConfig {
     pub slow_client_timeout: Duration,
     /// DDS: the offload engine OFFLOAD requests go through; `None` = OFFLOAD is refused.
     pub offload: Option<std::sync::Arc<dyn offload::OffloadHook>>,
+    /// DDS: per forwarded request ([`FORWARD_TIMEOUT`]; tests shorten it).
+    pub forward_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -86,6 +93,7 @@ impl ServerConfig {
             idle_timeout: IDLE_TIMEOUT,
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
             offload: None,
+            forward_timeout: FORWARD_TIMEOUT,
         }
     }
 }
@@ -119,6 +127,10 @@ pub struct ServerStats {
     pub auth_failures: AtomicU64,
     pub closed_idle: AtomicU64,
     pub closed_slow: AtomicU64,
+    /// DDS: forwarded requests answered `HOST_TIMEOUT`.
+    pub forward_timeouts: AtomicU64,
+    /// DDS: host answers that arrived after their request timed out (dropped).
+    pub late_answers: AtomicU64,
 }
 
 /// State every thread reads.

@@ -2,6 +2,9 @@
 //! [`OffloadHook`]; offloaded reads are read straight into the response frame; the rest are
 //! forwarded to the host application and answered when its reply comes back.
 
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
 use super::super::offload::{OffloadDecision, OffloadHook};
 use super::super::MAX_IN_FLIGHT_PER_CONN;
 use super::{open_frame, Worker};
@@ -18,6 +21,12 @@ struct Forwarded {
     req_id: u64,
 }
 
+/// A forwarding token: the slot in the low half, the slot's generation in the high half, so a
+/// late answer to a slot that timed out and was reused is recognised and dropped.
+fn token(slot: u32, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | u64::from(slot)
+}
+
 /// Per-thread DDS state; buffers are reused from frame to frame.
 #[derive(Debug, Default)]
 pub(super) struct OffloadState {
@@ -26,7 +35,12 @@ pub(super) struct OffloadState {
     reqs: Vec<(u64, usize, usize)>,
     decisions: Vec<OffloadDecision>,
     forwarded: Vec<Option<Forwarded>>,
+    /// Generation of each slot (bumped when the slot is freed).
+    slot_gens: Vec<u32>,
     free: Vec<u32>,
+    /// (deadline, token) in forwarding order (deadlines grow with it); entries whose slot was
+    /// answered are skipped when they reach the front.
+    expiry: std::collections::VecDeque<(Instant, u64)>,
     /// Forwarded requests not answered yet.
     pub(super) forwarded_live: usize,
     answers: Vec<(u64, std::ops::Range<usize>)>,
@@ -80,22 +94,26 @@ impl Worker<'_> {
                     self.serve_offloaded(ci, req_id, &*hook, file, offset, size);
                 }
                 OffloadDecision::Forward => {
-                    let token = match o.free.pop() {
+                    let slot = match o.free.pop() {
                         Some(t) => t,
                         None => {
                             o.forwarded.push(None);
+                            o.slot_gens.push(0);
                             u32::try_from(o.forwarded.len() - 1).expect("bounded by in-flight")
                         }
                     };
-                    match hook.forward(u64::from(token), &o.msgs[a..b]) {
+                    let tok = token(slot, o.slot_gens[slot as usize]);
+                    match hook.forward(tok, &o.msgs[a..b]) {
                         Ok(()) => {
                             let conn_gen = self.conn(ci).gen;
-                            o.forwarded[token as usize] =
+                            let deadline = Instant::now() + self.shared.cfg.forward_timeout;
+                            o.forwarded[slot as usize] =
                                 Some(Forwarded { conn: ci, conn_gen, req_id });
+                            o.expiry.push_back((deadline, tok));
                             o.forwarded_live += 1;
                         }
                         Err(m) => {
-                            o.free.push(token);
+                            o.free.push(slot);
                             self.conn(ci).in_flight -= 1;
                             let m = format!("forward to the host application: {m}");
                             self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
@@ -147,6 +165,7 @@ impl Worker<'_> {
     /// Relays the host application's answers to their clients.
     pub(super) fn poll_forwarded(&mut self) {
         if self.offload.forwarded_live == 0 {
+            self.offload.expiry.clear(); // every entry left was answered
             return;
         }
         let Some(hook) = self.shared.cfg.offload.as_ref() else { return };
@@ -160,16 +179,13 @@ impl Worker<'_> {
             answers.push((token, a..bytes.len()));
         });
         let mut o = std::mem::take(&mut self.offload);
-        for (token, range) in &o.answers {
-            let Some(f) = usize::try_from(*token)
-                .ok()
-                .and_then(|t| o.forwarded.get_mut(t))
-                .and_then(Option::take)
-            else {
-                continue; // not ours (a corrupt or late answer): nothing to relay
+        let answers = std::mem::take(&mut o.answers);
+        for (tok, range) in &answers {
+            let Some(f) = o.take(*tok) else {
+                // Not a live request: a late answer to one that timed out, or garbage.
+                self.shared.stats.late_answers.fetch_add(1, Ordering::Relaxed);
+                continue;
             };
-            o.free.push(u32::try_from(*token).expect("checked"));
-            o.forwarded_live -= 1;
             let Some(c) = self.conns[f.conn as usize].as_mut().filter(|c| c.gen == f.conn_gen)
             else {
                 continue;
@@ -185,6 +201,55 @@ impl Worker<'_> {
             let r = Response::Offload { served_by: SERVED_BY_HOST, data };
             put_response(&mut c.frame, f.req_id, op::OFFLOAD, &r);
         }
+        o.answers = answers;
         self.offload = o;
+        self.expire_forwarded();
+    }
+
+    /// Answers `HOST_TIMEOUT` to every forwarded request past its deadline; their slots get a
+    /// new generation, so the host's late answers are dropped.
+    fn expire_forwarded(&mut self) {
+        let now = Instant::now();
+        while let Some(&(deadline, tok)) = self.offload.expiry.front() {
+            let o = &mut self.offload;
+            let slot = (tok & u64::from(u32::MAX)) as usize;
+            let live = o.slot_gens.get(slot).is_some_and(|&g| u64::from(g) == tok >> 32)
+                && o.forwarded[slot].is_some();
+            if live && deadline > now {
+                break;
+            }
+            o.expiry.pop_front();
+            if !live {
+                continue; // answered already
+            }
+            let f = o.take(tok).expect("checked live");
+            self.shared.stats.forward_timeouts.fetch_add(1, Ordering::Relaxed);
+            let Some(c) = self.conns[f.conn as usize].as_mut().filter(|c| c.gen == f.conn_gen)
+            else {
+                continue;
+            };
+            c.in_flight -= 1;
+            let m = format!(
+                "the host application did not answer this forwarded request within {} ms",
+                self.shared.cfg.forward_timeout.as_millis()
+            );
+            self.respond_err(f.conn, f.req_id, op::OFFLOAD, StatusCode::HostTimeout, &m);
+        }
+    }
+}
+
+impl OffloadState {
+    /// Takes the live request of `tok` (slot and generation must match), freeing its slot
+    /// under a new generation.
+    fn take(&mut self, tok: u64) -> Option<Forwarded> {
+        let slot = usize::try_from(tok & u64::from(u32::MAX)).ok()?;
+        if self.slot_gens.get(slot).map(|&g| u64::from(g)) != Some(tok >> 32) {
+            return None;
+        }
+        let f = self.forwarded[slot].take()?;
+        self.slot_gens[slot] = self.slot_gens[slot].wrapping_add(1);
+        self.free.push(u32::try_from(slot).expect("slots are u32"));
+        self.forwarded_live -= 1;
+        Some(f)
     }
 }
