@@ -206,7 +206,8 @@ pub fn spawn_and_run(
     );
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let r = std::thread::scope(|s| {
-        let host = s.spawn(|| -> Result<(), String> {
+        let host = std::thread::Builder::new().name("storefn-host".into());
+        let host = host.spawn_scoped(s, || -> Result<(), String> {
             let h = super::PageHost::create(
                 crate::host::HostFiles::new(files),
                 crate::host::ForwardEnd::new(fwd, crate::host::Side::Host),
@@ -224,6 +225,7 @@ pub fn spawn_and_run(
             super::host_loop(&mut h, &stop, updates_per_sec, cfg.seed)
                 .map_err(|e| format!("host application: {e}"))
         });
+        let host = host.map_err(|e| format!("host application thread: {e}"))?;
         let started = ready_rx.recv().unwrap_or(false);
         let r = if started { run(&cfg).map_err(|e| e.to_string()) } else { Err(String::new()) };
         stop.store(true, Ordering::Relaxed);
