@@ -23,6 +23,42 @@ use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
 
 /// Bytes before the messages of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;
+/// Samples of each kind the timing recorder keeps (later ones are dropped, and counted).
+pub const MAX_TIMING_SAMPLES: usize = 1 << 20;
+
+/// Where requests' time went (recorded only while [`FrontEnd::set_timing`] is on), ns.
+#[derive(Debug, Clone, Default)]
+pub struct TimingSamples {
+    /// Offloaded: the read next to the data (the device; no ring, no host).
+    pub offloaded_device_ns: Vec<u64>,
+    /// Forwarded: on the forwarding rings and waiting for the host to take the request (the
+    /// server's round trip from push to answer, minus the host's own wall time).
+    pub forwarded_ring_ns: Vec<u64>,
+    /// Forwarded: the host application's wall time minus its device time (its logic, replay,
+    /// host-library calls through the file-service ring).
+    pub forwarded_host_ns: Vec<u64>,
+    /// Forwarded: the file service's system calls made for the request (the device).
+    pub forwarded_device_ns: Vec<u64>,
+    /// Samples dropped at [`MAX_TIMING_SAMPLES`].
+    pub dropped: u64,
+}
+
+impl TimingSamples {
+    fn push(v: &mut Vec<u64>, dropped: &mut u64, ns: u64) {
+        if v.len() < MAX_TIMING_SAMPLES {
+            v.push(ns);
+        } else {
+            *dropped += 1;
+        }
+    }
+}
+
+/// The recorder: the samples and the send time of each forwarded token.
+#[derive(Debug, Default)]
+struct Timing {
+    samples: TimingSamples,
+    sent: std::collections::HashMap<u64, std::time::Instant>,
+}
 
 /// Counters. Relaxed: statistics only.
 #[derive(Debug, Default)]
@@ -44,6 +80,9 @@ pub struct FrontEnd {
     /// `false`: every request is forwarded (the baseline without offload).
     offload: AtomicBool,
     stats: FrontEndStats,
+    /// Whether requests are timed (off by default: no clock reads, no samples).
+    timing_on: AtomicBool,
+    timing: Mutex<Timing>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<Result<(), HostError>>>>,
 }
@@ -112,6 +151,8 @@ impl FrontEnd {
             batch,
             offload: AtomicBool::new(offload),
             stats: FrontEndStats::default(),
+            timing_on: AtomicBool::new(false),
+            timing: Mutex::new(Timing::default()),
             stop,
             thread: Mutex::new(Some(thread)),
         }))
@@ -125,6 +166,26 @@ impl FrontEnd {
     /// Counters.
     pub fn stats(&self) -> &FrontEndStats {
         &self.stats
+    }
+
+    /// Starts or stops timing requests (the bench's time split).
+    pub fn set_timing(&self, on: bool) {
+        // Relaxed: a mode switch; a request timed under either mode is recorded correctly.
+        self.timing_on.store(on, Ordering::Relaxed);
+    }
+
+    /// The samples recorded so far (and starts over).
+    pub fn take_timing(&self) -> TimingSamples {
+        self.timing.lock().map(|mut t| std::mem::take(&mut *t).samples).unwrap_or_default()
+    }
+
+    fn timing(&self) -> Option<std::sync::MutexGuard<'_, Timing>> {
+        // Relaxed: see set_timing.
+        if self.timing_on.load(Ordering::Relaxed) {
+            self.timing.lock().ok()
+        } else {
+            None
+        }
     }
 
     /// Stops the file service thread and returns its result (idempotent).
@@ -204,6 +265,7 @@ impl OffloadHook for FrontEnd {
         let svc = self.service.lock().map_err(|_| libc::EIO)?;
         let f = svc.file(file).ok_or(libc::EBADF)?;
         let mut done = 0;
+        let t0 = std::time::Instant::now();
         while done < buf.len() {
             match f.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
@@ -212,10 +274,19 @@ impl OffloadHook for FrontEnd {
                 Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
             }
         }
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        drop(svc);
+        if let Some(mut t) = self.timing() {
+            let TimingSamples { offloaded_device_ns, dropped, .. } = &mut t.samples;
+            TimingSamples::push(offloaded_device_ns, dropped, ns);
+        }
         Ok(done)
     }
 
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {
+        if let Some(mut t) = self.timing() {
+            t.sent.insert(token, std::time::Instant::now());
+        }
         let fwd = self.forward.lock().map_err(|_| "forward channel poisoned".to_string())?;
         fwd.send(token, msg).map_err(|e| match e {
             HostError::Ring(crate::ring::RingError::Timeout(_)) => {
@@ -227,6 +298,26 @@ impl OffloadHook for FrontEnd {
 
     fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize {
         let Ok(mut fwd) = self.forward.lock() else { return 0 };
-        fwd.poll(|id, data| f(id, data)).unwrap_or(0)
+        let mut timing = self.timing();
+        fwd.poll_timed(|id, host, data| {
+            if let Some(t) = timing.as_mut() {
+                if let Some(sent) = t.sent.remove(&id) {
+                    let rtt = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    let (h, d) = (u64::from(host.host_ns), u64::from(host.device_ns));
+                    let TimingSamples {
+                        forwarded_ring_ns,
+                        forwarded_host_ns,
+                        forwarded_device_ns,
+                        dropped,
+                        ..
+                    } = &mut t.samples;
+                    TimingSamples::push(forwarded_ring_ns, dropped, rtt.saturating_sub(h));
+                    TimingSamples::push(forwarded_host_ns, dropped, h.saturating_sub(d));
+                    TimingSamples::push(forwarded_device_ns, dropped, d);
+                }
+            }
+            f(id, data);
+        })
+        .unwrap_or(0)
     }
 }

@@ -230,6 +230,10 @@ fn host_channel_offsets_match_format_md() {
             (wire::RESP_ID, "id"),
             (wire::RESP_STATUS, "status"),
             (wire::RESP_VALUE, "value"),
+            (wire::RESP_DEVICE_NS, "device_ns"),
+            (0, "answer_id"),
+            (8, "host_ns"),
+            (12, "host_device_ns"),
         ],
     );
     assert_eq!(host::CHANNEL_HEADER_BYTES, 512);
@@ -237,6 +241,8 @@ fn host_channel_offsets_match_format_md() {
     assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);
     assert_eq!(wire::MAX_IO_BYTES, 65536);
     assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
+    assert_eq!(host::forward::ANSWER_HEADER_BYTES, 16);
+    assert_eq!(host::forward::MAX_FORWARD_BYTES, 65552);
 }
 
 proptest::proptest! {

@@ -251,6 +251,20 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
         r.stale_pages,
         r.ops_per_sec
     );
+    if r.offloaded_device_p50_us.is_some() || r.forwarded_ring_p50_us.is_some() {
+        println!(
+            "time split p50/p99 us: offloaded device={}/{} | forwarded ring={}/{} host={}/{} \
+             device={}/{}",
+            opt(r.offloaded_device_p50_us),
+            opt(r.offloaded_device_p99_us),
+            opt(r.forwarded_ring_p50_us),
+            opt(r.forwarded_ring_p99_us),
+            opt(r.forwarded_host_p50_us),
+            opt(r.forwarded_host_p99_us),
+            opt(r.forwarded_device_p50_us),
+            opt(r.forwarded_device_p99_us)
+        );
+    }
     if let Some(p) = &a.json {
         let s = serde_json::to_string_pretty(&r)?;
         std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;

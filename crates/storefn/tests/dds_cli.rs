@@ -193,5 +193,28 @@ fn pageserver_bench_spawn_reports_the_issue_keys() {
         } else {
             assert_eq!(share, 0.0);
         }
+        // The time split: forwarded requests (both modes) have ring, host and device parts,
+        // offloaded ones (only with offload) a device part; each p50 <= its p99, and a
+        // forwarded request's parts fit in its latency.
+        let num = |k: &str| v[k].as_f64();
+        let mut parts = vec!["forwarded_ring", "forwarded_host", "forwarded_device"];
+        if offloaded {
+            parts.push("offloaded_device");
+        } else {
+            assert!(v["offloaded_device_p50_us"].is_null(), "{mode}: {v}");
+        }
+        for part in parts {
+            let (p50, p99) = (num(&format!("{part}_p50_us")), num(&format!("{part}_p99_us")));
+            let (p50, p99) = (p50.unwrap_or(-1.0), p99.unwrap_or(-1.0));
+            assert!(p50 >= 0.0 && p50 <= p99, "{mode}: {part} p50 {p50} p99 {p99}");
+        }
+        assert!(num("forwarded_device_p50_us").unwrap() > 0.0, "{mode}: no device time: {v}");
+        let sum: f64 =
+            ["forwarded_ring_p50_us", "forwarded_host_p50_us", "forwarded_device_p50_us"]
+                .iter()
+                .map(|k| num(k).unwrap())
+                .sum();
+        // Medians of parts are not parts of the median; 3x bounds them without a flaky edge.
+        assert!(sum <= 3.0 * num("forwarded_p99_us").unwrap(), "{mode}: split {sum} vs {v}");
     }
 }

@@ -21,6 +21,8 @@ pub struct Completion<'a> {
     pub result: Result<u64, i32>,
     /// The data of a read (valid only during the callback).
     pub data: &'a [u8],
+    /// Time the file service spent in the system call, ns (the device's share of the call).
+    pub device_ns: u32,
 }
 
 /// The host side of one channel.
@@ -31,13 +33,23 @@ pub struct HostFiles {
     next_id: u64,
     outstanding: usize,
     timeout: Duration,
+    /// Sum of `device_ns` over the completions of blocking calls since the last
+    /// [`take_device_ns`](Self::take_device_ns).
+    device_ns: u64,
 }
 
 impl HostFiles {
     /// Uses `channel` (the host process usually got it from [`attach`](Self::attach)).
     pub fn new(channel: HostChannel) -> Self {
         let consumer = channel.responses().consumer(MAX_IO_BYTES + 64);
-        Self { channel, consumer, next_id: 1, outstanding: 0, timeout: DEFAULT_TIMEOUT }
+        Self {
+            channel,
+            consumer,
+            next_id: 1,
+            outstanding: 0,
+            timeout: DEFAULT_TIMEOUT,
+            device_ns: 0,
+        }
     }
 
     /// Attaches to the channel memfd the storage server handed this process.
@@ -51,6 +63,12 @@ impl HostFiles {
     /// How long blocking calls (and pushes into a full request ring) wait.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// Device time (ns in the file service's system calls) of the blocking calls made since the
+    /// last call, and restarts the sum.
+    pub fn take_device_ns(&mut self) -> u64 {
+        std::mem::take(&mut self.device_ns)
     }
 
     /// Submitted requests not yet handed to `poll`.
@@ -148,13 +166,14 @@ impl HostFiles {
         // after each batch): a blocking call burns no CPU while the service works.
         let deadline = Instant::now() + self.timeout;
         let mut answer = None;
-        let Self { channel, consumer, outstanding, next_id, .. } = self;
+        let Self { channel, consumer, outstanding, next_id, device_ns, .. } = self;
         let got = channel.response_bell().wait_until(deadline, || {
             poll_responses(channel, consumer, outstanding, *next_id, |c| {
                 debug_assert_eq!(c.id, id, "only one request outstanding");
                 let n = c.data.len().min(out.len());
                 out[..n].copy_from_slice(&c.data[..n]);
                 answer = Some(c.result.map(|v| (v, n)));
+                *device_ns += u64::from(c.device_ns);
             })?;
             Ok::<bool, HostError>(answer.is_some())
         })?;
@@ -251,7 +270,7 @@ fn poll_responses(
             Ok((h, data)) => {
                 *outstanding -= 1;
                 let result = if h.status == 0 { Ok(h.value) } else { Err(-h.status) };
-                f(Completion { id: h.id, result, data });
+                f(Completion { id: h.id, result, data, device_ns: h.device_ns });
             }
             Err(e) => {
                 bad.get_or_insert(e);

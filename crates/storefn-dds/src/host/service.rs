@@ -125,10 +125,10 @@ impl FileService {
                 stats.malformed += 1;
                 return;
             };
-            let (status, value, data_len) = execute(dir, files, buf, hooks, &h, payload);
+            let (status, value, data_len, device_ns) = execute(dir, files, buf, hooks, &h, payload);
             stats.requests += 1;
             stats.errors += u64::from(status != 0);
-            let head = ResponseHeader { id: h.id, status, value }.encode();
+            let head = ResponseHeader { id: h.id, status, device_ns, value }.encode();
             if let Err(e) = responses.push(&[&head, &buf[..data_len]], *response_timeout) {
                 failed = Some(e);
             }
@@ -181,7 +181,8 @@ pub(crate) fn idle_wait(channel: &HostChannel, idle: &mut u32) {
         .park_unless(PARK_SLICE, || Ok::<bool, std::convert::Infallible>(requests.has_unread()));
 }
 
-/// Runs one request; returns (status, value, bytes of `buf` to send back).
+/// Runs one request; returns (status, value, bytes of `buf` to send back, ns in the system
+/// calls that moved the data: read, write, fdatasync; 0 for the others).
 fn execute(
     dir: &OwnedFd,
     files: &mut [Option<File>],
@@ -189,6 +190,25 @@ fn execute(
     hooks: &mut Option<Box<dyn FileHooks>>,
     h: &RequestHeader,
     payload: &[u8],
+) -> (i32, u64, usize, u32) {
+    let mut device_ns = 0;
+    let (status, value, len) = execute_op(dir, files, buf, hooks, h, payload, &mut device_ns);
+    (status, value, len, device_ns)
+}
+
+/// Nanoseconds since `t0`, saturating.
+fn ns_since(t0: std::time::Instant) -> u32 {
+    u32::try_from(t0.elapsed().as_nanos()).unwrap_or(u32::MAX)
+}
+
+fn execute_op(
+    dir: &OwnedFd,
+    files: &mut [Option<File>],
+    buf: &mut [u8],
+    hooks: &mut Option<Box<dyn FileHooks>>,
+    h: &RequestHeader,
+    payload: &[u8],
+    device_ns: &mut u32,
 ) -> (i32, u64, usize) {
     let err = |errno: i32| (-errno, 0, 0);
     let Some(op) = Op::from_byte(h.op) else { return err(libc::EINVAL) };
@@ -230,6 +250,7 @@ fn execute(
             }
             let f = files[h.file as usize].as_ref().expect("checked above");
             let mut done = 0;
+            let t0 = std::time::Instant::now();
             while done < len {
                 match f.read_at(&mut buf[done..len], h.offset + done as u64) {
                     Ok(0) => break,
@@ -238,6 +259,7 @@ fn execute(
                     Err(e) => return err(e.raw_os_error().unwrap_or(libc::EIO)),
                 }
             }
+            *device_ns = ns_since(t0);
             (0, done as u64, done)
         }
         Op::Write => {
@@ -251,7 +273,10 @@ fn execute(
                 return err(libc::EBADF);
             }
             let f = files[h.file as usize].as_ref().expect("checked above");
-            if let Err(e) = f.write_all_at(payload, h.offset) {
+            let t0 = std::time::Instant::now();
+            let written = f.write_all_at(payload, h.offset);
+            *device_ns = ns_since(t0);
+            if let Err(e) = written {
                 return err(e.raw_os_error().unwrap_or(libc::EIO));
             }
             if let Some(hk) = hooks.as_mut() {
@@ -261,10 +286,15 @@ fn execute(
         }
         Op::Flush => match files.get(h.file as usize).and_then(Option::as_ref) {
             None => err(libc::EBADF),
-            Some(f) => match f.sync_data() {
-                Ok(()) => (0, 0, 0),
-                Err(e) => err(e.raw_os_error().unwrap_or(libc::EIO)),
-            },
+            Some(f) => {
+                let t0 = std::time::Instant::now();
+                let synced = f.sync_data();
+                *device_ns = ns_since(t0);
+                match synced {
+                    Ok(()) => (0, 0, 0),
+                    Err(e) => err(e.raw_os_error().unwrap_or(libc::EIO)),
+                }
+            }
         },
         Op::Close => match files.get_mut(h.file as usize).and_then(Option::take) {
             None => err(libc::EBADF),

@@ -55,6 +55,21 @@ pub struct PageBenchReport {
     /// read through the host library, i.e. ring to the file service + device), µs; the rest of
     /// the forwarded latency is network, server and forwarding ring.
     pub host_us_per_forwarded: Option<f64>,
+    /// Time split (µs, p50 and p99 of each part; `--spawn` only, where the front end is in
+    /// this process; warm-up included). Offloaded: the read next to the data (device); its
+    /// ring and host parts are zero by construction.
+    pub offloaded_device_p50_us: Option<f64>,
+    pub offloaded_device_p99_us: Option<f64>,
+    /// Forwarded: forwarding rings both ways and the host's wake-up (server round trip minus
+    /// the host's wall time).
+    pub forwarded_ring_p50_us: Option<f64>,
+    pub forwarded_ring_p99_us: Option<f64>,
+    /// Forwarded: the host application's wall time minus its device time.
+    pub forwarded_host_p50_us: Option<f64>,
+    pub forwarded_host_p99_us: Option<f64>,
+    /// Forwarded: the file service's system calls for the request (device).
+    pub forwarded_device_p50_us: Option<f64>,
+    pub forwarded_device_p99_us: Option<f64>,
     pub ops_per_sec: f64,
     pub threads: usize,
     pub host_share: f64,
@@ -87,6 +102,18 @@ struct Sample {
     ns: u64,
     offloaded: bool,
     stale: bool,
+}
+
+/// Fills the report's time split from the front end's samples.
+pub fn add_time_split(r: &mut PageBenchReport, mut t: crate::frontend::TimingSamples) {
+    let p = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        (percentile(v, 0.5), percentile(v, 0.99))
+    };
+    (r.offloaded_device_p50_us, r.offloaded_device_p99_us) = p(&mut t.offloaded_device_ns);
+    (r.forwarded_ring_p50_us, r.forwarded_ring_p99_us) = p(&mut t.forwarded_ring_ns);
+    (r.forwarded_host_p50_us, r.forwarded_host_p99_us) = p(&mut t.forwarded_host_ns);
+    (r.forwarded_device_p50_us, r.forwarded_device_p99_us) = p(&mut t.forwarded_device_ns);
 }
 
 /// Runs the load and returns the report.
@@ -164,6 +191,14 @@ pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
         forwarded_p50_us: percentile(&fwd, 0.5),
         forwarded_p99_us: percentile(&fwd, 0.99),
         host_us_per_forwarded: (answered > 0).then(|| cpu_us / answered as f64),
+        offloaded_device_p50_us: None,
+        offloaded_device_p99_us: None,
+        forwarded_ring_p50_us: None,
+        forwarded_ring_p99_us: None,
+        forwarded_host_p50_us: None,
+        forwarded_host_p99_us: None,
+        forwarded_device_p50_us: None,
+        forwarded_device_p99_us: None,
         ops_per_sec: n as f64 / secs,
         threads,
         host_share: cfg.host_share,
@@ -227,7 +262,13 @@ pub fn spawn_and_run(
         });
         let host = host.map_err(|e| format!("host application thread: {e}"))?;
         let started = ready_rx.recv().unwrap_or(false);
+        d.front.set_timing(true);
         let r = if started { run(&cfg).map_err(|e| e.to_string()) } else { Err(String::new()) };
+        d.front.set_timing(false);
+        let r = r.map(|mut rep| {
+            add_time_split(&mut rep, d.front.take_timing());
+            rep
+        });
         stop.store(true, Ordering::Relaxed);
         let h = host.join().unwrap_or_else(|_| Err("host application panicked".into()));
         match (r, h) {

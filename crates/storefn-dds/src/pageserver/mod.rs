@@ -8,6 +8,7 @@
 //! forwarded to it. A GetPage request is `page u64 | lsn u64` ([`GET_PAGE_BYTES`]); its answer is
 //! the page.
 
+use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
 
 pub mod bench;
@@ -224,16 +225,28 @@ impl PageHost {
         }
         // From here: the CPU spent answering (an idle poll is not counted, nor is the clock
         // read a system call on every empty poll).
-        let t0 = thread_cpu_ns();
+        let mut cpu_mark = thread_cpu_ns();
+        let arrived = std::time::Instant::now();
+        self.files.take_device_ns();
         for &(id, page, lsn) in &reqs {
+            // Host time: from the batch's arrival (queueing behind earlier requests of the
+            // batch included) to this answer; device time: this request's system calls.
+            let timing = |files: &mut HostFiles| AnswerTiming {
+                host_ns: u32::try_from(arrived.elapsed().as_nanos()).unwrap_or(u32::MAX),
+                device_ns: u32::try_from(files.take_device_ns()).unwrap_or(u32::MAX),
+            };
             if page == STATS_PAGE {
-                self.stats.busy_cpu_ns += thread_cpu_ns() - t0;
-                self.forward.send(id, &self.stats.encode())?;
+                let now = thread_cpu_ns();
+                self.stats.busy_cpu_ns += now - cpu_mark;
+                cpu_mark = now;
+                let t = timing(&mut self.files);
+                self.forward.answer(id, t, &self.stats.encode())?;
                 continue;
             }
             if page >= self.pages {
                 self.stats.bad_requests += 1;
-                self.forward.send(id, &[])?;
+                let t = timing(&mut self.files);
+                self.forward.answer(id, t, &[])?;
                 continue;
             }
             if self.lsns[page as usize] < lsn {
@@ -243,15 +256,17 @@ impl PageHost {
                 // run `invalidate` and drop the entry `cache` just made).
                 self.next_lsn = self.next_lsn.max(lsn);
                 self.apply_update(page)?;
-                self.forward.send(id, &self.buf)?;
+                let t = timing(&mut self.files);
+                self.forward.answer(id, t, &self.buf)?;
                 self.stats.answered += 1;
                 continue;
             }
             let got = self.files.read(self.file, page * PAGE_BYTES as u64, &mut self.buf)?;
-            self.forward.send(id, &self.buf[..got])?;
+            let t = timing(&mut self.files);
+            self.forward.answer(id, t, &self.buf[..got])?;
             self.stats.answered += 1;
         }
-        self.stats.busy_cpu_ns += thread_cpu_ns() - t0;
+        self.stats.busy_cpu_ns += thread_cpu_ns() - cpu_mark;
         self.pending = reqs;
         Ok(n)
     }
