@@ -12,6 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use storefn_dds::host::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::host::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
 use storefn_dds::pageserver::bench::{self, PageBenchConfig};
+use storefn_dds::pageserver::spawn::{spawn_and_run, HostCommand};
 use storefn_dds::pageserver::{host_loop, Deployment, PageHost};
 
 use crate::serve::{on_signal, STOP};
@@ -79,7 +80,8 @@ pub struct BenchArgs {
     /// A running `storefn pageserver serve` with its host application.
     #[arg(long, conflicts_with = "spawn", required_unless_present = "spawn")]
     remote: Option<String>,
-    /// Start a server, a host application and the load on this machine (loopback).
+    /// Start a server, a host application (a separate process: this binary as
+    /// `pageserver host`) and the load on this machine (loopback); all stopped after.
     #[arg(long)]
     spawn: bool,
     /// With --spawn: run the server with offload on or off. With --remote: what the server
@@ -224,7 +226,12 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
                 (d, true)
             }
         };
-        let r = bench::spawn_and_run(&dir, &elf(None)?, a.pages, a.updates_per_sec, &cfg);
+        // The host application is a separate process: this binary, as `pageserver host`.
+        let host = HostCommand {
+            program: std::env::current_exe().map_err(|e| format!("current executable: {e}"))?,
+            args: vec!["pageserver".into(), "host".into()],
+        };
+        let r = spawn_and_run(&dir, &elf(None)?, a.pages, a.updates_per_sec, &host, &cfg);
         if temp {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -218,3 +218,46 @@ fn pageserver_bench_spawn_reports_the_issue_keys() {
         assert!(sum <= 3.0 * num("forwarded_p99_us").unwrap(), "{mode}: split {sum} vs {v}");
     }
 }
+
+/// Processes whose command line contains every one of `words`.
+fn processes_with(words: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if words.iter().all(|w| cmd.contains(w)) {
+            found.push(cmd);
+        }
+    }
+    found
+}
+
+/// `--spawn` runs the host application as a separate process (`storefn pageserver host`,
+/// which reports on its own stderr), stops it after the run, and reaps it on an error path too
+/// (here: the page server cannot start on a missing directory after the host connected).
+#[test]
+fn pageserver_spawn_runs_and_reaps_a_separate_host_process() {
+    let out = storefn()
+        .args(["pageserver", "bench", "--spawn", "--pages", "64", "--requests", "200"])
+        .args(["--warmup", "20", "--seed", "424242"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("storefn pageserver host: 64 pages stored"), "no host process: {err}");
+    assert!(err.contains("storefn pageserver host: stopped"), "host not stopped cleanly: {err}");
+    assert!(processes_with(&["pageserver", "host", "424242"]).is_empty());
+
+    let missing = std::env::temp_dir().join(format!("storefn-no-such-dir-{}", std::process::id()));
+    let out = storefn()
+        .args(["pageserver", "bench", "--spawn", "--pages", "64", "--requests", "200"])
+        .args(["--seed", "525252", "--dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a missing directory must fail: {err}");
+    assert!(err.contains("start the page server"), "{err}");
+    let left = processes_with(&["pageserver", "host", "525252"]);
+    assert!(left.is_empty(), "host process left behind: {left:?}");
+}

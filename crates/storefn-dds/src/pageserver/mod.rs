@@ -12,6 +12,7 @@ use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
 
 pub mod bench;
+pub mod spawn;
 
 /// The page id of a stats request: GetPage(STATS_PAGE, 0) is never cached, so it reaches the
 /// host, which answers [`HostStats::encode`] (how a remote bench reads the host's CPU).
