@@ -280,3 +280,28 @@ fn lambda_len_is_bounded_by_max_lambda_in_bytes_not_by_read() {
         )
     );
 }
+
+proptest! {
+    /// The `offload` fuzz target's property on random payloads and on valid OFFLOAD requests
+    /// and responses with bytes flipped or cut.
+    #[test]
+    fn offload_fuzz_property_holds(noise in proptest::collection::vec(any::<u8>(), 0..256),
+                                   msg in proptest::collection::vec(any::<u8>(), 1..64),
+                                   served_by in 0u8..3,
+                                   flip in (any::<prop::sample::Index>(), any::<u8>()),
+                                   cut in any::<prop::sample::Index>()) {
+        fuzz::check_offload(&noise);
+        let mut req = (msg.len() as u32).to_le_bytes().to_vec();
+        req.extend_from_slice(&[0; 4]);
+        req.extend_from_slice(&msg);
+        let mut resp = vec![served_by, 0, 0, 0, 0, 0, 0, 0];
+        resp.extend_from_slice(&msg);
+        for mut bytes in [req, resp] {
+            fuzz::check_offload(&bytes);
+            fuzz::check_offload(&bytes[..cut.index(bytes.len())]);
+            let at = flip.0.index(bytes.len());
+            bytes[at] = flip.1;
+            fuzz::check_offload(&bytes);
+        }
+    }
+}
