@@ -83,6 +83,7 @@ pub struct FrontEnd {
     /// Whether requests are timed (off by default: no clock reads, no samples).
     timing_on: AtomicBool,
     timing: Mutex<Timing>,
+    last_fault: Mutex<Option<String>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<Result<(), HostError>>>>,
 }
@@ -153,6 +154,7 @@ impl FrontEnd {
             stats: FrontEndStats::default(),
             timing_on: AtomicBool::new(false),
             timing: Mutex::new(Timing::default()),
+            last_fault: Mutex::new(None),
             stop,
             thread: Mutex::new(Some(thread)),
         }))
@@ -166,6 +168,18 @@ impl FrontEnd {
     /// Counters.
     pub fn stats(&self) -> &FrontEndStats {
         &self.stats
+    }
+
+    /// The last function fault (or bad output), for the operator: what faulted and where.
+    pub fn last_fault(&self) -> Option<String> {
+        self.last_fault.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn fault(&self, e: &crate::offload::OffloadError) {
+        self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut f) = self.last_fault.lock() {
+            *f = Some(e.to_string());
+        }
     }
 
     /// Starts or stops timing requests (the bench's time split).
@@ -239,8 +253,8 @@ impl OffloadHook for FrontEnd {
                                     size: op.size,
                                 },
                                 Ok(None) => OffloadDecision::Forward,
-                                Err(_) => {
-                                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                                Err(e) => {
+                                    self.fault(&e);
                                     OffloadDecision::Forward
                                 }
                             }
@@ -250,8 +264,8 @@ impl OffloadHook for FrontEnd {
                         out.push(d);
                     }
                 }
-                Err(_) => {
-                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                Err(e) => {
+                    self.fault(&e);
                     out.extend(chunk.iter().map(|_| OffloadDecision::Forward));
                 }
             }

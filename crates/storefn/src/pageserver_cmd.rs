@@ -162,11 +162,15 @@ fn serve(a: &ServeArgs) -> CmdResult {
     }
     let s = d.front.stats();
     eprintln!(
-        "storefn pageserver serve: stopping ({} offloaded, {} forwarded, {} function faults)",
+        "storefn pageserver serve: stopping ({} offloaded, {} forwarded, {} function faults: \
+         batches whose offload functions faulted or answered out of range, forwarded whole)",
         s.offloaded.load(Ordering::Relaxed),
         s.forwarded.load(Ordering::Relaxed),
         s.faults.load(Ordering::Relaxed)
     );
+    if let Some(f) = d.front.last_fault() {
+        eprintln!("storefn pageserver serve: last function fault: {f}");
+    }
     d.stop()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -270,6 +274,12 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
             opt(r.forwarded_host_p99_us),
             opt(r.forwarded_device_p50_us),
             opt(r.forwarded_device_p99_us)
+        );
+    }
+    if let Some(n) = r.function_faults.filter(|&n| n > 0) {
+        println!(
+            "function faults: {n} batches forwarded whole (last: {})",
+            r.last_fault.as_deref().unwrap_or("-")
         );
     }
     if let Some(p) = &a.json {

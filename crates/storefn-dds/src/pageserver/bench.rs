@@ -70,6 +70,10 @@ pub struct PageBenchReport {
     /// Forwarded: the file service's system calls for the request (device).
     pub forwarded_device_p50_us: Option<f64>,
     pub forwarded_device_p99_us: Option<f64>,
+    /// Batches whose offload functions faulted or returned a bad output (forwarded whole) and
+    /// the last such error (`--spawn` only). 0 expected with the built-in page-server program.
+    pub function_faults: Option<u64>,
+    pub last_fault: Option<String>,
     pub ops_per_sec: f64,
     pub threads: usize,
     pub host_share: f64,
@@ -199,6 +203,8 @@ pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
         forwarded_host_p99_us: None,
         forwarded_device_p50_us: None,
         forwarded_device_p99_us: None,
+        function_faults: None,
+        last_fault: None,
         ops_per_sec: n as f64 / secs,
         threads,
         host_share: cfg.host_share,

@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use storefn_server::proto::StatusCode;
@@ -184,6 +185,8 @@ pub fn spawn_and_run(
         d.front.set_timing(false);
         r.map(|mut rep| {
             add_time_split(&mut rep, d.front.take_timing());
+            rep.function_faults = Some(d.front.stats().faults.load(Ordering::Relaxed));
+            rep.last_fault = d.front.last_fault();
             rep
         })
     });
