@@ -4,14 +4,17 @@
 //!   the messages back to back, docs/FORMAT.md "DDS offload batch"), split into batches of at
 //!   most `batch` requests; `pred` judges each batch, `func` gives the read of each offloaded
 //!   request. A fault or bad output of a function forwards the batch (always correct).
-//! - `read`: the offloaded read, from the file service's own open file (the host application
-//!   opened it through the host library), under the service's lock, so it never interleaves
-//!   with a host write of the same bytes.
+//!   Each read decision carries the file service's change epoch taken before `pred`.
+//! - `file` / `unchanged_since`: the server reads offloaded pages itself (io_uring, straight
+//!   into the response frame) from the file service's own open file (the host application
+//!   opened it through the host library; `SharedFiles`, no service lock), and serves the read
+//!   only if no host write, create, open or close ran between the decision and the read's
+//!   completion (the epoch did not move); otherwise it forwards the request, so a page torn
+//!   by a concurrent host write is never served.
 //! - `forward` / `poll_answers`: the forwarding channel to the host application.
 //!
 //! The file service runs on its own thread ([`FrontEnd::start`]), serving the host library.
 
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -29,7 +32,8 @@ pub const MAX_TIMING_SAMPLES: usize = 1 << 20;
 /// Where requests' time went (recorded only while [`FrontEnd::set_timing`] is on), ns.
 #[derive(Debug, Clone, Default)]
 pub struct TimingSamples {
-    /// Offloaded: the read next to the data (the device; no ring, no host).
+    /// Offloaded: the worker's io_uring read next to the data, submission to reaped completion
+    /// (the device; no ring, no host).
     pub offloaded_device_ns: Vec<u64>,
     /// Forwarded: on the forwarding rings and waiting for the host to take the request (the
     /// server's round trip from push to answer, minus the host's own wall time).
@@ -74,7 +78,8 @@ pub struct FrontEndStats {
 /// The front end: offload functions, the file service, the forwarding channel.
 pub struct FrontEnd {
     funcs: Mutex<(OffloadFunctions, Vec<u8>)>,
-    service: Arc<Mutex<FileService>>,
+    /// The file service's files and change epoch (offloaded reads are the server's own).
+    files: Arc<crate::host::SharedFiles>,
     forward: Mutex<ForwardEnd>,
     batch: usize,
     /// `false`: every request is forwarded (the baseline without offload).
@@ -119,6 +124,7 @@ impl FrontEnd {
                 "offload batch {batch}: expected 1..={MAX_BATCH_REQUESTS}"
             )));
         }
+        let files_shared = service.shared_files();
         let service = Arc::new(Mutex::new(service));
         let stop = Arc::new(AtomicBool::new(false));
         let (svc, st) = (Arc::clone(&service), Arc::clone(&stop));
@@ -141,7 +147,7 @@ impl FrontEnd {
             .map_err(|e| HostError::Dir { path: "file service thread".into(), source: e })?;
         Ok(Arc::new(Self {
             funcs: Mutex::new((funcs, Vec::new())),
-            service,
+            files: files_shared,
             forward: Mutex::new({
                 // Never wait for room: a host that stopped taking requests must fail the
                 // requests forwarded to it at once, not stall the server thread.
@@ -233,6 +239,8 @@ impl OffloadHook for FrontEnd {
             return;
         };
         let (funcs, buf) = &mut *g;
+        // Before any table lookup: a change after this point makes the read's check fail.
+        let epoch = self.files.epoch();
         for chunk in msgs.chunks(self.batch) {
             buf.clear();
             buf.extend_from_slice(&u32::try_from(chunk.len()).expect("<= batch").to_le_bytes());
@@ -251,6 +259,7 @@ impl OffloadHook for FrontEnd {
                                     file: op.file,
                                     offset: op.offset,
                                     size: op.size,
+                                    epoch,
                                 },
                                 Ok(None) => OffloadDecision::Forward,
                                 Err(e) => {
@@ -275,26 +284,19 @@ impl OffloadHook for FrontEnd {
         }
     }
 
-    fn read(&self, file: u32, offset: u64, buf: &mut [u8]) -> Result<usize, i32> {
-        let svc = self.service.lock().map_err(|_| libc::EIO)?;
-        let f = svc.file(file).ok_or(libc::EBADF)?;
-        let mut done = 0;
-        let t0 = std::time::Instant::now();
-        while done < buf.len() {
-            match f.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
-            }
-        }
-        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        drop(svc);
+    fn file(&self, file: u32) -> Option<Arc<std::fs::File>> {
+        self.files.file(file)
+    }
+
+    fn offloaded_read_time(&self, ns: u64) {
         if let Some(mut t) = self.timing() {
             let TimingSamples { offloaded_device_ns, dropped, .. } = &mut t.samples;
             TimingSamples::push(offloaded_device_ns, dropped, ns);
         }
-        Ok(done)
+    }
+
+    fn unchanged_since(&self, epoch: u64) -> bool {
+        epoch.is_multiple_of(2) && self.files.epoch() == epoch
     }
 
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {

@@ -28,7 +28,7 @@ pub use doorbell::Doorbell;
 pub use forward::{ForwardEnd, Side};
 pub use handoff::{connect, ChannelListener};
 pub(crate) use service::idle_wait as service_idle_wait;
-pub use service::{FileHooks, FileService, ServiceStats};
+pub use service::{FileHooks, FileService, ServiceStats, SharedFiles};
 
 /// Channel magic, "SFDDSHC1" little-endian.
 pub const CHANNEL_MAGIC: u64 = u64::from_le_bytes(*b"SFDDSHC1");

@@ -11,7 +11,8 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::doorbell::{PARK_SLICE, SPIN_POLLS};
@@ -31,6 +32,31 @@ pub trait FileHooks: Send {
     fn on_read(&mut self, file: u32, offset: u64, len: u32);
 }
 
+/// What the storage server's own reads of the service's files need, shared without the
+/// service's lock: the open files by id, and a change epoch that is odd while a write, create,
+/// open or close is running and grows by two with each (so a read that saw the same even epoch
+/// before and after it overlapped no such change).
+#[derive(Debug, Default)]
+pub struct SharedFiles {
+    files: Mutex<Vec<Option<Arc<File>>>>,
+    epoch: AtomicU64,
+}
+
+impl SharedFiles {
+    /// The open file behind `id`; holding the `Arc` keeps the descriptor open for a read in
+    /// flight even if the host closes the id meanwhile.
+    pub fn file(&self, id: u32) -> Option<Arc<File>> {
+        self.files.lock().ok()?.get(id as usize).and_then(Clone::clone)
+    }
+
+    /// The change epoch now.
+    pub fn epoch(&self) -> u64 {
+        // SeqCst: pairs with the service's increments around each change (see the type's
+        // comment); a reader compares two loads around its read.
+        self.epoch.load(Ordering::SeqCst)
+    }
+}
+
 /// Counters (all requests, by outcome).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServiceStats {
@@ -45,7 +71,8 @@ pub struct ServiceStats {
 /// The file service of one host channel.
 pub struct FileService {
     dir: OwnedFd,
-    files: Vec<Option<File>>,
+    files: Vec<Option<Arc<File>>>,
+    shared: Arc<SharedFiles>,
     buf: Vec<u8>,
     consumer: Consumer,
     hooks: Option<Box<dyn FileHooks>>,
@@ -84,6 +111,7 @@ impl FileService {
         Ok(Self {
             dir,
             files: (0..MAX_OPEN_FILES).map(|_| None).collect(),
+            shared: Arc::new(SharedFiles::default()),
             buf: vec![0; MAX_IO_BYTES],
             consumer: channel.requests().consumer(MAX_IO_BYTES + 64),
             hooks: None,
@@ -99,7 +127,12 @@ impl FileService {
 
     /// The open file behind `id` (the server's offloaded reads use the same files).
     pub fn file(&self, id: u32) -> Option<&File> {
-        self.files.get(id as usize).and_then(Option::as_ref)
+        self.files.get(id as usize).and_then(Option::as_deref)
+    }
+
+    /// The files and change epoch the server's offloaded reads use, without this service's lock.
+    pub fn shared_files(&self) -> Arc<SharedFiles> {
+        Arc::clone(&self.shared)
     }
 
     /// Counters.
@@ -114,7 +147,7 @@ impl FileService {
     /// `Ring` when the request ring is corrupt or the host left the response ring full for the
     /// response timeout (the channel is then unusable; other channels are unaffected).
     pub fn serve_batch(&mut self, channel: &HostChannel) -> Result<usize, HostError> {
-        let Self { dir, files, buf, consumer, hooks, stats, response_timeout } = self;
+        let Self { dir, files, shared, buf, consumer, hooks, stats, response_timeout } = self;
         let responses = channel.responses();
         let mut failed = None;
         let n = consumer.pop_batch(&channel.requests(), MAX_BATCH_RECORDS, |msg| {
@@ -125,7 +158,22 @@ impl FileService {
                 stats.malformed += 1;
                 return;
             };
+            let op = Op::from_byte(h.op);
+            let changes = matches!(op, Some(Op::Write | Op::Create | Op::Open | Op::Close));
+            if changes {
+                // SeqCst, odd: a server read overlapping this change sees the epoch move.
+                shared.epoch.fetch_add(1, Ordering::SeqCst);
+            }
             let (status, value, data_len, device_ns) = execute(dir, files, buf, hooks, &h, payload);
+            if changes {
+                if !matches!(op, Some(Op::Write)) {
+                    if let Ok(mut sf) = shared.files.lock() {
+                        sf.clone_from(files);
+                    }
+                }
+                // SeqCst, even again: the change is complete (pwrite returned).
+                shared.epoch.fetch_add(1, Ordering::SeqCst);
+            }
             stats.requests += 1;
             stats.errors += u64::from(status != 0);
             let head = ResponseHeader { id: h.id, status, device_ns, value }.encode();
@@ -185,7 +233,7 @@ pub(crate) fn idle_wait(channel: &HostChannel, idle: &mut u32) {
 /// calls that moved the data: read, write, fdatasync; 0 for the others).
 fn execute(
     dir: &OwnedFd,
-    files: &mut [Option<File>],
+    files: &mut [Option<Arc<File>>],
     buf: &mut [u8],
     hooks: &mut Option<Box<dyn FileHooks>>,
     h: &RequestHeader,
@@ -203,7 +251,7 @@ fn ns_since(t0: std::time::Instant) -> u32 {
 
 fn execute_op(
     dir: &OwnedFd,
-    files: &mut [Option<File>],
+    files: &mut [Option<Arc<File>>],
     buf: &mut [u8],
     hooks: &mut Option<Box<dyn FileHooks>>,
     h: &RequestHeader,
@@ -212,7 +260,8 @@ fn execute_op(
 ) -> (i32, u64, usize) {
     let err = |errno: i32| (-errno, 0, 0);
     let Some(op) = Op::from_byte(h.op) else { return err(libc::EINVAL) };
-    let file = |files: &mut [Option<File>]| files.get(h.file as usize).is_some_and(Option::is_some);
+    let file =
+        |files: &mut [Option<Arc<File>>]| files.get(h.file as usize).is_some_and(Option::is_some);
     match op {
         Op::Create | Op::Open => {
             if payload.len() != h.len as usize || payload.is_empty() {
@@ -231,7 +280,7 @@ fn execute_op(
             };
             match open_beneath(dir, payload, flags) {
                 Ok(f) => {
-                    files[slot] = Some(f);
+                    files[slot] = Some(Arc::new(f));
                     (0, slot as u64, 0)
                 }
                 Err(e) => err(e),

@@ -1,15 +1,17 @@
 //! DDS's offload engine, as seen from the server: the server does not know the application's
 //! messages or the offload functions (they live in storefn-dds, above this crate); it hands each
 //! frame's OFFLOAD requests to an [`OffloadHook`] as one batch, serves the reads the hook
-//! returns next to the data (straight into the response frame), and forwards the rest to the
+//! returns next to the data (an io_uring read straight into the response frame that is sent),
+//! and forwards the rest to the
 //! host application through the hook, relaying its answers back (docs/design/dds.md, "DDS over the
 //! network").
 
 /// What the offload functions decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffloadDecision {
-    /// Serve it here: read `size` bytes at `offset` of the hook's file `file`.
-    Read { file: u32, offset: u64, size: u32 },
+    /// Serve it here: read `size` bytes at `offset` of the hook's file `file`; `epoch` is the
+    /// hook's change epoch taken before the decision ([`OffloadHook::unchanged_since`]).
+    Read { file: u32, offset: u64, size: u32, epoch: u64 },
     /// Send it to the host application.
     Forward,
 }
@@ -19,12 +21,13 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     /// Judges one batch (a frame's OFFLOAD messages, in order): appends one decision per
     /// message to `out`. A message it cannot judge is `Forward` (always correct).
     fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>);
-    /// Reads `buf.len()` bytes at `offset` of `file` into `buf` (the response frame's bytes);
-    /// returns how many it read, or an errno.
-    ///
-    /// # Errors
-    /// An errno (EBADF for a file id the hook does not know).
-    fn read(&self, file: u32, offset: u64, buf: &mut [u8]) -> Result<usize, i32>;
+    /// The open file behind the hook's file id, for the server to read from with its own
+    /// io_uring (the caller holds the `Arc` until the read completes); `None` forwards.
+    fn file(&self, file: u32) -> Option<std::sync::Arc<std::fs::File>>;
+    /// Whether nothing that could change a served file's bytes (a host write, create, open or
+    /// close) started since `epoch` was taken: a read that completed while this holds saw no
+    /// concurrent change (no torn page); otherwise the request is forwarded instead.
+    fn unchanged_since(&self, epoch: u64) -> bool;
     /// Forwards `msg` to the host application under `token`.
     ///
     /// # Errors
@@ -32,4 +35,9 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String>;
     /// Hands each host answer ready now to `f(token, answer)`; returns how many.
     fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize;
+    /// An offloaded read took `ns` from submission to its reaped completion (the device's
+    /// share of the request, for the hook's time split). Default: ignored.
+    fn offloaded_read_time(&self, ns: u64) {
+        let _ = ns;
+    }
 }

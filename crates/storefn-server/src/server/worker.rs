@@ -86,6 +86,12 @@ pub(super) struct Conn {
     /// Bytes ready to send, and how many of them went out.
     pub(super) tx: Vec<u8>,
     pub(super) tx_pos: usize,
+    /// DDS: whole response frames an offloaded read filled in place, sent from their own
+    /// buffers after (or between) `tx`'s bytes; `out_pos` bytes of the front one are sent.
+    pub(super) out_frames: std::collections::VecDeque<FrameBuf>,
+    pub(super) out_pos: usize,
+    /// Sent frames kept for the next offloaded reads (at most `MAX_SPARE_FRAMES`).
+    pub(super) spare_frames: Vec<FrameBuf>,
     pub(super) in_flight: u32,
     pub(super) tenant: Option<u32>,
     pub(super) challenge: [u8; HASH_BYTES],
@@ -205,7 +211,7 @@ impl Worker<'_> {
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
             let mut ev = 0;
-            let backlog = c.tx.len() - c.tx_pos;
+            let backlog = c.out_backlog();
             if c.closing.is_none()
                 && listener.is_some()
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
@@ -221,7 +227,7 @@ impl Worker<'_> {
         }
         // Host answers arrive over shared memory, not an fd: while any are awaited, poll
         // without sleeping.
-        let timeout = if self.offload.forwarded_live > 0 {
+        let timeout = if self.offload.forwarded_live > 0 || self.offload.reads_live() > 0 {
             0
         } else {
             i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
@@ -263,6 +269,7 @@ impl Worker<'_> {
         // again (which submits it) until no chunk was queued, or it would wait for the poll.
         while self.reap()? > 0 {}
         self.poll_forwarded();
+        self.poll_offload_reads();
         self.flush_all();
         self.check_timeouts();
         Ok(())
@@ -311,6 +318,9 @@ impl Worker<'_> {
                 frame: FrameBuf::with_capacity(INITIAL_RX_BYTES),
                 tx: Vec::with_capacity(INITIAL_RX_BYTES),
                 tx_pos: 0,
+                out_frames: std::collections::VecDeque::new(),
+                out_pos: 0,
+                spare_frames: Vec::new(),
                 in_flight: 0,
                 tenant: None,
                 challenge: [0; HASH_BYTES],
@@ -579,7 +589,7 @@ impl Worker<'_> {
                 continue;
             }
             let c = self.conns[ci as usize].as_ref().expect("live");
-            if c.tx_pos == c.tx.len() {
+            if c.out_backlog() == 0 {
                 if let Some(why) = c.closing {
                     self.close(ci, why);
                 }
@@ -592,7 +602,7 @@ impl Worker<'_> {
         let (idle, slow) = (self.shared.cfg.idle_timeout, self.shared.cfg.slow_client_timeout);
         for ci in 0..self.conns.len() {
             let Some(c) = self.conns[ci].as_ref() else { continue };
-            let quiet = c.in_flight == 0 && c.tx_pos == c.tx.len() && c.partial_since.is_none();
+            let quiet = c.in_flight == 0 && c.out_backlog() == 0 && c.partial_since.is_none();
             let why = if quiet && now - c.last_rx > idle {
                 self.shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                 "idle timeout"
@@ -620,11 +630,8 @@ impl Worker<'_> {
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
                 || self.offload.forwarded_live > 0
-                || self
-                    .conns
-                    .iter()
-                    .flatten()
-                    .any(|c| !c.frame.is_empty() || c.tx_pos < c.tx.len());
+                || self.offload.reads_live() > 0
+                || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);
             if !pending {
                 break;
             }
@@ -724,24 +731,66 @@ pub(super) fn open_frame(c: &mut Conn) {
     }
 }
 
-/// Sends what the socket takes; `Err` = the connection is broken.
-fn send(c: &mut Conn) -> Result<(), String> {
-    while c.tx_pos < c.tx.len() {
-        match c.stream.write(&c.tx[c.tx_pos..]) {
+/// Sent offloaded-read frames a connection keeps for reuse.
+const MAX_SPARE_FRAMES: usize = 16;
+
+impl Conn {
+    /// Bytes waiting to be sent: `tx`'s and the queued frames'.
+    pub(super) fn out_backlog(&self) -> usize {
+        let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
+        self.tx.len() - self.tx_pos + frames - self.out_pos
+    }
+}
+
+/// Writes `bytes[*pos..]`; Ok(true) when all of it went out, Ok(false) when the socket is full.
+fn write_some(stream: &mut TcpStream, bytes: &[u8], pos: &mut usize) -> Result<bool, String> {
+    while *pos < bytes.len() {
+        match stream.write(&bytes[*pos..]) {
             Ok(0) => return Err("write returned 0".into()),
-            Ok(n) => {
-                c.tx_pos += n;
-                c.tx_stalled_since = None;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                c.tx_stalled_since = Some(c.tx_stalled_since.unwrap_or_else(Instant::now));
-                return Ok(());
-            }
+            Ok(n) => *pos += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("write: {e}")),
         }
     }
-    c.tx.clear();
-    c.tx_pos = 0;
-    Ok(())
+    Ok(true)
+}
+
+/// Sends what the socket takes; `Err` = the connection is broken. A frame is never split by
+/// another: a partly sent queued frame finishes before `tx` resumes, and `tx` (once started)
+/// before the next queued frame.
+fn send(c: &mut Conn) -> Result<(), String> {
+    loop {
+        let frame_first = c.out_pos > 0 || (c.tx_pos == c.tx.len() && !c.out_frames.is_empty());
+        let before = c.out_backlog();
+        let done = if frame_first {
+            let f = c.out_frames.front().expect("checked");
+            let done = write_some(&mut c.stream, &f.buf, &mut c.out_pos)?;
+            if done {
+                let f = c.out_frames.pop_front().expect("checked");
+                c.out_pos = 0;
+                if c.spare_frames.len() < MAX_SPARE_FRAMES {
+                    c.spare_frames.push(f);
+                }
+            }
+            done
+        } else if c.tx_pos < c.tx.len() {
+            let done = write_some(&mut c.stream, &c.tx, &mut c.tx_pos)?;
+            if done {
+                c.tx.clear();
+                c.tx_pos = 0;
+            }
+            done
+        } else {
+            c.tx_stalled_since = None;
+            return Ok(());
+        };
+        if c.out_backlog() < before {
+            c.tx_stalled_since = None;
+        }
+        if !done {
+            c.tx_stalled_since = Some(c.tx_stalled_since.unwrap_or_else(Instant::now));
+            return Ok(());
+        }
+    }
 }

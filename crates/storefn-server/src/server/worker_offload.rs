@@ -1,17 +1,19 @@
 //! The worker's DDS path: a frame's OFFLOAD requests are judged as one batch by the
-//! [`OffloadHook`]; offloaded reads are read straight into the response frame; the rest are
-//! forwarded to the host application and answered when its reply comes back.
+//! [`OffloadHook`]; offloaded reads are io_uring reads straight into the response frame that is
+//! sent (`offload_reads`); the rest are forwarded to the host application and answered when its
+//! reply comes back.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::super::offload::{OffloadDecision, OffloadHook};
+use super::super::offload_reads::{OffloadReads, ReadSlot};
 use super::super::MAX_IN_FLIGHT_PER_CONN;
 use super::{open_frame, Worker};
 use crate::proto::msg::{
     MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
 };
-use crate::proto::{op, put_response, Response, StatusCode};
+use crate::proto::{op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE};
 
 /// A request waiting for the host application's answer.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +47,34 @@ pub(super) struct OffloadState {
     pub(super) forwarded_live: usize,
     answers: Vec<(u64, std::ops::Range<usize>)>,
     answer_bytes: Vec<u8>,
+    /// The thread's offloaded reads (created at the first one).
+    reads: Option<OffloadReads>,
+    done_reads: Vec<(ReadSlot, i32)>,
+    spare_frames: Vec<FrameBuf>,
+    spare_msgs: Vec<Vec<u8>>,
+    /// Offloaded reads forwarded because the hook's epoch moved during the read.
+    pub(super) torn_retries: u64,
+}
+
+impl OffloadState {
+    /// Offloaded reads in flight.
+    pub(super) fn reads_live(&self) -> usize {
+        self.reads.as_ref().map_or(0, |r| r.live)
+    }
+}
+
+/// Frames and message buffers the thread keeps for offloaded reads.
+const MAX_SPARE_READ_FRAMES: usize = 64;
+
+/// One offloaded read as decided.
+#[derive(Debug, Clone, Copy)]
+struct ReadReq {
+    ci: u32,
+    req_id: u64,
+    file: u32,
+    offset: u64,
+    size: u32,
+    epoch: u64,
 }
 
 impl Worker<'_> {
@@ -82,84 +112,159 @@ impl Worker<'_> {
         o.decisions.clear();
         hook.decide(&views, &mut o.decisions);
         drop(views);
-        for (k, &(req_id, a, b)) in o.reqs.iter().enumerate() {
+        let reqs = std::mem::take(&mut o.reqs);
+        let msgs = std::mem::take(&mut o.msgs);
+        for (k, &(req_id, a, b)) in reqs.iter().enumerate() {
             let d = o.decisions.get(k).copied().unwrap_or(OffloadDecision::Forward);
             let live = self.conns[ci as usize].is_some();
             if !live {
                 break;
             }
+            let msg = &msgs[a..b];
             match d {
-                OffloadDecision::Read { file, offset, size } => {
-                    self.conn(ci).in_flight -= 1;
-                    self.serve_offloaded(ci, req_id, &*hook, file, offset, size);
+                OffloadDecision::Read { file, offset, size, epoch } => {
+                    let read = ReadReq { ci, req_id, file, offset, size, epoch };
+                    self.serve_offloaded(&mut o, &*hook, read, msg);
                 }
-                OffloadDecision::Forward => {
-                    let slot = match o.free.pop() {
-                        Some(t) => t,
-                        None => {
-                            o.forwarded.push(None);
-                            o.slot_gens.push(0);
-                            u32::try_from(o.forwarded.len() - 1).expect("bounded by in-flight")
-                        }
-                    };
-                    let tok = token(slot, o.slot_gens[slot as usize]);
-                    match hook.forward(tok, &o.msgs[a..b]) {
-                        Ok(()) => {
-                            let conn_gen = self.conn(ci).gen;
-                            let deadline = Instant::now() + self.shared.cfg.forward_timeout;
-                            o.forwarded[slot as usize] =
-                                Some(Forwarded { conn: ci, conn_gen, req_id });
-                            o.expiry.push_back((deadline, tok));
-                            o.forwarded_live += 1;
-                        }
-                        Err(m) => {
-                            o.free.push(slot);
-                            self.conn(ci).in_flight -= 1;
-                            let m = format!("forward to the host application: {m}");
-                            self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
-                        }
-                    }
-                }
+                OffloadDecision::Forward => self.forward_one(&mut o, &*hook, ci, req_id, msg),
             }
         }
+        if let Some(r) = o.reads.as_mut() {
+            if let Err(e) = r.submit() {
+                eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
+            }
+        }
+        o.reqs = reqs;
         o.reqs.clear();
+        o.msgs = msgs;
         o.msgs.clear();
         self.offload = o;
     }
 
-    /// An offloaded read, read by the hook straight into the response frame.
-    fn serve_offloaded(
+    /// Forwards one request to the host application (its in-flight count stays until the
+    /// answer, the timeout or a refusal answers it).
+    fn forward_one(
         &mut self,
+        o: &mut OffloadState,
+        hook: &dyn OffloadHook,
         ci: u32,
         req_id: u64,
-        hook: &dyn OffloadHook,
-        file: u32,
-        offset: u64,
-        size: u32,
+        msg: &[u8],
     ) {
-        if size > MAX_OFFLOAD_DATA_BYTES {
-            let m = format!("offload read of {size} bytes is over MAX_OFFLOAD_DATA_BYTES");
-            return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Limit, &m);
-        }
-        let c = self.conn(ci);
-        open_frame(c);
-        let start = c.frame.begin_msg(req_id, op::OFFLOAD, StatusCode::Ok as u16);
-        c.frame.buf.push(SERVED_BY_OFFLOAD);
-        c.frame.buf.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
-        let at = c.frame.buf.len();
-        c.frame.buf.resize(at + size as usize, 0);
-        match hook.read(file, offset, &mut c.frame.buf[at..]) {
-            Ok(n) => {
-                c.frame.buf.truncate(at + n);
-                c.frame.end_msg(start);
+        let slot = match o.free.pop() {
+            Some(t) => t,
+            None => {
+                o.forwarded.push(None);
+                o.slot_gens.push(0);
+                u32::try_from(o.forwarded.len() - 1).expect("bounded by in-flight")
             }
-            Err(errno) => {
-                c.frame.buf.truncate(start);
-                let e = std::io::Error::from_raw_os_error(errno);
-                let m = format!("offload read of file {file} at {offset}: {e}");
+        };
+        let tok = token(slot, o.slot_gens[slot as usize]);
+        match hook.forward(tok, msg) {
+            Ok(()) => {
+                let conn_gen = self.conn(ci).gen;
+                let deadline = Instant::now() + self.shared.cfg.forward_timeout;
+                o.forwarded[slot as usize] = Some(Forwarded { conn: ci, conn_gen, req_id });
+                o.expiry.push_back((deadline, tok));
+                o.forwarded_live += 1;
+            }
+            Err(m) => {
+                o.free.push(slot);
+                self.conn(ci).in_flight -= 1;
+                let m = format!("forward to the host application: {m}");
                 self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
             }
         }
+    }
+
+    /// An offloaded read: an io_uring read straight into the data bytes of the response frame
+    /// that will be sent (module `offload_reads`). Forwarded instead when the hook no longer
+    /// has the file or every read slot is busy.
+    fn serve_offloaded(
+        &mut self,
+        o: &mut OffloadState,
+        hook: &dyn OffloadHook,
+        r: ReadReq,
+        msg: &[u8],
+    ) {
+        let ReadReq { ci, req_id, file, offset, size, epoch } = r;
+        if size > MAX_OFFLOAD_DATA_BYTES {
+            self.conn(ci).in_flight -= 1;
+            let m = format!("offload read of {size} bytes is over MAX_OFFLOAD_DATA_BYTES");
+            return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Limit, &m);
+        }
+        if o.reads.is_none() {
+            match OffloadReads::new() {
+                Ok(r) => o.reads = Some(r),
+                Err(e) => {
+                    self.conn(ci).in_flight -= 1;
+                    let m = format!("offload read ring: {e}");
+                    return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
+                }
+            }
+        }
+        let reads = o.reads.as_mut().expect("created above");
+        let Some(f) = hook.file(file).filter(|_| reads.has_room()) else {
+            return self.forward_one(o, hook, ci, req_id, msg);
+        };
+        let c = self.conn(ci);
+        let conn_gen = c.gen;
+        let mut frame = c.spare_frames.pop().or_else(|| o.spare_frames.pop()).unwrap_or_default();
+        frame.begin(KIND_RESPONSE);
+        let msg_start = frame.begin_msg(req_id, op::OFFLOAD, StatusCode::Ok as u16);
+        frame.buf.push(SERVED_BY_OFFLOAD);
+        frame.buf.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
+        let data_at = frame.buf.len();
+        frame.buf.resize(data_at + size as usize, 0);
+        let mut m = o.spare_msgs.pop().unwrap_or_default();
+        m.clear();
+        m.extend_from_slice(msg);
+        let reads = o.reads.as_mut().expect("created above");
+        reads.queue(ci, conn_gen, req_id, f, offset, frame, msg_start, data_at, epoch, m);
+    }
+
+    /// Answers the offloaded reads that completed: the frame they filled is queued on the
+    /// connection as it is; a read that may have overlapped a host change (the hook's epoch
+    /// moved) is forwarded to the host instead; an error is answered `IO` with the errno.
+    pub(super) fn poll_offload_reads(&mut self) {
+        if self.offload.reads_live() == 0 {
+            return;
+        }
+        let Some(hook) = self.shared.cfg.offload.clone() else { return };
+        let mut o = std::mem::take(&mut self.offload);
+        let mut done = std::mem::take(&mut o.done_reads);
+        o.reads.as_mut().expect("live reads").reap(|s, res| done.push((s, res)));
+        for (mut s, res) in done.drain(..) {
+            hook.offloaded_read_time(
+                u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            );
+            let live = self.conns[s.conn as usize].as_ref().is_some_and(|c| c.gen == s.conn_gen);
+            if live && res >= 0 && !hook.unchanged_since(s.epoch) {
+                o.torn_retries += 1;
+                self.forward_one(&mut o, &*hook, s.conn, s.req_id, &s.msg);
+            } else if live && res < 0 {
+                self.conn(s.conn).in_flight -= 1;
+                let e = std::io::Error::from_raw_os_error(-res);
+                let m = format!("offload read: {e}");
+                self.respond_err(s.conn, s.req_id, op::OFFLOAD, StatusCode::Io, &m);
+            } else if live {
+                let n = usize::try_from(res).expect("non-negative");
+                s.frame.buf.truncate(s.data_at + n.min(s.frame.buf.len() - s.data_at));
+                s.frame.end_msg(s.msg_start);
+                s.frame.finish();
+                let c = self.conn(s.conn);
+                c.in_flight -= 1;
+                c.out_frames.push_back(std::mem::take(&mut s.frame));
+            }
+            if s.frame.buf.capacity() > 0 && o.spare_frames.len() < MAX_SPARE_READ_FRAMES {
+                o.spare_frames.push(std::mem::take(&mut s.frame));
+            }
+            if o.spare_msgs.len() < MAX_SPARE_READ_FRAMES {
+                o.spare_msgs.push(std::mem::take(&mut s.msg));
+            }
+        }
+        o.done_reads = done;
+        self.offload = o;
     }
 
     /// Relays the host application's answers to their clients.
