@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use storefn_server::server::offload::{OffloadDecision, OffloadHook};
+use storefn_server::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
 
 use crate::host::{FileService, ForwardEnd, HostChannel, HostError, Side};
 use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
@@ -284,8 +284,9 @@ impl OffloadHook for FrontEnd {
         }
     }
 
-    fn file(&self, file: u32) -> Option<Arc<std::fs::File>> {
-        self.files.file(file)
+    fn file(&self, file: u32, offset: u64, size: u32) -> Option<(Arc<std::fs::File>, u64)> {
+        let stamp = self.files.stamp(file, offset, u64::from(size))?;
+        Some((self.files.file(file)?, stamp))
     }
 
     fn offloaded_read_time(&self, ns: u64) {
@@ -295,8 +296,10 @@ impl OffloadHook for FrontEnd {
         }
     }
 
-    fn unchanged_since(&self, epoch: u64) -> bool {
-        epoch.is_multiple_of(2) && self.files.epoch() == epoch
+    fn unchanged_since(&self, r: &ReadCheck) -> bool {
+        r.epoch.is_multiple_of(2)
+            && self.files.epoch() == r.epoch
+            && self.files.stamp(r.file, r.offset, u64::from(r.size)) == Some(r.stamp)
     }
 
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {

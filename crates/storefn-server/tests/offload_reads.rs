@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use common::TempDir;
 use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
-use storefn_server::server::offload::{OffloadDecision, OffloadHook};
+use storefn_server::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
 use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
 
 const FILE_BYTES: usize = 300_000;
@@ -46,11 +46,11 @@ impl OffloadHook for Scripted {
             });
         }
     }
-    fn file(&self, file: u32) -> Option<Arc<File>> {
-        (file == 7).then(|| Arc::clone(&self.file))
+    fn file(&self, file: u32, _offset: u64, _size: u32) -> Option<(Arc<File>, u64)> {
+        (file == 7).then(|| (Arc::clone(&self.file), 40))
     }
-    fn unchanged_since(&self, epoch: u64) -> bool {
-        epoch == 2 && self.stable.load(Ordering::SeqCst)
+    fn unchanged_since(&self, r: &ReadCheck) -> bool {
+        (r.epoch, r.stamp) == (2, 40) && self.stable.load(Ordering::SeqCst)
     }
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {
         self.forwarded.fetch_add(1, Ordering::SeqCst);

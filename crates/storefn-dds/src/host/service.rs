@@ -32,14 +32,58 @@ pub trait FileHooks: Send {
     fn on_read(&mut self, file: u32, offset: u64, len: u32);
 }
 
+/// Change stamps cover the files in blocks of this many bytes.
+pub const STAMP_GRAIN_BYTES: u64 = 4096;
+/// Stamp buckets (blocks of every file hash into them).
+pub const STAMP_BUCKETS: usize = 4096;
+/// Most buckets one change bumps: a write of `MAX_IO_BYTES` spans at most 17 blocks.
+const MAX_WRITE_BUCKETS: usize = MAX_IO_BYTES / STAMP_GRAIN_BYTES as usize + 1;
+
 /// What the storage server's own reads of the service's files need, shared without the
-/// service's lock: the open files by id, and a change epoch that is odd while a write, create,
-/// open or close is running and grows by two with each (so a read that saw the same even epoch
-/// before and after it overlapped no such change).
-#[derive(Debug, Default)]
+/// service's lock: the open files by id; a mapping epoch, odd while a create, open or close
+/// runs and +2 per such change; and per-block change stamps, a bucket odd while a write of a
+/// block hashing to it runs and +2 per write. A read that saw the same even epoch and the same
+/// (all even) stamps of its blocks before and after it overlapped no change of its bytes.
+#[derive(Debug)]
 pub struct SharedFiles {
     files: Mutex<Vec<Option<Arc<File>>>>,
-    epoch: AtomicU64,
+    mapping: AtomicU64,
+    stamps: Box<[AtomicU64]>,
+}
+
+impl Default for SharedFiles {
+    fn default() -> Self {
+        Self {
+            files: Mutex::default(),
+            mapping: AtomicU64::new(0),
+            stamps: (0..STAMP_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+fn bucket(file: u32, block: u64) -> usize {
+    let h = (u64::from(file) << 40 ^ block).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 32) as usize % STAMP_BUCKETS
+}
+
+/// The buckets of `[offset, offset + len)` of `file`, each once (sorted), in `out`.
+fn buckets_of(file: u32, offset: u64, len: u64, out: &mut [usize; MAX_WRITE_BUCKETS]) -> usize {
+    let first = offset / STAMP_GRAIN_BYTES;
+    let last = offset.saturating_add(len.max(1) - 1) / STAMP_GRAIN_BYTES;
+    let mut n = 0;
+    for block in first..=last.min(first + MAX_WRITE_BUCKETS as u64 - 1) {
+        out[n] = bucket(file, block);
+        n += 1;
+    }
+    out[..n].sort_unstable();
+    let mut k = 0;
+    for i in 0..n {
+        if i == 0 || out[i] != out[k - 1] {
+            out[k] = out[i];
+            k += 1;
+        }
+    }
+    k
 }
 
 impl SharedFiles {
@@ -49,11 +93,44 @@ impl SharedFiles {
         self.files.lock().ok()?.get(id as usize).and_then(Clone::clone)
     }
 
-    /// The change epoch now.
+    /// The mapping epoch now (file ids to files).
     pub fn epoch(&self) -> u64 {
         // SeqCst: pairs with the service's increments around each change (see the type's
         // comment); a reader compares two loads around its read.
-        self.epoch.load(Ordering::SeqCst)
+        self.mapping.load(Ordering::SeqCst)
+    }
+
+    /// The change stamp of `[offset, offset + len)` of `file` now: `None` while a write of it
+    /// runs. Stamps only grow, so a later equal stamp means no write of these bytes began.
+    pub fn stamp(&self, file: u32, offset: u64, len: u64) -> Option<u64> {
+        let mut b = [0; MAX_WRITE_BUCKETS];
+        let n = buckets_of(file, offset, len, &mut b);
+        let mut sum = 0u64;
+        for &i in &b[..n] {
+            // SeqCst: as for `epoch`.
+            let v = self.stamps[i].load(Ordering::SeqCst);
+            if v % 2 == 1 {
+                return None;
+            }
+            sum = sum.wrapping_add(v);
+        }
+        Some(sum)
+    }
+
+    /// Runs `change` with the stamps of `[offset, offset + len)` odd around it.
+    fn writing<T>(&self, file: u32, offset: u64, len: u64, change: impl FnOnce() -> T) -> T {
+        let mut b = [0; MAX_WRITE_BUCKETS];
+        let n = buckets_of(file, offset, len, &mut b);
+        for &i in &b[..n] {
+            // SeqCst, odd: a server read of these blocks overlapping the write sees it.
+            self.stamps[i].fetch_add(1, Ordering::SeqCst);
+        }
+        let r = change();
+        for &i in &b[..n] {
+            // SeqCst, even again: the write is complete (pwrite returned).
+            self.stamps[i].fetch_add(1, Ordering::SeqCst);
+        }
+        r
     }
 }
 
@@ -159,20 +236,23 @@ impl FileService {
                 return;
             };
             let op = Op::from_byte(h.op);
-            let changes = matches!(op, Some(Op::Write | Op::Create | Op::Open | Op::Close));
-            if changes {
-                // SeqCst, odd: a server read overlapping this change sees the epoch move.
-                shared.epoch.fetch_add(1, Ordering::SeqCst);
+            let remaps = matches!(op, Some(Op::Create | Op::Open | Op::Close));
+            if remaps {
+                // SeqCst, odd: a server read racing a remap of file ids sees the epoch move.
+                shared.mapping.fetch_add(1, Ordering::SeqCst);
             }
-            let (status, value, data_len, device_ns) = execute(dir, files, buf, hooks, &h, payload);
-            if changes {
-                if !matches!(op, Some(Op::Write)) {
-                    if let Ok(mut sf) = shared.files.lock() {
-                        sf.clone_from(files);
-                    }
+            let mut run = || execute(dir, files, buf, hooks, &h, payload);
+            let (status, value, data_len, device_ns) = if op == Some(Op::Write) {
+                shared.writing(h.file, h.offset, u64::from(h.len), run)
+            } else {
+                run()
+            };
+            if remaps {
+                if let Ok(mut sf) = shared.files.lock() {
+                    sf.clone_from(files);
                 }
-                // SeqCst, even again: the change is complete (pwrite returned).
-                shared.epoch.fetch_add(1, Ordering::SeqCst);
+                // SeqCst, even again: the remap is complete.
+                shared.mapping.fetch_add(1, Ordering::SeqCst);
             }
             stats.requests += 1;
             stats.errors += u64::from(status != 0);
@@ -375,4 +455,42 @@ fn open_beneath(dir: &OwnedFd, path: &[u8], flags: libc::c_int) -> Result<File, 
     }
     // SAFETY: openat2 returned a fresh fd we own.
     Ok(unsafe { File::from_raw_fd(raw as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{buckets_of, SharedFiles, MAX_WRITE_BUCKETS, STAMP_GRAIN_BYTES};
+
+    /// A read's stamp is unavailable while a write of any of its blocks runs, differs after
+    /// such a write, and is unchanged by a write of blocks in other buckets.
+    #[test]
+    fn stamps_see_overlapping_writes_only() {
+        let s = SharedFiles::default();
+        let page = 8192;
+        let before = s.stamp(3, 5 * page, page).unwrap();
+        // A 64 KiB write starting 100 bytes into the page's second block spans 17 blocks.
+        let at = 5 * page + 4096 + 100;
+        s.writing(3, at, 65_536, || {
+            assert_eq!(s.stamp(3, 5 * page, page), None, "stamp during an overlapping write");
+            for block in 0..17 {
+                let b = (at / STAMP_GRAIN_BYTES + block) * STAMP_GRAIN_BYTES;
+                assert_eq!(s.stamp(3, b, 1), None, "block {block} not marked");
+            }
+        });
+        let after = s.stamp(3, 5 * page, page).unwrap();
+        assert_ne!(before, after);
+        // Another file's block in disjoint buckets: no effect on the page's stamp.
+        let (mut a, mut b) = ([0; MAX_WRITE_BUCKETS], [0; MAX_WRITE_BUCKETS]);
+        let na = buckets_of(3, 5 * page, page, &mut a);
+        let other = (0..1000u64)
+            .find(|&blk| {
+                let nb = buckets_of(4, blk * STAMP_GRAIN_BYTES, 1, &mut b);
+                b[..nb].iter().all(|x| !a[..na].contains(x))
+            })
+            .unwrap();
+        s.writing(4, other * STAMP_GRAIN_BYTES, 1, || {});
+        assert_eq!(s.stamp(3, 5 * page, page), Some(after));
+        // Mapping changes move the epoch (checked by the front end next to the stamp).
+        assert_eq!(s.epoch(), 0);
+    }
 }

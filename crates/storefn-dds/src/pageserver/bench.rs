@@ -74,6 +74,9 @@ pub struct PageBenchReport {
     /// the last such error (`--spawn` only). 0 expected with the built-in page-server program.
     pub function_faults: Option<u64>,
     pub last_fault: Option<String>,
+    /// Offloaded reads that overlapped a host write (or open/close) and were forwarded
+    /// instead of served (`--spawn` only; whole run including warm-up).
+    pub raced_reads: Option<u64>,
     pub ops_per_sec: f64,
     pub threads: usize,
     pub host_share: f64,
@@ -205,6 +208,7 @@ pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
         forwarded_device_p99_us: None,
         function_faults: None,
         last_fault: None,
+        raced_reads: None,
         ops_per_sec: n as f64 / secs,
         threads,
         host_share: cfg.host_share,

@@ -187,6 +187,7 @@ pub fn spawn_and_run(
             add_time_split(&mut rep, d.front.take_timing());
             rep.function_faults = Some(d.front.stats().faults.load(Ordering::Relaxed));
             rep.last_fault = d.front.last_fault();
+            rep.raced_reads = Some(d.server.stats().offload_raced.load(Ordering::Relaxed));
             rep
         })
     });

@@ -132,6 +132,8 @@ pub struct ServerStats {
     pub forward_timeouts: AtomicU64,
     /// DDS: host answers that arrived after their request timed out (dropped).
     pub late_answers: AtomicU64,
+    /// DDS: offloaded reads that overlapped a host change and were forwarded instead.
+    pub offload_raced: AtomicU64,
 }
 
 /// State every thread reads.

@@ -16,18 +16,38 @@ pub enum OffloadDecision {
     Forward,
 }
 
+/// An offloaded read as checked after it completed ([`OffloadHook::unchanged_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadCheck {
+    pub file: u32,
+    pub offset: u64,
+    pub size: u32,
+    /// From the decision ([`OffloadDecision::Read`]).
+    pub epoch: u64,
+    /// From [`OffloadHook::file`], just before the read was submitted.
+    pub stamp: u64,
+}
+
 /// The server's side of DDS. Implemented by storefn-dds; shared by every server thread.
 pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     /// Judges one batch (a frame's OFFLOAD messages, in order): appends one decision per
     /// message to `out`. A message it cannot judge is `Forward` (always correct).
     fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>);
-    /// The open file behind the hook's file id, for the server to read from with its own
-    /// io_uring (the caller holds the `Arc` until the read completes); `None` forwards.
-    fn file(&self, file: u32) -> Option<std::sync::Arc<std::fs::File>>;
-    /// Whether nothing that could change a served file's bytes (a host write, create, open or
-    /// close) started since `epoch` was taken: a read that completed while this holds saw no
-    /// concurrent change (no torn page); otherwise the request is forwarded instead.
-    fn unchanged_since(&self, epoch: u64) -> bool;
+    /// The open file behind the hook's file id, for the server to read `[offset, +size)` from
+    /// with its own io_uring (the caller holds the `Arc` until the read completes), and the
+    /// change stamp of that range now; `None` (unknown file, or a change of the range running)
+    /// forwards the request.
+    fn file(
+        &self,
+        file: u32,
+        offset: u64,
+        size: u32,
+    ) -> Option<(std::sync::Arc<std::fs::File>, u64)>;
+    /// Whether nothing that could change the read's bytes (a host write of the range, or a
+    /// create, open or close) started since the decision's epoch and the submission's stamp
+    /// were taken: a read that completed while this holds saw no concurrent change (no torn
+    /// page); otherwise the request is forwarded instead.
+    fn unchanged_since(&self, read: &ReadCheck) -> bool;
     /// Forwards `msg` to the host application under `token`.
     ///
     /// # Errors

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use io_uring::{opcode, types, IoUring};
 
+use super::offload::ReadCheck;
 use crate::proto::FrameBuf;
 
 /// Offloaded reads in flight per server thread; more are forwarded to the host.
@@ -39,7 +40,7 @@ pub(crate) struct ReadSlot {
     pub frame: FrameBuf,
     pub msg_start: usize,
     pub data_at: usize,
-    pub epoch: u64,
+    pub check: ReadCheck,
     /// The request message, for the fallback forward when the read may have raced a change.
     pub msg: Vec<u8>,
     /// When the read was queued (the time split's device part runs to its reaped completion).
@@ -99,7 +100,7 @@ impl OffloadReads {
         mut frame: FrameBuf,
         msg_start: usize,
         data_at: usize,
-        epoch: u64,
+        check: ReadCheck,
         msg: Vec<u8>,
     ) {
         let slot = self.free.pop().expect("caller checked has_room");
@@ -121,7 +122,7 @@ impl OffloadReads {
             frame,
             msg_start,
             data_at,
-            epoch,
+            check,
             msg,
             queued_at: std::time::Instant::now(),
         });

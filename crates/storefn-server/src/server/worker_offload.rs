@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::super::offload::{OffloadDecision, OffloadHook};
+use super::super::offload::{OffloadDecision, OffloadHook, ReadCheck};
 use super::super::offload_reads::{OffloadReads, ReadSlot};
 use super::super::MAX_IN_FLIGHT_PER_CONN;
 use super::{open_frame, Worker};
@@ -52,8 +52,6 @@ pub(super) struct OffloadState {
     done_reads: Vec<(ReadSlot, i32)>,
     spare_frames: Vec<FrameBuf>,
     spare_msgs: Vec<Vec<u8>>,
-    /// Offloaded reads forwarded because the hook's epoch moved during the read.
-    pub(super) torn_retries: u64,
 }
 
 impl OffloadState {
@@ -204,9 +202,10 @@ impl Worker<'_> {
             }
         }
         let reads = o.reads.as_mut().expect("created above");
-        let Some(f) = hook.file(file).filter(|_| reads.has_room()) else {
+        let Some((f, stamp)) = hook.file(file, offset, size).filter(|_| reads.has_room()) else {
             return self.forward_one(o, hook, ci, req_id, msg);
         };
+        let check = ReadCheck { file, offset, size, epoch, stamp };
         let c = self.conn(ci);
         let conn_gen = c.gen;
         let mut frame = c.spare_frames.pop().or_else(|| o.spare_frames.pop()).unwrap_or_default();
@@ -220,7 +219,7 @@ impl Worker<'_> {
         m.clear();
         m.extend_from_slice(msg);
         let reads = o.reads.as_mut().expect("created above");
-        reads.queue(ci, conn_gen, req_id, f, offset, frame, msg_start, data_at, epoch, m);
+        reads.queue(ci, conn_gen, req_id, f, offset, frame, msg_start, data_at, check, m);
     }
 
     /// Answers the offloaded reads that completed: the frame they filled is queued on the
@@ -239,8 +238,8 @@ impl Worker<'_> {
                 u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX),
             );
             let live = self.conns[s.conn as usize].as_ref().is_some_and(|c| c.gen == s.conn_gen);
-            if live && res >= 0 && !hook.unchanged_since(s.epoch) {
-                o.torn_retries += 1;
+            if live && res >= 0 && !hook.unchanged_since(&s.check) {
+                self.shared.stats.offload_raced.fetch_add(1, Ordering::Relaxed);
                 self.forward_one(&mut o, &*hook, s.conn, s.req_id, &s.msg);
             } else if live && res < 0 {
                 self.conn(s.conn).in_flight -= 1;
