@@ -6,7 +6,7 @@
 
 mod files;
 pub mod offload;
-mod offload_reads;
+pub mod offload_reads;
 mod progs;
 mod requests;
 pub mod sched;
