@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
-use storefn_dds::host::{ForwardEnd, HostFiles, Side};
+use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_dds::pageserver::{fill_page, get_page, page_lsn, Deployment, PageHost, PAGE_BYTES};
 use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 use storefn_server::{Client, ClientConfig, Req};
@@ -19,6 +19,20 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("storefn-dds-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// The host application's ends of a deployment's two channels (file, forwarding).
+fn host_ends(d: &Deployment) -> (HostChannel, HostChannel) {
+    let attach = |ch: &Option<HostChannel>| {
+        HostChannel::attach(ch.as_ref().unwrap().fd().try_clone_to_owned().unwrap()).unwrap()
+    };
+    (attach(&d.host_files), attach(&d.host_forward))
+}
+
+/// A page host over those ends, storing `PAGES` pages.
+fn page_host((files, fwd): (HostChannel, HostChannel)) -> PageHost {
+    PageHost::create(HostFiles::new(files), ForwardEnd::new(fwd, Side::Host), "pages", PAGES)
+        .unwrap()
 }
 
 /// Starts the deployment and a host thread that creates the pages, publishes each page's LSN
@@ -35,23 +49,10 @@ fn run<T>(
     let addr = d.server.local_addr().to_string();
     let lsns: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
-    let files = storefn_dds::host::HostChannel::attach(
-        d.host_files.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
-    )
-    .unwrap();
-    let fwd = storefn_dds::host::HostChannel::attach(
-        d.host_forward.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
-    )
-    .unwrap();
+    let ends = host_ends(&d);
     let out = std::thread::scope(|s| {
         let host = s.spawn(|| {
-            let mut h = PageHost::create(
-                HostFiles::new(files),
-                ForwardEnd::new(fwd, Side::Host),
-                "pages",
-                PAGES,
-            )
-            .unwrap();
+            let mut h = page_host(ends);
             for p in 0..PAGES {
                 // Release: a client acquiring the LSN asks for a page already written.
                 lsns[p as usize].store(h.lsn(p).unwrap(), Ordering::Release);
@@ -191,24 +192,12 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
         Deployment::start_opts("127.0.0.1:0", &dir, storefn_progs::must("dds/pageserver"), &opts)
             .unwrap();
     let addr = d.server.local_addr().to_string();
-    let attach = |ch: &Option<storefn_dds::host::HostChannel>| {
-        storefn_dds::host::HostChannel::attach(
-            ch.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
-        )
-        .unwrap()
-    };
-    let (files, fwd) = (attach(&d.host_files), attach(&d.host_forward));
+    let ends = host_ends(&d);
     let (ready, stuck, stop) =
         (AtomicBool::new(false), AtomicBool::new(true), AtomicBool::new(false));
     std::thread::scope(|s| {
         let host = s.spawn(|| {
-            let mut h = PageHost::create(
-                HostFiles::new(files),
-                ForwardEnd::new(fwd, Side::Host),
-                "pages",
-                PAGES,
-            )
-            .unwrap();
+            let mut h = page_host(ends);
             ready.store(true, Ordering::Release);
             while !stop.load(Ordering::Acquire) {
                 if stuck.load(Ordering::Acquire) {

@@ -241,8 +241,9 @@ impl FileService {
                 // SeqCst, odd: a server read racing a remap of file ids sees the epoch move.
                 shared.mapping.fetch_add(1, Ordering::SeqCst);
             }
-            let mut run = || execute(dir, files, buf, hooks, &h, payload);
-            let (status, value, data_len, device_ns) = if op == Some(Op::Write) {
+            let mut device_ns = 0;
+            let mut run = || execute(dir, files, buf, hooks, &h, payload, &mut device_ns);
+            let (status, value, data_len) = if op == Some(Op::Write) {
                 shared.writing(h.file, h.offset, u64::from(h.len), run)
             } else {
                 run()
@@ -309,27 +310,14 @@ pub(crate) fn idle_wait(channel: &HostChannel, idle: &mut u32) {
         .park_unless(PARK_SLICE, || Ok::<bool, std::convert::Infallible>(requests.has_unread()));
 }
 
-/// Runs one request; returns (status, value, bytes of `buf` to send back, ns in the system
-/// calls that moved the data: read, write, fdatasync; 0 for the others).
-fn execute(
-    dir: &OwnedFd,
-    files: &mut [Option<Arc<File>>],
-    buf: &mut [u8],
-    hooks: &mut Option<Box<dyn FileHooks>>,
-    h: &RequestHeader,
-    payload: &[u8],
-) -> (i32, u64, usize, u32) {
-    let mut device_ns = 0;
-    let (status, value, len) = execute_op(dir, files, buf, hooks, h, payload, &mut device_ns);
-    (status, value, len, device_ns)
-}
-
 /// Nanoseconds since `t0`, saturating.
 fn ns_since(t0: std::time::Instant) -> u32 {
     u32::try_from(t0.elapsed().as_nanos()).unwrap_or(u32::MAX)
 }
 
-fn execute_op(
+/// Runs one request; returns (status, value, bytes of `buf` to send back) and sets
+/// `device_ns` to the time in the system calls that moved the data (read, write, fdatasync).
+fn execute(
     dir: &OwnedFd,
     files: &mut [Option<Arc<File>>],
     buf: &mut [u8],
