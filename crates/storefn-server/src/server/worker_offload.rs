@@ -232,7 +232,12 @@ impl Worker<'_> {
         let Some(hook) = self.shared.cfg.offload.clone() else { return };
         let mut o = std::mem::take(&mut self.offload);
         let mut done = std::mem::take(&mut o.done_reads);
-        o.reads.as_mut().expect("live reads").reap(|s, res| done.push((s, res)));
+        let reads = o.reads.as_mut().expect("live reads");
+        // Reads a failed submit left queued go out now (else they would never complete).
+        if let Err(e) = reads.submit() {
+            eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
+        }
+        reads.reap(|s, res| done.push((s, res)));
         for (mut s, res) in done.drain(..) {
             hook.offloaded_read_time(
                 u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX),
