@@ -77,7 +77,8 @@ pub struct FrontEndStats {
 
 /// The front end: offload functions, the file service, the forwarding channel.
 pub struct FrontEnd {
-    funcs: Mutex<(OffloadFunctions, Vec<u8>)>,
+    /// The functions, the batch buffer and the verdicts (both reused).
+    funcs: Mutex<(OffloadFunctions, Vec<u8>, Vec<bool>)>,
     /// The file service's files and change epoch (offloaded reads are the server's own).
     files: Arc<crate::host::SharedFiles>,
     forward: Mutex<ForwardEnd>,
@@ -146,7 +147,7 @@ impl FrontEnd {
             })
             .map_err(|e| HostError::Dir { path: "file service thread".into(), source: e })?;
         Ok(Arc::new(Self {
-            funcs: Mutex::new((funcs, Vec::new())),
+            funcs: Mutex::new((funcs, Vec::new(), Vec::new())),
             files: files_shared,
             forward: Mutex::new({
                 // Never wait for room: a host that stopped taking requests must fail the
@@ -227,32 +228,32 @@ fn poisoned() -> HostError {
 }
 
 impl OffloadHook for FrontEnd {
-    fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>) {
+    fn decide(&self, bytes: &[u8], bounds: &[(usize, usize)], out: &mut Vec<OffloadDecision>) {
         // Relaxed: a mode switch; a batch judged under either mode is answered correctly.
         if !self.offload.load(Ordering::Relaxed) {
-            self.stats.forwarded.fetch_add(msgs.len() as u64, Ordering::Relaxed);
-            out.extend(msgs.iter().map(|_| OffloadDecision::Forward));
+            self.stats.forwarded.fetch_add(bounds.len() as u64, Ordering::Relaxed);
+            out.extend(bounds.iter().map(|_| OffloadDecision::Forward));
             return;
         }
         let Ok(mut g) = self.funcs.lock() else {
-            out.extend(msgs.iter().map(|_| OffloadDecision::Forward));
+            out.extend(bounds.iter().map(|_| OffloadDecision::Forward));
             return;
         };
-        let (funcs, buf) = &mut *g;
+        let (funcs, buf, verdicts) = &mut *g;
         // Before any table lookup: a change after this point makes the read's check fail.
         let epoch = self.files.epoch();
-        for chunk in msgs.chunks(self.batch) {
+        for chunk in bounds.chunks(self.batch) {
             buf.clear();
             buf.extend_from_slice(&u32::try_from(chunk.len()).expect("<= batch").to_le_bytes());
             buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
-            for m in chunk {
-                buf.extend_from_slice(m);
+            for &(a, b) in chunk {
+                buf.extend_from_slice(&bytes[a..b]);
             }
             let first = out.len();
-            match funcs.pred(buf) {
-                Ok(v) => {
+            match funcs.pred_into(buf, verdicts) {
+                Ok(()) => {
                     for i in 0..chunk.len() {
-                        let d = if v.0.get(i).copied().unwrap_or(false) {
+                        let d = if verdicts.get(i).copied().unwrap_or(false) {
                             // The entry may have gone since pred: func looks it up again.
                             match funcs.func(buf, u32::try_from(i).expect("<= batch")) {
                                 Ok(Some(op)) => OffloadDecision::Read {

@@ -32,8 +32,9 @@ struct Scripted {
 }
 
 impl OffloadHook for Scripted {
-    fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>) {
-        for m in msgs {
+    fn decide(&self, bytes: &[u8], bounds: &[(usize, usize)], out: &mut Vec<OffloadDecision>) {
+        for &(a, b) in bounds {
+            let m = &bytes[a..b];
             out.push(if m.len() == 12 {
                 OffloadDecision::Read {
                     file: 7,

@@ -30,9 +30,10 @@ pub struct ReadCheck {
 
 /// The server's side of DDS. Implemented by storefn-dds; shared by every server thread.
 pub trait OffloadHook: Send + Sync + std::fmt::Debug {
-    /// Judges one batch (a frame's OFFLOAD messages, in order): appends one decision per
-    /// message to `out`. A message it cannot judge is `Forward` (always correct).
-    fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>);
+    /// Judges one batch (a frame's OFFLOAD messages, in order: message `i` is
+    /// `bytes[bounds[i].0..bounds[i].1]`): appends one decision per message to `out`. A message
+    /// it cannot judge is `Forward` (always correct).
+    fn decide(&self, bytes: &[u8], bounds: &[(usize, usize)], out: &mut Vec<OffloadDecision>);
     /// The open file behind the hook's file id, for the server to read `[offset, +size)` from
     /// with its own io_uring (the caller holds the `Arc` until the read completes), and the
     /// change stamp of that range now; `None` (unknown file, or a change of the range running)

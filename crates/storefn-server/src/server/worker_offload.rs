@@ -35,6 +35,8 @@ pub(super) struct OffloadState {
     /// The current frame's OFFLOAD messages, back to back, and (req_id, start, end) of each.
     msgs: Vec<u8>,
     reqs: Vec<(u64, usize, usize)>,
+    /// (start, end) of each message, for the hook.
+    bounds: Vec<(usize, usize)>,
     decisions: Vec<OffloadDecision>,
     forwarded: Vec<Option<Forwarded>>,
     /// Generation of each slot (bumped when the slot is freed).
@@ -106,10 +108,10 @@ impl Worker<'_> {
         }
         let hook = std::sync::Arc::clone(self.shared.cfg.offload.as_ref().expect("checked"));
         let mut o = std::mem::take(&mut self.offload);
-        let views: Vec<&[u8]> = o.reqs.iter().map(|&(_, a, b)| &o.msgs[a..b]).collect();
+        o.bounds.clear();
+        o.bounds.extend(o.reqs.iter().map(|&(_, a, b)| (a, b)));
         o.decisions.clear();
-        hook.decide(&views, &mut o.decisions);
-        drop(views);
+        hook.decide(&o.msgs, &o.bounds, &mut o.decisions);
         let reqs = std::mem::take(&mut o.reqs);
         let msgs = std::mem::take(&mut o.msgs);
         for (k, &(req_id, a, b)) in reqs.iter().enumerate() {
