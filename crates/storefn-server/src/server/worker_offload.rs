@@ -225,8 +225,9 @@ impl Worker<'_> {
     }
 
     /// Answers the offloaded reads that completed: the frame they filled is queued on the
-    /// connection as it is; a read that may have overlapped a host change (the hook's epoch
-    /// moved) is forwarded to the host instead; an error is answered `IO` with the errno.
+    /// connection as it is; a read that may have overlapped a host change (the hook's epoch or
+    /// the range's change stamp moved) is forwarded to the host instead; an error is answered
+    /// `IO` with the errno.
     pub(super) fn poll_offload_reads(&mut self) {
         if self.offload.reads_live() == 0 {
             return;
