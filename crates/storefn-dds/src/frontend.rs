@@ -15,12 +15,14 @@
 //!
 //! The file service runs on its own thread ([`FrontEnd::start`]), serving the host library.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use storefn_server::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
 
+use crate::host::doorbell::PARK_SLICE;
 use crate::host::{FileService, ForwardEnd, HostChannel, HostError, Side};
 use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
 
@@ -92,6 +94,9 @@ pub struct FrontEnd {
     last_fault: Mutex<Option<String>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<Result<(), HostError>>>>,
+    /// Readable when host answers arrived ([`OffloadHook::wake_fd`]), written by `waker`.
+    wake: OwnedFd,
+    waker: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for FrontEnd {
@@ -126,18 +131,16 @@ impl FrontEnd {
             )));
         }
         let files_shared = service.shared_files();
-        let service = Arc::new(Mutex::new(service));
         let stop = Arc::new(AtomicBool::new(false));
-        let (svc, st) = (Arc::clone(&service), Arc::clone(&stop));
+        let st = Arc::clone(&stop);
+        let mut service = service;
         let thread = std::thread::Builder::new()
             .name("storefn-dds-files".into())
             .spawn(move || -> Result<(), HostError> {
                 let mut idle = 0;
                 // Relaxed: a stop flag; nothing is published through it.
                 while !st.load(Ordering::Relaxed) {
-                    let n = svc.lock().map_err(|_| poisoned())?.serve_batch(&files)?;
-                    if n == 0 {
-                        // Outside the lock: offloaded reads take it.
+                    if service.serve_batch(&files)? == 0 {
                         crate::host::service_idle_wait(&files, &mut idle);
                     } else {
                         idle = 0;
@@ -146,6 +149,14 @@ impl FrontEnd {
                 Ok(())
             })
             .map_err(|e| HostError::Dir { path: "file service thread".into(), source: e })?;
+        let (wake, waker) = match AnswerWaker::start(&forward, Arc::clone(&stop)) {
+            Ok(w) => w,
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                let _ = thread.join();
+                return Err(e);
+            }
+        };
         Ok(Arc::new(Self {
             funcs: Mutex::new((funcs, Vec::new(), Vec::new())),
             files: files_shared,
@@ -164,6 +175,8 @@ impl FrontEnd {
             last_fault: Mutex::new(None),
             stop,
             thread: Mutex::new(Some(thread)),
+            wake,
+            waker: Mutex::new(Some(waker)),
         }))
     }
 
@@ -215,11 +228,62 @@ impl FrontEnd {
     /// The service's error, if it stopped on one.
     pub fn stop(&self) -> Result<(), HostError> {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.waker.lock().map_err(|_| poisoned())?.take() {
+            let _ = w.join();
+        }
         let t = self.thread.lock().map_err(|_| poisoned())?.take();
         match t {
             Some(t) => t.join().unwrap_or_else(|_| Err(poisoned())),
             None => Ok(()),
         }
+    }
+}
+
+/// Turns the host's doorbell on the forwarding channel's answer ring into a readable eventfd
+/// for the server worker's `poll`: a thread sleeps on the doorbell (futex) and writes the
+/// eventfd whenever more answer bytes were published than it last signalled, so a worker
+/// waiting for answers sleeps in `poll` instead of polling the ring without a timeout.
+struct AnswerWaker;
+
+impl AnswerWaker {
+    fn start(
+        forward: &HostChannel,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(OwnedFd, JoinHandle<()>), HostError> {
+        let io = |what: &str, source| HostError::Dir { path: what.into(), source };
+        // SAFETY: plain syscall; flags are valid.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io("answer eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let wake = unsafe { OwnedFd::from_raw_fd(raw) };
+        let writer = wake.try_clone().map_err(|e| io("answer eventfd", e))?;
+        let channel = HostChannel::attach(
+            forward.fd().try_clone_to_owned().map_err(|e| io("forward channel memfd", e))?,
+        )?;
+        let t = std::thread::Builder::new()
+            .name("storefn-dds-answers".into())
+            .spawn(move || {
+                let (ring, bell) = (channel.responses(), channel.response_bell());
+                let mut signalled = ring.published_bytes();
+                // Relaxed: a stop flag; nothing is published through it.
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = bell.park_unless(PARK_SLICE, || {
+                        Ok::<bool, std::convert::Infallible>(ring.published_bytes() != signalled)
+                    });
+                    let now = ring.published_bytes();
+                    if now != signalled {
+                        signalled = now;
+                        let one = 1u64.to_ne_bytes();
+                        // SAFETY: writes 8 bytes from a live buffer to our eventfd; a full
+                        // counter (EAGAIN) already means "readable", which is all we need.
+                        unsafe { libc::write(writer.as_raw_fd(), one.as_ptr().cast(), 8) };
+                    }
+                }
+            })
+            .map_err(|e| io("answer waker thread", e))?;
+        Ok((wake, t))
     }
 }
 
@@ -288,6 +352,10 @@ impl OffloadHook for FrontEnd {
     fn file(&self, file: u32, offset: u64, size: u32) -> Option<(Arc<std::fs::File>, u64)> {
         let stamp = self.files.stamp(file, offset, u64::from(size))?;
         Some((self.files.file(file)?, stamp))
+    }
+
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.wake.as_raw_fd())
     }
 
     fn offloaded_read_time(&self, ns: u64) {

@@ -75,13 +75,7 @@ fn run<T>(
             std::thread::yield_now();
         }
         // Stops the host thread even when the client panics (else the scope waits forever).
-        struct Stop<'a>(&'a AtomicBool);
-        impl Drop for Stop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-            }
-        }
-        let guard = Stop(&stop);
+        let guard = StopOnDrop(&stop);
         let out = client(&d, &addr, &lsns, &stop);
         drop(guard);
         (out, host.join().unwrap())
@@ -176,6 +170,33 @@ fn get_page_never_returns_a_page_older_than_asked_under_replay() {
     assert!(off > 0 && fwd > 0, "both paths must be exercised: {off} offloaded, {fwd} forwarded");
 }
 
+/// Sets the flag when dropped: stops a host thread even when the test panics.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// CPU time (user + system, ms) of this process's server worker thread `storefn-serve-0`.
+fn server_thread_cpu_ms() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "storefn-serve-0" {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+            // Fields after the parenthesised name: state is field 3; utime 14, stime 15.
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            let f: Vec<u64> =
+                rest.split(' ').skip(11).take(2).map(|v| v.parse().unwrap()).collect();
+            return (f[0] + f[1]) * 1000 / hz;
+        }
+    }
+    panic!("no storefn-serve-0 thread");
+}
+
 /// Regression test for forwarded requests hanging on a stuck host: a host that stops taking
 /// requests fails only the requests forwarded to it, each with `HOST_TIMEOUT` after the
 /// forward timeout, while offloaded ones are still served; when it wakes up, its late answer
@@ -211,14 +232,24 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
         while !ready.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
+        // Stops the host thread even when an assertion fails (else the scope waits forever).
+        let _guard = StopOnDrop(&stop);
         let mut c = Client::connect(&addr, ClientConfig::default()).unwrap();
         // Page 5 at LSN 6 is cached: offloaded. At LSN 1000 only the (stuck) host can answer.
         let t0 = std::time::Instant::now();
+        let cpu0 = server_thread_cpu_ms();
         let r = c.call(&[Req::Offload { msg: get_page(5, 1000).to_vec() }]).unwrap().remove(0);
         let waited = t0.elapsed();
+        let worker_cpu_ms = server_thread_cpu_ms() - cpu0;
         assert_eq!(r.status, StatusCode::HostTimeout as u16, "{}", r.message);
         assert!(r.message.contains("did not answer"), "message names the cause: {}", r.message);
         assert!(waited >= TIMEOUT && waited < TIMEOUT * 4, "timed out after {waited:?}");
+        // Regression guard: the worker sleeps in poll (woken by the front end's eventfd) while
+        // it waits for a host answer, rather than polling the ring without a timeout.
+        assert!(
+            worker_cpu_ms * 4 < waited.as_millis() as u64,
+            "server thread used {worker_cpu_ms} ms of CPU in {waited:?} waiting for the host"
+        );
         // The stuck host does not hurt offloaded requests, on this or another connection.
         let mut c2 = Client::connect(&addr, ClientConfig::default()).unwrap();
         let t0 = std::time::Instant::now();

@@ -281,6 +281,12 @@ impl<'a> ProgressiveRing<'a> {
         }
     }
 
+    /// Bytes published so far (`progress`): grows with every record a producer publishes.
+    pub fn published_bytes(&self) -> u64 {
+        // Acquire: pairs with producers' release adds.
+        self.progress().load(Ordering::Acquire)
+    }
+
     /// Whether records were published past the consumer's `head` (a hint for a consumer
     /// deciding whether to sleep: nothing is taken; a record may still be mid-publish).
     pub fn has_unread(&self) -> bool {

@@ -56,6 +56,12 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String>;
     /// Hands each host answer ready now to `f(token, answer)`; returns how many.
     fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize;
+    /// A descriptor that becomes readable (an eventfd: the worker reads 8 bytes to reset it)
+    /// when host answers may be ready, so a worker waiting for answers sleeps in `poll`.
+    /// Default `None`: the worker polls for answers without sleeping while any are awaited.
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
     /// An offloaded read took `ns` from submission to its reaped completion (the device's
     /// share of the request, for the hook's time split). Default: ignored.
     fn offloaded_read_time(&self, ns: u64) {

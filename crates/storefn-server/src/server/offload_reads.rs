@@ -79,6 +79,11 @@ impl OffloadReads {
         })
     }
 
+    /// The ring's fd: `poll` reports it readable when completions wait.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.ring.as_raw_fd()
+    }
+
     /// Whether another read can start.
     pub fn has_room(&self) -> bool {
         !self.free.is_empty()

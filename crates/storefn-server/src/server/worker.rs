@@ -208,6 +208,17 @@ impl Worker<'_> {
             revents: 0,
         });
         self.poll_conn.push(u32::MAX - 1);
+        // DDS: host answers (the hook's eventfd) and offloaded reads (their ring's fd) wake the
+        // poll like the engine's completions do.
+        let wake = self.shared.cfg.offload.as_ref().and_then(|h| h.wake_fd());
+        if let (Some(fd), true) = (wake, self.offload.forwarded_live > 0) {
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_conn.push(u32::MAX - 2);
+        }
+        if let Some(fd) = self.offload.reads_fd() {
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_conn.push(u32::MAX - 3);
+        }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
             let mut ev = 0;
@@ -225,9 +236,9 @@ impl Worker<'_> {
             self.pollfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
             self.poll_conn.push(u32::try_from(i).expect("bounded"));
         }
-        // Host answers arrive over shared memory, not an fd: while any are awaited, poll
-        // without sleeping.
-        let timeout = if self.offload.forwarded_live > 0 || self.offload.reads_live() > 0 {
+        // Without a wake fd, host answers arrive over shared memory only: while any are
+        // awaited, poll without sleeping.
+        let timeout = if self.offload.forwarded_live > 0 && wake.is_none() {
             0
         } else {
             i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
@@ -252,7 +263,13 @@ impl Worker<'_> {
                         self.accept(l);
                     }
                 }
-                x if x == u32::MAX - 1 => {}
+                x if x == u32::MAX - 2 => {
+                    let mut n = [0u8; 8];
+                    // SAFETY: reads 8 bytes into a live buffer from the hook's eventfd
+                    // (non-blocking); it only resets the counter, the answers are polled below.
+                    unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
+                }
+                x if x == u32::MAX - 1 || x == u32::MAX - 3 => {}
                 ci => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.on_readable(ci);

@@ -61,6 +61,11 @@ impl OffloadState {
     pub(super) fn reads_live(&self) -> usize {
         self.reads.as_ref().map_or(0, |r| r.live)
     }
+
+    /// The offload read ring's fd while reads are in flight (readable with completions).
+    pub(super) fn reads_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.reads.as_ref().filter(|r| r.live > 0).map(OffloadReads::fd)
+    }
 }
 
 /// Frames and message buffers the thread keeps for offloaded reads.
