@@ -7,6 +7,7 @@
 //! Design: docs/DESIGN.md, "λ-IO".
 
 pub mod bench;
+pub mod bench_dispatch;
 pub mod bench_remote;
 pub mod bench_server;
 pub mod cache;

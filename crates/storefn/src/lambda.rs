@@ -26,6 +26,25 @@ pub enum LambdaCmd {
     Run(RunArgs),
     /// Time per request of each workload under each client-cache condition (local side).
     Bench(BenchArgs),
+    /// What the dispatcher itself adds per request (auto against sides that do no work).
+    Overhead(OverheadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OverheadArgs {
+    /// A file whose first --len bytes the local side's cache probe asks about.
+    file: PathBuf,
+    /// Bytes per request.
+    #[arg(long, value_parser = parse_bytes, default_value = "4K")]
+    len: u64,
+    /// What the local side reports per request, ns (the server reports 100x that).
+    #[arg(long, default_value_t = 1000)]
+    local_ns: u64,
+    #[arg(long, default_value_t = 100_000)]
+    requests: u32,
+    /// Rounds (medians are reported).
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
 }
 
 #[derive(Debug, Args)]
@@ -180,7 +199,27 @@ pub fn run(cmd: &LambdaCmd) -> CmdResult {
         LambdaCmd::Gen(a) => gen(a),
         LambdaCmd::Run(a) => run_one(a),
         LambdaCmd::Bench(a) => run_bench(a),
+        LambdaCmd::Overhead(a) => overhead(a),
     }
+}
+
+fn overhead(a: &OverheadArgs) -> CmdResult {
+    let o =
+        storefn_lambda::bench_dispatch::measure(&a.file, a.len, a.local_ns, a.requests, a.rounds)?;
+    println!(
+        "lambda overhead: len {} local_ns {} requests {} rounds {} auto_extra_ns {:.1} \
+         decide_record_ns {:.1} cache_probe_ns {:.1} samples_per_request {:.4} own_fraction {:.4}",
+        a.len,
+        a.local_ns,
+        a.requests,
+        a.rounds,
+        o.auto_extra_ns,
+        o.decide_record_ns,
+        o.cache_probe_ns,
+        o.samples_per_request,
+        o.own_fraction
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn gen(a: &GenArgs) -> CmdResult {
