@@ -322,6 +322,9 @@ impl Worker<'_> {
             buf,
             input: Vec::new(),
             input_len: 0,
+            submitted: 0,
+            landed: 0,
+            reads_in_flight: 0,
             admitted: false,
         };
         let ji = match self.free_jobs.pop() {

@@ -62,11 +62,18 @@ pub(super) struct Job {
     pub(super) out_len: u32,
     pub(super) scratch_len: u32,
     pub(super) buf: Box<[u8]>,
-    /// λ: the range read so far (staging buffer taken from the thread's pool when the job is
-    /// admitted, so at most `ENGINE_CHAINS` exist per thread; empty for other kinds).
+    /// λ: the range, `len` bytes, filled as its chunk reads land (staging buffer taken from
+    /// the thread's pool when the job is admitted, so at most `ENGINE_CHAINS` exist per
+    /// thread; empty for other kinds).
     pub(super) input: Vec<u8>,
     /// λ: `u32::MAX` once a read of the range failed (its error is already answered).
     pub(super) input_len: u32,
+    /// λ: bytes of the range whose reads were submitted, and that landed.
+    pub(super) submitted: u32,
+    pub(super) landed: u32,
+    /// λ: chunk reads in flight (the job is released only when none is: each carries its
+    /// index in the token).
+    pub(super) reads_in_flight: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
     pub(super) admitted: bool,
 }
@@ -421,7 +428,8 @@ impl Worker<'_> {
                 JobKind::Lambda => {
                     j.input = self.spare_inputs.pop().unwrap_or_default();
                     debug_assert!(j.input.is_empty());
-                    submit_lambda_chunk(&mut self.engine, j, token)
+                    j.input.resize(j.len as usize, 0);
+                    submit_lambda_chunks(&mut self.engine, j, ji)
                 }
                 JobKind::Xrp => {
                     let n = j.scratch_len as usize;
@@ -432,7 +440,11 @@ impl Worker<'_> {
                 }
             };
             if let Err(e) = r {
-                self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
+                if j.kind == JobKind::Lambda {
+                    self.lambda_submit_failed(ji, &e);
+                } else {
+                    self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
+                }
             } else if j.kind == JobKind::Xrp {
                 self.shared.stats.chains.fetch_add(1, Ordering::Relaxed);
             }
@@ -450,8 +462,11 @@ impl Worker<'_> {
         finished.clear();
         engine
             .reap(progs, |c: Completion<'_>| {
-                let ji = u32::try_from(c.token).expect("job index");
+                let ji = token_job(c.token);
                 let j = jobs[ji as usize].as_mut().expect("completed job exists");
+                if j.kind == JobKind::Lambda {
+                    j.reads_in_flight -= 1;
+                }
                 let live = conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
                 if live {
                     complete_into(j, &c, conns[j.conn as usize].as_mut().expect("live"));
@@ -459,29 +474,50 @@ impl Worker<'_> {
                 finished.push(ji);
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        // λ programs run here, outside the reap (their input was copied out of the buffer):
-        // once the whole range is staged; until then the next chunk's read goes out (the
-        // reaped read freed its engine slot, so the job keeps its scheduler share).
+        // λ programs run here, outside the reap (their input was copied out of the buffer),
+        // once the whole range is staged; until then more chunk reads go out (up to
+        // `LAMBDA_READS_PER_JOB` per job). A job with reads in flight is never released: their
+        // tokens name it. One reap may hold several completions of the same job.
         let mut queued = 0;
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            let j = self.jobs[ji as usize].as_mut().expect("finished job exists");
+            let Some(j) = self.jobs[ji as usize].as_mut() else { continue };
             let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
-            if j.kind == JobKind::Lambda && j.input_len != u32::MAX && live {
-                if j.input.len() < j.len as usize {
-                    match submit_lambda_chunk(&mut self.engine, j, u64::from(ji)) {
-                        Ok(()) => queued += 1,
-                        Err(e) => {
-                            self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
-                        }
+            if j.kind == JobKind::Lambda {
+                if j.input_len != u32::MAX && live && j.landed < j.len {
+                    let before = j.reads_in_flight;
+                    if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
+                        self.lambda_submit_failed(ji, &e);
+                        continue;
                     }
+                    let j = self.jobs[ji as usize].as_ref().expect("job");
+                    queued += (j.reads_in_flight - before) as usize;
                     continue;
                 }
-                self.run_lambda(ji);
+                if j.reads_in_flight > 0 {
+                    continue;
+                }
+                if j.input_len != u32::MAX && live {
+                    self.run_lambda(ji);
+                }
             }
             self.release_job(ji);
         }
         Ok(queued)
+    }
+
+    /// A λ job's chunk read could not be submitted: answer the error once; the job is released
+    /// now if none of its reads is in flight, else when the last one completes.
+    fn lambda_submit_failed(&mut self, ji: u32, e: &storefn_io::SubmitError) {
+        let j = self.jobs[ji as usize].as_mut().expect("job");
+        if j.reads_in_flight == 0 {
+            return self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
+        }
+        j.input_len = u32::MAX;
+        let (conn, gen, req_id) = (j.conn, j.conn_gen, j.req_id);
+        if self.conns[conn as usize].as_ref().is_some_and(|c| c.gen == gen) {
+            self.respond_err(conn, req_id, op::LAMBDA, StatusCode::Io, &format!("submit: {e}"));
+        }
     }
 
     /// Runs a λ job's program over its input, writing the output straight into the response.
@@ -646,6 +682,9 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
         JobKind::Xrp => op::XRP,
         JobKind::Lambda => op::LAMBDA,
     };
+    if j.kind == JobKind::Lambda && j.input_len == u32::MAX {
+        return; // an earlier chunk failed and was answered
+    }
     open_frame(conn);
     match &c.result {
         Err(e) => {
@@ -674,36 +713,67 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 put_response(&mut conn.frame, j.req_id, code, &r);
             }
             JobKind::Lambda => {
-                let want = (j.len as usize - j.input.len()).min(MAX_READ_BYTES as usize);
+                if j.input_len == u32::MAX {
+                    return; // an earlier chunk failed and was answered
+                }
+                let at = token_chunk(c.token) as usize * MAX_READ_BYTES as usize;
+                let want = (j.len as usize - at).min(MAX_READ_BYTES as usize);
                 if c.data.len() != want {
                     // The range was checked against the file's size: a short read means the
                     // file shrank under the request; never loop on it.
                     j.input_len = u32::MAX;
                     let m = format!(
                         "short read at {}: {} of {want} bytes",
-                        j.offset + j.input.len() as u64,
+                        j.offset + at as u64,
                         c.data.len()
                     );
                     put_status(&mut conn.frame, j.req_id, code, StatusCode::Io, &m);
                 } else {
-                    j.input.extend_from_slice(c.data);
+                    j.input[at..at + want].copy_from_slice(c.data);
+                    j.landed += u32::try_from(want).expect("<= MAX_READ_BYTES");
                 }
             }
         },
     }
 }
 
-/// Submits the read of a λ job's next chunk (at most `MAX_READ_BYTES`, the engine's plain-read
-/// limit) of its range; the chunk lands after the bytes already staged.
-fn submit_lambda_chunk(
+/// Chunk reads one λ job keeps in flight: a 1 MiB range is 256 device reads, which in series
+/// cost 256 device latencies; 16 at a time overlap them while one job holds at most 1/16 of the
+/// engine's `ENGINE_CHAINS` slots (the scheduler counts the job once).
+pub(super) const LAMBDA_READS_PER_JOB: u32 = 16;
+
+/// Bits of an engine token that carry the job index; a λ chunk read's chunk index sits above.
+const TOKEN_JOB_BITS: u32 = 32;
+
+/// The job a completion's token names (any kind).
+fn token_job(token: u64) -> u32 {
+    u32::try_from(token & ((1 << TOKEN_JOB_BITS) - 1)).expect("masked to 32 bits")
+}
+
+/// The chunk index a λ chunk read's token carries.
+fn token_chunk(token: u64) -> u32 {
+    u32::try_from(token >> TOKEN_JOB_BITS).expect("chunk index below 2^32")
+}
+
+/// Submits reads of a λ job's next chunks (at most `MAX_READ_BYTES` each, the engine's plain-read
+/// limit) while the job has fewer than [`LAMBDA_READS_PER_JOB`] in flight and the engine has a
+/// free slot; each chunk lands at its place in the input, in whatever order they complete.
+fn submit_lambda_chunks(
     engine: &mut Engine,
     j: &mut Job,
-    token: u64,
+    ji: u32,
 ) -> Result<(), storefn_io::SubmitError> {
-    let done = j.input.len() as u64;
-    debug_assert!(done < u64::from(j.len));
-    let n = (u64::from(j.len) - done).min(u64::from(MAX_READ_BYTES));
-    engine.submit_read(j.file, j.offset + done, n, token)
+    while j.submitted < j.len && j.reads_in_flight < LAMBDA_READS_PER_JOB && engine.free_slots() > 0
+    {
+        let done = u64::from(j.submitted);
+        let n = (u64::from(j.len) - done).min(u64::from(MAX_READ_BYTES));
+        let chunk = done / u64::from(MAX_READ_BYTES);
+        let token = u64::from(ji) | (chunk << TOKEN_JOB_BITS);
+        engine.submit_read(j.file, j.offset + done, n, token)?;
+        j.submitted += u32::try_from(n).expect("<= MAX_READ_BYTES");
+        j.reads_in_flight += 1;
+    }
+    Ok(())
 }
 
 /// A response frame is closed (moved to the send buffer) before it could pass
