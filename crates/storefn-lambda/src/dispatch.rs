@@ -55,11 +55,12 @@ pub const CACHE_SAMPLE_BUDGET: f64 = 0.01;
 /// Weight of the newest sample in the running mean of a cache-state sample's cost.
 const CACHE_SAMPLE_EWMA: f64 = 1.0 / 4.0;
 
-/// A server whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
-/// local estimate is taken as losing at once: measuring a side 500x slower three times before
+/// A side whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
+/// other side's is taken as losing at once: measuring a side 500x slower three times before
 /// deciding is the whole overhead of a short run (a warm client cache against a network round
-/// trip). Budgeted probes add its remaining samples; a first sample that was an outlier is
-/// corrected by them.
+/// trip; a cold 1 MiB range read over the network against the server's answer). The cold
+/// start therefore runs one request on each side first. Budgeted probes add the loser's
+/// remaining samples; a first sample that was an outlier is corrected by them.
 pub const FAR_BEHIND: f64 = 4.0;
 
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
@@ -320,6 +321,9 @@ pub struct Dispatcher {
     unpriced: [u32; 2],
     /// Position in the current fixed window.
     in_window: u32,
+    /// Smallest local wall time per byte since the local history was last dropped (the cold
+    /// start's far-behind test before the local estimate exists).
+    local_first: Option<f64>,
     /// A side a change signal asked to measure again, once, at the next request.
     reprobe: Option<SideKind>,
     last_winner: Option<SideKind>,
@@ -347,6 +351,7 @@ impl Dispatcher {
             credit_ns: 0.0,
             unpriced: [0; 2],
             in_window: 0,
+            local_first: None,
             reprobe: None,
             last_winner: None,
             overhead_frac: 0.0,
@@ -397,13 +402,23 @@ impl Dispatcher {
     pub fn decide(&mut self, len: u64, u: f64) -> Decision {
         let (l, s) = (self.local_estimate(u), self.server_estimate());
         let (l, s) = match (l, s) {
-            (None, _) => return self.measure(SideKind::Local),
+            (Some(l), Some(s)) => (l, s),
             // Even its best sample far behind: losing, without two more measurements.
             (Some(l), None) => match self.server.main.min_any() {
                 Some(p) if p > FAR_BEHIND * l => (l, p),
                 _ => return self.measure(SideKind::Server),
             },
-            (Some(l), Some(s)) => (l, s),
+            (None, s) => {
+                // Cold start: one local request, one server request, then the side that is
+                // not far behind is measured until it has an estimate. (A local estimate
+                // missing for the cache state, with enough samples, is measured at once.)
+                let cold_start = self.local.main.len < MIN_SAMPLES;
+                match (self.local_first, s.or_else(|| self.server.main.min_any())) {
+                    (Some(lf), Some(sv)) if cold_start && lf > FAR_BEHIND * sv => (lf, sv),
+                    (Some(_), None) if cold_start => return self.measure(SideKind::Server),
+                    _ => return self.measure(SideKind::Local),
+                }
+            }
         };
         let winner = if l <= s { SideKind::Local } else { SideKind::Server };
         if self.last_winner.is_some_and(|w| w != winner) {
@@ -494,6 +509,7 @@ impl Dispatcher {
                 // The change test is on the whole request, against the model's own estimate.
                 let est = self.local_estimate(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
+                self.local_first = Some(self.local_first.map_or(wall, |f| f.min(wall)));
                 if !fresh && est.is_some_and(|e| (wall - e).abs() > e * thr) {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
@@ -505,6 +521,7 @@ impl Dispatcher {
                     m.main.clear();
                     m.hit.clear();
                     m.miss.clear();
+                    self.local_first = Some(wall);
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Local);
                 }

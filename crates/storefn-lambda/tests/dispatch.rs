@@ -320,3 +320,13 @@ fn a_cache_going_cold_under_a_reused_sample_is_noticed_at_once() {
     let ideal = 200.0 * 100.0 + 5_000.0 * 10.0 + 5_000.0 * 100.0;
     assert!(o.auto_us < 1.08 * ideal, "auto {:.0} ideal {ideal:.0} ({:?})", o.auto_us, o.stats);
 }
+
+#[test]
+fn a_local_side_far_behind_is_measured_once_not_three_times() {
+    // Regression (lambda3): a cold 1 MiB range read over the network (20-35 ms) against the
+    // server's answer (~6 ms): the cold start measured the local side three times first.
+    let o = simulate(adaptive(), &[(steady(500.0, 1.0), 4000)], 0.0);
+    assert_eq!(o.stats.local, 1, "{:?}", o.stats);
+    let ratio = o.auto_us / o.server_us;
+    assert!(ratio < 1.15, "auto {:.0} server {:.0} ({:?})", o.auto_us, o.server_us, o.stats);
+}

@@ -125,7 +125,7 @@ pub struct BenchArgs {
     plot: Option<PathBuf>,
     /// A storage server serving --dir (`storefn serve --dir DIR`): run each read workload
     /// local (READ frames through the client's cache) / server (LAMBDA frame) / auto through
-    /// a delay proxy per RTT. Requests must fit one LAMBDA frame (--request-bytes <= 4K).
+    /// a delay proxy per RTT. Requests must fit one LAMBDA frame (--request-bytes <= 1M).
     #[arg(long)]
     server: Option<std::net::SocketAddr>,
     /// With --server: round-trip times the proxy adds, µs.
@@ -380,6 +380,9 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
     if let Some(e) = json_err {
         return Err(e.into());
     }
+    if a.server.is_some() {
+        print_goals(&rows);
+    }
     if let Some(p) = &a.plot {
         crate::lambda_plot::render(&rows, p)?;
         println!("lambda bench: plot -> {}", p.display());
@@ -416,11 +419,46 @@ fn run_server_bench(
     run_server(&cfg, progress).map_err(|e| e.to_string())
 }
 
+/// Auto against the better fixed side per (workload, condition), and the tally per goal.
+fn print_goals(rows: &[BenchRow]) {
+    let lines = storefn_lambda::bench_remote::goals(rows);
+    for g in &lines {
+        println!(
+            "lambda bench: goal workload {} condition {} local {:.1} server {:.1} auto {:.1} \
+             ratio {:.3} {} {}",
+            g.workload,
+            g.condition,
+            g.local_us,
+            g.server_us,
+            g.auto_us,
+            g.ratio,
+            if g.changing { "changing(auto<both)" } else { "steady(<=1.05)" },
+            if g.met { "met" } else { "missed" }
+        );
+    }
+    for changing in [false, true] {
+        let mut r: Vec<f64> =
+            lines.iter().filter(|g| g.changing == changing).map(|g| g.ratio).collect();
+        if r.is_empty() {
+            continue;
+        }
+        r.sort_unstable_by(f64::total_cmp);
+        let met = lines.iter().filter(|g| g.changing == changing && g.met).count();
+        println!(
+            "lambda bench: goals {} {met}/{} met, auto/better-fixed median {:.3} max {:.3}",
+            if changing { "changing (auto beats both)" } else { "steady (auto within 5%)" },
+            r.len(),
+            r[r.len() / 2],
+            r[r.len() - 1]
+        );
+    }
+}
+
 fn print_row(r: &BenchRow) {
     println!(
         "lambda bench: workload {} condition {} where {} requests {} request_bytes {} \
          us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes cache_probe_us {:.2} \
-         server_share {:.3}",
+         server_share {:.3}{}",
         r.workload,
         r.condition,
         r.r#where,
@@ -431,7 +469,11 @@ fn print_row(r: &BenchRow) {
         r.p99_us,
         r.out_bytes,
         r.cache_probe_us,
-        r.server_share
+        r.server_share,
+        r.dispatch.map_or(String::new(), |d| format!(
+            " probes {} changes {} switches {} cache_samples {}",
+            d.probes, d.changes, d.switches, d.cache_samples
+        ))
     );
 }
 
@@ -441,6 +483,8 @@ fn append_json(p: &Path, r: &BenchRow, engine: EngineArg) -> Result<(), String> 
         "requests": r.requests, "us_per_request": r.us_per_request,
         "p50_us": r.p50_us, "p99_us": r.p99_us, "request_bytes": r.request_bytes,
         "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "server_share": r.server_share, "engine": format!("{engine:?}").to_lowercase(),
+        "probes": r.dispatch.map(|d| d.probes), "changes": r.dispatch.map(|d| d.changes),
+        "switches": r.dispatch.map(|d| d.switches),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)
