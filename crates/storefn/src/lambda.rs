@@ -28,6 +28,37 @@ pub enum LambdaCmd {
     Bench(BenchArgs),
     /// What the dispatcher itself adds per request (auto against sides that do no work).
     Overhead(OverheadArgs),
+    /// pwrite_λ: run a λ function over an input file's bytes and write its output at an offset
+    /// of FILE (here) or ADDR:FILE (on the server, durably before it answers).
+    Write(WriteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    /// FILE on this machine (created when missing), or ADDR:FILE on a storage server (FILE
+    /// relative to its served directory; it must exist there).
+    #[arg(value_parser = parse_location)]
+    file: Location,
+    /// A built-in workload (bitmap, ...), a built-in program, or a λ object file.
+    #[arg(long)]
+    prog: String,
+    /// Program to pick from the object: a section or a function name.
+    #[arg(long)]
+    section: Option<String>,
+    /// The bytes the function transforms.
+    #[arg(long)]
+    input: PathBuf,
+    /// Where the output is written in FILE (decimal or 0x hex).
+    #[arg(long, value_parser = parse_offset, default_value = "0")]
+    offset: u64,
+    /// Output buffer size (default: the workload's bound, at most 4M; 1M for other programs).
+    #[arg(long, value_parser = parse_bytes)]
+    out_cap: Option<u64>,
+    /// Token for the server (ADDR:FILE only).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
+    engine: EngineArg,
 }
 
 #[derive(Debug, Args)]
@@ -200,7 +231,55 @@ pub fn run(cmd: &LambdaCmd) -> CmdResult {
         LambdaCmd::Run(a) => run_one(a),
         LambdaCmd::Bench(a) => run_bench(a),
         LambdaCmd::Overhead(a) => overhead(a),
+        LambdaCmd::Write(a) => write(a),
     }
+}
+
+fn parse_offset(s: &str) -> Result<u64, String> {
+    parse_range(&format!("{s}:0")).map(|(o, _)| o).map_err(|e| format!("offset {s:?}: {e}"))
+}
+
+fn write(a: &WriteArgs) -> CmdResult {
+    use storefn_lambda::remote_write::{
+        write_local_once, write_remote_once, MAX_REMOTE_WRITE_OUT_BYTES,
+    };
+    let input = std::fs::read(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
+    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let out_cap = match (a.out_cap, workload) {
+        (Some(c), _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
+        (None, Some(w)) => w.out_cap(input.len()).min(MAX_REMOTE_WRITE_OUT_BYTES),
+        (None, None) => DEFAULT_OUT_CAP,
+    };
+    let (r, wh) = match &a.file {
+        Location::Local(p) => {
+            if a.token_file.is_some() {
+                return Err("--token-file applies to ADDR:FILE only".into());
+            }
+            let mut inst = prog.instance(a.engine.engine())?;
+            (write_local_once(p, &mut inst, a.offset, &input, out_cap)?, "local")
+        }
+        Location::Remote { addr, file } => {
+            let cfg = match &a.token_file {
+                Some(t) => {
+                    ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?
+                }
+                None => ClientConfig::default(),
+            };
+            let addr = addr.to_string();
+            (write_remote_once(&addr, file, cfg, &prog, a.offset, &input, out_cap)?, "server")
+        }
+    };
+    println!(
+        "lambda write: prog {} file {} offset {} in {} bytes written {} bytes where {wh} time \
+         {:.1} us (durable)",
+        prog.name(),
+        a.file,
+        a.offset,
+        input.len(),
+        r.written,
+        r.wall_ns as f64 / 1e3
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn overhead(a: &OverheadArgs) -> CmdResult {

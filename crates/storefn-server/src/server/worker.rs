@@ -119,6 +119,9 @@ pub(super) struct Worker<'a> {
     pub(super) spare_bufs: Vec<Box<[u8]>>,
     /// λ staging buffers of finished jobs, kept with their capacity (AIOS: reused, not freed).
     pub(super) spare_inputs: Vec<Vec<u8>>,
+    /// LAMBDA_WRITE: the program's output before it is written (grows to the largest
+    /// `out_cap` asked, at most `MAX_LAMBDA_WRITE_OUT_BYTES`, and is reused).
+    pub(super) write_staging: Vec<u8>,
     pub(super) sched: Sched,
     pub(super) tenants: Vec<Vec<u8>>,
     pub(super) pollfds: Vec<libc::pollfd>,
@@ -164,6 +167,7 @@ pub(crate) fn run(
         free_jobs: Vec::new(),
         spare_bufs: Vec::new(),
         spare_inputs: Vec::new(),
+        write_staging: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
         tenants: Vec::new(),
         pollfds: Vec::new(),
