@@ -20,7 +20,7 @@
 //! - [`pageserver`]: the paper's page server as a host application (stores pages, replays
 //!   updates, answers forwarded GetPage requests).
 //!
-//! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/DESIGN.md ("DDS").
+//! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/design/dds.md.
 
 pub mod frontend;
 pub mod host;

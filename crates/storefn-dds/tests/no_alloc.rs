@@ -3,43 +3,32 @@
 //! both ends. A global allocator counts allocations; one test in this binary so nothing else
 //! allocates meanwhile.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use storefn_dds::host::{FileService, HostChannel, HostFiles, DEFAULT_CHANNEL_RING_BYTES};
 use storefn_dds::ring::progressive::{ring_words, ProgressiveRing};
 use storefn_dds::table::{CacheTable, Item};
-
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use storefn_testkit::CountingAlloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
+/// Allocations made by this thread while `f` runs. The single-threaded sections count only
+/// their own thread: libtest's main thread may still be writing its header when the test starts,
+/// and a process-wide count caught those allocations (4, in about 1 run of 20).
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = CountingAlloc::thread_allocs();
     f();
-    ALLOCS.load(Ordering::Relaxed) - before
+    CountingAlloc::thread_allocs() - before
+}
+
+/// Allocations made by every thread while `f` runs (the host section: the file service runs on
+/// its own thread; libtest's main thread is idle by then).
+fn process_allocations_during(f: impl FnOnce()) -> u64 {
+    let before = CountingAlloc::process_allocs();
+    f();
+    CountingAlloc::process_allocs() - before
 }
 
 #[test]
@@ -97,7 +86,7 @@ fn steady_state_allocates_nothing() {
         let page = vec![3u8; 4096];
         let mut buf = vec![0u8; 4096];
         host.write(f, 0, &page).unwrap();
-        let n = allocations_during(|| {
+        let n = process_allocations_during(|| {
             for i in 0..2000u64 {
                 host.write(f, (i % 64) * 4096, &page).unwrap();
                 assert_eq!(host.read(f, (i % 64) * 4096, &mut buf).unwrap(), 4096);

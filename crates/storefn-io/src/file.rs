@@ -19,7 +19,7 @@ pub enum IoMode {
     /// Through the page cache (for file systems that refuse O_DIRECT, e.g. tmpfs).
     Buffered,
     /// O_DIRECT file plus the metadata digest: each hop is translated to the block device and
-    /// read there, bypassing the file system (docs/DESIGN.md, "Metadata digest (raw mode)").
+    /// read there, bypassing the file system (docs/design/server.md, "Metadata digest (raw mode)").
     /// Setting it up fails with [`EngineError::RawUnavailable`]; the caller then opens the file
     /// with [`IoMode::Direct`].
     Raw,

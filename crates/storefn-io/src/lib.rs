@@ -3,7 +3,7 @@
 //! An [`Engine`] owns one ring (one per thread), registered aligned buffers, registered files and
 //! a table of chain slots. A *chain* starts with one block read; each completed block is handed
 //! to a [`StorageFn`] with an XRP context; the function's `next_addr[]`/`size[]` requests are read
-//! next, concurrently, until it sets `done`. Semantics: docs/DESIGN.md, "Chains".
+//! next, concurrently, until it sets `done`. Semantics: docs/design/io.md, "Chains".
 
 pub mod digest;
 pub mod engine;
@@ -22,42 +22,35 @@ pub use storefn_vm::{VmError, XrpCtx};
 /// `data` is the block's view (read-only, at most 4 KiB), `scratch` the chain's scratch; the
 /// engine has cleared `ctx.done`/`next_addr`/`size` and set `ctx.slot` before the call.
 pub trait StorageFn {
-    /// Runs the function once.
+    /// Runs the function once on a block of the chain submitted with `token`. A function that
+    /// serves chains of several programs (a server's per-thread dispatcher) picks the program by
+    /// token; most ignore it.
     ///
     /// # Errors
     /// A fault (bad access, budget): the engine fails the chain with [`ChainError::Fault`].
-    fn invoke(&mut self, ctx: &mut XrpCtx, data: &[u8], scratch: &mut [u8])
-        -> Result<u64, VmError>;
+    fn invoke(
+        &mut self,
+        token: u64,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError>;
 
     /// Called with every block a chain read, just before [`StorageFn::invoke`] runs on it:
     /// `token` is the chain's, `addr` the requested file offset and `data` exactly the requested
     /// bytes. Default: nothing. The KV store's block cache keeps what chains read through it
     /// (it commits a chain's blocks only once the chain completed without error).
     fn on_block(&mut self, _token: u64, _addr: u64, _data: &[u8]) {}
-    /// [`StorageFn::invoke`] for the chain submitted with `token`: what the engine calls. A
-    /// function that serves chains of several programs (a server's per-thread dispatcher)
-    /// overrides it to pick the program by token; the default ignores the token.
-    ///
-    /// # Errors
-    /// As `invoke`.
-    fn invoke_chain(
-        &mut self,
-        token: u64,
-        ctx: &mut XrpCtx,
-        data: &[u8],
-        scratch: &mut [u8],
-    ) -> Result<u64, VmError> {
-        let _ = token;
-        self.invoke(ctx, data, scratch)
-    }
 }
 
+/// A closure is a storage function that does not need the chain's token.
 impl<F> StorageFn for F
 where
     F: FnMut(&mut XrpCtx, &[u8], &mut [u8]) -> Result<u64, VmError>,
 {
     fn invoke(
         &mut self,
+        _token: u64,
         ctx: &mut XrpCtx,
         data: &[u8],
         scratch: &mut [u8],
@@ -79,6 +72,7 @@ where
 impl StorageFn for storefn_vm::Instance {
     fn invoke(
         &mut self,
+        _token: u64,
         ctx: &mut XrpCtx,
         data: &[u8],
         scratch: &mut [u8],

@@ -1,6 +1,6 @@
 //! Storage functions for the KV paths: which built-in program serves a node size and scratch
 //! ABI, a user's program (`--prog`), and loading either for a chain on the io engine. Every
-//! `--prog` runs as an engine chain (docs/DESIGN.md, "Chains"): there is no second driver.
+//! `--prog` runs as an engine chain (docs/design/io.md, "Chains"): there is no second driver.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;

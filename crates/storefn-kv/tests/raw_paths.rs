@@ -125,12 +125,14 @@ fn raw_on_a_disk_that_refuses_device_access_falls_back_to_the_file() {
 fn compare_cfg(path: &str, requests: u64) -> storefn_kv::harness::bench::BenchConfig {
     storefn_kv::harness::bench::BenchConfig {
         path: path.into(),
-        threads: 2,
-        requests,
-        batch: if path == "xrp-batch" { 8 } else { 1 },
-        warmup: 10,
-        dist: storefn_kv::harness::bench::Dist::Uniform,
-        seed: 3,
+        load: storefn_kv::harness::bench::Load {
+            threads: 2,
+            requests,
+            batch: if path == "xrp-batch" { 8 } else { 1 },
+            warmup: 10,
+            dist: storefn_kv::harness::bench::Dist::Uniform,
+            seed: 3,
+        },
         cache_bytes: 0,
         prog: storefn_kv::ProgSource::BuiltIn,
         abi: storefn_kv::Abi::Storefn,

@@ -1,5 +1,5 @@
 //! The dispatcher: run each λ request on the client ("local") or the storage server, chosen by
-//! λ-IO's measured cost model (docs/DESIGN.md, "λ-IO").
+//! λ-IO's measured cost model (docs/design/lambda.md, "λ-IO").
 //!
 //! **Model.** Every request that runs is a sample of its side (ns per input byte). The server's
 //! estimate is the trimmed mean of its wall times. The local estimate is

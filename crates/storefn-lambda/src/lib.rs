@@ -4,7 +4,7 @@
 //! the storage server (a [`Side`] over the server's LAMBDA frame), chosen per request by
 //! [`Dispatcher`], λ-IO's measured cost model with adaptive profiling. [`workloads`] holds the
 //! built-in functions' native baselines and data generators; [`bench`] the local benchmark.
-//! Design: docs/DESIGN.md, "λ-IO".
+//! Design: docs/design/lambda.md, "λ-IO".
 
 pub mod bench;
 pub mod bench_dispatch;

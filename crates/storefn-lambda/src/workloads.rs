@@ -1,6 +1,6 @@
 //! The λ workloads: each a C function in `progs/lambda/`, a native Rust baseline with the same
 //! output bytes, and a data generator. Layouts: `progs/include/storefn_lambda.h` (the constants
-//! below are checked against it by a test) and docs/DESIGN.md, "λ-IO".
+//! below are checked against it by a test) and docs/design/lambda.md, "λ-IO".
 
 use std::fmt;
 use std::io::{self, Write};

@@ -2,41 +2,20 @@
 //! and the instance are all built before the first request, and the dispatcher's rings are
 //! fixed arrays.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use storefn_io::IoMode;
 use storefn_lambda::bench::ensure_data;
 use storefn_lambda::{
     DispatchConfig, Dispatcher, LambdaError, LambdaProg, LocalFile, LocalSide, Run, Side, SideKind,
     Workload,
 };
+use storefn_testkit::CountingAlloc;
 use storefn_vm::Engine;
 
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls on this thread.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: `p` came from `System.alloc` with layout `l`.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
+    CountingAlloc::thread_allocs()
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //!
 //! A [`DelayProxy`] listens on one address and forwards every accepted TCP connection to another,
 //! adding half the configured round-trip time in each direction and, optionally, a bandwidth cap
-//! (docs/DESIGN.md, "Network emulation"). The delay is in the path, not a sleep before a
+//! (docs/design/server.md, "Network emulation"). The delay is in the path, not a sleep before a
 //! request: each chunk read from one side is stamped with its delivery time
 //! (`link free + serialization + one-way delay`) and a per-direction writer sends it at that
 //! moment, so chunks in flight overlap exactly as on a long link (no head-of-line sleeping

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use storefn_kv::harness::bench::{BenchResult, Dist, KeyGen};
+use storefn_kv::harness::bench::{BenchResult, KeyGen, Load};
 
 use crate::client::{Client, ClientConfig, ClientError, Req};
 use crate::remote_kv::{RemoteKv, RemoteKvError, RemotePath};
@@ -24,13 +24,9 @@ pub struct RemoteBenchConfig {
     /// The database, relative to the served directory.
     pub db: String,
     pub path: RemotePath,
-    pub threads: usize,
-    pub requests: u64,
-    /// Lookups per frame on `pushdown` (1 = one lookup per round trip).
-    pub batch: usize,
-    pub warmup: u64,
-    pub dist: Dist,
-    pub seed: u64,
+    /// `batch` is the lookups per frame on `pushdown` (1 = one lookup per round trip); the
+    /// other paths run one lookup per round trip.
+    pub load: Load,
     pub cache_levels: u32,
     /// The server's pid, when it runs on this machine: its CPU time is read from /proc.
     pub server_pid: Option<u32>,
@@ -105,9 +101,10 @@ fn run_thread(
 ) -> Result<ThreadOut, RemoteKvError> {
     let client = Client::connect(&cfg.addr, cfg.client.clone())?;
     let mut kv = RemoteKv::open(client, &cfg.db, cfg.cache_levels)?;
-    let mut keys = KeyGen::new(cfg.dist, kv.meta().key_count, cfg.seed.wrapping_add(t as u64));
-    let batch = if cfg.path == RemotePath::Pushdown { cfg.batch.max(1) } else { 1 };
-    let warm: Vec<u64> = (0..cfg.warmup).map(|_| keys.next_key()).collect();
+    let mut keys =
+        KeyGen::new(cfg.load.dist, kv.meta().key_count, cfg.load.seed.wrapping_add(t as u64));
+    let batch = if cfg.path == RemotePath::Pushdown { cfg.load.batch.max(1) } else { 1 };
+    let warm: Vec<u64> = (0..cfg.load.warmup).map(|_| keys.next_key()).collect();
     let measured: Vec<u64> = (0..n).map(|_| keys.next_key()).collect();
     let mut lat_ns = Vec::with_capacity(measured.len());
     let mut misses = 0;
@@ -152,8 +149,8 @@ fn run_thread(
 pub fn run(cfg: &RemoteBenchConfig) -> Result<RemoteBenchResult, RemoteKvError> {
     let mut probe = Client::connect(&cfg.addr, cfg.client.clone())?;
     let rtt_us = measure_rtt(&mut probe, &cfg.db, RTT_PROBES)?;
-    let threads = cfg.threads.max(1);
-    let per = cfg.requests / threads as u64;
+    let threads = cfg.load.threads.max(1);
+    let per = cfg.load.requests / threads as u64;
     let barrier = Arc::new(Barrier::new(threads + 1));
     let outs = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
@@ -208,7 +205,7 @@ pub fn run(cfg: &RemoteBenchConfig) -> Result<RemoteBenchResult, RemoteKvError> 
         path: path.to_string(),
         layers,
         threads,
-        batch: if cfg.path == RemotePath::Pushdown { cfg.batch.max(1) } else { 1 },
+        batch: if cfg.path == RemotePath::Pushdown { cfg.load.batch.max(1) } else { 1 },
         requests: lat.len() as u64,
         ops_per_sec: lat.len() as f64 / secs.max(1e-9),
         mean_us,

@@ -17,8 +17,7 @@ fn privileged(why: &str) -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    assert!(std::env::var("STOREFN_REQUIRE_PRIVILEGED").as_deref() != Ok("1"), "needs root: {why}");
-    println!("skipped: needs root ({why})");
+    storefn_testkit::skip(&format!("needs root ({why})"));
     false
 }
 

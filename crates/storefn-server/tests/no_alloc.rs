@@ -4,41 +4,18 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{make_db, serve, TempDir};
 use storefn_server::proto::{
     decode_header, put_request, FrameBuf, Messages, Request, FRAME_HEADER_BYTES, KIND_REQUEST,
     KIND_RESPONSE,
 };
-
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // Relaxed: a statistic read after the measured window.
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
+use storefn_testkit::CountingAlloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// Sends `frame` (of `n` requests) and reads response frames into `rx` until all `n`
 /// replies are in (no allocation).
@@ -108,12 +85,16 @@ fn steady_state_requests_allocate_nothing_on_the_server() {
     for _ in 0..200 {
         round_trip(&mut s, &frame, 18, &mut rx);
     }
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = CountingAlloc::process_allocs();
     for _ in 0..500 {
         round_trip(&mut s, &frame, 18, &mut rx);
     }
-    let per_request = (ALLOCS.load(Ordering::Relaxed) - before) as f64 / (500.0 * 18.0);
-    assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "{per_request} allocations per request");
+    let per_request = (CountingAlloc::process_allocs() - before) as f64 / (500.0 * 18.0);
+    assert_eq!(
+        CountingAlloc::process_allocs() - before,
+        0,
+        "{per_request} allocations per request"
+    );
     drop(s);
     drop(c);
     server.stop();

@@ -14,7 +14,7 @@
 //! charges itself), from it to the next charge point or `exit`. So every executed instruction is
 //! paid for before it runs (a run may stop before spending all it paid for), loops pay once per
 //! iteration at their header, and both engines, reading the same table, stop at the same
-//! instruction (docs/DESIGN.md, "Budget").
+//! instruction (docs/design/vm.md, "Budget").
 
 use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
 use crate::verifier::VerifyError;

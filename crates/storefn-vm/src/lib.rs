@@ -2,7 +2,7 @@
 //!
 //! Pipeline: [`elf`] loads a clang-built object into a [`Program`]; [`verifier`] checks it
 //! statically; [`jit`] (Cranelift) or [`interp`] (the reference) runs it against a [`RunEnv`]
-//! whose regions bound every memory access at run time (sBPF-style, docs/DESIGN.md), and whose
+//! whose regions bound every memory access at run time (sBPF-style, docs/design/vm.md), and whose
 //! instruction budget bounds the work of every invocation.
 //!
 //! Safe use goes through [`load_verified`] (or [`VerifiedProgram::new`]) and [`Instance`]: an

@@ -17,7 +17,7 @@ pub const MAX_INSNS: usize = 65_536;
 /// Default instruction budget per invocation: every executed instruction costs one (charged
 /// per basic block on entry, calls included), helpers cost what [`crate::helpers`] charges.
 /// Chosen so the slowest verified program shape (deep call fan-outs, where every instruction
-/// is a call) stops within about 10 ms on this machine's JIT (docs/DESIGN.md, "Budget").
+/// is a call) stops within about 10 ms on this machine's JIT (docs/design/vm.md, "Budget").
 pub const DEFAULT_INSN_BUDGET: u64 = 1 << 20;
 
 /// Extra instructions a λ invocation may execute per byte of its input, on top of the

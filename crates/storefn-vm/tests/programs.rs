@@ -264,7 +264,7 @@ fn call_fanout_stops_on_the_instruction_budget() {
     assert_eq!(stops[..2], stops[2..], "JIT and interpreter stop at the same instructions");
 }
 
-/// The other worst shapes behind the default budget's stop time (docs/DESIGN.md): a region
+/// The other worst shapes behind the default budget's stop time (docs/design/vm.md): a region
 /// window miss on every load, and a helper call (`bpf_trace_printk`) per iteration. Both
 /// engines stop on the budget at the same instruction with the same trace log.
 #[test]

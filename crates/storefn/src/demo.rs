@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use storefn_kv::format::bpfkv_value;
-use storefn_kv::harness::bench::{open_path, BenchConfig, Dist, PathOptions, PATH_NAMES};
+use storefn_kv::harness::bench::{open_path, BenchConfig, Dist, Load, PathOptions, PATH_NAMES};
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 
 use crate::CmdResult;
@@ -98,12 +98,14 @@ pub fn run(args: &DemoArgs) -> CmdResult {
         let batch = if matches!(name, "xrp-batch" | "device") { DEMO_BATCH } else { 1 };
         let cfg = BenchConfig {
             path: name.to_string(),
-            threads: 1,
-            requests: DEMO_REQUESTS,
-            batch,
-            warmup: 200,
-            dist: Dist::Uniform,
-            seed: args.seed,
+            load: Load {
+                threads: 1,
+                requests: DEMO_REQUESTS,
+                batch,
+                warmup: 200,
+                dist: Dist::Uniform,
+                seed: args.seed,
+            },
             cache_bytes: 0,
             raw: false,
             prog: storefn_kv::ProgSource::BuiltIn,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::{Args, Subcommand};
 use storefn_kv::db::{open_read, Db, DbOptions};
 use storefn_kv::format::value_text;
-use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, PathOptions};
+use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, Load, PathOptions};
 use storefn_kv::query::RangeVia;
 use storefn_kv::range::Agg;
 use storefn_kv::{Abi, LookupPath, NodeSize, ProgSource, Store};
@@ -114,9 +114,8 @@ pub enum KvCmd {
         /// Default: xrp for 512 B nodes, read for 4096 B.
         #[arg(long)]
         path: Option<String>,
-        /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
-        #[arg(long)]
-        layers: Option<u32>,
+        #[command(flatten)]
+        shape: ShapeOpts,
         #[command(flatten)]
         prog: ProgOpts,
     },
@@ -164,13 +163,35 @@ pub struct BenchArgs {
     /// Append one JSON object (one line) per run to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
-    #[arg(long)]
-    pub layers: Option<u32>,
+    #[command(flatten)]
+    pub shape: ShapeOpts,
     #[command(flatten)]
     pub prog: ProgOpts,
     #[command(flatten)]
     pub remote: crate::kv_remote::RemoteOpts,
+}
+
+impl BenchArgs {
+    /// The offered load; `--batch` defaults to `default_batch`.
+    pub fn load(&self, default_batch: usize) -> Result<Load, storefn_kv::KvError> {
+        Ok(Load {
+            threads: self.threads,
+            requests: self.requests,
+            batch: self.batch.unwrap_or(default_batch),
+            warmup: self.warmup,
+            dist: self.dist.parse::<Dist>()?,
+            seed: self.seed,
+        })
+    }
+}
+
+/// `--layers`, taken by every command that opens a database.
+#[derive(Debug, Args)]
+pub struct ShapeOpts {
+    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root); a
+    /// command that writes then creates DB.meta.
+    #[arg(long)]
+    pub layers: Option<u32>,
 }
 
 /// Options of every command that writes a database.
@@ -179,10 +200,8 @@ pub struct WriteOpts {
     /// Wait up to SECS for another writer's lock instead of failing at once.
     #[arg(long, value_name = "SECS")]
     pub wait_lock: Option<f64>,
-    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root); the
-    /// writer then creates DB.meta.
-    #[arg(long)]
-    pub layers: Option<u32>,
+    #[command(flatten)]
+    pub shape: ShapeOpts,
 }
 
 impl WriteOpts {
@@ -190,7 +209,7 @@ impl WriteOpts {
         Ok(DbOptions {
             memtable_limit_bytes,
             wait_lock: wait_secs(self.wait_lock)?,
-            layers: self.layers,
+            layers: self.shape.layers,
             ..DbOptions::default()
         })
     }
@@ -255,9 +274,8 @@ pub struct PathOpts {
     /// file | raw (read and engine paths; see `kv bench --help`).
     #[arg(long, value_enum, default_value_t = IoArg::File)]
     pub io: IoArg,
-    /// Depth of a BPF-KV file without DB.meta (default: inferred from size and root).
-    #[arg(long)]
-    pub layers: Option<u32>,
+    #[command(flatten)]
+    pub shape: ShapeOpts,
     #[command(flatten)]
     pub prog: ProgOpts,
     #[command(flatten)]
@@ -367,7 +385,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         KvCmd::Get { db, key, opts } => {
             // Puts not yet compacted live in the WAL (the memtable): they win over the tree.
             // A user program answers from the tree alone.
-            let view = open_read(db, opts.cache_levels, opts.layers)?;
+            let view = open_read(db, opts.cache_levels, opts.shape.layers)?;
             if let (None, Some(v)) = (&opts.prog.prog, view.mem.get(*key)) {
                 println!("{}", value_text(v));
                 return Ok(ExitCode::SUCCESS);
@@ -378,7 +396,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             Ok(print_get(found.as_ref()))
         }
         KvCmd::Multiget { db, keys, random, seed, opts } => {
-            let view = open_read(db, opts.cache_levels, opts.layers)?;
+            let view = open_read(db, opts.cache_levels, opts.shape.layers)?;
             let (mem, store) = (view.mem, Arc::new(view.store));
             let keys = pick_keys(keys, random.map(|n| (n, *seed)), store.meta().key_count)?;
             let kpc = opts.prog.abi.max_keys_per_chain();
@@ -387,8 +405,8 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                 .map_err(|e| prog_err(&opts.prog, e))?;
             Ok(print_multiget(&keys, &found))
         }
-        KvCmd::Range { db, begin, end, agg, path, layers, prog } => {
-            let view = open_read(db, 0, *layers)?;
+        KvCmd::Range { db, begin, end, agg, path, shape, prog } => {
+            let view = open_read(db, 0, shape.layers)?;
             let (mem, store) = (view.mem, view.store);
             let agg = agg.as_deref().map(str::parse::<Agg>).transpose()?;
             let chain = || -> Result<RangeVia, Box<dyn std::error::Error>> {
@@ -425,15 +443,10 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
 fn bench(a: &BenchArgs) -> CmdResult {
     // Lookups measure the tree alone (read-only: an interrupted compaction is read as recovery
     // would finish it, and left for the next writer to finish).
-    let store = Arc::new(open_read(&a.db, a.cache_levels, a.layers)?.store);
+    let store = Arc::new(open_read(&a.db, a.cache_levels, a.shape.layers)?.store);
     let cfg = BenchConfig {
         path: a.path.clone(),
-        threads: a.threads,
-        requests: a.requests,
-        batch: a.batch.unwrap_or(if a.path == "xrp-batch" { DEFAULT_XRP_BATCH } else { 1 }),
-        warmup: a.warmup,
-        dist: a.dist.parse::<Dist>()?,
-        seed: a.seed,
+        load: a.load(if a.path == "xrp-batch" { DEFAULT_XRP_BATCH } else { 1 })?,
         cache_bytes: a.cache_bytes,
         raw: a.io == BenchIo::One(IoArg::Raw),
         prog: a.prog.source()?,

@@ -81,12 +81,7 @@ pub fn bench(a: &crate::kv::BenchArgs, addr: &str) -> CmdResult {
         client: client_cfg(&a.remote)?,
         db: db_name(&a.db)?,
         path: a.path.parse()?,
-        threads: a.threads,
-        requests: a.requests,
-        batch: a.batch.unwrap_or(1),
-        warmup: a.warmup,
-        dist: a.dist.parse()?,
-        seed: a.seed,
+        load: a.load(1)?,
         cache_levels: a.cache_levels,
         server_pid: a.remote.server_pid,
     };

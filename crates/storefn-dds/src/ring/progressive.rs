@@ -7,7 +7,7 @@
 //! lines so producers hammering `tail`/`progress` do not slow the consumer's `head` (128, not
 //! 64: the adjacent-line prefetcher pulls pairs).
 //!
-//! **Memory-ordering argument** (also docs/DESIGN.md, "DDS: progressive ring"):
+//! **Memory-ordering argument** (also docs/design/dds.md, "Progressive ring"):
 //! - *Reserve*: a producer loads `tail` (relaxed) and `head` (acquire: the consumer's release
 //!   store of `head` follows its last read of the bytes below it, so overwriting them now cannot
 //!   race with that read), checks space, and CASes `tail` forward (relaxed: the CAS only decides

@@ -5,7 +5,7 @@
 //! two buckets chosen by two independent hash functions. Writers (insert, remove) are serialised
 //! by one mutex; readers take no lock and never write shared memory.
 //!
-//! **Concurrency argument** (also in docs/DESIGN.md, "DDS: cache table"):
+//! **Concurrency argument** (also in docs/design/dds.md, "Cache table"):
 //! - Every field of every slot is an `AtomicU64`, so no access is a data race in Rust's memory
 //!   model and the table contains no `unsafe` code. Atomics alone do not make a 4-word item
 //!   consistent; the per-bucket sequence number (a seqlock) does.

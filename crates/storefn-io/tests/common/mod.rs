@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-mod skip;
 #[allow(unused_imports)] // not every test binary skips
-pub use skip::skip;
+pub use storefn_testkit::skip;
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;

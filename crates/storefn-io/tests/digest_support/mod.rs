@@ -16,12 +16,8 @@ use std::time::Duration;
 
 use storefn_io::digest::{DigestError, RawAccess, RawDevice};
 
-// One source for the skip helper; some test binaries load `common` beside this module.
-#[allow(clippy::duplicate_mod)]
-#[path = "../common/skip.rs"]
-mod skip;
 #[allow(unused_imports)] // not every test binary skips
-pub use skip::skip;
+pub use storefn_testkit::skip;
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 

@@ -161,16 +161,27 @@ impl KeyGen {
     }
 }
 
+/// The load a lookup benchmark offers, local or remote (`storefn_server::bench`): threads,
+/// lookups, keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub threads: usize,
+    /// Measured lookups in all (split over the threads).
+    pub requests: u64,
+    /// Lookups in flight per thread on batching paths (1 = one at a time).
+    pub batch: usize,
+    /// Unmeasured lookups per thread before the run.
+    pub warmup: u64,
+    pub dist: Dist,
+    /// Thread t draws its keys from `seed + t`.
+    pub seed: u64,
+}
+
 /// A benchmark run's parameters.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     pub path: String,
-    pub threads: usize,
-    pub requests: u64,
-    pub batch: usize,
-    pub warmup: u64,
-    pub dist: Dist,
-    pub seed: u64,
+    pub load: Load,
     pub cache_bytes: u64,
     /// `--io raw` (see [`PathOptions::raw`]).
     pub raw: bool,
@@ -229,8 +240,8 @@ const CHUNK_PER_BATCH: usize = 16;
 
 /// Keys handed to one `get_many` call.
 pub(crate) fn chunk_len(cfg: &BenchConfig) -> usize {
-    if cfg.batch > 1 {
-        cfg.batch * CHUNK_PER_BATCH
+    if cfg.load.batch > 1 {
+        cfg.load.batch * CHUNK_PER_BATCH
     } else {
         1
     }
@@ -273,7 +284,7 @@ fn run_thread(
     passed: &mut bool,
 ) -> Result<ThreadOut, KvError> {
     let chunk = chunk_len(cfg);
-    measure(path, &draw(keys, cfg.warmup), chunk, None)?;
+    measure(path, &draw(keys, cfg.load.warmup), chunk, None)?;
     let measured = draw(keys, requests);
     let before = path.stats();
     barrier.wait();
@@ -289,24 +300,24 @@ fn run_thread(
 /// # Errors
 /// Path construction and lookup errors (the first one from any thread).
 pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError> {
-    if cfg.threads == 0 || cfg.requests == 0 {
+    if cfg.load.threads == 0 || cfg.load.requests == 0 {
         return Err(KvError::Invalid("--threads and --requests must be > 0".into()));
     }
     let opts = path_options(cfg, cfg.raw);
     // One path on this thread first, so a bad --path fails before threads start; each thread
     // then builds its own (engines stay on the thread that made them).
     drop(open_path(&cfg.path, store, &opts)?);
-    let barrier = Arc::new(Barrier::new(cfg.threads + 1));
+    let barrier = Arc::new(Barrier::new(cfg.load.threads + 1));
     let n = store.meta().key_count;
-    let handles: Vec<_> = (0..cfg.threads)
+    let handles: Vec<_> = (0..cfg.load.threads)
         .map(|t| {
             let cfg = cfg.clone();
             let barrier = Arc::clone(&barrier);
             let store = Arc::clone(store);
             let opts = opts.clone();
-            let share = thread_share(cfg.requests, cfg.threads, t);
+            let share = thread_share(cfg.load.requests, cfg.load.threads, t);
             std::thread::spawn(move || {
-                let mut keys = KeyGen::new(cfg.dist, n, cfg.seed.wrapping_add(t as u64));
+                let mut keys = KeyGen::new(cfg.load.dist, n, cfg.load.seed.wrapping_add(t as u64));
                 let mut passed = false;
                 let r = open_path(&cfg.path, &store, &opts).and_then(|mut path| {
                     run_thread(path.as_mut(), &cfg, &mut keys, share, &barrier, &mut passed)
@@ -330,7 +341,7 @@ pub fn run(store: &Arc<Store>, cfg: &BenchConfig) -> Result<BenchResult, KvError
 pub(crate) fn path_options(cfg: &BenchConfig, raw: bool) -> PathOptions {
     PathOptions {
         cache_bytes: cfg.cache_bytes,
-        batch: cfg.batch.max(1),
+        batch: cfg.load.batch.max(1),
         raw,
         prog: cfg.prog.clone(),
         abi: cfg.abi,
@@ -379,8 +390,8 @@ pub(crate) fn summarize(
     BenchResult {
         path: cfg.path.clone(),
         layers: store.meta().layers,
-        threads: cfg.threads,
-        batch: cfg.batch.max(1),
+        threads: cfg.load.threads,
+        batch: cfg.load.batch.max(1),
         requests: lat.len() as u64,
         ops_per_sec: count / wall_s,
         mean_us: lat.iter().sum::<u64>() as f64 / count / 1000.0,

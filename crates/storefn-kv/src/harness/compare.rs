@@ -110,27 +110,27 @@ struct PairOut {
 /// `Invalid` for zero threads/requests/rounds or fewer requests per thread than rounds;
 /// path construction and lookup errors (the first from any thread).
 pub fn run(store: &Arc<Store>, cfg: &BenchConfig, rounds: u32) -> Result<CompareResult, KvError> {
-    if cfg.threads == 0 || cfg.requests == 0 {
+    if cfg.load.threads == 0 || cfg.load.requests == 0 {
         return Err(KvError::Invalid("--threads and --requests must be > 0".into()));
     }
     if rounds == 0 || rounds > MAX_ROUNDS {
         return Err(KvError::Invalid(format!("--rounds {rounds}: expected 1..={MAX_ROUNDS}")));
     }
-    if cfg.requests / (cfg.threads as u64) < u64::from(rounds) {
+    if cfg.load.requests / (cfg.load.threads as u64) < u64::from(rounds) {
         return Err(KvError::Invalid(format!(
             "--requests {} over {} threads is fewer than one lookup per round (--rounds {rounds})",
-            cfg.requests, cfg.threads
+            cfg.load.requests, cfg.load.threads
         )));
     }
     drop(open_path(&cfg.path, store, &path_options(cfg, false))?);
-    let barrier = Arc::new(Barrier::new(cfg.threads));
+    let barrier = Arc::new(Barrier::new(cfg.load.threads));
     let n = store.meta().key_count;
-    let handles: Vec<_> = (0..cfg.threads)
+    let handles: Vec<_> = (0..cfg.load.threads)
         .map(|t| {
             let (cfg, barrier, store) = (cfg.clone(), Arc::clone(&barrier), Arc::clone(store));
-            let share = thread_share(cfg.requests, cfg.threads, t);
+            let share = thread_share(cfg.load.requests, cfg.load.threads, t);
             std::thread::spawn(move || {
-                let mut keys = KeyGen::new(cfg.dist, n, cfg.seed.wrapping_add(t as u64));
+                let mut keys = KeyGen::new(cfg.load.dist, n, cfg.load.seed.wrapping_add(t as u64));
                 let mut arrivals = Arrivals { barrier: &barrier, made: 0 };
                 let r = pair_thread(&store, &cfg, &mut keys, share, rounds, &mut arrivals);
                 if r.is_err() {
@@ -182,7 +182,7 @@ fn pair_thread(
         .iter()
         .map(|&m| open_path(&cfg.path, store, &path_options(cfg, m == Mode::Raw)))
         .collect::<Result<_, _>>()?;
-    let warm = draw(keys, cfg.warmup);
+    let warm = draw(keys, cfg.load.warmup);
     for p in &mut paths {
         measure(p.as_mut(), &warm, chunk, None)?;
     }

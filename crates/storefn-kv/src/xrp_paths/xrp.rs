@@ -75,6 +75,7 @@ struct Tap<'a> {
 impl StorageFn for Tap<'_> {
     fn invoke(
         &mut self,
+        _token: u64,
         ctx: &mut XrpCtx,
         data: &[u8],
         scratch: &mut [u8],

@@ -2,9 +2,8 @@
 //! independently from its published algorithm (not from our builder).
 #![allow(dead_code)]
 
-mod skip;
 #[allow(unused_imports)] // not every test binary skips
-pub use skip::skip;
+pub use storefn_testkit::skip;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

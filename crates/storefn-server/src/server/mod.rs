@@ -1,7 +1,7 @@
 //! The server: `--threads N` worker threads, each with its own io_uring engine (file reads and
 //! storage-function chains) and its own connections, accepted from one shared listening socket.
 //! Sockets are driven by `poll(2)` on the same thread, with the engine's ring fd in the same
-//! poll set, so a thread sleeps until a socket or a completion needs it (docs/DESIGN.md,
+//! poll set, so a thread sleeps until a socket or a completion needs it (docs/design/server.md,
 //! "Server").
 
 mod files;

@@ -2,7 +2,7 @@
 //! messages or the offload functions (they live in storefn-dds, above this crate); it hands each
 //! frame's OFFLOAD requests to an [`OffloadHook`] as one batch, serves the reads the hook
 //! returns next to the data (straight into the response frame), and forwards the rest to the
-//! host application through the hook, relaying its answers back (docs/DESIGN.md, "DDS over the
+//! host application through the hook, relaying its answers back (docs/design/dds.md, "DDS over the
 //! network").
 
 /// What the offload functions decided for one request.

@@ -33,11 +33,7 @@ pub(super) struct Progs {
 }
 
 impl StorageFn for Progs {
-    fn invoke(&mut self, _: &mut XrpCtx, _: &[u8], _: &mut [u8]) -> Result<u64, VmError> {
-        unreachable!("the engine calls invoke_chain")
-    }
-
-    fn invoke_chain(
+    fn invoke(
         &mut self,
         token: u64,
         ctx: &mut XrpCtx,

@@ -1,5 +1,5 @@
 //! Cranelift JIT: translates a linked [`Program`] to native code with the interpreter's exact
-//! semantics (crate::interp is the reference; docs/DESIGN.md, "JIT").
+//! semantics (crate::interp is the reference; docs/design/vm.md, "JIT").
 //!
 //! Shape of the generated code:
 //! - every BPF function (insn 0 plus every BPF-to-BPF call target) becomes one Cranelift

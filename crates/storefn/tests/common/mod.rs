@@ -1,9 +1,8 @@
 //! Shared helpers for the CLI's integration tests.
 #![allow(dead_code)]
 
-mod skip;
 #[allow(unused_imports)] // not every test binary skips
-pub use skip::skip;
+pub use storefn_testkit::skip;
 
 /// Whether this process runs as root.
 pub fn is_root() -> bool {

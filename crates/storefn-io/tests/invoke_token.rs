@@ -1,4 +1,4 @@
-//! `StorageFn::invoke_chain`: the engine tells the function which chain (token) a block
+//! `StorageFn::invoke`: the engine tells the function which chain (token) a block
 //! belongs to, so one engine can run chains of different programs (the server's dispatcher).
 
 mod common;
@@ -12,11 +12,7 @@ struct ByToken {
 }
 
 impl StorageFn for ByToken {
-    fn invoke(&mut self, _: &mut XrpCtx, _: &[u8], _: &mut [u8]) -> Result<u64, VmError> {
-        panic!("the engine must call invoke_chain");
-    }
-
-    fn invoke_chain(
+    fn invoke(
         &mut self,
         token: u64,
         ctx: &mut XrpCtx,

@@ -1,0 +1,92 @@
+//! Test support shared by every storefn crate's tests (a dev-dependency, never a dependency):
+//! - [`skip`]: the one way a test skips, and fails instead under CI's
+//!   [`REQUIRE_PRIVILEGED`];
+//! - [`CountingAlloc`]: the global allocator of the no-allocation tests (AIOS: no allocation
+//!   per request in steady state), counting per thread and per process.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The variable CI sets (`.ci/run`, as root): every privilege, device and tool a test needs is
+/// there, so a test that would skip fails instead.
+pub const REQUIRE_PRIVILEGED: &str = "STOREFN_REQUIRE_PRIVILEGED";
+
+/// Prints `skipped: <why>`; panics instead when `STOREFN_REQUIRE_PRIVILEGED=1`. For skips for
+/// lack of root, a loop device, zram, /dev/shm or a tool; not for facts of the machine a test
+/// only adapts to (e.g. a device that opens where it could have refused).
+pub fn skip(why: &str) {
+    if std::env::var_os(REQUIRE_PRIVILEGED).is_some_and(|v| v == "1") {
+        panic!("{REQUIRE_PRIVILEGED}=1, but this test would skip: {why}");
+    }
+    println!("skipped: {why}");
+}
+
+thread_local! {
+    /// Allocations (alloc, alloc_zeroed, realloc) made by this thread. Const-initialised and
+    /// without a destructor, so touching it from the allocator never allocates and never fails
+    /// during thread teardown.
+    static THREAD_ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Allocations made by every thread of the process.
+static PROCESS_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+/// A global allocator that forwards to [`System`] and counts allocations. A test binary installs
+/// it with `#[global_allocator] static A: CountingAlloc = CountingAlloc;` and compares
+/// [`CountingAlloc::thread_allocs`] (work done on the test's thread) or
+/// [`CountingAlloc::process_allocs`] (work done by threads it started, e.g. a server's) before
+/// and after the measured window. Frees are not counted: a steady state that allocates and
+/// frees per request is still allocating.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountingAlloc;
+
+impl CountingAlloc {
+    /// Allocations made so far by the calling thread.
+    #[must_use]
+    pub fn thread_allocs() -> u64 {
+        THREAD_ALLOCS.with(Cell::get)
+    }
+
+    /// Allocations made so far by the whole process.
+    #[must_use]
+    pub fn process_allocs() -> u64 {
+        // Relaxed: a statistic read after the measured window; the test's own synchronisation
+        // with the threads it measures (a reply received, a join) orders their counts before it.
+        PROCESS_ALLOCS.load(Ordering::Relaxed)
+    }
+
+    fn count() {
+        THREAD_ALLOCS.with(|c| c.set(c.get() + 1));
+        // Relaxed: a counter; see `process_allocs`.
+        PROCESS_ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged,
+// so `System`'s guarantees are ours; counting touches only a const thread-local and an atomic
+// (neither allocates).
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Self::count();
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        Self::count();
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` (every allocation here does) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        Self::count();
+        // SAFETY: same contract as ours; `ptr` came from `System`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
