@@ -7,8 +7,8 @@
 # Usage: bench/lambda_remote.sh OUTDIR [REQUESTS_64K] [REQUESTS_1M] [CPU_CAP_PERCENT]
 set -eu
 out=${1:?usage: bench/lambda_remote.sh OUTDIR [REQUESTS_64K] [REQUESTS_1M] [CPU_CAP_PERCENT]}
-req64=${2:-200}
-req1m=${3:-60}
+req64=${2:-600}
+req1m=${3:-120}
 cap=${4:-20}
 bin=${STOREFN:-target/release/storefn}
 mkdir -p "$out/data"

@@ -180,10 +180,16 @@ pub fn run_remote_with<T: LambdaTransport>(
 
 /// Rounds each half of a run is cut into: local, server and auto take turns round by round,
 /// so load from elsewhere on the machine falls on all three alike (ratios inside one run).
-pub const ROUNDS_PER_HALF: u32 = 5;
+/// Each round runs them in one of the six orders ([`ORDERS`]): each side goes first, and
+/// follows each other side, equally often (the requests right after the server's, whose
+/// thread shares the client's CPUs, are slower).
+pub const ROUNDS_PER_HALF: u32 = 6;
+
+/// The orders of the sides (indices into local, server, auto) the rounds run them in.
+const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]];
 
 /// One plan, always-local, always-server and auto (a fresh dispatcher kept for the whole run)
-/// taking turns in rounds (the order turning each round); every side sees the same offsets and the same conditions (the
+/// taking turns in rounds ([`ORDERS`]); every side sees the same offsets and the same conditions (the
 /// change at the half is made once, between the halves, for all three). Returns the three
 /// rows, local, server, auto.
 fn run_plan<T: LambdaTransport>(
@@ -216,9 +222,7 @@ fn run_plan<T: LambdaTransport>(
         }
         for round in 0..ROUNDS_PER_HALF {
             let per = half / ROUNDS_PER_HALF + u32::from(round < half % ROUNDS_PER_HALF);
-            // The order turns each round, so no side always runs right after another.
-            for j in 0..WHERES.len() {
-                let k = (j + round as usize) % WHERES.len();
+            for &k in &ORDERS[round as usize % ORDERS.len()] {
                 let wh = WHERES[k];
                 // Untimed warm-up for each side before its first timed request.
                 let warm = if h == 0 && round == 0 { WARMUP_REQUESTS } else { 0 };

@@ -25,8 +25,9 @@
 //! dispatcher's own per-request cost (deciding, recording; timed on one request in
 //! [`OWN_COST_EVERY`]) and the cache-state samples are paid from the same budget first.
 //! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
-//! away from its side's estimate is confirmed by one more sample, and two in a row in the same
-//! direction replace the side's history; an estimate the model cannot make (the range went
+//! away from its side's estimate is confirmed by one more sample (at once for a loser's sample
+//! that says it got faster; a loser that got slower is left to the budgeted probes), and two
+//! in a row in the same direction replace the side's history; an estimate the model cannot make (the range went
 //! cold and no uncached local sample exists) probes that side.
 
 use std::fmt;
@@ -324,6 +325,11 @@ pub struct Dispatcher {
     /// Smallest local wall time per byte since the local history was last dropped (the cold
     /// start's far-behind test before the local estimate exists).
     local_first: Option<f64>,
+    /// A side (local 0, server 1) taken as far behind before it had an estimate: it stays
+    /// behind while its best sample is above the other side's, not only while above
+    /// [`FAR_BEHIND`] times it (hysteresis: a 5x gap measured under noise must not send 40 ms
+    /// requests to the loser each time the winner's estimate wobbles).
+    behind: [bool; 2],
     /// A side a change signal asked to measure again, once, at the next request.
     reprobe: Option<SideKind>,
     last_winner: Option<SideKind>,
@@ -352,6 +358,7 @@ impl Dispatcher {
             unpriced: [0; 2],
             in_window: 0,
             local_first: None,
+            behind: [false; 2],
             reprobe: None,
             last_winner: None,
             overhead_frac: 0.0,
@@ -405,7 +412,10 @@ impl Dispatcher {
             (Some(l), Some(s)) => (l, s),
             // Even its best sample far behind: losing, without two more measurements.
             (Some(l), None) => match self.server.main.min_any() {
-                Some(p) if p > FAR_BEHIND * l => (l, p),
+                Some(p) if p > FAR_BEHIND * l || (self.behind[1] && p > l) => {
+                    self.behind[1] = true;
+                    (l, p)
+                }
                 _ => return self.measure(SideKind::Server),
             },
             (None, s) => {
@@ -414,7 +424,12 @@ impl Dispatcher {
                 // missing for the cache state, with enough samples, is measured at once.)
                 let cold_start = self.local.main.len < MIN_SAMPLES;
                 match (self.local_first, s.or_else(|| self.server.main.min_any())) {
-                    (Some(lf), Some(sv)) if cold_start && lf > FAR_BEHIND * sv => (lf, sv),
+                    (Some(lf), Some(sv))
+                        if cold_start && (lf > FAR_BEHIND * sv || (self.behind[0] && lf > sv)) =>
+                    {
+                        self.behind[0] = true;
+                        (lf, sv)
+                    }
                     (Some(_), None) if cold_start => return self.measure(SideKind::Server),
                     _ => return self.measure(SideKind::Local),
                 }
@@ -522,6 +537,7 @@ impl Dispatcher {
                     m.hit.clear();
                     m.miss.clear();
                     self.local_first = Some(wall);
+                    self.behind[0] = false;
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Local);
                 }
@@ -540,6 +556,7 @@ impl Dispatcher {
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
                 if est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr)) {
+                    self.behind[1] = false;
                     m.main.clear();
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Server);
@@ -547,9 +564,12 @@ impl Dispatcher {
                 m.main.push(wall);
             }
         }
-        // A suspect sample on a side the model is not running gets its confirmation now.
+        // A suspect sample on a side the model is not running gets its confirmation now, when
+        // it says that side got faster (it may now win); a loser that got slower still loses,
+        // and confirming it would cost another of its slow requests.
         let m = if d.side == SideKind::Local { &self.local } else { &self.server };
-        if m.suspect.dir != 0 && self.reprobe.is_none() {
+        let winner = self.last_winner == Some(d.side);
+        if (m.suspect.dir < 0 || (winner && m.suspect.dir > 0)) && self.reprobe.is_none() {
             self.reprobe = Some(d.side);
         }
     }

@@ -330,3 +330,32 @@ fn a_local_side_far_behind_is_measured_once_not_three_times() {
     let ratio = o.auto_us / o.server_us;
     assert!(ratio < 1.15, "auto {:.0} server {:.0} ({:?})", o.auto_us, o.server_us, o.stats);
 }
+
+#[test]
+fn a_side_far_behind_stays_behind_while_the_winner_wobbles() {
+    // Regression (lambda3): a cold 1 MiB range over READ frames (~5x the server's answer)
+    // was judged far behind once, then measured again (40 ms each) whenever a noisy server
+    // sample moved the ratio under FAR_BEHIND.
+    use storefn_lambda::dispatch::Decision;
+    let mut d = Dispatcher::new(adaptive());
+    let local = |us: f64| Run {
+        out_bytes: 32,
+        wall_ns: ns(us),
+        io_ns: ns(us * 0.9),
+        compute_ns: ns(us * 0.1),
+    };
+    let server = |us: f64| Run { out_bytes: 32, wall_ns: ns(us), ..Run::default() };
+    let first = d.decide(LEN, 1.0);
+    assert_eq!(first, Decision { side: SideKind::Local, probe: true });
+    d.record(first, LEN, 1.0, &local(500.0));
+    let second = d.decide(LEN, 1.0);
+    assert_eq!(second.side, SideKind::Server);
+    d.record(second, LEN, 1.0, &server(100.0)); // 5x: the local side is far behind
+                                                // The server's next samples put the gap at 3.8x, under FAR_BEHIND: the local side is
+                                                // still the loser and is left to the budgeted probes.
+    for _ in 0..20 {
+        let dec = d.decide(LEN, 1.0);
+        assert_eq!(dec.side, SideKind::Server, "{:?}", d.stats());
+        d.record(dec, LEN, 1.0, &server(131.0));
+    }
+}

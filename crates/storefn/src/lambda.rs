@@ -54,11 +54,25 @@ pub struct WriteArgs {
     /// Output buffer size (default: the workload's bound, at most 4M; 1M for other programs).
     #[arg(long, value_parser = parse_bytes)]
     out_cap: Option<u64>,
+    #[command(flatten)]
+    opts: ReqOpts,
+}
+
+/// Options of a single λ request (run, write).
+#[derive(Debug, Args)]
+pub struct ReqOpts {
     /// Token for the server (ADDR:FILE only).
     #[arg(long)]
     token_file: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
     engine: EngineArg,
+}
+
+/// The client's tenant and secret: the token file's first line, or none.
+fn client_config(token_file: Option<&PathBuf>) -> Result<ClientConfig, String> {
+    token_file.map_or(Ok(ClientConfig::default()), |t| {
+        ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))
+    })
 }
 
 #[derive(Debug, Args)]
@@ -117,11 +131,8 @@ pub struct RunArgs {
     /// Output buffer size (default: the workload's bound, or 1M for other programs).
     #[arg(long, value_parser = parse_bytes)]
     out_cap: Option<u64>,
-    /// Token for the server (ADDR:FILE only).
-    #[arg(long)]
-    token_file: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
-    engine: EngineArg,
+    #[command(flatten)]
+    opts: ReqOpts,
 }
 
 #[derive(Debug, Args)]
@@ -252,19 +263,14 @@ fn write(a: &WriteArgs) -> CmdResult {
     };
     let (r, wh) = match &a.file {
         Location::Local(p) => {
-            if a.token_file.is_some() {
+            if a.opts.token_file.is_some() {
                 return Err("--token-file applies to ADDR:FILE only".into());
             }
-            let mut inst = prog.instance(a.engine.engine())?;
+            let mut inst = prog.instance(a.opts.engine.engine())?;
             (write_local_once(p, &mut inst, a.offset, &input, out_cap)?, "local")
         }
         Location::Remote { addr, file } => {
-            let cfg = match &a.token_file {
-                Some(t) => {
-                    ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?
-                }
-                None => ClientConfig::default(),
-            };
+            let cfg = client_config(a.opts.token_file.as_ref())?;
             let addr = addr.to_string();
             (write_remote_once(&addr, file, cfg, &prog, a.offset, &input, out_cap)?, "server")
         }
@@ -347,11 +353,11 @@ fn run_one(a: &RunArgs) -> CmdResult {
         )
         .into());
     }
-    if a.token_file.is_some() {
+    if a.opts.token_file.is_some() {
         return Err("--token-file applies to ADDR:FILE only".into());
     }
     let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
-    let mut inst = prog.instance(a.engine.engine())?;
+    let mut inst = prog.instance(a.opts.engine.engine())?;
     let len_hint = a.range.map_or(0, |(_, l)| usize::try_from(l).unwrap_or(usize::MAX));
     let out_cap = match (a.out_cap, workload) {
         (Some(c), _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
@@ -386,10 +392,7 @@ fn run_one(a: &RunArgs) -> CmdResult {
 /// `lambda run ADDR:FILE`: the program runs on the server (LAMBDA frame), here over READ
 /// frames, or where the dispatcher says.
 fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
-    let cfg = match &a.token_file {
-        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
-        None => ClientConfig::default(),
-    };
+    let cfg = client_config(a.opts.token_file.as_ref())?;
     let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
     let out_cap = match (a.out_cap, workload, a.range) {
         (Some(c), _, _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
@@ -399,8 +402,16 @@ fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
         (None, Some(w), None) => w.out_cap(MAX_READ_BYTES as usize),
         (None, None, _) => DEFAULT_OUT_CAP,
     };
-    let (out, r) =
-        run_remote_once(addr, file, &cfg, &prog, a.engine.engine(), a.r#where, a.range, out_cap)?;
+    let (out, r) = run_remote_once(
+        addr,
+        file,
+        &cfg,
+        &prog,
+        a.opts.engine.engine(),
+        a.r#where,
+        a.range,
+        out_cap,
+    )?;
     if let Some(o) = &a.out {
         std::fs::write(o, &out).map_err(|e| format!("{}: {e}", o.display()))?;
     }
@@ -477,10 +488,7 @@ fn run_server_bench(
     server: std::net::SocketAddr,
     progress: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, String> {
-    let client = match &a.token_file {
-        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
-        None => ClientConfig::default(),
-    };
+    let client = client_config(a.token_file.as_ref())?;
     let cfg = ServerBenchConfig {
         remote: RemoteBenchConfig {
             base,

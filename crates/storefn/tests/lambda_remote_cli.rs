@@ -29,19 +29,25 @@ fn run_remote(target: &str, prog: &str, extra: &[&str]) -> Output {
     run(&args)
 }
 
-#[test]
-fn remote_run_on_every_side_matches_native() {
-    let base =
-        std::env::temp_dir().join(format!("storefn-cli-lambda-remote-{}", std::process::id()));
+/// A temporary directory with `served/` served by a token-auth server on loopback; returns the
+/// directory, the served directory, the server and the token file.
+fn token_server(tag: &str) -> (Dir, PathBuf, Server, PathBuf) {
+    let base = std::env::temp_dir().join(format!("storefn-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let served = base.join("served");
     std::fs::create_dir_all(&served).unwrap();
-    let d = Dir(base.clone());
+    let d = Dir(base);
     let tokens = d.0.join("tokens");
     std::fs::write(&tokens, "alice 0123456789abcdef0123456789abcdef\n").unwrap();
     let mut cfg = ServerConfig::new(&served);
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tokens).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    (d, served, server, tokens)
+}
+
+#[test]
+fn remote_run_on_every_side_matches_native() {
+    let (d, served, server, tokens) = token_server("lambda-remote");
     let addr = server.local_addr().to_string();
     let tok = tokens.to_str().unwrap();
     for (w, range, off, len) in [
@@ -193,17 +199,7 @@ fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
 
 #[test]
 fn lambda_write_local_and_remote_write_the_native_bytes() {
-    let base =
-        std::env::temp_dir().join(format!("storefn-cli-lambda-write-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let served = base.join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    let d = Dir(base.clone());
-    let tokens = d.0.join("tokens");
-    std::fs::write(&tokens, "alice 0123456789abcdef0123456789abcdef\n").unwrap();
-    let mut cfg = ServerConfig::new(&served);
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tokens).unwrap());
-    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let (d, served, server, tokens) = token_server("lambda-write");
     let addr = server.local_addr().to_string();
     let tok = tokens.to_str().unwrap();
     let input = d.0.join("runs.bin");
