@@ -39,12 +39,6 @@ pub struct WriteArgs {
     /// relative to its served directory; it must exist there).
     #[arg(value_parser = parse_location)]
     file: Location,
-    /// A built-in workload (bitmap, ...), a built-in program, or a λ object file.
-    #[arg(long)]
-    prog: String,
-    /// Program to pick from the object: a section or a function name.
-    #[arg(long)]
-    section: Option<String>,
     /// The bytes the function transforms.
     #[arg(long)]
     input: PathBuf,
@@ -61,6 +55,13 @@ pub struct WriteArgs {
 /// Options of a single λ request (run, write).
 #[derive(Debug, Args)]
 pub struct ReqOpts {
+    /// A built-in workload (stats64, knn, bitmap, ...), a built-in program (lambda/knn), or a
+    /// path to a clang `-target bpf` object built against progs/include.
+    #[arg(long)]
+    prog: String,
+    /// Program to pick from the object: a section or a function name.
+    #[arg(long)]
+    section: Option<String>,
     /// Token for the server (ADDR:FILE only).
     #[arg(long)]
     token_file: Option<PathBuf>,
@@ -111,13 +112,6 @@ pub struct RunArgs {
     /// directory).
     #[arg(value_parser = parse_location)]
     file: Location,
-    /// A built-in workload (stats64, knn, ...), a built-in program (lambda/knn), or a path to a
-    /// clang `-target bpf` object built against progs/include.
-    #[arg(long)]
-    prog: String,
-    /// Program to pick from the object: a section or a function name.
-    #[arg(long)]
-    section: Option<String>,
     /// local: read the range here and run the function here; server: run it on the server
     /// (only the output crosses the network); auto: per request, by the measured cost model.
     #[arg(long = "where", value_parser = parse_where, default_value = "local")]
@@ -255,7 +249,7 @@ fn write(a: &WriteArgs) -> CmdResult {
         write_local_once, write_remote_once, MAX_REMOTE_WRITE_OUT_BYTES,
     };
     let input = std::fs::read(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
-    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
     let out_cap = match (a.out_cap, workload) {
         (Some(c), _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
         (None, Some(w)) => w.out_cap(input.len()).min(MAX_REMOTE_WRITE_OUT_BYTES),
@@ -356,7 +350,7 @@ fn run_one(a: &RunArgs) -> CmdResult {
     if a.opts.token_file.is_some() {
         return Err("--token-file applies to ADDR:FILE only".into());
     }
-    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
     let mut inst = prog.instance(a.opts.engine.engine())?;
     let len_hint = a.range.map_or(0, |(_, l)| usize::try_from(l).unwrap_or(usize::MAX));
     let out_cap = match (a.out_cap, workload) {
@@ -393,7 +387,7 @@ fn run_one(a: &RunArgs) -> CmdResult {
 /// frames, or where the dispatcher says.
 fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
     let cfg = client_config(a.opts.token_file.as_ref())?;
-    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
     let out_cap = match (a.out_cap, workload, a.range) {
         (Some(c), _, _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
         (None, Some(w), Some((_, len))) => w.out_cap(usize::try_from(len).unwrap_or(usize::MAX)),
