@@ -189,9 +189,9 @@ pub const ROUNDS_PER_HALF: u32 = 6;
 const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]];
 
 /// One plan, always-local, always-server and auto (a fresh dispatcher kept for the whole run)
-/// taking turns in rounds ([`ORDERS`]); every side sees the same offsets and the same conditions (the
-/// change at the half is made once, between the halves, for all three). Returns the three
-/// rows, local, server, auto.
+/// taking turns in rounds ([`ORDERS`]); every side sees the same offsets and the same
+/// conditions (the change at the half is made once, between the halves, for all three).
+/// Returns the three rows, local, server, auto.
 fn run_plan<T: LambdaTransport>(
     cfg: &RemoteBenchConfig,
     w: Workload,

@@ -27,8 +27,8 @@
 //! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
 //! away from its side's estimate is confirmed by one more sample (at once for a loser's sample
 //! that says it got faster; a loser that got slower is left to the budgeted probes), and two
-//! in a row in the same direction replace the side's history; an estimate the model cannot make (the range went
-//! cold and no uncached local sample exists) probes that side.
+//! in a row in the same direction replace the side's history; an estimate the model cannot
+//! make (the range went cold and no uncached local sample exists) probes that side.
 
 use std::fmt;
 use std::str::FromStr;
@@ -169,7 +169,8 @@ pub enum Profiling {
     Fixed { window: u32, probes: u32 },
     /// Probe the loser only as often as `budget` (fraction of the winner's time) pays for,
     /// after the dispatcher's own per-request cost (deciding, recording) and the cache-state
-    /// samples ([`CACHE_SAMPLE_BUDGET`]) have been paid from it; at least [`MIN_PROBE_BUDGET`] stays for probes.
+    /// samples ([`CACHE_SAMPLE_BUDGET`]) have been paid from it; at least [`MIN_PROBE_BUDGET`]
+    /// stays for probes.
     Adaptive { budget: f64 },
 }
 

@@ -350,9 +350,10 @@ fn a_side_far_behind_stays_behind_while_the_winner_wobbles() {
     d.record(first, LEN, 1.0, &local(500.0));
     let second = d.decide(LEN, 1.0);
     assert_eq!(second.side, SideKind::Server);
-    d.record(second, LEN, 1.0, &server(100.0)); // 5x: the local side is far behind
-                                                // The server's next samples put the gap at 3.8x, under FAR_BEHIND: the local side is
-                                                // still the loser and is left to the budgeted probes.
+    // 5x: the local side is far behind.
+    d.record(second, LEN, 1.0, &server(100.0));
+    // The server's next samples put the gap at 3.8x, under FAR_BEHIND: the local side is still
+    // the loser and is left to the budgeted probes.
     for _ in 0..20 {
         let dec = d.decide(LEN, 1.0);
         assert_eq!(dec.side, SideKind::Server, "{:?}", d.stats());
