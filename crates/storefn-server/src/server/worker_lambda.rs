@@ -21,6 +21,12 @@ pub(super) fn token_job(token: u64) -> u32 {
     u32::try_from(token & ((1 << TOKEN_JOB_BITS) - 1)).expect("masked to 32 bits")
 }
 
+/// The token of chunk `chunk` of job `ji`'s range.
+fn chunk_token(ji: u32, chunk: u64) -> u64 {
+    debug_assert!(chunk < u64::from(crate::proto::MAX_LAMBDA_IN_BYTES / MAX_READ_BYTES));
+    u64::from(ji) | (chunk << TOKEN_JOB_BITS)
+}
+
 /// The chunk index a λ chunk read's token carries.
 pub(super) fn token_chunk(token: u64) -> u32 {
     u32::try_from(token >> TOKEN_JOB_BITS).expect("chunk index below 2^32")
@@ -39,7 +45,7 @@ pub(super) fn submit_lambda_chunks(
         let done = u64::from(j.submitted);
         let n = (u64::from(j.len) - done).min(u64::from(MAX_READ_BYTES));
         let chunk = done / u64::from(MAX_READ_BYTES);
-        let token = u64::from(ji) | (chunk << TOKEN_JOB_BITS);
+        let token = chunk_token(ji, chunk);
         engine.submit_read(j.file, j.offset + done, n, token)?;
         j.submitted += u32::try_from(n).expect("<= MAX_READ_BYTES");
         j.reads_in_flight += 1;
@@ -102,5 +108,20 @@ impl Worker<'_> {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_tokens_carry_the_job_and_the_chunk() {
+        for (ji, chunk) in [(0u32, 0u64), (7, 255), (u32::MAX, 1), (u32::MAX, 255)] {
+            let t = chunk_token(ji, chunk);
+            assert_eq!((token_job(t), u64::from(token_chunk(t))), (ji, chunk));
+        }
+        // A plain job's token (READ, XRP: the job index) is its own chunk 0.
+        assert_eq!((token_job(42), token_chunk(42)), (42, 0));
     }
 }
