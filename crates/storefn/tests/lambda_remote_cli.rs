@@ -166,6 +166,17 @@ fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
         s.contains(&format!("lambda bench: {n} rows, 8 requests each, where local/server/auto")),
         "{s}"
     );
+    // One goal line per (workload, condition) and a tally per goal: 6 steady conditions and
+    // 3 changing ones (cold->warm at each RTT, the RTT rise) per CPU state.
+    let goal_lines = s.lines().filter(|l| l.starts_with("lambda bench: goal workload")).count();
+    assert_eq!(goal_lines, n / 3, "{s}");
+    let cpu = if capped { 2 } else { 1 };
+    for (goal, rows) in
+        [("steady (auto within 5%)", 4 * cpu), ("changing (auto beats both)", 3 * cpu)]
+    {
+        let tally = s.lines().find(|l| l.contains(&format!("goals {goal} "))).unwrap_or("");
+        assert!(tally.contains(&format!("/{rows} met, auto/better-fixed median")), "{goal}: {s}");
+    }
     let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
         .unwrap()
         .lines()
