@@ -139,3 +139,18 @@ fn a_read_that_raced_a_change_is_forwarded_not_served() {
     server.stop();
     server.join().unwrap();
 }
+
+/// Forwarded answers come back on one channel with one consumer and are not routed per server
+/// thread, so a server with an offload hook refuses more than one thread (instead of relaying
+/// one thread's answer to another thread's request).
+#[test]
+fn an_offload_server_refuses_more_than_one_thread() {
+    let (dir, hook, server) = start("offload-threads");
+    server.stop();
+    server.join().unwrap();
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.offload = Some(hook);
+    cfg.threads = 2;
+    let e = Server::start("127.0.0.1:0", cfg).err().expect("two threads refused");
+    assert!(matches!(e, storefn_server::ServerError::OffloadThreads(2)), "{e}");
+}
