@@ -151,6 +151,6 @@ fn an_offload_server_refuses_more_than_one_thread() {
     let mut cfg = ServerConfig::new(dir.path());
     cfg.offload = Some(hook);
     cfg.threads = 2;
-    let e = Server::start("127.0.0.1:0", cfg).err().expect("two threads refused");
+    let Err(e) = Server::start("127.0.0.1:0", cfg) else { panic!("two threads accepted") };
     assert!(matches!(e, storefn_server::ServerError::OffloadThreads(2)), "{e}");
 }
