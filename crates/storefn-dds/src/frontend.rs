@@ -4,26 +4,67 @@
 //!   the messages back to back, docs/FORMAT.md "DDS offload batch"), split into batches of at
 //!   most `batch` requests; `pred` judges each batch, `func` gives the read of each offloaded
 //!   request. A fault or bad output of a function forwards the batch (always correct).
-//! - `read`: the offloaded read, from the file service's own open file (the host application
-//!   opened it through the host library), under the service's lock, so it never interleaves
-//!   with a host write of the same bytes.
+//!   Each read decision carries the file service's change epoch taken before `pred`.
+//! - `file` / `unchanged_since`: the server reads offloaded pages itself (io_uring, straight
+//!   into the response frame) from the file service's own open file (the host application
+//!   opened it through the host library; `SharedFiles`, no service lock), and serves the read
+//!   only if no host write, create, open or close ran between the decision and the read's
+//!   completion (the epoch did not move); otherwise it forwards the request, so a page torn
+//!   by a concurrent host write is never served.
 //! - `forward` / `poll_answers`: the forwarding channel to the host application.
 //!
 //! The file service runs on its own thread ([`FrontEnd::start`]), serving the host library.
 
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use storefn_server::server::offload::{OffloadDecision, OffloadHook};
+use storefn_server::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
 
+use crate::host::doorbell::PARK_SLICE;
 use crate::host::{FileService, ForwardEnd, HostChannel, HostError, Side};
 use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
-use crate::ring::progressive::backoff;
 
 /// Bytes before the messages of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;
+/// Samples of each kind the timing recorder keeps (later ones are dropped, and counted).
+pub const MAX_TIMING_SAMPLES: usize = 1 << 20;
+
+/// Where requests' time went (recorded only while [`FrontEnd::set_timing`] is on), ns.
+#[derive(Debug, Clone, Default)]
+pub struct TimingSamples {
+    /// Offloaded: the worker's io_uring read next to the data, submission to reaped completion
+    /// (the device; no ring, no host).
+    pub offloaded_device_ns: Vec<u64>,
+    /// Forwarded: on the forwarding rings and waiting for the host to take the request (the
+    /// server's round trip from push to answer, minus the host's own wall time).
+    pub forwarded_ring_ns: Vec<u64>,
+    /// Forwarded: the host application's wall time minus its device time (its logic, replay,
+    /// host-library calls through the file-service ring).
+    pub forwarded_host_ns: Vec<u64>,
+    /// Forwarded: the file service's system calls made for the request (the device).
+    pub forwarded_device_ns: Vec<u64>,
+    /// Samples dropped at [`MAX_TIMING_SAMPLES`].
+    pub dropped: u64,
+}
+
+impl TimingSamples {
+    fn push(v: &mut Vec<u64>, dropped: &mut u64, ns: u64) {
+        if v.len() < MAX_TIMING_SAMPLES {
+            v.push(ns);
+        } else {
+            *dropped += 1;
+        }
+    }
+}
+
+/// The recorder: the samples and the send time of each forwarded token.
+#[derive(Debug, Default)]
+struct Timing {
+    samples: TimingSamples,
+    sent: std::collections::HashMap<u64, std::time::Instant>,
+}
 
 /// Counters. Relaxed: statistics only.
 #[derive(Debug, Default)]
@@ -38,15 +79,24 @@ pub struct FrontEndStats {
 
 /// The front end: offload functions, the file service, the forwarding channel.
 pub struct FrontEnd {
-    funcs: Mutex<(OffloadFunctions, Vec<u8>)>,
-    service: Arc<Mutex<FileService>>,
+    /// The functions, the batch buffer and the verdicts (both reused).
+    funcs: Mutex<(OffloadFunctions, Vec<u8>, Vec<bool>)>,
+    /// The file service's files and change epoch (offloaded reads are the server's own).
+    files: Arc<crate::host::SharedFiles>,
     forward: Mutex<ForwardEnd>,
     batch: usize,
     /// `false`: every request is forwarded (the baseline without offload).
     offload: AtomicBool,
     stats: FrontEndStats,
+    /// Whether requests are timed (off by default: no clock reads, no samples).
+    timing_on: AtomicBool,
+    timing: Mutex<Timing>,
+    last_fault: Mutex<Option<String>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<Result<(), HostError>>>>,
+    /// Readable when host answers arrived ([`OffloadHook::wake_fd`]), written by `waker`.
+    wake: OwnedFd,
+    waker: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for FrontEnd {
@@ -80,34 +130,53 @@ impl FrontEnd {
                 "offload batch {batch}: expected 1..={MAX_BATCH_REQUESTS}"
             )));
         }
-        let service = Arc::new(Mutex::new(service));
+        let files_shared = service.shared_files();
         let stop = Arc::new(AtomicBool::new(false));
-        let (svc, st) = (Arc::clone(&service), Arc::clone(&stop));
+        let st = Arc::clone(&stop);
+        let mut service = service;
         let thread = std::thread::Builder::new()
             .name("storefn-dds-files".into())
             .spawn(move || -> Result<(), HostError> {
-                let mut spins = 0;
+                let mut idle = 0;
                 // Relaxed: a stop flag; nothing is published through it.
                 while !st.load(Ordering::Relaxed) {
-                    let n = svc.lock().map_err(|_| poisoned())?.serve_batch(&files)?;
-                    if n == 0 {
-                        backoff(&mut spins);
+                    if service.serve_batch(&files)? == 0 {
+                        crate::host::service_idle_wait(&files, &mut idle);
                     } else {
-                        spins = 0;
+                        idle = 0;
                     }
                 }
                 Ok(())
             })
             .map_err(|e| HostError::Dir { path: "file service thread".into(), source: e })?;
+        let (wake, waker) = match AnswerWaker::start(&forward, Arc::clone(&stop)) {
+            Ok(w) => w,
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                let _ = thread.join();
+                return Err(e);
+            }
+        };
         Ok(Arc::new(Self {
-            funcs: Mutex::new((funcs, Vec::new())),
-            service,
-            forward: Mutex::new(ForwardEnd::new(forward, Side::Server)),
+            funcs: Mutex::new((funcs, Vec::new(), Vec::new())),
+            files: files_shared,
+            forward: Mutex::new({
+                // Never wait for room: a host that stopped taking requests must fail the
+                // requests forwarded to it at once, not stall the server thread.
+                let mut end = ForwardEnd::new(forward, Side::Server);
+                end.set_timeout(std::time::Duration::ZERO);
+                end
+            }),
             batch,
             offload: AtomicBool::new(offload),
             stats: FrontEndStats::default(),
+            timing_on: AtomicBool::new(false),
+            timing: Mutex::new(Timing::default()),
+            last_fault: Mutex::new(None),
             stop,
             thread: Mutex::new(Some(thread)),
+            wake,
+            waker: Mutex::new(Some(waker)),
         }))
     }
 
@@ -121,12 +190,47 @@ impl FrontEnd {
         &self.stats
     }
 
+    /// The last function fault (or bad output), for the operator: what faulted and where.
+    pub fn last_fault(&self) -> Option<String> {
+        self.last_fault.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn fault(&self, e: &crate::offload::OffloadError) {
+        self.stats.faults.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut f) = self.last_fault.lock() {
+            *f = Some(e.to_string());
+        }
+    }
+
+    /// Starts or stops timing requests (the bench's time split).
+    pub fn set_timing(&self, on: bool) {
+        // Relaxed: a mode switch; a request timed under either mode is recorded correctly.
+        self.timing_on.store(on, Ordering::Relaxed);
+    }
+
+    /// The samples recorded so far (and starts over).
+    pub fn take_timing(&self) -> TimingSamples {
+        self.timing.lock().map(|mut t| std::mem::take(&mut *t).samples).unwrap_or_default()
+    }
+
+    fn timing(&self) -> Option<std::sync::MutexGuard<'_, Timing>> {
+        // Relaxed: see set_timing.
+        if self.timing_on.load(Ordering::Relaxed) {
+            self.timing.lock().ok()
+        } else {
+            None
+        }
+    }
+
     /// Stops the file service thread and returns its result (idempotent).
     ///
     /// # Errors
     /// The service's error, if it stopped on one.
     pub fn stop(&self) -> Result<(), HostError> {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.waker.lock().map_err(|_| poisoned())?.take() {
+            let _ = w.join();
+        }
         let t = self.thread.lock().map_err(|_| poisoned())?.take();
         match t {
             Some(t) => t.join().unwrap_or_else(|_| Err(poisoned())),
@@ -135,45 +239,96 @@ impl FrontEnd {
     }
 }
 
+/// Turns the host's doorbell on the forwarding channel's answer ring into a readable eventfd
+/// for the server worker's `poll`: a thread sleeps on the doorbell (futex) and writes the
+/// eventfd whenever more answer bytes were published than it last signalled, so a worker
+/// waiting for answers sleeps in `poll` instead of polling the ring without a timeout.
+struct AnswerWaker;
+
+impl AnswerWaker {
+    fn start(
+        forward: &HostChannel,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(OwnedFd, JoinHandle<()>), HostError> {
+        let io = |what: &str, source| HostError::Dir { path: what.into(), source };
+        // SAFETY: plain syscall; flags are valid.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io("answer eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh fd we own.
+        let wake = unsafe { OwnedFd::from_raw_fd(raw) };
+        let writer = wake.try_clone().map_err(|e| io("answer eventfd", e))?;
+        let channel = HostChannel::attach(
+            forward.fd().try_clone_to_owned().map_err(|e| io("forward channel memfd", e))?,
+        )?;
+        let t = std::thread::Builder::new()
+            .name("storefn-dds-answers".into())
+            .spawn(move || {
+                let (ring, bell) = (channel.responses(), channel.response_bell());
+                let mut signalled = ring.published_bytes();
+                // Relaxed: a stop flag; nothing is published through it.
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = bell.park_unless(PARK_SLICE, || {
+                        Ok::<bool, std::convert::Infallible>(ring.published_bytes() != signalled)
+                    });
+                    let now = ring.published_bytes();
+                    if now != signalled {
+                        signalled = now;
+                        let one = 1u64.to_ne_bytes();
+                        // SAFETY: writes 8 bytes from a live buffer to our eventfd; a full
+                        // counter (EAGAIN) already means "readable", which is all we need.
+                        unsafe { libc::write(writer.as_raw_fd(), one.as_ptr().cast(), 8) };
+                    }
+                }
+            })
+            .map_err(|e| io("answer waker thread", e))?;
+        Ok((wake, t))
+    }
+}
+
 fn poisoned() -> HostError {
     HostError::Malformed("file service thread panicked".into())
 }
 
 impl OffloadHook for FrontEnd {
-    fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>) {
+    fn decide(&self, bytes: &[u8], bounds: &[(usize, usize)], out: &mut Vec<OffloadDecision>) {
         // Relaxed: a mode switch; a batch judged under either mode is answered correctly.
         if !self.offload.load(Ordering::Relaxed) {
-            self.stats.forwarded.fetch_add(msgs.len() as u64, Ordering::Relaxed);
-            out.extend(msgs.iter().map(|_| OffloadDecision::Forward));
+            self.stats.forwarded.fetch_add(bounds.len() as u64, Ordering::Relaxed);
+            out.extend(bounds.iter().map(|_| OffloadDecision::Forward));
             return;
         }
         let Ok(mut g) = self.funcs.lock() else {
-            out.extend(msgs.iter().map(|_| OffloadDecision::Forward));
+            out.extend(bounds.iter().map(|_| OffloadDecision::Forward));
             return;
         };
-        let (funcs, buf) = &mut *g;
-        for chunk in msgs.chunks(self.batch) {
+        let (funcs, buf, verdicts) = &mut *g;
+        // Before any table lookup: a change after this point makes the read's check fail.
+        let epoch = self.files.epoch();
+        for chunk in bounds.chunks(self.batch) {
             buf.clear();
             buf.extend_from_slice(&u32::try_from(chunk.len()).expect("<= batch").to_le_bytes());
             buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
-            for m in chunk {
-                buf.extend_from_slice(m);
+            for &(a, b) in chunk {
+                buf.extend_from_slice(&bytes[a..b]);
             }
             let first = out.len();
-            match funcs.pred(buf) {
-                Ok(v) => {
+            match funcs.pred_into(buf, verdicts) {
+                Ok(()) => {
                     for i in 0..chunk.len() {
-                        let d = if v.0.get(i).copied().unwrap_or(false) {
+                        let d = if verdicts.get(i).copied().unwrap_or(false) {
                             // The entry may have gone since pred: func looks it up again.
                             match funcs.func(buf, u32::try_from(i).expect("<= batch")) {
                                 Ok(Some(op)) => OffloadDecision::Read {
                                     file: op.file,
                                     offset: op.offset,
                                     size: op.size,
+                                    epoch,
                                 },
                                 Ok(None) => OffloadDecision::Forward,
-                                Err(_) => {
-                                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                                Err(e) => {
+                                    self.fault(&e);
                                     OffloadDecision::Forward
                                 }
                             }
@@ -183,8 +338,8 @@ impl OffloadHook for FrontEnd {
                         out.push(d);
                     }
                 }
-                Err(_) => {
-                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                Err(e) => {
+                    self.fault(&e);
                     out.extend(chunk.iter().map(|_| OffloadDecision::Forward));
                 }
             }
@@ -194,28 +349,63 @@ impl OffloadHook for FrontEnd {
         }
     }
 
-    fn read(&self, file: u32, offset: u64, buf: &mut [u8]) -> Result<usize, i32> {
-        let svc = self.service.lock().map_err(|_| libc::EIO)?;
-        let f = svc.file(file).ok_or(libc::EBADF)?;
-        let mut done = 0;
-        while done < buf.len() {
-            match f.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
-            }
+    fn file(&self, file: u32, offset: u64, size: u32) -> Option<(Arc<std::fs::File>, u64)> {
+        let stamp = self.files.stamp(file, offset, u64::from(size))?;
+        Some((self.files.file(file)?, stamp))
+    }
+
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.wake.as_raw_fd())
+    }
+
+    fn offloaded_read_time(&self, ns: u64) {
+        if let Some(mut t) = self.timing() {
+            let TimingSamples { offloaded_device_ns, dropped, .. } = &mut t.samples;
+            TimingSamples::push(offloaded_device_ns, dropped, ns);
         }
-        Ok(done)
+    }
+
+    fn unchanged_since(&self, r: &ReadCheck) -> bool {
+        r.epoch.is_multiple_of(2)
+            && self.files.epoch() == r.epoch
+            && self.files.stamp(r.file, r.offset, u64::from(r.size)) == Some(r.stamp)
     }
 
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {
+        if let Some(mut t) = self.timing() {
+            t.sent.insert(token, std::time::Instant::now());
+        }
         let fwd = self.forward.lock().map_err(|_| "forward channel poisoned".to_string())?;
-        fwd.send(token, msg).map_err(|e| e.to_string())
+        fwd.send(token, msg).map_err(|e| match e {
+            HostError::Ring(crate::ring::RingError::Timeout(_)) => {
+                "the host application's request ring is full (it is not taking requests)".into()
+            }
+            e => e.to_string(),
+        })
     }
 
     fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize {
         let Ok(mut fwd) = self.forward.lock() else { return 0 };
-        fwd.poll(|id, data| f(id, data)).unwrap_or(0)
+        let mut timing = self.timing();
+        fwd.poll_timed(|id, host, data| {
+            if let Some(t) = timing.as_mut() {
+                if let Some(sent) = t.sent.remove(&id) {
+                    let rtt = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    let (h, d) = (u64::from(host.host_ns), u64::from(host.device_ns));
+                    let TimingSamples {
+                        forwarded_ring_ns,
+                        forwarded_host_ns,
+                        forwarded_device_ns,
+                        dropped,
+                        ..
+                    } = &mut t.samples;
+                    TimingSamples::push(forwarded_ring_ns, dropped, rtt.saturating_sub(h));
+                    TimingSamples::push(forwarded_host_ns, dropped, h.saturating_sub(d));
+                    TimingSamples::push(forwarded_device_ns, dropped, d);
+                }
+            }
+            f(id, data);
+        })
+        .unwrap_or(0)
     }
 }

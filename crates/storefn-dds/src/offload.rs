@@ -138,6 +138,18 @@ impl OffloadFunctions {
     /// `Fault`, or `BadOutput` for a count above [`MAX_BATCH_REQUESTS`], a negative count or a
     /// verdict byte other than 0/1.
     pub fn pred(&mut self, msg: &[u8]) -> Result<Verdicts, OffloadError> {
+        let mut out = Vec::new();
+        self.pred_into(msg, &mut out)?;
+        Ok(Verdicts(out))
+    }
+
+    /// [`pred`](Self::pred) into a reused vector (cleared first): no allocation once it has
+    /// grown to the batch size.
+    ///
+    /// # Errors
+    /// As [`pred`](Self::pred).
+    pub fn pred_into(&mut self, msg: &[u8], out: &mut Vec<bool>) -> Result<(), OffloadError> {
+        out.clear();
         let entry = ENTRY_SECTIONS[0];
         let mut ctx = OffloadCtx::default();
         // A verdict the program leaves unwritten reads as "host" (the safe answer), never as a
@@ -150,7 +162,6 @@ impl OffloadFunctions {
         let n = usize::try_from(r as i64).ok().filter(|&n| n <= MAX_BATCH_REQUESTS).ok_or_else(
             || OffloadError::BadOutput { entry, what: format!("returned {} requests", r as i64) },
         )?;
-        let mut out = Vec::with_capacity(n);
         for (i, &v) in self.verdicts[..n].iter().enumerate() {
             match v {
                 VERDICT_HOST => out.push(false),
@@ -163,7 +174,7 @@ impl OffloadFunctions {
                 }
             }
         }
-        Ok(Verdicts(out))
+        Ok(())
     }
 
     /// `func` for request `index` of `msg`: the read to serve it, or `None` (forward to host).

@@ -416,3 +416,47 @@ fn channel_handoff_over_a_unix_socket() {
     assert!(err.contains("host.sock"), "{err}");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// Regression test for the host library spinning (yield loop) through a blocking call: with a
+/// file service that answers only after `DELAY`, the caller's thread must sleep on the
+/// response doorbell, not burn the wait as CPU; and an idle file service must sleep on the
+/// request doorbell, yet answer a request that arrives while it sleeps.
+#[test]
+fn blocking_calls_and_idle_service_sleep_instead_of_spinning() {
+    use storefn_dds::pageserver::thread_cpu_ns;
+    const DELAY: Duration = Duration::from_millis(300);
+    // Generous: a sleeping wait costs a few system calls per PARK_SLICE, a spinning one ~DELAY.
+    const MAX_CPU: Duration = Duration::from_millis(60);
+    let dir = temp_dir("sleep");
+    let channel = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
+    let mut files =
+        HostFiles::new(HostChannel::attach(channel.fd().try_clone_to_owned().unwrap()).unwrap());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Phase 1: the caller blocks while the service has not started yet.
+        let svc = s.spawn(|| {
+            std::thread::sleep(DELAY);
+            let mut service = FileService::new(&dir.join("served"), &channel).unwrap();
+            let cpu0 = thread_cpu_ns();
+            service.serve_until(&channel, &stop).unwrap();
+            Duration::from_nanos(thread_cpu_ns() - cpu0)
+        });
+        let (cpu0, t0) = (thread_cpu_ns(), Instant::now());
+        let id = files.create("a").unwrap();
+        let (cpu, wall) = (Duration::from_nanos(thread_cpu_ns() - cpu0), t0.elapsed());
+        assert!(wall >= DELAY / 2, "answered after {wall:?}: the service was not delayed");
+        assert!(cpu < MAX_CPU, "blocking call used {cpu:?} of CPU in {wall:?}");
+        // Phase 2: the service idles (asleep on its doorbell), then a write wakes it.
+        std::thread::sleep(DELAY);
+        let t0 = Instant::now();
+        files.write(id, 0, b"woken").unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(2), "idle service answered late");
+        let mut back = [0u8; 5];
+        assert_eq!(files.read(id, 0, &mut back).unwrap(), 5);
+        assert_eq!(&back, b"woken");
+        stop.store(true, Ordering::Relaxed);
+        let service_cpu = svc.join().unwrap();
+        assert!(service_cpu < MAX_CPU, "idle file service used {service_cpu:?} of CPU");
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}

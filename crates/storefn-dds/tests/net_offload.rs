@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
-use storefn_dds::host::{ForwardEnd, HostFiles, Side};
+use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_dds::pageserver::{fill_page, get_page, page_lsn, Deployment, PageHost, PAGE_BYTES};
 use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 use storefn_server::{Client, ClientConfig, Req};
@@ -19,6 +19,20 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("storefn-dds-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// The host application's ends of a deployment's two channels (file, forwarding).
+fn host_ends(d: &Deployment) -> (HostChannel, HostChannel) {
+    let attach = |ch: &Option<HostChannel>| {
+        HostChannel::attach(ch.as_ref().unwrap().fd().try_clone_to_owned().unwrap()).unwrap()
+    };
+    (attach(&d.host_files), attach(&d.host_forward))
+}
+
+/// A page host over those ends, storing `PAGES` pages.
+fn page_host((files, fwd): (HostChannel, HostChannel)) -> PageHost {
+    PageHost::create(HostFiles::new(files), ForwardEnd::new(fwd, Side::Host), "pages", PAGES)
+        .unwrap()
 }
 
 /// Starts the deployment and a host thread that creates the pages, publishes each page's LSN
@@ -35,23 +49,10 @@ fn run<T>(
     let addr = d.server.local_addr().to_string();
     let lsns: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
-    let files = storefn_dds::host::HostChannel::attach(
-        d.host_files.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
-    )
-    .unwrap();
-    let fwd = storefn_dds::host::HostChannel::attach(
-        d.host_forward.as_ref().unwrap().fd().try_clone_to_owned().unwrap(),
-    )
-    .unwrap();
+    let ends = host_ends(&d);
     let out = std::thread::scope(|s| {
         let host = s.spawn(|| {
-            let mut h = PageHost::create(
-                HostFiles::new(files),
-                ForwardEnd::new(fwd, Side::Host),
-                "pages",
-                PAGES,
-            )
-            .unwrap();
+            let mut h = page_host(ends);
             for p in 0..PAGES {
                 // Release: a client acquiring the LSN asks for a page already written.
                 lsns[p as usize].store(h.lsn(p).unwrap(), Ordering::Release);
@@ -74,13 +75,7 @@ fn run<T>(
             std::thread::yield_now();
         }
         // Stops the host thread even when the client panics (else the scope waits forever).
-        struct Stop<'a>(&'a AtomicBool);
-        impl Drop for Stop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-            }
-        }
-        let guard = Stop(&stop);
+        let guard = StopOnDrop(&stop);
         let out = client(&d, &addr, &lsns, &stop);
         drop(guard);
         (out, host.join().unwrap())
@@ -173,4 +168,115 @@ fn get_page_never_returns_a_page_older_than_asked_under_replay() {
     assert_eq!(host.bad_requests, 0);
     assert!(host.updates > 0);
     assert!(off > 0 && fwd > 0, "both paths must be exercised: {off} offloaded, {fwd} forwarded");
+}
+
+/// Sets the flag when dropped: stops a host thread even when the test panics.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// CPU time (user + system, ms) of this process's server worker thread `storefn-serve-0`.
+fn server_thread_cpu_ms() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "storefn-serve-0" {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+            // Fields after the parenthesised name: state is field 3; utime 14, stime 15.
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            let f: Vec<u64> =
+                rest.split(' ').skip(11).take(2).map(|v| v.parse().unwrap()).collect();
+            return (f[0] + f[1]) * 1000 / hz;
+        }
+    }
+    panic!("no storefn-serve-0 thread");
+}
+
+/// Regression test for forwarded requests hanging on a stuck host: a host that stops taking
+/// requests fails only the requests forwarded to it, each with `HOST_TIMEOUT` after the
+/// forward timeout, while offloaded ones are still served; when it wakes up, its late answer
+/// to the timed-out request is dropped, never relayed to the request that reused the slot.
+#[test]
+fn a_stuck_host_times_out_only_forwarded_requests() {
+    use storefn_dds::pageserver::DeployOptions;
+    use storefn_server::proto::StatusCode;
+    const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+    let dir = temp_dir("stuck");
+    let mut opts = DeployOptions::new(4096, true);
+    opts.forward_timeout = TIMEOUT;
+    let d =
+        Deployment::start_opts("127.0.0.1:0", &dir, storefn_progs::must("dds/pageserver"), &opts)
+            .unwrap();
+    let addr = d.server.local_addr().to_string();
+    let ends = host_ends(&d);
+    let (ready, stuck, stop) =
+        (AtomicBool::new(false), AtomicBool::new(true), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let host = s.spawn(|| {
+            let mut h = page_host(ends);
+            ready.store(true, Ordering::Release);
+            while !stop.load(Ordering::Acquire) {
+                if stuck.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                } else {
+                    h.serve_forwarded().unwrap();
+                }
+            }
+            h.stats()
+        });
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // Stops the host thread even when an assertion fails (else the scope waits forever).
+        let _guard = StopOnDrop(&stop);
+        let mut c = Client::connect(&addr, ClientConfig::default()).unwrap();
+        // Page 5 at LSN 6 is cached: offloaded. At LSN 1000 only the (stuck) host can answer.
+        let t0 = std::time::Instant::now();
+        let cpu0 = server_thread_cpu_ms();
+        let r = c.call(&[Req::Offload { msg: get_page(5, 1000).to_vec() }]).unwrap().remove(0);
+        let waited = t0.elapsed();
+        let worker_cpu_ms = server_thread_cpu_ms() - cpu0;
+        assert_eq!(r.status, StatusCode::HostTimeout as u16, "{}", r.message);
+        assert!(r.message.contains("did not answer"), "message names the cause: {}", r.message);
+        assert!(waited >= TIMEOUT && waited < TIMEOUT * 4, "timed out after {waited:?}");
+        // Regression guard: the worker sleeps in poll (woken by the front end's eventfd) while
+        // it waits for a host answer, rather than polling the ring without a timeout.
+        assert!(
+            worker_cpu_ms * 4 < waited.as_millis() as u64,
+            "server thread used {worker_cpu_ms} ms of CPU in {waited:?} waiting for the host"
+        );
+        // The stuck host does not hurt offloaded requests, on this or another connection.
+        let mut c2 = Client::connect(&addr, ClientConfig::default()).unwrap();
+        let t0 = std::time::Instant::now();
+        let r = c2.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
+        assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+        check(7, 8, &r.data);
+        assert!(t0.elapsed() < TIMEOUT, "offloaded request waited {:?}", t0.elapsed());
+        // A second forwarded request reuses the slot; the host wakes up meanwhile and answers
+        // both: the late answer (page 5) must be dropped, this one gets page 9.
+        let r = std::thread::scope(|s2| {
+            let waker = s2.spawn(|| {
+                std::thread::sleep(TIMEOUT / 4);
+                stuck.store(false, Ordering::Release);
+            });
+            let r = c.one(&Req::Offload { msg: get_page(9, 2000).to_vec() }).unwrap();
+            waker.join().unwrap();
+            r
+        });
+        assert_eq!(r.value, u64::from(SERVED_BY_HOST));
+        check(9, 2000, &r.data);
+        let stats = d.server.stats();
+        assert_eq!(stats.forward_timeouts.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.late_answers.load(Ordering::Relaxed), 1);
+        stop.store(true, Ordering::Release);
+        let st = host.join().unwrap();
+        assert_eq!(st.answered, 2, "the host answered both forwarded requests");
+    });
+    d.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -218,6 +218,10 @@ fn host_channel_offsets_match_format_md() {
             (host::CH_MAGIC, "magic"),
             (host::CH_VERSION, "version"),
             (host::CH_RING_BYTES, "ring_bytes"),
+            (host::CH_REQ_BELL_SEQ, "req_bell_seq"),
+            (host::CH_REQ_BELL_WAITERS, "req_bell_waiters"),
+            (host::CH_RESP_BELL_SEQ, "resp_bell_seq"),
+            (host::CH_RESP_BELL_WAITERS, "resp_bell_waiters"),
             (wire::REQ_OP, "op"),
             (wire::REQ_FILE, "file"),
             (wire::REQ_ID, "id"),
@@ -226,6 +230,10 @@ fn host_channel_offsets_match_format_md() {
             (wire::RESP_ID, "id"),
             (wire::RESP_STATUS, "status"),
             (wire::RESP_VALUE, "value"),
+            (wire::RESP_DEVICE_NS, "device_ns"),
+            (0, "answer_id"),
+            (8, "host_ns"),
+            (12, "host_device_ns"),
         ],
     );
     assert_eq!(host::CHANNEL_HEADER_BYTES, 512);
@@ -233,6 +241,8 @@ fn host_channel_offsets_match_format_md() {
     assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);
     assert_eq!(wire::MAX_IO_BYTES, 65536);
     assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
+    assert_eq!(host::forward::ANSWER_HEADER_BYTES, 16);
+    assert_eq!(host::forward::MAX_FORWARD_BYTES, 65552);
 }
 
 proptest::proptest! {

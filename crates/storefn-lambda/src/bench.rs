@@ -78,6 +78,8 @@ pub struct BenchRow {
     pub cache_probe_us: f64,
     /// Fraction of the requests that ran on the server (0 for `local`, 1 for `server`).
     pub server_share: f64,
+    /// Auto only: the dispatcher's counters over the whole run (warm-up included).
+    pub dispatch: Option<crate::dispatch::DispatchStats>,
 }
 
 /// Writes `<dir>/<workload>.dat` of `file_bytes` unless a file of that size is there.
@@ -237,6 +239,7 @@ pub(crate) fn row(
         out_bytes,
         cache_probe_us: 0.0,
         server_share: if r#where == Where::Server { 1.0 } else { 0.0 },
+        dispatch: None,
     }
 }
 

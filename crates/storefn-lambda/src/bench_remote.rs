@@ -1,7 +1,8 @@
 //! The λ bench with a storage server: every read workload under each client-cache condition and
 //! each RTT (through a [`DelayProxy`] in front of the server), run always-local, always-server
-//! and auto (a fresh [`Dispatcher`] per run), plus runs whose conditions change midway (the
-//! cache warms; the RTT rises). Generic over the [`LambdaTransport`], so storefn-server's client
+//! and auto (a fresh [`Dispatcher`] per run) taking turns in rounds, plus runs whose conditions
+//! change midway (the cache warms; the RTT rises); [`goals`] judges auto against the better
+//! fixed side. Generic over the [`LambdaTransport`], so storefn-server's client
 //! plugs in unchanged; `tests/bench_remote.rs` drives it with an in-test server.
 //!
 //! The client and the server here share one machine and so one page cache: "cold" drops the
@@ -166,8 +167,7 @@ pub fn run_remote_with<T: LambdaTransport>(
         let mut local = client(w, &path, &prog, proxy.local_addr())?;
         let mut server = RemoteSide::new(connect(proxy.local_addr())?, &served, &prog)?;
         for (name, plan) in &plans {
-            for wh in [Where::Local, Where::Server, Where::Auto] {
-                let mut r = one_run(cfg, w, &proxy, &mut *local, &mut server, *plan, wh)?;
+            for mut r in run_plan(cfg, w, &proxy, &mut *local, &mut server, *plan)? {
                 r.condition.clone_from(name);
                 rows.push(r);
                 progress(rows.last().unwrap());
@@ -178,15 +178,29 @@ pub fn run_remote_with<T: LambdaTransport>(
     Ok(rows)
 }
 
-fn one_run<T: LambdaTransport>(
+/// Rounds each half of a run is cut into: local, server and auto take turns round by round,
+/// so load from elsewhere on the machine falls on all three alike (ratios inside one run).
+/// Each round runs them in one of the six orders ([`ORDERS`]): each side goes first, and
+/// follows each other side, equally often (the requests right after the server's, whose
+/// thread shares the client's CPUs, are slower).
+pub const ROUNDS_PER_HALF: u32 = 6;
+
+/// The orders of the sides (indices into local, server, auto) the rounds run them in.
+const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]];
+
+/// One plan, always-local, always-server and auto (a fresh dispatcher kept for the whole run)
+/// taking turns in rounds ([`ORDERS`]); every side sees the same offsets and the same
+/// conditions (the change at the half is made once, between the halves, for all three).
+/// Returns the three rows, local, server, auto.
+fn run_plan<T: LambdaTransport>(
     cfg: &RemoteBenchConfig,
     w: Workload,
     proxy: &DelayProxy,
     local: &mut dyn ClientSide,
     server: &mut RemoteSide<T>,
     plan: Plan,
-    wh: Where,
-) -> Result<BenchRow, LambdaError> {
+) -> Result<Vec<BenchRow>, LambdaError> {
+    const WHERES: [Where; 3] = [Where::Local, Where::Server, Where::Auto];
     let io = |what, source| LambdaError::Io { path: w.name().into(), what, source };
     let unit = w.unit_bytes();
     let size = local.size_bytes()?;
@@ -197,37 +211,137 @@ fn one_run<T: LambdaTransport>(
     let mut out = vec![0u8; w.out_cap(usize::try_from(len).unwrap_or(usize::MAX))];
     let mut disp = Dispatcher::new(cfg.dispatch);
     // The same offsets for every `where`, so the rows compare like with like.
-    let mut rng = SmallRng::seed_from_u64(cfg.base.seed ^ 0x5eed);
-    let total = WARMUP_REQUESTS + cfg.base.requests;
-    let half = WARMUP_REQUESTS + cfg.base.requests / 2;
-    let mut lat_us = Vec::with_capacity(cfg.base.requests as usize);
-    let (mut on_server, mut out_bytes) = (0u32, 0);
-    for i in 0..total {
-        let h = usize::from(i >= half);
-        if i == 0 || i == half {
-            proxy.set_rtt_us(plan.rtt_us[h]).map_err(|e| io("delay proxy", e))?;
-            if !plan.cold[h] {
-                local.warm_all()?;
+    let mut rngs = [0; 3].map(|_| SmallRng::seed_from_u64(cfg.base.seed ^ 0x5eed));
+    let halves = [cfg.base.requests / 2, cfg.base.requests - cfg.base.requests / 2];
+    let mut lat_us: [Vec<f64>; 3] = [0; 3].map(|_| Vec::with_capacity(cfg.base.requests as usize));
+    let (mut on_server, mut out_bytes) = ([0u32; 3], [0usize; 3]);
+    for (h, &half) in halves.iter().enumerate() {
+        proxy.set_rtt_us(plan.rtt_us[h]).map_err(|e| io("delay proxy", e))?;
+        if !plan.cold[h] {
+            local.warm_all()?;
+        }
+        for round in 0..ROUNDS_PER_HALF {
+            let per = half / ROUNDS_PER_HALF + u32::from(round < half % ROUNDS_PER_HALF);
+            for &k in &ORDERS[round as usize % ORDERS.len()] {
+                let wh = WHERES[k];
+                // Untimed warm-up for each side before its first timed request.
+                let warm = if h == 0 && round == 0 { WARMUP_REQUESTS } else { 0 };
+                for i in 0..warm + per {
+                    let off = rngs[k].gen_range(0..=(size - len) / unit) * unit;
+                    if plan.cold[h] {
+                        local.drop_range(off, len)?;
+                    }
+                    let t = Instant::now();
+                    let (side, run) = match wh {
+                        Where::Local => (SideKind::Local, local.run(off, len, &mut out)?),
+                        Where::Server => (SideKind::Server, server.run(off, len, &mut out)?),
+                        Where::Auto => disp.run(local, server, off, len, &mut out)?,
+                    };
+                    let us = t.elapsed().as_secs_f64() * 1e6;
+                    out_bytes[k] = run.out_bytes;
+                    if i >= warm {
+                        lat_us[k].push(us);
+                        on_server[k] += u32::from(side == SideKind::Server);
+                    }
+                }
             }
         }
-        let off = rng.gen_range(0..=(size - len) / unit) * unit;
-        if plan.cold[h] {
-            local.drop_range(off, len)?;
-        }
-        let t = Instant::now();
-        let (side, run) = match wh {
-            Where::Local => (SideKind::Local, local.run(off, len, &mut out)?),
-            Where::Server => (SideKind::Server, server.run(off, len, &mut out)?),
-            Where::Auto => disp.run(local, server, off, len, &mut out)?,
-        };
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        out_bytes = run.out_bytes;
-        if i >= WARMUP_REQUESTS {
-            lat_us.push(us);
-            on_server += u32::from(side == SideKind::Server);
-        }
     }
-    let mut r = row(w, String::new(), wh, len, &mut lat_us, out_bytes);
-    r.server_share = f64::from(on_server) / f64::from(cfg.base.requests.max(1));
-    Ok(r)
+    let mut rows = Vec::with_capacity(3);
+    for (k, &wh) in WHERES.iter().enumerate() {
+        let mut r = row(w, String::new(), wh, len, &mut lat_us[k], out_bytes[k]);
+        r.server_share = f64::from(on_server[k]) / f64::from(cfg.base.requests.max(1));
+        r.dispatch = (wh == Where::Auto).then(|| disp.stats());
+        rows.push(r);
+    }
+    Ok(rows)
+}
+
+/// Auto against the better fixed side for one (workload, condition) of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GoalLine {
+    pub workload: Workload,
+    pub condition: String,
+    pub local_us: f64,
+    pub server_us: f64,
+    pub auto_us: f64,
+    /// `auto / min(local, server)`.
+    pub ratio: f64,
+    /// The conditions changed midway (`->` in the name).
+    pub changing: bool,
+    /// Steady: auto within 5% of the better fixed side; changing: auto below both.
+    pub met: bool,
+}
+
+/// Steady rows may be this much slower than the better fixed side (the 5%).
+pub const STEADY_GOAL_RATIO: f64 = 1.05;
+
+/// The sweep's rows judged against the goals, one line per (workload, condition) that has all
+/// three sides.
+#[must_use]
+pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
+    let mut lines = Vec::new();
+    for r in rows.iter().filter(|r| r.r#where == Where::Auto) {
+        let side = |wh| {
+            rows.iter()
+                .find(|o| o.workload == r.workload && o.condition == r.condition && o.r#where == wh)
+                .map(|o| o.us_per_request)
+        };
+        let (Some(l), Some(s)) = (side(Where::Local), side(Where::Server)) else { continue };
+        let best = l.min(s);
+        let ratio = r.us_per_request / best;
+        let changing = r.condition.contains("->");
+        let met = if changing { ratio < 1.0 } else { ratio <= STEADY_GOAL_RATIO };
+        lines.push(GoalLine {
+            workload: r.workload,
+            condition: r.condition.clone(),
+            local_us: l,
+            server_us: s,
+            auto_us: r.us_per_request,
+            ratio,
+            changing,
+            met,
+        });
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(cond: &str, wh: Where, us: f64) -> BenchRow {
+        row(Workload::Knn, cond.into(), wh, 4096, &mut [us], 8)
+    }
+
+    #[test]
+    fn goals_judge_auto_against_the_better_fixed_side() {
+        let rows = [
+            r("warm-rtt0", Where::Local, 100.0),
+            r("warm-rtt0", Where::Server, 900.0),
+            r("warm-rtt0", Where::Auto, 104.0),
+            r("cold-rtt0", Where::Local, 900.0),
+            r("cold-rtt0", Where::Server, 100.0),
+            r("cold-rtt0", Where::Auto, 106.0),
+            r("cold->warm-rtt0", Where::Local, 500.0),
+            r("cold->warm-rtt0", Where::Server, 400.0),
+            r("cold->warm-rtt0", Where::Auto, 399.0),
+            r("warm-rtt0->1000", Where::Local, 100.0),
+            r("warm-rtt0->1000", Where::Server, 900.0),
+            r("warm-rtt0->1000", Where::Auto, 100.0),
+        ];
+        let g = goals(&rows);
+        let met: Vec<(&str, bool, bool)> =
+            g.iter().map(|g| (g.condition.as_str(), g.changing, g.met)).collect();
+        assert_eq!(
+            met,
+            [
+                ("warm-rtt0", false, true),
+                ("cold-rtt0", false, false),
+                ("cold->warm-rtt0", true, true),
+                ("warm-rtt0->1000", true, false),
+            ]
+        );
+        assert!((g[1].ratio - 1.06).abs() < 1e-12);
+    }
 }

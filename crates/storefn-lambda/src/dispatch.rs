@@ -4,10 +4,17 @@
 //! **Model.** Every request that runs is a sample of its side (ns per input byte). The server's
 //! estimate is the trimmed mean of its wall times. The local estimate is
 //! `compute + hit x (1 - u) + miss x u` per byte, where `u` is the uncached fraction of the
-//! request's range (cachestat, free to ask before every request), `compute` the function's time,
-//! `hit` the I/O time of a cached range and `miss` of an uncached one, each a trimmed mean of
-//! its own samples. λ-IO's "I/O time scaled by the uncached fraction" is the case `hit = 0`.
-//! So a change of the cache state moves the local estimate at once, without a probe.
+//! request's range (the client's cache state), `compute` the function's time, `hit` the I/O
+//! time of a cached range and `miss` of an uncached one, each a trimmed mean of its own samples.
+//! λ-IO's "I/O time scaled by the uncached fraction" is the case `hit = 0`. So a change of the
+//! cache state moves the local estimate at once, without a probe.
+//!
+//! **Cache-state samples.** Asking for `u` costs a syscall (cachestat) or a walk of the client
+//! block cache: 1-4 µs, more than a warm 4 KiB request. [`Dispatcher::run`] samples it only when
+//! due (first request, a local sample off its estimate, a local probe, or the credit of
+//! [`CACHE_SAMPLE_BUDGET`] = 1% of the requests' time covering one more sample) and reuses the
+//! last sample otherwise. Cache changes still show: on the local side as samples off their
+//! estimate (which re-sample at once), on the server side through the budgeted samples.
 //!
 //! **Profiling.** λ-IO profiles 5 of every 200 requests on both sides ([`Profiling::Fixed`]).
 //! A probe of the losing side costs `(slow - fast)`, so that costs `5/200 x (slow/fast - 1)`:
@@ -15,12 +22,13 @@
 //! request adds `budget x` the winner's estimate, a probe of the loser spends its expected
 //! excess `loser - winner`; so probes of a loser twice as slow come often, of one 100x slower
 //! rarely, and their cost stays within `budget` of the winner's time whatever the ratio. The
-//! dispatcher's own per-request cost (the cachestat call, deciding, recording), measured as a
-//! running mean, is paid from the same budget first.
+//! dispatcher's own per-request cost (deciding, recording; timed on one request in
+//! [`OWN_COST_EVERY`]) and the cache-state samples are paid from the same budget first.
 //! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
-//! away from its side's estimate is confirmed by one more sample, and two in a row in the same
-//! direction replace the side's history; an estimate the model cannot make (the range went
-//! cold and no uncached local sample exists) probes that side.
+//! away from its side's estimate is confirmed by one more sample (at once for a loser's sample
+//! that says it got faster; a loser that got slower is left to the budgeted probes), and two
+//! in a row in the same direction replace the side's history; an estimate the model cannot
+//! make (the range went cold and no uncached local sample exists) probes that side.
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,14 +43,25 @@ pub const MIN_SAMPLES: usize = 3;
 /// Share of the winner's time always left for probing the loser, even when the dispatcher's
 /// own per-request cost uses up the budget: without probes a recovered loser is never seen.
 pub const MIN_PROBE_BUDGET: f64 = 0.005;
-/// Weight of the newest request in the running mean of the dispatcher's own cost.
-const OVERHEAD_EWMA: f64 = 1.0 / 64.0;
+/// Weight of the newest measurement in the running mean of the dispatcher's own cost.
+const OVERHEAD_EWMA: f64 = 1.0 / 8.0;
+/// The dispatcher times its own work (deciding, recording) on one request in this many: four
+/// clock reads on every request were a visible share of a 1 µs warm request.
+pub const OWN_COST_EVERY: u64 = 32;
+/// Share of the requests' time spent sampling the client's cache state (`cachestat(2)` for a
+/// local file, the block cache's lookups for a remote one) when nothing signals a change. The
+/// uncached fraction last sampled stands for the file's cache state in between: a local
+/// sample off its estimate, a local probe, or this credit sampling it again.
+pub const CACHE_SAMPLE_BUDGET: f64 = 0.01;
+/// Weight of the newest sample in the running mean of a cache-state sample's cost.
+const CACHE_SAMPLE_EWMA: f64 = 1.0 / 4.0;
 
-/// A server whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
-/// local estimate is taken as losing at once: measuring a side 500x slower three times before
+/// A side whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
+/// other side's is taken as losing at once: measuring a side 500x slower three times before
 /// deciding is the whole overhead of a short run (a warm client cache against a network round
-/// trip). Budgeted probes add its remaining samples; a first sample that was an outlier is
-/// corrected by them.
+/// trip; a cold 1 MiB range read over the network against the server's answer). The cold
+/// start therefore runs one request on each side first. Budgeted probes add the loser's
+/// remaining samples; a first sample that was an outlier is corrected by them.
 pub const FAR_BEHIND: f64 = 4.0;
 
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
@@ -149,8 +168,9 @@ pub enum Profiling {
     /// `probes` on the server, the rest on the predicted winner.
     Fixed { window: u32, probes: u32 },
     /// Probe the loser only as often as `budget` (fraction of the winner's time) pays for,
-    /// after the dispatcher's own per-request cost (the cache probe, deciding, recording) has
-    /// been paid from it; at least [`MIN_PROBE_BUDGET`] stays for probes.
+    /// after the dispatcher's own per-request cost (deciding, recording) and the cache-state
+    /// samples ([`CACHE_SAMPLE_BUDGET`]) have been paid from it; at least [`MIN_PROBE_BUDGET`]
+    /// stays for probes.
     Adaptive { budget: f64 },
 }
 
@@ -277,6 +297,9 @@ pub struct DispatchStats {
     pub changes: u64,
     /// Times the predicted winner changed.
     pub switches: u64,
+    /// Requests before which the client's cache state was sampled (the rest reused the last
+    /// sample: [`CACHE_SAMPLE_BUDGET`]).
+    pub cache_samples: u64,
 }
 
 /// A decision for one request.
@@ -300,12 +323,28 @@ pub struct Dispatcher {
     unpriced: [u32; 2],
     /// Position in the current fixed window.
     in_window: u32,
+    /// Smallest local wall time per byte since the local history was last dropped (the cold
+    /// start's far-behind test before the local estimate exists).
+    local_first: Option<f64>,
+    /// A side (local 0, server 1) taken as far behind before it had an estimate: it stays
+    /// behind while its best sample is above the other side's, not only while above
+    /// [`FAR_BEHIND`] times it (hysteresis: a 5x gap measured under noise must not send 40 ms
+    /// requests to the loser each time the winner's estimate wobbles).
+    behind: [bool; 2],
     /// A side a change signal asked to measure again, once, at the next request.
     reprobe: Option<SideKind>,
     last_winner: Option<SideKind>,
     /// Running mean of the dispatcher's own cost per request as a fraction of the request's
-    /// time (measured by [`Dispatcher::run`]).
+    /// time (measured by [`Dispatcher::run`] on one request in [`OWN_COST_EVERY`]).
     overhead_frac: f64,
+    /// The uncached fraction last sampled by [`Dispatcher::run`] (`None`: never).
+    cache_u: Option<f64>,
+    /// Sample the cache state before the next request (a local sample was off its estimate).
+    cache_resample: bool,
+    /// Credit for cache-state samples, ns: [`CACHE_SAMPLE_BUDGET`] of each request's time.
+    cache_credit_ns: f64,
+    /// Running mean of one cache-state sample's cost, ns.
+    cache_sample_ns: f64,
     stats: DispatchStats,
 }
 
@@ -319,9 +358,15 @@ impl Dispatcher {
             credit_ns: 0.0,
             unpriced: [0; 2],
             in_window: 0,
+            local_first: None,
+            behind: [false; 2],
             reprobe: None,
             last_winner: None,
             overhead_frac: 0.0,
+            cache_u: None,
+            cache_resample: false,
+            cache_credit_ns: 0.0,
+            cache_sample_ns: 0.0,
             stats: DispatchStats::default(),
         }
     }
@@ -331,8 +376,9 @@ impl Dispatcher {
         self.stats
     }
 
-    /// The dispatcher's own cost per request (cache probe, decide, record) as a running mean
-    /// fraction of the requests' time; adaptive profiling pays it from its budget.
+    /// The dispatcher's own cost per request (decide, record) as a running mean fraction of
+    /// the requests' time; adaptive profiling pays it, and [`CACHE_SAMPLE_BUDGET`] for the
+    /// cache-state samples, from its budget.
     #[must_use]
     pub fn overhead_fraction(&self) -> f64 {
         self.overhead_frac
@@ -364,13 +410,31 @@ impl Dispatcher {
     pub fn decide(&mut self, len: u64, u: f64) -> Decision {
         let (l, s) = (self.local_estimate(u), self.server_estimate());
         let (l, s) = match (l, s) {
-            (None, _) => return self.measure(SideKind::Local),
+            (Some(l), Some(s)) => (l, s),
             // Even its best sample far behind: losing, without two more measurements.
             (Some(l), None) => match self.server.main.min_any() {
-                Some(p) if p > FAR_BEHIND * l => (l, p),
+                Some(p) if p > FAR_BEHIND * l || (self.behind[1] && p > l) => {
+                    self.behind[1] = true;
+                    (l, p)
+                }
                 _ => return self.measure(SideKind::Server),
             },
-            (Some(l), Some(s)) => (l, s),
+            (None, s) => {
+                // Cold start: one local request, one server request, then the side that is
+                // not far behind is measured until it has an estimate. (A local estimate
+                // missing for the cache state, with enough samples, is measured at once.)
+                let cold_start = self.local.main.len < MIN_SAMPLES;
+                match (self.local_first, s.or_else(|| self.server.main.min_any())) {
+                    (Some(lf), Some(sv))
+                        if cold_start && (lf > FAR_BEHIND * sv || (self.behind[0] && lf > sv)) =>
+                    {
+                        self.behind[0] = true;
+                        (lf, sv)
+                    }
+                    (Some(_), None) if cold_start => return self.measure(SideKind::Server),
+                    _ => return self.measure(SideKind::Local),
+                }
+            }
         };
         let winner = if l <= s { SideKind::Local } else { SideKind::Server };
         if self.last_winner.is_some_and(|w| w != winner) {
@@ -398,7 +462,8 @@ impl Dispatcher {
                 }
             }
             Profiling::Adaptive { budget } => {
-                let budget = (budget - self.overhead_frac).max(MIN_PROBE_BUDGET);
+                let budget =
+                    (budget - self.overhead_frac - CACHE_SAMPLE_BUDGET).max(MIN_PROBE_BUDGET);
                 let excess = lose_ns - win_ns;
                 // What the measurements without an estimate cost beyond the winner is paid
                 // from the same budget: a run with a 100x loser repays its cold start before
@@ -438,9 +503,19 @@ impl Dispatcher {
         Decision { side, probe: true }
     }
 
-    /// Feeds back what the request decided by [`Dispatcher::decide`] cost.
-    #[allow(clippy::cast_precision_loss)]
+    /// Feeds back what the request decided by [`Dispatcher::decide`] cost; `u` was measured
+    /// for this request.
     pub fn record(&mut self, d: Decision, len: u64, u: f64, run: &Run) {
+        self.record_sample(d, len, u, true, run);
+    }
+
+    /// As [`Dispatcher::record`]; `fresh` says whether `u` was sampled for this request or is
+    /// the last sample reused. A local sample off its estimate under a reused `u` is first
+    /// taken as a sign that the cache state moved: its I/O time is not attributed (it would
+    /// land in the wrong ring) and the next request samples the cache state; only a sample off
+    /// its estimate under a fresh `u` counts as a change signal.
+    #[allow(clippy::cast_precision_loss)]
+    fn record_sample(&mut self, d: Decision, len: u64, u: f64, fresh: bool, run: &Run) {
         self.stats.requests += 1;
         let bytes = len.max(1) as f64;
         let thr = self.cfg.change_threshold;
@@ -450,12 +525,20 @@ impl Dispatcher {
                 // The change test is on the whole request, against the model's own estimate.
                 let est = self.local_estimate(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
+                self.local_first = Some(self.local_first.map_or(wall, |f| f.min(wall)));
+                if !fresh && est.is_some_and(|e| (wall - e).abs() > e * thr) {
+                    self.local.main.push(run.compute_ns as f64 / bytes);
+                    self.cache_resample = true;
+                    return;
+                }
                 let m = &mut self.local;
                 let changed = est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr));
                 if changed {
                     m.main.clear();
                     m.hit.clear();
                     m.miss.clear();
+                    self.local_first = Some(wall);
+                    self.behind[0] = false;
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Local);
                 }
@@ -474,6 +557,7 @@ impl Dispatcher {
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
                 if est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr)) {
+                    self.behind[1] = false;
                     m.main.clear();
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Server);
@@ -481,14 +565,23 @@ impl Dispatcher {
                 m.main.push(wall);
             }
         }
-        // A suspect sample on a side the model is not running gets its confirmation now.
+        // A suspect sample on a side the model is not running gets its confirmation now, when
+        // it says that side got faster (it may now win); a loser that got slower still loses,
+        // and confirming it would cost another of its slow requests.
         let m = if d.side == SideKind::Local { &self.local } else { &self.server };
-        if m.suspect.dir != 0 && self.reprobe.is_none() {
+        let winner = self.last_winner == Some(d.side);
+        if (m.suspect.dir < 0 || (winner && m.suspect.dir > 0)) && self.reprobe.is_none() {
             self.reprobe = Some(d.side);
         }
     }
 
     /// Decides, runs on the chosen side, records; returns where it ran and what it cost.
+    ///
+    /// The client's cache state is sampled (`local.uncached_fraction`) only when it is due:
+    /// before the first request, after a local sample that did not match the estimate, before
+    /// a probe of the local side, and otherwise as often as [`CACHE_SAMPLE_BUDGET`] of the
+    /// requests' time pays for; in between the last sample stands. No allocation, and no
+    /// clock read of its own except on one request in [`OWN_COST_EVERY`] and around a sample.
     ///
     /// # Errors
     /// The chosen side's error (nothing is recorded for a failed request).
@@ -502,19 +595,60 @@ impl Dispatcher {
     ) -> Result<(SideKind, Run), LambdaError> {
         debug_assert_eq!(local.kind(), SideKind::Local);
         debug_assert_eq!(server.kind(), SideKind::Server);
-        let t0 = Instant::now();
-        let u = local.uncached_fraction(off, len).unwrap_or(1.0).clamp(0.0, 1.0);
+        let mut fresh = false;
+        if self.cache_u.is_none()
+            || self.cache_resample
+            || self.cache_credit_ns >= self.cache_sample_ns
+        {
+            self.sample_cache(local, off, len);
+            fresh = true;
+        }
+        let timed = self.stats.requests.is_multiple_of(OWN_COST_EVERY);
+        let t0 = timed.then(Instant::now);
+        let mut u = self.cache_u.unwrap_or(1.0);
         let d = self.decide(len, u);
-        let t1 = Instant::now();
+        let mut own = t0.map(|t| t.elapsed());
+        if d.side == SideKind::Local && d.probe && !fresh {
+            // A probe's sample is attributed by its cache state: measure it.
+            u = self.sample_cache(local, off, len);
+            fresh = true;
+        }
         let side: &mut dyn Side = if d.side == SideKind::Local { local } else { server };
         let run = side.run(off, len, out)?;
-        let t2 = Instant::now();
-        self.record(d, len, u, &run);
-        let own = (t1 - t0) + t2.elapsed();
+        let t2 = timed.then(Instant::now);
+        self.record_sample(d, len, u, fresh, &run);
         #[allow(clippy::cast_precision_loss)]
-        let frac = own.as_nanos() as f64 / (run.wall_ns.max(1) as f64);
-        self.overhead_frac += OVERHEAD_EWMA * (frac.min(1.0) - self.overhead_frac);
+        let wall_ns = run.wall_ns.max(1) as f64;
+        if let (Some(t2), Some(o)) = (t2, own.as_mut()) {
+            *o += t2.elapsed();
+            #[allow(clippy::cast_precision_loss)]
+            let frac = o.as_nanos() as f64 / wall_ns;
+            self.overhead_frac += OVERHEAD_EWMA * (frac.min(1.0) - self.overhead_frac);
+        }
+        // Never bank more than one sample's worth: after a quiet stretch one sample is due,
+        // not a burst of them.
+        self.cache_credit_ns = (self.cache_credit_ns + CACHE_SAMPLE_BUDGET * wall_ns)
+            .min(self.cache_sample_ns + CACHE_SAMPLE_BUDGET * wall_ns);
         Ok((d.side, run))
+    }
+
+    /// Samples the uncached fraction of `[off, off + len)` on the local side (1.0 when the
+    /// side cannot tell), times the sample and pays it from the sampling credit.
+    fn sample_cache(&mut self, local: &mut dyn Side, off: u64, len: u64) -> f64 {
+        let t = Instant::now();
+        let u = local.uncached_fraction(off, len).unwrap_or(1.0).clamp(0.0, 1.0);
+        #[allow(clippy::cast_precision_loss)]
+        let ns = t.elapsed().as_nanos() as f64;
+        self.cache_sample_ns = if self.stats.cache_samples == 0 {
+            ns
+        } else {
+            self.cache_sample_ns + CACHE_SAMPLE_EWMA * (ns - self.cache_sample_ns)
+        };
+        self.cache_credit_ns -= ns;
+        self.cache_u = Some(u);
+        self.cache_resample = false;
+        self.stats.cache_samples += 1;
+        u
     }
 }
 

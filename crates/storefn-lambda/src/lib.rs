@@ -7,6 +7,7 @@
 //! Design: docs/design/lambda.md, "λ-IO".
 
 pub mod bench;
+pub mod bench_dispatch;
 pub mod bench_remote;
 pub mod bench_server;
 pub mod cache;
@@ -17,6 +18,7 @@ pub mod local;
 pub mod location;
 pub mod prog;
 pub mod remote;
+pub mod remote_write;
 pub mod server_transport;
 pub mod workloads;
 
@@ -28,5 +30,6 @@ pub use local::{pread_lambda, pwrite_lambda, run_local_once, LocalFile, LocalSid
 pub use location::{parse_range, Location};
 pub use prog::{run_lambda, LambdaProg};
 pub use remote::{LambdaTransport, RemoteSide};
+pub use remote_write::RemoteWriter;
 pub use server_transport::{run_remote_once, RemoteReadSide, RemoteRunReport, ServerTransport};
 pub use workloads::Workload;

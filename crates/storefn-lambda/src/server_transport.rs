@@ -199,6 +199,10 @@ impl RemoteReadSide {
         }
     }
 
+    fn name(&self) -> std::path::PathBuf {
+        format!("{}:{}", self.transport.addr, self.file).into()
+    }
+
     fn err(&self, e: ClientError) -> LambdaError {
         remote_err(&self.transport.addr, &self.file, e)
     }
@@ -269,18 +273,17 @@ impl RemoteReadSide {
     /// [`LambdaError::OutsideFile`], the server's status or a connection failure as
     /// [`LambdaError::Remote`].
     pub fn read_range(&mut self, off: u64, len: u64) -> Result<&[u8], LambdaError> {
-        let name = format!("{}:{}", self.transport.addr, self.file);
-        let path = || name.clone().into();
+        // Named only on error: a request allocates nothing once the buffers have grown.
         if len > MAX_REMOTE_READ_BYTES {
             return Err(LambdaError::RangeTooLarge {
-                path: path(),
+                path: self.name(),
                 len,
                 max: MAX_REMOTE_READ_BYTES,
             });
         }
         let size = self.size_bytes()?;
         if off.checked_add(len).is_none_or(|e| e > size) {
-            return Err(LambdaError::OutsideFile { path: path(), off, len, size });
+            return Err(LambdaError::OutsideFile { path: self.name(), off, len, size });
         }
         let cached = self.cache.cap_blocks > 0;
         self.fetch(off, len)?;

@@ -4,7 +4,10 @@
 
 use storefn_io::IoMode;
 use storefn_lambda::bench::ensure_data;
-use storefn_lambda::{DispatchConfig, Dispatcher, LambdaProg, LocalFile, Run, SideKind, Workload};
+use storefn_lambda::{
+    DispatchConfig, Dispatcher, LambdaError, LambdaProg, LocalFile, LocalSide, Run, Side, SideKind,
+    Workload,
+};
 use storefn_testkit::CountingAlloc;
 use storefn_vm::Engine;
 
@@ -45,5 +48,43 @@ fn steady_state_requests_do_not_allocate() {
         d.record(dec, len, u, if dec.side == SideKind::Local { &run } else { &server });
     }
     assert_eq!(allocs() - before, 0, "allocations in 20 steady-state requests");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A server that answers at once, 1 ms per request (the local side wins).
+struct FarServer;
+
+impl Side for FarServer {
+    fn kind(&self) -> SideKind {
+        SideKind::Server
+    }
+    fn run(&mut self, _: u64, _: u64, _: &mut [u8]) -> Result<Run, LambdaError> {
+        Ok(Run { out_bytes: 136, wall_ns: 1_000_000, ..Run::default() })
+    }
+}
+
+#[test]
+fn dispatcher_run_in_steady_state_does_not_allocate() {
+    let dir = std::env::temp_dir().join(format!("storefn-lambda-noalloc2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let w = Workload::Knn;
+    let path = ensure_data(&dir, w, 1 << 20, 5).unwrap();
+    let prog = LambdaProg::from_elf(w.prog_name(), storefn_progs::must(w.prog_name()), None);
+    let mut local = LocalSide {
+        file: LocalFile::open(&path, IoMode::Buffered).unwrap(),
+        prog: prog.instance(Engine::Jit).unwrap(),
+    };
+    let mut out = vec![0u8; w.out_cap(0)];
+    let len = 64 << 10;
+    let mut d = Dispatcher::new(DispatchConfig::default());
+    for _ in 0..5 {
+        d.run(&mut local, &mut FarServer, 0, len, &mut out).unwrap();
+    }
+    let before = allocs();
+    for i in 0..50u64 {
+        let (_, run) = d.run(&mut local, &mut FarServer, (i % 3) * 2048, len, &mut out).unwrap();
+        assert_eq!(run.out_bytes, 136);
+    }
+    assert_eq!(allocs() - before, 0, "allocations in 50 steady-state Dispatcher::run calls");
     std::fs::remove_dir_all(&dir).unwrap();
 }

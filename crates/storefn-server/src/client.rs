@@ -137,6 +137,10 @@ impl Reply {
                 o.value = u64::from(served_by);
                 o.data = data.to_vec();
             }
+            Response::LambdaWrite { version, written } => {
+                o.version = version;
+                o.value = written;
+            }
             Response::Error { status, message, .. } => {
                 o.status = status;
                 o.message = String::from_utf8_lossy(message).into_owned();
@@ -194,6 +198,16 @@ pub enum Req {
     Offload {
         msg: Vec<u8>,
     },
+    /// λ-IO's `pwrite_λ` on the server: program `hash` over `input`, its output (at most
+    /// `out_cap` bytes) written at `offset` of `path` and synced; the reply's `value` is the
+    /// bytes written.
+    LambdaWrite {
+        path: String,
+        offset: u64,
+        hash: ProgHash,
+        input: Vec<u8>,
+        out_cap: u32,
+    },
 }
 
 impl Req {
@@ -222,6 +236,13 @@ impl Req {
             }
             Self::Stat { path } => Request::Stat { path: path.as_bytes() },
             Self::Offload { msg } => Request::Offload { msg },
+            Self::LambdaWrite { path, offset, hash, input, out_cap } => Request::LambdaWrite {
+                path: path.as_bytes(),
+                offset: *offset,
+                hash,
+                input,
+                out_cap: *out_cap,
+            },
         }
     }
 }
@@ -497,7 +518,9 @@ impl Client {
         let mut reloaded: Vec<ProgHash> = Vec::new();
         for &i in &unknown {
             let h = match &reqs[i] {
-                Req::Xrp { hash, .. } | Req::Lambda { hash, .. } => *hash,
+                Req::Xrp { hash, .. }
+                | Req::Lambda { hash, .. }
+                | Req::LambdaWrite { hash, .. } => *hash,
                 _ => continue,
             };
             if reloaded.contains(&h) {
@@ -548,6 +571,7 @@ impl Client {
             Req::Write { .. } => "WRITE",
             Req::Stat { .. } => "STAT",
             Req::Offload { .. } => "OFFLOAD",
+            Req::LambdaWrite { .. } => "LAMBDA_WRITE",
         };
         self.call(std::slice::from_ref(req))?.remove(0).ok(op)
     }

@@ -237,6 +237,26 @@ fn payload_tables_match_code() {
             ("data", OFFLOAD_R_OFF_DATA, None),
         ],
     );
+    let lw = fields("### LAMBDA_WRITE request");
+    for (name, off, size) in [
+        ("offset", LWRITE_OFF_OFFSET, Some(8)),
+        ("in_len", LWRITE_OFF_IN_LEN, Some(4)),
+        ("out_cap", LWRITE_OFF_OUT_CAP, Some(4)),
+        ("path_len", LWRITE_OFF_PATH_LEN, Some(2)),
+        ("reserved", LWRITE_OFF_PATH_LEN + 2, Some(LWRITE_OFF_HASH - LWRITE_OFF_PATH_LEN - 2)),
+        ("hash", LWRITE_OFF_HASH, h),
+        ("path", LWRITE_OFF_PATH, None),
+    ] {
+        assert_eq!(lw[name], (off, size), "LAMBDA_WRITE request: {name}");
+    }
+    assert_eq!(lw.len(), 7, "LAMBDA_WRITE request: the input row follows the path");
+    check(
+        "### LAMBDA_WRITE response",
+        &[
+            ("version", 0, Some(VERSION_BYTES)),
+            ("written", LWRITE_R_OFF_WRITTEN, Some(LWRITE_R_BYTES - LWRITE_R_OFF_WRITTEN)),
+        ],
+    );
     let doc_msg = &rows("### OFFLOAD request")[0][3];
     assert!(doc_msg.contains(&MAX_OFFLOAD_MSG_BYTES.to_string()), "msg_len bound: {doc_msg}");
     let doc_data = &rows("### OFFLOAD response")[2][3];
@@ -257,4 +277,12 @@ fn lambda_bounds_match_code() {
         format!("0..={MAX_LAMBDA_OUT_BYTES} output bytes")
     );
     assert_eq!(meaning("### READ request", "len"), format!("1..={MAX_READ_BYTES}"));
+    assert_eq!(
+        meaning("### LAMBDA_WRITE request", "in_len"),
+        format!("1..={MAX_LAMBDA_WRITE_IN_BYTES}")
+    );
+    assert_eq!(
+        meaning("### LAMBDA_WRITE request", "out_cap"),
+        format!("1..={MAX_LAMBDA_WRITE_OUT_BYTES} output bytes")
+    );
 }

@@ -23,6 +23,7 @@ enum OwnedReq {
     Write(Vec<u8>, u64, Vec<u8>),
     Stat(Vec<u8>),
     Offload(Vec<u8>),
+    LambdaWrite(Vec<u8>, u64, [u8; 32], Vec<u8>, u32),
 }
 
 impl OwnedReq {
@@ -41,6 +42,9 @@ impl OwnedReq {
             Self::Write(p, o, d) => Request::Write { path: p, offset: *o, data: d },
             Self::Stat(p) => Request::Stat { path: p },
             Self::Offload(m) => Request::Offload { msg: m },
+            Self::LambdaWrite(p, o, h, i, c) => {
+                Request::LambdaWrite { path: p, offset: *o, hash: h, input: i, out_cap: *c }
+            }
         }
     }
 }
@@ -73,6 +77,14 @@ fn arb_req() -> impl Strategy<Value = OwnedReq> {
         arb_path().prop_map(OwnedReq::Stat),
         proptest::collection::vec(any::<u8>(), 1..=MAX_OFFLOAD_MSG_BYTES as usize)
             .prop_map(OwnedReq::Offload),
+        (
+            arb_path(),
+            any::<u64>(),
+            arb_hash(),
+            proptest::collection::vec(any::<u8>(), 1..512),
+            1..=MAX_LAMBDA_WRITE_OUT_BYTES
+        )
+            .prop_map(|(p, o, h, i, c)| OwnedReq::LambdaWrite(p, o, h, i, c)),
     ]
 }
 
@@ -117,6 +129,7 @@ proptest! {
             (op::AUTH, Response::Auth),
             (op::OFFLOAD, Response::Offload { served_by: SERVED_BY_HOST, data: &data }),
             (op::OFFLOAD, Response::Offload { served_by: SERVED_BY_OFFLOAD, data: &data }),
+            (op::LAMBDA_WRITE, Response::LambdaWrite { version: v, written: ret }),
         ];
         let mut f = FrameBuf::default();
         f.begin(KIND_RESPONSE);
@@ -279,4 +292,29 @@ fn lambda_len_is_bounded_by_max_lambda_in_bytes_not_by_read() {
             MSG_HEADER_BYTES + msg::LAMBDA_OFF_LEN
         )
     );
+}
+
+proptest! {
+    /// The `offload` fuzz target's property on random payloads and on valid OFFLOAD requests
+    /// and responses with bytes flipped or cut.
+    #[test]
+    fn offload_fuzz_property_holds(noise in proptest::collection::vec(any::<u8>(), 0..256),
+                                   msg in proptest::collection::vec(any::<u8>(), 1..64),
+                                   served_by in 0u8..3,
+                                   flip in (any::<prop::sample::Index>(), any::<u8>()),
+                                   cut in any::<prop::sample::Index>()) {
+        fuzz::check_offload(&noise);
+        let mut req = (msg.len() as u32).to_le_bytes().to_vec();
+        req.extend_from_slice(&[0; 4]);
+        req.extend_from_slice(&msg);
+        let mut resp = vec![served_by, 0, 0, 0, 0, 0, 0, 0];
+        resp.extend_from_slice(&msg);
+        for mut bytes in [req, resp] {
+            fuzz::check_offload(&bytes);
+            fuzz::check_offload(&bytes[..cut.index(bytes.len())]);
+            let at = flip.0.index(bytes.len());
+            bytes[at] = flip.1;
+            fuzz::check_offload(&bytes);
+        }
+    }
 }

@@ -26,6 +26,71 @@ pub enum LambdaCmd {
     Run(RunArgs),
     /// Time per request of each workload under each client-cache condition (local side).
     Bench(BenchArgs),
+    /// What the dispatcher itself adds per request (auto against sides that do no work).
+    Overhead(OverheadArgs),
+    /// pwrite_λ: run a λ function over an input file's bytes and write its output at an offset
+    /// of FILE (here) or ADDR:FILE (on the server, durably before it answers).
+    Write(WriteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    /// FILE on this machine (created when missing), or ADDR:FILE on a storage server (FILE
+    /// relative to its served directory; it must exist there).
+    #[arg(value_parser = parse_location)]
+    file: Location,
+    /// The bytes the function transforms.
+    #[arg(long)]
+    input: PathBuf,
+    /// Where the output is written in FILE (decimal or 0x hex).
+    #[arg(long, value_parser = parse_offset, default_value = "0")]
+    offset: u64,
+    /// Output buffer size (default: the workload's bound, at most 4M; 1M for other programs).
+    #[arg(long, value_parser = parse_bytes)]
+    out_cap: Option<u64>,
+    #[command(flatten)]
+    opts: ReqOpts,
+}
+
+/// Options of a single λ request (run, write).
+#[derive(Debug, Args)]
+pub struct ReqOpts {
+    /// A built-in workload (stats64, knn, bitmap, ...), a built-in program (lambda/knn), or a
+    /// path to a clang `-target bpf` object built against progs/include.
+    #[arg(long)]
+    prog: String,
+    /// Program to pick from the object: a section or a function name.
+    #[arg(long)]
+    section: Option<String>,
+    /// Token for the server (ADDR:FILE only).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
+    engine: EngineArg,
+}
+
+/// The client's tenant and secret: the token file's first line, or none.
+fn client_config(token_file: Option<&PathBuf>) -> Result<ClientConfig, String> {
+    token_file.map_or(Ok(ClientConfig::default()), |t| {
+        ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))
+    })
+}
+
+#[derive(Debug, Args)]
+pub struct OverheadArgs {
+    /// A file whose first --len bytes the local side's cache probe asks about.
+    file: PathBuf,
+    /// Bytes per request.
+    #[arg(long, value_parser = parse_bytes, default_value = "4K")]
+    len: u64,
+    /// What the local side reports per request, ns (the server reports 100x that).
+    #[arg(long, default_value_t = 1000)]
+    local_ns: u64,
+    #[arg(long, default_value_t = 100_000)]
+    requests: u32,
+    /// Rounds (medians are reported).
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
 }
 
 #[derive(Debug, Args)]
@@ -47,13 +112,6 @@ pub struct RunArgs {
     /// directory).
     #[arg(value_parser = parse_location)]
     file: Location,
-    /// A built-in workload (stats64, knn, ...), a built-in program (lambda/knn), or a path to a
-    /// clang `-target bpf` object built against progs/include.
-    #[arg(long)]
-    prog: String,
-    /// Program to pick from the object: a section or a function name.
-    #[arg(long)]
-    section: Option<String>,
     /// local: read the range here and run the function here; server: run it on the server
     /// (only the output crosses the network); auto: per request, by the measured cost model.
     #[arg(long = "where", value_parser = parse_where, default_value = "local")]
@@ -67,11 +125,8 @@ pub struct RunArgs {
     /// Output buffer size (default: the workload's bound, or 1M for other programs).
     #[arg(long, value_parser = parse_bytes)]
     out_cap: Option<u64>,
-    /// Token for the server (ADDR:FILE only).
-    #[arg(long)]
-    token_file: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
-    engine: EngineArg,
+    #[command(flatten)]
+    opts: ReqOpts,
 }
 
 #[derive(Debug, Args)]
@@ -106,7 +161,7 @@ pub struct BenchArgs {
     plot: Option<PathBuf>,
     /// A storage server serving --dir (`storefn serve --dir DIR`): run each read workload
     /// local (READ frames through the client's cache) / server (LAMBDA frame) / auto through
-    /// a delay proxy per RTT. Requests must fit one LAMBDA frame (--request-bytes <= 4K).
+    /// a delay proxy per RTT. Requests must fit one LAMBDA frame (--request-bytes <= 1M).
     #[arg(long)]
     server: Option<std::net::SocketAddr>,
     /// With --server: round-trip times the proxy adds, µs.
@@ -180,7 +235,70 @@ pub fn run(cmd: &LambdaCmd) -> CmdResult {
         LambdaCmd::Gen(a) => gen(a),
         LambdaCmd::Run(a) => run_one(a),
         LambdaCmd::Bench(a) => run_bench(a),
+        LambdaCmd::Overhead(a) => overhead(a),
+        LambdaCmd::Write(a) => write(a),
     }
+}
+
+fn parse_offset(s: &str) -> Result<u64, String> {
+    parse_range(&format!("{s}:0")).map(|(o, _)| o).map_err(|e| format!("offset {s:?}: {e}"))
+}
+
+fn write(a: &WriteArgs) -> CmdResult {
+    use storefn_lambda::remote_write::{
+        write_local_once, write_remote_once, MAX_REMOTE_WRITE_OUT_BYTES,
+    };
+    let input = std::fs::read(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
+    let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
+    let out_cap = match (a.out_cap, workload) {
+        (Some(c), _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
+        (None, Some(w)) => w.out_cap(input.len()).min(MAX_REMOTE_WRITE_OUT_BYTES),
+        (None, None) => DEFAULT_OUT_CAP,
+    };
+    let (r, wh) = match &a.file {
+        Location::Local(p) => {
+            if a.opts.token_file.is_some() {
+                return Err("--token-file applies to ADDR:FILE only".into());
+            }
+            let mut inst = prog.instance(a.opts.engine.engine())?;
+            (write_local_once(p, &mut inst, a.offset, &input, out_cap)?, "local")
+        }
+        Location::Remote { addr, file } => {
+            let cfg = client_config(a.opts.token_file.as_ref())?;
+            let addr = addr.to_string();
+            (write_remote_once(&addr, file, cfg, &prog, a.offset, &input, out_cap)?, "server")
+        }
+    };
+    println!(
+        "lambda write: prog {} file {} offset {} in {} bytes written {} bytes where {wh} time \
+         {:.1} us (durable)",
+        prog.name(),
+        a.file,
+        a.offset,
+        input.len(),
+        r.written,
+        r.wall_ns as f64 / 1e3
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn overhead(a: &OverheadArgs) -> CmdResult {
+    let o =
+        storefn_lambda::bench_dispatch::measure(&a.file, a.len, a.local_ns, a.requests, a.rounds)?;
+    println!(
+        "lambda overhead: len {} local_ns {} requests {} rounds {} auto_extra_ns {:.1} \
+         decide_record_ns {:.1} cache_probe_ns {:.1} samples_per_request {:.4} own_fraction {:.4}",
+        a.len,
+        a.local_ns,
+        a.requests,
+        a.rounds,
+        o.auto_extra_ns,
+        o.decide_record_ns,
+        o.cache_probe_ns,
+        o.samples_per_request,
+        o.own_fraction
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn gen(a: &GenArgs) -> CmdResult {
@@ -229,11 +347,11 @@ fn run_one(a: &RunArgs) -> CmdResult {
         )
         .into());
     }
-    if a.token_file.is_some() {
+    if a.opts.token_file.is_some() {
         return Err("--token-file applies to ADDR:FILE only".into());
     }
-    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
-    let mut inst = prog.instance(a.engine.engine())?;
+    let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
+    let mut inst = prog.instance(a.opts.engine.engine())?;
     let len_hint = a.range.map_or(0, |(_, l)| usize::try_from(l).unwrap_or(usize::MAX));
     let out_cap = match (a.out_cap, workload) {
         (Some(c), _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
@@ -268,11 +386,8 @@ fn run_one(a: &RunArgs) -> CmdResult {
 /// `lambda run ADDR:FILE`: the program runs on the server (LAMBDA frame), here over READ
 /// frames, or where the dispatcher says.
 fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
-    let cfg = match &a.token_file {
-        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
-        None => ClientConfig::default(),
-    };
-    let (prog, workload) = resolve_prog(&a.prog, a.section.as_deref())?;
+    let cfg = client_config(a.opts.token_file.as_ref())?;
+    let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
     let out_cap = match (a.out_cap, workload, a.range) {
         (Some(c), _, _) => usize::try_from(c).map_err(|_| format!("--out-cap {c} is too large"))?,
         (None, Some(w), Some((_, len))) => w.out_cap(usize::try_from(len).unwrap_or(usize::MAX)),
@@ -281,8 +396,16 @@ fn run_remote(a: &RunArgs, addr: &str, file: &str) -> CmdResult {
         (None, Some(w), None) => w.out_cap(MAX_READ_BYTES as usize),
         (None, None, _) => DEFAULT_OUT_CAP,
     };
-    let (out, r) =
-        run_remote_once(addr, file, &cfg, &prog, a.engine.engine(), a.r#where, a.range, out_cap)?;
+    let (out, r) = run_remote_once(
+        addr,
+        file,
+        &cfg,
+        &prog,
+        a.opts.engine.engine(),
+        a.r#where,
+        a.range,
+        out_cap,
+    )?;
     if let Some(o) = &a.out {
         std::fs::write(o, &out).map_err(|e| format!("{}: {e}", o.display()))?;
     }
@@ -341,6 +464,9 @@ fn run_bench(a: &BenchArgs) -> CmdResult {
     if let Some(e) = json_err {
         return Err(e.into());
     }
+    if a.server.is_some() {
+        print_goals(&rows);
+    }
     if let Some(p) = &a.plot {
         crate::lambda_plot::render(&rows, p)?;
         println!("lambda bench: plot -> {}", p.display());
@@ -356,10 +482,7 @@ fn run_server_bench(
     server: std::net::SocketAddr,
     progress: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, String> {
-    let client = match &a.token_file {
-        Some(t) => ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))?,
-        None => ClientConfig::default(),
-    };
+    let client = client_config(a.token_file.as_ref())?;
     let cfg = ServerBenchConfig {
         remote: RemoteBenchConfig {
             base,
@@ -377,11 +500,46 @@ fn run_server_bench(
     run_server(&cfg, progress).map_err(|e| e.to_string())
 }
 
+/// Auto against the better fixed side per (workload, condition), and the tally per goal.
+fn print_goals(rows: &[BenchRow]) {
+    let lines = storefn_lambda::bench_remote::goals(rows);
+    for g in &lines {
+        println!(
+            "lambda bench: goal workload {} condition {} local {:.1} server {:.1} auto {:.1} \
+             ratio {:.3} {} {}",
+            g.workload,
+            g.condition,
+            g.local_us,
+            g.server_us,
+            g.auto_us,
+            g.ratio,
+            if g.changing { "changing(auto<both)" } else { "steady(<=1.05)" },
+            if g.met { "met" } else { "missed" }
+        );
+    }
+    for changing in [false, true] {
+        let mut r: Vec<f64> =
+            lines.iter().filter(|g| g.changing == changing).map(|g| g.ratio).collect();
+        if r.is_empty() {
+            continue;
+        }
+        r.sort_unstable_by(f64::total_cmp);
+        let met = lines.iter().filter(|g| g.changing == changing && g.met).count();
+        println!(
+            "lambda bench: goals {} {met}/{} met, auto/better-fixed median {:.3} max {:.3}",
+            if changing { "changing (auto beats both)" } else { "steady (auto within 5%)" },
+            r.len(),
+            r[r.len() / 2],
+            r[r.len() - 1]
+        );
+    }
+}
+
 fn print_row(r: &BenchRow) {
     println!(
         "lambda bench: workload {} condition {} where {} requests {} request_bytes {} \
          us_per_request {:.1} p50 {:.1} p99 {:.1} out {} bytes cache_probe_us {:.2} \
-         server_share {:.3}",
+         server_share {:.3}{}",
         r.workload,
         r.condition,
         r.r#where,
@@ -392,7 +550,11 @@ fn print_row(r: &BenchRow) {
         r.p99_us,
         r.out_bytes,
         r.cache_probe_us,
-        r.server_share
+        r.server_share,
+        r.dispatch.map_or(String::new(), |d| format!(
+            " probes {} changes {} switches {} cache_samples {}",
+            d.probes, d.changes, d.switches, d.cache_samples
+        ))
     );
 }
 
@@ -402,6 +564,8 @@ fn append_json(p: &Path, r: &BenchRow, engine: EngineArg) -> Result<(), String> 
         "requests": r.requests, "us_per_request": r.us_per_request,
         "p50_us": r.p50_us, "p99_us": r.p99_us, "request_bytes": r.request_bytes,
         "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "server_share": r.server_share, "engine": format!("{engine:?}").to_lowercase(),
+        "probes": r.dispatch.map(|d| d.probes), "changes": r.dispatch.map(|d| d.changes),
+        "switches": r.dispatch.map(|d| d.switches),
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -12,6 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use storefn_dds::host::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::host::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
 use storefn_dds::pageserver::bench::{self, PageBenchConfig};
+use storefn_dds::pageserver::spawn::{spawn_and_run, HostCommand};
 use storefn_dds::pageserver::{host_loop, Deployment, PageHost};
 
 use crate::serve::{on_signal, STOP};
@@ -79,7 +80,8 @@ pub struct BenchArgs {
     /// A running `storefn pageserver serve` with its host application.
     #[arg(long, conflicts_with = "spawn", required_unless_present = "spawn")]
     remote: Option<String>,
-    /// Start a server, a host application and the load on this machine (loopback).
+    /// Start a server, a host application (a separate process: this binary as
+    /// `pageserver host`) and the load on this machine (loopback); all stopped after.
     #[arg(long)]
     spawn: bool,
     /// With --spawn: run the server with offload on or off. With --remote: what the server
@@ -160,11 +162,15 @@ fn serve(a: &ServeArgs) -> CmdResult {
     }
     let s = d.front.stats();
     eprintln!(
-        "storefn pageserver serve: stopping ({} offloaded, {} forwarded, {} function faults)",
+        "storefn pageserver serve: stopping ({} offloaded, {} forwarded, {} function faults: \
+         batches whose offload functions faulted or answered out of range, forwarded whole)",
         s.offloaded.load(Ordering::Relaxed),
         s.forwarded.load(Ordering::Relaxed),
         s.faults.load(Ordering::Relaxed)
     );
+    if let Some(f) = d.front.last_fault() {
+        eprintln!("storefn pageserver serve: last function fault: {f}");
+    }
     d.stop()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -224,7 +230,12 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
                 (d, true)
             }
         };
-        let r = bench::spawn_and_run(&dir, &elf(None)?, a.pages, a.updates_per_sec, &cfg);
+        // The host application is a separate process: this binary, as `pageserver host`.
+        let host = HostCommand {
+            program: std::env::current_exe().map_err(|e| format!("current executable: {e}"))?,
+            args: vec!["pageserver".into(), "host".into()],
+        };
+        let r = spawn_and_run(&dir, &elf(None)?, a.pages, a.updates_per_sec, &host, &cfg);
         if temp {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -251,6 +262,26 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
         r.stale_pages,
         r.ops_per_sec
     );
+    if r.offloaded_device_p50_us.is_some() || r.forwarded_ring_p50_us.is_some() {
+        println!(
+            "time split p50/p99 us: offloaded device={}/{} | forwarded ring={}/{} host={}/{} \
+             device={}/{}",
+            opt(r.offloaded_device_p50_us),
+            opt(r.offloaded_device_p99_us),
+            opt(r.forwarded_ring_p50_us),
+            opt(r.forwarded_ring_p99_us),
+            opt(r.forwarded_host_p50_us),
+            opt(r.forwarded_host_p99_us),
+            opt(r.forwarded_device_p50_us),
+            opt(r.forwarded_device_p99_us)
+        );
+    }
+    if let Some(n) = r.function_faults.filter(|&n| n > 0) {
+        println!(
+            "function faults: {n} batches forwarded whole (last: {})",
+            r.last_fault.as_deref().unwrap_or("-")
+        );
+    }
     if let Some(p) = &a.json {
         let s = serde_json::to_string_pretty(&r)?;
         std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;

@@ -193,5 +193,71 @@ fn pageserver_bench_spawn_reports_the_issue_keys() {
         } else {
             assert_eq!(share, 0.0);
         }
+        // The time split: forwarded requests (both modes) have ring, host and device parts,
+        // offloaded ones (only with offload) a device part; each p50 <= its p99, and a
+        // forwarded request's parts fit in its latency.
+        let num = |k: &str| v[k].as_f64();
+        let mut parts = vec!["forwarded_ring", "forwarded_host", "forwarded_device"];
+        if offloaded {
+            parts.push("offloaded_device");
+        } else {
+            assert!(v["offloaded_device_p50_us"].is_null(), "{mode}: {v}");
+        }
+        for part in parts {
+            let (p50, p99) = (num(&format!("{part}_p50_us")), num(&format!("{part}_p99_us")));
+            let (p50, p99) = (p50.unwrap_or(-1.0), p99.unwrap_or(-1.0));
+            assert!(p50 >= 0.0 && p50 <= p99, "{mode}: {part} p50 {p50} p99 {p99}");
+        }
+        assert!(num("forwarded_device_p50_us").unwrap() > 0.0, "{mode}: no device time: {v}");
+        let sum: f64 =
+            ["forwarded_ring_p50_us", "forwarded_host_p50_us", "forwarded_device_p50_us"]
+                .iter()
+                .map(|k| num(k).unwrap())
+                .sum();
+        // Medians of parts are not parts of the median; 3x bounds them without a flaky edge.
+        assert!(sum <= 3.0 * num("forwarded_p99_us").unwrap(), "{mode}: split {sum} vs {v}");
     }
+}
+
+/// Processes whose command line contains every one of `words`.
+fn processes_with(words: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if words.iter().all(|w| cmd.contains(w)) {
+            found.push(cmd);
+        }
+    }
+    found
+}
+
+/// `--spawn` runs the host application as a separate process (`storefn pageserver host`,
+/// which reports on its own stderr), stops it after the run, and reaps it on an error path too
+/// (here: the page server cannot start on a missing directory after the host connected).
+#[test]
+fn pageserver_spawn_runs_and_reaps_a_separate_host_process() {
+    let out = storefn()
+        .args(["pageserver", "bench", "--spawn", "--pages", "64", "--requests", "200"])
+        .args(["--warmup", "20", "--seed", "424242"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("storefn pageserver host: 64 pages stored"), "no host process: {err}");
+    assert!(err.contains("storefn pageserver host: stopped"), "host not stopped cleanly: {err}");
+    assert!(processes_with(&["pageserver", "host", "424242"]).is_empty());
+
+    let missing = std::env::temp_dir().join(format!("storefn-no-such-dir-{}", std::process::id()));
+    let out = storefn()
+        .args(["pageserver", "bench", "--spawn", "--pages", "64", "--requests", "200"])
+        .args(["--seed", "525252", "--dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a missing directory must fail: {err}");
+    assert!(err.contains("start the page server"), "{err}");
+    let left = processes_with(&["pageserver", "host", "525252"]);
+    assert!(left.is_empty(), "host process left behind: {left:?}");
 }

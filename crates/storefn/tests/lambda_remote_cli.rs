@@ -29,19 +29,25 @@ fn run_remote(target: &str, prog: &str, extra: &[&str]) -> Output {
     run(&args)
 }
 
-#[test]
-fn remote_run_on_every_side_matches_native() {
-    let base =
-        std::env::temp_dir().join(format!("storefn-cli-lambda-remote-{}", std::process::id()));
+/// A temporary directory with `served/` served by a token-auth server on loopback; returns the
+/// directory, the served directory, the server and the token file.
+fn token_server(tag: &str) -> (Dir, PathBuf, Server, PathBuf) {
+    let base = std::env::temp_dir().join(format!("storefn-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let served = base.join("served");
     std::fs::create_dir_all(&served).unwrap();
-    let d = Dir(base.clone());
+    let d = Dir(base);
     let tokens = d.0.join("tokens");
     std::fs::write(&tokens, "alice 0123456789abcdef0123456789abcdef\n").unwrap();
     let mut cfg = ServerConfig::new(&served);
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tokens).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    (d, served, server, tokens)
+}
+
+#[test]
+fn remote_run_on_every_side_matches_native() {
+    let (d, served, server, tokens) = token_server("lambda-remote");
     let addr = server.local_addr().to_string();
     let tok = tokens.to_str().unwrap();
     for (w, range, off, len) in [
@@ -160,6 +166,17 @@ fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
         s.contains(&format!("lambda bench: {n} rows, 8 requests each, where local/server/auto")),
         "{s}"
     );
+    // One goal line per (workload, condition) and a tally per goal: 6 steady conditions and
+    // 3 changing ones (cold->warm at each RTT, the RTT rise) per CPU state.
+    let goal_lines = s.lines().filter(|l| l.starts_with("lambda bench: goal workload")).count();
+    assert_eq!(goal_lines, n / 3, "{s}");
+    let cpu = if capped { 2 } else { 1 };
+    for (goal, rows) in
+        [("steady (auto within 5%)", 4 * cpu), ("changing (auto beats both)", 3 * cpu)]
+    {
+        let tally = s.lines().find(|l| l.contains(&format!("goals {goal} "))).unwrap_or("");
+        assert!(tally.contains(&format!("/{rows} met, auto/better-fixed median")), "{goal}: {s}");
+    }
     let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
         .unwrap()
         .lines()
@@ -189,4 +206,74 @@ fn bench_against_a_served_directory_sweeps_rtt_cache_and_cpu() {
     // The cap's group is gone.
     let left = std::path::Path::new("/sys/fs/cgroup/cpu").join(format!("storefn-lambda-cap-{pid}"));
     assert!(!left.exists(), "{} left behind", left.display());
+}
+
+#[test]
+fn lambda_write_local_and_remote_write_the_native_bytes() {
+    let (d, served, server, tokens) = token_server("lambda-write");
+    let addr = server.local_addr().to_string();
+    let tok = tokens.to_str().unwrap();
+    let input = d.0.join("runs.bin");
+    ok(&run(&["lambda", "gen", "bitmap", input.to_str().unwrap(), "--size", "16K"]));
+    let runs = std::fs::read(&input).unwrap();
+    let mut want = vec![0u8; Workload::Bitmap.out_cap(runs.len())];
+    let n = Workload::Bitmap.native(&runs, &mut want);
+    let local = d.0.join("local.out");
+    std::fs::write(served.join("remote.out"), b"").unwrap();
+    let remote = format!("{addr}:remote.out");
+    let args = ["--prog", "bitmap", "--input", input.to_str().unwrap(), "--offset", "0x100"];
+    let s = ok(&run(&[&["lambda", "write", local.to_str().unwrap()][..], &args].concat()));
+    assert!(s.contains(&format!("written {n} bytes where local")), "{s}");
+    let s = ok(&run(&[&["lambda", "write", &remote][..], &args, &["--token-file", tok]].concat()));
+    assert!(s.contains(&format!("written {n} bytes where server")), "{s}");
+    let mut expect = vec![0u8; 0x100];
+    expect.extend_from_slice(&want[..n]);
+    assert!(std::fs::read(&local).unwrap() == expect, "local λ write differs from native");
+    assert!(std::fs::read(served.join("remote.out")).unwrap() == expect, "remote differs");
+    // The served file must exist; paths stay beneath the served directory; a token is needed.
+    let e = err(&run(&[
+        &["lambda", "write", &format!("{addr}:new.out")][..],
+        &args,
+        &["--token-file", tok],
+    ]
+    .concat()));
+    assert!(e.contains("NOT_FOUND"), "{e}");
+    let e = err(&run(&[
+        &["lambda", "write", &format!("{addr}:../x.out")][..],
+        &args,
+        &["--token-file", tok],
+    ]
+    .concat()));
+    assert!(e.contains("OUTSIDE_ROOT"), "{e}");
+    let e = err(&run(&[&["lambda", "write", &remote][..], &args].concat()));
+    assert!(e.contains("AUTH"), "{e}");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn lambda_overhead_reports_what_auto_adds() {
+    let d =
+        Dir(std::env::temp_dir().join(format!("storefn-cli-lambda-ovh-{}", std::process::id())));
+    std::fs::create_dir_all(&d.0).unwrap();
+    let f = d.0.join("s.dat");
+    ok(&run(&["lambda", "gen", "stats64", f.to_str().unwrap(), "--size", "64K"]));
+    let s = ok(&run(&[
+        "lambda",
+        "overhead",
+        f.to_str().unwrap(),
+        "--len",
+        "64K",
+        "--requests",
+        "2000",
+        "--rounds",
+        "3",
+    ]));
+    for k in ["auto_extra_ns", "decide_record_ns", "cache_probe_ns", "samples_per_request"] {
+        assert!(s.contains(k), "{k}: {s}");
+    }
+    // Auto runs the local side every time here and samples the cache state rarely.
+    let spr: f64 =
+        s.split("samples_per_request ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(spr < 0.5, "{s}");
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::wire::{Op, RequestHeader, ResponseHeader, MAX_IO_BYTES};
 use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
-use crate::ring::progressive::{backoff, Consumer, MAX_BATCH_RECORDS};
+use crate::ring::progressive::{Consumer, MAX_BATCH_RECORDS};
 
 /// One finished request, handed to [`HostFiles::poll`]'s callback.
 #[derive(Debug)]
@@ -21,6 +21,8 @@ pub struct Completion<'a> {
     pub result: Result<u64, i32>,
     /// The data of a read (valid only during the callback).
     pub data: &'a [u8],
+    /// Time the file service spent in the system call, ns (the device's share of the call).
+    pub device_ns: u32,
 }
 
 /// The host side of one channel.
@@ -31,13 +33,23 @@ pub struct HostFiles {
     next_id: u64,
     outstanding: usize,
     timeout: Duration,
+    /// Sum of `device_ns` over the completions of blocking calls since the last
+    /// [`take_device_ns`](Self::take_device_ns).
+    device_ns: u64,
 }
 
 impl HostFiles {
     /// Uses `channel` (the host process usually got it from [`attach`](Self::attach)).
     pub fn new(channel: HostChannel) -> Self {
         let consumer = channel.responses().consumer(MAX_IO_BYTES + 64);
-        Self { channel, consumer, next_id: 1, outstanding: 0, timeout: DEFAULT_TIMEOUT }
+        Self {
+            channel,
+            consumer,
+            next_id: 1,
+            outstanding: 0,
+            timeout: DEFAULT_TIMEOUT,
+            device_ns: 0,
+        }
     }
 
     /// Attaches to the channel memfd the storage server handed this process.
@@ -51,6 +63,12 @@ impl HostFiles {
     /// How long blocking calls (and pushes into a full request ring) wait.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// Device time (ns in the file service's system calls) of the blocking calls made since the
+    /// last call, and restarts the sum.
+    pub fn take_device_ns(&mut self) -> u64 {
+        std::mem::take(&mut self.device_ns)
     }
 
     /// Submitted requests not yet handed to `poll`.
@@ -69,6 +87,7 @@ impl HostFiles {
         let id = self.next_id;
         let head = RequestHeader { op: op as u8, file, id, offset, len }.encode();
         self.channel.requests().push(&[&head, payload], self.timeout)?;
+        self.channel.request_bell().ring();
         self.next_id += 1;
         self.outstanding += 1;
         Ok(id)
@@ -127,31 +146,9 @@ impl HostFiles {
     /// # Errors
     /// `Ring` for a corrupt response ring; `Malformed` for a response too short or with no
     /// outstanding request.
-    pub fn poll(&mut self, mut f: impl FnMut(Completion<'_>)) -> Result<usize, HostError> {
-        let mut bad = None;
-        let (outstanding, next_id) = (&mut self.outstanding, self.next_id);
-        let n = self.consumer.pop_batch(&self.channel.responses(), MAX_BATCH_RECORDS, |msg| {
-            match ResponseHeader::decode(msg) {
-                Ok((h, _)) if *outstanding == 0 || h.id >= next_id => {
-                    bad.get_or_insert(HostError::Malformed(format!(
-                        "response to request {} never submitted",
-                        h.id
-                    )));
-                }
-                Ok((h, data)) => {
-                    *outstanding -= 1;
-                    let result = if h.status == 0 { Ok(h.value) } else { Err(-h.status) };
-                    f(Completion { id: h.id, result, data });
-                }
-                Err(e) => {
-                    bad.get_or_insert(e);
-                }
-            }
-        })?;
-        match bad {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
+    pub fn poll(&mut self, f: impl FnMut(Completion<'_>)) -> Result<usize, HostError> {
+        let Self { channel, consumer, outstanding, next_id, .. } = self;
+        poll_responses(channel, consumer, outstanding, *next_id, f)
     }
 
     /// Submits through `submit` and waits for its answer; returns (value, bytes copied to `out`).
@@ -165,22 +162,23 @@ impl HostFiles {
             return Err(HostError::Busy(self.outstanding));
         }
         let id = submit(self)?;
-        let start = Instant::now();
-        let mut spins = 0;
+        // Spin briefly, then sleep on the response ring's doorbell (the file service rings it
+        // after each batch): a blocking call burns no CPU while the service works.
+        let deadline = Instant::now() + self.timeout;
         let mut answer = None;
-        while answer.is_none() {
-            let got = self.poll(|c| {
+        let Self { channel, consumer, outstanding, next_id, device_ns, .. } = self;
+        let got = channel.response_bell().wait_until(deadline, || {
+            poll_responses(channel, consumer, outstanding, *next_id, |c| {
                 debug_assert_eq!(c.id, id, "only one request outstanding");
                 let n = c.data.len().min(out.len());
                 out[..n].copy_from_slice(&c.data[..n]);
                 answer = Some(c.result.map(|v| (v, n)));
+                *device_ns += u64::from(c.device_ns);
             })?;
-            if got == 0 {
-                if start.elapsed() > self.timeout {
-                    return Err(HostError::Timeout { op, after: self.timeout });
-                }
-                backoff(&mut spins);
-            }
+            Ok::<bool, HostError>(answer.is_some())
+        })?;
+        if !got {
+            return Err(HostError::Timeout { op, after: self.timeout });
         }
         answer.expect("loop ends with an answer").map_err(|errno| HostError::File { op, errno })
     }
@@ -249,5 +247,38 @@ impl HostFiles {
     /// As [`create`](Self::create).
     pub fn close(&mut self, file: u32) -> Result<(), HostError> {
         self.call("close", &mut [], |s| s.submit_close(file)).map(|_| ())
+    }
+}
+
+/// [`HostFiles::poll`] over split borrows (so a blocking call can poll inside a doorbell wait).
+fn poll_responses(
+    channel: &HostChannel,
+    consumer: &mut Consumer,
+    outstanding: &mut usize,
+    next_id: u64,
+    mut f: impl FnMut(Completion<'_>),
+) -> Result<usize, HostError> {
+    let mut bad = None;
+    let n = consumer.pop_batch(&channel.responses(), MAX_BATCH_RECORDS, |msg| {
+        match ResponseHeader::decode(msg) {
+            Ok((h, _)) if *outstanding == 0 || h.id >= next_id => {
+                bad.get_or_insert(HostError::Malformed(format!(
+                    "response to request {} never submitted",
+                    h.id
+                )));
+            }
+            Ok((h, data)) => {
+                *outstanding -= 1;
+                let result = if h.status == 0 { Ok(h.value) } else { Err(-h.status) };
+                f(Completion { id: h.id, result, data, device_ns: h.device_ns });
+            }
+            Err(e) => {
+                bad.get_or_insert(e);
+            }
+        }
+    })?;
+    match bad {
+        Some(e) => Err(e),
+        None => Ok(n),
     }
 }

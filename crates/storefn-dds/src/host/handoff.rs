@@ -50,6 +50,41 @@ impl ChannelListener {
     /// `Dir` for socket errors (including a timeout and a refused uid: `PermissionDenied`),
     /// `Shm`/`Ring` for the channel.
     pub fn accept(&self, ring_bytes: usize) -> Result<HostChannel, HostError> {
+        self.accept_within(ring_bytes, None)
+    }
+
+    /// [`accept`](Self::accept), giving up after `timeout` without a connection (`Dir` with
+    /// `TimedOut`), so a server waiting for a host that died does not wait forever.
+    ///
+    /// # Errors
+    /// As [`accept`](Self::accept).
+    pub fn accept_timeout(
+        &self,
+        ring_bytes: usize,
+        timeout: Duration,
+    ) -> Result<HostChannel, HostError> {
+        self.accept_within(ring_bytes, Some(timeout))
+    }
+
+    fn accept_within(
+        &self,
+        ring_bytes: usize,
+        timeout: Option<Duration>,
+    ) -> Result<HostChannel, HostError> {
+        if let Some(t) = timeout {
+            let mut pfd =
+                libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one valid pollfd for the call's duration.
+            let n = unsafe { libc::poll(&raw mut pfd, 1, ms) };
+            if n < 0 {
+                return Err(io_err(&self.path, io::Error::last_os_error()));
+            }
+            if n == 0 {
+                let e = io::Error::new(io::ErrorKind::TimedOut, format!("no host within {t:?}"));
+                return Err(io_err(&self.path, e));
+            }
+        }
         let (stream, _) = self.listener.accept().map_err(|e| io_err(&self.path, e))?;
         stream.set_write_timeout(Some(HANDOFF_TIMEOUT)).map_err(|e| io_err(&self.path, e))?;
         let uid = peer_uid(&stream).map_err(|e| io_err(&self.path, e))?;

@@ -17,20 +17,23 @@ use crate::ring::{RingError, SharedMemory, ShmError};
 
 pub mod bench;
 mod client;
+pub mod doorbell;
 pub mod forward;
 pub mod handoff;
 mod service;
 pub mod wire;
 
 pub use client::{Completion, HostFiles};
+pub use doorbell::Doorbell;
 pub use forward::{ForwardEnd, Side};
 pub use handoff::{connect, ChannelListener};
-pub use service::{FileHooks, FileService, ServiceStats};
+pub(crate) use service::idle_wait as service_idle_wait;
+pub use service::{FileHooks, FileService, ServiceStats, SharedFiles};
 
 /// Channel magic, "SFDDSHC1" little-endian.
 pub const CHANNEL_MAGIC: u64 = u64::from_le_bytes(*b"SFDDSHC1");
-/// Channel layout version.
-pub const CHANNEL_VERSION: u64 = 1;
+/// Channel layout version (2: doorbells).
+pub const CHANNEL_VERSION: u64 = 2;
 /// Channel header bytes; the request ring follows, then the response ring.
 pub const CHANNEL_HEADER_BYTES: usize = 512;
 /// Byte offsets of the channel header words.
@@ -39,6 +42,15 @@ pub const CH_MAGIC: usize = 0;
 pub const CH_VERSION: usize = 8;
 /// Data bytes of each of the two rings.
 pub const CH_RING_BYTES: usize = 16;
+/// Request ring's doorbell: `seq` (its low 32 bits are the futex word), then `waiters`. Each
+/// bell on its own 128 bytes, apart from the other bell's traffic.
+pub const CH_REQ_BELL_SEQ: usize = 128;
+/// Request ring's doorbell waiters.
+pub const CH_REQ_BELL_WAITERS: usize = 136;
+/// Response ring's doorbell `seq`.
+pub const CH_RESP_BELL_SEQ: usize = 256;
+/// Response ring's doorbell waiters.
+pub const CH_RESP_BELL_WAITERS: usize = 264;
 /// Default data bytes per ring (a power of two; must hold two largest messages).
 pub const DEFAULT_CHANNEL_RING_BYTES: usize = 1 << 20;
 /// Largest message on either ring: a header plus [`wire::MAX_IO_BYTES`] (paths are shorter).
@@ -170,6 +182,21 @@ impl HostChannel {
     /// Service -> host.
     pub fn responses(&self) -> ProgressiveRing<'_> {
         ProgressiveRing::view(self.ring_words(1), self.ring_bytes, CHANNEL_MAX_MESSAGE)
+    }
+
+    fn bell(&self, seq: usize, waiters: usize) -> Doorbell<'_> {
+        let w = self.shm.words();
+        Doorbell::new(&w[seq / 8], &w[waiters / 8])
+    }
+
+    /// The request ring's doorbell (rung by whoever pushes requests).
+    pub fn request_bell(&self) -> Doorbell<'_> {
+        self.bell(CH_REQ_BELL_SEQ, CH_REQ_BELL_WAITERS)
+    }
+
+    /// The response ring's doorbell.
+    pub fn response_bell(&self) -> Doorbell<'_> {
+        self.bell(CH_RESP_BELL_SEQ, CH_RESP_BELL_WAITERS)
     }
 
     /// The memfd, to hand to the other process.

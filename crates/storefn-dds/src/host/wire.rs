@@ -22,6 +22,9 @@ pub const RESPONSE_HEADER_BYTES: usize = 24;
 pub const RESP_ID: usize = 0;
 /// 0, or a negative errno.
 pub const RESP_STATUS: usize = 8;
+/// Nanoseconds the service spent in the request's system call (the device's share of it),
+/// saturating at `u32::MAX`.
+pub const RESP_DEVICE_NS: usize = 12;
 /// File id (create/open) or bytes transferred (read/write).
 pub const RESP_VALUE: usize = 16;
 
@@ -138,6 +141,8 @@ pub struct ResponseHeader {
     pub id: u64,
     /// 0 or a negative errno.
     pub status: i32,
+    /// Time in the system call, ns (saturating).
+    pub device_ns: u32,
     /// File id or bytes.
     pub value: u64,
 }
@@ -148,6 +153,7 @@ impl ResponseHeader {
         let mut h = [0u8; RESPONSE_HEADER_BYTES];
         h[RESP_ID..RESP_ID + 8].copy_from_slice(&self.id.to_le_bytes());
         h[RESP_STATUS..RESP_STATUS + 4].copy_from_slice(&self.status.to_le_bytes());
+        h[RESP_DEVICE_NS..RESP_DEVICE_NS + 4].copy_from_slice(&self.device_ns.to_le_bytes());
         h[RESP_VALUE..RESP_VALUE + 8].copy_from_slice(&self.value.to_le_bytes());
         h
     }
@@ -166,6 +172,7 @@ impl ResponseHeader {
         let h = Self {
             id: u64_at(msg, RESP_ID),
             status: u32_at(msg, RESP_STATUS) as i32,
+            device_ns: u32_at(msg, RESP_DEVICE_NS),
             value: u64_at(msg, RESP_VALUE),
         };
         Ok((h, &msg[RESPONSE_HEADER_BYTES..]))

@@ -55,6 +55,28 @@ pub struct PageBenchReport {
     /// read through the host library, i.e. ring to the file service + device), µs; the rest of
     /// the forwarded latency is network, server and forwarding ring.
     pub host_us_per_forwarded: Option<f64>,
+    /// Time split (µs, p50 and p99 of each part; `--spawn` only, where the front end is in
+    /// this process; warm-up included). Offloaded: the read next to the data (device); its
+    /// ring and host parts are zero by construction.
+    pub offloaded_device_p50_us: Option<f64>,
+    pub offloaded_device_p99_us: Option<f64>,
+    /// Forwarded: forwarding rings both ways and the host's wake-up (server round trip minus
+    /// the host's wall time).
+    pub forwarded_ring_p50_us: Option<f64>,
+    pub forwarded_ring_p99_us: Option<f64>,
+    /// Forwarded: the host application's wall time minus its device time.
+    pub forwarded_host_p50_us: Option<f64>,
+    pub forwarded_host_p99_us: Option<f64>,
+    /// Forwarded: the file service's system calls for the request (device).
+    pub forwarded_device_p50_us: Option<f64>,
+    pub forwarded_device_p99_us: Option<f64>,
+    /// Batches whose offload functions faulted or returned a bad output (forwarded whole) and
+    /// the last such error (`--spawn` only). 0 expected with the built-in page-server program.
+    pub function_faults: Option<u64>,
+    pub last_fault: Option<String>,
+    /// Offloaded reads that overlapped a host write (or open/close) and were forwarded
+    /// instead of served (`--spawn` only; whole run including warm-up).
+    pub raced_reads: Option<u64>,
     pub ops_per_sec: f64,
     pub threads: usize,
     pub host_share: f64,
@@ -87,6 +109,18 @@ struct Sample {
     ns: u64,
     offloaded: bool,
     stale: bool,
+}
+
+/// Fills the report's time split from the front end's samples.
+pub fn add_time_split(r: &mut PageBenchReport, mut t: crate::frontend::TimingSamples) {
+    let p = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        (percentile(v, 0.5), percentile(v, 0.99))
+    };
+    (r.offloaded_device_p50_us, r.offloaded_device_p99_us) = p(&mut t.offloaded_device_ns);
+    (r.forwarded_ring_p50_us, r.forwarded_ring_p99_us) = p(&mut t.forwarded_ring_ns);
+    (r.forwarded_host_p50_us, r.forwarded_host_p99_us) = p(&mut t.forwarded_host_ns);
+    (r.forwarded_device_p50_us, r.forwarded_device_p99_us) = p(&mut t.forwarded_device_ns);
 }
 
 /// Runs the load and returns the report.
@@ -164,76 +198,20 @@ pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
         forwarded_p50_us: percentile(&fwd, 0.5),
         forwarded_p99_us: percentile(&fwd, 0.99),
         host_us_per_forwarded: (answered > 0).then(|| cpu_us / answered as f64),
+        offloaded_device_p50_us: None,
+        offloaded_device_p99_us: None,
+        forwarded_ring_p50_us: None,
+        forwarded_ring_p99_us: None,
+        forwarded_host_p50_us: None,
+        forwarded_host_p99_us: None,
+        forwarded_device_p50_us: None,
+        forwarded_device_p99_us: None,
+        function_faults: None,
+        last_fault: None,
+        raced_reads: None,
         ops_per_sec: n as f64 / secs,
         threads,
         host_share: cfg.host_share,
         seed: cfg.seed,
     })
-}
-
-/// `--spawn`: a page server on loopback (storefn-server with the DDS front end over files
-/// beneath `dir`, offload per `cfg.offload`), a host application (a thread of this process,
-/// over the same shared-memory channels a separate process uses) storing `pages` pages and
-/// replaying `updates_per_sec` random page updates, then the load; all stopped after.
-///
-/// # Errors
-/// Start-up failures, named; the load's errors.
-pub fn spawn_and_run(
-    dir: &std::path::Path,
-    elf: &[u8],
-    pages: u64,
-    updates_per_sec: u64,
-    cfg: &PageBenchConfig,
-) -> Result<PageBenchReport, String> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let table_items = usize::try_from(pages).map_err(|e| e.to_string())?.max(64) * 2;
-    let d = super::Deployment::start("127.0.0.1:0", dir, elf, table_items, cfg.offload)
-        .map_err(|e| format!("start the page server: {e}"))?;
-    let mut cfg = cfg.clone();
-    cfg.addr = d.server.local_addr().to_string();
-    let stop = AtomicBool::new(false);
-    let (files, fwd) = (
-        crate::host::HostChannel::attach(
-            super::dup(d.host_files.as_ref().expect("in-process host"))
-                .map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| e.to_string())?,
-        crate::host::HostChannel::attach(
-            super::dup(d.host_forward.as_ref().expect("in-process host"))
-                .map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let r = std::thread::scope(|s| {
-        let host = s.spawn(|| -> Result<(), String> {
-            let h = super::PageHost::create(
-                crate::host::HostFiles::new(files),
-                crate::host::ForwardEnd::new(fwd, crate::host::Side::Host),
-                "pages",
-                pages,
-            );
-            let mut h = match h {
-                Ok(h) => h,
-                Err(e) => {
-                    let _ = ready_tx.send(false);
-                    return Err(format!("host application: {e}"));
-                }
-            };
-            let _ = ready_tx.send(true);
-            super::host_loop(&mut h, &stop, updates_per_sec, cfg.seed)
-                .map_err(|e| format!("host application: {e}"))
-        });
-        let started = ready_rx.recv().unwrap_or(false);
-        let r = if started { run(&cfg).map_err(|e| e.to_string()) } else { Err(String::new()) };
-        stop.store(true, Ordering::Relaxed);
-        let h = host.join().unwrap_or_else(|_| Err("host application panicked".into()));
-        match (r, h) {
-            (Ok(rep), Ok(())) => Ok(rep),
-            (Err(e), _) if !e.is_empty() => Err(e),
-            (_, Err(e)) | (Err(e), Ok(())) => Err(e),
-        }
-    });
-    d.stop().map_err(|e| format!("stop the page server: {e}"))?;
-    r
 }

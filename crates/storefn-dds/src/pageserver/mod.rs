@@ -8,9 +8,11 @@
 //! forwarded to it. A GetPage request is `page u64 | lsn u64` ([`GET_PAGE_BYTES`]); its answer is
 //! the page.
 
+use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
 
 pub mod bench;
+pub mod spawn;
 
 /// The page id of a stats request: GetPage(STATS_PAGE, 0) is never cached, so it reaches the
 /// host, which answers [`HostStats::encode`] (how a remote bench reads the host's CPU).
@@ -46,7 +48,16 @@ pub fn fill_page(buf: &mut [u8], page: u64, lsn: u64) {
     buf[..8].copy_from_slice(&lsn.to_le_bytes());
     buf[8..16].copy_from_slice(&page.to_le_bytes());
     let seed = page.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ lsn;
-    for (i, b) in buf[16..].iter_mut().enumerate() {
+    // Byte i of the body is `seed.to_le_bytes()[i % 8] ^ (i as u8)`, built a word at a time:
+    // for i a multiple of 8, bytes i..i+8 of `i as u8` are `(i as u8) | k` for k in 0..8.
+    let body = &mut buf[16..];
+    let done = body.len() / 8 * 8;
+    for (w, chunk) in body[..done].chunks_exact_mut(8).enumerate() {
+        let base = u64::from((w * 8) as u8) * 0x0101_0101_0101_0101;
+        let v = seed ^ (base | 0x0706_0504_0302_0100);
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    for (i, b) in body.iter_mut().enumerate().skip(done) {
         *b = (seed >> ((i % 8) * 8)) as u8 ^ i as u8;
     }
 }
@@ -199,7 +210,6 @@ impl PageHost {
     pub fn serve_forwarded(&mut self) -> Result<usize, HostError> {
         let mut reqs = std::mem::take(&mut self.pending);
         reqs.clear();
-        let t0 = thread_cpu_ns();
         self.forward.poll(|id, msg| {
             let (page, lsn) = if msg.len() == GET_PAGE_BYTES {
                 let w = |a: usize| u64::from_le_bytes(msg[a..a + 8].try_into().expect("8 bytes"));
@@ -214,15 +224,30 @@ impl PageHost {
             self.pending = reqs;
             return Ok(0);
         }
+        // From here: the CPU spent answering (an idle poll is not counted, nor is the clock
+        // read a system call on every empty poll).
+        let mut cpu_mark = thread_cpu_ns();
+        let arrived = std::time::Instant::now();
+        self.files.take_device_ns();
         for &(id, page, lsn) in &reqs {
+            // Host time: from the batch's arrival (queueing behind earlier requests of the
+            // batch included) to this answer; device time: this request's system calls.
+            let timing = |files: &mut HostFiles| AnswerTiming {
+                host_ns: u32::try_from(arrived.elapsed().as_nanos()).unwrap_or(u32::MAX),
+                device_ns: u32::try_from(files.take_device_ns()).unwrap_or(u32::MAX),
+            };
             if page == STATS_PAGE {
-                self.stats.busy_cpu_ns += thread_cpu_ns() - t0;
-                self.forward.send(id, &self.stats.encode())?;
+                let now = thread_cpu_ns();
+                self.stats.busy_cpu_ns += now - cpu_mark;
+                cpu_mark = now;
+                let t = timing(&mut self.files);
+                self.forward.answer(id, t, &self.stats.encode())?;
                 continue;
             }
             if page >= self.pages {
                 self.stats.bad_requests += 1;
-                self.forward.send(id, &[])?;
+                let t = timing(&mut self.files);
+                self.forward.answer(id, t, &[])?;
                 continue;
             }
             if self.lsns[page as usize] < lsn {
@@ -232,15 +257,17 @@ impl PageHost {
                 // run `invalidate` and drop the entry `cache` just made).
                 self.next_lsn = self.next_lsn.max(lsn);
                 self.apply_update(page)?;
-                self.forward.send(id, &self.buf)?;
+                let t = timing(&mut self.files);
+                self.forward.answer(id, t, &self.buf)?;
                 self.stats.answered += 1;
                 continue;
             }
             let got = self.files.read(self.file, page * PAGE_BYTES as u64, &mut self.buf)?;
-            self.forward.send(id, &self.buf[..got])?;
+            let t = timing(&mut self.files);
+            self.forward.answer(id, t, &self.buf[..got])?;
             self.stats.answered += 1;
         }
-        self.stats.busy_cpu_ns += thread_cpu_ns() - t0;
+        self.stats.busy_cpu_ns += thread_cpu_ns() - cpu_mark;
         self.pending = reqs;
         Ok(n)
     }
@@ -261,23 +288,36 @@ pub fn host_loop(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let start = std::time::Instant::now();
     let mut done = 0u64;
-    let mut spins = 0;
+    let mut idle = 0u32;
     // Relaxed: a stop flag; nothing is published through it.
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let mut worked = h.serve_forwarded()? > 0;
+        let elapsed_us = start.elapsed().as_micros();
         let due =
-            u64::try_from(start.elapsed().as_micros() * u128::from(updates_per_sec) / 1_000_000)
-                .unwrap_or(u64::MAX);
+            u64::try_from(elapsed_us * u128::from(updates_per_sec) / 1_000_000).unwrap_or(u64::MAX);
         if done < due && h.pages > 0 {
             h.apply_update(rng.gen_range(0..h.pages))?;
             done += 1;
             worked = true;
         }
         if worked {
-            spins = 0;
-        } else {
-            crate::ring::progressive::backoff(&mut spins);
+            idle = 0;
+            continue;
         }
+        idle += 1;
+        if idle < crate::host::doorbell::SPIN_POLLS {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Idle: sleep until a forwarded request arrives or the next update is due.
+        let next_due_us = if updates_per_sec == 0 || h.pages == 0 {
+            u128::MAX
+        } else {
+            u128::from(done + 1) * 1_000_000 / u128::from(updates_per_sec)
+        };
+        let wait_us = next_due_us.saturating_sub(elapsed_us);
+        let wait = std::time::Duration::from_micros(u64::try_from(wait_us).unwrap_or(u64::MAX));
+        h.forward.wait_incoming(wait);
     }
     Ok(())
 }
@@ -294,6 +334,26 @@ pub struct Deployment {
     /// process; `None` when the channels were handed to another process.
     pub host_files: Option<crate::host::HostChannel>,
     pub host_forward: Option<crate::host::HostChannel>,
+}
+
+/// How to run a [`Deployment`].
+#[derive(Debug, Clone)]
+pub struct DeployOptions {
+    /// Cache-table items.
+    pub table_items: usize,
+    /// `false`: every GetPage is forwarded (the baseline).
+    pub offload: bool,
+    /// How long a forwarded request waits for the host application
+    /// ([`storefn_server::server::FORWARD_TIMEOUT`] by default).
+    pub forward_timeout: std::time::Duration,
+}
+
+impl DeployOptions {
+    /// Defaults for everything else.
+    #[must_use]
+    pub fn new(table_items: usize, offload: bool) -> Self {
+        Self { table_items, offload, forward_timeout: storefn_server::server::FORWARD_TIMEOUT }
+    }
 }
 
 /// Why a deployment failed to start.
@@ -323,12 +383,25 @@ impl Deployment {
         table_items: usize,
         offload: bool,
     ) -> Result<Self, DeployError> {
+        Self::start_opts(listen, dir, elf, &DeployOptions::new(table_items, offload))
+    }
+
+    /// As [`start`](Self::start) with every option.
+    ///
+    /// # Errors
+    /// Any part failing to start.
+    pub fn start_opts(
+        listen: &str,
+        dir: &std::path::Path,
+        elf: &[u8],
+        opts: &DeployOptions,
+    ) -> Result<Self, DeployError> {
         use crate::host::{HostChannel, DEFAULT_CHANNEL_RING_BYTES};
         let files = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
         let forward = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
         let host_files = HostChannel::attach(dup(&files)?)?;
         let host_forward = HostChannel::attach(dup(&forward)?)?;
-        let mut d = Self::start_with(listen, dir, elf, table_items, offload, files, forward)?;
+        let mut d = Self::start_with_opts(listen, dir, elf, opts, files, forward)?;
         d.host_files = Some(host_files);
         d.host_forward = Some(host_forward);
         Ok(d)
@@ -348,10 +421,26 @@ impl Deployment {
         files: crate::host::HostChannel,
         forward: crate::host::HostChannel,
     ) -> Result<Self, DeployError> {
+        let opts = DeployOptions::new(table_items, offload);
+        Self::start_with_opts(listen, dir, elf, &opts, files, forward)
+    }
+
+    /// As [`start_with`](Self::start_with) with every option.
+    ///
+    /// # Errors
+    /// Any part failing to start.
+    pub fn start_with_opts(
+        listen: &str,
+        dir: &std::path::Path,
+        elf: &[u8],
+        opts: &DeployOptions,
+        files: crate::host::HostChannel,
+        forward: crate::host::HostChannel,
+    ) -> Result<Self, DeployError> {
         use crate::offload::{OffloadFunctions, OffloadHooks};
         use std::sync::Arc;
         let table = Arc::new(
-            crate::CacheTable::with_capacity(table_items)
+            crate::CacheTable::with_capacity(opts.table_items)
                 .map_err(|e| DeployError::Table(e.to_string()))?,
         );
         let mut service = crate::host::FileService::new(dir, &files)?;
@@ -365,11 +454,12 @@ impl Deployment {
             files,
             forward,
             PAGE_SERVER_BATCH,
-            offload,
+            opts.offload,
         )?;
         let mut cfg = storefn_server::ServerConfig::new(dir);
         let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
         cfg.offload = Some(hook);
+        cfg.forward_timeout = opts.forward_timeout;
         let server = match storefn_server::Server::start(listen, cfg) {
             Ok(s) => s,
             Err(e) => {
@@ -396,4 +486,26 @@ pub(crate) fn dup(ch: &crate::host::HostChannel) -> Result<std::os::fd::OwnedFd,
     ch.fd()
         .try_clone_to_owned()
         .map_err(|e| HostError::Dir { path: "channel memfd".into(), source: e })
+}
+
+#[cfg(test)]
+mod tests {
+    /// `fill_page` builds words; the page bytes stay those of the per-byte definition
+    /// (`progs/` and remote clients check them), for any length.
+    #[test]
+    fn fill_page_matches_the_bytewise_definition() {
+        for len in [16, 17, 23, 24, 100, super::PAGE_BYTES] {
+            let (page, lsn) = (len as u64 * 31, 77 + len as u64);
+            let mut got = vec![0; len];
+            super::fill_page(&mut got, page, lsn);
+            let seed = page.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ lsn;
+            let mut want = vec![0; len];
+            want[..8].copy_from_slice(&lsn.to_le_bytes());
+            want[8..16].copy_from_slice(&page.to_le_bytes());
+            for (i, b) in want[16..].iter_mut().enumerate() {
+                *b = (seed >> ((i % 8) * 8)) as u8 ^ i as u8;
+            }
+            assert_eq!(got, want, "length {len}");
+        }
+    }
 }

@@ -281,6 +281,19 @@ impl<'a> ProgressiveRing<'a> {
         }
     }
 
+    /// Bytes published so far (`progress`): grows with every record a producer publishes.
+    pub fn published_bytes(&self) -> u64 {
+        // Acquire: pairs with producers' release adds.
+        self.progress().load(Ordering::Acquire)
+    }
+
+    /// Whether records were published past the consumer's `head` (a hint for a consumer
+    /// deciding whether to sleep: nothing is taken; a record may still be mid-publish).
+    pub fn has_unread(&self) -> bool {
+        // Acquire: pairs with producers' release adds, like the consumer's own progress load.
+        self.progress().load(Ordering::Acquire) != self.head().load(Ordering::Relaxed)
+    }
+
     /// The consumer side. One consumer per ring: two would take the same records (they could
     /// not corrupt memory, every access being atomic, only duplicate messages).
     /// `scratch_bytes` sizes the buffer messages are copied into (at least one message).

@@ -54,6 +54,11 @@ pub const MAX_LAMBDA_OUT_BYTES: u32 = 64 * 1024;
 /// Largest range one LAMBDA request reads, bytes: the server reads it in `MAX_READ_BYTES`
 /// engine reads into a per-thread staging buffer of this size and runs the function once.
 pub const MAX_LAMBDA_IN_BYTES: u32 = 1 << 20;
+/// Largest input a LAMBDA_WRITE request carries, bytes (well inside one frame).
+pub const MAX_LAMBDA_WRITE_IN_BYTES: u32 = 256 * 1024;
+/// Largest output a LAMBDA_WRITE may write, bytes: the per-thread staging buffer's bound
+/// (bitmap decoding expands ~32x).
+pub const MAX_LAMBDA_WRITE_OUT_BYTES: u32 = 4 << 20;
 
 /// Frame kinds (byte 5).
 pub const KIND_REQUEST: u8 = 0;
@@ -72,8 +77,11 @@ pub mod op {
     /// DDS: an application message judged by the server's offload functions (served next to
     /// the data, or forwarded to the host application).
     pub const OFFLOAD: u8 = 9;
+    /// λ-IO's `pwrite_λ`: the server runs a λ program over the carried input and writes its
+    /// output, durably, at an offset of a file.
+    pub const LAMBDA_WRITE: u8 = 10;
     /// Every op, for tables and tests.
-    pub const ALL: [(u8, &str); 9] = [
+    pub const ALL: [(u8, &str); 10] = [
         (HELLO, "HELLO"),
         (AUTH, "AUTH"),
         (LOAD_PROG, "LOAD_PROG"),
@@ -83,6 +91,7 @@ pub mod op {
         (WRITE, "WRITE"),
         (STAT, "STAT"),
         (OFFLOAD, "OFFLOAD"),
+        (LAMBDA_WRITE, "LAMBDA_WRITE"),
     ];
 }
 

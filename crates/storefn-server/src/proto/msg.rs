@@ -3,8 +3,8 @@
 
 use super::{
     le_u16, le_u32, le_u64, op, FrameBuf, Msg, MsgAt, ProtoError, HASH_BYTES, MAX_LAMBDA_IN_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_PATH_BYTES, MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES,
-    SCRATCH_BYTES,
+    MAX_LAMBDA_OUT_BYTES, MAX_LAMBDA_WRITE_IN_BYTES, MAX_LAMBDA_WRITE_OUT_BYTES, MAX_PATH_BYTES,
+    MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES, SCRATCH_BYTES,
 };
 
 /// HELLO request: `tenant_len u16 | reserved u16 | tenant`.
@@ -55,6 +55,17 @@ pub const LAMBDA_OFF_PATH: usize = 56;
 /// LAMBDA response: `version [24] | ret u64 | output`.
 pub const LAMBDA_R_OFF_RET: usize = 24;
 pub const LAMBDA_R_OFF_OUT: usize = 32;
+/// LAMBDA_WRITE request: `offset u64 | in_len u32 | out_cap u32 | path_len u16 |
+/// reserved [6] | hash [32] | path | input`.
+pub const LWRITE_OFF_OFFSET: usize = 0;
+pub const LWRITE_OFF_IN_LEN: usize = 8;
+pub const LWRITE_OFF_OUT_CAP: usize = 12;
+pub const LWRITE_OFF_PATH_LEN: usize = 16;
+pub const LWRITE_OFF_HASH: usize = 24;
+pub const LWRITE_OFF_PATH: usize = 56;
+/// LAMBDA_WRITE response: `version [24] | written u64`.
+pub const LWRITE_R_OFF_WRITTEN: usize = 24;
+pub const LWRITE_R_BYTES: usize = 32;
 /// WRITE request: `offset u64 | data_len u32 | path_len u16 | reserved u16 | path | data`.
 pub const WRITE_OFF_OFFSET: usize = 0;
 pub const WRITE_OFF_DATA_LEN: usize = 8;
@@ -143,11 +154,13 @@ pub enum StatusCode {
     ShuttingDown = 11,
     /// The range is outside the file.
     OutOfRange = 12,
+    /// DDS: the host application did not answer a forwarded request in time.
+    HostTimeout = 13,
 }
 
 impl StatusCode {
     /// Every code with its name, for the document check.
-    pub const ALL: [(StatusCode, &'static str); 13] = [
+    pub const ALL: [(StatusCode, &'static str); 14] = [
         (Self::Ok, "OK"),
         (Self::BadRequest, "BAD_REQUEST"),
         (Self::AuthRequired, "AUTH_REQUIRED"),
@@ -161,6 +174,7 @@ impl StatusCode {
         (Self::Limit, "LIMIT"),
         (Self::ShuttingDown, "SHUTTING_DOWN"),
         (Self::OutOfRange, "OUT_OF_RANGE"),
+        (Self::HostTimeout, "HOST_TIMEOUT"),
     ];
 
     /// The code for a wire value; `None` for values this build does not know.
@@ -222,6 +236,15 @@ pub enum Request<'a> {
     Offload {
         msg: &'a [u8],
     },
+    /// Run program `hash` (type lambda) over `input` (`buf_o` = `out_cap` zeroed bytes) and
+    /// write its output at `offset` of `path`, durably.
+    LambdaWrite {
+        path: &'a [u8],
+        offset: u64,
+        hash: &'a [u8; HASH_BYTES],
+        input: &'a [u8],
+        out_cap: u32,
+    },
 }
 
 fn need(p: &[u8], at: MsgAt, n: usize) -> Result<(), ProtoError> {
@@ -277,6 +300,7 @@ impl<'a> Request<'a> {
             Self::Write { .. } => op::WRITE,
             Self::Stat { .. } => op::STAT,
             Self::Offload { .. } => op::OFFLOAD,
+            Self::LambdaWrite { .. } => op::LAMBDA_WRITE,
         }
     }
 
@@ -431,6 +455,36 @@ impl<'a> Request<'a> {
                 exact(p, at, end)?;
                 Ok(Self::Offload { msg: &p[OFFLOAD_OFF_MSG..end] })
             }
+            op::LAMBDA_WRITE => {
+                need(p, at, LWRITE_OFF_PATH)?;
+                zero(p, at, LWRITE_OFF_PATH_LEN + 2..LWRITE_OFF_HASH)?;
+                let n = le_u32(p, LWRITE_OFF_IN_LEN);
+                if n == 0 || n > MAX_LAMBDA_WRITE_IN_BYTES {
+                    return Err(at.bad(
+                        LWRITE_OFF_IN_LEN,
+                        "in_len",
+                        "not in 1..=MAX_LAMBDA_WRITE_IN_BYTES",
+                    ));
+                }
+                let out_cap = le_u32(p, LWRITE_OFF_OUT_CAP);
+                if out_cap == 0 || out_cap > MAX_LAMBDA_WRITE_OUT_BYTES {
+                    return Err(at.bad(
+                        LWRITE_OFF_OUT_CAP,
+                        "out_cap",
+                        "not in 1..=MAX_LAMBDA_WRITE_OUT_BYTES",
+                    ));
+                }
+                let (path, end) = path_at(p, at, LWRITE_OFF_PATH_LEN, LWRITE_OFF_PATH)?;
+                need(p, at, end + n as usize)?;
+                exact(p, at, end + n as usize)?;
+                Ok(Self::LambdaWrite {
+                    path,
+                    offset: le_u64(p, LWRITE_OFF_OFFSET),
+                    hash: p[LWRITE_OFF_HASH..LWRITE_OFF_HASH + HASH_BYTES].try_into().expect("32"),
+                    input: &p[end..],
+                    out_cap,
+                })
+            }
             other => Err(ProtoError::UnknownOp { frame: at.frame, msg: at.msg, op: other }),
         }
     }
@@ -515,6 +569,16 @@ pub fn put_request(f: &mut FrameBuf, req_id: u64, r: &Request<'_>) {
             put_u32(o, 0);
             o.extend_from_slice(msg);
         }
+        Request::LambdaWrite { path, offset, hash, input, out_cap } => {
+            put_u64(o, offset);
+            put_u32(o, len32(input.len()));
+            put_u32(o, out_cap);
+            put_u16(o, len16(path.len()));
+            o.extend_from_slice(&[0; LWRITE_OFF_HASH - LWRITE_OFF_PATH_LEN - 2]);
+            o.extend_from_slice(hash);
+            o.extend_from_slice(path);
+            o.extend_from_slice(input);
+        }
     }
     f.end_msg(start);
 }
@@ -559,6 +623,11 @@ pub enum Response<'a> {
     Offload {
         served_by: u8,
         data: &'a [u8],
+    },
+    /// The output bytes the program produced, all written and synced.
+    LambdaWrite {
+        version: FileVersion,
+        written: u64,
     },
     /// Any op with a non-OK status; `code` is `None` for a status this build does not know.
     Error {
@@ -654,6 +723,14 @@ impl<'a> Response<'a> {
                 }
                 Ok(Self::Offload { served_by, data })
             }
+            op::LAMBDA_WRITE => {
+                need(p, at, LWRITE_R_BYTES)?;
+                exact(p, at, LWRITE_R_BYTES)?;
+                Ok(Self::LambdaWrite {
+                    version: version(p)?,
+                    written: le_u64(p, LWRITE_R_OFF_WRITTEN),
+                })
+            }
             _ => unreachable!("op checked above"),
         }
     }
@@ -705,6 +782,10 @@ pub fn put_response(f: &mut FrameBuf, req_id: u64, op_code: u8, r: &Response<'_>
             o.push(served_by);
             o.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
             o.extend_from_slice(data);
+        }
+        Response::LambdaWrite { version, written } => {
+            version.put(o);
+            put_u64(o, written);
         }
         Response::Error { .. } => panic!("put_response: use put_status for errors"),
     }

@@ -6,6 +6,7 @@
 
 mod files;
 pub mod offload;
+pub mod offload_reads;
 mod progs;
 mod requests;
 pub mod sched;
@@ -50,6 +51,11 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most server threads.
 pub const MAX_THREADS: usize = 64;
+/// DDS: how long a request forwarded to the host application may wait for its answer before
+/// the client gets `HOST_TIMEOUT` (the host's late answer is then dropped). Long enough for a
+/// host that replays a page before answering; short enough that a stuck host fails its
+/// clients' requests instead of hanging them.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to run a server.
 #[derive(Debug, Clone)]
@@ -71,6 +77,8 @@ pub struct ServerConfig {
     pub slow_client_timeout: Duration,
     /// DDS: the offload engine OFFLOAD requests go through; `None` = OFFLOAD is refused.
     pub offload: Option<std::sync::Arc<dyn offload::OffloadHook>>,
+    /// DDS: per forwarded request ([`FORWARD_TIMEOUT`]; tests shorten it).
+    pub forward_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -86,6 +94,7 @@ impl ServerConfig {
             idle_timeout: IDLE_TIMEOUT,
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
             offload: None,
+            forward_timeout: FORWARD_TIMEOUT,
         }
     }
 }
@@ -100,6 +109,10 @@ pub enum ServerError {
     Listen { addr: String, source: std::io::Error },
     #[error("--threads {0}: expected 1..={MAX_THREADS}")]
     Threads(usize),
+    /// DDS: the offload hook's forwarding channel has one answer consumer, and answers are not
+    /// routed to the thread that forwarded the request: refused rather than misdelivered.
+    #[error("--threads {0}: a server with an offload engine runs on 1 thread")]
+    OffloadThreads(usize),
     #[error("server thread {thread}: engine: {source}")]
     Engine { thread: usize, source: storefn_io::EngineError },
     #[error("server thread {thread}: {source}")]
@@ -119,6 +132,12 @@ pub struct ServerStats {
     pub auth_failures: AtomicU64,
     pub closed_idle: AtomicU64,
     pub closed_slow: AtomicU64,
+    /// DDS: forwarded requests answered `HOST_TIMEOUT`.
+    pub forward_timeouts: AtomicU64,
+    /// DDS: host answers that arrived after their request timed out (dropped).
+    pub late_answers: AtomicU64,
+    /// DDS: offloaded reads that overlapped a host change and were forwarded instead.
+    pub offload_raced: AtomicU64,
 }
 
 /// State every thread reads.
@@ -148,6 +167,9 @@ impl Server {
     pub fn start(listen: &str, cfg: ServerConfig) -> Result<Self, ServerError> {
         if cfg.threads == 0 || cfg.threads > MAX_THREADS {
             return Err(ServerError::Threads(cfg.threads));
+        }
+        if cfg.offload.is_some() && cfg.threads > 1 {
+            return Err(ServerError::OffloadThreads(cfg.threads));
         }
         let root = Root::open(&cfg.dir)
             .map_err(|source| ServerError::Dir { path: cfg.dir.clone(), source })?;

@@ -1,30 +1,54 @@
 //! DDS's offload engine, as seen from the server: the server does not know the application's
 //! messages or the offload functions (they live in storefn-dds, above this crate); it hands each
 //! frame's OFFLOAD requests to an [`OffloadHook`] as one batch, serves the reads the hook
-//! returns next to the data (straight into the response frame), and forwards the rest to the
+//! returns next to the data (an io_uring read straight into the response frame that is sent),
+//! and forwards the rest to the
 //! host application through the hook, relaying its answers back (docs/design/dds.md, "DDS over the
 //! network").
 
 /// What the offload functions decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffloadDecision {
-    /// Serve it here: read `size` bytes at `offset` of the hook's file `file`.
-    Read { file: u32, offset: u64, size: u32 },
+    /// Serve it here: read `size` bytes at `offset` of the hook's file `file`; `epoch` is the
+    /// hook's change epoch taken before the decision ([`OffloadHook::unchanged_since`]).
+    Read { file: u32, offset: u64, size: u32, epoch: u64 },
     /// Send it to the host application.
     Forward,
 }
 
+/// An offloaded read as checked after it completed ([`OffloadHook::unchanged_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadCheck {
+    pub file: u32,
+    pub offset: u64,
+    pub size: u32,
+    /// From the decision ([`OffloadDecision::Read`]).
+    pub epoch: u64,
+    /// From [`OffloadHook::file`], just before the read was submitted.
+    pub stamp: u64,
+}
+
 /// The server's side of DDS. Implemented by storefn-dds; shared by every server thread.
 pub trait OffloadHook: Send + Sync + std::fmt::Debug {
-    /// Judges one batch (a frame's OFFLOAD messages, in order): appends one decision per
-    /// message to `out`. A message it cannot judge is `Forward` (always correct).
-    fn decide(&self, msgs: &[&[u8]], out: &mut Vec<OffloadDecision>);
-    /// Reads `buf.len()` bytes at `offset` of `file` into `buf` (the response frame's bytes);
-    /// returns how many it read, or an errno.
-    ///
-    /// # Errors
-    /// An errno (EBADF for a file id the hook does not know).
-    fn read(&self, file: u32, offset: u64, buf: &mut [u8]) -> Result<usize, i32>;
+    /// Judges one batch (a frame's OFFLOAD messages, in order: message `i` is
+    /// `bytes[bounds[i].0..bounds[i].1]`): appends one decision per message to `out`. A message
+    /// it cannot judge is `Forward` (always correct).
+    fn decide(&self, bytes: &[u8], bounds: &[(usize, usize)], out: &mut Vec<OffloadDecision>);
+    /// The open file behind the hook's file id, for the server to read `[offset, +size)` from
+    /// with its own io_uring (the caller holds the `Arc` until the read completes), and the
+    /// change stamp of that range now; `None` (unknown file, or a change of the range running)
+    /// forwards the request.
+    fn file(
+        &self,
+        file: u32,
+        offset: u64,
+        size: u32,
+    ) -> Option<(std::sync::Arc<std::fs::File>, u64)>;
+    /// Whether nothing that could change the read's bytes (a host write of the range, or a
+    /// create, open or close) started since the decision's epoch and the submission's stamp
+    /// were taken: a read that completed while this holds saw no concurrent change (no torn
+    /// page); otherwise the request is forwarded instead.
+    fn unchanged_since(&self, read: &ReadCheck) -> bool;
     /// Forwards `msg` to the host application under `token`.
     ///
     /// # Errors
@@ -32,4 +56,15 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String>;
     /// Hands each host answer ready now to `f(token, answer)`; returns how many.
     fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize;
+    /// A descriptor that becomes readable (an eventfd: the worker reads 8 bytes to reset it)
+    /// when host answers may be ready, so a worker waiting for answers sleeps in `poll`.
+    /// Default `None`: the worker polls for answers without sleeping while any are awaited.
+    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// An offloaded read took `ns` from submission to its reaped completion (the device's
+    /// share of the request, for the hook's time split). Default: ignored.
+    fn offloaded_read_time(&self, ns: u64) {
+        let _ = ns;
+    }
 }

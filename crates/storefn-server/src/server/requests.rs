@@ -233,8 +233,64 @@ impl Worker<'_> {
                 );
             }
             Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
+            Request::LambdaWrite { path, offset, hash, input, out_cap } => {
+                match self.lambda_write(path, offset, hash, input, out_cap) {
+                    Ok((version, written)) => {
+                        self.respond(ci, req_id, code, &Response::LambdaWrite { version, written });
+                    }
+                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
             Request::Hello { .. } | Request::Auth { .. } => unreachable!("handled above"),
         }
+    }
+
+    /// LAMBDA_WRITE, answered at once like WRITE: the program runs over the input into the
+    /// thread's staging buffer, its output is written at `offset` of the file (opened beneath
+    /// the root, which must exist) and `fdatasync`ed before the version is returned, so an
+    /// acknowledged λ write is durable.
+    fn lambda_write(
+        &mut self,
+        path: &[u8],
+        offset: u64,
+        hash: &ProgHash,
+        input: &[u8],
+        out_cap: u32,
+    ) -> Result<(FileVersion, u64), FileFail> {
+        use std::os::unix::fs::FileExt;
+        if self.stopping() {
+            return Err((StatusCode::ShuttingDown, "server is stopping".into()));
+        }
+        // The file first: a path outside the root or missing costs no program run.
+        let f = self
+            .shared
+            .root
+            .open_beneath(path, libc::O_WRONLY)
+            .map_err(|e| (e.status(), e.to_string()))?;
+        let si = self.progs.acquire(self.shared, hash, ProgType::Lambda)?;
+        let cap = out_cap as usize;
+        if self.write_staging.len() < cap {
+            self.write_staging.resize(cap, 0);
+        }
+        let out = &mut self.write_staging[..cap];
+        out.fill(0);
+        let s = self.progs.slots[si as usize].as_mut().expect("held");
+        let ran = s.inst.run_lambda(input, out);
+        self.progs.release(si);
+        let ret = ran.map_err(|e| (StatusCode::ChainFailed, e.to_string()))?;
+        let n = usize::try_from(ret).ok().filter(|&n| n <= cap).ok_or_else(|| {
+            let m = format!("program returned {ret} output bytes, more than out_cap {out_cap}");
+            (StatusCode::ChainFailed, m)
+        })?;
+        offset
+            .checked_add(ret)
+            .ok_or((StatusCode::OutOfRange, "offset + output overflows".into()))?;
+        f.write_all_at(&self.write_staging[..n], offset)
+            .map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
+        f.sync_data().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
+        let (dev, ino, change, _) =
+            crate::confine::identity(&f).map_err(|e| (StatusCode::Io, e.to_string()))?;
+        Ok((FileVersion { dev, ino, change }, ret))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -322,6 +378,9 @@ impl Worker<'_> {
             buf,
             input: Vec::new(),
             input_len: 0,
+            submitted: 0,
+            landed: 0,
+            reads_in_flight: 0,
             admitted: false,
         };
         let ji = match self.free_jobs.pop() {

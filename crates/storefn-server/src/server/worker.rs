@@ -18,6 +18,8 @@ use storefn_io::{Completion, Engine, EngineConfig};
 
 use super::files::{FileFail, Files};
 use super::progs::Progs;
+#[path = "worker_lambda.rs"]
+mod lambda;
 #[path = "worker_offload.rs"]
 mod offload;
 use super::sched::Sched;
@@ -30,6 +32,7 @@ use crate::proto::{
     StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
     MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES,
 };
+use lambda::{submit_lambda_chunks, token_chunk, token_job};
 use offload::OffloadState;
 
 /// Receive buffer a connection starts with; it grows up to `MAX_FRAME_BYTES` for big frames.
@@ -62,11 +65,18 @@ pub(super) struct Job {
     pub(super) out_len: u32,
     pub(super) scratch_len: u32,
     pub(super) buf: Box<[u8]>,
-    /// λ: the range read so far (staging buffer taken from the thread's pool when the job is
-    /// admitted, so at most `ENGINE_CHAINS` exist per thread; empty for other kinds).
+    /// λ: the range, `len` bytes, filled as its chunk reads land (staging buffer taken from
+    /// the thread's pool when the job is admitted, so at most `ENGINE_CHAINS` exist per
+    /// thread; empty for other kinds).
     pub(super) input: Vec<u8>,
     /// λ: `u32::MAX` once a read of the range failed (its error is already answered).
     pub(super) input_len: u32,
+    /// λ: bytes of the range whose reads were submitted, and that landed.
+    pub(super) submitted: u32,
+    pub(super) landed: u32,
+    /// λ: chunk reads in flight (the job is released only when none is: each carries its
+    /// index in the token).
+    pub(super) reads_in_flight: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
     pub(super) admitted: bool,
 }
@@ -86,6 +96,12 @@ pub(super) struct Conn {
     /// Bytes ready to send, and how many of them went out.
     pub(super) tx: Vec<u8>,
     pub(super) tx_pos: usize,
+    /// DDS: whole response frames an offloaded read filled in place, sent from their own
+    /// buffers after (or between) `tx`'s bytes; `out_pos` bytes of the front one are sent.
+    pub(super) out_frames: std::collections::VecDeque<FrameBuf>,
+    pub(super) out_pos: usize,
+    /// Sent frames kept for the next offloaded reads (at most `MAX_SPARE_FRAMES`).
+    pub(super) spare_frames: Vec<FrameBuf>,
     pub(super) in_flight: u32,
     pub(super) tenant: Option<u32>,
     pub(super) challenge: [u8; HASH_BYTES],
@@ -112,6 +128,9 @@ pub(super) struct Worker<'a> {
     pub(super) spare_bufs: Vec<Box<[u8]>>,
     /// λ staging buffers of finished jobs, kept with their capacity (AIOS: reused, not freed).
     pub(super) spare_inputs: Vec<Vec<u8>>,
+    /// LAMBDA_WRITE: the program's output before it is written (grows to the largest
+    /// `out_cap` asked, at most `MAX_LAMBDA_WRITE_OUT_BYTES`, and is reused).
+    pub(super) write_staging: Vec<u8>,
     pub(super) sched: Sched,
     pub(super) tenants: Vec<Vec<u8>>,
     pub(super) pollfds: Vec<libc::pollfd>,
@@ -157,6 +176,7 @@ pub(crate) fn run(
         free_jobs: Vec::new(),
         spare_bufs: Vec::new(),
         spare_inputs: Vec::new(),
+        write_staging: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
         tenants: Vec::new(),
         pollfds: Vec::new(),
@@ -202,10 +222,21 @@ impl Worker<'_> {
             revents: 0,
         });
         self.poll_conn.push(u32::MAX - 1);
+        // DDS: host answers (the hook's eventfd) and offloaded reads (their ring's fd) wake the
+        // poll like the engine's completions do.
+        let wake = self.shared.cfg.offload.as_ref().and_then(|h| h.wake_fd());
+        if let (Some(fd), true) = (wake, self.offload.forwarded_live > 0) {
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_conn.push(u32::MAX - 2);
+        }
+        if let Some(fd) = self.offload.reads_fd() {
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_conn.push(u32::MAX - 3);
+        }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
             let mut ev = 0;
-            let backlog = c.tx.len() - c.tx_pos;
+            let backlog = c.out_backlog();
             if c.closing.is_none()
                 && listener.is_some()
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
@@ -219,9 +250,9 @@ impl Worker<'_> {
             self.pollfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
             self.poll_conn.push(u32::try_from(i).expect("bounded"));
         }
-        // Host answers arrive over shared memory, not an fd: while any are awaited, poll
-        // without sleeping.
-        let timeout = if self.offload.forwarded_live > 0 {
+        // Without a wake fd, host answers arrive over shared memory only: while any are
+        // awaited, poll without sleeping.
+        let timeout = if self.offload.forwarded_live > 0 && wake.is_none() {
             0
         } else {
             i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
@@ -246,7 +277,13 @@ impl Worker<'_> {
                         self.accept(l);
                     }
                 }
-                x if x == u32::MAX - 1 => {}
+                x if x == u32::MAX - 2 => {
+                    let mut n = [0u8; 8];
+                    // SAFETY: reads 8 bytes into a live buffer from the hook's eventfd
+                    // (non-blocking); it only resets the counter, the answers are polled below.
+                    unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
+                }
+                x if x == u32::MAX - 1 || x == u32::MAX - 3 => {}
                 ci => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.on_readable(ci);
@@ -263,6 +300,7 @@ impl Worker<'_> {
         // again (which submits it) until no chunk was queued, or it would wait for the poll.
         while self.reap()? > 0 {}
         self.poll_forwarded();
+        self.poll_offload_reads();
         self.flush_all();
         self.check_timeouts();
         Ok(())
@@ -311,6 +349,9 @@ impl Worker<'_> {
                 frame: FrameBuf::with_capacity(INITIAL_RX_BYTES),
                 tx: Vec::with_capacity(INITIAL_RX_BYTES),
                 tx_pos: 0,
+                out_frames: std::collections::VecDeque::new(),
+                out_pos: 0,
+                spare_frames: Vec::new(),
                 in_flight: 0,
                 tenant: None,
                 challenge: [0; HASH_BYTES],
@@ -421,7 +462,8 @@ impl Worker<'_> {
                 JobKind::Lambda => {
                     j.input = self.spare_inputs.pop().unwrap_or_default();
                     debug_assert!(j.input.is_empty());
-                    submit_lambda_chunk(&mut self.engine, j, token)
+                    j.input.resize(j.len as usize, 0);
+                    submit_lambda_chunks(&mut self.engine, j, ji)
                 }
                 JobKind::Xrp => {
                     let n = j.scratch_len as usize;
@@ -432,7 +474,11 @@ impl Worker<'_> {
                 }
             };
             if let Err(e) = r {
-                self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
+                if j.kind == JobKind::Lambda {
+                    self.lambda_submit_failed(ji, &e);
+                } else {
+                    self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
+                }
             } else if j.kind == JobKind::Xrp {
                 self.shared.stats.chains.fetch_add(1, Ordering::Relaxed);
             }
@@ -450,8 +496,11 @@ impl Worker<'_> {
         finished.clear();
         engine
             .reap(progs, |c: Completion<'_>| {
-                let ji = u32::try_from(c.token).expect("job index");
+                let ji = token_job(c.token);
                 let j = jobs[ji as usize].as_mut().expect("completed job exists");
+                if j.kind == JobKind::Lambda {
+                    j.reads_in_flight -= 1;
+                }
                 let live = conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
                 if live {
                     complete_into(j, &c, conns[j.conn as usize].as_mut().expect("live"));
@@ -459,71 +508,36 @@ impl Worker<'_> {
                 finished.push(ji);
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        // λ programs run here, outside the reap (their input was copied out of the buffer):
-        // once the whole range is staged; until then the next chunk's read goes out (the
-        // reaped read freed its engine slot, so the job keeps its scheduler share).
+        // λ programs run here, outside the reap (their input was copied out of the buffer),
+        // once the whole range is staged; until then more chunk reads go out (up to
+        // `LAMBDA_READS_PER_JOB` per job). A job with reads in flight is never released: their
+        // tokens name it. One reap may hold several completions of the same job.
         let mut queued = 0;
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            let j = self.jobs[ji as usize].as_mut().expect("finished job exists");
+            let Some(j) = self.jobs[ji as usize].as_mut() else { continue };
             let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
-            if j.kind == JobKind::Lambda && j.input_len != u32::MAX && live {
-                if j.input.len() < j.len as usize {
-                    match submit_lambda_chunk(&mut self.engine, j, u64::from(ji)) {
-                        Ok(()) => queued += 1,
-                        Err(e) => {
-                            self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
-                        }
+            if j.kind == JobKind::Lambda {
+                if j.input_len != u32::MAX && live && j.landed < j.len {
+                    let before = j.reads_in_flight;
+                    if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
+                        self.lambda_submit_failed(ji, &e);
+                        continue;
                     }
+                    let j = self.jobs[ji as usize].as_ref().expect("job");
+                    queued += (j.reads_in_flight - before) as usize;
                     continue;
                 }
-                self.run_lambda(ji);
+                if j.reads_in_flight > 0 {
+                    continue;
+                }
+                if j.input_len != u32::MAX && live {
+                    self.run_lambda(ji);
+                }
             }
             self.release_job(ji);
         }
         Ok(queued)
-    }
-
-    /// Runs a λ job's program over its input, writing the output straight into the response.
-    fn run_lambda(&mut self, ji: u32) {
-        let j = self.jobs[ji as usize].as_ref().expect("job");
-        let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
-        if !live {
-            return;
-        }
-        let (conn, req_id, version, cap, inst) = (j.conn, j.req_id, j.version, j.out_len, j.inst);
-        let Self { jobs, conns, progs, .. } = self;
-        let j = jobs[ji as usize].as_ref().expect("job");
-        let c = conns[conn as usize].as_mut().expect("live");
-        open_frame(c);
-        let start = c.frame.begin_msg(req_id, op::LAMBDA, StatusCode::Ok as u16);
-        let hdr = c.frame.buf.len();
-        c.frame.buf.extend_from_slice(&version.dev.to_le_bytes());
-        c.frame.buf.extend_from_slice(&version.ino.to_le_bytes());
-        c.frame.buf.extend_from_slice(&version.change.to_le_bytes());
-        c.frame.buf.extend_from_slice(&0u64.to_le_bytes());
-        let out_at = c.frame.buf.len();
-        c.frame.buf.resize(out_at + cap as usize, 0);
-        let s = progs.slots[inst as usize].as_mut().expect("held");
-        let res = s.inst.run_lambda(&j.input, &mut c.frame.buf[out_at..]);
-        match res {
-            Ok(ret) => {
-                let keep = usize::try_from(ret.min(u64::from(cap))).expect("<= cap");
-                c.frame.buf.truncate(out_at + keep);
-                c.frame.buf[hdr + 24..hdr + 32].copy_from_slice(&ret.to_le_bytes());
-                c.frame.end_msg(start);
-            }
-            Err(e) => {
-                c.frame.buf.truncate(start);
-                put_status(
-                    &mut c.frame,
-                    req_id,
-                    op::LAMBDA,
-                    StatusCode::ChainFailed,
-                    &e.to_string(),
-                );
-            }
-        }
     }
 
     fn finish_job(&mut self, ji: u32, r: Result<(), FileFail>) {
@@ -579,7 +593,7 @@ impl Worker<'_> {
                 continue;
             }
             let c = self.conns[ci as usize].as_ref().expect("live");
-            if c.tx_pos == c.tx.len() {
+            if c.out_backlog() == 0 {
                 if let Some(why) = c.closing {
                     self.close(ci, why);
                 }
@@ -592,7 +606,7 @@ impl Worker<'_> {
         let (idle, slow) = (self.shared.cfg.idle_timeout, self.shared.cfg.slow_client_timeout);
         for ci in 0..self.conns.len() {
             let Some(c) = self.conns[ci].as_ref() else { continue };
-            let quiet = c.in_flight == 0 && c.tx_pos == c.tx.len() && c.partial_since.is_none();
+            let quiet = c.in_flight == 0 && c.out_backlog() == 0 && c.partial_since.is_none();
             let why = if quiet && now - c.last_rx > idle {
                 self.shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                 "idle timeout"
@@ -620,11 +634,8 @@ impl Worker<'_> {
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
                 || self.offload.forwarded_live > 0
-                || self
-                    .conns
-                    .iter()
-                    .flatten()
-                    .any(|c| !c.frame.is_empty() || c.tx_pos < c.tx.len());
+                || self.offload.reads_live() > 0
+                || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);
             if !pending {
                 break;
             }
@@ -646,6 +657,9 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
         JobKind::Xrp => op::XRP,
         JobKind::Lambda => op::LAMBDA,
     };
+    if j.kind == JobKind::Lambda && j.input_len == u32::MAX {
+        return; // an earlier chunk failed and was answered
+    }
     open_frame(conn);
     match &c.result {
         Err(e) => {
@@ -674,36 +688,28 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 put_response(&mut conn.frame, j.req_id, code, &r);
             }
             JobKind::Lambda => {
-                let want = (j.len as usize - j.input.len()).min(MAX_READ_BYTES as usize);
+                if j.input_len == u32::MAX {
+                    return; // an earlier chunk failed and was answered
+                }
+                let at = token_chunk(c.token) as usize * MAX_READ_BYTES as usize;
+                let want = (j.len as usize - at).min(MAX_READ_BYTES as usize);
                 if c.data.len() != want {
                     // The range was checked against the file's size: a short read means the
                     // file shrank under the request; never loop on it.
                     j.input_len = u32::MAX;
                     let m = format!(
                         "short read at {}: {} of {want} bytes",
-                        j.offset + j.input.len() as u64,
+                        j.offset + at as u64,
                         c.data.len()
                     );
                     put_status(&mut conn.frame, j.req_id, code, StatusCode::Io, &m);
                 } else {
-                    j.input.extend_from_slice(c.data);
+                    j.input[at..at + want].copy_from_slice(c.data);
+                    j.landed += u32::try_from(want).expect("<= MAX_READ_BYTES");
                 }
             }
         },
     }
-}
-
-/// Submits the read of a λ job's next chunk (at most `MAX_READ_BYTES`, the engine's plain-read
-/// limit) of its range; the chunk lands after the bytes already staged.
-fn submit_lambda_chunk(
-    engine: &mut Engine,
-    j: &mut Job,
-    token: u64,
-) -> Result<(), storefn_io::SubmitError> {
-    let done = j.input.len() as u64;
-    debug_assert!(done < u64::from(j.len));
-    let n = (u64::from(j.len) - done).min(u64::from(MAX_READ_BYTES));
-    engine.submit_read(j.file, j.offset + done, n, token)
 }
 
 /// A response frame is closed (moved to the send buffer) before it could pass
@@ -724,24 +730,66 @@ pub(super) fn open_frame(c: &mut Conn) {
     }
 }
 
-/// Sends what the socket takes; `Err` = the connection is broken.
-fn send(c: &mut Conn) -> Result<(), String> {
-    while c.tx_pos < c.tx.len() {
-        match c.stream.write(&c.tx[c.tx_pos..]) {
+/// Sent offloaded-read frames a connection keeps for reuse.
+const MAX_SPARE_FRAMES: usize = 16;
+
+impl Conn {
+    /// Bytes waiting to be sent: `tx`'s and the queued frames'.
+    pub(super) fn out_backlog(&self) -> usize {
+        let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
+        self.tx.len() - self.tx_pos + frames - self.out_pos
+    }
+}
+
+/// Writes `bytes[*pos..]`; Ok(true) when all of it went out, Ok(false) when the socket is full.
+fn write_some(stream: &mut TcpStream, bytes: &[u8], pos: &mut usize) -> Result<bool, String> {
+    while *pos < bytes.len() {
+        match stream.write(&bytes[*pos..]) {
             Ok(0) => return Err("write returned 0".into()),
-            Ok(n) => {
-                c.tx_pos += n;
-                c.tx_stalled_since = None;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                c.tx_stalled_since = Some(c.tx_stalled_since.unwrap_or_else(Instant::now));
-                return Ok(());
-            }
+            Ok(n) => *pos += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("write: {e}")),
         }
     }
-    c.tx.clear();
-    c.tx_pos = 0;
-    Ok(())
+    Ok(true)
+}
+
+/// Sends what the socket takes; `Err` = the connection is broken. A frame is never split by
+/// another: a partly sent queued frame finishes before `tx` resumes, and `tx` (once started)
+/// before the next queued frame.
+fn send(c: &mut Conn) -> Result<(), String> {
+    loop {
+        let frame_first = c.out_pos > 0 || (c.tx_pos == c.tx.len() && !c.out_frames.is_empty());
+        let before = c.out_backlog();
+        let done = if frame_first {
+            let f = c.out_frames.front().expect("checked");
+            let done = write_some(&mut c.stream, &f.buf, &mut c.out_pos)?;
+            if done {
+                let f = c.out_frames.pop_front().expect("checked");
+                c.out_pos = 0;
+                if c.spare_frames.len() < MAX_SPARE_FRAMES {
+                    c.spare_frames.push(f);
+                }
+            }
+            done
+        } else if c.tx_pos < c.tx.len() {
+            let done = write_some(&mut c.stream, &c.tx, &mut c.tx_pos)?;
+            if done {
+                c.tx.clear();
+                c.tx_pos = 0;
+            }
+            done
+        } else {
+            c.tx_stalled_since = None;
+            return Ok(());
+        };
+        if c.out_backlog() < before {
+            c.tx_stalled_since = None;
+        }
+        if !done {
+            c.tx_stalled_since = Some(c.tx_stalled_since.unwrap_or_else(Instant::now));
+            return Ok(());
+        }
+    }
 }

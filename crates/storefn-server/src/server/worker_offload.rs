@@ -1,14 +1,19 @@
 //! The worker's DDS path: a frame's OFFLOAD requests are judged as one batch by the
-//! [`OffloadHook`]; offloaded reads are read straight into the response frame; the rest are
-//! forwarded to the host application and answered when its reply comes back.
+//! [`OffloadHook`]; offloaded reads are io_uring reads straight into the response frame that is
+//! sent (`offload_reads`); the rest are forwarded to the host application and answered when its
+//! reply comes back.
 
-use super::super::offload::{OffloadDecision, OffloadHook};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::super::offload::{OffloadDecision, OffloadHook, ReadCheck};
+use super::super::offload_reads::{OffloadReads, ReadSlot};
 use super::super::MAX_IN_FLIGHT_PER_CONN;
 use super::{open_frame, Worker};
 use crate::proto::msg::{
     MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
 };
-use crate::proto::{op, put_response, Response, StatusCode};
+use crate::proto::{op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE};
 
 /// A request waiting for the host application's answer.
 #[derive(Debug, Clone, Copy)]
@@ -18,19 +23,63 @@ struct Forwarded {
     req_id: u64,
 }
 
+/// A forwarding token: the slot in the low half, the slot's generation in the high half, so a
+/// late answer to a slot that timed out and was reused is recognised and dropped.
+fn token(slot: u32, gen: u32) -> u64 {
+    (u64::from(gen) << 32) | u64::from(slot)
+}
+
 /// Per-thread DDS state; buffers are reused from frame to frame.
 #[derive(Debug, Default)]
 pub(super) struct OffloadState {
     /// The current frame's OFFLOAD messages, back to back, and (req_id, start, end) of each.
     msgs: Vec<u8>,
     reqs: Vec<(u64, usize, usize)>,
+    /// (start, end) of each message, for the hook.
+    bounds: Vec<(usize, usize)>,
     decisions: Vec<OffloadDecision>,
     forwarded: Vec<Option<Forwarded>>,
+    /// Generation of each slot (bumped when the slot is freed).
+    slot_gens: Vec<u32>,
     free: Vec<u32>,
+    /// (deadline, token) in forwarding order (deadlines grow with it); entries whose slot was
+    /// answered are skipped when they reach the front.
+    expiry: std::collections::VecDeque<(Instant, u64)>,
     /// Forwarded requests not answered yet.
     pub(super) forwarded_live: usize,
     answers: Vec<(u64, std::ops::Range<usize>)>,
     answer_bytes: Vec<u8>,
+    /// The thread's offloaded reads (created at the first one).
+    reads: Option<OffloadReads>,
+    done_reads: Vec<(ReadSlot, i32)>,
+    spare_frames: Vec<FrameBuf>,
+    spare_msgs: Vec<Vec<u8>>,
+}
+
+impl OffloadState {
+    /// Offloaded reads in flight.
+    pub(super) fn reads_live(&self) -> usize {
+        self.reads.as_ref().map_or(0, |r| r.live)
+    }
+
+    /// The offload read ring's fd while reads are in flight (readable with completions).
+    pub(super) fn reads_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.reads.as_ref().filter(|r| r.live > 0).map(OffloadReads::fd)
+    }
+}
+
+/// Frames and message buffers the thread keeps for offloaded reads.
+const MAX_SPARE_READ_FRAMES: usize = 64;
+
+/// One offloaded read as decided.
+#[derive(Debug, Clone, Copy)]
+struct ReadReq {
+    ci: u32,
+    req_id: u64,
+    file: u32,
+    offset: u64,
+    size: u32,
+    epoch: u64,
 }
 
 impl Worker<'_> {
@@ -64,89 +113,176 @@ impl Worker<'_> {
         }
         let hook = std::sync::Arc::clone(self.shared.cfg.offload.as_ref().expect("checked"));
         let mut o = std::mem::take(&mut self.offload);
-        let views: Vec<&[u8]> = o.reqs.iter().map(|&(_, a, b)| &o.msgs[a..b]).collect();
+        o.bounds.clear();
+        o.bounds.extend(o.reqs.iter().map(|&(_, a, b)| (a, b)));
         o.decisions.clear();
-        hook.decide(&views, &mut o.decisions);
-        drop(views);
-        for (k, &(req_id, a, b)) in o.reqs.iter().enumerate() {
+        hook.decide(&o.msgs, &o.bounds, &mut o.decisions);
+        let reqs = std::mem::take(&mut o.reqs);
+        let msgs = std::mem::take(&mut o.msgs);
+        for (k, &(req_id, a, b)) in reqs.iter().enumerate() {
             let d = o.decisions.get(k).copied().unwrap_or(OffloadDecision::Forward);
             let live = self.conns[ci as usize].is_some();
             if !live {
                 break;
             }
+            let msg = &msgs[a..b];
             match d {
-                OffloadDecision::Read { file, offset, size } => {
-                    self.conn(ci).in_flight -= 1;
-                    self.serve_offloaded(ci, req_id, &*hook, file, offset, size);
+                OffloadDecision::Read { file, offset, size, epoch } => {
+                    let read = ReadReq { ci, req_id, file, offset, size, epoch };
+                    self.serve_offloaded(&mut o, &*hook, read, msg);
                 }
-                OffloadDecision::Forward => {
-                    let token = match o.free.pop() {
-                        Some(t) => t,
-                        None => {
-                            o.forwarded.push(None);
-                            u32::try_from(o.forwarded.len() - 1).expect("bounded by in-flight")
-                        }
-                    };
-                    match hook.forward(u64::from(token), &o.msgs[a..b]) {
-                        Ok(()) => {
-                            let conn_gen = self.conn(ci).gen;
-                            o.forwarded[token as usize] =
-                                Some(Forwarded { conn: ci, conn_gen, req_id });
-                            o.forwarded_live += 1;
-                        }
-                        Err(m) => {
-                            o.free.push(token);
-                            self.conn(ci).in_flight -= 1;
-                            let m = format!("forward to the host application: {m}");
-                            self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
-                        }
-                    }
-                }
+                OffloadDecision::Forward => self.forward_one(&mut o, &*hook, ci, req_id, msg),
             }
         }
+        if let Some(r) = o.reads.as_mut() {
+            if let Err(e) = r.submit() {
+                eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
+            }
+        }
+        o.reqs = reqs;
         o.reqs.clear();
+        o.msgs = msgs;
         o.msgs.clear();
         self.offload = o;
     }
 
-    /// An offloaded read, read by the hook straight into the response frame.
-    fn serve_offloaded(
+    /// Forwards one request to the host application (its in-flight count stays until the
+    /// answer, the timeout or a refusal answers it).
+    fn forward_one(
         &mut self,
+        o: &mut OffloadState,
+        hook: &dyn OffloadHook,
         ci: u32,
         req_id: u64,
-        hook: &dyn OffloadHook,
-        file: u32,
-        offset: u64,
-        size: u32,
+        msg: &[u8],
     ) {
-        if size > MAX_OFFLOAD_DATA_BYTES {
-            let m = format!("offload read of {size} bytes is over MAX_OFFLOAD_DATA_BYTES");
-            return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Limit, &m);
-        }
-        let c = self.conn(ci);
-        open_frame(c);
-        let start = c.frame.begin_msg(req_id, op::OFFLOAD, StatusCode::Ok as u16);
-        c.frame.buf.push(SERVED_BY_OFFLOAD);
-        c.frame.buf.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
-        let at = c.frame.buf.len();
-        c.frame.buf.resize(at + size as usize, 0);
-        match hook.read(file, offset, &mut c.frame.buf[at..]) {
-            Ok(n) => {
-                c.frame.buf.truncate(at + n);
-                c.frame.end_msg(start);
+        let slot = match o.free.pop() {
+            Some(t) => t,
+            None => {
+                o.forwarded.push(None);
+                o.slot_gens.push(0);
+                u32::try_from(o.forwarded.len() - 1).expect("bounded by in-flight")
             }
-            Err(errno) => {
-                c.frame.buf.truncate(start);
-                let e = std::io::Error::from_raw_os_error(errno);
-                let m = format!("offload read of file {file} at {offset}: {e}");
+        };
+        let tok = token(slot, o.slot_gens[slot as usize]);
+        match hook.forward(tok, msg) {
+            Ok(()) => {
+                let conn_gen = self.conn(ci).gen;
+                let deadline = Instant::now() + self.shared.cfg.forward_timeout;
+                o.forwarded[slot as usize] = Some(Forwarded { conn: ci, conn_gen, req_id });
+                o.expiry.push_back((deadline, tok));
+                o.forwarded_live += 1;
+            }
+            Err(m) => {
+                o.free.push(slot);
+                self.conn(ci).in_flight -= 1;
+                let m = format!("forward to the host application: {m}");
                 self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
             }
         }
     }
 
+    /// An offloaded read: an io_uring read straight into the data bytes of the response frame
+    /// that will be sent (module `offload_reads`). Forwarded instead when the hook no longer
+    /// has the file or every read slot is busy.
+    fn serve_offloaded(
+        &mut self,
+        o: &mut OffloadState,
+        hook: &dyn OffloadHook,
+        r: ReadReq,
+        msg: &[u8],
+    ) {
+        let ReadReq { ci, req_id, file, offset, size, epoch } = r;
+        if size > MAX_OFFLOAD_DATA_BYTES {
+            self.conn(ci).in_flight -= 1;
+            let m = format!("offload read of {size} bytes is over MAX_OFFLOAD_DATA_BYTES");
+            return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Limit, &m);
+        }
+        if o.reads.is_none() {
+            match OffloadReads::new() {
+                Ok(r) => o.reads = Some(r),
+                Err(e) => {
+                    self.conn(ci).in_flight -= 1;
+                    let m = format!("offload read ring: {e}");
+                    return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
+                }
+            }
+        }
+        let reads = o.reads.as_mut().expect("created above");
+        let Some((f, stamp)) = hook.file(file, offset, size).filter(|_| reads.has_room()) else {
+            return self.forward_one(o, hook, ci, req_id, msg);
+        };
+        let check = ReadCheck { file, offset, size, epoch, stamp };
+        let c = self.conn(ci);
+        let conn_gen = c.gen;
+        let mut frame = c.spare_frames.pop().or_else(|| o.spare_frames.pop()).unwrap_or_default();
+        frame.begin(KIND_RESPONSE);
+        let msg_start = frame.begin_msg(req_id, op::OFFLOAD, StatusCode::Ok as u16);
+        frame.buf.push(SERVED_BY_OFFLOAD);
+        frame.buf.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
+        let data_at = frame.buf.len();
+        frame.buf.resize(data_at + size as usize, 0);
+        let mut m = o.spare_msgs.pop().unwrap_or_default();
+        m.clear();
+        m.extend_from_slice(msg);
+        let reads = o.reads.as_mut().expect("created above");
+        reads.queue(ci, conn_gen, req_id, f, offset, frame, msg_start, data_at, check, m);
+    }
+
+    /// Answers the offloaded reads that completed: the frame they filled is queued on the
+    /// connection as it is; a read that may have overlapped a host change (the hook's epoch or
+    /// the range's change stamp moved) is forwarded to the host instead; an error is answered
+    /// `IO` with the errno.
+    pub(super) fn poll_offload_reads(&mut self) {
+        if self.offload.reads_live() == 0 {
+            return;
+        }
+        let Some(hook) = self.shared.cfg.offload.clone() else { return };
+        let mut o = std::mem::take(&mut self.offload);
+        let mut done = std::mem::take(&mut o.done_reads);
+        let reads = o.reads.as_mut().expect("live reads");
+        // Reads a failed submit left queued go out now (else they would never complete).
+        if let Err(e) = reads.submit() {
+            eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
+        }
+        reads.reap(|s, res| done.push((s, res)));
+        for (mut s, res) in done.drain(..) {
+            hook.offloaded_read_time(
+                u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            );
+            let live = self.conns[s.conn as usize].as_ref().is_some_and(|c| c.gen == s.conn_gen);
+            if live && res >= 0 && !hook.unchanged_since(&s.check) {
+                self.shared.stats.offload_raced.fetch_add(1, Ordering::Relaxed);
+                self.forward_one(&mut o, &*hook, s.conn, s.req_id, &s.msg);
+            } else if live && res < 0 {
+                self.conn(s.conn).in_flight -= 1;
+                let e = std::io::Error::from_raw_os_error(-res);
+                let m = format!("offload read: {e}");
+                self.respond_err(s.conn, s.req_id, op::OFFLOAD, StatusCode::Io, &m);
+            } else if live {
+                let n = usize::try_from(res).expect("non-negative");
+                s.frame.buf.truncate(s.data_at + n.min(s.frame.buf.len() - s.data_at));
+                s.frame.end_msg(s.msg_start);
+                s.frame.finish();
+                let c = self.conn(s.conn);
+                c.in_flight -= 1;
+                c.out_frames.push_back(std::mem::take(&mut s.frame));
+            }
+            if s.frame.buf.capacity() > 0 && o.spare_frames.len() < MAX_SPARE_READ_FRAMES {
+                o.spare_frames.push(std::mem::take(&mut s.frame));
+            }
+            if o.spare_msgs.len() < MAX_SPARE_READ_FRAMES {
+                o.spare_msgs.push(std::mem::take(&mut s.msg));
+            }
+        }
+        o.done_reads = done;
+        self.offload = o;
+    }
+
     /// Relays the host application's answers to their clients.
     pub(super) fn poll_forwarded(&mut self) {
         if self.offload.forwarded_live == 0 {
+            self.offload.expiry.clear(); // every entry left was answered
             return;
         }
         let Some(hook) = self.shared.cfg.offload.as_ref() else { return };
@@ -160,16 +296,13 @@ impl Worker<'_> {
             answers.push((token, a..bytes.len()));
         });
         let mut o = std::mem::take(&mut self.offload);
-        for (token, range) in &o.answers {
-            let Some(f) = usize::try_from(*token)
-                .ok()
-                .and_then(|t| o.forwarded.get_mut(t))
-                .and_then(Option::take)
-            else {
-                continue; // not ours (a corrupt or late answer): nothing to relay
+        let answers = std::mem::take(&mut o.answers);
+        for (tok, range) in &answers {
+            let Some(f) = o.take(*tok) else {
+                // Not a live request: a late answer to one that timed out, or garbage.
+                self.shared.stats.late_answers.fetch_add(1, Ordering::Relaxed);
+                continue;
             };
-            o.free.push(u32::try_from(*token).expect("checked"));
-            o.forwarded_live -= 1;
             let Some(c) = self.conns[f.conn as usize].as_mut().filter(|c| c.gen == f.conn_gen)
             else {
                 continue;
@@ -185,6 +318,55 @@ impl Worker<'_> {
             let r = Response::Offload { served_by: SERVED_BY_HOST, data };
             put_response(&mut c.frame, f.req_id, op::OFFLOAD, &r);
         }
+        o.answers = answers;
         self.offload = o;
+        self.expire_forwarded();
+    }
+
+    /// Answers `HOST_TIMEOUT` to every forwarded request past its deadline; their slots get a
+    /// new generation, so the host's late answers are dropped.
+    fn expire_forwarded(&mut self) {
+        let now = Instant::now();
+        while let Some(&(deadline, tok)) = self.offload.expiry.front() {
+            let o = &mut self.offload;
+            let slot = (tok & u64::from(u32::MAX)) as usize;
+            let live = o.slot_gens.get(slot).is_some_and(|&g| u64::from(g) == tok >> 32)
+                && o.forwarded[slot].is_some();
+            if live && deadline > now {
+                break;
+            }
+            o.expiry.pop_front();
+            if !live {
+                continue; // answered already
+            }
+            let f = o.take(tok).expect("checked live");
+            self.shared.stats.forward_timeouts.fetch_add(1, Ordering::Relaxed);
+            let Some(c) = self.conns[f.conn as usize].as_mut().filter(|c| c.gen == f.conn_gen)
+            else {
+                continue;
+            };
+            c.in_flight -= 1;
+            let m = format!(
+                "the host application did not answer this forwarded request within {} ms",
+                self.shared.cfg.forward_timeout.as_millis()
+            );
+            self.respond_err(f.conn, f.req_id, op::OFFLOAD, StatusCode::HostTimeout, &m);
+        }
+    }
+}
+
+impl OffloadState {
+    /// Takes the live request of `tok` (slot and generation must match), freeing its slot
+    /// under a new generation.
+    fn take(&mut self, tok: u64) -> Option<Forwarded> {
+        let slot = usize::try_from(tok & u64::from(u32::MAX)).ok()?;
+        if self.slot_gens.get(slot).map(|&g| u64::from(g)) != Some(tok >> 32) {
+            return None;
+        }
+        let f = self.forwarded[slot].take()?;
+        self.slot_gens[slot] = self.slot_gens[slot].wrapping_add(1);
+        self.free.push(u32::try_from(slot).expect("slots are u32"));
+        self.forwarded_live -= 1;
+        Some(f)
     }
 }
