@@ -13,6 +13,17 @@ use storefn_server::{Client, ClientConfig, Req};
 
 const PAGES: u64 = 64;
 
+/// Every test here starts a server whose worker thread is named `storefn-serve-0`, and
+/// `server_thread_cpu_ms` finds its server's thread by that name: the tests run one at a time.
+/// (Run in parallel, the stuck-host test read two different servers' threads and its CPU
+/// difference underflowed: "attempt to subtract with overflow", CI at 9c573b0.)
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed holding the lock poisoned it; the next test's servers are still its own.
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
@@ -98,6 +109,7 @@ fn check(page: u64, asked: u64, data: &[u8]) -> u64 {
 
 #[test]
 fn forwarded_and_offloaded_answers_agree() {
+    let _one = one_at_a_time();
     let ((), host) = run("agree", 0, |d, addr, lsns, _| {
         let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
         let reqs: Vec<Req> = (0..PAGES)
@@ -140,6 +152,7 @@ fn forwarded_and_offloaded_answers_agree() {
 /// page older than the LSN it asked for, offloaded or forwarded.
 #[test]
 fn get_page_never_returns_a_page_older_than_asked_under_replay() {
+    let _one = one_at_a_time();
     let ((off, fwd), host) = run("replay", 3000, |_, addr, lsns, _| {
         let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
@@ -179,7 +192,8 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// CPU time (user + system, ms) of this process's server worker thread `storefn-serve-0`.
+/// CPU time (user + system, ms) of this process's server worker thread `storefn-serve-0` (one
+/// server at a time: [`ONE_AT_A_TIME`]).
 fn server_thread_cpu_ms() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
@@ -203,6 +217,7 @@ fn server_thread_cpu_ms() -> u64 {
 /// to the timed-out request is dropped, never relayed to the request that reused the slot.
 #[test]
 fn a_stuck_host_times_out_only_forwarded_requests() {
+    let _one = one_at_a_time();
     use storefn_dds::pageserver::DeployOptions;
     use storefn_server::proto::StatusCode;
     const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
