@@ -14,6 +14,7 @@ use storefn_kv::builder::create_bpfkv_in;
 use storefn_kv::db::{Db, DbOptions};
 use storefn_kv::storage::{RealStorage, Storage, StorageFile};
 use storefn_kv::{KvError, NodeSize};
+use storefn_testkit::dir_names;
 
 /// The real file system, except that data writes fail with ENOSPC once `budget` bytes went.
 #[derive(Debug, Clone)]
@@ -80,15 +81,6 @@ impl Storage for FillingDisk {
     }
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn create_hitting_enospc_removes_its_files() {
     let t = TempDir::new("enospc-create");
@@ -99,7 +91,7 @@ fn create_hitting_enospc_removes_its_files() {
         matches!(&e, KvError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
         "{e}"
     );
-    assert!(names(&t.0).is_empty(), "left behind: {:?}", names(&t.0));
+    assert!(dir_names(&t.0).is_empty(), "left behind: {:?}", dir_names(&t.0));
 }
 
 #[test]
@@ -119,11 +111,11 @@ fn compaction_hitting_enospc_removes_its_files_and_keeps_the_puts() {
     let mut v = [0u8; 64];
     v[..4].copy_from_slice(b"kept");
     d.put(5000, &v).unwrap();
-    let before = names(&t.0);
+    let before = dir_names(&t.0);
     budget.store(30_000, Ordering::Relaxed); // the disk fills during the build
     let e = d.compact().unwrap_err().to_string();
     assert!(e.contains("db.new") && e.contains("No space left on device"), "{e}");
-    assert_eq!(names(&t.0), before, "nothing left behind");
+    assert_eq!(dir_names(&t.0), before, "nothing left behind");
     assert_eq!(d.get(5000).unwrap(), Some(v), "the put is still served");
     budget.store(u64::MAX, Ordering::Relaxed);
     d.compact().unwrap();

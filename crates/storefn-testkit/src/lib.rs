@@ -2,7 +2,8 @@
 //! - [`skip`]: the one way a test skips, and fails instead under CI's
 //!   [`REQUIRE_PRIVILEGED`];
 //! - [`CountingAlloc`]: the global allocator of the no-allocation tests (AIOS: no allocation
-//!   per request in steady state), counting per thread and per process.
+//!   per request in steady state), counting per thread and per process;
+//! - [`dir_names`]: what a directory holds, for tests that check a command left nothing behind.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -20,6 +21,18 @@ pub fn skip(why: &str) {
         panic!("{REQUIRE_PRIVILEGED}=1, but this test would skip: {why}");
     }
     println!("skipped: {why}");
+}
+
+/// The names of the entries in `dir`, sorted. Panics when the directory cannot be read (a test
+/// helper: the test fails naming the cause).
+#[must_use]
+pub fn dir_names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
 
 thread_local! {

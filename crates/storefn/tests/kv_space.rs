@@ -4,8 +4,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+use storefn_testkit::dir_names;
 
 fn storefn(args: &[&str]) -> (bool, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_storefn")).args(args).output().unwrap();
@@ -46,15 +47,6 @@ impl Drop for SmallFs {
     }
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn create_refuses_what_does_not_fit_and_leaves_nothing() {
     let Some(fs) = SmallFs::mount("create", "1m") else { return };
@@ -63,7 +55,7 @@ fn create_refuses_what_does_not_fit_and_leaves_nothing() {
     let (ok, _, err) = storefn(&["kv", "create", db.to_str().unwrap(), "--layers", "3"]);
     assert!(!ok);
     assert!(err.contains("needs 2415168 bytes") && err.contains("1048576 bytes free"), "{err}");
-    assert!(names(&fs.0).is_empty(), "left behind: {:?}", names(&fs.0));
+    assert!(dir_names(&fs.0).is_empty(), "left behind: {:?}", dir_names(&fs.0));
     // What fits is made.
     let (ok, out, err) = storefn(&["kv", "create", db.to_str().unwrap(), "--layers", "2"]);
     assert!(ok, "{err}");
@@ -81,11 +73,11 @@ fn compaction_refuses_what_does_not_fit_and_keeps_the_puts() {
     assert!(ok, "{err}");
     let (ok, _, err) = storefn(&["kv", "put", dbs, "--key", "5000", "--value", "kept"]);
     assert!(ok, "{err}");
-    let before = names(&fs.0);
+    let before = dir_names(&fs.0);
     let (ok, _, err) = storefn(&["kv", "compact", dbs]);
     assert!(!ok);
     assert!(err.contains("db.new: needs 79936 bytes") && err.contains("bytes free"), "{err}");
-    assert_eq!(names(&fs.0), before, "nothing left behind");
+    assert_eq!(dir_names(&fs.0), before, "nothing left behind");
     let (ok, out, _) = storefn(&["kv", "get", dbs, "--key", "5000"]);
     assert!(ok && out == "kept\n", "{out}");
 }
