@@ -17,6 +17,7 @@
 //! instruction (docs/design/vm.md, "Budget").
 
 use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
+pub use crate::loops::{CountedLoop, MAX_LOOP_PRECHARGE_INSNS};
 use crate::verifier::VerifyError;
 
 fn err<T>(insn: usize, reason: impl Into<String>) -> Result<T, VerifyError> {
@@ -34,6 +35,9 @@ pub struct Cfg {
     leader: Vec<bool>,
     /// Instructions charged when control reaches this slot; 0 = not a charge point.
     charge: Vec<u32>,
+    /// Loops charged as a whole before they run ([`Cfg::precharge`]); their headers are not
+    /// charge points.
+    counted: Vec<CountedLoop>,
 }
 
 impl Cfg {
@@ -49,15 +53,76 @@ impl Cfg {
         for f in 0..funcs.len() {
             check_function(insns, &second, &funcs, f, &mut leader)?;
         }
-        let mut cfg = Self { second, funcs, leader, charge: vec![0; insns.len()] };
-        cfg.charge = cfg.charges_for(insns);
+        let mut cfg =
+            Self { second, funcs, leader, charge: vec![0; insns.len()], counted: Vec::new() };
+        cfg.charge = cfg.charges_for(insns, &[]).expect("no counted loops: charges fit");
         Ok(cfg)
     }
 
-    /// The charge of every charge point (see the module documentation): a longest-path pass
-    /// from the last slot down, which sees every successor first because only backward jumps
-    /// go down and their targets are charge points.
-    fn charges_for(&self, insns: &[Insn]) -> Vec<u32> {
+    /// Charges each of `loops` (proved by [`crate::loops`]) as a whole where control enters
+    /// it: its header stops being a charge point, and a path through the loop counts
+    /// `(trips - 1)` times its longest iteration (header to back edge) plus its longest pass
+    /// (an iteration, or the way out). A loop whose `(trips - 1)` extra iterations would
+    /// charge more than [`MAX_LOOP_PRECHARGE_INSNS`] stays charged per iteration; if the
+    /// charges would not fit the table, nothing changes.
+    pub(crate) fn precharge(&mut self, insns: &[Insn], loops: &[CountedLoop]) {
+        let keep: Vec<CountedLoop> = loops
+            .iter()
+            .filter(|l| {
+                let extra = (l.trips - 1).checked_mul(self.longest_iteration(insns, l));
+                extra.is_some_and(|x| x <= MAX_LOOP_PRECHARGE_INSNS)
+            })
+            .copied()
+            .collect();
+        if let Some(charge) = self.charges_for(insns, &keep) {
+            self.charge = charge;
+            self.counted = keep;
+        }
+    }
+
+    /// The longest path from `l`'s header to its back edge, both included (its body is
+    /// acyclic once the back edge is cut; [`crate::loops`]).
+    fn longest_iteration(&self, insns: &[Insn], l: &CountedLoop) -> u64 {
+        let mut cycle = vec![None::<u64>; l.latch - l.header + 1];
+        for pc in (l.header..=l.latch).rev().filter(|&pc| !self.second[pc]) {
+            let mut best = None;
+            for s in self.successors(insns, pc).into_iter().flatten() {
+                if pc == l.latch && s == l.header {
+                    best = best.max(Some(0));
+                } else if s > pc && s <= l.latch {
+                    best = best.max(cycle[s - l.header]);
+                }
+            }
+            cycle[pc - l.header] = best.map(|c| c + 1);
+        }
+        cycle[0].unwrap_or(0)
+    }
+
+    /// The loops charged as a whole ([`Cfg::precharge`]).
+    #[must_use]
+    pub fn counted_loops(&self) -> &[CountedLoop] {
+        &self.counted
+    }
+
+    /// The charge of every charge point (see the module documentation), with `counted` loops
+    /// charged as a whole; `None` when a charge does not fit in a `u32`.
+    fn charges_for(&self, insns: &[Insn], counted: &[CountedLoop]) -> Option<Vec<u32>> {
+        let (longest, point) = self.longest_paths(insns, counted)?;
+        (0..insns.len())
+            .map(|pc| if point[pc] { u32::try_from(longest[pc]).ok() } else { Some(0) })
+            .collect()
+    }
+
+    /// Per slot, the longest path in instructions (an `lddw` counts one, a `call` one) from it
+    /// to the next charge point or `exit`, `pc` included, a counted loop's header standing for
+    /// its whole charge; and which slots are charge points. A pass from the last slot down,
+    /// which sees every successor first: only backward jumps go down, and their targets are
+    /// charge points or counted loops' headers (whose back edge ends the path it is on).
+    fn longest_paths(
+        &self,
+        insns: &[Insn],
+        counted: &[CountedLoop],
+    ) -> Option<(Vec<u64>, Vec<bool>)> {
         let n = insns.len();
         let mut point = vec![false; n];
         for &f in &self.funcs {
@@ -70,20 +135,57 @@ impl Cfg {
                 }
             }
         }
-        // Longest path from `pc` to the next charge point or `exit`, `pc` included.
-        let mut longest = vec![0u32; n];
-        for pc in (0..n).rev().filter(|&pc| !self.second[pc]) {
-            let after = self.successors(insns, pc).into_iter().flatten().map(|s| {
-                debug_assert!(point[s] || s > pc, "a backward edge ends at a charge point");
-                if point[s] {
-                    0
-                } else {
-                    longest[s]
-                }
-            });
-            longest[pc] = 1 + after.max().unwrap_or(0);
+        // Per slot of a counted loop's body: (the loop, the longest path from here that ends by
+        // taking the back edge, if any).
+        let mut body: Vec<Option<(CountedLoop, Option<u64>)>> = vec![None; n];
+        for l in counted {
+            debug_assert!(point[l.header] && l.header <= l.latch);
+            point[l.header] = false;
+            for b in &mut body[l.header..=l.latch] {
+                *b = Some((*l, None));
+            }
         }
-        (0..n).map(|pc| if point[pc] { longest[pc] } else { 0 }).collect()
+        let mut longest = vec![0u64; n];
+        for pc in (0..n).rev().filter(|&pc| !self.second[pc]) {
+            let inside = body[pc].map(|(l, _)| l);
+            let (mut out, mut cycle): (Option<u64>, Option<u64>) = (None, None);
+            let mut no_successor = true;
+            for s in self.successors(insns, pc).into_iter().flatten() {
+                no_successor = false;
+                if let Some(l) = inside {
+                    if pc == l.latch && s == l.header {
+                        cycle = cycle.max(Some(0));
+                        continue;
+                    }
+                    if (l.header..=l.latch).contains(&s) {
+                        debug_assert!(
+                            s > pc,
+                            "the only backward edge in a counted body is its latch"
+                        );
+                        cycle = cycle.max(body[s].and_then(|(_, c)| c));
+                    }
+                }
+                debug_assert!(point[s] || s > pc, "a backward edge ends at a charge point");
+                out = out.max(Some(if point[s] { 0 } else { longest[s] }));
+            }
+            if no_successor {
+                out = Some(0);
+            }
+            let out = out.map(|o| o + 1);
+            let cycle = cycle.map(|c| c + 1);
+            if let Some(l) = inside {
+                body[pc] = Some((l, cycle));
+            }
+            longest[pc] = match inside {
+                // The header: `trips - 1` iterations back to it, then one more pass.
+                Some(l) if pc == l.header => {
+                    let c = cycle.unwrap_or(0);
+                    (l.trips - 1).checked_mul(c)?.checked_add(c.max(out.unwrap_or(0)))?
+                }
+                _ => out.unwrap_or(0),
+            };
+        }
+        Some((longest, point))
     }
 
     /// Function start slots, sorted, entry first.

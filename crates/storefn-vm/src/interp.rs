@@ -91,7 +91,7 @@ pub unsafe fn run(
 ///
 /// # Safety
 /// As [`run`].
-unsafe fn run_counted(
+pub(crate) unsafe fn run_counted(
     prog: &VerifiedProgram,
     env: &mut RunEnv,
     ctx_addr: u64,

@@ -36,6 +36,7 @@ pub mod insn;
 pub mod instance;
 pub mod interp;
 pub mod jit;
+mod loops;
 pub mod mem;
 pub mod offload;
 pub mod program;

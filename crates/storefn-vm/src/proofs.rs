@@ -67,8 +67,13 @@ fn ctx_writable(t: ProgType) -> &'static [(i64, i64)] {
     }
 }
 
-/// The proofs for `prog` (module documentation).
-pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg) -> InBounds {
+/// The proofs for `prog` (module documentation), given the range analysis' states per slot of
+/// the entry function ([`ranges::analyze`]; `None`: it gave up).
+pub(crate) fn in_bounds(
+    prog: &Program,
+    cfg: &Cfg,
+    states: Option<&[Vec<ranges::State>]>,
+) -> InBounds {
     let insns = &prog.insns;
     let mut out = InBounds { at: vec![false; insns.len()], ..InBounds::default() };
     for (pc, i) in insns.iter().enumerate() {
@@ -81,7 +86,7 @@ pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg) -> InBounds {
             _ => false,
         };
     }
-    let Some(states) = ranges::analyze(prog, cfg) else { return out };
+    let Some(states) = states else { return out };
     let (start, _) = cfg.func_range(0);
     let (mut data, mut scratch) = (0u64, 0u64);
     for (k, reaching) in states.iter().enumerate() {

@@ -1,0 +1,426 @@
+//! Counted loops: loops of the entry function whose number of iterations the range analysis
+//! bounds, so their whole budget charge is paid once, before the loop, instead of at the
+//! header on every iteration ([`crate::cfg::Cfg::precharge`]; docs/design/vm.md, "Budget").
+//!
+//! A loop qualifies when all of this holds (every item checked here, syntactically or on the
+//! range analysis' states):
+//! - its header `h` (not a function start) is the target of exactly one backward jump, the
+//!   latch `l`, and its body is the slot range `[h, l]`;
+//! - nothing outside `[h, l]` jumps into `(h, l]` (the loop is entered only at `h`, by a
+//!   path that has passed a charge point), no slot of the body jumps backward except `l` to
+//!   `h` (so the body holds no other loop and no charge point), and the body makes no call;
+//! - one register `r` is written exactly once in the body, by `r += c` (`c >= 1`, a constant),
+//!   in the latch's basic block (so every iteration that takes the back edge runs it once);
+//! - on every state the range analysis sees at `h`, `r` is a scalar in `[a, b]`, and `b + c`
+//!   does not wrap (at 32 bits for `w` += c).
+//!
+//! Then, within one entry of the loop, the values `r` holds at `h` are `e, e + c, e + 2c, ...`
+//! (strictly rising, no wrap), each inside `[a, b]`, so `h` runs at most
+//! `trips = (b - a) / c + 1` times. The engines run these loops exactly as any other code;
+//! only the place and amount of the charge change, in the table both read.
+
+use crate::cfg::{is_pseudo_call, Cfg};
+use crate::insn::{
+    Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_ATOMIC, BPF_CALL, BPF_JMP, BPF_K, BPF_LD, BPF_LDX,
+    BPF_STX,
+};
+use crate::program::Program;
+use crate::ranges::{State, Val};
+
+/// Largest charge a counted loop may be collapsed into (`(trips - 1)` iterations plus the
+/// longest pass through it, in instructions). Charging a loop up front charges for every
+/// iteration it may run, so a loop that leaves early is charged more than it ran; this bounds
+/// the excess per entry of the loop to a few microseconds of work. BPF-KV's 31-key node scan
+/// needs 216.
+pub const MAX_LOOP_PRECHARGE_INSNS: u64 = 4096;
+
+/// A loop whose header runs at most `trips` times per entry (module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountedLoop {
+    /// The loop header: the only entry, and the back edge's target.
+    pub header: usize,
+    /// The back edge: the only backward jump to `header`, the body's last slot.
+    pub latch: usize,
+    /// Most times `header` runs per entry of the loop.
+    pub trips: u64,
+}
+
+/// The registers `i` may write (at most two; `None` for none). Calls write r0-r5, reported
+/// as r0 (loop bodies with calls are refused before this is asked).
+fn written(i: Insn) -> [Option<u8>; 2] {
+    match i.class() {
+        BPF_ALU | BPF_ALU64 | BPF_LDX | BPF_LD => [Some(i.dst), None],
+        // Fetching atomics write src; cmpxchg writes r0 (conservatively: any atomic, both).
+        BPF_STX if i.op & 0xe0 == BPF_ATOMIC => [Some(i.src), Some(0)],
+        _ => [None, None],
+    }
+}
+
+/// The counted loops of the entry function, given the range analysis' states per slot of it
+/// (`None`: the analysis gave up, nothing is counted).
+pub(crate) fn counted_loops(
+    prog: &Program,
+    cfg: &Cfg,
+    states: Option<&[Vec<State>]>,
+) -> Vec<CountedLoop> {
+    let Some(states) = states else { return Vec::new() };
+    let insns = &prog.insns;
+    let (start, end) = cfg.func_range(0);
+    // Backward edges of the entry function: (from, to).
+    let mut back: Vec<(usize, usize)> = Vec::new();
+    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
+        for s in cfg.successors(insns, pc).into_iter().flatten() {
+            if s <= pc {
+                back.push((pc, s));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for &(latch, header) in &back {
+        if header == start || back.iter().filter(|&&(_, t)| t == header).count() != 1 {
+            continue;
+        }
+        if !body_is_closed(insns, cfg, (start, end), header, latch, &back) {
+            continue;
+        }
+        let Some(reaching) = states.get(header - start).filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let trips = (0..10u8).filter_map(|r| trips_for(insns, cfg, header, latch, r, reaching));
+        if let Some(trips) = trips.min() {
+            out.push(CountedLoop { header, latch, trips });
+        }
+    }
+    out
+}
+
+/// Entered only at `header`, no other backward jump and no call inside `[header, latch]`.
+fn body_is_closed(
+    insns: &[Insn],
+    cfg: &Cfg,
+    (start, end): (usize, usize),
+    header: usize,
+    latch: usize,
+    back: &[(usize, usize)],
+) -> bool {
+    if back.iter().any(|&(from, _)| (header..=latch).contains(&from) && from != latch)
+        || back.iter().any(|&(_, to)| (header..=latch).contains(&to) && to != header)
+    {
+        return false;
+    }
+    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
+        let inside = (header..=latch).contains(&pc);
+        let i = insns[pc];
+        if inside && i.class() == BPF_JMP && i.op & 0xf0 == BPF_CALL {
+            return false;
+        }
+        debug_assert!(!inside || !is_pseudo_call(i));
+        let enters = cfg
+            .successors(insns, pc)
+            .into_iter()
+            .flatten()
+            .any(|s| s > header && s <= latch && !inside);
+        if enters {
+            return false;
+        }
+    }
+    true
+}
+
+/// The trip bound if `r` is the loop's induction register (module documentation).
+fn trips_for(
+    insns: &[Insn],
+    cfg: &Cfg,
+    header: usize,
+    latch: usize,
+    r: u8,
+    reaching: &[State],
+) -> Option<u64> {
+    let writes: Vec<usize> = (header..=latch)
+        .filter(|&pc| !cfg.is_second_half(pc) && written(insns[pc]).contains(&Some(r)))
+        .collect();
+    let [at] = writes[..] else { return None };
+    let latch_block = (header..=latch).rev().find(|&pc| cfg.is_block_start(pc))?;
+    let i = insns[at];
+    let is64 = i.class() == BPF_ALU64;
+    let add_k = (is64 || i.class() == BPF_ALU) && i.op & 0xf0 == BPF_ADD && i.op & 0x08 == BPF_K;
+    if at < latch_block || !add_k || i.off != 0 || i.imm < 1 {
+        return None;
+    }
+    let step = u64::from(i.imm.unsigned_abs());
+    let mut span: Option<(u64, u64)> = None;
+    for st in reaching {
+        let Val::Scalar(s) = st[usize::from(r)] else { return None };
+        span = Some(span.map_or((s.lo, s.hi), |(lo, hi)| (lo.min(s.lo), hi.max(s.hi))));
+    }
+    let (lo, hi) = span?;
+    let limit = if is64 { u64::MAX } else { u64::from(u32::MAX) };
+    if hi.checked_add(step)? > limit {
+        return None;
+    }
+    Some((hi - lo) / step + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn::{BPF_DW, BPF_EXIT, BPF_JLT, BPF_JNE, BPF_MEM, BPF_MOV, BPF_X, BPF_XOR};
+    use crate::program::ProgType;
+    use crate::VerifiedProgram;
+
+    fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { op, dst, src, off, imm }
+    }
+
+    fn verified(insns: Vec<Insn>) -> VerifiedProgram {
+        let prog = Program {
+            name: "t".into(),
+            prog_type: ProgType::Xrp,
+            insns,
+            globals: Vec::new(),
+            globals_rw_start: 0,
+            global_relocs: Vec::new(),
+        };
+        VerifiedProgram::new(prog).expect("verifies")
+    }
+
+    const MOV: u8 = BPF_ALU64 | BPF_MOV | BPF_K;
+    const ADD: u8 = BPF_ALU64 | BPF_ADD | BPF_K;
+    const EXIT: u8 = BPF_JMP | BPF_EXIT;
+
+    /// `r3 = start; loop: r0 ^= 5; [extra]; r3 += step; if r3 < end goto loop; exit` (r0 is
+    /// not a counter: it is not added to).
+    fn counted(start: i32, step: i32, end: i32, extra: Option<Insn>) -> Vec<Insn> {
+        let mut v = vec![ins(MOV, 0, 0, 0, 0), ins(MOV, 3, 0, 0, start)];
+        v.push(ins(BPF_ALU64 | BPF_XOR | BPF_K, 0, 0, 0, 5)); // 2: header
+        v.extend(extra);
+        v.push(ins(ADD, 3, 0, 0, step));
+        let back = -(i16::try_from(v.len()).unwrap() - 1);
+        v.push(ins(BPF_JMP | BPF_JLT | BPF_K, 3, 0, back, end));
+        v.push(ins(EXIT, 0, 0, 0, 0));
+        v
+    }
+
+    #[test]
+    fn bpfkv_node_scan_is_charged_once_before_the_loop() {
+        let p =
+            crate::load_verified(storefn_progs::must("bench_node512"), Some("xrp"), ProgType::Xrp)
+                .unwrap();
+        // r3 runs 1..=30 at the header (#5); the latch is `if r3 != 31 goto -7` (#11).
+        assert_eq!(p.cfg().counted_loops(), &[CountedLoop { header: 5, latch: 11, trips: 30 }]);
+        // #0..#4, then 29 iterations of the 7-slot body, then the longest pass: the body up
+        // to the latch and out through #12..#17 (13).
+        assert_eq!(p.cfg().charge(0), 5 + 29 * 7 + 13);
+        assert_eq!(p.cfg().charge(5), 0);
+    }
+
+    #[test]
+    fn trips_follow_the_counter_range() {
+        let p = verified(counted(0, 1, 10, None));
+        assert_eq!(p.cfg().counted_loops(), &[CountedLoop { header: 2, latch: 4, trips: 10 }]);
+        // #0, #1, then 9 iterations of 3 and a last pass of 4 (the latch and the exit).
+        assert_eq!(p.cfg().charge(0), 2 + 9 * 3 + 4);
+        let p = verified(counted(5, 3, 20, None));
+        // r3 at the header: 5, 8, ..., 17 (the analysis keeps each).
+        assert_eq!(p.cfg().counted_loops()[0].trips, 5);
+    }
+
+    #[test]
+    fn loops_without_a_proved_count_stay_charged_per_iteration() {
+        let cases: Vec<(&str, Vec<Insn>)> = vec![
+            // The counter is also written elsewhere in the body.
+            ("second write", counted(0, 1, 10, Some(ins(ADD, 3, 0, 0, 1)))),
+            (
+                "loaded counter",
+                counted(0, 1, 10, Some(ins(BPF_LDX | BPF_MEM | BPF_DW, 3, 10, -8, 0))),
+            ),
+            // A step of 0 never moves the counter.
+            ("zero step", counted(0, 0, 10, Some(ins(BPF_ALU64 | BPF_MOV | BPF_X, 3, 4, 0, 0)))),
+            // A counter beyond the analysis' exact states with no bound on the way back.
+            ("unbounded", {
+                let mut v = counted(0, 1, 10, None);
+                v[4] = ins(BPF_JMP | BPF_JNE | BPF_X, 3, 4, -3, 0);
+                v.insert(1, ins(MOV, 4, 0, 0, -1));
+                // keep the jump target: header moved to #3
+                v
+            }),
+        ];
+        for (what, mut v) in cases {
+            // Make r4 and the stack slot defined for the cases that read them.
+            v.insert(0, ins(MOV, 4, 0, 0, 7));
+            v.insert(1, ins(BPF_STX | BPF_MEM | BPF_DW, 10, 4, -8, 0));
+            let p = verified(v);
+            assert!(p.cfg().counted_loops().is_empty(), "{what}: {:?}", p.cfg().counted_loops());
+        }
+    }
+
+    #[test]
+    fn a_loop_entered_past_its_header_is_not_counted() {
+        // #2 jumps into the body (#4), skipping the header (#3).
+        let v = vec![
+            ins(MOV, 0, 0, 0, 0),
+            ins(MOV, 3, 0, 0, 0),
+            ins(BPF_JMP | BPF_JNE | BPF_K, 0, 0, 1, 5), // 2: -> 4
+            ins(ADD, 0, 0, 0, 1),                       // 3: header
+            ins(ADD, 3, 0, 0, 1),                       // 4
+            ins(BPF_JMP | BPF_JLT | BPF_K, 3, 0, -3, 10), // 5: -> 3
+            ins(EXIT, 0, 0, 0, 0),
+        ];
+        let p = verified(v);
+        assert!(p.cfg().counted_loops().is_empty());
+        assert_ne!(p.cfg().charge(3), 0);
+    }
+
+    #[test]
+    fn a_loop_too_long_to_charge_at_once_stays_per_iteration() {
+        // 3 slots x 2000 trips: more than MAX_LOOP_PRECHARGE_INSNS.
+        let p = verified(counted(0, 1, 2000, None));
+        assert!(p.cfg().counted_loops().is_empty());
+        assert_eq!(p.cfg().charge(2), 4);
+    }
+}
+
+/// Random counted loops on both engines: what the budget charges covers what runs.
+#[cfg(test)]
+mod random {
+    use crate::insn::{
+        Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_DW, BPF_EXIT, BPF_JLE, BPF_JLT, BPF_JMP, BPF_JNE,
+        BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
+    };
+    use crate::jit::JitProgram;
+    use crate::mem::{Region, RegionSet};
+    use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
+    use crate::{VerifiedProgram, VmError};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { op, dst, src, off, imm }
+    }
+
+    /// Constants in r0-r9, `r = a`, a loop whose body mixes arithmetic (on the counter too,
+    /// now and then), stack traffic and forward jumps (inside the body, onto the latch
+    /// block, out of the loop), a latch block `r += c; if r <op> K goto header`, a tail.
+    fn gen(seed: u64) -> Vec<Insn> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut v: Vec<Insn> = (0..10)
+            .map(|r| ins(BPF_ALU64 | BPF_MOV | BPF_K, r, 0, 0, rng.gen_range(0..40)))
+            .collect();
+        let r = rng.gen_range(0..10u8);
+        let a = rng.gen_range(0..20);
+        v.push(ins(BPF_ALU64 | BPF_MOV | BPF_K, r, 0, 0, a));
+        let header = v.len();
+        let body = rng.gen_range(1..10usize);
+        let inc = header + body;
+        let (latch, tail) = (inc + 1, 2usize);
+        let exit = latch + 1 + tail;
+        for pc in header..inc {
+            let q = if rng.gen_bool(0.1) { r } else { rng.gen_range(0..10u8) };
+            v.push(match rng.gen_range(0..6) {
+                0 | 1 => ins(BPF_ALU64 | BPF_XOR | BPF_K, q, 0, 0, rng.gen_range(0..8)),
+                2 => ins(BPF_STX | BPF_MEM | BPF_DW, 10, q, -8 * rng.gen_range(1..4), 0),
+                3 => ins(BPF_LDX | BPF_MEM | BPF_DW, q, 10, -8 * rng.gen_range(1..4), 0),
+                _ => {
+                    let to = rng.gen_range(pc + 1..=exit);
+                    ins(BPF_JMP | BPF_JNE | BPF_K, q, 0, (to - pc - 1) as i16, rng.gen_range(0..8))
+                }
+            });
+        }
+        let step = rng.gen_range(1..4);
+        let class = if rng.gen_bool(0.3) { BPF_ALU } else { BPF_ALU64 };
+        v.push(ins(class | BPF_ADD | BPF_K, r, 0, 0, step));
+        let (op, k) = match rng.gen_range(0..3) {
+            0 => (BPF_JNE, a + step * rng.gen_range(1..60)),
+            1 => (BPF_JLT, rng.gen_range(0..200)),
+            _ => (BPF_JLE, rng.gen_range(0..200)),
+        };
+        v.push(ins(BPF_JMP | op | BPF_K, r, 0, (header as i16) - (latch as i16) - 1, k));
+        for _ in 0..tail {
+            v.push(ins(BPF_ALU64 | BPF_ADD | BPF_K, rng.gen_range(0..10), 0, 0, 1));
+        }
+        v.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+        assert_eq!(v.len(), exit + 1);
+        v
+    }
+
+    /// (result, instructions charged, instructions executed, budget left) on the interpreter;
+    /// (result, budget left) on the JIT.
+    fn run(
+        prog: &VerifiedProgram,
+        budget: u64,
+        jit: Option<&JitProgram>,
+    ) -> (Result<u64, VmError>, u64, u64) {
+        let mut stack = vec![0u64; STACK_BYTES / 8];
+        let top = stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
+        let mut set = RegionSet::default();
+        set.push(Region { start: top - STACK_BYTES as u64, end: top });
+        let mut env = RunEnv {
+            read: set,
+            write: set,
+            globals_base: 0,
+            insns_left: budget,
+            insn_budget: budget,
+            fault: FaultInfo::default(),
+            host: std::ptr::null_mut(),
+        };
+        let mut executed = 0;
+        // SAFETY: the only region is `stack`, alive and not borrowed during the call; no host
+        // state; r1 is never dereferenced (the programs overwrite it first); xrp_min_bytes is
+        // (0, 0): no data or scratch access is proved.
+        let r = unsafe {
+            match jit {
+                Some(j) => j.run(&mut env, 0, top),
+                None => crate::interp::run_counted(prog, &mut env, 0, top, &mut executed),
+            }
+        };
+        (r, budget - env.insns_left, executed)
+    }
+
+    #[test]
+    fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
+        let (mut counted, mut finished, mut stopped) = (0, 0, 0);
+        for seed in 0..3000u64 {
+            let prog = Program {
+                name: "t".into(),
+                prog_type: ProgType::Xrp,
+                insns: gen(seed),
+                globals: Vec::new(),
+                globals_rw_start: 0,
+                global_relocs: Vec::new(),
+            };
+            let Ok(prog) = VerifiedProgram::new(prog) else { continue };
+            assert_eq!(prog.xrp_min_bytes(), (0, 0));
+            let jit = JitProgram::compile(&prog).unwrap();
+            let counts = !prog.cfg().counted_loops().is_empty();
+            counted += usize::from(counts);
+            let entry = u64::from(prog.cfg().charge(0));
+            let mut rng = SmallRng::seed_from_u64(seed ^ 0xabcd);
+            // Just short of the entry charge (which holds a counted loop's whole charge), the
+            // entry charge exactly, one more, small random ones (inside uncounted loops), plenty.
+            for budget in [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000] {
+                let (r, charged, executed) = run(&prog, budget, None);
+                let what = format!("seed {seed} budget {budget}: {:?}", prog.insns);
+                assert!(executed <= charged, "{what}: ran {executed}, charged {charged}");
+                assert_eq!(run(&prog, budget, Some(&jit)).0, r, "{what}: JIT");
+                assert_eq!(run(&prog, budget, Some(&jit)).1, charged, "{what}: JIT budget left");
+                match r {
+                    Ok(v) => {
+                        finished += 1;
+                        assert_eq!(run(&prog, charged, None).0, Ok(v), "{what}: exact fit");
+                        let short = run(&prog, charged - 1, None).0;
+                        assert!(
+                            matches!(short, Err(VmError::BudgetExhausted { .. })),
+                            "{what}: one short gave {short:?}"
+                        );
+                    }
+                    Err(VmError::BudgetExhausted { .. }) => stopped += 1,
+                    Err(e) => panic!("{what}: {e}"),
+                }
+            }
+        }
+        assert!(
+            counted > 500 && finished > 1000 && stopped > 1000,
+            "counted {counted}, finished {finished}, stopped {stopped}"
+        );
+    }
+}
