@@ -198,13 +198,22 @@ fn budget_exhaustion_names_the_charge_point_that_did_not_fit() {
     let e = run_with_budget(p, 10).unwrap_err();
     assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 10 });
     assert_eq!(e.to_string(), "insn #1: instruction budget exhausted (10 instructions)");
-    // The loop header pays for the longest path to the next charge point or exit: 1, 2 and
-    // the exit, so 11 iterations cost 1 + 11 * 3 = 34.
+    // A counted loop (r0 is 0..=10 at the header, one `r0 += 1` per iteration: 11 trips) is
+    // charged as a whole where control enters it, at the entry: 1, then 10 iterations of 2,
+    // then the longest pass (1, 2, exit): 1 + 10 * 2 + 3 = 24; one less stops at the entry.
     let looped =
         asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 11, -2), exit()];
-    assert_eq!(run_with_budget(program(looped.clone(), ProgType::Xrp), 34).unwrap(), 11);
-    let e = run_with_budget(program(looped, ProgType::Xrp), 33).unwrap_err();
-    assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 33 });
+    assert_eq!(run_with_budget(program(looped.clone(), ProgType::Xrp), 24).unwrap(), 11);
+    let e = run_with_budget(program(looped, ProgType::Xrp), 23).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 0, budget: 23 });
+    // Without a proved count (the step is r0 itself), the header pays for the longest path
+    // to the next charge point or exit on every iteration: 1, 2 and the exit, so r0 = 2, 4,
+    // 8, 16 (4 iterations) cost 1 + 4 * 3 = 13.
+    let doubling =
+        asm![mov64_imm(0, 1), alu64_reg(BPF_ADD, 0, 0), jmp_imm(BPF_JLT, 0, 16, -2), exit()];
+    assert_eq!(run_with_budget(program(doubling.clone(), ProgType::Xrp), 13).unwrap(), 16);
+    let e = run_with_budget(program(doubling, ProgType::Xrp), 12).unwrap_err();
+    assert_eq!(e, VmError::BudgetExhausted { insn: 1, budget: 12 });
 }
 
 #[test]
