@@ -4,6 +4,7 @@
 
 use super::abi::*;
 use super::*;
+use crate::cfg::CountedLoop;
 
 /// Translation state for one BPF function.
 pub(super) struct Tx<'a, 'f> {
@@ -34,7 +35,15 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) func_range: (usize, usize),
     /// Address of the program's hint table (`JitProgram::hints`), a code immediate.
     pub(super) hints_addr: u64,
+    /// Counted loops ([`crate::cfg::Cfg::counted_loops`]): the short ones are unrolled.
+    pub(super) counted: &'a [CountedLoop],
 }
+
+/// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
+const UNROLL_MAX_TRIPS: u64 = 64;
+/// ... and at most this many body slots in all copies: code size and compile time stay
+/// within a few times the loop's own (BPF-KV's 31-key scan: 30 trips x 7 slots).
+const UNROLL_MAX_SLOTS: u64 = 512;
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
@@ -118,6 +127,7 @@ pub(super) fn translate_function(
         callees,
         func_range: (start, end),
         hints_addr,
+        counted: cfg.counted_loops(),
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -139,27 +149,94 @@ impl Tx<'_, '_> {
         let mut pc = start;
         let mut open = false; // is there a current, unterminated block?
         while pc < end {
-            if let Some(blk) = self.block_at[pc] {
-                if open {
-                    self.b.ins().jump(blk, &[]);
-                }
-                self.b.switch_to_block(blk);
-                open = true;
+            if let Some(l) = self.unrolled_loop_at(pc) {
+                open = self.unroll(l, open)?;
+                pc = l.latch + 1;
+                continue;
             }
-            let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
-            if open {
-                if self.charges[pc] != 0 {
-                    self.charge(pc, self.charges[pc]);
-                }
-                open = self.insn(pc)? == Flow::Next;
-                if open && pc + width >= end {
-                    return Err(invalid(pc, "falls through past the end of its function"));
-                }
-            }
-            // else: unreachable code (no jump lands here); nothing to emit.
+            let width;
+            (open, width) = self.step(pc, open)?;
             pc += width;
         }
         Ok(())
+    }
+
+    /// Translates slot `pc` (starting its block if one starts there): whether control
+    /// continues past it, and its width in slots.
+    fn step(&mut self, pc: usize, mut open: bool) -> Result<(bool, usize), JitError> {
+        let end = self.func_range.1;
+        if let Some(blk) = self.block_at[pc] {
+            if open {
+                self.b.ins().jump(blk, &[]);
+            }
+            self.b.switch_to_block(blk);
+            open = true;
+        }
+        let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
+        if open {
+            if self.charges[pc] != 0 {
+                self.charge(pc, self.charges[pc]);
+            }
+            open = self.insn(pc)? == Flow::Next;
+            if open && pc + width >= end {
+                return Err(invalid(pc, "falls through past the end of its function"));
+            }
+        }
+        // else: unreachable code (no jump lands here); nothing to emit.
+        Ok((open, width))
+    }
+
+    /// The counted loop starting at `pc` that is unrolled ([`UNROLL_MAX_TRIPS`],
+    /// [`UNROLL_MAX_SLOTS`]), if any.
+    fn unrolled_loop_at(&self, pc: usize) -> Option<CountedLoop> {
+        self.counted.iter().copied().find(|l| {
+            l.header == pc
+                && l.trips <= UNROLL_MAX_TRIPS
+                && (l.latch + 1 - l.header) as u64 * l.trips <= UNROLL_MAX_SLOTS
+        })
+    }
+
+    /// Emits counted loop `l` as `trips` copies of its body, copy k's back edge going to copy
+    /// k + 1's header, then one more copy whose back edge goes to itself: the same control flow
+    /// as the loop for any number of iterations (every exit stays in every copy), so the
+    /// unrolling rests on no proof; the trip bound only decides how many copies are worth
+    /// emitting (past it the rolled copy is never reached). The loop's budget was charged
+    /// before it (its header is not a charge point), so the copies charge nothing. Within a
+    /// copy the counter and the addresses it steps are constants or a constant away from the
+    /// copy before, which Cranelift folds. Returns whether control falls out of the last slot.
+    fn unroll(&mut self, l: CountedLoop, mut open: bool) -> Result<bool, JitError> {
+        debug_assert_eq!(self.charges[l.header], 0, "a counted loop's header charges nothing");
+        let copies = usize::try_from(l.trips).unwrap_or(usize::MAX);
+        let mut headers = Vec::with_capacity(copies + 1);
+        headers.push(self.block_at[l.header].expect("a loop header starts a block"));
+        for _ in 0..copies {
+            headers.push(self.b.create_block());
+        }
+        for k in 0..=copies {
+            // Fresh blocks for this copy's interior (jumps inside the body only go forward, and
+            // nothing outside jumps past the header, so they are all created before use).
+            self.block_at[l.header] = Some(headers[k]);
+            for pc in l.header + 1..=l.latch {
+                if self.block_at[pc].is_some() {
+                    self.block_at[pc] = Some(self.b.create_block());
+                }
+            }
+            let mut pc = l.header;
+            while pc <= l.latch {
+                if pc == l.latch {
+                    // The back edge of this copy enters the next one (the last: itself).
+                    self.block_at[l.header] = Some(headers[(k + 1).min(copies)]);
+                }
+                let width;
+                (open, width) = self.step(pc, open)?;
+                pc += width;
+            }
+            if open {
+                return Err(invalid(l.latch, "a loop's back edge that falls through"));
+            }
+        }
+        self.block_at[l.header] = Some(headers[0]);
+        Ok(open)
     }
 
     pub(super) fn finish_shared_blocks(&mut self) {
