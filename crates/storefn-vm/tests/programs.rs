@@ -228,6 +228,13 @@ fn previous_calls_buffers_are_not_granted() {
         let e = writer.run_xrp(&mut ctx2, &data2, &mut scratch2).unwrap_err();
         assert!(matches!(e, VmError::BadWrite { addr, len: 8, .. } if addr == stale), "{e}");
         assert_eq!(word(&scratch1, 8), 1, "{engine:?}: call 1's scratch unchanged");
+        // The same buffers again, but data lent shorter: its tail is no longer granted
+        // (run_xrp skips re-patching only when context, buffers and lengths all repeat).
+        scratch2[..8].copy_from_slice(&40u64.to_le_bytes());
+        reader.run_xrp(&mut ctx2, &data2, &mut scratch2).unwrap();
+        let e = reader.run_xrp(&mut ctx2, &data2[..40], &mut scratch2).unwrap_err();
+        assert_eq!(e, VmError::BadRead { insn: 4, addr: d2 + 40, len: 8 }, "{engine:?}");
+        reader.run_xrp(&mut ctx2, &data2, &mut scratch2).unwrap();
         // An empty data buffer grants nothing, not even its own (dangling) address.
         scratch2[..8].copy_from_slice(&0u64.to_le_bytes());
         let e = reader.run_xrp(&mut ctx2, &[], &mut scratch2).unwrap_err();

@@ -242,7 +242,8 @@ impl JitProgram {
         stack_top: u64,
     ) -> Result<u64, VmError> {
         debug_assert!(self.code.0.is_some());
-        env.fault = FaultInfo::default();
+        // Only `kind` says whether a fault happened; every writer of a fault sets all fields.
+        env.fault.kind = fault::NONE;
         debug_assert!(!self.hints.is_empty());
         let mut aux = RunAux {
             env: std::ptr::from_mut(env),
