@@ -14,7 +14,9 @@
 //! charges itself), from it to the next charge point or `exit`. So every executed instruction is
 //! paid for before it runs (a run may stop before spending all it paid for), loops pay once per
 //! iteration at their header, and both engines, reading the same table, stop at the same
-//! instruction (docs/design/vm.md, "Budget").
+//! instruction (docs/design/vm.md, "Budget"). The exception: a counted loop
+//! ([`crate::loops`], whose header runs at most `trips` times per entry) is paid for as a whole
+//! by the charge point before it ([`Cfg::precharge`]), and its header charges nothing.
 
 use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
 pub use crate::loops::{CountedLoop, MAX_LOOP_PRECHARGE_INSNS};
