@@ -38,17 +38,7 @@ fn every_case_measures_its_hops_on_every_function() {
         c.threads = 1 + i % 2;
         let r = harness::run(&c).unwrap_or_else(|e| panic!("{}: {e}", function.name()));
         let names: Vec<_> = r.cases.iter().map(|c| c.name).collect();
-        assert_eq!(
-            names,
-            [
-                "a_pread_per_hop",
-                "b_uring_per_hop",
-                "c_one_chain",
-                "d_chains_in_flight",
-                "ref_read_qd1",
-                "ref_read_qdN"
-            ]
-        );
+        assert_eq!(names, harness::CASE_NAMES);
         for case in &r.cases {
             // Chains count depth hops each; the references count their reads (requests x depth).
             assert_eq!(case.hops, 60, "{}", case.name);

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::file::Rng;
 use super::flight::{keep_in_flight, Flight};
-use super::{Case, IoBenchConfig, IoBenchError};
+use super::{Case, IoBenchConfig, IoBenchError, CASE_NAMES};
 use crate::{func, ChainError, Engine, EngineConfig, EngineError, FileId, IoMode, XrpCtx};
 
 /// Alignment of the pread case's buffer (O_DIRECT's strictest on the devices here).
@@ -156,7 +156,7 @@ impl<'c> Bench<'c> {
         let mut raw = vec![0u8; span + PREAD_BUF_ALIGN];
         let pad = raw.as_ptr().align_offset(PREAD_BUF_ALIGN);
         let (depth, align) = (self.cfg.depth, self.align);
-        self.timed("a_pread_per_hop", 1, self.cfg.requests, u64::from(depth), &mut |_, start| {
+        self.timed(CASE_NAMES[0], 1, self.cfg.requests, u64::from(depth), &mut |_, start| {
             let buf = &mut raw[pad..pad + span];
             let mut at = start;
             for _ in 0..depth {
@@ -171,7 +171,7 @@ impl<'c> Bench<'c> {
     pub(super) fn case_uring_hop(&mut self) -> Result<Case, IoBenchError> {
         let depth = self.cfg.depth;
         let mut buf = [0u8; 16];
-        self.timed("b_uring_per_hop", 2, self.cfg.requests, u64::from(depth), &mut |b, start| {
+        self.timed(CASE_NAMES[1], 2, self.cfg.requests, u64::from(depth), &mut |b, start| {
             let mut at = start;
             for _ in 0..depth {
                 b.read_or_redo(at, &mut buf).map_err(|e| e.to_string())?;
@@ -184,7 +184,7 @@ impl<'c> Bench<'c> {
     pub(super) fn case_one_chain(&mut self) -> Result<Case, IoBenchError> {
         let depth = u64::from(self.cfg.depth);
         let mut walk = self.cfg.function.build()?;
-        self.timed("c_one_chain", 3, self.cfg.requests, depth, &mut |b, start| {
+        self.timed(CASE_NAMES[2], 3, self.cfg.requests, depth, &mut |b, start| {
             let mut scratch = depth.to_le_bytes();
             let st = match b.e.read_xrp(b.id, start, 16, &mut *walk, &mut scratch) {
                 Err(e) if e.is_stale() => {
@@ -206,17 +206,17 @@ impl<'c> Bench<'c> {
     }
 
     pub(super) fn case_chains_in_flight(&mut self) -> Result<Case, IoBenchError> {
-        self.in_flight("d_chains_in_flight", 4, false, self.cfg.requests)
+        self.in_flight(CASE_NAMES[3], 4, false, self.cfg.requests)
     }
 
     /// The device reference: plain random reads at queue depth `qd`.
     pub(super) fn case_reference(&mut self, qd: usize) -> Result<Case, IoBenchError> {
         let reads = self.cfg.requests * self.cfg.depth as usize;
         if qd > 1 {
-            return self.in_flight("ref_read_qdN", 6, true, reads);
+            return self.in_flight(CASE_NAMES[5], 6, true, reads);
         }
         let mut buf = [0u8; 16];
-        self.timed("ref_read_qd1", 5, reads, 1, &mut |b, s| {
+        self.timed(CASE_NAMES[4], 5, reads, 1, &mut |b, s| {
             b.read_or_redo(s, &mut buf).map_err(|e| format!("read at {s}: {e}"))
         })
     }

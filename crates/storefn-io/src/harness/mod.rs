@@ -28,6 +28,16 @@ pub const MIN_NODE_BYTES: u64 = 16;
 /// Largest node size: one engine block.
 pub const MAX_NODE_BYTES: u64 = 4096;
 
+/// The cases' names, in the order [`run`] measures them and the report lists them.
+pub const CASE_NAMES: [&str; 6] = [
+    "a_pread_per_hop",
+    "b_uring_per_hop",
+    "c_one_chain",
+    "d_chains_in_flight",
+    "ref_read_qd1",
+    "ref_read_qdN",
+];
+
 /// Who runs the chain's storage function.
 #[derive(Debug, Clone, Copy)]
 pub enum ChainFunction<'a> {
