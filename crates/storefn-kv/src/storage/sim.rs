@@ -312,6 +312,18 @@ impl Storage for CrashSim {
         let real = RealStorage.open_write(path)?;
         Ok(Box::new(SimFile { sim: self.clone(), id, real }))
     }
+    fn adopt(&self, file: std::fs::File, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let st = self.lock();
+        if st.image.is_some() {
+            return Err(crashed());
+        }
+        let Some(&id) = st.dir.get(&name_of(path)) else {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        };
+        drop(st);
+        let real = RealStorage.adopt(file, path)?;
+        Ok(Box::new(SimFile { sim: self.clone(), id, real }))
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut st = self.lock();
         if !st.tick(None) {
