@@ -453,25 +453,14 @@ mod tests {
     #[test]
     fn no_run_executes_more_than_it_was_charged() {
         use crate::insn::{BPF_DW, BPF_JNE, BPF_K, BPF_LDX, BPF_STX};
-        use crate::mem::{Region, RegionSet};
-        use crate::program::{FaultInfo, ProgType, Program, STACK_BYTES};
+        use crate::program::STACK_BYTES;
         use rand::rngs::SmallRng;
         use rand::{Rng, SeedableRng};
 
         let mut stack = vec![0u64; STACK_BYTES / 8];
         let top = stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
         let run_once = |prog: &VerifiedProgram, budget: u64| {
-            let mut set = RegionSet::default();
-            set.push(Region { start: top - STACK_BYTES as u64, end: top });
-            let mut env = RunEnv {
-                read: set,
-                write: set,
-                globals_base: 0,
-                insns_left: budget,
-                insn_budget: budget,
-                fault: FaultInfo::default(),
-                host: std::ptr::null_mut(),
-            };
+            let mut env = crate::testutil::stack_env(top, budget);
             let mut executed = 0;
             // SAFETY: the only region is `stack`, alive and not borrowed during the call; no
             // host state; r1 is never dereferenced (the programs overwrite it first).
@@ -505,15 +494,7 @@ mod tests {
             v.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
             v.push(ins(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 1));
             v.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
-            let prog = Program {
-                name: "t".into(),
-                prog_type: ProgType::Xrp,
-                insns: v,
-                globals: Vec::new(),
-                globals_rw_start: 0,
-                global_relocs: Vec::new(),
-            };
-            let Ok(prog) = VerifiedProgram::new(prog) else { continue };
+            let Ok(prog) = VerifiedProgram::new(crate::testutil::xrp_program(v)) else { continue };
             for budget in [rng.gen_range(1..64), 400] {
                 let (r, charged, executed) = run_once(&prog, budget);
                 assert!(executed <= charged, "seed {seed}: ran {executed}, charged {charged}");

@@ -42,6 +42,8 @@ pub mod offload;
 pub mod program;
 mod proofs;
 mod ranges;
+#[cfg(test)]
+mod testutil;
 pub mod verifier;
 pub mod xrp;
 

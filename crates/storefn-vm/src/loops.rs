@@ -166,22 +166,11 @@ mod tests {
     use super::*;
     use crate::insn::{BPF_DW, BPF_EXIT, BPF_JLT, BPF_JNE, BPF_MEM, BPF_MOV, BPF_X, BPF_XOR};
     use crate::program::ProgType;
+    use crate::testutil::{ins, xrp_program};
     use crate::VerifiedProgram;
 
-    fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-        Insn { op, dst, src, off, imm }
-    }
-
     fn verified(insns: Vec<Insn>) -> VerifiedProgram {
-        let prog = Program {
-            name: "t".into(),
-            prog_type: ProgType::Xrp,
-            insns,
-            globals: Vec::new(),
-            globals_rw_start: 0,
-            global_relocs: Vec::new(),
-        };
-        VerifiedProgram::new(prog).expect("verifies")
+        VerifiedProgram::new(xrp_program(insns)).expect("verifies")
     }
 
     const MOV: u8 = BPF_ALU64 | BPF_MOV | BPF_K;
@@ -288,15 +277,11 @@ mod random {
         BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
     };
     use crate::jit::JitProgram;
-    use crate::mem::{Region, RegionSet};
-    use crate::program::{FaultInfo, ProgType, Program, RunEnv, STACK_BYTES};
+    use crate::program::STACK_BYTES;
+    use crate::testutil::{ins, stack_env, xrp_program};
     use crate::{VerifiedProgram, VmError};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
-
-    fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-        Insn { op, dst, src, off, imm }
-    }
 
     /// Constants in r0-r9, `r = a`, a loop whose body mixes arithmetic (on the counter too,
     /// now and then), stack traffic and forward jumps (inside the body, onto the latch
@@ -352,17 +337,7 @@ mod random {
     ) -> (Result<u64, VmError>, u64, u64) {
         let mut stack = vec![0u64; STACK_BYTES / 8];
         let top = stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-        let mut set = RegionSet::default();
-        set.push(Region { start: top - STACK_BYTES as u64, end: top });
-        let mut env = RunEnv {
-            read: set,
-            write: set,
-            globals_base: 0,
-            insns_left: budget,
-            insn_budget: budget,
-            fault: FaultInfo::default(),
-            host: std::ptr::null_mut(),
-        };
+        let mut env = stack_env(top, budget);
         let mut executed = 0;
         // SAFETY: the only region is `stack`, alive and not borrowed during the call; no host
         // state; r1 is never dereferenced (the programs overwrite it first); xrp_min_bytes is
@@ -380,15 +355,7 @@ mod random {
     fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
         let (mut counted, mut finished, mut stopped) = (0, 0, 0);
         for seed in 0..3000u64 {
-            let prog = Program {
-                name: "t".into(),
-                prog_type: ProgType::Xrp,
-                insns: gen(seed),
-                globals: Vec::new(),
-                globals_rw_start: 0,
-                global_relocs: Vec::new(),
-            };
-            let Ok(prog) = VerifiedProgram::new(prog) else { continue };
+            let Ok(prog) = VerifiedProgram::new(xrp_program(gen(seed))) else { continue };
             assert_eq!(prog.xrp_min_bytes(), (0, 0));
             let jit = JitProgram::compile(&prog).unwrap();
             let counts = !prog.cfg().counted_loops().is_empty();

@@ -143,20 +143,10 @@ mod tests {
     };
     use crate::VerifiedProgram;
 
-    fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-        Insn { op, dst, src, off, imm }
-    }
+    use crate::testutil::{ins, xrp_program};
 
     fn verified(insns: Vec<Insn>) -> VerifiedProgram {
-        let prog = Program {
-            name: "t".into(),
-            prog_type: ProgType::Xrp,
-            insns,
-            globals: Vec::new(),
-            globals_rw_start: 0,
-            global_relocs: Vec::new(),
-        };
-        VerifiedProgram::new(prog).unwrap()
+        VerifiedProgram::new(xrp_program(insns)).unwrap()
     }
 
     fn proofs(insns: Vec<Insn>) -> Vec<bool> {
