@@ -4,8 +4,9 @@
 
 use super::*;
 
-/// Per-invocation state the generated code shares with its Rust callbacks. Lives on `run`'s
-/// stack: nothing is allocated per invocation unless a helper fails.
+/// Per-invocation state the generated code shares with its Rust callbacks. Lives in the
+/// `JitProgram` (built once by `compile`; `run` resets what a call changes): nothing is
+/// allocated per invocation unless a helper fails.
 #[repr(C)]
 #[derive(Debug)]
 pub(super) struct RunAux {

@@ -100,7 +100,11 @@ pub struct JitProgram {
     /// Per access site, the index of the region that matched last time (validated on use).
     /// Written by the generated code's slow path; Cell keeps JitProgram !Sync.
     hints: Box<[Cell<u8>]>,
-    prog_type: ProgType,
+    /// The per-invocation state the generated code shares with its callbacks, kept here so a
+    /// call writes only what changes (env, windows, depth); UnsafeCell keeps JitProgram
+    /// !Sync, and `run` is never re-entered (the code calls back only into `resolve_region`
+    /// and `helper_trampoline`, neither of which runs a program).
+    aux: std::cell::UnsafeCell<RunAux>,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -124,9 +128,11 @@ impl Drop for CodeMemory {
 }
 
 // SAFETY: the module is only touched at compile time and on drop; after `compile` returns, the
-// JitProgram holds immutable machine code and a function pointer into it. Invocations keep all
-// mutable state in the caller's RunEnv and a stack-local RunAux, so moving the program to another
-// thread is sound. (It is not Sync-shared: `run` takes &self but callers keep one per thread.)
+// JitProgram holds immutable machine code and a function pointer into it. Invocations keep
+// their mutable state in the caller's RunEnv and in `aux`, whose pointers (`env`, `hints`) are
+// set or owned by the program itself and only dereferenced during a call on the calling
+// thread, so moving the program to another thread is sound. (It is not Sync: `run` takes &self
+// but callers keep one per thread.)
 unsafe impl Send for JitProgram {}
 
 impl JitProgram {
@@ -211,7 +217,19 @@ impl JitProgram {
         // SAFETY: `entry_ptr` is the finalized code of a function declared with `bpf_signature`,
         // which is the System V equivalent of `CompiledFn` on this (64-bit) host.
         let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(entry_ptr) };
-        Ok(Self { code, entry, hints, prog_type: prog.prog_type })
+        let aux = std::cell::UnsafeCell::new(RunAux {
+            env: std::ptr::null_mut(),
+            hot_lo: 0,
+            hot_span: 0,
+            wr_lo: 0,
+            wr_span: 0,
+            hints: hints.as_ptr(),
+            found: 0,
+            depth: 0,
+            prog_type: prog.prog_type,
+            helper_err: None,
+        });
+        Ok(Self { code, entry, hints, aux })
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.
@@ -245,32 +263,32 @@ impl JitProgram {
         // Only `kind` says whether a fault happened; every writer of a fault sets all fields.
         env.fault.kind = fault::NONE;
         debug_assert!(!self.hints.is_empty());
-        let mut aux = RunAux {
-            env: std::ptr::from_mut(env),
-            hot_lo: 0,
-            hot_span: 0,
-            wr_lo: 0,
-            wr_span: 0,
-            hints: self.hints.as_ptr(),
-            found: 0,
-            depth: 0,
-            prog_type: self.prog_type,
-            helper_err: None,
-        };
+        let aux = self.aux.get();
+        // SAFETY: no other reference to `aux` exists during this call (JitProgram is !Sync and
+        // `run` is not re-entered, see the field). Every field an earlier call may have left
+        // behind that the code trusts is reset: the windows (a stale one would grant an earlier
+        // call's region), the depth and the env; `helper_err` is None (taken on every HELPER
+        // fault); `hints` and `prog_type` are the program's own.
+        unsafe {
+            (*aux).env = std::ptr::from_mut(env);
+            (*aux).hot_lo = 0;
+            (*aux).hot_span = 0;
+            (*aux).wr_lo = 0;
+            (*aux).wr_span = 0;
+            (*aux).depth = 0;
+            debug_assert!((*aux).helper_err.is_none());
+        }
         // SAFETY: `entry` points at live code (owned by `self.code`) with the `CompiledFn` ABI.
-        // The generated code dereferences only `env`/`aux` (valid, exclusively borrowed here) at
+        // The generated code dereferences only `env`/`aux` (valid, exclusively used here) at
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets or where the verifier proved the access inside memory this function's
         // contract guarantees (the stack frame, the context, xrp's data/scratch views).
-        let r0 = unsafe { (self.entry)(&raw mut aux, ctx_addr, 0, 0, 0, 0, stack_top) };
+        let r0 = unsafe { (self.entry)(aux, ctx_addr, 0, 0, 0, 0, stack_top) };
         if env.fault.kind == fault::NONE {
-            // Only a HELPER fault stores `helper_err`, so it is None here: skip its drop glue
-            // on the hot path (forgetting a None leaks nothing).
-            debug_assert!(aux.helper_err.is_none());
-            std::mem::forget(aux);
             return Ok(r0);
         }
-        fault_to_result(env.fault, r0, &mut aux, env.insn_budget)
+        // SAFETY: the call has returned; this is again the only reference to `aux`.
+        fault_to_result(env.fault, r0, unsafe { &mut *aux }, env.insn_budget)
     }
 }
 
