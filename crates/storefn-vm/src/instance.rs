@@ -294,6 +294,9 @@ impl Instance {
     ///
     /// # Errors
     /// The fault that aborted the invocation.
+    // Inline (also across crates): the io engine calls this once per completed block, and a
+    // call here costs the caller a frame, register saves and a Result through memory.
+    #[inline]
     pub fn run_xrp(
         &mut self,
         ctx: &mut XrpCtx,
