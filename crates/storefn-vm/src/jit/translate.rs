@@ -37,6 +37,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) hints_addr: u64,
     /// Counted loops ([`crate::cfg::Cfg::counted_loops`]): the short ones are unrolled.
     pub(super) counted: &'a [CountedLoop],
+    /// Body slots this function may still emit as unrolled copies.
+    pub(super) unroll_left: u64,
 }
 
 /// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
@@ -44,6 +46,10 @@ const UNROLL_MAX_TRIPS: u64 = 64;
 /// ... and at most this many body slots in all copies: code size and compile time stay
 /// within a few times the loop's own (BPF-KV's 31-key scan: 30 trips x 7 slots).
 const UNROLL_MAX_SLOTS: u64 = 512;
+/// Unrolled slots in all of a function's loops: bounds the compile time and code size an
+/// untrusted program can ask for (a program is at most `MAX_INSNS` slots; without this, many
+/// short counted loops could each be copied 64 times).
+const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
@@ -128,6 +134,7 @@ pub(super) fn translate_function(
         func_range: (start, end),
         hints_addr,
         counted: cfg.counted_loops(),
+        unroll_left: UNROLL_MAX_FUNCTION_SLOTS,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -187,12 +194,16 @@ impl Tx<'_, '_> {
     }
 
     /// The counted loop starting at `pc` that is unrolled ([`UNROLL_MAX_TRIPS`],
-    /// [`UNROLL_MAX_SLOTS`]), if any.
-    fn unrolled_loop_at(&self, pc: usize) -> Option<CountedLoop> {
-        self.counted.iter().copied().find(|l| {
-            l.header == pc
-                && l.trips <= UNROLL_MAX_TRIPS
-                && (l.latch + 1 - l.header) as u64 * l.trips <= UNROLL_MAX_SLOTS
+    /// [`UNROLL_MAX_SLOTS`], within what is left of [`UNROLL_MAX_FUNCTION_SLOTS`]), if any;
+    /// takes its slots from what is left.
+    fn unrolled_loop_at(&mut self, pc: usize) -> Option<CountedLoop> {
+        let l = self.counted.iter().copied().find(|l| l.header == pc)?;
+        let slots = (l.latch + 1 - l.header) as u64 * l.trips;
+        let fits = l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS;
+        let fits = fits && slots <= self.unroll_left;
+        fits.then(|| {
+            self.unroll_left -= slots;
+            l
         })
     }
 
