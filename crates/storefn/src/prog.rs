@@ -23,7 +23,8 @@ pub enum ProgCmd {
         #[arg(long = "type", value_enum, default_value_t = TypeArg::Xrp)]
         prog_type: TypeArg,
         /// Also print how many memory accesses the verifier proved in bounds (the JIT runs
-        /// them without a check) and, for xrp, the data/scratch bytes those proofs need.
+        /// them without a check) and, for xrp, the data/scratch bytes those proofs need; and
+        /// the loops whose trips it bounded (charged as a whole before they run).
         #[arg(long)]
         proofs: bool,
     },
@@ -136,6 +137,12 @@ fn verify(file: &Path, section: Option<&str>, t: ProgType, proofs: bool) -> CmdR
                     "proved: {proved} of {all} memory accesses in bounds \
                      (needs data >= {data} bytes, scratch >= {scratch} bytes)"
                 );
+                for l in v.cfg().counted_loops() {
+                    println!(
+                        "counted loop: #{}..#{}, at most {} trips, charged before it runs",
+                        l.header, l.latch, l.trips
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

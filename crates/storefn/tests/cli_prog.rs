@@ -223,7 +223,8 @@ fn verify_proofs_counts_the_proved_accesses() {
     assert_eq!(
         stdout(&o),
         "ok: 18 instructions\n\
-         proved: 6 of 6 memory accesses in bounds (needs data >= 264 bytes, scratch >= 16 bytes)\n"
+         proved: 6 of 6 memory accesses in bounds (needs data >= 264 bytes, scratch >= 16 bytes)\n\
+         counted loop: #5..#11, at most 30 trips, charged before it runs\n"
     );
     std::fs::remove_dir_all(&d).ok();
 }
