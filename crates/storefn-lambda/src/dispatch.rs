@@ -25,10 +25,17 @@
 //! dispatcher's own per-request cost (deciding, recording; timed on one request in
 //! [`OWN_COST_EVERY`]) and the cache-state samples are paid from the same budget first.
 //! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
-//! away from its side's estimate is confirmed by one more sample (at once for a loser's sample
-//! that says it got faster; a loser that got slower is left to the budgeted probes), and two
-//! in a row in the same direction replace the side's history; an estimate the model cannot
-//! make (the range went cold and no uncached local sample exists) probes that side.
+//! away from its side's estimate, and outside the side's own recent spread (the ratios of its
+//! last samples to their estimates: a bimodal side does not signal on each mode), is confirmed
+//! by one more sample (at once for a loser's sample that says it got faster; a loser that got
+//! slower is left to the budgeted probes), and two in a row in the same direction replace the
+//! side's history; an estimate the model cannot make (the range went cold and no uncached
+//! local sample exists) probes that side.
+//!
+//! **Robust estimates.** Every estimate is a trimmed mean of the side's last samples, and
+//! before a side has [`MIN_SAMPLES`] its preliminary estimate (the cold start's far-behind
+//! test) is the mean of the samples it has, never its best one: a side measured far behind
+//! needs more than one fast sample to win back.
 
 use std::fmt;
 use std::str::FromStr;
@@ -235,9 +242,23 @@ impl Ring {
         self.mean
     }
 
-    /// The smallest sample so far, even below [`MIN_SAMPLES`] (`None` when empty).
-    fn min_any(&self) -> Option<f64> {
-        self.v[..self.len].iter().copied().reduce(f64::min)
+    /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the trimmed mean once
+    /// there are enough samples, the plain mean of the one or two there are before (`None`
+    /// when empty). Never the best sample: one fast outlier of a side measured far behind
+    /// (a bimodal 5 ms among 50 ms requests) must not win it back on its own.
+    /// The smallest and largest sample kept (`None` when empty).
+    fn bounds(&self) -> Option<(f64, f64)> {
+        let v = &self.v[..self.len];
+        let lo = v.iter().copied().reduce(f64::min)?;
+        Some((lo, v.iter().copied().fold(lo, f64::max)))
+    }
+
+    fn mean_any(&self) -> Option<f64> {
+        if self.len == 0 {
+            return None;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        self.mean.or_else(|| Some(self.v[..self.len].iter().sum::<f64>() / self.len as f64))
     }
 
     fn trimmed_mean(&self) -> Option<f64> {
@@ -271,6 +292,10 @@ struct SideModel {
     hit: Ring,
     /// Local: I/O time of uncached ranges, normalized to a fully uncached range.
     miss: Ring,
+    /// The latest samples over the estimate they were judged against: the side's own spread.
+    /// A sample is a change signal only outside it (and outside the threshold), so a bimodal
+    /// side (5 ms now and then among 50 ms requests) does not signal on each mode.
+    spread: Ring,
     suspect: Suspect,
 }
 
@@ -280,8 +305,21 @@ impl SideModel {
             main: Ring::new(n, trim),
             hit: Ring::new(n, trim),
             miss: Ring::new(n, trim),
+            spread: Ring::new(n, trim),
             suspect: Suspect::default(),
         }
+    }
+
+    /// Judges `x` against `est` ([`signal`]) and the side's spread; true = a confirmed change.
+    fn judge(&mut self, est: f64, x: f64, thr: f64) -> bool {
+        let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
+        let changed = signal(&mut self.suspect, est, x, (1.0 - thr).min(lo), (1.0 + thr).max(hi));
+        if changed {
+            self.spread.clear();
+        } else if est > 0.0 {
+            self.spread.push(x / est);
+        }
+        changed
     }
 }
 
@@ -323,9 +361,9 @@ pub struct Dispatcher {
     unpriced: [u32; 2],
     /// Position in the current fixed window.
     in_window: u32,
-    /// Smallest local wall time per byte since the local history was last dropped (the cold
-    /// start's far-behind test before the local estimate exists).
-    local_first: Option<f64>,
+    /// Local wall times per byte since the local history was last dropped: their mean is the
+    /// cold start's far-behind test before the local estimate exists ([`Ring::mean_any`]).
+    local_wall: Ring,
     /// A side (local 0, server 1) taken as far behind before it had an estimate: it stays
     /// behind while its best sample is above the other side's, not only while above
     /// [`FAR_BEHIND`] times it (hysteresis: a 5x gap measured under noise must not send 40 ms
@@ -358,7 +396,7 @@ impl Dispatcher {
             credit_ns: 0.0,
             unpriced: [0; 2],
             in_window: 0,
-            local_first: None,
+            local_wall: Ring::new(cfg.samples, cfg.trim),
             behind: [false; 2],
             reprobe: None,
             last_winner: None,
@@ -412,7 +450,7 @@ impl Dispatcher {
         let (l, s) = match (l, s) {
             (Some(l), Some(s)) => (l, s),
             // Even its best sample far behind: losing, without two more measurements.
-            (Some(l), None) => match self.server.main.min_any() {
+            (Some(l), None) => match self.server.main.mean_any() {
                 Some(p) if p > FAR_BEHIND * l || (self.behind[1] && p > l) => {
                     self.behind[1] = true;
                     (l, p)
@@ -424,7 +462,7 @@ impl Dispatcher {
                 // not far behind is measured until it has an estimate. (A local estimate
                 // missing for the cache state, with enough samples, is measured at once.)
                 let cold_start = self.local.main.len < MIN_SAMPLES;
-                match (self.local_first, s.or_else(|| self.server.main.min_any())) {
+                match (self.local_wall.mean_any(), s.or_else(|| self.server.main.mean_any())) {
                     (Some(lf), Some(sv))
                         if cold_start && (lf > FAR_BEHIND * sv || (self.behind[0] && lf > sv)) =>
                     {
@@ -525,19 +563,20 @@ impl Dispatcher {
                 // The change test is on the whole request, against the model's own estimate.
                 let est = self.local_estimate(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
-                self.local_first = Some(self.local_first.map_or(wall, |f| f.min(wall)));
+                self.local_wall.push(wall);
                 if !fresh && est.is_some_and(|e| (wall - e).abs() > e * thr) {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
                     return;
                 }
                 let m = &mut self.local;
-                let changed = est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr));
+                let changed = est.is_some_and(|e| m.judge(e, wall, thr));
                 if changed {
                     m.main.clear();
                     m.hit.clear();
                     m.miss.clear();
-                    self.local_first = Some(wall);
+                    self.local_wall.clear();
+                    self.local_wall.push(wall);
                     self.behind[0] = false;
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Local);
@@ -556,7 +595,7 @@ impl Dispatcher {
                 let est = self.server_estimate();
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
-                if est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr)) {
+                if est.is_some_and(|e| m.judge(e, wall, thr)) {
                     self.behind[1] = false;
                     m.main.clear();
                     self.stats.changes += 1;
@@ -652,12 +691,12 @@ impl Dispatcher {
     }
 }
 
-/// Is `x` the second sample in a row on the same side of `est` by more than `thr`? A sample
-/// within bounds clears the suspicion.
-fn signal(s: &mut Suspect, est: f64, x: f64, thr: f64) -> bool {
-    let dir = if x > est * (1.0 + thr) {
+/// Is `x` the second sample in a row on the same side of `est`, below `lo x est` or above
+/// `hi x est`? A sample within bounds clears the suspicion.
+fn signal(s: &mut Suspect, est: f64, x: f64, lo: f64, hi: f64) -> bool {
+    let dir = if x > est * hi {
         1
-    } else if x < est * (1.0 - thr) {
+    } else if x < est * lo {
         -1
     } else {
         0
