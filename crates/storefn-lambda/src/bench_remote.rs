@@ -1,6 +1,6 @@
 //! The λ bench with a storage server: every read workload under each client-cache condition and
 //! each RTT (through a [`DelayProxy`] in front of the server), run always-local, always-server
-//! and auto (a fresh [`Dispatcher`] per run) taking turns in rounds, plus runs whose conditions
+//! and auto (a fresh [`Dispatcher`] per run) taking turns request by request, plus runs whose conditions
 //! change midway (the cache warms; the RTT rises); [`goals`] judges auto against the better
 //! fixed side. Generic over the [`LambdaTransport`], so storefn-server's client
 //! plugs in unchanged; `tests/bench_remote.rs` drives it with an in-test server.
@@ -200,18 +200,19 @@ pub fn run_remote_with<T: LambdaTransport>(
     Ok(rows)
 }
 
-/// Rounds each half of a run is cut into: local, server and auto take turns round by round,
-/// so load from elsewhere on the machine falls on all three alike (ratios inside one run).
-/// Each round runs them in one of the six orders ([`ORDERS`]): each side goes first, and
-/// follows each other side, equally often (the requests right after the server's, whose
-/// thread shares the client's CPUs, are slower).
+/// Stretches each half of a run is cut into for the per-round spread (`BenchRow::round_us`):
+/// the per-stretch ratio of auto to the better fixed side shows the run's noise.
 pub const ROUNDS_PER_HALF: u32 = 6;
 
-/// The orders of the sides (indices into local, server, auto) the rounds run them in.
+/// The orders of the sides (indices into local, server, auto): the three take turns request
+/// by request, each turn in the next of the six orders, so each side goes first, and follows
+/// each other side, equally often (requests right after the server's, whose thread shares the
+/// client's CPUs, are slower), and load from elsewhere on the machine, which changes over
+/// milliseconds, falls on all three alike.
 const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]];
 
 /// One plan, always-local, always-server and auto (a fresh dispatcher kept for the whole run)
-/// taking turns in rounds ([`ORDERS`]); every side sees the same offsets and the same
+/// taking turns request by request ([`ORDERS`]); every side sees the same offsets and the same
 /// conditions (the change at the half is made once, between the halves, for all three).
 /// Returns the three rows, local, server, auto, each with its per-round and per-half means.
 #[allow(clippy::too_many_lines)]
@@ -253,34 +254,32 @@ fn run_plan<T: LambdaTransport>(
                 _capped = Some(cap()?);
             }
         }
-        for round in 0..ROUNDS_PER_HALF {
-            let per = half / ROUNDS_PER_HALF + u32::from(round < half % ROUNDS_PER_HALF);
-            for &k in &ORDERS[round as usize % ORDERS.len()] {
-                let wh = WHERES[k];
-                // Untimed warm-up for each side before its first timed request.
-                let warm = if h == 0 && round == 0 { WARMUP_REQUESTS } else { 0 };
-                for i in 0..warm + per {
-                    let off = rngs[k].gen_range(0..=(size - len) / unit) * unit;
-                    if plan.cold[h] {
-                        local.drop_range(off, len)?;
-                    }
-                    let t = Instant::now();
-                    let (side, run) = match wh {
-                        Where::Local => (SideKind::Local, local.run(off, len, &mut out)?),
-                        Where::Server => (SideKind::Server, server.run(off, len, &mut out)?),
-                        Where::Auto => disp.run(local, server, off, len, &mut out)?,
-                    };
-                    let us = t.elapsed().as_secs_f64() * 1e6;
-                    out_bytes[k] = run.out_bytes;
-                    if i >= warm {
-                        lat_us[k].push(us);
-                        on_server[k] += u32::from(side == SideKind::Server);
-                        let ri = h * ROUNDS_PER_HALF as usize + round as usize;
-                        for acc in [&mut rounds[k][ri], &mut half_sums[k][h]] {
-                            acc.0 += us;
-                            acc.1 += 1;
-                        }
-                    }
+        // Untimed warm-up for each side before the first timed requests.
+        let warm = if h == 0 { WARMUP_REQUESTS } else { 0 };
+        for i in 0..warm + half {
+            let timed = i.checked_sub(warm);
+            for &k in &ORDERS[i as usize % ORDERS.len()] {
+                let off = rngs[k].gen_range(0..=(size - len) / unit) * unit;
+                if plan.cold[h] {
+                    local.drop_range(off, len)?;
+                }
+                let t = Instant::now();
+                let (side, run) = match WHERES[k] {
+                    Where::Local => (SideKind::Local, local.run(off, len, &mut out)?),
+                    Where::Server => (SideKind::Server, server.run(off, len, &mut out)?),
+                    Where::Auto => disp.run(local, server, off, len, &mut out)?,
+                };
+                let us = t.elapsed().as_secs_f64() * 1e6;
+                out_bytes[k] = run.out_bytes;
+                let Some(j) = timed else { continue };
+                lat_us[k].push(us);
+                on_server[k] += u32::from(side == SideKind::Server);
+                // Rounds for the spread: ROUNDS_PER_HALF consecutive stretches of the half.
+                let ri = h * ROUNDS_PER_HALF as usize
+                    + (j * ROUNDS_PER_HALF / half.max(1)).min(ROUNDS_PER_HALF - 1) as usize;
+                for acc in [&mut rounds[k][ri], &mut half_sums[k][h]] {
+                    acc.0 += us;
+                    acc.1 += 1;
                 }
             }
         }

@@ -199,8 +199,12 @@ impl Default for DispatchConfig {
             // 4.5%, bookkeeping included: half a point of margin under the 5% goal for
             // estimates that are a little off.
             profiling: Profiling::Adaptive { budget: 0.045 },
-            samples: 8,
-            trim: 1,
+            // The middle half of the last 16 samples: a few slow requests under load (a
+            // 9 ms tail among 3 ms cold reads) must not move an estimate past the other side
+            // (8 samples trimmed by 1 did, and the next 50 requests ran on the wrong side
+            // while the tail rotated out); a real change is a change signal, not a drift.
+            samples: 16,
+            trim: 4,
             change_threshold: 0.25,
         }
     }
@@ -277,10 +281,12 @@ impl Ring {
     }
 }
 
-/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none).
+/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none), and the
+/// suspect sample's ratio to its estimate (it joins the side's spread if not confirmed).
 #[derive(Debug, Clone, Copy, Default)]
 struct Suspect {
     dir: i8,
+    ratio: f64,
 }
 
 /// The quantities one side's estimate is made of (ns per input byte).
@@ -311,15 +317,27 @@ impl SideModel {
     }
 
     /// Judges `x` against `est` ([`signal`]) and the side's spread; true = a confirmed change.
+    ///
+    /// A suspect sample joins the spread only once the next sample did not confirm it (an
+    /// outlier of the side's own noise); a confirmed change starts the spread afresh. So a
+    /// mode seen twice in a row stays a change (a server recovering), and a mode that comes
+    /// and goes widens the spread (a bimodal side).
     fn judge(&mut self, est: f64, x: f64, thr: f64) -> bool {
         let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
-        let changed = signal(&mut self.suspect, est, x, (1.0 - thr).min(lo), (1.0 + thr).max(hi));
+        let before = self.suspect;
+        let ratio = if est > 0.0 { x / est } else { 1.0 };
+        let changed = signal(&mut self.suspect, ratio, (1.0 - thr).min(lo), (1.0 + thr).max(hi));
         if changed {
             self.spread.clear();
-        } else if est > 0.0 {
-            self.spread.push(x / est);
+            return true;
         }
-        changed
+        if before.dir != 0 && self.suspect.dir != before.dir {
+            self.spread.push(before.ratio);
+        }
+        if self.suspect.dir == 0 {
+            self.spread.push(ratio);
+        }
+        false
     }
 }
 
@@ -691,12 +709,12 @@ impl Dispatcher {
     }
 }
 
-/// Is `x` the second sample in a row on the same side of `est`, below `lo x est` or above
-/// `hi x est`? A sample within bounds clears the suspicion.
-fn signal(s: &mut Suspect, est: f64, x: f64, lo: f64, hi: f64) -> bool {
-    let dir = if x > est * hi {
+/// Is `ratio` (a sample over its estimate) the second in a row below `lo` or above `hi`, on
+/// the same side? A sample within bounds clears the suspicion.
+fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64) -> bool {
+    let dir = if ratio > hi {
         1
-    } else if x < est * lo {
+    } else if ratio < lo {
         -1
     } else {
         0
@@ -709,6 +727,6 @@ fn signal(s: &mut Suspect, est: f64, x: f64, lo: f64, hi: f64) -> bool {
         *s = Suspect::default();
         return true;
     }
-    *s = Suspect { dir };
+    *s = Suspect { dir, ratio };
     false
 }
