@@ -274,20 +274,31 @@ impl Ring {
         s[..self.len].copy_from_slice(&self.v[..self.len]);
         let s = &mut s[..self.len];
         s.sort_unstable_by(f64::total_cmp);
-        let t = if self.len > 2 * trim { trim } else { 0 };
+        // The same share trimmed however many samples there are (at least one each end from
+        // three on: the median of three), so a fresh history is as robust as a full one.
+        let t = (self.len * trim / self.cap).max(1).min((self.len - 1) / 2);
         let kept = &s[t..self.len - t];
         #[allow(clippy::cast_precision_loss)]
         Some(kept.iter().sum::<f64>() / kept.len() as f64)
     }
 }
 
-/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none), and the
-/// suspect sample's ratio to its estimate (it joins the side's spread if not confirmed).
+/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none), how many
+/// samples in a row said so, and the first one's ratio to its estimate (it joins the side's
+/// spread if not confirmed).
 #[derive(Debug, Clone, Copy, Default)]
 struct Suspect {
     dir: i8,
+    seen: u8,
     ratio: f64,
 }
+
+/// Samples in a row that confirm a change. The winner getting slower needs one more: its
+/// samples come on every request, so a burst of load on the machine (a few slow requests in a
+/// row, on both sides alike) would otherwise drop its history and send the next requests to
+/// the other side until probes win it back; a real slowdown costs one request more to see.
+const CONFIRM_SAMPLES: u8 = 2;
+const CONFIRM_WINNER_SLOWER: u8 = 3;
 
 /// The quantities one side's estimate is made of (ns per input byte).
 #[derive(Debug, Clone, Copy)]
@@ -322,11 +333,12 @@ impl SideModel {
     /// outlier of the side's own noise); a confirmed change starts the spread afresh. So a
     /// mode seen twice in a row stays a change (a server recovering), and a mode that comes
     /// and goes widens the spread (a bimodal side).
-    fn judge(&mut self, est: f64, x: f64, thr: f64) -> bool {
+    fn judge(&mut self, est: f64, x: f64, thr: f64, winner: bool) -> bool {
         let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
         let before = self.suspect;
         let ratio = if est > 0.0 { x / est } else { 1.0 };
-        let changed = signal(&mut self.suspect, ratio, (1.0 - thr).min(lo), (1.0 + thr).max(hi));
+        let (lo, hi) = ((1.0 - thr).min(lo), (1.0 + thr).max(hi));
+        let changed = signal(&mut self.suspect, ratio, lo, hi, winner);
         if changed {
             self.spread.clear();
             return true;
@@ -575,6 +587,7 @@ impl Dispatcher {
         self.stats.requests += 1;
         let bytes = len.max(1) as f64;
         let thr = self.cfg.change_threshold;
+        let winner = self.last_winner == Some(d.side);
         match d.side {
             SideKind::Local => {
                 self.stats.local += 1;
@@ -588,7 +601,7 @@ impl Dispatcher {
                     return;
                 }
                 let m = &mut self.local;
-                let changed = est.is_some_and(|e| m.judge(e, wall, thr));
+                let changed = est.is_some_and(|e| m.judge(e, wall, thr, winner));
                 if changed {
                     m.main.clear();
                     m.hit.clear();
@@ -613,7 +626,7 @@ impl Dispatcher {
                 let est = self.server_estimate();
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
-                if est.is_some_and(|e| m.judge(e, wall, thr)) {
+                if est.is_some_and(|e| m.judge(e, wall, thr, winner)) {
                     self.behind[1] = false;
                     m.main.clear();
                     self.stats.changes += 1;
@@ -709,9 +722,10 @@ impl Dispatcher {
     }
 }
 
-/// Is `ratio` (a sample over its estimate) the second in a row below `lo` or above `hi`, on
-/// the same side? A sample within bounds clears the suspicion.
-fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64) -> bool {
+/// Is `ratio` (a sample over its estimate) the last of [`CONFIRM_SAMPLES`] in a row below
+/// `lo` or above `hi` ([`CONFIRM_WINNER_SLOWER`] above, for the side the model runs)? A sample
+/// within bounds clears the suspicion.
+fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64, winner: bool) -> bool {
     let dir = if ratio > hi {
         1
     } else if ratio < lo {
@@ -723,10 +737,15 @@ fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64) -> bool {
         *s = Suspect::default();
         return false;
     }
-    if s.dir == dir {
+    if s.dir != dir {
+        *s = Suspect { dir, seen: 1, ratio };
+        return false;
+    }
+    s.seen += 1;
+    let need = if winner && dir > 0 { CONFIRM_WINNER_SLOWER } else { CONFIRM_SAMPLES };
+    if s.seen >= need {
         *s = Suspect::default();
         return true;
     }
-    *s = Suspect { dir, ratio };
     false
 }

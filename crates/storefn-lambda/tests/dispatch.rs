@@ -421,21 +421,19 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
 }
 
 #[test]
-fn a_bimodal_loser_and_a_noisy_winner_cost_little_beyond_the_cold_start() {
-    // The lambda3 bench's cold 1 MiB rows in virtual time: the client side bimodal (50 ms, and
-    // 5 ms one request in five), the server 6 ms with one request in ten 3x slower (a capped
-    // CPU's throttling), short runs of 120 requests over many seeds. The cold start's one
-    // local request is ~6% of such a run; beyond it auto should stay on the server: a fast
-    // sample of the loser or a slow one of the winner inside the side's own spread is no
-    // change signal. (Before: up to 13 requests of 120 on the client side, worst 1.29x.)
-    let c = steady(50_000.0, 6_000.0);
-    let (mut worst, mut sum) = (0.0f64, 0.0);
-    for seed in 0..40 {
-        let o = simulate_with(adaptive(), &[(c, 120)], 0.3, 0, [(0.2, 0.1), (0.1, 3.0)], seed);
-        let ratio = o.auto_us / o.server_us;
-        worst = worst.max(ratio);
-        sum += ratio;
-        assert!(o.stats.local <= 8, "seed {seed}: {ratio:.3} ({:?})", o.stats);
+fn heavy_tails_on_both_sides_do_not_send_requests_to_the_slower_side() {
+    // The lambda3/lambda4 bench's cold 1 MiB rows on a loaded machine, in virtual time: the
+    // client side 2.9 ms with one request in seven 3x slower, the server 5 ms with one in ten
+    // 2x slower, 30% jitter, runs of 243 requests over 200 seeds. Estimates of 8 samples
+    // trimmed by one moved past the other side's on two tail samples, and a winner's two slow
+    // samples in a row dropped its history: 1.061x the better side on average (cold start
+    // included). The middle half of 16 samples, the side's own spread and three slow samples
+    // to confirm the winner slowed: 1.040x.
+    let c = steady(2_900.0, 5_000.0);
+    let mut sum = 0.0;
+    for seed in 0..200 {
+        let o = simulate_with(adaptive(), &[(c, 243)], 0.3, 0, [(0.15, 3.0), (0.1, 2.0)], seed);
+        sum += o.auto_us / o.local_us.min(o.server_us);
     }
-    assert!(sum / 40.0 < 1.065 && worst < 1.25, "mean {:.3} worst {worst:.3}", sum / 40.0);
+    assert!(sum / 200.0 < 1.05, "auto / better side {:.3} on average", sum / 200.0);
 }
