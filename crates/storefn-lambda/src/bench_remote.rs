@@ -1,8 +1,8 @@
 //! The λ bench with a storage server: every read workload under each client-cache condition and
 //! each RTT (through a [`DelayProxy`] in front of the server), run always-local, always-server
-//! and auto (a fresh [`Dispatcher`] per run) taking turns request by request, plus runs whose conditions
-//! change midway (the cache warms; the RTT rises); [`goals`] judges auto against the better
-//! fixed side. Generic over the [`LambdaTransport`], so storefn-server's client
+//! and auto (a fresh [`Dispatcher`] per run) taking turns request by request, plus runs whose
+//! conditions change midway (the cache warms or is evicted; the RTT rises; the server's CPU is
+//! capped); [`goals`] judges auto against the better fixed side. Generic over the [`LambdaTransport`], so storefn-server's client
 //! plugs in unchanged; `tests/bench_remote.rs` drives it with an in-test server.
 //!
 //! The client and the server here share one machine and so one page cache: "cold" drops the

@@ -421,19 +421,34 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
 }
 
 #[test]
+fn tails_that_are_a_sides_own_cost_count() {
+    // A server capped to a fifth of a CPU answers in 300 µs, but one request in twenty waits out
+    // its throttling (20x); the client takes 400 µs: the client is better on average (400 µs
+    // against 585 µs). Estimates that trim the tail away (lambda3's 8 samples trimmed by one:
+    // 1.30x; the middle half of 16: 1.36x) send most requests to the server. Plain means of 32
+    // samples: 1.12x over 200 seeds of 1,200 requests, cold start included (the rest is the
+    // tail's sampling noise: 32 samples hold 1.6 tails on average).
+    let c = steady(400.0, 300.0);
+    let mut sum = 0.0;
+    for seed in 0..200 {
+        let o = simulate_with(adaptive(), &[(c, 1200)], 0.3, 0, [(0.0, 1.0), (0.05, 20.0)], seed);
+        sum += o.auto_us / o.local_us.min(o.server_us);
+    }
+    assert!(sum / 200.0 < 1.15, "auto / better side {:.3} on average", sum / 200.0);
+}
+
+#[test]
 fn heavy_tails_on_both_sides_do_not_send_requests_to_the_slower_side() {
-    // The lambda3/lambda4 bench's cold 1 MiB rows on a loaded machine, in virtual time: the
-    // client side 2.9 ms with one request in seven 3x slower, the server 5 ms with one in ten
-    // 2x slower, 30% jitter, runs of 243 requests over 200 seeds. Estimates of 8 samples
-    // trimmed by one moved past the other side's on two tail samples, and a winner's two slow
-    // samples in a row dropped its history: 1.061x the better side on average (cold start
-    // included). The middle half of 16 samples, the side's own spread and three slow samples
-    // to confirm the winner slowed: 1.040x.
+    // Cold 1 MiB rows on a loaded machine, in virtual time: the client side 2.9 ms with one
+    // request in seven 3x slower, the server 5 ms with one in ten 2x slower, 30% jitter, runs
+    // of 243 requests over 200 seeds. lambda3's dispatcher: 1.060x the better side on average
+    // (cold start included; a winner's two slow samples in a row dropped its history). Each
+    // side's spread keeps its own tails from being change signals: 1.052x.
     let c = steady(2_900.0, 5_000.0);
     let mut sum = 0.0;
     for seed in 0..200 {
         let o = simulate_with(adaptive(), &[(c, 243)], 0.3, 0, [(0.15, 3.0), (0.1, 2.0)], seed);
         sum += o.auto_us / o.local_us.min(o.server_us);
     }
-    assert!(sum / 200.0 < 1.05, "auto / better side {:.3} on average", sum / 200.0);
+    assert!(sum / 200.0 < 1.056, "auto / better side {:.3} on average", sum / 200.0);
 }
