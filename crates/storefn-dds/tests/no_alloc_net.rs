@@ -4,17 +4,15 @@
 //! pre-encoded frames and reads replies into a fixed buffer, and the host application idles
 //! (every GetPage is offloaded), so what is counted is the server's.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_dds::pageserver::{get_page, host_loop, Deployment, PageHost, PAGE_BYTES};
+use storefn_server::client::read_response_frame;
 use storefn_server::proto::msg::SERVED_BY_OFFLOAD;
-use storefn_server::proto::{
-    decode_header, put_request, FrameBuf, Messages, Request, FRAME_HEADER_BYTES, KIND_REQUEST,
-    KIND_RESPONSE,
-};
+use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
 use storefn_testkit::CountingAlloc;
 
 #[global_allocator]
@@ -25,24 +23,19 @@ const PER_FRAME: u32 = 16;
 
 /// Sends `frame` of `n` requests and reads replies into `rx` until all `n` are in; checks each
 /// is an offloaded page (no allocation).
-fn round_trip(s: &mut TcpStream, frame: &[u8], n: u32, rx: &mut [u8], offloaded: bool) {
+fn round_trip(s: &mut TcpStream, frame: &[u8], n: u32, rx: &mut Vec<u8>, offloaded: bool) {
     s.write_all(frame).unwrap();
     let mut got = 0;
     while got < n {
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        s.read_exact(&mut h).unwrap();
-        let hd = decode_header(&h, 0, KIND_RESPONSE).unwrap();
-        let body = &mut rx[..hd.body_bytes as usize];
-        s.read_exact(body).unwrap();
-        for m in Messages::new(body, hd.count, 0) {
+        for m in read_response_frame(s, 0, rx).unwrap() {
             let m = m.unwrap();
             assert_eq!(m.status, 0, "status OK");
             if offloaded {
                 assert_eq!(m.payload[0], SERVED_BY_OFFLOAD, "request {} offloaded", m.req_id);
                 assert_eq!(m.payload.len(), 8 + PAGE_BYTES);
             }
+            got += 1;
         }
-        got += hd.count;
     }
 }
 

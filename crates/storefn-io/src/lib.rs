@@ -9,6 +9,7 @@ pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod file;
+pub mod harness;
 pub mod limits;
 mod region;
 

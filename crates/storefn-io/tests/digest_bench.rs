@@ -29,8 +29,7 @@ const READS: usize = 20_000;
 const READ_BYTES: usize = 4096;
 
 fn median_us(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    storefn_stats::median(&mut v).expect("at least one run")
 }
 
 fn map_ns(d: &Digest, seed: u64) -> f64 {

@@ -224,20 +224,8 @@ impl<'s, M: Iterator<Item = (u64, &'s [u8; VALUE_BYTES])>> MergeStream<'s, M> {
     }
 
     /// The value a leaf pointer names, after checking it lies on a value of the log.
-    fn value(&mut self, key: u64, ptr: u64) -> Result<[u8; VALUE_BYTES], KvError> {
-        let off = ptr & !FILE_MASK;
-        let meta = self.store.meta();
-        let lo = meta.value_log_offset;
-        let hi = lo + meta.key_count * VALUE_BYTES as u64;
-        if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
-            return Err(KvError::CorruptNode {
-                path: self.store.path().to_path_buf(),
-                offset: self.leaves.leaf,
-                reason: format!(
-                    "value pointer {off} of key {key} outside the value log [{lo}, {hi})"
-                ),
-            });
-        }
+    fn value(&mut self, ptr: u64) -> Result<[u8; VALUE_BYTES], KvError> {
+        let off = self.store.value_offset(ptr, self.leaves.leaf)?;
         let b = self.values.get(off, VALUE_BYTES)?;
         Ok(b.try_into().expect("64 bytes"))
     }
@@ -248,7 +236,7 @@ impl<'s, M: Iterator<Item = (u64, &'s [u8; VALUE_BYTES])>> MergeStream<'s, M> {
         match (tree, mem) {
             (Some((tk, ptr)), m) if m.is_none_or(|(mk, _)| tk < mk) => {
                 self.tree_head = None;
-                Ok(Some((tk, self.value(tk, ptr)?)))
+                Ok(Some((tk, self.value(ptr)?)))
             }
             (t, Some((mk, mv))) => {
                 if t.is_some_and(|(tk, _)| tk == mk) {

@@ -49,6 +49,7 @@ pub mod compact;
 pub mod db;
 mod error;
 pub mod format;
+pub mod fuzz;
 pub mod harness;
 pub mod lock;
 pub mod memtable;

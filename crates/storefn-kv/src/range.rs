@@ -74,6 +74,10 @@ pub struct RangeState {
     pub leaf_offset: u64,
     pub index: u32,
     pub done: bool,
+    /// The last key the scan passed (produced or below `begin`): keys along the leaf chain
+    /// must rise strictly, which is also what bounds a scan of a corrupt file whose `next`
+    /// links form a cycle (a revisited leaf repeats a key).
+    pub last_key: Option<u64>,
 }
 
 /// Range scans through pread, one resumable call at a time.
@@ -99,7 +103,7 @@ impl<'s> RangeScan<'s> {
     /// I/O errors, corrupt nodes.
     pub fn begin(&mut self, begin: u64) -> Result<RangeState, KvError> {
         let leaf_offset = self.store.find_leaf(begin, &mut self.leaf)?;
-        Ok(RangeState { leaf_offset, index: 0, done: false })
+        Ok(RangeState { leaf_offset, index: 0, done: false, last_key: None })
     }
 
     /// One call: appends up to [`RANGE_BATCH`] results with keys in `[begin, end]`.
@@ -135,12 +139,24 @@ impl<'s> RangeScan<'s> {
                     st.done = true;
                     return Ok(st);
                 }
+                if st.last_key.is_some_and(|last| key <= last) {
+                    return Err(KvError::CorruptNode {
+                        path: self.store.path().to_path_buf(),
+                        offset: st.leaf_offset,
+                        reason: format!(
+                            "key {key} at slot {i} does not follow {} along the leaf chain (a \
+                             misordered leaf or a cycle of next links)",
+                            st.last_key.unwrap_or(0)
+                        ),
+                    });
+                }
                 if produced == RANGE_BATCH {
                     return Ok(st);
                 }
                 st.index += 1;
+                st.last_key = Some(key);
                 if key >= begin {
-                    let voff = ptr & !FILE_MASK;
+                    let voff = self.store.value_offset(ptr, st.leaf_offset)?;
                     let (blk, _) = self.store.value_block(voff);
                     self.store.read_block(&mut self.block, blk)?;
                     self.ios += 1;
@@ -152,7 +168,7 @@ impl<'s> RangeScan<'s> {
             if next == 0 {
                 st.done = true;
             } else {
-                st = RangeState { leaf_offset: next, index: 0, done: false };
+                st = RangeState { leaf_offset: next, index: 0, ..st };
             }
         }
         Ok(st)

@@ -390,8 +390,13 @@ impl Store {
         }
     }
 
-    /// Validates a leaf's value pointer: inside the value log, on a value boundary.
-    fn value_offset(&self, ptr: u64, from: u64) -> Result<u64, KvError> {
+    /// Validates a leaf's value pointer (the leaf at `from`): inside the value log, on a value
+    /// boundary (so the value lies within one node-size block). Every reader of a leaf's
+    /// pointers goes through it: lookups, range scans, compaction.
+    ///
+    /// # Errors
+    /// [`KvError::CorruptNode`] naming the leaf and the pointer.
+    pub fn value_offset(&self, ptr: u64, from: u64) -> Result<u64, KvError> {
         let off = ptr & !FILE_MASK;
         let lo = self.meta.value_log_offset;
         let hi = lo + self.meta.key_count * VALUE_BYTES as u64;

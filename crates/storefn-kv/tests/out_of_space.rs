@@ -62,6 +62,10 @@ impl Storage for FillingDisk {
         let real = RealStorage.open_write(path)?;
         Ok(Box::new(FillingFile { real, budget: Arc::clone(&self.budget) }))
     }
+    fn adopt(&self, file: std::fs::File, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let real = RealStorage.adopt(file, path)?;
+        Ok(Box::new(FillingFile { real, budget: Arc::clone(&self.budget) }))
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         // Relaxed: a test flag, set before the call that should see it.
         if self.fail_renames.load(Ordering::Relaxed) && from.extension().is_none_or(|e| e != "tmp")

@@ -121,3 +121,31 @@ fn range_calls_resume_after_32_results() {
     assert_eq!(calls, 4); // 32 + 32 + 32 + 4
     assert!(out.iter().enumerate().all(|(i, (k, _))| *k == 10 + i as u64));
 }
+
+/// Regression: a corrupt file whose leaf `next` link points back along the chain made the
+/// pread range scan loop forever (no key order check, no bound on the leaves it followed).
+/// Now the scan stops at the first key that does not rise, naming the leaf.
+#[test]
+fn a_cycle_of_leaf_links_is_a_corrupt_node_not_a_hang() {
+    let dir = TempDir::new("range-cycle");
+    let p = dir.join("db");
+    create_bpfkv(&p, NodeSize::B512, 2, &mut |_, _| {}).unwrap();
+    let (lo, hi) = Store::open(&p, 0).unwrap().leaf_range();
+    let nb = NodeSize::B512.bytes() as u64;
+    // The third leaf links back to the first; every key is in range, so before the fix the
+    // scan produced entries without end.
+    let third = lo + 2 * nb;
+    assert!(third < hi);
+    let mut bytes = std::fs::read(&p).unwrap();
+    let at = usize::try_from(third).unwrap() + storefn_kv::format::NODE_OFF_NEXT;
+    bytes[at..at + 8].copy_from_slice(&lo.to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    let store = Store::open(&p, 0).unwrap();
+    let e = RangeScan::new(&store).collect(0, u64::MAX).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("offset {lo}")) || msg.contains(&lo.to_string()), "{msg}");
+    assert!(msg.contains("does not follow"), "{msg}");
+    // A range that ends before the cycle closes is still answered.
+    let ok = RangeScan::new(&store).collect(0, 40).unwrap();
+    assert_eq!(ok.len(), 41);
+}

@@ -52,9 +52,9 @@ pub struct DispatchOverhead {
     pub own_fraction: f64,
 }
 
+/// Median of the rounds (`rounds` >= 1 is checked before any round runs).
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_unstable_by(f64::total_cmp);
-    v[v.len() / 2]
+    storefn_stats::median(v).unwrap_or(0.0)
 }
 
 /// Runs `rounds` rounds of `requests` requests of `len` bytes over `path` (must hold `len`

@@ -58,15 +58,9 @@ pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     Some((u + st) / hz.max(1) as f64)
 }
 
+/// Nearest-rank percentile of ascending ns samples in µs, 0 for none (storefn-stats).
 fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    #[allow(clippy::cast_precision_loss)]
-    let v = sorted[i] as f64 / 1000.0;
-    v
+    storefn_stats::percentile_us(sorted, p).unwrap_or(0.0)
 }
 
 /// Median STAT round trip, µs.

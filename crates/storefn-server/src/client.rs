@@ -87,6 +87,26 @@ impl ClientError {
     }
 }
 
+/// Reads response frame number `frame` from `r`: the header, then the body into `body`,
+/// resized to it (so no allocation once `body` has held a frame this large: a client that
+/// keeps one buffer per connection reads every reply without allocating). Returns the body's
+/// messages, each checked as it is taken.
+///
+/// # Errors
+/// [`ClientError::Io`] reading; [`ClientError::Protocol`] for a bad header (naming `frame`).
+pub fn read_response_frame<'b, R: Read>(
+    r: &mut R,
+    frame: u64,
+    body: &'b mut Vec<u8>,
+) -> Result<Messages<'b>, ClientError> {
+    let mut h = [0u8; FRAME_HEADER_BYTES];
+    r.read_exact(&mut h).map_err(ClientError::Io)?;
+    let hd = decode_header(&h, frame, KIND_RESPONSE)?;
+    body.resize(hd.body_bytes as usize, 0);
+    r.read_exact(body).map_err(ClientError::Io)?;
+    Ok(Messages::new(body, hd.count, frame))
+}
+
 /// One reply, owned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reply {
@@ -412,14 +432,9 @@ impl Client {
             self.round_trips += 1;
             let mut got = 0;
             while got < n {
-                let frame_no = conn.frames_in;
-                let mut h = [0u8; FRAME_HEADER_BYTES];
-                conn.stream.read_exact(&mut h).map_err(ClientError::Io)?;
-                let hd = decode_header(&h, frame_no, KIND_RESPONSE)?;
+                let msgs = read_response_frame(&mut conn.stream, conn.frames_in, &mut self.rx)?;
                 conn.frames_in += 1;
-                self.rx.resize(hd.body_bytes as usize, 0);
-                conn.stream.read_exact(&mut self.rx).map_err(ClientError::Io)?;
-                for m in Messages::new(&self.rx, hd.count, frame_no) {
+                for m in msgs {
                     let m = m?;
                     let idx = m.req_id.wrapping_sub(base_id);
                     if idx >= n as u64 {
@@ -483,15 +498,10 @@ impl Client {
             .conn
             .as_mut()
             .ok_or_else(|| ClientError::Io(std::io::Error::other("not connected")))?;
-        let frame_no = conn.frames_in;
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        conn.stream.read_exact(&mut h).map_err(ClientError::Io)?;
-        let hd = decode_header(&h, frame_no, KIND_RESPONSE)?;
+        let msgs = read_response_frame(&mut conn.stream, conn.frames_in, &mut self.rx)?;
         conn.frames_in += 1;
-        self.rx.resize(hd.body_bytes as usize, 0);
-        conn.stream.read_exact(&mut self.rx).map_err(ClientError::Io)?;
         let mut n = 0;
-        for m in Messages::new(&self.rx, hd.count, frame_no) {
+        for m in msgs {
             let m = m?;
             f(m.req_id, Reply::from_response(&Response::parse(&m)?));
             n += 1;

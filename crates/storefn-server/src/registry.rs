@@ -87,7 +87,12 @@ impl Registry {
         } else {
             Some(std::str::from_utf8(section).map_err(|_| LoadError::Section)?)
         };
-        let ty = if prog_type == 0 { ProgType::Xrp } else { ProgType::Lambda };
+        // The frame decoder admits only these two codes.
+        let ty = if prog_type == crate::proto::msg::PROG_TYPE_XRP {
+            ProgType::Xrp
+        } else {
+            ProgType::Lambda
+        };
         // The instruction budget is set on every instance the workers build
         // (SERVER_INSN_BUDGET), not on the shared program.
         let prog = storefn_vm::load_verified(elf, sel, ty).map_err(LoadError::Rejected)?;

@@ -4,14 +4,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 
 use common::{make_db, serve, TempDir};
-use storefn_server::proto::{
-    decode_header, put_request, FrameBuf, Messages, Request, FRAME_HEADER_BYTES, KIND_REQUEST,
-    KIND_RESPONSE,
-};
+use storefn_server::client::read_response_frame;
+use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
 use storefn_testkit::CountingAlloc;
 
 #[global_allocator]
@@ -19,19 +17,14 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// Sends `frame` (of `n` requests) and reads response frames into `rx` until all `n`
 /// replies are in (no allocation).
-fn round_trip(s: &mut TcpStream, frame: &[u8], n: u32, rx: &mut [u8]) {
+fn round_trip(s: &mut TcpStream, frame: &[u8], n: u32, rx: &mut Vec<u8>) {
     s.write_all(frame).unwrap();
     let mut got = 0;
     while got < n {
-        let mut h = [0u8; FRAME_HEADER_BYTES];
-        s.read_exact(&mut h).unwrap();
-        let hd = decode_header(&h, 0, KIND_RESPONSE).unwrap();
-        let body = &mut rx[..hd.body_bytes as usize];
-        s.read_exact(body).unwrap();
-        for m in Messages::new(body, hd.count, 0) {
+        for m in read_response_frame(s, 0, rx).unwrap() {
             assert_eq!(m.unwrap().status, 0, "status OK");
+            got += 1;
         }
-        got += hd.count;
     }
 }
 

@@ -60,7 +60,6 @@ pub fn run(a: &DigestArgs) -> CmdResult {
         digest = Some(d);
     }
     let d = digest.expect("BUILD_REPEATS > 0");
-    times_us.sort_by(f64::total_cmp);
     let map_ns = (a.lookups > 0 && d.file_size() >= LOOKUP_BYTES).then(|| time_map(&d, a.lookups));
     let raw = RawAccess::open(&file);
     let report = Report {
@@ -69,7 +68,7 @@ pub fn run(a: &DigestArgs) -> CmdResult {
         fiemap_extents: d.fiemap_extent_count(),
         runs: d.extents().len(),
         fs_block_size: d.fs_block_size(),
-        build_us_median: times_us[times_us.len() / 2],
+        build_us_median: storefn_stats::median(&mut times_us).expect("BUILD_REPEATS > 0"),
         map_ns,
         raw_available: raw.is_ok(),
         device: raw.as_ref().ok().map(|r| r.device().path().display().to_string()),

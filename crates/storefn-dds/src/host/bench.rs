@@ -83,11 +83,6 @@ struct Case {
     lat_ns: Vec<u64>,
 }
 
-fn percentile_us(sorted_ns: &[u64], q: f64) -> f64 {
-    let i = ((sorted_ns.len() as f64 * q) as usize).min(sorted_ns.len() - 1);
-    sorted_ns[i] as f64 / 1000.0
-}
-
 /// Runs the three cases.
 ///
 /// # Errors
@@ -159,14 +154,15 @@ fn measure(
         cases.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
         let mut mid = cases.swap_remove(cases.len() / 2);
         mid.lat_ns.sort_unstable();
+        let tail = storefn_stats::Tail::of(&mid.lat_ns);
         out.push(HostBenchResult {
             case: names[i],
             depth: if i == 2 { cfg.depth } else { 1 },
             io_bytes: cfg.io_bytes,
             ops_per_sec: mid.ops_per_sec,
-            p50_us: percentile_us(&mid.lat_ns, 0.50),
-            p99_us: percentile_us(&mid.lat_ns, 0.99),
-            p999_us: percentile_us(&mid.lat_ns, 0.999),
+            p50_us: tail.p50_us,
+            p99_us: tail.p99_us,
+            p999_us: tail.p999_us,
             rounds: cfg.rounds,
         });
     }

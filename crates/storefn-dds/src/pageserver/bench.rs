@@ -83,13 +83,7 @@ pub struct PageBenchReport {
     pub seed: u64,
 }
 
-fn percentile(sorted: &[u64], q: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    Some(sorted[i] as f64 / 1000.0)
-}
+use storefn_stats::percentile_us as percentile;
 
 /// The host's counters, through a forwarded GetPage of [`STATS_PAGE`].
 ///

@@ -73,11 +73,6 @@ fn item(key: u64) -> Item {
     Item { key, version: key, file: 1, offset: key.wrapping_mul(4096), size: 4096 }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Runs the insert case, then one lookup case per entry of `readers`.
 ///
 /// # Errors
@@ -117,7 +112,7 @@ pub fn run(cfg: &TableBenchConfig) -> Result<Vec<TableBenchResult>, TableBenchEr
         readers: 0,
         capacity,
         items,
-        ops_per_sec: median(rates),
+        ops_per_sec: storefn_stats::median(&mut rates).unwrap_or(0.0),
         writer_ops_per_sec: 0.0,
         hit_share: 1.0,
         rounds: cfg.rounds,

@@ -382,10 +382,7 @@ pub(crate) fn summarize(
     let mut lat: Vec<u64> = outs.iter().flat_map(|o| o.latencies_ns.iter().copied()).collect();
     lat.sort_unstable();
     let count = lat.len() as f64;
-    let pct = |p: f64| {
-        let i = ((p / 100.0) * count).ceil() as usize;
-        lat[i.saturating_sub(1).min(lat.len() - 1)] as f64 / 1000.0
-    };
+    let pct = |p: f64| storefn_stats::percentile_us(&lat, p / 100.0).unwrap_or(0.0);
     let ios: u64 = outs.iter().map(|o| o.stats.ios).sum();
     BenchResult {
         path: cfg.path.clone(),

@@ -55,6 +55,13 @@ pub trait Storage: Send + Sync + Debug {
     /// # Errors
     /// The OS error.
     fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
+    /// Writes through `file`, an existing file the caller opened for writing itself (a server
+    /// opens beneath its served directory, confined, before any storage sees the path); `path`
+    /// names it for this storage (a crash model keys its shadow by the file name).
+    ///
+    /// # Errors
+    /// `NotFound` when this storage does not know `path`; the OS error otherwise.
+    fn adopt(&self, file: File, path: &Path) -> io::Result<Box<dyn StorageFile>>;
     /// Renames `from` to `to` (replacing it); durable after [`Storage::sync_dir`].
     ///
     /// # Errors
@@ -163,6 +170,9 @@ impl Storage for RealStorage {
     }
     fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
         let file = OpenOptions::new().write(true).open(path)?;
+        Ok(Box::new(RealFile { file, buffered: None }))
+    }
+    fn adopt(&self, file: File, _path: &Path) -> io::Result<Box<dyn StorageFile>> {
         Ok(Box::new(RealFile { file, buffered: None }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

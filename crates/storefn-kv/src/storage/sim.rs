@@ -220,6 +220,18 @@ impl CrashSim {
     }
 }
 
+impl CrashSim {
+    /// The shadow id of an existing file to open for writing (opening changes nothing on
+    /// disk, so it is not an operation); fails once the power has gone.
+    fn known(&self, path: &Path) -> io::Result<usize> {
+        let st = self.lock();
+        if st.image.is_some() {
+            return Err(crashed());
+        }
+        st.dir.get(&name_of(path)).copied().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+}
+
 #[derive(Debug)]
 struct SimFile {
     sim: CrashSim,
@@ -301,15 +313,13 @@ impl Storage for CrashSim {
         Ok(Box::new(SimFile { sim: self.clone(), id, real }))
     }
     fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        let st = self.lock();
-        if st.image.is_some() {
-            return Err(crashed());
-        }
-        let Some(&id) = st.dir.get(&name_of(path)) else {
-            return Err(io::Error::from(io::ErrorKind::NotFound));
-        };
-        drop(st);
+        let id = self.known(path)?;
         let real = RealStorage.open_write(path)?;
+        Ok(Box::new(SimFile { sim: self.clone(), id, real }))
+    }
+    fn adopt(&self, file: std::fs::File, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let id = self.known(path)?;
+        let real = RealStorage.adopt(file, path)?;
         Ok(Box::new(SimFile { sim: self.clone(), id, real }))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -79,6 +79,9 @@ pub struct ServerConfig {
     pub offload: Option<std::sync::Arc<dyn offload::OffloadHook>>,
     /// DDS: per forwarded request ([`FORWARD_TIMEOUT`]; tests shorten it).
     pub forward_timeout: Duration,
+    /// What WRITE and LAMBDA_WRITE write through once the file is open (confined beneath
+    /// `dir`): the real file system, or a crash model in the power-loss tests.
+    pub storage: storefn_kv::storage::StorageRef,
 }
 
 impl ServerConfig {
@@ -95,6 +98,7 @@ impl ServerConfig {
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
             offload: None,
             forward_timeout: FORWARD_TIMEOUT,
+            storage: storefn_kv::storage::real(),
         }
     }
 }

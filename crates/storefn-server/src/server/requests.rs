@@ -195,7 +195,9 @@ impl Worker<'_> {
                 }
             }
             Request::Write { path, offset, data } => {
-                match write_file(&self.shared.root, path, offset, data) {
+                match open_for_write(self.shared, path)
+                    .and_then(|f| write_durably(&f, data, offset))
+                {
                     Ok(version) => {
                         let written = u32::try_from(data.len()).expect("bounded");
                         self.respond(ci, req_id, code, &Response::Write { version, written });
@@ -257,16 +259,11 @@ impl Worker<'_> {
         input: &[u8],
         out_cap: u32,
     ) -> Result<(FileVersion, u64), FileFail> {
-        use std::os::unix::fs::FileExt;
         if self.stopping() {
             return Err((StatusCode::ShuttingDown, "server is stopping".into()));
         }
         // The file first: a path outside the root or missing costs no program run.
-        let f = self
-            .shared
-            .root
-            .open_beneath(path, libc::O_WRONLY)
-            .map_err(|e| (e.status(), e.to_string()))?;
+        let f = open_for_write(self.shared, path)?;
         let si = self.progs.acquire(self.shared, hash, ProgType::Lambda)?;
         let cap = out_cap as usize;
         if self.write_staging.len() < cap {
@@ -285,12 +282,8 @@ impl Worker<'_> {
         offset
             .checked_add(ret)
             .ok_or((StatusCode::OutOfRange, "offset + output overflows".into()))?;
-        f.write_all_at(&self.write_staging[..n], offset)
-            .map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
-        f.sync_data().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
-        let (dev, ino, change, _) =
-            crate::confine::identity(&f).map_err(|e| (StatusCode::Io, e.to_string()))?;
-        Ok((FileVersion { dev, ino, change }, ret))
+        let version = write_durably(&f, &self.write_staging[..n], offset)?;
+        Ok((version, ret))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -398,18 +391,31 @@ impl Worker<'_> {
     }
 }
 
-/// WRITE: open beneath the root for writing, write everything, `fdatasync`, then the version.
-fn write_file(
-    root: &crate::confine::Root,
-    path: &[u8],
-    offset: u64,
-    data: &[u8],
-) -> Result<FileVersion, FileFail> {
-    use std::os::unix::fs::FileExt;
-    let f = root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;
-    f.write_all_at(data, offset).map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
-    f.sync_data().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
+/// A file of WRITE or LAMBDA_WRITE: opened beneath the root (confined; it must exist: the
+/// server never creates files), then handed to the configured storage for the writes. The
+/// second descriptor reads the version after the write.
+struct WriteTarget {
+    storage_file: Box<dyn storefn_kv::storage::StorageFile>,
+    file: std::fs::File,
+}
+
+fn open_for_write(shared: &super::Shared, path: &[u8]) -> Result<WriteTarget, FileFail> {
+    use std::os::unix::ffi::OsStrExt;
+    let f =
+        shared.root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;
+    let file = f.try_clone().map_err(|e| (StatusCode::Io, format!("dup: {e}")))?;
+    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    let storage_file =
+        shared.cfg.storage.adopt(f, name).map_err(|e| (StatusCode::Io, format!("open: {e}")))?;
+    Ok(WriteTarget { storage_file, file })
+}
+
+/// Writes `data` at `offset`, syncs it (fdatasync), then reads the file's version: the answer
+/// is sent only after this returns, so an acknowledged write is durable.
+fn write_durably(t: &WriteTarget, data: &[u8], offset: u64) -> Result<FileVersion, FileFail> {
+    t.storage_file.write_at(data, offset).map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
+    t.storage_file.sync().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
     let (dev, ino, change, _) =
-        crate::confine::identity(&f).map_err(|e| (StatusCode::Io, e.to_string()))?;
+        crate::confine::identity(&t.file).map_err(|e| (StatusCode::Io, e.to_string()))?;
     Ok(FileVersion { dev, ino, change })
 }

@@ -25,6 +25,10 @@ pub const AUTH_BYTES: usize = HASH_BYTES;
 pub const LOAD_OFF_TYPE: usize = 0;
 pub const LOAD_OFF_SECTION_LEN: usize = 4;
 pub const LOAD_OFF_SECTION: usize = 8;
+/// LOAD_PROG `prog_type`: an XRP program (XRP, the chains of BPF-KV lookups).
+pub const PROG_TYPE_XRP: u8 = 0;
+/// LOAD_PROG `prog_type`: a λ program (LAMBDA, LAMBDA_WRITE).
+pub const PROG_TYPE_LAMBDA: u8 = 1;
 /// LOAD_PROG response: `hash [32] | insns u32 | reserved u32`.
 pub const LOAD_R_BYTES: usize = 40;
 /// READ request: `offset u64 | len u32 | path_len u16 | reserved u16 | path`.

@@ -114,7 +114,7 @@ impl<'a> Request<'a> {
                 need(p, at, LOAD_OFF_SECTION)?;
                 zero(p, at, 1..4)?;
                 let prog_type = p[LOAD_OFF_TYPE];
-                if prog_type > 1 {
+                if prog_type != PROG_TYPE_XRP && prog_type != PROG_TYPE_LAMBDA {
                     return Err(at.bad(LOAD_OFF_TYPE, "prog_type", "not 0 (xrp) or 1 (lambda)"));
                 }
                 let n = le_u32(p, LOAD_OFF_SECTION_LEN) as usize;
