@@ -523,7 +523,9 @@ fn print_goals(rows: &[BenchRow]) {
             if g.met { "met" } else { "missed" }
         );
     }
-    let groups: [(&str, fn(Judged) -> bool); 3] = [
+    /// Which judgements a tally counts.
+    type InGroup = fn(Judged) -> bool;
+    let groups: [(&str, InGroup); 3] = [
         ("steady (auto within 5%)", |j| j == Judged::Steady),
         ("changing, answer unchanged (auto within 5%)", |j| j == Judged::Unchanged),
         ("changing, answer flips (auto beats both)", |j| matches!(j, Judged::Flip(..))),
