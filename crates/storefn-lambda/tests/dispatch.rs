@@ -67,6 +67,26 @@ fn ns(us: f64) -> u64 {
     (us * 1000.0).round() as u64
 }
 
+/// What a local request of `us` reports (90% I/O).
+fn local_run(us: f64) -> Run {
+    Run { out_bytes: 32, wall_ns: ns(us), io_ns: ns(us * 0.9), compute_ns: ns(us * 0.1) }
+}
+
+fn server_run(us: f64) -> Run {
+    Run { out_bytes: 32, wall_ns: ns(us), ..Run::default() }
+}
+
+/// auto over the better fixed side, averaged over `seeds` runs of `requests` in condition `c`
+/// with bimodal sides `fast` and 30% jitter.
+fn mean_ratio_over_seeds(c: Cond, requests: u32, fast: [(f64, f64); 2], seeds: u64) -> f64 {
+    let mut sum = 0.0;
+    for seed in 0..seeds {
+        let o = simulate_with(adaptive(), &[(c, requests)], 0.3, 0, fast, seed);
+        sum += o.auto_us / o.local_us.min(o.server_us);
+    }
+    sum / seeds as f64
+}
+
 impl Side for Synth {
     fn kind(&self) -> SideKind {
         self.kind
@@ -365,13 +385,7 @@ fn a_side_far_behind_stays_behind_while_the_winner_wobbles() {
     // sample moved the ratio under FAR_BEHIND.
     use storefn_lambda::dispatch::Decision;
     let mut d = Dispatcher::new(adaptive());
-    let local = |us: f64| Run {
-        out_bytes: 32,
-        wall_ns: ns(us),
-        io_ns: ns(us * 0.9),
-        compute_ns: ns(us * 0.1),
-    };
-    let server = |us: f64| Run { out_bytes: 32, wall_ns: ns(us), ..Run::default() };
+    let (local, server) = (local_run, server_run);
     let first = d.decide(LEN, 1.0);
     assert_eq!(first, Decision { side: SideKind::Local, probe: true });
     d.record(first, LEN, 1.0, &local(500.0));
@@ -396,13 +410,7 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
     // the mean of the samples it has.
     use storefn_lambda::dispatch::Decision;
     let mut d = Dispatcher::new(adaptive());
-    let local = |us: f64| Run {
-        out_bytes: 32,
-        wall_ns: ns(us),
-        io_ns: ns(us * 0.9),
-        compute_ns: ns(us * 0.1),
-    };
-    let server = |us: f64| Run { out_bytes: 32, wall_ns: ns(us), ..Run::default() };
+    let (local, server) = (local_run, server_run);
     let first = d.decide(LEN, 1.0);
     assert_eq!(first.side, SideKind::Local);
     d.record(first, LEN, 1.0, &local(50_000.0));
@@ -428,13 +436,8 @@ fn tails_that_are_a_sides_own_cost_count() {
     // 1.30x; the middle half of 16: 1.36x) send most requests to the server. Plain means of 32
     // samples: 1.12x over 200 seeds of 1,200 requests, cold start included (the rest is the
     // tail's sampling noise: 32 samples hold 1.6 tails on average).
-    let c = steady(400.0, 300.0);
-    let mut sum = 0.0;
-    for seed in 0..200 {
-        let o = simulate_with(adaptive(), &[(c, 1200)], 0.3, 0, [(0.0, 1.0), (0.05, 20.0)], seed);
-        sum += o.auto_us / o.local_us.min(o.server_us);
-    }
-    assert!(sum / 200.0 < 1.15, "auto / better side {:.3} on average", sum / 200.0);
+    let r = mean_ratio_over_seeds(steady(400.0, 300.0), 1200, [(0.0, 1.0), (0.05, 20.0)], 200);
+    assert!(r < 1.15, "auto / better side {r:.3} on average");
 }
 
 #[test]
@@ -444,11 +447,6 @@ fn heavy_tails_on_both_sides_do_not_send_requests_to_the_slower_side() {
     // of 243 requests over 200 seeds. lambda3's dispatcher: 1.060x the better side on average
     // (cold start included; a winner's two slow samples in a row dropped its history). Each
     // side's spread keeps its own tails from being change signals: 1.052x.
-    let c = steady(2_900.0, 5_000.0);
-    let mut sum = 0.0;
-    for seed in 0..200 {
-        let o = simulate_with(adaptive(), &[(c, 243)], 0.3, 0, [(0.15, 3.0), (0.1, 2.0)], seed);
-        sum += o.auto_us / o.local_us.min(o.server_us);
-    }
-    assert!(sum / 200.0 < 1.056, "auto / better side {:.3} on average", sum / 200.0);
+    let r = mean_ratio_over_seeds(steady(2_900.0, 5_000.0), 243, [(0.15, 3.0), (0.1, 2.0)], 200);
+    assert!(r < 1.056, "auto / better side {r:.3} on average");
 }
