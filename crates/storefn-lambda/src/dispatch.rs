@@ -214,15 +214,18 @@ impl Default for DispatchConfig {
     }
 }
 
-/// A fixed ring of the latest samples with a trimmed mean, computed when a sample arrives (the
-/// model reads the means on every request; samples arrive once per request on one side). The
-/// samples are also kept sorted, updated by one removal and one insertion per sample: sorting
-/// the samples on every request was most of the dispatcher's own time on 1 µs requests.
+/// A fixed ring of the latest samples with a (trimmed) mean, computed when a sample arrives
+/// (the model reads the means on every request; samples arrive once per request on one side).
+/// A plain mean keeps a running sum (exact again at every wrap); a trimmed one keeps the
+/// samples sorted, one removal and one insertion per sample. Sorting on every sample was most
+/// of the dispatcher's own time on 1 µs requests.
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     v: [f64; MAX_SAMPLES],
-    /// `v[..len]` in ascending order.
+    /// `v[..len]` in ascending order (kept only when `trim` > 0).
     sorted: [f64; MAX_SAMPLES],
+    /// Sum of `v[..len]`.
+    sum: f64,
     len: usize,
     next: usize,
     cap: usize,
@@ -234,34 +237,45 @@ impl Ring {
     fn new(cap: usize, trim: usize) -> Self {
         let cap = cap.clamp(1, MAX_SAMPLES);
         let v = [0.0; MAX_SAMPLES];
-        Self { v, sorted: v, len: 0, next: 0, cap, trim, mean: None }
+        Self { v, sorted: v, sum: 0.0, len: 0, next: 0, cap, trim, mean: None }
     }
 
     fn push(&mut self, x: f64) {
-        let x = if x.is_nan() { 0.0 } else { x };
+        debug_assert!(x.is_finite(), "a sample is a finite cost: {x}");
         if self.len == self.cap {
-            // Remove the sample this one replaces (same bits: it was stored as is).
             let old = self.v[self.next];
-            let at = self.sorted[..self.len]
-                .iter()
-                .position(|s| s.to_bits() == old.to_bits())
-                .expect("every ring sample is in the sorted copy");
-            self.sorted.copy_within(at + 1..self.len, at);
+            self.sum -= old;
+            if self.trim > 0 {
+                // Remove the sample this one replaces (same bits: it was stored as is).
+                let at = self.sorted[..self.len]
+                    .iter()
+                    .position(|s| s.to_bits() == old.to_bits())
+                    .expect("every ring sample is in the sorted copy");
+                self.sorted.copy_within(at + 1..self.len, at);
+            }
             self.len -= 1;
         }
-        let at = self.sorted[..self.len].partition_point(|s| *s <= x);
-        self.sorted.copy_within(at..self.len, at + 1);
-        self.sorted[at] = x;
+        if self.trim > 0 {
+            let at = self.sorted[..self.len].partition_point(|s| *s <= x);
+            self.sorted.copy_within(at..self.len, at + 1);
+            self.sorted[at] = x;
+            debug_assert!(self.sorted[..=self.len].windows(2).all(|w| w[0] <= w[1]));
+        }
         self.len += 1;
         self.v[self.next] = x;
+        self.sum += x;
         self.next = (self.next + 1) % self.cap;
-        debug_assert!(self.sorted[..self.len].windows(2).all(|w| w[0] <= w[1]));
+        if self.next == 0 {
+            // Once per wrap: no rounding drift from the running sum.
+            self.sum = self.v[..self.len].iter().sum();
+        }
         self.mean = self.trimmed_mean();
     }
 
     fn clear(&mut self) {
         self.len = 0;
         self.next = 0;
+        self.sum = 0.0;
         self.mean = None;
     }
 
@@ -272,7 +286,12 @@ impl Ring {
 
     /// The smallest and largest sample kept (`None` when empty).
     fn bounds(&self) -> Option<(f64, f64)> {
-        (self.len > 0).then(|| (self.sorted[0], self.sorted[self.len - 1]))
+        if self.trim > 0 {
+            return (self.len > 0).then(|| (self.sorted[0], self.sorted[self.len - 1]));
+        }
+        let v = &self.v[..self.len];
+        let lo = v.iter().copied().reduce(f64::min)?;
+        Some((lo, v.iter().copied().fold(lo, f64::max)))
     }
 
     /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the trimmed mean once
@@ -284,21 +303,20 @@ impl Ring {
             return None;
         }
         #[allow(clippy::cast_precision_loss)]
-        self.mean.or_else(|| Some(self.v[..self.len].iter().sum::<f64>() / self.len as f64))
+        self.mean.or_else(|| Some(self.sum / self.len as f64))
     }
 
     fn trimmed_mean(&self) -> Option<f64> {
         if self.len < MIN_SAMPLES.min(self.cap) {
             return None;
         }
-        // The same share trimmed however many samples there are (with `trim` > 0, at least one
-        // each end from three on: the median of three), so a fresh history is trimmed as a
-        // full one is.
-        let t = if self.trim == 0 {
-            0
-        } else {
-            (self.len * self.trim / self.cap).max(1).min((self.len - 1) / 2)
-        };
+        #[allow(clippy::cast_precision_loss)]
+        if self.trim == 0 {
+            return Some(self.sum / self.len as f64);
+        }
+        // The same share trimmed however many samples there are (at least one each end from
+        // three on: the median of three), so a fresh history is trimmed as a full one is.
+        let t = (self.len * self.trim / self.cap).max(1).min((self.len - 1) / 2);
         let kept = &self.sorted[t..self.len - t];
         #[allow(clippy::cast_precision_loss)]
         Some(kept.iter().sum::<f64>() / kept.len() as f64)
@@ -616,7 +634,10 @@ impl Dispatcher {
                 // The change test is on the whole request, against the model's own estimate.
                 let est = self.local_estimate(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
-                self.local_wall.push(wall);
+                // Read only during a cold start (fewer than MIN_SAMPLES function samples).
+                if self.local.main.len < MIN_SAMPLES {
+                    self.local_wall.push(wall);
+                }
                 if !fresh && est.is_some_and(|e| (wall - e).abs() > e * thr) {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
@@ -776,8 +797,8 @@ fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64, winner: bool) -> bool {
 mod tests {
     use super::*;
 
-    /// The trimmed mean from the incrementally sorted copy equals the one from sorting the
-    /// ring's samples, across wrap-arounds, repeated values and clears.
+    /// The (trimmed) mean from the running sum or the incrementally sorted copy equals the one
+    /// from sorting the ring's samples, across wrap-arounds, repeated values and clears.
     #[test]
     fn the_ring_keeps_its_sorted_copy_in_step() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -789,7 +810,7 @@ mod tests {
             let x = (state % 50) as f64;
             x
         };
-        for (cap, trim) in [(16, 4), (8, 1), (3, 1), (1, 0)] {
+        for (cap, trim) in [(16, 4), (8, 1), (3, 1), (32, 0), (1, 0)] {
             let mut r = Ring::new(cap, trim);
             let mut all: Vec<f64> = Vec::new();
             for i in 0..500 {
@@ -802,15 +823,23 @@ mod tests {
                 all.push(x);
                 let mut last: Vec<f64> = all.iter().rev().take(cap).copied().collect();
                 last.sort_unstable_by(f64::total_cmp);
-                assert_eq!(&r.sorted[..r.len], &last[..], "cap {cap} push {i}");
+                if trim > 0 {
+                    assert_eq!(&r.sorted[..r.len], &last[..], "cap {cap} push {i}");
+                }
                 let want = (last.len() >= MIN_SAMPLES.min(cap)).then(|| {
-                    let t = (last.len() * trim / cap).max(1).min((last.len() - 1) / 2);
+                    let t = if trim == 0 {
+                        0
+                    } else {
+                        (last.len() * trim / cap).max(1).min((last.len() - 1) / 2)
+                    };
                     let kept = &last[t..last.len() - t];
                     #[allow(clippy::cast_precision_loss)]
                     let m = kept.iter().sum::<f64>() / kept.len() as f64;
                     m
                 });
+                // Integers below 2^53: the running sum is exact.
                 assert_eq!(r.mean(), want, "cap {cap} push {i}");
+                assert_eq!(r.bounds(), Some((last[0], last[last.len() - 1])), "cap {cap}");
             }
         }
     }
