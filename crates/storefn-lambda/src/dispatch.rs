@@ -367,6 +367,13 @@ impl SideModel {
         }
     }
 
+    /// Is `x` off `est` by more than `thr` and outside the side's spread?
+    fn outside(&self, est: f64, x: f64, thr: f64) -> bool {
+        let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
+        let ratio = if est > 0.0 { x / est } else { 1.0 };
+        ratio > (1.0 + thr).max(hi) || ratio < (1.0 - thr).min(lo)
+    }
+
     /// Judges `x` against `est` ([`signal`]) and the side's spread; true = a confirmed change.
     ///
     /// A suspect sample joins the spread only once the next sample did not confirm it (an
@@ -638,7 +645,10 @@ impl Dispatcher {
                 if self.local.main.len < MIN_SAMPLES {
                     self.local_wall.push(wall);
                 }
-                if !fresh && est.is_some_and(|e| (wall - e).abs() > e * thr) {
+                // Off its estimate beyond the threshold and the side's own spread: a warm
+                // 64 KiB request varies more than 25% with the machine's load alone, and each
+                // such sample would pay one more cache-state sample beyond its budget.
+                if !fresh && est.is_some_and(|e| self.local.outside(e, wall, thr)) {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
                     return;
