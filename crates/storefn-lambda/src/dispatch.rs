@@ -64,6 +64,9 @@ pub const OWN_COST_EVERY: u64 = 32;
 pub const CACHE_SAMPLE_BUDGET: f64 = 0.01;
 /// Weight of the newest sample in the running mean of a cache-state sample's cost.
 const CACHE_SAMPLE_EWMA: f64 = 1.0 / 4.0;
+/// A cache-state sample's measured cost counts at most this many times the running cost (a
+/// preempted sample is not what sampling costs).
+const CACHE_SAMPLE_OUTLIER: f64 = 2.0;
 
 /// A side whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
 /// other side's is taken as losing at once: measuring a side 500x slower three times before
@@ -762,6 +765,14 @@ impl Dispatcher {
         let u = local.uncached_fraction(off, len).unwrap_or(1.0).clamp(0.0, 1.0);
         #[allow(clippy::cast_precision_loss)]
         let ns = t.elapsed().as_nanos() as f64;
+        // A sample the scheduler preempted (milliseconds instead of microseconds) says nothing
+        // about what a sample costs: counted at most twice the running cost, it cannot stop
+        // the sampling for the next ten thousand requests.
+        let ns = if self.stats.cache_samples == 0 {
+            ns
+        } else {
+            ns.min(CACHE_SAMPLE_OUTLIER * self.cache_sample_ns)
+        };
         self.cache_sample_ns = if self.stats.cache_samples == 0 {
             ns
         } else {
