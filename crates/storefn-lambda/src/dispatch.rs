@@ -444,8 +444,12 @@ pub struct Dispatcher {
     /// Local wall times per byte since the local history was last dropped: their mean is the
     /// cold start's far-behind test before the local estimate exists ([`Ring::mean_any`]).
     local_wall: Ring,
+    /// Whether `local_wall`'s samples were of a cached range (`u <= CACHED_BELOW`): a sample
+    /// of the other cache state starts it afresh (a cold range's 405 µs and a warm one's
+    /// 10 µs are not one side's noise: the cache state explains them).
+    local_wall_cached: Option<bool>,
     /// A side (local 0, server 1) taken as far behind before it had an estimate: it stays
-    /// behind while its best sample is above the other side's, not only while above
+    /// behind while its preliminary estimate is above the other side's, not only while above
     /// [`FAR_BEHIND`] times it (hysteresis: a 5x gap measured under noise must not send 40 ms
     /// requests to the loser each time the winner's estimate wobbles).
     behind: [bool; 2],
@@ -477,6 +481,7 @@ impl Dispatcher {
             unpriced: [0; 2],
             in_window: 0,
             local_wall: Ring::new(cfg.samples, cfg.trim),
+            local_wall_cached: None,
             behind: [false; 2],
             reprobe: None,
             last_winner: None,
@@ -646,6 +651,13 @@ impl Dispatcher {
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
                 // Read only during a cold start (fewer than MIN_SAMPLES function samples).
                 if self.local.main.len < MIN_SAMPLES {
+                    let cached = u <= CACHED_BELOW;
+                    if self.local_wall_cached.is_some_and(|c| c != cached) {
+                        // The cache state moved: the side is judged afresh in it.
+                        self.local_wall.clear();
+                        self.behind[0] = false;
+                    }
+                    self.local_wall_cached = Some(cached);
                     self.local_wall.push(wall);
                 }
                 // Off its estimate beyond the threshold and the side's own spread: a warm
@@ -664,6 +676,7 @@ impl Dispatcher {
                     m.miss.clear();
                     self.local_wall.clear();
                     self.local_wall.push(wall);
+                    self.local_wall_cached = Some(u <= CACHED_BELOW);
                     self.behind[0] = false;
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Local);

@@ -450,3 +450,30 @@ fn heavy_tails_on_both_sides_do_not_send_requests_to_the_slower_side() {
     let r = mean_ratio_over_seeds(steady(2_900.0, 5_000.0), 243, [(0.15, 3.0), (0.1, 2.0)], 200);
     assert!(r < 1.056, "auto / better side {r:.3} on average");
 }
+
+#[test]
+fn a_local_side_behind_when_cold_is_judged_afresh_once_its_range_is_cached() {
+    // The local side measured cold (405 µs, far behind the server's 100 µs) stays behind while
+    // its preliminary estimate is above the server's; a probe of it after the cache warmed
+    // (10 µs, u = 0) is a sample of another cache state, not one fast sample of the same side.
+    use storefn_lambda::dispatch::Decision;
+    let mut d = Dispatcher::new(adaptive());
+    let first = d.decide(LEN, 1.0);
+    assert_eq!(first.side, SideKind::Local);
+    d.record(first, LEN, 1.0, &local_run(405.0));
+    for _ in 0..3 {
+        let dec = d.decide(LEN, 1.0);
+        assert_eq!(dec.side, SideKind::Server);
+        d.record(dec, LEN, 1.0, &server_run(100.0));
+    }
+    d.record(Decision { side: SideKind::Local, probe: true }, LEN, 0.0, &local_run(10.0));
+    // Measured in its new state until it has an estimate there, then it wins.
+    let mut sides = Vec::new();
+    for _ in 0..6 {
+        let dec = d.decide(LEN, 0.0);
+        sides.push(dec.side);
+        let run = if dec.side == SideKind::Local { local_run(10.0) } else { server_run(100.0) };
+        d.record(dec, LEN, 0.0, &run);
+    }
+    assert!(sides.iter().all(|&s| s == SideKind::Local), "{sides:?} {:?}", d.stats());
+}
