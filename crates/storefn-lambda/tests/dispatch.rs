@@ -76,6 +76,21 @@ fn server_run(us: f64) -> Run {
     Run { out_bytes: 32, wall_ns: ns(us), ..Run::default() }
 }
 
+/// A dispatcher whose cold start measured an uncached local request of `local_us` (far behind)
+/// and then the server (`server_us`) until it has an estimate.
+fn local_far_behind(local_us: f64, server_us: f64) -> Dispatcher {
+    let mut d = Dispatcher::new(adaptive());
+    let first = d.decide(LEN, 1.0);
+    assert_eq!(first.side, SideKind::Local);
+    d.record(first, LEN, 1.0, &local_run(local_us));
+    for _ in 0..3 {
+        let dec = d.decide(LEN, 1.0);
+        assert_eq!(dec.side, SideKind::Server);
+        d.record(dec, LEN, 1.0, &server_run(server_us));
+    }
+    d
+}
+
 /// auto over the better fixed side, averaged over `seeds` runs of `requests` in condition `c`
 /// with bimodal sides `fast` and 30% jitter.
 fn mean_ratio_over_seeds(c: Cond, requests: u32, fast: [(f64, f64); 2], seeds: u64) -> f64 {
@@ -409,16 +424,8 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
     // it was measured (50 ms each) until it had three samples. Its preliminary estimate is now
     // the mean of the samples it has.
     use storefn_lambda::dispatch::Decision;
-    let mut d = Dispatcher::new(adaptive());
+    let mut d = local_far_behind(50_000.0, 6_000.0);
     let (local, server) = (local_run, server_run);
-    let first = d.decide(LEN, 1.0);
-    assert_eq!(first.side, SideKind::Local);
-    d.record(first, LEN, 1.0, &local(50_000.0));
-    for _ in 0..3 {
-        let dec = d.decide(LEN, 1.0);
-        assert_eq!(dec.side, SideKind::Server);
-        d.record(dec, LEN, 1.0, &server(6_000.0));
-    }
     // A probe of the local side hits its fast mode.
     d.record(Decision { side: SideKind::Local, probe: true }, LEN, 1.0, &local(5_000.0));
     for _ in 0..50 {
@@ -457,15 +464,7 @@ fn a_local_side_behind_when_cold_is_judged_afresh_once_its_range_is_cached() {
     // its preliminary estimate is above the server's; a probe of it after the cache warmed
     // (10 µs, u = 0) is a sample of another cache state, not one fast sample of the same side.
     use storefn_lambda::dispatch::Decision;
-    let mut d = Dispatcher::new(adaptive());
-    let first = d.decide(LEN, 1.0);
-    assert_eq!(first.side, SideKind::Local);
-    d.record(first, LEN, 1.0, &local_run(405.0));
-    for _ in 0..3 {
-        let dec = d.decide(LEN, 1.0);
-        assert_eq!(dec.side, SideKind::Server);
-        d.record(dec, LEN, 1.0, &server_run(100.0));
-    }
+    let mut d = local_far_behind(405.0, 100.0);
     d.record(Decision { side: SideKind::Local, probe: true }, LEN, 0.0, &local_run(10.0));
     // Measured in its new state until it has an estimate there, then it wins.
     let mut sides = Vec::new();
