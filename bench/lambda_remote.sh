@@ -3,12 +3,13 @@
 # cache) / server (LAMBDA frame) / auto, taking turns in rounds, per workload x client cache x
 # RTT (delay proxy), conditions changing midway, and the server's CPU capped (cgroup v1; root).
 # Two request sizes: 64 KiB (the client reads cold ranges faster than the server stages them)
-# and 1 MiB (only the result crosses the link: the server wins cold, the client's cache warm).
+# and 1 MiB (only the result crosses the link). Requests per row: enough that one probe of the
+# losing side costs well under 1% of a row (1,200 x 64 KiB, 240 x 1 MiB by default).
 # Usage: bench/lambda_remote.sh OUTDIR [REQUESTS_64K] [REQUESTS_1M] [CPU_CAP_PERCENT]
 set -eu
 out=${1:?usage: bench/lambda_remote.sh OUTDIR [REQUESTS_64K] [REQUESTS_1M] [CPU_CAP_PERCENT]}
-req64=${2:-600}
-req1m=${3:-120}
+req64=${2:-1200}
+req1m=${3:-240}
 cap=${4:-20}
 bin=${STOREFN:-target/release/storefn}
 mkdir -p "$out/data"

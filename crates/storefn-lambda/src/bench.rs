@@ -80,6 +80,11 @@ pub struct BenchRow {
     pub server_share: f64,
     /// Auto only: the dispatcher's counters over the whole run (warm-up included).
     pub dispatch: Option<crate::dispatch::DispatchStats>,
+    /// Remote runs: mean µs per request of each round, in run order (the sides take turns
+    /// round by round, so per-round ratios between them show the run's noise).
+    pub round_us: Vec<f64>,
+    /// Remote runs: mean µs per request of each half (a changing run changes between them).
+    pub half_us: [f64; 2],
 }
 
 /// Writes `<dir>/<workload>.dat` of `file_bytes` unless a file of that size is there.
@@ -240,6 +245,8 @@ pub(crate) fn row(
         cache_probe_us: 0.0,
         server_share: if r#where == Where::Server { 1.0 } else { 0.0 },
         dispatch: None,
+        round_us: Vec::new(),
+        half_us: [mean; 2],
     }
 }
 

@@ -1,8 +1,8 @@
 //! The λ bench with a storage server: every read workload under each client-cache condition and
 //! each RTT (through a [`DelayProxy`] in front of the server), run always-local, always-server
-//! and auto (a fresh [`Dispatcher`] per run) taking turns in rounds, plus runs whose conditions
-//! change midway (the cache warms; the RTT rises); [`goals`] judges auto against the better
-//! fixed side. Generic over the [`LambdaTransport`], so storefn-server's client
+//! and auto (a fresh [`Dispatcher`] per run) taking turns request by request, plus runs whose
+//! conditions change midway (the cache warms or is evicted; the RTT rises; the server's CPU is
+//! capped); [`goals`] judges auto against the better fixed side. Generic over the [`LambdaTransport`], so storefn-server's client
 //! plugs in unchanged; `tests/bench_remote.rs` drives it with an in-test server.
 //!
 //! The client and the server here share one machine and so one page cache: "cold" drops the
@@ -39,18 +39,34 @@ pub struct RemoteBenchConfig {
     pub served_prefix: String,
     /// Round-trip times added by the proxy, µs.
     pub rtts_us: Vec<u64>,
-    /// Also run the changing conditions: `cold->warm` at each RTT, and the RTT rising from the
-    /// first to the last of `rtts_us` with a warm cache.
+    /// Also run the changing conditions: `cold->warm` (the cache warms) and `warm->cold` (the
+    /// cache is evicted) at each RTT, the RTT rising from the first to the last of `rtts_us`
+    /// with a warm cache, and (with a [`MidwayCap`]) the server's CPU capped midway.
     pub changes: bool,
     pub dispatch: DispatchConfig,
 }
 
-/// How one run's conditions evolve: cache dropped per request in the first/second half, and
-/// the proxy's RTT in each half.
+/// How one run's conditions evolve: cache dropped per request in the first/second half, the
+/// proxy's RTT in each half, and whether the server's CPU is capped in the second half.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     cold: [bool; 2],
     rtt_us: [u64; 2],
+    cap_second_half: bool,
+}
+
+/// Caps the server's CPU from the middle of a run to its end (the guard is dropped then): the
+/// changing condition `cold-rttR-cpu100->P`, where a compute-heavy function's answer flips
+/// from the server to the client. `percent` names the condition.
+pub struct MidwayCap<'a> {
+    pub percent: u32,
+    pub cap: &'a dyn Fn() -> Result<crate::cpu_cap::CpuCap, LambdaError>,
+}
+
+impl std::fmt::Debug for MidwayCap<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MidwayCap").field("percent", &self.percent).finish_non_exhaustive()
+    }
 }
 
 /// The client side of a remote bench: a [`Side`] whose cache the harness can drop or fill.
@@ -104,6 +120,7 @@ pub fn run_remote<T: LambdaTransport>(
     let engine = cfg.base.engine;
     run_remote_with(
         cfg,
+        None,
         connect,
         |_, path, prog, _| {
             Ok(Box::new(LocalSide {
@@ -116,12 +133,14 @@ pub fn run_remote<T: LambdaTransport>(
 }
 
 /// Runs the sweep; `connect(addr)` opens the server transport and `client(...)` the client
-/// side, both through the proxy at `addr`.
+/// side, both through the proxy at `addr`; `midway_cap` adds the run whose server CPU is
+/// capped midway (with `cfg.changes`).
 ///
 /// # Errors
-/// Generating data, the proxy, the transport, or a failed request.
+/// Generating data, the proxy, the transport, the cap, or a failed request.
 pub fn run_remote_with<T: LambdaTransport>(
     cfg: &RemoteBenchConfig,
+    midway_cap: Option<&MidwayCap<'_>>,
     mut connect: impl FnMut(SocketAddr) -> Result<T, LambdaError>,
     mut client: impl FnMut(
         Workload,
@@ -131,25 +150,27 @@ pub fn run_remote_with<T: LambdaTransport>(
     ) -> Result<Box<dyn ClientSide>, LambdaError>,
     mut progress: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, LambdaError> {
+    let plan = |cold, rtt_us, cap_second_half| Plan { cold, rtt_us, cap_second_half };
     let mut plans: Vec<(String, Plan)> = Vec::new();
     for &rtt in &cfg.rtts_us {
         for &c in &cfg.base.conditions {
             let cold = c == Condition::Cold;
-            plans.push((
-                format!("{}-rtt{rtt}", c.as_str()),
-                Plan { cold: [cold; 2], rtt_us: [rtt; 2] },
-            ));
+            plans.push((format!("{}-rtt{rtt}", c.as_str()), plan([cold; 2], [rtt; 2], false)));
         }
         if cfg.changes {
-            plans.push((
-                format!("cold->warm-rtt{rtt}"),
-                Plan { cold: [true, false], rtt_us: [rtt; 2] },
-            ));
+            plans.push((format!("cold->warm-rtt{rtt}"), plan([true, false], [rtt; 2], false)));
+            plans.push((format!("warm->cold-rtt{rtt}"), plan([false, true], [rtt; 2], false)));
         }
     }
     if let (true, Some(&a), Some(&b)) = (cfg.changes, cfg.rtts_us.first(), cfg.rtts_us.last()) {
         if a != b {
-            plans.push((format!("warm-rtt{a}->{b}"), Plan { cold: [false; 2], rtt_us: [a, b] }));
+            plans.push((format!("warm-rtt{a}->{b}"), plan([false; 2], [a, b], false)));
+        }
+        if let Some(m) = midway_cap {
+            plans.push((
+                format!("cold-rtt{a}-cpu100->{}", m.percent),
+                plan([true; 2], [a; 2], true),
+            ));
         }
     }
     let mut rows = Vec::new();
@@ -167,7 +188,8 @@ pub fn run_remote_with<T: LambdaTransport>(
         let mut local = client(w, &path, &prog, proxy.local_addr())?;
         let mut server = RemoteSide::new(connect(proxy.local_addr())?, &served, &prog)?;
         for (name, plan) in &plans {
-            for mut r in run_plan(cfg, w, &proxy, &mut *local, &mut server, *plan)? {
+            let cap = midway_cap.filter(|_| plan.cap_second_half).map(|m| m.cap);
+            for mut r in run_plan(cfg, w, &proxy, &mut *local, &mut server, *plan, cap)? {
                 r.condition.clone_from(name);
                 rows.push(r);
                 progress(rows.last().unwrap());
@@ -178,20 +200,22 @@ pub fn run_remote_with<T: LambdaTransport>(
     Ok(rows)
 }
 
-/// Rounds each half of a run is cut into: local, server and auto take turns round by round,
-/// so load from elsewhere on the machine falls on all three alike (ratios inside one run).
-/// Each round runs them in one of the six orders ([`ORDERS`]): each side goes first, and
-/// follows each other side, equally often (the requests right after the server's, whose
-/// thread shares the client's CPUs, are slower).
+/// Stretches each half of a run is cut into for the per-round spread (`BenchRow::round_us`):
+/// the per-stretch ratio of auto to the better fixed side shows the run's noise.
 pub const ROUNDS_PER_HALF: u32 = 6;
 
-/// The orders of the sides (indices into local, server, auto) the rounds run them in.
+/// The orders of the sides (indices into local, server, auto): the three take turns request
+/// by request, each turn in the next of the six orders, so each side goes first, and follows
+/// each other side, equally often (requests right after the server's, whose thread shares the
+/// client's CPUs, are slower), and load from elsewhere on the machine, which changes over
+/// milliseconds, falls on all three alike.
 const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]];
 
 /// One plan, always-local, always-server and auto (a fresh dispatcher kept for the whole run)
-/// taking turns in rounds ([`ORDERS`]); every side sees the same offsets and the same
+/// taking turns request by request ([`ORDERS`]); every side sees the same offsets and the same
 /// conditions (the change at the half is made once, between the halves, for all three).
-/// Returns the three rows, local, server, auto.
+/// Returns the three rows, local, server, auto, each with its per-round and per-half means.
+#[allow(clippy::too_many_lines)]
 fn run_plan<T: LambdaTransport>(
     cfg: &RemoteBenchConfig,
     w: Workload,
@@ -199,6 +223,7 @@ fn run_plan<T: LambdaTransport>(
     local: &mut dyn ClientSide,
     server: &mut RemoteSide<T>,
     plan: Plan,
+    cap: Option<&dyn Fn() -> Result<crate::cpu_cap::CpuCap, LambdaError>>,
 ) -> Result<Vec<BenchRow>, LambdaError> {
     const WHERES: [Where; 3] = [Where::Local, Where::Server, Where::Auto];
     let io = |what, source| LambdaError::Io { path: w.name().into(), what, source };
@@ -215,34 +240,46 @@ fn run_plan<T: LambdaTransport>(
     let halves = [cfg.base.requests / 2, cfg.base.requests - cfg.base.requests / 2];
     let mut lat_us: [Vec<f64>; 3] = [0; 3].map(|_| Vec::with_capacity(cfg.base.requests as usize));
     let (mut on_server, mut out_bytes) = ([0u32; 3], [0usize; 3]);
+    // Per side: (sum, count) of each round's and each half's latencies.
+    let mut rounds = [[(0.0f64, 0u32); 2 * ROUNDS_PER_HALF as usize]; 3];
+    let mut half_sums = [[(0.0f64, 0u32); 2]; 3];
+    let mut _capped = None;
     for (h, &half) in halves.iter().enumerate() {
         proxy.set_rtt_us(plan.rtt_us[h]).map_err(|e| io("delay proxy", e))?;
         if !plan.cold[h] {
             local.warm_all()?;
         }
-        for round in 0..ROUNDS_PER_HALF {
-            let per = half / ROUNDS_PER_HALF + u32::from(round < half % ROUNDS_PER_HALF);
-            for &k in &ORDERS[round as usize % ORDERS.len()] {
-                let wh = WHERES[k];
-                // Untimed warm-up for each side before its first timed request.
-                let warm = if h == 0 && round == 0 { WARMUP_REQUESTS } else { 0 };
-                for i in 0..warm + per {
-                    let off = rngs[k].gen_range(0..=(size - len) / unit) * unit;
-                    if plan.cold[h] {
-                        local.drop_range(off, len)?;
-                    }
-                    let t = Instant::now();
-                    let (side, run) = match wh {
-                        Where::Local => (SideKind::Local, local.run(off, len, &mut out)?),
-                        Where::Server => (SideKind::Server, server.run(off, len, &mut out)?),
-                        Where::Auto => disp.run(local, server, off, len, &mut out)?,
-                    };
-                    let us = t.elapsed().as_secs_f64() * 1e6;
-                    out_bytes[k] = run.out_bytes;
-                    if i >= warm {
-                        lat_us[k].push(us);
-                        on_server[k] += u32::from(side == SideKind::Server);
-                    }
+        if h == 1 {
+            if let Some(cap) = cap {
+                _capped = Some(cap()?);
+            }
+        }
+        // Untimed warm-up for each side before the first timed requests.
+        let warm = if h == 0 { WARMUP_REQUESTS } else { 0 };
+        for i in 0..warm + half {
+            let timed = i.checked_sub(warm);
+            for &k in &ORDERS[i as usize % ORDERS.len()] {
+                let off = rngs[k].gen_range(0..=(size - len) / unit) * unit;
+                if plan.cold[h] {
+                    local.drop_range(off, len)?;
+                }
+                let t = Instant::now();
+                let (side, run) = match WHERES[k] {
+                    Where::Local => (SideKind::Local, local.run(off, len, &mut out)?),
+                    Where::Server => (SideKind::Server, server.run(off, len, &mut out)?),
+                    Where::Auto => disp.run(local, server, off, len, &mut out)?,
+                };
+                let us = t.elapsed().as_secs_f64() * 1e6;
+                out_bytes[k] = run.out_bytes;
+                let Some(j) = timed else { continue };
+                lat_us[k].push(us);
+                on_server[k] += u32::from(side == SideKind::Server);
+                // Rounds for the spread: ROUNDS_PER_HALF consecutive stretches of the half.
+                let ri = h * ROUNDS_PER_HALF as usize
+                    + (j * ROUNDS_PER_HALF / half.max(1)).min(ROUNDS_PER_HALF - 1) as usize;
+                for acc in [&mut rounds[k][ri], &mut half_sums[k][h]] {
+                    acc.0 += us;
+                    acc.1 += 1;
                 }
             }
         }
@@ -252,9 +289,39 @@ fn run_plan<T: LambdaTransport>(
         let mut r = row(w, String::new(), wh, len, &mut lat_us[k], out_bytes[k]);
         r.server_share = f64::from(on_server[k]) / f64::from(cfg.base.requests.max(1));
         r.dispatch = (wh == Where::Auto).then(|| disp.stats());
+        let mean = |(sum, n): (f64, u32)| if n == 0 { 0.0 } else { sum / f64::from(n) };
+        r.round_us = rounds[k].iter().map(|&a| mean(a)).collect();
+        r.half_us = half_sums[k].map(mean);
         rows.push(r);
     }
     Ok(rows)
+}
+
+/// How a (workload, condition) is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// Steady conditions: auto within [`STEADY_GOAL_RATIO`] of the better fixed side.
+    Steady,
+    /// The conditions changed midway but the better fixed side did not (by the rows' own
+    /// halves: same winner, or a winner ahead by less than [`FLIP_MARGIN`] in a half): "below
+    /// both" could only be met by noise, so judged as steady.
+    Unchanged,
+    /// The better fixed side flipped at the change, `(first half, second half)`, each ahead
+    /// by at least [`FLIP_MARGIN`]: auto must beat both fixed sides.
+    Flip(SideKind, SideKind),
+}
+
+impl Judged {
+    /// The goal line's label: `steady`, `unchanged`, `flip-server->local`.
+    #[must_use]
+    pub fn label(self) -> String {
+        let s = |k: SideKind| k.as_where().as_str();
+        match self {
+            Judged::Steady => "steady".into(),
+            Judged::Unchanged => "unchanged".into(),
+            Judged::Flip(a, b) => format!("flip-{}->{}", s(a), s(b)),
+        }
+    }
 }
 
 /// Auto against the better fixed side for one (workload, condition) of a sweep.
@@ -267,14 +334,22 @@ pub struct GoalLine {
     pub auto_us: f64,
     /// `auto / min(local, server)`.
     pub ratio: f64,
+    /// The smallest and largest per-round `auto / min(local, server)`: the run's noise (the
+    /// three sides take turns round by round).
+    pub round_ratio: (f64, f64),
     /// The conditions changed midway (`->` in the name).
     pub changing: bool,
-    /// Steady: auto within 5% of the better fixed side; changing: auto below both.
+    pub judged: Judged,
+    /// Steady or unchanged: auto within 5% of the better fixed side; flip: auto below both.
     pub met: bool,
 }
 
 /// Steady rows may be this much slower than the better fixed side (the issue's 5%).
 pub const STEADY_GOAL_RATIO: f64 = 1.05;
+
+/// A changing run's answer flips when each half's better fixed side is ahead of the other by
+/// at least this factor and they differ; a closer half is within the run's noise.
+pub const FLIP_MARGIN: f64 = 1.10;
 
 /// The sweep's rows judged against the goals, one line per (workload, condition) that has all
 /// three sides.
@@ -285,25 +360,53 @@ pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
         let side = |wh| {
             rows.iter()
                 .find(|o| o.workload == r.workload && o.condition == r.condition && o.r#where == wh)
-                .map(|o| o.us_per_request)
         };
         let (Some(l), Some(s)) = (side(Where::Local), side(Where::Server)) else { continue };
-        let best = l.min(s);
+        let best = l.us_per_request.min(s.us_per_request);
         let ratio = r.us_per_request / best;
         let changing = r.condition.contains("->");
-        let met = if changing { ratio < 1.0 } else { ratio <= STEADY_GOAL_RATIO };
+        let judged = if changing { flip(l.half_us, s.half_us) } else { Judged::Steady };
+        let met = match judged {
+            Judged::Flip(..) => ratio < 1.0,
+            _ => ratio <= STEADY_GOAL_RATIO,
+        };
+        let per_round = r
+            .round_us
+            .iter()
+            .zip(l.round_us.iter().zip(&s.round_us))
+            .filter(|&(&a, (&l, &s))| a > 0.0 && l > 0.0 && s > 0.0)
+            .map(|(&a, (&l, &s))| a / l.min(s));
+        let round_ratio =
+            per_round.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+        let round_ratio = if round_ratio.1 == 0.0 { (ratio, ratio) } else { round_ratio };
         lines.push(GoalLine {
             workload: r.workload,
             condition: r.condition.clone(),
-            local_us: l,
-            server_us: s,
+            local_us: l.us_per_request,
+            server_us: s.us_per_request,
             auto_us: r.us_per_request,
             ratio,
+            round_ratio,
             changing,
+            judged,
             met,
         });
     }
     lines
+}
+
+/// Did the better fixed side flip between the halves ([`FLIP_MARGIN`])?
+fn flip(local: [f64; 2], server: [f64; 2]) -> Judged {
+    let winner = |h: usize| {
+        let (l, s) = (local[h], server[h]);
+        let (w, lead) =
+            if l <= s { (SideKind::Local, s / l.max(1e-9)) } else { (SideKind::Server, l / s) };
+        (lead >= FLIP_MARGIN).then_some(w)
+    };
+    match (winner(0), winner(1)) {
+        (Some(a), Some(b)) if a != b => Judged::Flip(a, b),
+        _ => Judged::Unchanged,
+    }
 }
 
 #[cfg(test)]
@@ -312,6 +415,10 @@ mod tests {
 
     fn r(cond: &str, wh: Where, us: f64) -> BenchRow {
         row(Workload::Knn, cond.into(), wh, 4096, &mut [us], 8)
+    }
+
+    fn halves(cond: &str, wh: Where, us: f64, half_us: [f64; 2]) -> BenchRow {
+        BenchRow { half_us, ..r(cond, wh, us) }
     }
 
     #[test]
@@ -323,25 +430,47 @@ mod tests {
             r("cold-rtt0", Where::Local, 900.0),
             r("cold-rtt0", Where::Server, 100.0),
             r("cold-rtt0", Where::Auto, 106.0),
-            r("cold->warm-rtt0", Where::Local, 500.0),
-            r("cold->warm-rtt0", Where::Server, 400.0),
-            r("cold->warm-rtt0", Where::Auto, 399.0),
-            r("warm-rtt0->1000", Where::Local, 100.0),
-            r("warm-rtt0->1000", Where::Server, 900.0),
-            r("warm-rtt0->1000", Where::Auto, 100.0),
+            // The server wins the cold half, the client the warm one: auto must beat both.
+            halves("cold->warm-rtt0", Where::Local, 500.0, [900.0, 100.0]),
+            halves("cold->warm-rtt0", Where::Server, 400.0, [400.0, 400.0]),
+            halves("cold->warm-rtt0", Where::Auto, 399.0, [400.0, 398.0]),
+            // The client wins both halves: judged as steady.
+            halves("warm-rtt0->1000", Where::Local, 100.0, [100.0, 100.0]),
+            halves("warm-rtt0->1000", Where::Server, 900.0, [400.0, 1400.0]),
+            halves("warm-rtt0->1000", Where::Auto, 103.0, [103.0, 103.0]),
+            // A flip by less than FLIP_MARGIN in a half is not one.
+            halves("warm->cold-rtt0", Where::Local, 300.0, [100.0, 500.0]),
+            halves("warm->cold-rtt0", Where::Server, 290.0, [300.0, 480.0]),
+            halves("warm->cold-rtt0", Where::Auto, 300.0, [100.0, 500.0]),
         ];
         let g = goals(&rows);
-        let met: Vec<(&str, bool, bool)> =
-            g.iter().map(|g| (g.condition.as_str(), g.changing, g.met)).collect();
+        let met: Vec<(&str, bool, Judged, bool)> =
+            g.iter().map(|g| (g.condition.as_str(), g.changing, g.judged, g.met)).collect();
         assert_eq!(
             met,
             [
-                ("warm-rtt0", false, true),
-                ("cold-rtt0", false, false),
-                ("cold->warm-rtt0", true, true),
-                ("warm-rtt0->1000", true, false),
+                ("warm-rtt0", false, Judged::Steady, true),
+                ("cold-rtt0", false, Judged::Steady, false),
+                ("cold->warm-rtt0", true, Judged::Flip(SideKind::Server, SideKind::Local), true),
+                ("warm-rtt0->1000", true, Judged::Unchanged, true),
+                ("warm->cold-rtt0", true, Judged::Unchanged, true),
             ]
         );
         assert!((g[1].ratio - 1.06).abs() < 1e-12);
+        assert_eq!(g[2].judged.label(), "flip-server->local");
+    }
+
+    #[test]
+    fn the_round_spread_is_auto_over_the_better_side_per_round() {
+        let rounds =
+            |cond: &str, wh, us: [f64; 3]| BenchRow { round_us: us.to_vec(), ..r(cond, wh, 1.0) };
+        let rows = [
+            rounds("warm-rtt0", Where::Local, [100.0, 100.0, 200.0]),
+            rounds("warm-rtt0", Where::Server, [300.0, 90.0, 300.0]),
+            rounds("warm-rtt0", Where::Auto, [110.0, 99.0, 180.0]),
+        ];
+        let g = goals(&rows);
+        assert!((g[0].round_ratio.0 - 0.9).abs() < 1e-12, "{:?}", g[0].round_ratio);
+        assert!((g[0].round_ratio.1 - 1.1).abs() < 1e-12, "{:?}", g[0].round_ratio);
     }
 }

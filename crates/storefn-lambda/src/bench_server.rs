@@ -7,7 +7,7 @@
 use storefn_server::ClientConfig;
 
 use crate::bench::BenchRow;
-use crate::bench_remote::{run_remote_with, RemoteBenchConfig};
+use crate::bench_remote::{run_remote_with, MidwayCap, RemoteBenchConfig};
 use crate::cpu_cap::CpuCap;
 use crate::error::LambdaError;
 use crate::server_transport::{RemoteReadSide, ServerTransport};
@@ -35,23 +35,15 @@ pub fn run_server(
     mut progress: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, LambdaError> {
     let mut rows = Vec::new();
+    // The uncapped sweep's changing runs include the cap set midway, at the sweep's cap.
+    let midway_percent = cfg.cpu_caps.iter().flatten().next().copied();
     for &cap in &cfg.cpu_caps {
-        let _cap = match cap {
-            None => None,
-            Some(p) => {
-                let pid = cfg.server_pid.ok_or_else(|| LambdaError::Io {
-                    path: cfg.remote.server.to_string().into(),
-                    what: "cpu cap",
-                    source: std::io::Error::other("capping the server's CPU needs its pid"),
-                })?;
-                let cap = CpuCap::new(pid, p).map_err(|source| LambdaError::Io {
-                    path: format!("pid {pid}").into(),
-                    what: "cpu cap (cgroup v1, root)",
-                    source,
-                })?;
-                Some(cap)
-            }
-        };
+        let _cap = cap.map(|p| cap_server(cfg, p)).transpose()?;
+        let midway_fn = |p| move || cap_server(cfg, p);
+        let midway_fn = midway_percent.filter(|_| cap.is_none()).map(midway_fn);
+        let midway = midway_fn
+            .as_ref()
+            .map(|f| MidwayCap { percent: midway_percent.expect("set with the closure"), cap: f });
         let suffix = cap.map(|p| format!("-cpu{p}")).unwrap_or_default();
         let connect = |addr: std::net::SocketAddr| {
             ServerTransport::connect(&addr.to_string(), cfg.client.clone())
@@ -59,6 +51,7 @@ pub fn run_server(
         let engine = cfg.remote.base.engine;
         let part = run_remote_with(
             &cfg.remote,
+            midway.as_ref(),
             connect,
             |w, _, prog, addr| {
                 let served = format!("{}{}.dat", cfg.remote.served_prefix, w.name());
@@ -81,4 +74,18 @@ pub fn run_server(
         }));
     }
     Ok(rows)
+}
+
+/// Caps the server's CPU to `percent` of one CPU until the guard is dropped.
+fn cap_server(cfg: &ServerBenchConfig, percent: u32) -> Result<CpuCap, LambdaError> {
+    let pid = cfg.server_pid.ok_or_else(|| LambdaError::Io {
+        path: cfg.remote.server.to_string().into(),
+        what: "cpu cap",
+        source: std::io::Error::other("capping the server's CPU needs its pid"),
+    })?;
+    CpuCap::new(pid, percent).map_err(|source| LambdaError::Io {
+        path: format!("pid {pid}").into(),
+        what: "cpu cap (cgroup v1, root)",
+        source,
+    })
 }

@@ -25,10 +25,19 @@
 //! dispatcher's own per-request cost (deciding, recording; timed on one request in
 //! [`OWN_COST_EVERY`]) and the cache-state samples are paid from the same budget first.
 //! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
-//! away from its side's estimate is confirmed by one more sample (at once for a loser's sample
-//! that says it got faster; a loser that got slower is left to the budgeted probes), and two
-//! in a row in the same direction replace the side's history; an estimate the model cannot
-//! make (the range went cold and no uncached local sample exists) probes that side.
+//! away from its side's estimate, and outside the side's own recent spread (the ratios of its
+//! last samples to their estimates: a bimodal side does not signal on each mode), is confirmed
+//! by one more sample (at once for a loser's sample that says it got faster; a loser that got
+//! slower is left to the budgeted probes), and two in a row in the same direction replace the
+//! side's history; an estimate the model cannot make (the range went cold and no uncached
+//! local sample exists) probes that side.
+//!
+//! **Robust estimates.** Every estimate is the mean of the side's last samples (32 by default:
+//! plain, since a side's own tail is part of its cost; `DispatchConfig::trim` trims a share),
+//! and before a side has [`MIN_SAMPLES`] its preliminary estimate (the cold start's far-behind
+//! test) is the mean of the samples it has, never its best one: a side measured far behind
+//! needs more than one fast sample to win back. Noise is kept out of the change signals by
+//! each side's spread.
 
 use std::fmt;
 use std::str::FromStr;
@@ -55,6 +64,9 @@ pub const OWN_COST_EVERY: u64 = 32;
 pub const CACHE_SAMPLE_BUDGET: f64 = 0.01;
 /// Weight of the newest sample in the running mean of a cache-state sample's cost.
 const CACHE_SAMPLE_EWMA: f64 = 1.0 / 4.0;
+/// A cache-state sample's measured cost counts at most this many times the running cost (a
+/// preempted sample is not what sampling costs).
+const CACHE_SAMPLE_OUTLIER: f64 = 2.0;
 
 /// A side whose first samples (fewer than [`MIN_SAMPLES`]) are more than this many times the
 /// other side's is taken as losing at once: measuring a side 500x slower three times before
@@ -180,7 +192,8 @@ pub struct DispatchConfig {
     pub profiling: Profiling,
     /// Samples per quantity in the trimmed mean (<= [`MAX_SAMPLES`]).
     pub samples: usize,
-    /// Samples dropped at each end before averaging (when more than `2 x trim` are kept).
+    /// Samples dropped at each end before averaging, of `samples` (fewer held: the same
+    /// share, at least one from three on); 0 = plain means.
     pub trim: usize,
     /// Relative distance from the estimate that makes a sample a change signal.
     pub change_threshold: f64,
@@ -192,18 +205,30 @@ impl Default for DispatchConfig {
             // 4.5%, bookkeeping included: half a point of margin under the 5% goal for
             // estimates that are a little off.
             profiling: Profiling::Adaptive { budget: 0.045 },
-            samples: 8,
-            trim: 1,
+            // Plain means of the last 32 samples. A side's tail is a real cost when it is its
+            // own (a capped server's throttling stalls: one request in twenty 20x slower), and
+            // the goal is the mean: trimming it away chose such a server over a client 1.46x
+            // better on average (`tails_that_are_a_sides_own_cost_count`). Noise that is not
+            // a change is kept out of the change signals by each side's spread instead.
+            samples: MAX_SAMPLES,
+            trim: 0,
             change_threshold: 0.25,
         }
     }
 }
 
-/// A fixed ring of the latest samples with a trimmed mean, computed when a sample arrives (the
-/// model reads the means on every request; samples arrive once per request on one side).
+/// A fixed ring of the latest samples with a (trimmed) mean, computed when a sample arrives
+/// (the model reads the means on every request; samples arrive once per request on one side).
+/// A plain mean keeps a running sum (exact again at every wrap); a trimmed one keeps the
+/// samples sorted, one removal and one insertion per sample. Sorting on every sample was most
+/// of the dispatcher's own time on 1 µs requests.
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     v: [f64; MAX_SAMPLES],
+    /// `v[..len]` in ascending order (kept only when `trim` > 0).
+    sorted: [f64; MAX_SAMPLES],
+    /// Sum of `v[..len]`.
+    sum: f64,
     len: usize,
     next: usize,
     cap: usize,
@@ -214,19 +239,46 @@ struct Ring {
 impl Ring {
     fn new(cap: usize, trim: usize) -> Self {
         let cap = cap.clamp(1, MAX_SAMPLES);
-        Self { v: [0.0; MAX_SAMPLES], len: 0, next: 0, cap, trim, mean: None }
+        let v = [0.0; MAX_SAMPLES];
+        Self { v, sorted: v, sum: 0.0, len: 0, next: 0, cap, trim, mean: None }
     }
 
     fn push(&mut self, x: f64) {
+        debug_assert!(x.is_finite(), "a sample is a finite cost: {x}");
+        if self.len == self.cap {
+            let old = self.v[self.next];
+            self.sum -= old;
+            if self.trim > 0 {
+                // Remove the sample this one replaces (same bits: it was stored as is).
+                let at = self.sorted[..self.len]
+                    .iter()
+                    .position(|s| s.to_bits() == old.to_bits())
+                    .expect("every ring sample is in the sorted copy");
+                self.sorted.copy_within(at + 1..self.len, at);
+            }
+            self.len -= 1;
+        }
+        if self.trim > 0 {
+            let at = self.sorted[..self.len].partition_point(|s| *s <= x);
+            self.sorted.copy_within(at..self.len, at + 1);
+            self.sorted[at] = x;
+            debug_assert!(self.sorted[..=self.len].windows(2).all(|w| w[0] <= w[1]));
+        }
+        self.len += 1;
         self.v[self.next] = x;
+        self.sum += x;
         self.next = (self.next + 1) % self.cap;
-        self.len = (self.len + 1).min(self.cap);
+        if self.next == 0 {
+            // Once per wrap: no rounding drift from the running sum.
+            self.sum = self.v[..self.len].iter().sum();
+        }
         self.mean = self.trimmed_mean();
     }
 
     fn clear(&mut self) {
         self.len = 0;
         self.next = 0;
+        self.sum = 0.0;
         self.mean = None;
     }
 
@@ -235,32 +287,61 @@ impl Ring {
         self.mean
     }
 
-    /// The smallest sample so far, even below [`MIN_SAMPLES`] (`None` when empty).
-    fn min_any(&self) -> Option<f64> {
-        self.v[..self.len].iter().copied().reduce(f64::min)
+    /// The smallest and largest sample kept (`None` when empty).
+    fn bounds(&self) -> Option<(f64, f64)> {
+        if self.trim > 0 {
+            return (self.len > 0).then(|| (self.sorted[0], self.sorted[self.len - 1]));
+        }
+        let v = &self.v[..self.len];
+        let lo = v.iter().copied().reduce(f64::min)?;
+        Some((lo, v.iter().copied().fold(lo, f64::max)))
+    }
+
+    /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the trimmed mean once
+    /// there are enough samples, the plain mean of the one or two there are before (`None`
+    /// when empty). Never the best sample: one fast outlier of a side measured far behind
+    /// (a bimodal 5 ms among 50 ms requests) must not win it back on its own.
+    fn mean_any(&self) -> Option<f64> {
+        if self.len == 0 {
+            return None;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        self.mean.or_else(|| Some(self.sum / self.len as f64))
     }
 
     fn trimmed_mean(&self) -> Option<f64> {
-        let trim = self.trim;
         if self.len < MIN_SAMPLES.min(self.cap) {
             return None;
         }
-        let mut s = [0.0f64; MAX_SAMPLES];
-        s[..self.len].copy_from_slice(&self.v[..self.len]);
-        let s = &mut s[..self.len];
-        s.sort_unstable_by(f64::total_cmp);
-        let t = if self.len > 2 * trim { trim } else { 0 };
-        let kept = &s[t..self.len - t];
+        #[allow(clippy::cast_precision_loss)]
+        if self.trim == 0 {
+            return Some(self.sum / self.len as f64);
+        }
+        // The same share trimmed however many samples there are (at least one each end from
+        // three on: the median of three), so a fresh history is trimmed as a full one is.
+        let t = (self.len * self.trim / self.cap).max(1).min((self.len - 1) / 2);
+        let kept = &self.sorted[t..self.len - t];
         #[allow(clippy::cast_precision_loss)]
         Some(kept.iter().sum::<f64>() / kept.len() as f64)
     }
 }
 
-/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none).
+/// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none), how many
+/// samples in a row said so, and the first one's ratio to its estimate (it joins the side's
+/// spread if not confirmed).
 #[derive(Debug, Clone, Copy, Default)]
 struct Suspect {
     dir: i8,
+    seen: u8,
+    ratio: f64,
 }
+
+/// Samples in a row that confirm a change. The winner getting slower needs one more: its
+/// samples come on every request, so a burst of load on the machine (a few slow requests in a
+/// row, on both sides alike) would otherwise drop its history and send the next requests to
+/// the other side until probes win it back; a real slowdown costs one request more to see.
+const CONFIRM_SAMPLES: u8 = 2;
+const CONFIRM_WINNER_SLOWER: u8 = 3;
 
 /// The quantities one side's estimate is made of (ns per input byte).
 #[derive(Debug, Clone, Copy)]
@@ -271,6 +352,10 @@ struct SideModel {
     hit: Ring,
     /// Local: I/O time of uncached ranges, normalized to a fully uncached range.
     miss: Ring,
+    /// The latest samples over the estimate they were judged against: the side's own spread.
+    /// A sample is a change signal only outside it (and outside the threshold), so a bimodal
+    /// side (5 ms now and then among 50 ms requests) does not signal on each mode.
+    spread: Ring,
     suspect: Suspect,
 }
 
@@ -280,8 +365,41 @@ impl SideModel {
             main: Ring::new(n, trim),
             hit: Ring::new(n, trim),
             miss: Ring::new(n, trim),
+            spread: Ring::new(n, trim),
             suspect: Suspect::default(),
         }
+    }
+
+    /// Is `x` off `est` by more than `thr` and outside the side's spread?
+    fn outside(&self, est: f64, x: f64, thr: f64) -> bool {
+        let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
+        let ratio = if est > 0.0 { x / est } else { 1.0 };
+        ratio > (1.0 + thr).max(hi) || ratio < (1.0 - thr).min(lo)
+    }
+
+    /// Judges `x` against `est` ([`signal`]) and the side's spread; true = a confirmed change.
+    ///
+    /// A suspect sample joins the spread only once the next sample did not confirm it (an
+    /// outlier of the side's own noise); a confirmed change starts the spread afresh. So a
+    /// mode seen twice in a row stays a change (a server recovering), and a mode that comes
+    /// and goes widens the spread (a bimodal side).
+    fn judge(&mut self, est: f64, x: f64, thr: f64, winner: bool) -> bool {
+        let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
+        let before = self.suspect;
+        let ratio = if est > 0.0 { x / est } else { 1.0 };
+        let (lo, hi) = ((1.0 - thr).min(lo), (1.0 + thr).max(hi));
+        let changed = signal(&mut self.suspect, ratio, lo, hi, winner);
+        if changed {
+            self.spread.clear();
+            return true;
+        }
+        if before.dir != 0 && self.suspect.dir != before.dir {
+            self.spread.push(before.ratio);
+        }
+        if self.suspect.dir == 0 {
+            self.spread.push(ratio);
+        }
+        false
     }
 }
 
@@ -323,11 +441,15 @@ pub struct Dispatcher {
     unpriced: [u32; 2],
     /// Position in the current fixed window.
     in_window: u32,
-    /// Smallest local wall time per byte since the local history was last dropped (the cold
-    /// start's far-behind test before the local estimate exists).
-    local_first: Option<f64>,
+    /// Local wall times per byte since the local history was last dropped: their mean is the
+    /// cold start's far-behind test before the local estimate exists ([`Ring::mean_any`]).
+    local_wall: Ring,
+    /// Whether `local_wall`'s samples were of a cached range (`u <= CACHED_BELOW`): a sample
+    /// of the other cache state starts it afresh (a cold range's 405 µs and a warm one's
+    /// 10 µs are not one side's noise: the cache state explains them).
+    local_wall_cached: Option<bool>,
     /// A side (local 0, server 1) taken as far behind before it had an estimate: it stays
-    /// behind while its best sample is above the other side's, not only while above
+    /// behind while its preliminary estimate is above the other side's, not only while above
     /// [`FAR_BEHIND`] times it (hysteresis: a 5x gap measured under noise must not send 40 ms
     /// requests to the loser each time the winner's estimate wobbles).
     behind: [bool; 2],
@@ -358,7 +480,8 @@ impl Dispatcher {
             credit_ns: 0.0,
             unpriced: [0; 2],
             in_window: 0,
-            local_first: None,
+            local_wall: Ring::new(cfg.samples, cfg.trim),
+            local_wall_cached: None,
             behind: [false; 2],
             reprobe: None,
             last_winner: None,
@@ -412,7 +535,7 @@ impl Dispatcher {
         let (l, s) = match (l, s) {
             (Some(l), Some(s)) => (l, s),
             // Even its best sample far behind: losing, without two more measurements.
-            (Some(l), None) => match self.server.main.min_any() {
+            (Some(l), None) => match self.server.main.mean_any() {
                 Some(p) if p > FAR_BEHIND * l || (self.behind[1] && p > l) => {
                     self.behind[1] = true;
                     (l, p)
@@ -424,7 +547,7 @@ impl Dispatcher {
                 // not far behind is measured until it has an estimate. (A local estimate
                 // missing for the cache state, with enough samples, is measured at once.)
                 let cold_start = self.local.main.len < MIN_SAMPLES;
-                match (self.local_first, s.or_else(|| self.server.main.min_any())) {
+                match (self.local_wall.mean_any(), s.or_else(|| self.server.main.mean_any())) {
                     (Some(lf), Some(sv))
                         if cold_start && (lf > FAR_BEHIND * sv || (self.behind[0] && lf > sv)) =>
                     {
@@ -519,25 +642,41 @@ impl Dispatcher {
         self.stats.requests += 1;
         let bytes = len.max(1) as f64;
         let thr = self.cfg.change_threshold;
+        let winner = self.last_winner == Some(d.side);
         match d.side {
             SideKind::Local => {
                 self.stats.local += 1;
                 // The change test is on the whole request, against the model's own estimate.
                 let est = self.local_estimate(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
-                self.local_first = Some(self.local_first.map_or(wall, |f| f.min(wall)));
-                if !fresh && est.is_some_and(|e| (wall - e).abs() > e * thr) {
+                // Read only during a cold start (fewer than MIN_SAMPLES function samples).
+                if self.local.main.len < MIN_SAMPLES {
+                    let cached = u <= CACHED_BELOW;
+                    if self.local_wall_cached.is_some_and(|c| c != cached) {
+                        // The cache state moved: the side is judged afresh in it.
+                        self.local_wall.clear();
+                        self.behind[0] = false;
+                    }
+                    self.local_wall_cached = Some(cached);
+                    self.local_wall.push(wall);
+                }
+                // Off its estimate beyond the threshold and the side's own spread: a warm
+                // 64 KiB request varies more than 25% with the machine's load alone, and each
+                // such sample would pay one more cache-state sample beyond its budget.
+                if !fresh && est.is_some_and(|e| self.local.outside(e, wall, thr)) {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
                     return;
                 }
                 let m = &mut self.local;
-                let changed = est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr));
+                let changed = est.is_some_and(|e| m.judge(e, wall, thr, winner));
                 if changed {
                     m.main.clear();
                     m.hit.clear();
                     m.miss.clear();
-                    self.local_first = Some(wall);
+                    self.local_wall.clear();
+                    self.local_wall.push(wall);
+                    self.local_wall_cached = Some(u <= CACHED_BELOW);
                     self.behind[0] = false;
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Local);
@@ -556,7 +695,7 @@ impl Dispatcher {
                 let est = self.server_estimate();
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
-                if est.is_some_and(|e| signal(&mut m.suspect, e, wall, thr)) {
+                if est.is_some_and(|e| m.judge(e, wall, thr, winner)) {
                     self.behind[1] = false;
                     m.main.clear();
                     self.stats.changes += 1;
@@ -639,6 +778,14 @@ impl Dispatcher {
         let u = local.uncached_fraction(off, len).unwrap_or(1.0).clamp(0.0, 1.0);
         #[allow(clippy::cast_precision_loss)]
         let ns = t.elapsed().as_nanos() as f64;
+        // A sample the scheduler preempted (milliseconds instead of microseconds) says nothing
+        // about what a sample costs: counted at most twice the running cost, it cannot stop
+        // the sampling for the next ten thousand requests.
+        let ns = if self.stats.cache_samples == 0 {
+            ns
+        } else {
+            ns.min(CACHE_SAMPLE_OUTLIER * self.cache_sample_ns)
+        };
         self.cache_sample_ns = if self.stats.cache_samples == 0 {
             ns
         } else {
@@ -652,12 +799,13 @@ impl Dispatcher {
     }
 }
 
-/// Is `x` the second sample in a row on the same side of `est` by more than `thr`? A sample
+/// Is `ratio` (a sample over its estimate) the last of [`CONFIRM_SAMPLES`] in a row below
+/// `lo` or above `hi` ([`CONFIRM_WINNER_SLOWER`] above, for the side the model runs)? A sample
 /// within bounds clears the suspicion.
-fn signal(s: &mut Suspect, est: f64, x: f64, thr: f64) -> bool {
-    let dir = if x > est * (1.0 + thr) {
+fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64, winner: bool) -> bool {
+    let dir = if ratio > hi {
         1
-    } else if x < est * (1.0 - thr) {
+    } else if ratio < lo {
         -1
     } else {
         0
@@ -666,10 +814,67 @@ fn signal(s: &mut Suspect, est: f64, x: f64, thr: f64) -> bool {
         *s = Suspect::default();
         return false;
     }
-    if s.dir == dir {
+    if s.dir != dir {
+        *s = Suspect { dir, seen: 1, ratio };
+        return false;
+    }
+    s.seen += 1;
+    let need = if winner && dir > 0 { CONFIRM_WINNER_SLOWER } else { CONFIRM_SAMPLES };
+    if s.seen >= need {
         *s = Suspect::default();
         return true;
     }
-    *s = Suspect { dir };
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The (trimmed) mean from the running sum or the incrementally sorted copy equals the one
+    /// from sorting the ring's samples, across wrap-arounds, repeated values and clears.
+    #[test]
+    fn the_ring_keeps_its_sorted_copy_in_step() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            #[allow(clippy::cast_precision_loss)]
+            let x = (state % 50) as f64;
+            x
+        };
+        for (cap, trim) in [(16, 4), (8, 1), (3, 1), (32, 0), (1, 0)] {
+            let mut r = Ring::new(cap, trim);
+            let mut all: Vec<f64> = Vec::new();
+            for i in 0..500 {
+                if i % 97 == 0 {
+                    r.clear();
+                    all.clear();
+                }
+                let x = next();
+                r.push(x);
+                all.push(x);
+                let mut last: Vec<f64> = all.iter().rev().take(cap).copied().collect();
+                last.sort_unstable_by(f64::total_cmp);
+                if trim > 0 {
+                    assert_eq!(&r.sorted[..r.len], &last[..], "cap {cap} push {i}");
+                }
+                let want = (last.len() >= MIN_SAMPLES.min(cap)).then(|| {
+                    let t = if trim == 0 {
+                        0
+                    } else {
+                        (last.len() * trim / cap).max(1).min((last.len() - 1) / 2)
+                    };
+                    let kept = &last[t..last.len() - t];
+                    #[allow(clippy::cast_precision_loss)]
+                    let m = kept.iter().sum::<f64>() / kept.len() as f64;
+                    m
+                });
+                // Integers below 2^53: the running sum is exact.
+                assert_eq!(r.mean(), want, "cap {cap} push {i}");
+                assert_eq!(r.bounds(), Some((last[0], last[last.len() - 1])), "cap {cap}");
+            }
+        }
+    }
 }

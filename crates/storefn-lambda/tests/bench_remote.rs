@@ -167,8 +167,9 @@ fn sweep_through_the_delay_proxy() {
     )
     .unwrap();
     srv.join().unwrap();
-    // Per workload: 2 RTTs x (cold, warm, cold->warm) + the RTT rise = 7 conditions x 3 sides.
-    assert_eq!(rows.len(), 2 * 7 * 3);
+    // Per workload: 2 RTTs x (cold, warm, cold->warm, warm->cold) + the RTT rise = 9
+    // conditions x 3 sides.
+    assert_eq!(rows.len(), 2 * 9 * 3);
     let conds: Vec<&str> = rows
         .iter()
         .filter(|r| r.workload == Workload::Knn && r.r#where == Where::Auto)
@@ -180,9 +181,11 @@ fn sweep_through_the_delay_proxy() {
             "cold-rtt0",
             "warm-rtt0",
             "cold->warm-rtt0",
+            "warm->cold-rtt0",
             "cold-rtt3000",
             "warm-rtt3000",
             "cold->warm-rtt3000",
+            "warm->cold-rtt3000",
             "warm-rtt0->3000"
         ]
     );
@@ -198,6 +201,16 @@ fn sweep_through_the_delay_proxy() {
         if r.r#where == Where::Server && r.condition.ends_with("-rtt3000") {
             assert!(r.p50_us >= 3000.0, "{r:?}");
         }
+        // Every round ran every side; the halves (10 requests each) average to the row.
+        assert_eq!(r.round_us.len(), 12, "{r:?}");
+        assert!(r.round_us.iter().all(|&u| u > 0.0), "{r:?}");
+        let halves = (r.half_us[0] + r.half_us[1]) / 2.0;
+        assert!((halves - r.us_per_request).abs() <= 1e-6 * r.us_per_request, "{r:?}");
+    }
+    // The RTT rise shows in the server's second half.
+    for r in rows.iter().filter(|r| r.condition == "warm-rtt0->3000" && r.r#where == Where::Server)
+    {
+        assert!(r.half_us[1] >= 3000.0 && r.half_us[0] < r.half_us[1], "{r:?}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

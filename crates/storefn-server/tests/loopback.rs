@@ -226,3 +226,38 @@ fn offload_without_an_engine_is_a_bad_request() {
     server.stop();
     server.join().unwrap();
 }
+
+/// Regression: a frame with more READs than one tenant's share of the engine (224 of 256
+/// slots) left the rest queued until the worker's poll timed out: every 1 MiB range fetched
+/// over READ frames took POLL_INTERVAL (50 ms) instead of a few device reads.
+#[test]
+fn reads_beyond_one_tenants_share_are_admitted_without_waiting_for_the_poll() {
+    use std::time::{Duration, Instant};
+    use storefn_server::proto::MAX_READ_BYTES;
+    use storefn_server::server::{ENGINE_CHAINS, POLL_INTERVAL};
+    let dir = TempDir::new("share");
+    let block = MAX_READ_BYTES as usize;
+    let data: Vec<u8> = (0..ENGINE_CHAINS * block).map(|i| (i / block) as u8).collect();
+    std::fs::write(dir.join("f"), &data).unwrap();
+    let server = serve(dir.path(), 1);
+    let mut c = client(&server);
+    assert!(c.max_in_flight() >= ENGINE_CHAINS, "one frame carries every read");
+    let reqs: Vec<Req> = (0..ENGINE_CHAINS)
+        .map(|b| Req::Read { path: "f".into(), offset: (b * block) as u64, len: MAX_READ_BYTES })
+        .collect();
+    // The bug cost at least POLL_INTERVAL on every call; the fastest of a few calls shows it
+    // whatever else the machine runs.
+    let mut fastest = Duration::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let replies = c.call(&reqs).unwrap();
+        fastest = fastest.min(t.elapsed());
+        assert_eq!(replies.len(), ENGINE_CHAINS);
+        for (b, r) in replies.into_iter().enumerate() {
+            assert_eq!(r.ok("READ").unwrap().data, data[b * block..(b + 1) * block]);
+        }
+    }
+    assert!(fastest < POLL_INTERVAL / 2, "256 READs in one frame took {fastest:?} at best");
+    server.stop();
+    server.join().unwrap();
+}

@@ -167,7 +167,8 @@ pub struct BenchArgs {
     /// With --server: round-trip times the proxy adds, µs.
     #[arg(long, value_delimiter = ',', default_values_t = [0u64, 200, 1000])]
     rtts_us: Vec<u64>,
-    /// With --server: also the runs whose conditions change midway (cache warms; RTT rises).
+    /// With --server: also the runs whose conditions change midway (cache warms; cache is
+    /// evicted; RTT rises; with --cpu-cap, the server's CPU is capped midway).
     #[arg(long)]
     changes: bool,
     /// With --server: repeat the sweep with the server's CPU capped to this % of one CPU
@@ -500,37 +501,45 @@ fn run_server_bench(
     run_server(&cfg, progress).map_err(|e| e.to_string())
 }
 
-/// Auto against the better fixed side per (workload, condition), and the tally per goal.
+/// Auto against the better fixed side per (workload, condition), and the tally per goal:
+/// steady rows and changing rows whose answer did not flip within 5%, flips below both.
 fn print_goals(rows: &[BenchRow]) {
+    use storefn_lambda::bench_remote::Judged;
     let lines = storefn_lambda::bench_remote::goals(rows);
     for g in &lines {
+        let rule = if matches!(g.judged, Judged::Flip(..)) { "auto<both" } else { "<=1.05" };
         println!(
             "lambda bench: goal workload {} condition {} local {:.1} server {:.1} auto {:.1} \
-             ratio {:.3} {} {}",
+             ratio {:.3} rounds {:.3}-{:.3} {}({rule}) {}",
             g.workload,
             g.condition,
             g.local_us,
             g.server_us,
             g.auto_us,
             g.ratio,
-            if g.changing { "changing(auto<both)" } else { "steady(<=1.05)" },
+            g.round_ratio.0,
+            g.round_ratio.1,
+            g.judged.label(),
             if g.met { "met" } else { "missed" }
         );
     }
-    for changing in [false, true] {
-        let mut r: Vec<f64> =
-            lines.iter().filter(|g| g.changing == changing).map(|g| g.ratio).collect();
-        if r.is_empty() {
-            continue;
-        }
+    /// Which judgements a tally counts.
+    type InGroup = fn(Judged) -> bool;
+    let groups: [(&str, InGroup); 3] = [
+        ("steady (auto within 5%)", |j| j == Judged::Steady),
+        ("changing, answer unchanged (auto within 5%)", |j| j == Judged::Unchanged),
+        ("changing, answer flips (auto beats both)", |j| matches!(j, Judged::Flip(..))),
+    ];
+    for (name, in_group) in groups {
+        let mine: Vec<_> = lines.iter().filter(|g| in_group(g.judged)).collect();
+        let mut r: Vec<f64> = mine.iter().map(|g| g.ratio).collect();
         r.sort_unstable_by(f64::total_cmp);
-        let met = lines.iter().filter(|g| g.changing == changing && g.met).count();
+        let met = mine.iter().filter(|g| g.met).count();
+        let (median, max) = r.last().map_or((0.0, 0.0), |&m| (r[r.len() / 2], m));
         println!(
-            "lambda bench: goals {} {met}/{} met, auto/better-fixed median {:.3} max {:.3}",
-            if changing { "changing (auto beats both)" } else { "steady (auto within 5%)" },
-            r.len(),
-            r[r.len() / 2],
-            r[r.len() - 1]
+            "lambda bench: goals {name} {met}/{} met, auto/better-fixed median {median:.3} \
+             max {max:.3}",
+            r.len()
         );
     }
 }
@@ -566,6 +575,7 @@ fn append_json(p: &Path, r: &BenchRow, engine: EngineArg) -> Result<(), String> 
         "out_bytes": r.out_bytes, "cache_probe_us": r.cache_probe_us, "server_share": r.server_share, "engine": format!("{engine:?}").to_lowercase(),
         "probes": r.dispatch.map(|d| d.probes), "changes": r.dispatch.map(|d| d.changes),
         "switches": r.dispatch.map(|d| d.switches),
+        "round_us": r.round_us, "half_us": r.half_us,
     });
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -291,14 +291,19 @@ impl Worker<'_> {
                 }
             }
         }
-        // Completions free slots: admit queued jobs again at once rather than after the
-        // next poll (which may sleep when nothing else is in flight).
-        while self.dispatch() > 0 {
-            self.reap()?;
+        // Completions free slots and shares: admit queued jobs again at once rather than after
+        // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight. A
+        // λ range's next chunk is queued after the reap that completed the previous one: reap
+        // again (which submits it) until no chunk was queued. Then admit what the reaps freed,
+        // and repeat while anything was admitted (each pass admits a queued job: bounded).
+        // Regression: dispatching only before the reap left jobs beyond one tenant's share
+        // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
+        loop {
+            while self.reap()? > 0 {}
+            if self.dispatch() == 0 {
+                break;
+            }
         }
-        // A λ range's next chunk is queued after the reap that completed the previous one: reap
-        // again (which submits it) until no chunk was queued, or it would wait for the poll.
-        while self.reap()? > 0 {}
         self.poll_forwarded();
         self.poll_offload_reads();
         self.flush_all();
