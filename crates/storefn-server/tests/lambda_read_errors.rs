@@ -160,11 +160,13 @@ fn a_chunk_read_failing_mid_range_answers_one_clean_error() {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].status, StatusCode::Io as u16, "round {round}: {:?}", r[0].message);
         assert!(r[0].data.is_empty(), "round {round}: a result came with the error");
-        // The failing chunk is one past the cut (the engine names its file offset).
+        // The failing chunk is one past the cut (the reply names its file offset, not the
+        // engine's token).
         let m = &r[0].message;
-        let at = m.split("addr 0x").nth(1).and_then(|s| s.split(':').next());
+        let at = m.split("file offset 0x").nth(1).and_then(|s| s.split(',').next());
         let at = at.and_then(|h| u64::from_str_radix(h, 16).ok());
         assert!(m.contains("EIO") && at.is_some_and(|a| (good..len).contains(&a)), "{m}");
+        assert!(!m.contains("token"), "{m}");
         // A range that ends past the cut, and one only past it, fail the same way.
         for (off, l) in [(good - 4 * FS_BLOCK, 8 * FS_BLOCK), (good, FS_BLOCK)] {
             let e = c.one(&lambda(off, l)).unwrap_err();

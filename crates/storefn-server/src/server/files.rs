@@ -49,6 +49,31 @@ fn confine_fail(e: &ConfineError) -> FileFail {
     (e.status(), e.to_string())
 }
 
+/// A failed chain or read as the remote client is told it: the status (a device error or a
+/// short read is `IO`, anything else `CHAIN_FAILED`) and where it was (hop, file offset, the
+/// chain's start) and why, without the engine's token: on the server that is an internal job
+/// and chunk number, meaningless to the client.
+pub fn chain_fail(e: &storefn_io::ChainError) -> FileFail {
+    use storefn_io::ChainError;
+    let st = match e {
+        ChainError::Io { .. } | ChainError::ShortRead { .. } => StatusCode::Io,
+        _ => StatusCode::ChainFailed,
+    };
+    let s = e.to_string();
+    let m = match e.at() {
+        Some(at) => {
+            // Every variant that knows its place prints it first (`{at}: ...`).
+            let cause = s.strip_prefix(&format!("{at}: ")).unwrap_or(&s);
+            format!(
+                "hop {}, file offset {:#x}, chain start {:#x}: {cause}",
+                at.hop, at.addr, at.start
+            )
+        }
+        None => s,
+    };
+    (st, m)
+}
+
 impl Files {
     /// The file `path` names now, opened and registered, with one more reference (release it
     /// with [`Files::release`] when the request finishes).
@@ -164,5 +189,28 @@ impl Files {
         let s = self.slots[slot as usize].as_mut().expect("released slot is open");
         debug_assert!(s.refs > 0);
         s.refs -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storefn_io::{ChainAt, ChainError, Errno};
+
+    #[test]
+    fn a_chain_failure_names_the_offset_not_the_engines_token() {
+        let at = ChainAt { token: 549_755_813_888, start: 0x2000, hop: 3, addr: 0x41000 };
+        let (st, m) = chain_fail(&ChainError::Io { at, errno: Errno::Io });
+        assert_eq!(st, StatusCode::Io);
+        assert_eq!(
+            m,
+            "hop 3, file offset 0x41000, chain start 0x2000: read failed: EIO (device I/O error)"
+        );
+        let (st, m) = chain_fail(&ChainError::ChainTooLong { at, max: 64 });
+        assert_eq!(st, StatusCode::ChainFailed);
+        assert!(
+            !m.contains("token") && m.ends_with("chain exceeds its hop limit of 64 reads"),
+            "{m}"
+        );
     }
 }

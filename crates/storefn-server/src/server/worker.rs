@@ -669,13 +669,8 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
     match &c.result {
         Err(e) => {
             j.input_len = u32::MAX;
-            let st = match e {
-                storefn_io::ChainError::Io { .. } | storefn_io::ChainError::ShortRead { .. } => {
-                    StatusCode::Io
-                }
-                _ => StatusCode::ChainFailed,
-            };
-            put_status(&mut conn.frame, j.req_id, code, st, &e.to_string());
+            let (st, m) = super::files::chain_fail(e);
+            put_status(&mut conn.frame, j.req_id, code, st, &m);
         }
         Ok(st) => match j.kind {
             JobKind::Read => {
