@@ -22,8 +22,8 @@ use crate::error::LambdaError;
 use crate::prog::{run_lambda, LambdaProg};
 use crate::remote::{LambdaTransport, RemoteSide};
 
-/// LOAD_PROG's `prog_type` for a λ program (docs/FORMAT.md, LOAD_PROG request).
-pub const PROG_TYPE_LAMBDA: u8 = 1;
+/// LOAD_PROG's `prog_type` for a λ program, as the wire module names it.
+pub use storefn_server::proto::msg::PROG_TYPE_LAMBDA;
 
 /// Largest range one remote λ request (LAMBDA frame) may cover, bytes.
 pub const MAX_REMOTE_RANGE_BYTES: u64 = MAX_LAMBDA_IN_BYTES as u64;

@@ -9,6 +9,7 @@ use std::time::Instant;
 use storefn_kv::harness::bench::{BenchResult, KeyGen, Load};
 
 use crate::client::{Client, ClientConfig, ClientError, Req};
+use crate::proto::msg::PROG_TYPE_XRP;
 use crate::remote_kv::{RemoteKv, RemoteKvError, RemotePath};
 
 /// `pushdown --batch B` keeps B lookups in flight in frames of B / PIPELINE_FRAMES lookups.
@@ -281,7 +282,7 @@ pub fn fairness(cfg: &FairnessConfig) -> Result<FairnessResult, ClientError> {
         for _ in 0..cfg.long_conns {
             hs.push(s.spawn(|| -> Result<(), ClientError> {
                 let mut c = Client::connect(&cfg.addr, tenant("long"))?;
-                let h = c.load_prog(0, b"", storefn_progs::must("xrp_follow"))?;
+                let h = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow"))?;
                 let req = Req::Xrp {
                     path: cfg.chain_file.clone(),
                     offset: 0,

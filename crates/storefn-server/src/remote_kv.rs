@@ -14,6 +14,7 @@ use storefn_kv::format::{
 use storefn_kv::xrp_paths::LOOKUP_OFF_ERR;
 
 use crate::client::{Client, ClientError, Req};
+use crate::proto::msg::PROG_TYPE_XRP;
 use crate::proto::{FileVersion, MAX_READ_BYTES};
 use crate::registry::ProgHash;
 
@@ -306,7 +307,7 @@ impl RemoteKv {
         let elf =
             storefn_kv::program::builtin_lookup_elf(self.meta.node_size, storefn_kv::Abi::Storefn)
                 .expect("storefn lookup programs exist for every node size");
-        let h = self.client.load_prog(0, b"", elf)?;
+        let h = self.client.load_prog(PROG_TYPE_XRP, b"", elf)?;
         self.hash = Some(h);
         Ok(h)
     }

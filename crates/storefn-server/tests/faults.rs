@@ -148,7 +148,7 @@ fn clients_killed_mid_request_do_not_disturb_others() {
     std::fs::write(dir.join("f"), b"data").unwrap();
     let server = start(&dir, |_| {});
     let mut good = client(&server);
-    let hash = good.load_prog(0, b"", storefn_progs::must("kv_lookup")).unwrap();
+    let hash = good.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("kv_lookup")).unwrap();
     for round in 0..20u64 {
         let mut s = TcpStream::connect(server.local_addr()).unwrap();
         let key = round.to_le_bytes();
@@ -193,7 +193,7 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     std::fs::write(dir.join("loop"), &loop_file).unwrap();
     let server = start(&dir, |_| {});
     let mut c = client(&server);
-    let follow = c.load_prog(0, b"", storefn_progs::must("xrp_follow")).unwrap();
+    let follow = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow")).unwrap();
     let e = c
         .one(&Req::Xrp {
             path: "loop".into(),
@@ -206,7 +206,7 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
         .unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
     assert!(e.to_string().contains("64"), "names the hop limit: {e}");
-    let spin = c.load_prog(0, b"", storefn_progs::must("test/spin")).unwrap();
+    let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
     let e = c
         .one(&Req::Xrp {
             path: "loop".into(),
@@ -259,6 +259,7 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     server.join().unwrap();
 }
 
+use storefn_server::proto::msg::PROG_TYPE_XRP;
 use storefn_server::server;
 
 #[test]
@@ -270,7 +271,7 @@ fn stop_answers_every_request_then_closes() {
     let mut c =
         storefn_server::Client::connect(&server.local_addr().to_string(), Default::default())
             .unwrap();
-    let h = c.load_prog(0, b"", storefn_progs::must("xrp_follow")).unwrap();
+    let h = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow")).unwrap();
     let chain = |_| Request::Xrp {
         path: b"chain",
         offset: 0,

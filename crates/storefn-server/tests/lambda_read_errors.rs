@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::TempDir;
+use storefn_server::proto::msg::PROG_TYPE_LAMBDA;
 use storefn_server::proto::{StatusCode, MAX_LAMBDA_IN_BYTES, MAX_READ_BYTES};
 use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
 
@@ -144,7 +145,7 @@ fn a_chunk_read_failing_mid_range_answers_one_clean_error() {
     let server = Server::start("127.0.0.1:0", ServerConfig::new(&mnt)).unwrap();
     let mut c = Client::connect(&server.local_addr().to_string(), ClientConfig::default()).unwrap();
     let elf = storefn_progs::must("lambda/stats64");
-    let h = c.load_prog(1, b"", elf).unwrap();
+    let h = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
     let lambda = |offset: u64, len: u64| Req::Lambda {
         path: "f".into(),
         offset,

@@ -5,6 +5,7 @@ mod common;
 
 use common::{client, make_db, serve, TempDir};
 use storefn_kv::format::bpfkv_value;
+use storefn_server::proto::msg::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP};
 use storefn_server::proto::StatusCode;
 use storefn_server::{Client, ClientConfig, RemoteKv, RemotePath, Req, Server, ServerConfig};
 
@@ -142,7 +143,7 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     let mut c = client(&server);
     // A verifier rejection comes back with the verifier's message.
     let bad = storefn_progs::must("test/reject_helper");
-    let e = c.load_prog(0, b"", bad).unwrap_err();
+    let e = c.load_prog(PROG_TYPE_XRP, b"", bad).unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::ProgRejected as u16), "{e}");
     assert!(e.to_string().contains("insn #"), "{e}");
     // An unknown hash: UNKNOWN_PROG.
@@ -159,8 +160,8 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     assert_eq!(r[0].status, StatusCode::UnknownProg as u16);
     // λ: sum of the bytes read, through LAMBDA.
     let elf = storefn_progs::must("test/lambda_sum");
-    let h = c.load_prog(1, b"", elf).unwrap();
-    assert_eq!(c.load_prog(1, b"", elf).unwrap(), h, "same bytes, same hash");
+    let h = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
+    assert_eq!(c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap(), h, "same bytes, same hash");
     assert_eq!(server.registry_len(), 1);
     let r = c
         .one(&Req::Lambda { path: "f".into(), offset: 0, len: 256, hash: h, out_cap: 64 })
@@ -177,7 +178,7 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     assert_eq!(r.data, out[..usize::try_from(ret.min(64)).unwrap()]);
     // An xrp program used on LAMBDA is refused by type.
     let kv = storefn_progs::must("kv_lookup");
-    let hx = c.load_prog(0, b"", kv).unwrap();
+    let hx = c.load_prog(PROG_TYPE_XRP, b"", kv).unwrap();
     let e = c
         .one(&Req::Lambda { path: "f".into(), offset: 0, len: 256, hash: hx, out_cap: 8 })
         .unwrap_err();

@@ -9,6 +9,7 @@ use std::net::TcpStream;
 
 use common::{make_db, serve, TempDir};
 use storefn_server::client::read_response_frame;
+use storefn_server::proto::msg::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP};
 use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
 use storefn_testkit::CountingAlloc;
 
@@ -35,8 +36,8 @@ fn steady_state_requests_allocate_nothing_on_the_server() {
     let server = serve(dir.path(), 1);
     let mut c = common::client(&server);
     let elf = storefn_progs::must("kv_lookup");
-    let hash = c.load_prog(0, b"", elf).unwrap();
-    let lambda = c.load_prog(1, b"", storefn_progs::must("lambda/stats64")).unwrap();
+    let hash = c.load_prog(PROG_TYPE_XRP, b"", elf).unwrap();
+    let lambda = c.load_prog(PROG_TYPE_LAMBDA, b"", storefn_progs::must("lambda/stats64")).unwrap();
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.set_nodelay(true).unwrap();
     let mut f = FrameBuf::default();
