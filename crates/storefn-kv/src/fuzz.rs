@@ -21,8 +21,25 @@ use crate::{create_bpfkv, Db};
 const BASE_LAYERS: u32 = 2;
 /// Keys the base database's WAL puts (not compacted), so replay is exercised too.
 const BASE_WAL_KEYS: [u64; 3] = [7, 480, 5000];
+/// Keys of the base tree (`0..BASE_KEYS`): 31 x 31 slots of 512-byte nodes in 2 layers.
+const BASE_KEYS: u64 = 961;
 /// Bytes of one patch in the input: file selector, offset (u32 LE), value.
 const PATCH_BYTES: usize = 6;
+
+/// One patch of the input: byte `offset` (modulo the file's length) of file `file % 3` (tree,
+/// sidecar, WAL) becomes `value`.
+struct Patch {
+    file: usize,
+    offset: u32,
+    value: u8,
+}
+
+impl Patch {
+    fn parse(p: &[u8]) -> Self {
+        let offset = u32::from_le_bytes(p[1..5].try_into().expect("a patch holds 4 offset bytes"));
+        Self { file: usize::from(p[0] % 3), offset, value: p[5] }
+    }
+}
 
 /// The base database's files, in memory: tree, sidecar, WAL.
 struct Base {
@@ -76,18 +93,17 @@ pub fn check_files(data: &[u8]) {
     let base = base();
     let mut files = base.files.clone();
     let (flags, patches) = data.split_first().map_or((0, &[][..]), |(f, p)| (*f, p));
-    let patches: Vec<&[u8]> = patches.chunks_exact(PATCH_BYTES).collect();
+    let patches: Vec<Patch> = patches.chunks_exact(PATCH_BYTES).map(Patch::parse).collect();
     for (i, p) in patches.iter().enumerate() {
-        let f = &mut files[usize::from(p[0] % 3)];
-        let off = u32::from_le_bytes(p[1..5].try_into().expect("4 bytes")) as usize;
+        let f = &mut files[p.file];
         if f.is_empty() {
             continue;
         }
-        let at = off % f.len();
+        let at = p.offset as usize % f.len();
         if i + 1 == patches.len() && flags & 4 != 0 {
             f.truncate(at);
         } else {
-            f[at] = p[5];
+            f[at] = p.value;
         }
     }
     // One directory per thread: the proptests run in parallel in one process.
@@ -109,29 +125,31 @@ pub fn check_files(data: &[u8]) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Where the open-ended range scan starts: near the end, so it stays a few leaves long.
+const OPEN_RANGE_FROM: u64 = 900;
+
 /// Opens the written database read-only and reads it; checks the unmutated base exactly.
-fn read_back(db: &Path, flags: u8, patches: &[&[u8]]) {
+fn read_back(db: &Path, flags: u8, patches: &[Patch]) {
     let cache_levels = u32::from(flags & 3);
     let Ok(view) = open_read(db, cache_levels, None) else { return };
-    let mut keys = vec![0, 1, 7, 480, 960, 961, 5000, u64::MAX];
-    keys.extend(
-        patches.iter().map(|p| u64::from(u32::from_le_bytes(p[1..5].try_into().expect("4 bytes")))),
-    );
+    let mut keys = vec![0, 1, 7, 480, BASE_KEYS - 1, BASE_KEYS, 5000, u64::MAX];
+    keys.extend(patches.iter().map(|p| u64::from(p.offset)));
     let store = Arc::new(view.store);
     let mut path = ReadPath::new(Arc::clone(&store), 0);
     let got: Vec<_> = keys.iter().map(|&k| path.get(k)).collect();
     // Ranges bounded in keys (a whole-tree scan is a pread per value: too slow per input) but
     // open-ended ones too, which a corrupt chain must still end.
     let mut scan = RangeScan::new(&store);
-    let all = scan.collect(900, u64::MAX);
+    let all = scan.collect(OPEN_RANGE_FROM, u64::MAX);
     let some = scan.collect(100, 200);
     if patches.is_empty() {
         // The unmutated base must read back exactly: the harness itself is checked.
         for (&k, g) in keys.iter().zip(&got) {
-            let want = (k < 961).then(|| bpfkv_value(k));
+            let want = (k < BASE_KEYS).then(|| bpfkv_value(k));
             assert_eq!(g.as_ref().ok().copied(), Some(want), "base key {k}");
         }
-        assert_eq!(all.map(|v| v.len()).ok(), Some(61), "base open-ended range");
+        let open_len = usize::try_from(BASE_KEYS - OPEN_RANGE_FROM).expect("small");
+        assert_eq!(all.map(|v| v.len()).ok(), Some(open_len), "base open-ended range");
         assert_eq!(some.map(|v| v.len()).ok(), Some(101), "base sub-range");
         for k in BASE_WAL_KEYS {
             assert_eq!(view.mem.get(k), Some(&value_put(k)), "base WAL key {k}");
