@@ -218,18 +218,7 @@ pub(crate) fn row(
     out_bytes: usize,
 ) -> BenchRow {
     lat_us.sort_unstable_by(f64::total_cmp);
-    let pct = |p: f64| {
-        if lat_us.is_empty() {
-            return 0.0;
-        }
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((lat_us.len() - 1) as f64 * p).round() as usize;
-        lat_us[i]
-    };
+    let pct = |p: f64| storefn_stats::percentile(lat_us, p).unwrap_or(0.0);
     #[allow(clippy::cast_precision_loss)]
     let mean = lat_us.iter().sum::<f64>() / lat_us.len().max(1) as f64;
     BenchRow {

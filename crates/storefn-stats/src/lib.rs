@@ -18,23 +18,30 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
     Some(values[values.len() / 2])
 }
 
-/// Nearest-rank percentile `q` (0.0..=1.0, clamped) of `sorted_ns` (ascending nanoseconds), in
-/// µs. `None` for no samples.
+/// Nearest-rank percentile `q` (0.0..=1.0, clamped) of `sorted` (ascending samples, any unit).
+/// `None` for no samples.
 ///
 /// # Panics
-/// In debug builds, if `sorted_ns` is not ascending (a caller that forgot to sort would get a
+/// In debug builds, if `sorted` is not ascending (a caller that forgot to sort would get a
 /// silently wrong figure).
 #[must_use]
 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-pub fn percentile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
-    debug_assert!(sorted_ns.is_sorted(), "percentile_us needs ascending samples");
-    let n = sorted_ns.len();
+pub fn percentile<T: Copy + PartialOrd>(sorted: &[T], q: f64) -> Option<T> {
+    debug_assert!(sorted.is_sorted(), "percentile needs ascending samples");
+    let n = sorted.len();
     if n == 0 {
         return None;
     }
     // Rank in 1..=n: ceil(q * n), at least 1 (p0 is the minimum).
     let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n);
-    Some(sorted_ns[rank - 1] as f64 / 1000.0)
+    Some(sorted[rank - 1])
+}
+
+/// [`percentile`] of `sorted_ns` (ascending nanoseconds), in µs.
+#[must_use]
+#[allow(clippy::cast_precision_loss)]
+pub fn percentile_us(sorted_ns: &[u64], q: f64) -> Option<f64> {
+    percentile(sorted_ns, q).map(|ns| ns as f64 / 1000.0)
 }
 
 /// p50, p99 and p99.9 of `sorted_ns` in µs (0 for no samples): the three every bench summary
@@ -74,6 +81,7 @@ mod tests {
         assert_eq!(percentile_us(&k, 0.99), Some(990.0));
         assert_eq!(percentile_us(&k, 0.999), Some(999.0));
         assert_eq!(percentile_us(&[], 0.5), None);
+        assert_eq!(percentile(&[0.5, 1.5, 2.5, 3.5], 0.5), Some(1.5));
         assert_eq!(Tail::of(&[]), Tail::default());
         assert_eq!(Tail::of(&k), Tail { p50_us: 500.0, p99_us: 990.0, p999_us: 999.0 });
     }

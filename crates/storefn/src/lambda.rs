@@ -533,9 +533,9 @@ fn print_goals(rows: &[BenchRow]) {
     for (name, in_group) in groups {
         let mine: Vec<_> = lines.iter().filter(|g| in_group(g.judged)).collect();
         let mut r: Vec<f64> = mine.iter().map(|g| g.ratio).collect();
-        r.sort_unstable_by(f64::total_cmp);
         let met = mine.iter().filter(|g| g.met).count();
-        let (median, max) = r.last().map_or((0.0, 0.0), |&m| (r[r.len() / 2], m));
+        let max = r.iter().copied().fold(0.0, f64::max);
+        let median = storefn_stats::median(&mut r).unwrap_or(0.0);
         println!(
             "lambda bench: goals {name} {met}/{} met, auto/better-fixed median {median:.3} \
              max {max:.3}",
