@@ -8,8 +8,12 @@ use std::path::{Path, PathBuf};
 
 /// Where the cgroup v1 `cpu` controller is mounted.
 pub const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";
-/// CFS period of a capped group, µs (the kernel's default).
-pub const CFS_PERIOD_US: u64 = 100_000;
+/// CFS period of a capped group, µs: a tenth of the kernel's default. The cap plays a weak
+/// device core, one that is slow all the time; with the default 100 ms period a 20% cap is a
+/// full-speed core that stops for up to 80 ms once its 20 ms are spent, and those stalls fell
+/// on one side's requests or another's within a bench row (per-stretch ratios 0.36-4.8 in one
+/// row). With 10 ms the stalls are at most 8 ms and every 20-request stretch sees many periods.
+pub const CFS_PERIOD_US: u64 = 10_000;
 
 /// A live cap; dropping it removes the group.
 #[derive(Debug)]

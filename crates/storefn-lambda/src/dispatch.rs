@@ -76,6 +76,24 @@ const CACHE_SAMPLE_OUTLIER: f64 = 2.0;
 /// remaining samples; a first sample that was an outlier is corrected by them.
 pub const FAR_BEHIND: f64 = 4.0;
 
+/// Fewest requests between two budgeted probes of the loser. Where the sides are close the
+/// budget alone would probe very often (a loser 7% behind, every second request: the whole
+/// budget spent where a wrong choice costs little, and a cold row's auto 3.5% over the better
+/// side with only noise left for the margin). Once in 16 requests keeps the loser's estimate
+/// (the mean of its last [`MAX_SAMPLES`]) fresh over 512 requests and costs at most
+/// `(loser/winner - 1) / 16`: under 1% for a loser within 1.16x. A loser more than
+/// `1 + 16 x budget` behind (1.56x at 3.5%) is probed less often than this anyway.
+pub const MIN_PROBE_INTERVAL: u32 = 16;
+
+/// Requests the local side runs without the model after one it decided, while it wins with
+/// the server more than [`FAR_BEHIND`] behind (a warm client cache): they check only that
+/// their time is within the bounds the model would not react to (its estimate, the change
+/// threshold, the side's spread), and one off them goes through the model at once. Deciding
+/// and recording, with the model's state out of the CPU cache after the function streamed
+/// its range, cost 0.3-0.6 µs: 3-6% of a warm 64 KiB request. The estimates then follow one
+/// request in eight, and probes and confirmations wait at most this many requests.
+pub const SETTLED_RUN: u32 = 7;
+
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
 pub const CACHED_BELOW: f64 = 0.1;
 
@@ -229,6 +247,11 @@ struct Ring {
     sorted: [f64; MAX_SAMPLES],
     /// Sum of `v[..len]`.
     sum: f64,
+    /// Smallest and largest of `v[..len]` (kept when `trim` is 0; the sorted copy has them
+    /// otherwise): the spread's bounds are read on every sample, a scan of 32 was a visible
+    /// share of a warm 64 KiB request.
+    lo: f64,
+    hi: f64,
     len: usize,
     next: usize,
     cap: usize,
@@ -240,13 +263,16 @@ impl Ring {
     fn new(cap: usize, trim: usize) -> Self {
         let cap = cap.clamp(1, MAX_SAMPLES);
         let v = [0.0; MAX_SAMPLES];
-        Self { v, sorted: v, sum: 0.0, len: 0, next: 0, cap, trim, mean: None }
+        Self { v, sorted: v, sum: 0.0, lo: 0.0, hi: 0.0, len: 0, next: 0, cap, trim, mean: None }
     }
 
     fn push(&mut self, x: f64) {
         debug_assert!(x.is_finite(), "a sample is a finite cost: {x}");
+        // The replaced sample was a bound: scan for the new ones after the insertion.
+        let mut rescan = false;
         if self.len == self.cap {
             let old = self.v[self.next];
+            rescan = old.to_bits() == self.lo.to_bits() || old.to_bits() == self.hi.to_bits();
             self.sum -= old;
             if self.trim > 0 {
                 // Remove the sample this one replaces (same bits: it was stored as is).
@@ -267,8 +293,20 @@ impl Ring {
         self.len += 1;
         self.v[self.next] = x;
         self.sum += x;
-        self.next = (self.next + 1) % self.cap;
-        if self.next == 0 {
+        if self.trim == 0 {
+            if rescan {
+                let v = &self.v[..self.len];
+                self.lo = v.iter().copied().fold(x, f64::min);
+                self.hi = v.iter().copied().fold(x, f64::max);
+            } else if self.len == 1 {
+                (self.lo, self.hi) = (x, x);
+            } else {
+                (self.lo, self.hi) = (self.lo.min(x), self.hi.max(x));
+            }
+        }
+        self.next += 1;
+        if self.next == self.cap {
+            self.next = 0;
             // Once per wrap: no rounding drift from the running sum.
             self.sum = self.v[..self.len].iter().sum();
         }
@@ -289,12 +327,16 @@ impl Ring {
 
     /// The smallest and largest sample kept (`None` when empty).
     fn bounds(&self) -> Option<(f64, f64)> {
-        if self.trim > 0 {
-            return (self.len > 0).then(|| (self.sorted[0], self.sorted[self.len - 1]));
+        if self.len == 0 {
+            return None;
         }
-        let v = &self.v[..self.len];
-        let lo = v.iter().copied().reduce(f64::min)?;
-        Some((lo, v.iter().copied().fold(lo, f64::max)))
+        let b = if self.trim > 0 {
+            (self.sorted[0], self.sorted[self.len - 1])
+        } else {
+            (self.lo, self.hi)
+        };
+        debug_assert!(self.v[..self.len].iter().all(|x| (b.0..=b.1).contains(x)), "{b:?}");
+        Some(b)
     }
 
     /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the trimmed mean once
@@ -418,6 +460,20 @@ pub struct DispatchStats {
     /// Requests before which the client's cache state was sampled (the rest reused the last
     /// sample: [`CACHE_SAMPLE_BUDGET`]).
     pub cache_samples: u64,
+    /// Requests the local side ran on the fast path, without the model ([`SETTLED_RUN`]).
+    pub settled: u64,
+}
+
+/// The fast path of [`SETTLED_RUN`] requests.
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    /// Requests left on the fast path.
+    left: u32,
+    /// The request length the bounds were made for.
+    len: u64,
+    /// A local request whose I/O + compute time (ns) is outside `lo_ns..=hi_ns` is recorded.
+    lo_ns: u64,
+    hi_ns: u64,
 }
 
 /// A decision for one request.
@@ -456,6 +512,16 @@ pub struct Dispatcher {
     /// A side a change signal asked to measure again, once, at the next request.
     reprobe: Option<SideKind>,
     last_winner: Option<SideKind>,
+    /// Requests decided since the last budgeted probe ([`MIN_PROBE_INTERVAL`]).
+    since_probe: u32,
+    /// The fast path, while the local side wins far ahead ([`SETTLED_RUN`]).
+    settled: Option<Settled>,
+    /// Requests run on the fast path since the last decision: each adds to the probe credit
+    /// as a decided one does.
+    settled_skipped: u32,
+    /// Requests that went through the model (its own cost is timed on one in
+    /// [`OWN_COST_EVERY`] of these).
+    decided: u64,
     /// Running mean of the dispatcher's own cost per request as a fraction of the request's
     /// time (measured by [`Dispatcher::run`] on one request in [`OWN_COST_EVERY`]).
     overhead_frac: f64,
@@ -463,6 +529,12 @@ pub struct Dispatcher {
     cache_u: Option<f64>,
     /// Sample the cache state before the next request (a local sample was off its estimate).
     cache_resample: bool,
+    /// The local sample that asked for that cache-state sample: its ratio to its estimate and
+    /// whether it was judged as cached. If the fresh sample finds the same cache state, the
+    /// cache does not explain it and it is judged as the side's own (noise joins the spread;
+    /// a real change is confirmed by the next sample). Without this the spread never saw the
+    /// warm rows' noise, and one local sample in five paid a cache-state sample.
+    local_outlier: Option<(f64, bool)>,
     /// Credit for cache-state samples, ns: [`CACHE_SAMPLE_BUDGET`] of each request's time.
     cache_credit_ns: f64,
     /// Running mean of one cache-state sample's cost, ns.
@@ -485,9 +557,14 @@ impl Dispatcher {
             behind: [false; 2],
             reprobe: None,
             last_winner: None,
+            since_probe: 0,
+            settled: None,
+            settled_skipped: 0,
+            decided: 0,
             overhead_frac: 0.0,
             cache_u: None,
             cache_resample: false,
+            local_outlier: None,
             cache_credit_ns: 0.0,
             cache_sample_ns: 0.0,
             stats: DispatchStats::default(),
@@ -594,12 +671,17 @@ impl Dispatcher {
                 let loser = usize::from(winner == SideKind::Local);
                 self.credit_ns -= f64::from(self.unpriced[loser]) * excess;
                 self.unpriced = [0; 2];
-                self.credit_ns += budget * win_ns;
+                // This request and those the fast path ran since the last decision.
+                let n = 1 + std::mem::take(&mut self.settled_skipped);
+                let earned = f64::from(n) * budget * win_ns;
+                self.credit_ns += earned;
                 // Never bank more than one probe's worth: after a long quiet stretch the next
                 // probe is due, not a burst of them.
-                self.credit_ns = self.credit_ns.min(excess.max(0.0) + budget * win_ns);
-                if self.credit_ns >= excess {
+                self.credit_ns = self.credit_ns.min(excess.max(0.0) + earned);
+                self.since_probe = self.since_probe.saturating_add(n);
+                if self.credit_ns >= excess && self.since_probe >= MIN_PROBE_INTERVAL {
                     self.credit_ns -= excess;
+                    self.since_probe = 0;
                     return self.probe(winner.other());
                 }
             }
@@ -663,13 +745,20 @@ impl Dispatcher {
                 // Off its estimate beyond the threshold and the side's own spread: a warm
                 // 64 KiB request varies more than 25% with the machine's load alone, and each
                 // such sample would pay one more cache-state sample beyond its budget.
-                if !fresh && est.is_some_and(|e| self.local.outside(e, wall, thr)) {
+                let outlier = self.local_outlier.take();
+                let off_estimate = est.filter(|&e| !fresh && self.local.outside(e, wall, thr));
+                if let Some(e) = off_estimate {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
+                    self.local_outlier = Some((wall / e, u <= CACHED_BELOW));
                     return;
                 }
                 let m = &mut self.local;
-                let changed = est.is_some_and(|e| m.judge(e, wall, thr, winner));
+                let mut changed = false;
+                if let Some((ratio, _)) = outlier.filter(|o| fresh && o.1 == (u <= CACHED_BELOW)) {
+                    changed = m.judge(1.0, ratio, thr, winner);
+                }
+                let changed = changed || est.is_some_and(|e| m.judge(e, wall, thr, winner));
                 if changed {
                     m.main.clear();
                     m.hit.clear();
@@ -734,15 +823,42 @@ impl Dispatcher {
     ) -> Result<(SideKind, Run), LambdaError> {
         debug_assert_eq!(local.kind(), SideKind::Local);
         debug_assert_eq!(server.kind(), SideKind::Server);
+        if let Some(st) = self.settled.as_mut() {
+            if st.left > 0 && st.len == len {
+                st.left -= 1;
+                let run = local.run(off, len, out)?;
+                self.stats.requests += 1;
+                if (st.lo_ns..=st.hi_ns).contains(&(run.io_ns + run.compute_ns)) {
+                    self.settled_skipped += 1;
+                    self.stats.local += 1;
+                    self.stats.settled += 1;
+                    return Ok((SideKind::Local, run));
+                }
+                // Off its estimate: the model judges it (a range gone cold re-samples the
+                // cache state before the next request).
+                self.settled = None;
+                self.stats.requests -= 1;
+                let u = self.cache_u.unwrap_or(1.0);
+                let d = Decision { side: SideKind::Local, probe: false };
+                self.record_sample(d, len, u, false, &run);
+                return Ok((SideKind::Local, run));
+            }
+            self.settled = None;
+        }
         let mut fresh = false;
+        // While the local side wins, its own samples show a change of the cache state (a
+        // sample off its estimate re-samples at once): the budgeted samples are for a local
+        // side that is not running, whose range may warm while the server wins.
         if self.cache_u.is_none()
             || self.cache_resample
-            || self.cache_credit_ns >= self.cache_sample_ns
+            || (self.cache_credit_ns >= self.cache_sample_ns
+                && self.last_winner != Some(SideKind::Local))
         {
             self.sample_cache(local, off, len);
             fresh = true;
         }
-        let timed = self.stats.requests.is_multiple_of(OWN_COST_EVERY);
+        let timed = self.decided.is_multiple_of(OWN_COST_EVERY);
+        self.decided += 1;
         let t0 = timed.then(Instant::now);
         let mut u = self.cache_u.unwrap_or(1.0);
         let d = self.decide(len, u);
@@ -768,7 +884,41 @@ impl Dispatcher {
         // not a burst of them.
         self.cache_credit_ns = (self.cache_credit_ns + CACHE_SAMPLE_BUDGET * wall_ns)
             .min(self.cache_sample_ns + CACHE_SAMPLE_BUDGET * wall_ns);
+        self.settled = self.settle(d, len, u);
         Ok((d.side, run))
+    }
+
+    /// The fast path after request `d` ([`SETTLED_RUN`]): only when the local side ran as the
+    /// winner with the server far behind, under adaptive profiling, and nothing is pending
+    /// (a re-probe, a cache-state sample, a suspect sample waiting for its confirmation).
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn settle(&self, d: Decision, len: u64, u: f64) -> Option<Settled> {
+        let quiet = self.reprobe.is_none()
+            && !self.cache_resample
+            && self.local.suspect.dir == 0
+            && self.last_winner == Some(SideKind::Local);
+        if !matches!(self.cfg.profiling, Profiling::Adaptive { .. })
+            || d.probe
+            || d.side != SideKind::Local
+            || !quiet
+        {
+            return None;
+        }
+        let l = self.local_estimate(u)?;
+        let s = self.server_estimate().or_else(|| self.server.main.mean_any())?;
+        if s <= FAR_BEHIND * l {
+            return None;
+        }
+        // The bounds of `SideModel::outside`, in ns for this request length.
+        let (lo, hi) = self.local.spread.bounds().unwrap_or((1.0, 1.0));
+        let thr = self.cfg.change_threshold;
+        let est_ns = l * len.max(1) as f64;
+        Some(Settled {
+            left: SETTLED_RUN,
+            len,
+            lo_ns: (est_ns * (1.0 - thr).min(lo)).max(0.0) as u64,
+            hi_ns: (est_ns * (1.0 + thr).max(hi)).ceil() as u64,
+        })
     }
 
     /// Samples the uncached fraction of `[off, off + len)` on the local side (1.0 when the

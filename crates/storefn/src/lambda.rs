@@ -561,8 +561,8 @@ fn print_row(r: &BenchRow) {
         r.cache_probe_us,
         r.server_share,
         r.dispatch.map_or(String::new(), |d| format!(
-            " probes {} changes {} switches {} cache_samples {}",
-            d.probes, d.changes, d.switches, d.cache_samples
+            " probes {} changes {} switches {} cache_samples {} settled {}",
+            d.probes, d.changes, d.switches, d.cache_samples, d.settled
         ))
     );
 }
