@@ -8,12 +8,19 @@ use std::path::{Path, PathBuf};
 
 /// Where the cgroup v1 `cpu` controller is mounted.
 pub const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";
-/// CFS period of a capped group, µs: a tenth of the kernel's default. The cap plays a weak
-/// device core, one that is slow all the time; with the default 100 ms period a 20% cap is a
-/// full-speed core that stops for up to 80 ms once its 20 ms are spent, and those stalls fell
-/// on one side's requests or another's within a bench row (per-stretch ratios 0.36-4.8 in one
-/// row). With 10 ms the stalls are at most 8 ms and every 20-request stretch sees many periods.
-pub const CFS_PERIOD_US: u64 = 10_000;
+/// The kernel's smallest CFS quota, µs (`cpu.cfs_quota_us` refuses less).
+pub const MIN_CFS_QUOTA_US: u64 = 1_000;
+
+/// CFS period of a group capped to `percent` of one CPU, µs: the shortest whose quota is the
+/// kernel's minimum (5 ms at 20%). The cap plays a weak device core, one that is slow all the
+/// time; with the kernel's default 100 ms period a 20% cap is a full-speed core that stops
+/// for up to 80 ms once its 20 ms are spent, and those stalls fell on one side's requests or
+/// another's within a bench row (per-stretch ratios 0.36-4.8 in one row). With 5 ms the
+/// stalls are at most 4 ms and every stretch of a row sees hundreds of periods.
+#[must_use]
+pub fn cfs_period_us(percent: u32) -> u64 {
+    (MIN_CFS_QUOTA_US * 100).div_ceil(u64::from(percent.max(1)))
+}
 
 /// A live cap; dropping it removes the group.
 #[derive(Debug)]
@@ -57,8 +64,10 @@ impl CpuCap {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", group.display())))?;
         // From here on, drop removes the group.
         let cap = Self { group, home, pid };
-        write(&cap.group.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
-        let quota = CFS_PERIOD_US * u64::from(percent) / 100;
+        let period_us = cfs_period_us(percent);
+        write(&cap.group.join("cpu.cfs_period_us"), &period_us.to_string())?;
+        let quota = period_us * u64::from(percent) / 100;
+        debug_assert!(quota >= MIN_CFS_QUOTA_US, "{percent}%: quota {quota} µs");
         write(&cap.group.join("cpu.cfs_quota_us"), &quota.to_string())?;
         write(&cap.group.join("cgroup.procs"), &pid.to_string())?;
         Ok(cap)

@@ -79,11 +79,12 @@ pub const FAR_BEHIND: f64 = 4.0;
 /// Fewest requests between two budgeted probes of the loser. Where the sides are close the
 /// budget alone would probe very often (a loser 7% behind, every second request: the whole
 /// budget spent where a wrong choice costs little, and a cold row's auto 3.5% over the better
-/// side with only noise left for the margin). Once in 16 requests keeps the loser's estimate
-/// (the mean of its last [`MAX_SAMPLES`]) fresh over 512 requests and costs at most
-/// `(loser/winner - 1) / 16`: under 1% for a loser within 1.16x. A loser more than
-/// `1 + 16 x budget` behind (1.56x at 3.5%) is probed less often than this anyway.
-pub const MIN_PROBE_INTERVAL: u32 = 16;
+/// side with only noise left for the margin). Once in 32 requests keeps the loser's level
+/// (the median of its last [`MAX_SAMPLES`]) fresh over 1,024 requests and costs at most
+/// `(loser/winner - 1) / 32`: 1% for a loser 1.33x behind (every 16 requests: 2%, and
+/// 1.031x instead of 1.022x the better side for sides with rare stalls, in virtual time). A
+/// loser more than `1 + 32 x budget` behind (2.1x at 3.5%) is probed less often anyway.
+pub const MIN_PROBE_INTERVAL: u32 = 32;
 
 /// Requests the local side runs without the model after one it decided, while it wins with
 /// the server more than [`FAR_BEHIND`] behind (a warm client cache): they check only that
@@ -243,15 +244,11 @@ impl Default for DispatchConfig {
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     v: [f64; MAX_SAMPLES],
-    /// `v[..len]` in ascending order (kept only when `trim` > 0).
+    /// `v[..len]` in ascending order.
     sorted: [f64; MAX_SAMPLES],
     /// Sum of `v[..len]`.
     sum: f64,
-    /// Smallest and largest of `v[..len]` (kept when `trim` is 0; the sorted copy has them
-    /// otherwise): the spread's bounds are read on every sample, a scan of 32 was a visible
-    /// share of a warm 64 KiB request.
-    lo: f64,
-    hi: f64,
+
     len: usize,
     next: usize,
     cap: usize,
@@ -263,47 +260,29 @@ impl Ring {
     fn new(cap: usize, trim: usize) -> Self {
         let cap = cap.clamp(1, MAX_SAMPLES);
         let v = [0.0; MAX_SAMPLES];
-        Self { v, sorted: v, sum: 0.0, lo: 0.0, hi: 0.0, len: 0, next: 0, cap, trim, mean: None }
+        Self { v, sorted: v, sum: 0.0, len: 0, next: 0, cap, trim, mean: None }
     }
 
     fn push(&mut self, x: f64) {
         debug_assert!(x.is_finite(), "a sample is a finite cost: {x}");
-        // The replaced sample was a bound: scan for the new ones after the insertion.
-        let mut rescan = false;
         if self.len == self.cap {
             let old = self.v[self.next];
-            rescan = old.to_bits() == self.lo.to_bits() || old.to_bits() == self.hi.to_bits();
             self.sum -= old;
-            if self.trim > 0 {
-                // Remove the sample this one replaces (same bits: it was stored as is).
-                let at = self.sorted[..self.len]
-                    .iter()
-                    .position(|s| s.to_bits() == old.to_bits())
-                    .expect("every ring sample is in the sorted copy");
-                self.sorted.copy_within(at + 1..self.len, at);
-            }
+            // Remove the sample this one replaces (same bits: it was stored as is).
+            let at = self.sorted[..self.len]
+                .iter()
+                .position(|s| s.to_bits() == old.to_bits())
+                .expect("every ring sample is in the sorted copy");
+            self.sorted.copy_within(at + 1..self.len, at);
             self.len -= 1;
         }
-        if self.trim > 0 {
-            let at = self.sorted[..self.len].partition_point(|s| *s <= x);
-            self.sorted.copy_within(at..self.len, at + 1);
-            self.sorted[at] = x;
-            debug_assert!(self.sorted[..=self.len].windows(2).all(|w| w[0] <= w[1]));
-        }
+        let at = self.sorted[..self.len].partition_point(|s| *s <= x);
+        self.sorted.copy_within(at..self.len, at + 1);
+        self.sorted[at] = x;
+        debug_assert!(self.sorted[..=self.len].windows(2).all(|w| w[0] <= w[1]));
         self.len += 1;
         self.v[self.next] = x;
         self.sum += x;
-        if self.trim == 0 {
-            if rescan {
-                let v = &self.v[..self.len];
-                self.lo = v.iter().copied().fold(x, f64::min);
-                self.hi = v.iter().copied().fold(x, f64::max);
-            } else if self.len == 1 {
-                (self.lo, self.hi) = (x, x);
-            } else {
-                (self.lo, self.hi) = (self.lo.min(x), self.hi.max(x));
-            }
-        }
         self.next += 1;
         if self.next == self.cap {
             self.next = 0;
@@ -327,16 +306,13 @@ impl Ring {
 
     /// The smallest and largest sample kept (`None` when empty).
     fn bounds(&self) -> Option<(f64, f64)> {
-        if self.len == 0 {
-            return None;
-        }
-        let b = if self.trim > 0 {
-            (self.sorted[0], self.sorted[self.len - 1])
-        } else {
-            (self.lo, self.hi)
-        };
-        debug_assert!(self.v[..self.len].iter().all(|x| (b.0..=b.1).contains(x)), "{b:?}");
-        Some(b)
+        (self.len > 0).then(|| (self.sorted[0], self.sorted[self.len - 1]))
+    }
+
+    /// The median (upper middle) of the samples, `None` when empty: a side's level, which
+    /// its own tail does not move (the change signals' reference, not the estimate's).
+    fn median(&self) -> Option<f64> {
+        (self.len > 0).then(|| self.sorted[self.len / 2])
     }
 
     /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the trimmed mean once
@@ -399,7 +375,25 @@ struct SideModel {
     /// side (5 ms now and then among 50 ms requests) does not signal on each mode.
     spread: Ring,
     suspect: Suspect,
+    /// The side's mean over its level (median): a running mean of sample / level, so the
+    /// estimate is `level x tail`. The level follows the side within a few samples and its
+    /// own tail does not move it; the tail is the shape of the side's noise, averaged over
+    /// [`TAIL_SAMPLES`]. A plain mean of the last 32 samples of a side that stalls once in
+    /// twenty for 10x holds 1.6 stalls on average and moved by a quarter either way: two
+    /// sides 1.3x apart swapped places in their estimates every few dozen requests (auto
+    /// 1.2x the better side on a capped server's cold rows).
+    tail: f64,
+    /// Samples in `tail` (its weight is `1/n` until [`TAIL_SAMPLES`]).
+    tail_n: u32,
 }
+
+/// Samples the tail factor of a side averages over (the weight of the newest is at least
+/// `1 / TAIL_SAMPLES`).
+pub const TAIL_SAMPLES: u32 = 128;
+/// After a confirmed change the tail factor keeps its value but weighs the next samples as
+/// if it had only this many: a change of level often comes with a change of shape (a server
+/// capped midway starts to stall).
+const TAIL_AFTER_CHANGE: u32 = 8;
 
 impl SideModel {
     fn new(n: usize, trim: usize) -> Self {
@@ -409,7 +403,22 @@ impl SideModel {
             miss: Ring::new(n, trim),
             spread: Ring::new(n, trim),
             suspect: Suspect::default(),
+            tail: 1.0,
+            tail_n: 0,
         }
+    }
+
+    /// Adds one sample's `x / level` to the tail factor.
+    fn add_tail(&mut self, ratio: f64) {
+        debug_assert!(ratio.is_finite() && ratio >= 0.0, "{ratio}");
+        self.tail_n = self.tail_n.saturating_add(1);
+        let w = 1.0 / f64::from(self.tail_n.min(TAIL_SAMPLES));
+        self.tail += w * (ratio - self.tail);
+    }
+
+    /// After a confirmed change ([`TAIL_AFTER_CHANGE`]).
+    fn tail_changed(&mut self) {
+        self.tail_n = self.tail_n.min(TAIL_AFTER_CHANGE);
     }
 
     /// Is `x` off `est` by more than `thr` and outside the side's spread?
@@ -474,6 +483,11 @@ struct Settled {
     /// A local request whose I/O + compute time (ns) is outside `lo_ns..=hi_ns` is recorded.
     lo_ns: u64,
     hi_ns: u64,
+    /// The local level for this length, ns, and the sum of the fast-path samples over it:
+    /// they join the tail factor (outliers go through the model and join it there).
+    level_ns: f64,
+    tail_sum: f64,
+    tail_count: u32,
 }
 
 /// A decision for one request.
@@ -587,11 +601,29 @@ impl Dispatcher {
     /// The local estimate in ns per byte at uncached fraction `u`, if the model can make it.
     #[must_use]
     pub fn local_estimate(&self, u: f64) -> Option<f64> {
-        let compute = self.local.main.mean()?;
-        let hit = if u < 1.0 { self.local.hit.mean() } else { Some(0.0) };
-        let miss = if u > CACHED_BELOW { self.local.miss.mean()? } else { 0.0 };
-        // With no cached sample yet, a mostly uncached range is estimated from `miss` alone
-        // (a cached read costs less than an uncached one); a cached range cannot be.
+        // Each quantity needs MIN_SAMPLES (a cold start measures until then).
+        self.local.main.mean()?;
+        if u > CACHED_BELOW {
+            self.local.miss.mean()?;
+        } else {
+            self.local.hit.mean()?;
+        }
+        Some(self.local_level(u)? * self.local.tail)
+    }
+
+    /// The local side's level at `u` in ns per byte: [`Dispatcher::local_estimate`] made of
+    /// medians instead of means, from the first sample on. Change signals and the
+    /// cache-state check judge samples against it. A capped server's throttling stalls (one
+    /// request in twenty, 10x) put the mean of a side that reads through it at twice its
+    /// usual sample, and the mean moved by half as a stall entered or left the last 32: usual
+    /// samples fell below the spread of ratios to the mean, each pair was a "change", the
+    /// history was dropped and re-measured from three samples without a stall, and the
+    /// choice flipped with them (53 changes and 36 switches in 1,200 requests, auto 1.2x the
+    /// better side).
+    fn local_level(&self, u: f64) -> Option<f64> {
+        let compute = self.local.main.median()?;
+        let hit = if u < 1.0 { self.local.hit.median() } else { Some(0.0) };
+        let miss = if u > CACHED_BELOW { self.local.miss.median()? } else { 0.0 };
         let hit = match hit {
             Some(h) => h,
             None if u > CACHED_BELOW => 0.0,
@@ -603,7 +635,8 @@ impl Dispatcher {
     /// The server estimate in ns per byte, if measured.
     #[must_use]
     pub fn server_estimate(&self) -> Option<f64> {
-        self.server.main.mean()
+        self.server.main.mean()?;
+        Some(self.server.main.median()? * self.server.tail)
     }
 
     /// Picks the side for a request of `len` bytes whose range is `u` uncached.
@@ -729,7 +762,8 @@ impl Dispatcher {
             SideKind::Local => {
                 self.stats.local += 1;
                 // The change test is on the whole request, against the model's own estimate.
-                let est = self.local_estimate(u);
+                // Samples are judged against the side's level (medians); the estimate chooses.
+                let est = self.local_level(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
                 // Read only during a cold start (fewer than MIN_SAMPLES function samples).
                 if self.local.main.len < MIN_SAMPLES {
@@ -757,8 +791,16 @@ impl Dispatcher {
                 let mut changed = false;
                 if let Some((ratio, _)) = outlier.filter(|o| fresh && o.1 == (u <= CACHED_BELOW)) {
                     changed = m.judge(1.0, ratio, thr, winner);
+                    if !changed {
+                        m.add_tail(ratio);
+                    }
                 }
                 let changed = changed || est.is_some_and(|e| m.judge(e, wall, thr, winner));
+                match est {
+                    _ if changed => m.tail_changed(),
+                    Some(e) if e > 0.0 => m.add_tail(wall / e),
+                    _ => {}
+                }
                 if changed {
                     m.main.clear();
                     m.hit.clear();
@@ -781,14 +823,17 @@ impl Dispatcher {
             }
             SideKind::Server => {
                 self.stats.server += 1;
-                let est = self.server_estimate();
+                let est = self.server.main.median();
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
                 if est.is_some_and(|e| m.judge(e, wall, thr, winner)) {
                     self.behind[1] = false;
                     m.main.clear();
+                    m.tail_changed();
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Server);
+                } else if let Some(e) = est.filter(|&e| e > 0.0) {
+                    m.add_tail(wall / e);
                 }
                 m.main.push(wall);
             }
@@ -828,7 +873,12 @@ impl Dispatcher {
                 st.left -= 1;
                 let run = local.run(off, len, out)?;
                 self.stats.requests += 1;
-                if (st.lo_ns..=st.hi_ns).contains(&(run.io_ns + run.compute_ns)) {
+                let wall_ns = run.io_ns + run.compute_ns;
+                if (st.lo_ns..=st.hi_ns).contains(&wall_ns) {
+                    #[allow(clippy::cast_precision_loss)]
+                    let ratio = wall_ns as f64 / st.level_ns;
+                    st.tail_sum += ratio;
+                    st.tail_count += 1;
                     self.settled_skipped += 1;
                     self.stats.local += 1;
                     self.stats.settled += 1;
@@ -836,6 +886,8 @@ impl Dispatcher {
                 }
                 // Off its estimate: the model judges it (a range gone cold re-samples the
                 // cache state before the next request).
+                let st = *st;
+                self.fold_settled(&st);
                 self.settled = None;
                 self.stats.requests -= 1;
                 let u = self.cache_u.unwrap_or(1.0);
@@ -843,6 +895,8 @@ impl Dispatcher {
                 self.record_sample(d, len, u, false, &run);
                 return Ok((SideKind::Local, run));
             }
+            let st = *st;
+            self.fold_settled(&st);
             self.settled = None;
         }
         let mut fresh = false;
@@ -888,6 +942,14 @@ impl Dispatcher {
         Ok((d.side, run))
     }
 
+    /// The fast path's samples join the local tail factor, as one sample each.
+    fn fold_settled(&mut self, st: &Settled) {
+        for _ in 0..st.tail_count {
+            // The same mean for each: the order within a run of seven does not matter.
+            self.local.add_tail(st.tail_sum / f64::from(st.tail_count));
+        }
+    }
+
     /// The fast path after request `d` ([`SETTLED_RUN`]): only when the local side ran as the
     /// winner with the server far behind, under adaptive profiling, and nothing is pending
     /// (a re-probe, a cache-state sample, a suspect sample waiting for its confirmation).
@@ -909,13 +971,17 @@ impl Dispatcher {
         if s <= FAR_BEHIND * l {
             return None;
         }
-        // The bounds of `SideModel::outside`, in ns for this request length.
+        let l = self.local_level(u)?;
+        // The bounds of `SideModel::outside` around the level, in ns for this request length.
         let (lo, hi) = self.local.spread.bounds().unwrap_or((1.0, 1.0));
         let thr = self.cfg.change_threshold;
         let est_ns = l * len.max(1) as f64;
         Some(Settled {
             left: SETTLED_RUN,
             len,
+            level_ns: est_ns,
+            tail_sum: 0.0,
+            tail_count: 0,
             lo_ns: (est_ns * (1.0 - thr).min(lo)).max(0.0) as u64,
             hi_ns: (est_ns * (1.0 + thr).max(hi)).ceil() as u64,
         })
@@ -1007,9 +1073,8 @@ mod tests {
                 all.push(x);
                 let mut last: Vec<f64> = all.iter().rev().take(cap).copied().collect();
                 last.sort_unstable_by(f64::total_cmp);
-                if trim > 0 {
-                    assert_eq!(&r.sorted[..r.len], &last[..], "cap {cap} push {i}");
-                }
+                assert_eq!(&r.sorted[..r.len], &last[..], "cap {cap} push {i}");
+                assert_eq!(r.median(), Some(last[last.len() / 2]), "cap {cap} push {i}");
                 let want = (last.len() >= MIN_SAMPLES.min(cap)).then(|| {
                     let t = if trim == 0 {
                         0

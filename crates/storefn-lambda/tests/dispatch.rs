@@ -434,8 +434,17 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
     use storefn_lambda::dispatch::Decision;
     let mut d = local_far_behind(50_000.0, 6_000.0);
     let (local, server) = (local_run, server_run);
-    // A probe of the local side hits its fast mode.
+    // A probe of the local side hits its fast mode. Its confirmation may be asked for at once
+    // (a loser that says it got faster may now win): one more request, which finds the
+    // side's usual 50 ms; after it the server keeps every request.
     d.record(Decision { side: SideKind::Local, probe: true }, LEN, 1.0, &local(5_000.0));
+    let dec = d.decide(LEN, 1.0);
+    if dec.side == SideKind::Local {
+        assert!(dec.probe, "{:?}", d.stats());
+        d.record(dec, LEN, 1.0, &local(50_000.0));
+    } else {
+        d.record(dec, LEN, 1.0, &server(6_000.0));
+    }
     for _ in 0..50 {
         let dec = d.decide(LEN, 1.0);
         assert_eq!(dec.side, SideKind::Server, "{:?}", d.stats());
@@ -486,7 +495,7 @@ fn a_local_side_behind_when_cold_is_judged_afresh_once_its_range_is_cached() {
 }
 
 #[test]
-fn a_loser_close_behind_is_probed_at_most_once_in_sixteen_requests() {
+fn a_loser_close_behind_is_probed_at_most_once_per_min_probe_interval() {
     // Regression (session 6 bench): a server 7% behind was probed every second request, the
     // whole budget spent where a wrong choice costs little, and cold rows ran 3.5% over the
     // better side with only noise left for the margin.
@@ -531,4 +540,26 @@ fn local_noise_the_cache_state_does_not_explain_joins_the_spread() {
     let o = simulate_sampling(adaptive(), &[(steady(10.0, 1000.0), 20_000)], 0.4, 500);
     // 1,583 samples before, 432 after.
     assert!(o.stats.cache_samples < 20_000 / 25, "{:?}", o.stats);
+}
+
+#[test]
+fn usual_samples_of_a_side_with_rare_stalls_are_not_changes() {
+    // Regression (session 6 bench, server capped to 20% of a CPU): both sides' requests wait
+    // out a throttling stall now and then (one in twenty, 10x), so each mean is ~1.45x the
+    // usual sample and moved by half as a stall entered or left the last 32. Judged against
+    // the mean, usual samples looked like the side getting faster: 53 changes in 1,200
+    // requests, each dropping the history, and auto 1.2x the better side. Judged against the
+    // side's median (level), and estimated as level x tail factor, over 200 seeds of 1,200
+    // requests in virtual time (lambda4's model: 6,628 changes): 0 changes, 1.059x. What
+    // remains is the cold start and the few dozen requests the loser runs before its tail
+    // factor has seen enough stalls (a 1.33x gap).
+    let (mut ratio, mut changes) = (0.0, 0);
+    for seed in 0..200 {
+        let c = steady(400.0, 300.0);
+        let o = simulate_with(adaptive(), &[(c, 1200)], 0.2, 0, [(0.05, 10.0); 2], seed);
+        ratio += o.auto_us / o.local_us.min(o.server_us) / 200.0;
+        changes += o.stats.changes;
+    }
+    assert!(changes < 200 * 2, "{changes} changes in 200 runs");
+    assert!(ratio < 1.07, "auto / better side {ratio:.3} on average");
 }
