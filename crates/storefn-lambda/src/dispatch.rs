@@ -1,43 +1,53 @@
 //! The dispatcher: run each λ request on the client ("local") or the storage server, chosen by
 //! λ-IO's measured cost model (docs/design/lambda.md, "λ-IO").
 //!
-//! **Model.** Every request that runs is a sample of its side (ns per input byte). The server's
-//! estimate is the trimmed mean of its wall times. The local estimate is
-//! `compute + hit x (1 - u) + miss x u` per byte, where `u` is the uncached fraction of the
-//! request's range (the client's cache state), `compute` the function's time, `hit` the I/O
-//! time of a cached range and `miss` of an uncached one, each a trimmed mean of its own samples.
-//! λ-IO's "I/O time scaled by the uncached fraction" is the case `hit = 0`. So a change of the
-//! cache state moves the local estimate at once, without a probe.
+//! **Model.** Every request that runs is a sample of its side (ns per input byte). A side's
+//! *level* is the median of its last samples (32), its *tail factor* the running mean of
+//! sample / level (over [`TAIL_SAMPLES`]), and its estimate `level x tail`: the mean cost, its
+//! own stalls included, from a level that a few stalls do not move. The server's level is the
+//! median of its wall times. The local level is `compute + hit x (1 - u) + miss x u` per byte
+//! (each a median of its own samples), where `u` is the uncached fraction of the request's
+//! range (the client's cache state), `compute` the function's time, `hit` the I/O time of a
+//! cached range and `miss` of an uncached one. λ-IO's "I/O time scaled by the uncached
+//! fraction" is the case `hit = 0`. So a change of the cache state moves the local estimate at
+//! once, without a probe. A tail factor from fewer than [`TAIL_TRUSTED`] samples counts at most
+//! as much as the other side's.
 //!
 //! **Cache-state samples.** Asking for `u` costs a syscall (cachestat) or a walk of the client
 //! block cache: 1-4 µs, more than a warm 4 KiB request. [`Dispatcher::run`] samples it only when
-//! due (first request, a local sample off its estimate, a local probe, or the credit of
-//! [`CACHE_SAMPLE_BUDGET`] = 1% of the requests' time covering one more sample) and reuses the
-//! last sample otherwise. Cache changes still show: on the local side as samples off their
-//! estimate (which re-sample at once), on the server side through the budgeted samples.
+//! due (first request, a local sample off its level, a local probe, or, while the server wins,
+//! the credit of [`CACHE_SAMPLE_BUDGET`] = 1% of the requests' time covering one more sample)
+//! and reuses the last sample otherwise. Cache changes still show: on the local side as
+//! samples off their level (which re-sample at once), on the server side through the budgeted
+//! samples.
 //!
 //! **Profiling.** λ-IO profiles 5 of every 200 requests on both sides ([`Profiling::Fixed`]).
 //! A probe of the losing side costs `(slow - fast)`, so that costs `5/200 x (slow/fast - 1)`:
 //! 22% when the sides differ 10x. [`Profiling::Adaptive`] (the default) keeps a credit: each
 //! request adds `budget x` the winner's estimate, a probe of the loser spends its expected
 //! excess `loser - winner`; so probes of a loser twice as slow come often, of one 100x slower
-//! rarely, and their cost stays within `budget` of the winner's time whatever the ratio. The
-//! dispatcher's own per-request cost (deciding, recording; timed on one request in
-//! [`OWN_COST_EVERY`]) and the cache-state samples are paid from the same budget first.
+//! rarely, and their cost stays within `budget` of the winner's time whatever the ratio, and
+//! never more often than once in [`MIN_PROBE_INTERVAL`] requests (a loser 7% behind costs
+//! little to lose to, and little to learn about). The dispatcher's own per-request cost
+//! (deciding, recording; timed on one decided request in [`OWN_COST_EVERY`]) and the
+//! cache-state samples are paid from the same budget first.
+//!
+//! **Fast path.** While the local side wins with the server more than [`FAR_BEHIND`] behind,
+//! [`SETTLED_RUN`] requests in a row run locally without the model, checking only that their
+//! time is within the bounds the model would not react to; one outside goes through the model.
+//!
 //! **Change signals** re-probe at once: a sample (of either side) more than `change_threshold`
-//! away from its side's estimate, and outside the side's own recent spread (the ratios of its
-//! last samples to their estimates: a bimodal side does not signal on each mode), is confirmed
+//! away from its side's level, and outside the side's own recent spread (the ratios of its
+//! last samples to their levels: a bimodal side does not signal on each mode), is confirmed
 //! by one more sample (at once for a loser's sample that says it got faster; a loser that got
 //! slower is left to the budgeted probes), and two in a row in the same direction replace the
 //! side's history; an estimate the model cannot make (the range went cold and no uncached
-//! local sample exists) probes that side.
+//! local sample exists) probes that side. Samples are judged against the level, not the
+//! estimate: a side that stalls now and then has its usual samples well under its mean.
 //!
-//! **Robust estimates.** Every estimate is the mean of the side's last samples (32 by default:
-//! plain, since a side's own tail is part of its cost; `DispatchConfig::trim` trims a share),
-//! and before a side has [`MIN_SAMPLES`] its preliminary estimate (the cold start's far-behind
-//! test) is the mean of the samples it has, never its best one: a side measured far behind
-//! needs more than one fast sample to win back. Noise is kept out of the change signals by
-//! each side's spread.
+//! **Cold start.** Before a side has [`MIN_SAMPLES`] its preliminary estimate (the cold
+//! start's far-behind test) is the mean of the samples it has, never its best one: a side
+//! measured far behind needs more than one fast sample to win back.
 
 use std::fmt;
 use std::str::FromStr;
@@ -209,11 +219,8 @@ pub enum Profiling {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DispatchConfig {
     pub profiling: Profiling,
-    /// Samples per quantity in the trimmed mean (<= [`MAX_SAMPLES`]).
+    /// Samples kept per quantity (<= [`MAX_SAMPLES`]): its level is their median.
     pub samples: usize,
-    /// Samples dropped at each end before averaging, of `samples` (fewer held: the same
-    /// share, at least one from three on); 0 = plain means.
-    pub trim: usize,
     /// Relative distance from the estimate that makes a sample a change signal.
     pub change_threshold: f64,
 }
@@ -224,23 +231,22 @@ impl Default for DispatchConfig {
             // 4.5%, bookkeeping included: half a point of margin under the 5% goal for
             // estimates that are a little off.
             profiling: Profiling::Adaptive { budget: 0.045 },
-            // Plain means of the last 32 samples. A side's tail is a real cost when it is its
-            // own (a capped server's throttling stalls: one request in twenty 20x slower), and
-            // the goal is the mean: trimming it away chose such a server over a client 1.46x
-            // better on average (`tails_that_are_a_sides_own_cost_count`). Noise that is not
-            // a change is kept out of the change signals by each side's spread instead.
+            // Levels are medians of the last 32 samples; estimates are level x tail factor, so
+            // a side's tail counts (a capped server's throttling stalls, one request in twenty
+            // 20x slower, are its own cost: trimming them away chose such a server over a
+            // client 1.46x better on average, `tails_that_are_a_sides_own_cost_count`).
             samples: MAX_SAMPLES,
-            trim: 0,
             change_threshold: 0.25,
         }
     }
 }
 
-/// A fixed ring of the latest samples with a (trimmed) mean, computed when a sample arrives
+/// A fixed ring of the latest samples with their mean and a sorted copy (median, bounds),
+/// kept up to date when a sample arrives
 /// (the model reads the means on every request; samples arrive once per request on one side).
-/// A plain mean keeps a running sum (exact again at every wrap); a trimmed one keeps the
-/// samples sorted, one removal and one insertion per sample. Sorting on every sample was most
-/// of the dispatcher's own time on 1 µs requests.
+/// The mean keeps a running sum (exact again at every wrap); the sorted copy takes one removal
+/// and one insertion per sample. Sorting on every sample was most of the dispatcher's own time
+/// on 1 µs requests.
 #[derive(Debug, Clone, Copy)]
 struct Ring {
     v: [f64; MAX_SAMPLES],
@@ -252,15 +258,14 @@ struct Ring {
     len: usize,
     next: usize,
     cap: usize,
-    trim: usize,
     mean: Option<f64>,
 }
 
 impl Ring {
-    fn new(cap: usize, trim: usize) -> Self {
+    fn new(cap: usize) -> Self {
         let cap = cap.clamp(1, MAX_SAMPLES);
         let v = [0.0; MAX_SAMPLES];
-        Self { v, sorted: v, sum: 0.0, len: 0, next: 0, cap, trim, mean: None }
+        Self { v, sorted: v, sum: 0.0, len: 0, next: 0, cap, mean: None }
     }
 
     fn push(&mut self, x: f64) {
@@ -289,7 +294,7 @@ impl Ring {
             // Once per wrap: no rounding drift from the running sum.
             self.sum = self.v[..self.len].iter().sum();
         }
-        self.mean = self.trimmed_mean();
+        self.mean = self.plain_mean();
     }
 
     fn clear(&mut self) {
@@ -299,7 +304,7 @@ impl Ring {
         self.mean = None;
     }
 
-    /// Trimmed mean of the samples, `None` below [`MIN_SAMPLES`].
+    /// Mean of the samples, `None` below [`MIN_SAMPLES`].
     fn mean(&self) -> Option<f64> {
         self.mean
     }
@@ -315,7 +320,7 @@ impl Ring {
         (self.len > 0).then(|| self.sorted[self.len / 2])
     }
 
-    /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the trimmed mean once
+    /// The side's preliminary estimate, even below [`MIN_SAMPLES`]: the mean once
     /// there are enough samples, the plain mean of the one or two there are before (`None`
     /// when empty). Never the best sample: one fast outlier of a side measured far behind
     /// (a bimodal 5 ms among 50 ms requests) must not win it back on its own.
@@ -327,20 +332,12 @@ impl Ring {
         self.mean.or_else(|| Some(self.sum / self.len as f64))
     }
 
-    fn trimmed_mean(&self) -> Option<f64> {
+    fn plain_mean(&self) -> Option<f64> {
         if self.len < MIN_SAMPLES.min(self.cap) {
             return None;
         }
         #[allow(clippy::cast_precision_loss)]
-        if self.trim == 0 {
-            return Some(self.sum / self.len as f64);
-        }
-        // The same share trimmed however many samples there are (at least one each end from
-        // three on: the median of three), so a fresh history is trimmed as a full one is.
-        let t = (self.len * self.trim / self.cap).max(1).min((self.len - 1) / 2);
-        let kept = &self.sorted[t..self.len - t];
-        #[allow(clippy::cast_precision_loss)]
-        Some(kept.iter().sum::<f64>() / kept.len() as f64)
+        Some(self.sum / self.len as f64)
     }
 }
 
@@ -398,12 +395,12 @@ pub const TAIL_TRUSTED: u32 = 16;
 const TAIL_AFTER_CHANGE: u32 = 8;
 
 impl SideModel {
-    fn new(n: usize, trim: usize) -> Self {
+    fn new(n: usize) -> Self {
         Self {
-            main: Ring::new(n, trim),
-            hit: Ring::new(n, trim),
-            miss: Ring::new(n, trim),
-            spread: Ring::new(n, trim),
+            main: Ring::new(n),
+            hit: Ring::new(n),
+            miss: Ring::new(n),
+            spread: Ring::new(n),
             suspect: Suspect::default(),
             tail: 1.0,
             tail_n: 0,
@@ -563,12 +560,12 @@ impl Dispatcher {
     pub fn new(cfg: DispatchConfig) -> Self {
         Self {
             cfg,
-            local: SideModel::new(cfg.samples, cfg.trim),
-            server: SideModel::new(cfg.samples, cfg.trim),
+            local: SideModel::new(cfg.samples),
+            server: SideModel::new(cfg.samples),
             credit_ns: 0.0,
             unpriced: [0; 2],
             in_window: 0,
-            local_wall: Ring::new(cfg.samples, cfg.trim),
+            local_wall: Ring::new(cfg.samples),
             local_wall_cached: None,
             behind: [false; 2],
             reprobe: None,
@@ -1066,8 +1063,9 @@ fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64, winner: bool) -> bool {
 mod tests {
     use super::*;
 
-    /// The (trimmed) mean from the running sum or the incrementally sorted copy equals the one
-    /// from sorting the ring's samples, across wrap-arounds, repeated values and clears.
+    /// The mean from the running sum, the incrementally sorted copy, its median and bounds
+    /// equal the ones from sorting the ring's samples, across wrap-arounds, repeated values
+    /// and clears.
     #[test]
     fn the_ring_keeps_its_sorted_copy_in_step() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -1079,8 +1077,8 @@ mod tests {
             let x = (state % 50) as f64;
             x
         };
-        for (cap, trim) in [(16, 4), (8, 1), (3, 1), (32, 0), (1, 0)] {
-            let mut r = Ring::new(cap, trim);
+        for cap in [16, 8, 3, 32, 1] {
+            let mut r = Ring::new(cap);
             let mut all: Vec<f64> = Vec::new();
             for i in 0..500 {
                 if i % 97 == 0 {
@@ -1095,14 +1093,8 @@ mod tests {
                 assert_eq!(&r.sorted[..r.len], &last[..], "cap {cap} push {i}");
                 assert_eq!(r.median(), Some(last[last.len() / 2]), "cap {cap} push {i}");
                 let want = (last.len() >= MIN_SAMPLES.min(cap)).then(|| {
-                    let t = if trim == 0 {
-                        0
-                    } else {
-                        (last.len() * trim / cap).max(1).min((last.len() - 1) / 2)
-                    };
-                    let kept = &last[t..last.len() - t];
                     #[allow(clippy::cast_precision_loss)]
-                    let m = kept.iter().sum::<f64>() / kept.len() as f64;
+                    let m = last.iter().sum::<f64>() / last.len() as f64;
                     m
                 });
                 // Integers below 2^53: the running sum is exact.

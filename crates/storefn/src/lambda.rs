@@ -527,10 +527,8 @@ fn print_goals(rows: &[BenchRow]) {
     /// Which judgements a tally counts.
     type InGroup = fn(Judged) -> bool;
     let groups: [(&str, InGroup); 3] = [
-        ("steady (auto within 5%, median of rounds)", |j| j == Judged::Steady),
-        ("changing, answer unchanged (auto within 5%, median of rounds)", |j| {
-            j == Judged::Unchanged
-        }),
+        ("steady (auto within 5%)", |j| j == Judged::Steady),
+        ("changing, answer unchanged (auto within 5%)", |j| j == Judged::Unchanged),
         ("changing, answer flips (auto beats both)", |j| matches!(j, Judged::Flip(..))),
     ];
     for (name, in_group) in groups {
@@ -539,14 +537,14 @@ fn print_goals(rows: &[BenchRow]) {
         let met = mine.iter().filter(|g| g.met).count();
         let max = r.iter().copied().fold(0.0, f64::max);
         let median = storefn_stats::median(&mut r).unwrap_or(0.0);
-        // The within-5% goals judged by the rows' means too: both tallies, side by side.
-        let by_means = if name.contains("5%") {
-            format!(" ({} by means)", mine.iter().filter(|g| g.met_by_means).count())
+        // The within-5% goals judged by the median of rounds too: both tallies, side by side.
+        let by_rounds = if name.contains("5%") {
+            format!(" ({} by median of rounds)", mine.iter().filter(|g| g.met_by_rounds).count())
         } else {
             String::new()
         };
         println!(
-            "lambda bench: goals {name} {met}/{} met{by_means}, auto/better-fixed median \
+            "lambda bench: goals {name} {met}/{} met{by_rounds}, auto/better-fixed median \
              {median:.3} max {max:.3}",
             r.len()
         );
