@@ -346,6 +346,10 @@ pub struct GoalLine {
     /// Steady or unchanged: `round_median <= STEADY_GOAL_RATIO`, the goal judged by the
     /// median of rounds instead of the means (reported beside `met`).
     pub met_by_rounds: bool,
+    /// Half-width of the ratio's 95% interval from its rounds (twice the standard error of
+    /// the per-round ratios): how far the run's own noise could have moved `ratio`. 0 when
+    /// the row has no rounds.
+    pub noise: f64,
     /// The conditions changed midway (`->` in the name).
     pub changing: bool,
     pub judged: Judged,
@@ -376,7 +380,10 @@ pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
         let ratio = r.us_per_request / best;
         let changing = r.condition.contains("->");
         let judged = if changing { flip(l.half_us, s.half_us) } else { Judged::Steady };
-        let round_median = round_median(r, l, s).unwrap_or(ratio);
+        let rounds = round_ratios(r, l, s);
+        let round_median =
+            rounds.map_or(ratio, |(mut v, n)| storefn_stats::median(&mut v[..n]).unwrap_or(ratio));
+        let noise = rounds.map_or(0.0, |(v, n)| 2.0 * standard_error(&v[..n]));
         let met = match judged {
             Judged::Flip(..) => ratio < 1.0,
             _ => ratio <= STEADY_GOAL_RATIO,
@@ -400,6 +407,7 @@ pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
             round_ratio,
             round_median,
             met_by_rounds: !matches!(judged, Judged::Flip(..)) && round_median <= STEADY_GOAL_RATIO,
+            noise,
             changing,
             judged,
             met,
@@ -408,16 +416,20 @@ pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
     lines
 }
 
-/// The median over rounds of `auto` over the better fixed side of the round's half (`None`
-/// without complete rounds and halves).
-fn round_median(auto: &BenchRow, local: &BenchRow, server: &BenchRow) -> Option<f64> {
+/// Per round, `auto` over the better fixed side of the round's half, and how many rounds
+/// (`None` without complete rounds and halves).
+fn round_ratios(
+    auto: &BenchRow,
+    local: &BenchRow,
+    server: &BenchRow,
+) -> Option<([f64; 2 * ROUNDS_PER_HALF as usize], usize)> {
     let n = auto.round_us.len();
     if n == 0 || local.round_us.len() != n || server.round_us.len() != n {
         return None;
     }
     let per_half = n / auto.half_us.len();
-    let mut ratios = [0.0; 2 * ROUNDS_PER_HALF as usize];
-    let ratios = ratios.get_mut(..n)?;
+    let mut all = [0.0; 2 * ROUNDS_PER_HALF as usize];
+    let ratios = all.get_mut(..n)?;
     for (i, x) in ratios.iter_mut().enumerate() {
         let h = (i / per_half.max(1)).min(auto.half_us.len() - 1);
         let better = if local.half_us[h] <= server.half_us[h] { local } else { server };
@@ -427,7 +439,19 @@ fn round_median(auto: &BenchRow, local: &BenchRow, server: &BenchRow) -> Option<
         }
         *x = a / b;
     }
-    storefn_stats::median(ratios)
+    Some((all, n))
+}
+
+/// Standard error of the mean of `v` (0 for fewer than two values).
+fn standard_error(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (var / n).sqrt()
 }
 
 /// Did the better fixed side flip between the halves ([`FLIP_MARGIN`])?
@@ -531,6 +555,8 @@ mod tests {
         assert!(g[0].ratio > 1.5 && !g[0].met, "{:?}", g[0]);
         // Ratios 1.01, 1.02, 1.03, 4: the upper middle of an even count.
         assert!((g[0].round_median - 1.03).abs() < 1e-9 && g[0].met_by_rounds, "{:?}", g[0]);
+        // Their standard error is sd / 2 (four rounds), the noise twice that: sd, 1.4900.
+        assert!((g[0].noise - 1.4900).abs() < 1e-4, "{:?}", g[0]);
         assert!(g[1].round_median > 1.05 && !g[1].met && !g[1].met_by_rounds, "{:?}", g[1]);
     }
 }

@@ -504,19 +504,20 @@ fn run_server_bench(
 /// Auto against the better fixed side per (workload, condition), and the tally per goal:
 /// steady rows and changing rows whose answer did not flip within 5%, flips below both.
 fn print_goals(rows: &[BenchRow]) {
-    use storefn_lambda::bench_remote::Judged;
+    use storefn_lambda::bench_remote::{Judged, STEADY_GOAL_RATIO};
     let lines = storefn_lambda::bench_remote::goals(rows);
     for g in &lines {
         let rule = if matches!(g.judged, Judged::Flip(..)) { "auto<both" } else { "<=1.05" };
         println!(
             "lambda bench: goal workload {} condition {} local {:.1} server {:.1} auto {:.1} \
-             ratio {:.3} rounds {:.3}-{:.3} round_median {:.3} {}({rule}) {}",
+             ratio {:.3} noise {:.3} rounds {:.3}-{:.3} round_median {:.3} {}({rule}) {}",
             g.workload,
             g.condition,
             g.local_us,
             g.server_us,
             g.auto_us,
             g.ratio,
+            g.noise,
             g.round_ratio.0,
             g.round_ratio.1,
             g.round_median,
@@ -539,7 +540,10 @@ fn print_goals(rows: &[BenchRow]) {
         let median = storefn_stats::median(&mut r).unwrap_or(0.0);
         // The within-5% goals judged by the median of rounds too: both tallies, side by side.
         let by_rounds = if name.contains("5%") {
-            format!(" ({} by median of rounds)", mine.iter().filter(|g| g.met_by_rounds).count())
+            let rounds = mine.iter().filter(|g| g.met_by_rounds).count();
+            // Rows whose ratio is within the goal once the run's own noise is allowed for.
+            let noise = mine.iter().filter(|g| g.ratio - g.noise <= STEADY_GOAL_RATIO).count();
+            format!(" ({rounds} by median of rounds, {noise} within the run's noise)")
         } else {
             String::new()
         };
