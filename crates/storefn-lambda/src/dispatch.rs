@@ -929,6 +929,10 @@ impl Dispatcher {
         }
         let timed = self.decided.is_multiple_of(OWN_COST_EVERY);
         self.decided += 1;
+        // This decision stands for itself and the fast-path requests before it, which cost
+        // the model nothing: its own cost is spread over all of them.
+        #[allow(clippy::cast_precision_loss)]
+        let batch = f64::from(1 + self.settled_skipped);
         let t0 = timed.then(Instant::now);
         let mut u = self.cache_u.unwrap_or(1.0);
         let d = self.decide(len, u);
@@ -947,7 +951,7 @@ impl Dispatcher {
         if let (Some(t2), Some(o)) = (t2, own.as_mut()) {
             *o += t2.elapsed();
             #[allow(clippy::cast_precision_loss)]
-            let frac = o.as_nanos() as f64 / wall_ns;
+            let frac = o.as_nanos() as f64 / (wall_ns * batch);
             self.overhead_frac += OVERHEAD_EWMA * (frac.min(1.0) - self.overhead_frac);
         }
         // Never bank more than one sample's worth: after a quiet stretch one sample is due,

@@ -510,19 +510,23 @@ fn a_loser_close_behind_is_probed_at_most_once_per_min_probe_interval() {
 #[test]
 fn a_local_side_far_ahead_runs_most_requests_without_the_model() {
     // A warm client cache (10 µs, ±15%) against a 1 ms round trip: seven requests in eight
-    // skip deciding and recording; the server is still probed from the budget (each
-    // fast-path request earns credit), so its recovery is found: a loser 100x behind is
-    // probed about every 2,800 requests at this budget, so auto pays about that many.
+    // skip deciding and recording.
     let warm_far = steady(10.0, 1000.0);
     let o = simulate(adaptive(), &[(warm_far, 20_000)], 0.15);
     assert!(o.stats.settled > 20_000 * 3 / 4, "{:?}", o.stats);
     assert!(o.auto_us / o.local_us <= 1.05, "auto {:.0} local {:.0}", o.auto_us, o.local_us);
+    // The server is still probed from the budget (each fast-path request earns credit, and
+    // the model's own cost is spread over the requests it stands for), so its recovery is
+    // found: a loser 10x behind is probed about every 260 requests at the full budget and
+    // every 1,800 at the floor (a debug build, where deciding costs a visible share of a
+    // 10 µs request); without the fast path's credit, eight times less often.
+    let near = Cond { server_us: 100.0, ..warm_far };
     let recovered = Cond { server_us: 2.0, ..warm_far };
-    let o = simulate(adaptive(), &[(warm_far, 10_000), (recovered, 20_000)], 0.15);
+    let o = simulate(adaptive(), &[(near, 10_000), (recovered, 20_000)], 0.15);
     let ideal = 10_000.0 * 10.0 + 20_000.0 * 2.0;
     let found_after = (o.auto_us - ideal) / (10.0 - 2.0);
-    assert!(found_after < 6_000.0, "{found_after:.0} requests ({:?})", o.stats);
-    assert!(o.stats.server > 15_000, "{:?}", o.stats);
+    assert!(found_after < 2_500.0, "{found_after:.0} requests ({:?})", o.stats);
+    assert!(o.stats.server > 17_000, "{:?}", o.stats);
     // And a local side that slows down on the fast path is judged at once: the server wins
     // within a few requests.
     let slow = Cond { compute_us: 3000.0, ..warm_far };
