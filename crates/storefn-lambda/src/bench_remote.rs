@@ -350,6 +350,9 @@ pub struct GoalLine {
     /// the per-round ratios): how far the run's own noise could have moved `ratio`. 0 when
     /// the row has no rounds.
     pub noise: f64,
+    /// Steady or unchanged: `ratio - noise <= STEADY_GOAL_RATIO`, a row this run cannot tell
+    /// from one that meets the goal.
+    pub within_noise: bool,
     /// The conditions changed midway (`->` in the name).
     pub changing: bool,
     pub judged: Judged,
@@ -383,11 +386,9 @@ pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
         let rounds = round_ratios(r, l, s);
         let round_median =
             rounds.map_or(ratio, |(mut v, n)| storefn_stats::median(&mut v[..n]).unwrap_or(ratio));
-        let noise = rounds.map_or(0.0, |(v, n)| 2.0 * standard_error(&v[..n]));
-        let met = match judged {
-            Judged::Flip(..) => ratio < 1.0,
-            _ => ratio <= STEADY_GOAL_RATIO,
-        };
+        let noise = rounds.map_or(0.0, |(v, n)| 2.0 * storefn_stats::standard_error(&v[..n]));
+        let flips = matches!(judged, Judged::Flip(..));
+        let met = if flips { ratio < 1.0 } else { ratio <= STEADY_GOAL_RATIO };
         let per_round = r
             .round_us
             .iter()
@@ -406,8 +407,9 @@ pub fn goals(rows: &[BenchRow]) -> Vec<GoalLine> {
             ratio,
             round_ratio,
             round_median,
-            met_by_rounds: !matches!(judged, Judged::Flip(..)) && round_median <= STEADY_GOAL_RATIO,
+            met_by_rounds: !flips && round_median <= STEADY_GOAL_RATIO,
             noise,
+            within_noise: !flips && ratio - noise <= STEADY_GOAL_RATIO,
             changing,
             judged,
             met,
@@ -440,18 +442,6 @@ fn round_ratios(
         *x = a / b;
     }
     Some((all, n))
-}
-
-/// Standard error of the mean of `v` (0 for fewer than two values).
-fn standard_error(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    #[allow(clippy::cast_precision_loss)]
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    (var / n).sqrt()
 }
 
 /// Did the better fixed side flip between the halves ([`FLIP_MARGIN`])?
@@ -557,6 +547,7 @@ mod tests {
         assert!((g[0].round_median - 1.03).abs() < 1e-9 && g[0].met_by_rounds, "{:?}", g[0]);
         // Their standard error is sd / 2 (four rounds), the noise twice that: sd, 1.4900.
         assert!((g[0].noise - 1.4900).abs() < 1e-4, "{:?}", g[0]);
+        assert!(g[0].within_noise, "{:?}", g[0]);
         assert!(g[1].round_median > 1.05 && !g[1].met && !g[1].met_by_rounds, "{:?}", g[1]);
     }
 }

@@ -83,12 +83,17 @@ fn local_far_behind(local_us: f64, server_us: f64) -> Dispatcher {
     let first = d.decide(LEN, 1.0);
     assert_eq!(first.side, SideKind::Local);
     d.record(first, LEN, 1.0, &local_run(local_us));
-    for _ in 0..3 {
+    server_takes_every_request(&mut d, 3, server_us);
+    d
+}
+
+/// The next `n` requests must each go to the server, which answers in `server_us`.
+fn server_takes_every_request(d: &mut Dispatcher, n: u32, server_us: f64) {
+    for _ in 0..n {
         let dec = d.decide(LEN, 1.0);
-        assert_eq!(dec.side, SideKind::Server);
+        assert_eq!(dec.side, SideKind::Server, "{:?}", d.stats());
         d.record(dec, LEN, 1.0, &server_run(server_us));
     }
-    d
 }
 
 /// auto over the better fixed side, averaged over `seeds` runs of `requests` in condition `c`
@@ -418,11 +423,7 @@ fn a_side_far_behind_stays_behind_while_the_winner_wobbles() {
     d.record(second, LEN, 1.0, &server(100.0));
     // The server's next samples put the gap at 3.8x, under FAR_BEHIND: the local side is still
     // the loser and is left to the budgeted probes.
-    for _ in 0..20 {
-        let dec = d.decide(LEN, 1.0);
-        assert_eq!(dec.side, SideKind::Server, "{:?}", d.stats());
-        d.record(dec, LEN, 1.0, &server(131.0));
-    }
+    server_takes_every_request(&mut d, 20, 131.0);
 }
 
 #[test]
@@ -445,11 +446,7 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
     } else {
         d.record(dec, LEN, 1.0, &server(6_000.0));
     }
-    for _ in 0..50 {
-        let dec = d.decide(LEN, 1.0);
-        assert_eq!(dec.side, SideKind::Server, "{:?}", d.stats());
-        d.record(dec, LEN, 1.0, &server(6_000.0));
-    }
+    server_takes_every_request(&mut d, 50, 6_000.0);
 }
 
 #[test]

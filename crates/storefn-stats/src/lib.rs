@@ -6,6 +6,7 @@
 //! - [`percentile_us`]: the nearest-rank percentile of ascending nanosecond samples, in µs: the
 //!   smallest sample such that at least `q` of all samples are at or below it (p50 of 1..=10 is
 //!   5, p99 of 1..=1000 is 990, p100 is the maximum).
+//! - [`standard_error`]: of the mean of rounds (sample standard deviation over `sqrt(n)`).
 
 /// Median of `values` (reordered in place); the upper middle value for an even count.
 /// `None` for no values.
@@ -16,6 +17,20 @@ pub fn median(values: &mut [f64]) -> Option<f64> {
     }
     values.sort_unstable_by(f64::total_cmp);
     Some(values[values.len() / 2])
+}
+
+/// Standard error of the mean of `values`: the sample standard deviation (`n - 1`) over
+/// `sqrt(n)`. 0 for fewer than two values.
+#[must_use]
+pub fn standard_error(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (var / n).sqrt()
 }
 
 /// Nearest-rank percentile `q` (0.0..=1.0, clamped) of `sorted` (ascending samples, any unit).
@@ -84,6 +99,15 @@ mod tests {
         assert_eq!(percentile(&[0.5, 1.5, 2.5, 3.5], 0.5), Some(1.5));
         assert_eq!(Tail::of(&[]), Tail::default());
         assert_eq!(Tail::of(&k), Tail { p50_us: 500.0, p99_us: 990.0, p999_us: 999.0 });
+    }
+
+    #[test]
+    fn standard_error_of_known_values() {
+        // Mean 2.5, sample variance 5/3: sqrt(5/3 / 4).
+        let se = standard_error(&[1.0, 2.0, 3.0, 4.0]);
+        assert!((se - (5.0f64 / 12.0).sqrt()).abs() < 1e-12, "{se}");
+        assert_eq!(standard_error(&[7.0]), 0.0);
+        assert_eq!(standard_error(&[]), 0.0);
     }
 
     #[test]

@@ -66,9 +66,9 @@ pub struct Dispatcher {
     overhead_frac: f64,
     /// The uncached fraction last sampled by [`Dispatcher::run`] (`None`: never).
     cache_u: Option<f64>,
-    /// Sample the cache state before the next request (a local sample was off its estimate).
+    /// Sample the cache state before the next request (a local sample was off its level).
     cache_resample: bool,
-    /// The local sample that asked for that cache-state sample: its ratio to its estimate and
+    /// The local sample that asked for that cache-state sample: its ratio to its level and
     /// whether it was judged as cached. If the fresh sample finds the same cache state, the
     /// cache does not explain it and it is judged as the side's own (noise joins the spread;
     /// a real change is confirmed by the next sample). Without this the spread never saw the
@@ -290,10 +290,10 @@ impl Dispatcher {
     }
 
     /// As [`Dispatcher::record`]; `fresh` says whether `u` was sampled for this request or is
-    /// the last sample reused. A local sample off its estimate under a reused `u` is first
+    /// the last sample reused. A local sample off its level under a reused `u` is first
     /// taken as a sign that the cache state moved: its I/O time is not attributed (it would
     /// land in the wrong ring) and the next request samples the cache state; only a sample off
-    /// its estimate under a fresh `u` counts as a change signal.
+    /// its level under a fresh `u` counts as a change signal.
     #[allow(clippy::cast_precision_loss)]
     fn record_sample(&mut self, d: Decision, len: u64, u: f64, fresh: bool, run: &Run) {
         self.stats.requests += 1;
@@ -303,9 +303,9 @@ impl Dispatcher {
         match d.side {
             SideKind::Local => {
                 self.stats.local += 1;
-                // The change test is on the whole request, against the model's own estimate.
-                // Samples are judged against the side's level (medians); the estimate chooses.
-                let est = self.local_level(u);
+                // The change test is on the whole request, against the side's level (medians);
+                // the estimate chooses.
+                let level = self.local_level(u);
                 let wall = (run.io_ns + run.compute_ns) as f64 / bytes;
                 // Read only during a cold start (fewer than MIN_SAMPLES function samples).
                 if self.local.main.len < MIN_SAMPLES {
@@ -318,12 +318,12 @@ impl Dispatcher {
                     self.local_wall_cached = Some(cached);
                     self.local_wall.push(wall);
                 }
-                // Off its estimate beyond the threshold and the side's own spread: a warm
-                // 64 KiB request varies more than 25% with the machine's load alone, and each
-                // such sample would pay one more cache-state sample beyond its budget.
+                // Off its level beyond the threshold and the side's own spread: a warm 64 KiB
+                // request varies more than 25% with the machine's load alone, and each such
+                // sample would pay one more cache-state sample beyond its budget.
                 let outlier = self.local_outlier.take();
-                let off_estimate = est.filter(|&e| !fresh && self.local.outside(e, wall, thr));
-                if let Some(e) = off_estimate {
+                let off_level = level.filter(|&e| !fresh && self.local.outside(e, wall, thr));
+                if let Some(e) = off_level {
                     self.local.main.push(run.compute_ns as f64 / bytes);
                     self.cache_resample = true;
                     self.local_outlier = Some((wall / e, u <= CACHED_BELOW));
@@ -337,8 +337,8 @@ impl Dispatcher {
                         m.add_tail(ratio);
                     }
                 }
-                let changed = changed || est.is_some_and(|e| m.judge(e, wall, thr, winner));
-                match est {
+                let changed = changed || level.is_some_and(|e| m.judge(e, wall, thr, winner));
+                match level {
                     _ if changed => m.tail_changed(),
                     Some(e) if e > 0.0 => m.add_tail(wall / e),
                     _ => {}
@@ -365,16 +365,16 @@ impl Dispatcher {
             }
             SideKind::Server => {
                 self.stats.server += 1;
-                let est = self.server.main.median();
+                let level = self.server.main.median();
                 let wall = run.wall_ns as f64 / bytes;
                 let m = &mut self.server;
-                if est.is_some_and(|e| m.judge(e, wall, thr, winner)) {
+                if level.is_some_and(|e| m.judge(e, wall, thr, winner)) {
                     self.behind[1] = false;
                     m.main.clear();
                     m.tail_changed();
                     self.stats.changes += 1;
                     self.reprobe = Some(SideKind::Server);
-                } else if let Some(e) = est.filter(|&e| e > 0.0) {
+                } else if let Some(e) = level.filter(|&e| e > 0.0) {
                     m.add_tail(wall / e);
                 }
                 m.main.push(wall);
@@ -393,7 +393,7 @@ impl Dispatcher {
     /// Decides, runs on the chosen side, records; returns where it ran and what it cost.
     ///
     /// The client's cache state is sampled (`local.uncached_fraction`) only when it is due:
-    /// before the first request, after a local sample that did not match the estimate, before
+    /// before the first request, after a local sample that did not match its level, before
     /// a probe of the local side, and otherwise as often as [`CACHE_SAMPLE_BUDGET`] of the
     /// requests' time pays for; in between the last sample stands. No allocation, and no
     /// clock read of its own except on one request in [`OWN_COST_EVERY`] and around a sample.
@@ -414,7 +414,6 @@ impl Dispatcher {
             if st.left > 0 && st.len == len {
                 st.left -= 1;
                 let run = local.run(off, len, out)?;
-                self.stats.requests += 1;
                 let wall_ns = run.io_ns + run.compute_ns;
                 if (st.lo_ns..=st.hi_ns).contains(&wall_ns) {
                     #[allow(clippy::cast_precision_loss)]
@@ -422,28 +421,24 @@ impl Dispatcher {
                     st.tail_sum += ratio;
                     st.tail_count += 1;
                     self.settled_skipped += 1;
+                    self.stats.requests += 1;
                     self.stats.local += 1;
                     self.stats.settled += 1;
                     return Ok((SideKind::Local, run));
                 }
-                // Off its estimate: the model judges it (a range gone cold re-samples the
-                // cache state before the next request).
-                let st = *st;
-                self.fold_settled(&st);
-                self.settled = None;
-                self.stats.requests -= 1;
+                // Off its level: the model judges it (a range gone cold re-samples the cache
+                // state before the next request).
+                self.end_settled();
                 let u = self.cache_u.unwrap_or(1.0);
                 let d = Decision { side: SideKind::Local, probe: false };
                 self.record_sample(d, len, u, false, &run);
                 return Ok((SideKind::Local, run));
             }
-            let st = *st;
-            self.fold_settled(&st);
-            self.settled = None;
+            self.end_settled();
         }
         let mut fresh = false;
         // While the local side wins, its own samples show a change of the cache state (a
-        // sample off its estimate re-samples at once): the budgeted samples are for a local
+        // sample off its level re-samples at once): the budgeted samples are for a local
         // side that is not running, whose range may warm while the server wins.
         if self.cache_u.is_none()
             || self.cache_resample
@@ -488,8 +483,9 @@ impl Dispatcher {
         Ok((d.side, run))
     }
 
-    /// The fast path's samples join the local tail factor, as one sample each.
-    fn fold_settled(&mut self, st: &Settled) {
+    /// Ends the fast path: its samples join the local tail factor, as one sample each.
+    fn end_settled(&mut self) {
+        let Some(st) = self.settled.take() else { return };
         for _ in 0..st.tail_count {
             // The same mean for each: the order within a run of seven does not matter.
             self.local.add_tail(st.tail_sum / f64::from(st.tail_count));
@@ -517,19 +513,17 @@ impl Dispatcher {
         if s <= FAR_BEHIND * l {
             return None;
         }
-        let l = self.local_level(u)?;
         // The bounds of `SideModel::outside` around the level, in ns for this request length.
-        let (lo, hi) = self.local.spread.bounds().unwrap_or((1.0, 1.0));
-        let thr = self.cfg.change_threshold;
-        let est_ns = l * len.max(1) as f64;
+        let level_ns = self.local_level(u)? * len.max(1) as f64;
+        let (lo, hi) = self.local.limits(self.cfg.change_threshold);
         Some(Settled {
             left: SETTLED_RUN,
             len,
-            level_ns: est_ns,
+            level_ns,
             tail_sum: 0.0,
             tail_count: 0,
-            lo_ns: (est_ns * (1.0 - thr).min(lo)).max(0.0) as u64,
-            hi_ns: (est_ns * (1.0 + thr).max(hi)).ceil() as u64,
+            lo_ns: (level_ns * lo).max(0.0) as u64,
+            hi_ns: (level_ns * hi).ceil() as u64,
         })
     }
 

@@ -75,7 +75,7 @@ pub const OWN_COST_EVERY: u64 = 32;
 /// Share of the requests' time spent sampling the client's cache state (`cachestat(2)` for a
 /// local file, the block cache's lookups for a remote one) when nothing signals a change. The
 /// uncached fraction last sampled stands for the file's cache state in between: a local
-/// sample off its estimate, a local probe, or this credit sampling it again.
+/// sample off its level, a local probe, or this credit sampling it again.
 pub const CACHE_SAMPLE_BUDGET: f64 = 0.01;
 /// Weight of the newest sample in the running mean of a cache-state sample's cost.
 const CACHE_SAMPLE_EWMA: f64 = 1.0 / 4.0;
@@ -103,7 +103,7 @@ pub const MIN_PROBE_INTERVAL: u32 = 32;
 
 /// Requests the local side runs without the model after one it decided, while it wins with
 /// the server more than [`FAR_BEHIND`] behind (a warm client cache): they check only that
-/// their time is within the bounds the model would not react to (its estimate, the change
+/// their time is within the bounds the model would not react to (its level, the change
 /// threshold, the side's spread), and one off them goes through the model at once. Deciding
 /// and recording, with the model's state out of the CPU cache after the function streamed
 /// its range, cost 0.3-0.6 µs: 3-6% of a warm 64 KiB request. The estimates then follow one
@@ -236,7 +236,7 @@ pub struct DispatchConfig {
     pub profiling: Profiling,
     /// Samples kept per quantity (<= [`MAX_SAMPLES`]): its level is their median.
     pub samples: usize,
-    /// Relative distance from the estimate that makes a sample a change signal.
+    /// Relative distance from the side's level that makes a sample a change signal.
     pub change_threshold: f64,
 }
 

@@ -4,9 +4,8 @@
 use super::{MAX_SAMPLES, MIN_SAMPLES};
 
 /// A fixed ring of the latest samples with their mean and a sorted copy (median, bounds),
-/// kept up to date when a sample arrives
-/// (the model reads the means on every request; samples arrive once per request on one side).
-/// The mean keeps a running sum (exact again at every wrap); the sorted copy takes one removal
+/// kept up to date when a sample arrives (the model reads them on every request; samples
+/// arrive once per request on one side). The mean keeps a running sum (exact again at every wrap); the sorted copy takes one removal
 /// and one insertion per sample. Sorting on every sample was most of the dispatcher's own time
 /// on 1 µs requests.
 #[derive(Debug, Clone, Copy)]
@@ -16,7 +15,6 @@ pub(super) struct Ring {
     sorted: [f64; MAX_SAMPLES],
     /// Sum of `v[..len]`.
     sum: f64,
-
     pub(super) len: usize,
     next: usize,
     cap: usize,

@@ -4,7 +4,7 @@ use super::ring::Ring;
 use super::{TAIL_AFTER_CHANGE, TAIL_SAMPLES};
 
 /// Pending confirmation of a change: direction (+1 slower, -1 faster, 0 none), how many
-/// samples in a row said so, and the first one's ratio to its estimate (it joins the side's
+/// samples in a row said so, and the first one's ratio to its level (it joins the side's
 /// spread if not confirmed).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Suspect {
@@ -29,7 +29,7 @@ pub(super) struct SideModel {
     pub(super) hit: Ring,
     /// Local: I/O time of uncached ranges, normalized to a fully uncached range.
     pub(super) miss: Ring,
-    /// The latest samples over the estimate they were judged against: the side's own spread.
+    /// The latest samples over the level they were judged against: the side's own spread.
     /// A sample is a change signal only outside it (and outside the threshold), so a bimodal
     /// side (5 ms now and then among 50 ms requests) does not signal on each mode.
     pub(super) spread: Ring,
@@ -72,24 +72,32 @@ impl SideModel {
         self.tail_n = self.tail_n.min(TAIL_AFTER_CHANGE);
     }
 
-    /// Is `x` off `est` by more than `thr` and outside the side's spread?
-    pub(super) fn outside(&self, est: f64, x: f64, thr: f64) -> bool {
+    /// The ratios to the level a sample may have without being off it: beyond `thr` either
+    /// way and beyond the side's spread. The change signal, the cache-state check and the
+    /// fast path's bounds all use these.
+    pub(super) fn limits(&self, thr: f64) -> (f64, f64) {
         let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
-        let ratio = if est > 0.0 { x / est } else { 1.0 };
-        ratio > (1.0 + thr).max(hi) || ratio < (1.0 - thr).min(lo)
+        ((1.0 - thr).min(lo), (1.0 + thr).max(hi))
     }
 
-    /// Judges `x` against `est` ([`signal`]) and the side's spread; true = a confirmed change.
+    /// Is `x` off `level` beyond [`SideModel::limits`]?
+    pub(super) fn outside(&self, level: f64, x: f64, thr: f64) -> bool {
+        let (lo, hi) = self.limits(thr);
+        let ratio = if level > 0.0 { x / level } else { 1.0 };
+        ratio > hi || ratio < lo
+    }
+
+    /// Judges `x` against `level` ([`signal`]) and [`SideModel::limits`]; true = a confirmed
+    /// change.
     ///
     /// A suspect sample joins the spread only once the next sample did not confirm it (an
     /// outlier of the side's own noise); a confirmed change starts the spread afresh. So a
     /// mode seen twice in a row stays a change (a server recovering), and a mode that comes
     /// and goes widens the spread (a bimodal side).
-    pub(super) fn judge(&mut self, est: f64, x: f64, thr: f64, winner: bool) -> bool {
-        let (lo, hi) = self.spread.bounds().unwrap_or((1.0, 1.0));
+    pub(super) fn judge(&mut self, level: f64, x: f64, thr: f64, winner: bool) -> bool {
+        let (lo, hi) = self.limits(thr);
         let before = self.suspect;
-        let ratio = if est > 0.0 { x / est } else { 1.0 };
-        let (lo, hi) = ((1.0 - thr).min(lo), (1.0 + thr).max(hi));
+        let ratio = if level > 0.0 { x / level } else { 1.0 };
         let changed = signal(&mut self.suspect, ratio, lo, hi, winner);
         if changed {
             self.spread.clear();
@@ -105,7 +113,7 @@ impl SideModel {
     }
 }
 
-/// Is `ratio` (a sample over its estimate) the last of [`CONFIRM_SAMPLES`] in a row below
+/// Is `ratio` (a sample over its level) the last of [`CONFIRM_SAMPLES`] in a row below
 /// `lo` or above `hi` ([`CONFIRM_WINNER_SLOWER`] above, for the side the model runs)? A sample
 /// within bounds clears the suspicion.
 fn signal(s: &mut Suspect, ratio: f64, lo: f64, hi: f64, winner: bool) -> bool {
