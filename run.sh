@@ -8,8 +8,12 @@ cd "$(dirname "$0")"
 
 # Debian packages the build and tests need: clang for -target bpf, libbpf headers for
 # <bpf/bpf_helpers.h>, the tools the file-system tests drive (mkfs.xfs, losetup, filefrag), and
-# the TrueType font `storefn plot` draws text with (DejaVuSans.ttf; no fontconfig needed).
-APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux fonts-dejavu-core)
+# the TrueType font `storefn plot` draws text with (DejaVuSans.ttf; no fontconfig needed), and the
+# real engines whose files storage functions read and whose own reads are the baselines: WiredTiger
+# 3.2.1 (the `wt` tool and its C API), RocksDB 7.8.3 (`ldb`, `sst_dump` and its C API), and etcd
+# 3.4 for the cluster's membership and placement.
+APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux fonts-dejavu-core
+    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client)
 
 need_install() {
     local p
