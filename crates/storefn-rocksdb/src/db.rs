@@ -1,0 +1,355 @@
+//! A RocksDB database opened read-only: `CURRENT` -> MANIFEST (the live SST files of the default
+//! column family, per level) and the live WALs replayed into a client-side memtable, so a Get
+//! sees every write RocksDB acknowledged before it closed. Nothing in the directory is written,
+//! locked or repaired.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::error::RocksError;
+use crate::format::edit::{for_each_op, NewFile, VersionEdit};
+use crate::format::log::{LogEnd, LogReader};
+use crate::format::{cmp_internal, InternalKey, ValueType};
+use crate::limits::{MAX_CURRENT_BYTES, MAX_LEVELS, MAX_MANIFEST_BYTES, MAX_WAL_BYTES};
+use crate::sst::{Found, Table, BYTEWISE_COMPARATOR};
+
+/// The answer to a Get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Value(Vec<u8>),
+    /// No live value: never written, or deleted.
+    NotFound,
+    /// This reader cannot answer the key (a merge operand, a blob reference, a compressed
+    /// block): the caller asks RocksDB itself.
+    Fallback(FallbackReason),
+}
+
+/// Why a Get fell back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FallbackReason {
+    Merge,
+    BlobIndex,
+    UnknownType(u8),
+    Compressed { file: PathBuf, offset: u64, compression: u8 },
+}
+
+/// Where a Get's answer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Memtable,
+    /// The level and the file number.
+    File(u32, u64),
+    Nowhere,
+}
+
+/// A live SST file of the version read.
+#[derive(Debug)]
+pub struct LiveFile {
+    pub meta: NewFile,
+    pub table: Table,
+}
+
+/// The newest write of a key in the live WALs.
+#[derive(Debug, Clone)]
+struct MemEntry {
+    sequence: u64,
+    kind: ValueType,
+    value: Vec<u8>,
+}
+
+/// A database directory, read-only.
+#[derive(Debug)]
+pub struct Db {
+    dir: PathBuf,
+    manifest: PathBuf,
+    /// Level 0 newest first, then every other level by key range.
+    levels: Vec<Vec<LiveFile>>,
+    memtable: BTreeMap<Vec<u8>, MemEntry>,
+    last_sequence: u64,
+}
+
+/// What replaying the MANIFEST leaves for the default column family.
+#[derive(Debug, Default)]
+struct Version {
+    files: BTreeMap<(u32, u64), NewFile>,
+    log_number: u64,
+    prev_log_number: u64,
+    last_sequence: u64,
+}
+
+impl Db {
+    pub fn open(dir: &Path) -> Result<Self, RocksError> {
+        let manifest = dir.join(read_current(dir)?);
+        let version = replay_manifest(&manifest)?;
+        let mut levels: Vec<Vec<LiveFile>> = Vec::new();
+        for ((level, number), meta) in version.files {
+            let path = dir.join(format!("{number:06}.sst"));
+            let table = Table::open(&path)?;
+            if table.range_deletions() > 0 {
+                return Err(RocksError::unsupported(
+                    &path,
+                    format!(
+                        "{} range deletions (this reader does not apply range tombstones)",
+                        table.range_deletions()
+                    ),
+                ));
+            }
+            let l = level as usize;
+            if levels.len() <= l {
+                levels.resize_with(l + 1, Vec::new);
+            }
+            levels[l].push(LiveFile { meta, table });
+        }
+        if let Some(l0) = levels.first_mut() {
+            l0.sort_by(|a, b| {
+                (b.meta.largest_seqno, b.meta.number).cmp(&(a.meta.largest_seqno, a.meta.number))
+            });
+        }
+        for l in levels.iter_mut().skip(1) {
+            l.sort_by(|a, b| cmp_internal(&a.meta.smallest, &b.meta.smallest));
+        }
+        let min_log = match version.prev_log_number {
+            0 => version.log_number,
+            p => p.min(version.log_number),
+        };
+        let memtable = replay_wals(dir, min_log)?;
+        Ok(Db {
+            dir: dir.to_path_buf(),
+            manifest,
+            levels,
+            memtable,
+            last_sequence: version.last_sequence,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn manifest(&self) -> &Path {
+        &self.manifest
+    }
+    /// Live files per level (level 0 newest first).
+    pub fn levels(&self) -> &[Vec<LiveFile>] {
+        &self.levels
+    }
+    /// Keys written in the live WALs (the client-side memtable).
+    pub fn memtable_len(&self) -> usize {
+        self.memtable.len()
+    }
+    pub fn last_sequence(&self) -> u64 {
+        self.last_sequence
+    }
+
+    /// The files a Get for `key` visits, in the order it visits them: every level-0 file whose
+    /// range holds the key, newest first, then at most one file per level.
+    pub fn candidates<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a LiveFile> + 'a {
+        self.levels.iter().enumerate().flat_map(move |(l, files)| {
+            let in_range = move |f: &&LiveFile| user_key_in(f, key);
+            let pick: Box<dyn Iterator<Item = &LiveFile>> = if l == 0 {
+                Box::new(files.iter().filter(in_range))
+            } else {
+                let i = files.partition_point(|f| user_key_of(&f.meta.largest) < key);
+                Box::new(files.get(i).into_iter().filter(in_range))
+            };
+            pick
+        })
+    }
+
+    /// Get as RocksDB answers it: the memtable, then level 0 newest first, then one file per
+    /// level; the first entry found decides.
+    pub fn get(&self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
+        if let Some(e) = self.memtable.get(key) {
+            return Ok((decide(e.kind, &e.value), Source::Memtable));
+        }
+        for f in self.candidates(key) {
+            match f.table.get(key)? {
+                Found::Absent => continue,
+                Found::Entry { kind, value, .. } => {
+                    return Ok((decide(kind, &value), Source::File(f.meta.level, f.meta.number)))
+                }
+                Found::Compressed { offset, compression } => {
+                    let file = f.table.path().to_path_buf();
+                    let r = FallbackReason::Compressed { file, offset, compression };
+                    return Ok((Lookup::Fallback(r), Source::File(f.meta.level, f.meta.number)));
+                }
+            }
+        }
+        Ok((Lookup::NotFound, Source::Nowhere))
+    }
+}
+
+fn decide(kind: ValueType, value: &[u8]) -> Lookup {
+    match kind {
+        ValueType::Value => Lookup::Value(value.to_vec()),
+        ValueType::Deletion | ValueType::SingleDeletion => Lookup::NotFound,
+        ValueType::Merge => Lookup::Fallback(FallbackReason::Merge),
+        ValueType::BlobIndex => Lookup::Fallback(FallbackReason::BlobIndex),
+        ValueType::RangeDeletion => {
+            Lookup::Fallback(FallbackReason::UnknownType(ValueType::RANGE_DELETION))
+        }
+        ValueType::Other(b) => Lookup::Fallback(FallbackReason::UnknownType(b)),
+    }
+}
+
+fn user_key_of(internal: &[u8]) -> &[u8] {
+    InternalKey::parse(internal).map_or(internal, |k| k.user_key)
+}
+
+fn user_key_in(f: &LiveFile, key: &[u8]) -> bool {
+    user_key_of(&f.meta.smallest) <= key && key <= user_key_of(&f.meta.largest)
+}
+
+fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, RocksError> {
+    let f = File::open(path).map_err(|e| RocksError::io(path, e))?;
+    let len = f.metadata().map_err(|e| RocksError::io(path, e))?.len();
+    if len > limit {
+        return Err(RocksError::corrupt(path, limit, format!("{len} bytes: larger than {limit}")));
+    }
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(limit).read_to_end(&mut buf).map_err(|e| RocksError::io(path, e))?;
+    Ok(buf)
+}
+
+/// `CURRENT` names the MANIFEST: `MANIFEST-<number>\n`.
+fn read_current(dir: &Path) -> Result<String, RocksError> {
+    let path = dir.join("CURRENT");
+    let b = read_limited(&path, MAX_CURRENT_BYTES)?;
+    let name = std::str::from_utf8(&b).ok().and_then(|s| s.strip_suffix('\n'));
+    match name {
+        Some(n)
+            if n.strip_prefix("MANIFEST-")
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit())) =>
+        {
+            Ok(n.to_string())
+        }
+        _ => Err(RocksError::corrupt(&path, 0, "not a MANIFEST name and a newline")),
+    }
+}
+
+fn replay_manifest(path: &Path) -> Result<Version, RocksError> {
+    let bytes = read_limited(path, MAX_MANIFEST_BYTES)?;
+    let mut log = LogReader::new(&bytes, None);
+    let mut v = Version::default();
+    let mut group: Vec<VersionEdit> = Vec::new();
+    loop {
+        let (at, rec) = match log.next_record() {
+            Ok(r) => r,
+            Err(LogEnd::Clean) => break,
+            Err(LogEnd::Damaged(m)) => return Err(RocksError::corrupt(path, m.at as u64, m.what)),
+        };
+        let e = VersionEdit::decode(rec)
+            .map_err(|m| RocksError::corrupt(path, (at + m.at) as u64, m.what))?;
+        // An atomic group applies whole or not at all (a MANIFEST cut inside one drops it).
+        let remaining = e.atomic_group_remaining;
+        group.push(e);
+        if remaining.is_some_and(|r| r > 1) {
+            continue;
+        }
+        for e in group.drain(..) {
+            apply(&mut v, e, path, at)?;
+        }
+    }
+    Ok(v)
+}
+
+fn apply(v: &mut Version, e: VersionEdit, path: &Path, at: usize) -> Result<(), RocksError> {
+    if e.blob_files {
+        return Err(RocksError::unsupported(path, "blob files (BlobDB)"));
+    }
+    if let Some(c) = &e.comparator {
+        if e.column_family == 0 && c != BYTEWISE_COMPARATOR {
+            return Err(RocksError::unsupported(path, format!("comparator {c}")));
+        }
+    }
+    if let Some(s) = e.last_sequence {
+        v.last_sequence = s;
+    }
+    if e.column_family != 0 {
+        return Ok(());
+    }
+    if let Some(n) = e.log_number {
+        v.log_number = n;
+    }
+    if let Some(n) = e.prev_log_number {
+        v.prev_log_number = n;
+    }
+    for (level, number) in e.deleted {
+        v.files.remove(&(level, number));
+    }
+    for f in e.added {
+        if f.level >= MAX_LEVELS {
+            return Err(RocksError::corrupt(
+                path,
+                at as u64,
+                format!("file {} at level {}", f.number, f.level),
+            ));
+        }
+        v.files.insert((f.level, f.number), f);
+    }
+    Ok(())
+}
+
+/// Replays every WAL numbered `min_log` or later, oldest first, into the memtable.
+fn replay_wals(dir: &Path, min_log: u64) -> Result<BTreeMap<Vec<u8>, MemEntry>, RocksError> {
+    let mut logs = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| RocksError::io(dir, e))? {
+        let name = entry.map_err(|e| RocksError::io(dir, e))?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(n) = name.strip_suffix(".log").and_then(|d| d.parse::<u64>().ok()) {
+            if n >= min_log {
+                logs.push(n);
+            }
+        }
+    }
+    logs.sort_unstable();
+    let mut mem = BTreeMap::new();
+    let mut total = 0u64;
+    for n in logs {
+        let path = dir.join(format!("{n:06}.log"));
+        let bytes = read_limited(&path, MAX_WAL_BYTES - total)?;
+        total += bytes.len() as u64;
+        replay_wal(&path, &bytes, u32::try_from(n).ok(), &mut mem)?;
+    }
+    Ok(mem)
+}
+
+fn replay_wal(
+    path: &Path,
+    bytes: &[u8],
+    number: Option<u32>,
+    mem: &mut BTreeMap<Vec<u8>, MemEntry>,
+) -> Result<(), RocksError> {
+    let mut log = LogReader::new(bytes, number);
+    let mut unsupported = None;
+    loop {
+        let (at, rec) = match log.next_record() {
+            Ok(r) => r,
+            Err(LogEnd::Clean) => return Ok(()),
+            Err(LogEnd::Damaged(m)) => return Err(RocksError::corrupt(path, m.at as u64, m.what)),
+        };
+        for_each_op(rec, |op| {
+            if op.column_family != 0 {
+                return;
+            }
+            if op.kind == ValueType::RangeDeletion {
+                unsupported.get_or_insert(at);
+                return;
+            }
+            let newer = mem.get(op.key).is_none_or(|e: &MemEntry| e.sequence < op.sequence);
+            if newer {
+                let e = MemEntry { sequence: op.sequence, kind: op.kind, value: op.value.to_vec() };
+                mem.insert(op.key.to_vec(), e);
+            }
+        })
+        .map_err(|m| RocksError::corrupt(path, (at + m.at) as u64, m.what))?;
+        if let Some(at) = unsupported {
+            return Err(RocksError::unsupported(
+                path,
+                format!("range deletion in the WAL at {at}"),
+            ));
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! Errors of opening and reading a RocksDB database. Each names the file, and the byte offset
+//! where the reader found what was wrong.
+
+use std::path::PathBuf;
+
+/// What went wrong opening a database or answering a Get.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RocksError {
+    #[error("{}: {source}", file.display())]
+    Io { file: PathBuf, source: std::io::Error },
+    /// The bytes are not what RocksDB writes there.
+    #[error("{}: offset {offset}: {what}", file.display())]
+    Corrupt { file: PathBuf, offset: u64, what: String },
+    /// A stored checksum does not match the bytes it covers.
+    #[error("{}: offset {offset}: {kind} checksum mismatch (stored {stored:#010x}, computed {computed:#010x})", file.display())]
+    Checksum { file: PathBuf, offset: u64, kind: &'static str, stored: u32, computed: u32 },
+    /// A format or feature this reader does not read (a version, a comparator, a table type).
+    #[error("{}: {what}", file.display())]
+    Unsupported { file: PathBuf, what: String },
+}
+
+impl RocksError {
+    pub(crate) fn corrupt(file: &std::path::Path, offset: u64, what: impl Into<String>) -> Self {
+        RocksError::Corrupt { file: file.to_path_buf(), offset, what: what.into() }
+    }
+    pub(crate) fn io(file: &std::path::Path, source: std::io::Error) -> Self {
+        RocksError::Io { file: file.to_path_buf(), source }
+    }
+    pub(crate) fn unsupported(file: &std::path::Path, what: impl Into<String>) -> Self {
+        RocksError::Unsupported { file: file.to_path_buf(), what: what.into() }
+    }
+}

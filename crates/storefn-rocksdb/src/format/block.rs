@@ -1,0 +1,253 @@
+//! Blocks with restart points (data, index and metaindex blocks; docs/FORMAT.md "RocksDB").
+//!
+//! ```text
+//! entry*  restart: fixed32 [num_restarts]  [hash index]  footer: fixed32
+//! entry = varint32 shared | varint32 non_shared | varint32 value_len | key[non_shared] | value
+//! ```
+//! The footer's top bit says a data block carries a hash index (then `num_buckets` is a fixed16
+//! just before the footer, and the buckets one byte each before it); its other bits are
+//! `num_restarts`. In index blocks written with value delta encoding the entry has no
+//! `value_len`: an entry with `shared == 0` holds a whole block handle, any other only the
+//! signed difference of its size from the previous handle's, its offset following the previous
+//! block and its trailer.
+
+use std::cmp::Ordering;
+
+use super::{BlockHandle, Cursor, Malformed, Parsed};
+use crate::format::table::BLOCK_TRAILER_BYTES;
+
+/// Bytes of the block footer (`num_restarts` and the index-type bit).
+pub const BLOCK_FOOTER_BYTES: usize = 4;
+/// Bytes of one restart offset.
+pub const RESTART_BYTES: usize = 4;
+/// The footer bit of a data block with a hash index (`kDataBlockBinaryAndHash`).
+pub const HASH_INDEX_BIT: u32 = 1 << 31;
+/// Bytes of the hash index's bucket count.
+pub const HASH_BUCKETS_COUNT_BYTES: usize = 2;
+
+/// How an entry's value is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Values {
+    /// `value_len` then the bytes (data and metaindex blocks, index blocks before format 4).
+    Plain,
+    /// Index values delta-encoded (format 4 and later, `rocksdb.index.value.is.delta.encoded`).
+    DeltaHandles,
+}
+
+/// One block's bytes, its restart array located.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Block<'a> {
+    data: &'a [u8],
+    restarts_at: usize,
+    num_restarts: usize,
+    values: Values,
+}
+
+/// An entry's value as found by a seek.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Value<'a> {
+    Bytes(&'a [u8]),
+    Handle(BlockHandle),
+}
+
+impl<'a> Block<'a> {
+    pub(crate) fn parse(data: &'a [u8], values: Values) -> Parsed<Self> {
+        let footer_at = data
+            .len()
+            .checked_sub(BLOCK_FOOTER_BYTES)
+            .ok_or(Malformed { at: 0, what: "block shorter than its footer" })?;
+        let footer = Cursor::at(data, footer_at).fixed32("block footer")?;
+        let mut end = footer_at;
+        if footer & HASH_INDEX_BIT != 0 {
+            let n_at = end
+                .checked_sub(HASH_BUCKETS_COUNT_BYTES)
+                .ok_or(Malformed { at: footer_at, what: "hash index count" })?;
+            let n = u16::from_le_bytes([data[n_at], data[n_at + 1]]) as usize;
+            end = n_at.checked_sub(n).ok_or(Malformed { at: n_at, what: "hash index buckets" })?;
+        }
+        let num_restarts = (footer & !HASH_INDEX_BIT) as usize;
+        let restarts_at = num_restarts
+            .checked_mul(RESTART_BYTES)
+            .and_then(|b| end.checked_sub(b))
+            .ok_or(Malformed { at: footer_at, what: "restart count past the block" })?;
+        if num_restarts == 0 {
+            return Err(Malformed { at: footer_at, what: "block without restart points" });
+        }
+        Ok(Block { data, restarts_at, num_restarts, values })
+    }
+
+    fn restart(&self, i: usize) -> Parsed<usize> {
+        let at = self.restarts_at + i * RESTART_BYTES;
+        let off = Cursor::at(self.data, at).fixed32("restart offset")? as usize;
+        if off >= self.restarts_at {
+            return Err(Malformed { at, what: "restart offset past the entries" });
+        }
+        Ok(off)
+    }
+
+    /// The first entry whose key is `>= target` in `cmp`'s order: its key is left in `key`.
+    /// `None` when every key is smaller.
+    pub(crate) fn seek(
+        &self,
+        target: &[u8],
+        cmp: fn(&[u8], &[u8]) -> Ordering,
+        key: &mut Vec<u8>,
+    ) -> Parsed<Option<Value<'a>>> {
+        let start = self.restart(self.last_restart_below(target, cmp, key)?)?;
+        let mut pos = start;
+        let mut prev: Option<BlockHandle> = None;
+        key.clear();
+        while pos < self.restarts_at {
+            let (value, next) = self.entry(pos, key, prev)?;
+            if let Value::Handle(h) = value {
+                prev = Some(h);
+            }
+            if cmp(key, target) != Ordering::Less {
+                return Ok(Some(value));
+            }
+            pos = next;
+        }
+        Ok(None)
+    }
+
+    /// Binary search over restart points: the last one whose key is below `target` (or 0).
+    fn last_restart_below(
+        &self,
+        target: &[u8],
+        cmp: fn(&[u8], &[u8]) -> Ordering,
+        key: &mut Vec<u8>,
+    ) -> Parsed<usize> {
+        let (mut lo, mut hi) = (0usize, self.num_restarts - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            key.clear();
+            self.entry(self.restart(mid)?, key, None)?;
+            if cmp(key, target) == Ordering::Less {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Decodes the entry at `pos` (its key rebuilt in `key` from the previous entry's), and
+    /// returns its value and where the next entry starts.
+    fn entry(
+        &self,
+        pos: usize,
+        key: &mut Vec<u8>,
+        prev: Option<BlockHandle>,
+    ) -> Parsed<(Value<'a>, usize)> {
+        let entries = &self.data[..self.restarts_at];
+        let mut c = Cursor::at(entries, pos);
+        let shared = c.varint32("entry shared bytes")? as usize;
+        let non_shared = c.varint32("entry key bytes")? as usize;
+        let value_len = match self.values {
+            Values::Plain => Some(c.varint32("entry value length")? as usize),
+            Values::DeltaHandles => None,
+        };
+        if shared > key.len() {
+            return Err(Malformed { at: pos, what: "entry shares more than the previous key" });
+        }
+        key.truncate(shared);
+        key.extend_from_slice(c.bytes(non_shared, "entry key")?);
+        let value = match value_len {
+            Some(n) => Value::Bytes(c.bytes(n, "entry value")?),
+            None => Value::Handle(delta_handle(&mut c, shared, prev, pos)?),
+        };
+        Ok((value, c.pos()))
+    }
+}
+
+fn delta_handle(
+    c: &mut Cursor<'_>,
+    shared: usize,
+    prev: Option<BlockHandle>,
+    pos: usize,
+) -> Parsed<BlockHandle> {
+    if shared == 0 {
+        return BlockHandle::decode(c);
+    }
+    let prev = prev.ok_or(Malformed { at: pos, what: "delta-encoded handle without a base" })?;
+    let zz = c.varint64("handle size delta")?;
+    // Zigzag: the low bit is the sign.
+    let delta = (zz >> 1) as i64 ^ -((zz & 1) as i64);
+    let size = prev.size.checked_add_signed(delta);
+    let offset =
+        prev.offset.checked_add(prev.size).and_then(|o| o.checked_add(BLOCK_TRAILER_BYTES as u64));
+    match (offset, size) {
+        (Some(offset), Some(size)) => Ok(BlockHandle { offset, size }),
+        _ => Err(Malformed { at: pos, what: "delta-encoded handle out of range" }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block as RocksDB's builder lays it out: restart every `interval` entries.
+    fn build(entries: &[(&[u8], &[u8])], interval: usize) -> Vec<u8> {
+        let (mut out, mut restarts, mut last) = (Vec::new(), Vec::new(), Vec::<u8>::new());
+        for (i, (k, v)) in entries.iter().enumerate() {
+            let shared = if i % interval == 0 {
+                restarts.push(out.len() as u32);
+                0
+            } else {
+                k.iter().zip(&last).take_while(|(a, b)| a == b).count()
+            };
+            for n in [shared, k.len() - shared, v.len()] {
+                out.push(u8::try_from(n).unwrap());
+            }
+            out.extend_from_slice(&k[shared..]);
+            out.extend_from_slice(v);
+            last = k.to_vec();
+        }
+        for r in &restarts {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        out.extend_from_slice(&(restarts.len() as u32).to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn seek_finds_the_first_key_not_below_the_target_across_restarts() {
+        let keys: Vec<Vec<u8>> =
+            (0..50u32).map(|i| format!("key{:03}", i * 2).into_bytes()).collect();
+        let entries: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"v"[..])).collect();
+        for interval in [1, 3, 16] {
+            let bytes = build(&entries, interval);
+            let b = Block::parse(&bytes, Values::Plain).unwrap();
+            let mut key = Vec::new();
+            for t in 0..101u32 {
+                let target = format!("key{t:03}");
+                let found = b.seek(target.as_bytes(), <[u8]>::cmp, &mut key).unwrap();
+                let want = t.div_ceil(2) * 2;
+                if want >= 100 {
+                    assert_eq!(found, None, "{target}");
+                } else {
+                    assert_eq!(
+                        key,
+                        format!("key{want:03}").as_bytes(),
+                        "{target} interval {interval}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_blocks_are_errors_not_panics() {
+        let good = build(&[(b"a", b"1"), (b"b", b"2")], 1);
+        for cut in 0..good.len() {
+            let mut key = Vec::new();
+            if let Ok(b) = Block::parse(&good[..cut], Values::Plain) {
+                let _ = b.seek(b"b", <[u8]>::cmp, &mut key);
+            }
+        }
+        let mut bad = good.clone();
+        let n = bad.len();
+        bad[n - 4] = 200; // more restarts than the block holds
+        assert!(Block::parse(&bad, Values::Plain).is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! storefn-rocksdb: RocksDB's own files, read as RocksDB wrote them, never written. A database
+//! opens read-only through `CURRENT` and the MANIFEST (the live SST files of the default column
+//! family per level) with its live WALs replayed into a client-side memtable; a Get is answered
+//! as RocksDB answers it (memtable, level 0 newest first, one file per level; the first entry
+//! decides), and what this reader does not read (compressed blocks, merge operands, blob
+//! references) is a [`Lookup::Fallback`] the caller answers through RocksDB itself.
+//!
+//! The byte layouts read are in docs/FORMAT.md, "RocksDB"; one module (`format`) knows them.
+
+mod db;
+mod error;
+mod format;
+pub mod limits;
+mod sst;
+
+pub use db::{Db, FallbackReason, LiveFile, Lookup, Source};
+pub use error::RocksError;
+pub use format::edit::NewFile;
+pub use format::table::{ChecksumType, Footer, FORMAT_VERSIONS};
+pub use format::{BlockHandle, Malformed, ValueType};
+pub use sst::{Found, Table};

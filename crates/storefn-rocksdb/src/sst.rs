@@ -1,0 +1,253 @@
+//! One block-based table (SST file), read-only: footer -> metaindex -> properties, index block
+//! -> data block -> the entry a point lookup wants.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::RocksError;
+use crate::format::block::{Block, Value, Values};
+use crate::format::table::{Footer, BLOCK_TRAILER_BYTES, FOOTER_BYTES, NO_COMPRESSION};
+use crate::format::{
+    cmp_internal, seek_key, BlockHandle, Cursor, InternalKey, Malformed, ValueType,
+};
+use crate::limits::MAX_BLOCK_BYTES;
+
+/// Metaindex names this reader looks for.
+pub const PROPERTIES_BLOCK: &[u8] = b"rocksdb.properties";
+/// Table properties it reads.
+pub const PROP_COMPARATOR: &[u8] = b"rocksdb.comparator";
+pub const PROP_INDEX_KEY_IS_USER_KEY: &[u8] = b"rocksdb.index.key.is.user.key";
+pub const PROP_INDEX_VALUE_DELTA: &[u8] = b"rocksdb.index.value.is.delta.encoded";
+pub const PROP_INDEX_TYPE: &[u8] = b"rocksdb.block.based.table.index.type";
+pub const PROP_RANGE_DELETIONS: &[u8] = b"rocksdb.num.range-deletions";
+/// The comparator this reader orders keys by.
+pub const BYTEWISE_COMPARATOR: &str = "leveldb.BytewiseComparator";
+/// `BlockBasedTableOptions::kBinarySearch`, the only index type read.
+pub const INDEX_TYPE_BINARY_SEARCH: u32 = 0;
+
+/// What a table holds for a user key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// The newest entry for the key in this file: its type and value.
+    Entry { kind: ValueType, sequence: u64, value: Vec<u8> },
+    /// No entry for the key in this file.
+    Absent,
+    /// A block this reader cannot read (compressed): the caller falls back.
+    Compressed { offset: u64, compression: u8 },
+}
+
+/// An open SST file and what its footer and properties say.
+#[derive(Debug)]
+pub struct Table {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    footer: Footer,
+    index_key_is_user_key: bool,
+    index_values: Values,
+    range_deletions: u64,
+    /// The index block (without trailer), read once: the in-memory phase of a Get.
+    index: Vec<u8>,
+}
+
+impl Table {
+    /// Opens `path` read-only and reads its footer, properties and index block.
+    pub fn open(path: &Path) -> Result<Self, RocksError> {
+        let file = File::open(path).map_err(|e| RocksError::io(path, e))?;
+        let size = file.metadata().map_err(|e| RocksError::io(path, e))?.len();
+        let mut tail = [0u8; FOOTER_BYTES];
+        let tail_at = size.checked_sub(FOOTER_BYTES as u64).ok_or_else(|| {
+            RocksError::corrupt(path, 0, format!("{size} bytes: shorter than a table footer"))
+        })?;
+        file.read_exact_at(&mut tail, tail_at).map_err(|e| RocksError::io(path, e))?;
+        let footer = Footer::parse(&tail)
+            .map_err(|m| RocksError::corrupt(path, tail_at + m.at as u64, m.what))?
+            .map_err(|what| RocksError::unsupported(path, what))?;
+        let mut t = Table {
+            path: path.to_path_buf(),
+            file,
+            size,
+            footer,
+            index_key_is_user_key: false,
+            index_values: Values::Plain,
+            range_deletions: 0,
+            index: Vec::new(),
+        };
+        t.read_properties()?;
+        t.index = t.read_block(footer.index)?.map_err(|c| t.compressed(footer.index, c))?;
+        Ok(t)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Range tombstones in this file (a Get must not ignore them).
+    pub fn range_deletions(&self) -> u64 {
+        self.range_deletions
+    }
+
+    fn compressed(&self, h: BlockHandle, c: u8) -> RocksError {
+        RocksError::unsupported(&self.path, format!("block at {}: compression type {c}", h.offset))
+    }
+
+    fn malformed(&self, base: u64, m: Malformed) -> RocksError {
+        RocksError::corrupt(&self.path, base + m.at as u64, m.what)
+    }
+
+    /// Reads a block and checks its trailer: its contents, or the compression byte of a
+    /// compressed block.
+    pub fn read_block(&self, h: BlockHandle) -> Result<Result<Vec<u8>, u8>, RocksError> {
+        let end =
+            h.offset.checked_add(h.size).and_then(|e| e.checked_add(BLOCK_TRAILER_BYTES as u64));
+        if h.size > MAX_BLOCK_BYTES || end.is_none_or(|e| e > self.size) {
+            return Err(RocksError::corrupt(
+                &self.path,
+                h.offset,
+                format!("block handle of {} bytes past the file's {} bytes", h.size, self.size),
+            ));
+        }
+        let mut buf = vec![0u8; h.size as usize + BLOCK_TRAILER_BYTES];
+        self.file.read_exact_at(&mut buf, h.offset).map_err(|e| RocksError::io(&self.path, e))?;
+        let n = h.size as usize;
+        let kind = buf[n];
+        let stored = u32::from_le_bytes([buf[n + 1], buf[n + 2], buf[n + 3], buf[n + 4]]);
+        let computed = self.footer.checksum.compute(&buf[..n], kind);
+        if self.footer.checksum != crate::format::table::ChecksumType::None && stored != computed {
+            return Err(RocksError::Checksum {
+                file: self.path.clone(),
+                offset: h.offset,
+                kind: self.footer.checksum.name(),
+                stored,
+                computed,
+            });
+        }
+        if kind != NO_COMPRESSION {
+            return Ok(Err(kind));
+        }
+        buf.truncate(n);
+        Ok(Ok(buf))
+    }
+
+    fn read_properties(&mut self) -> Result<(), RocksError> {
+        let mh = self.footer.metaindex;
+        let meta = self.read_block(mh)?.map_err(|c| self.compressed(mh, c))?;
+        let mut key = Vec::new();
+        let b = Block::parse(&meta, Values::Plain).map_err(|m| self.malformed(mh.offset, m))?;
+        let v = b
+            .seek(PROPERTIES_BLOCK, <[u8]>::cmp, &mut key)
+            .map_err(|m| self.malformed(mh.offset, m))?;
+        let Some(Value::Bytes(v)) = v.filter(|_| key == PROPERTIES_BLOCK) else {
+            return Err(RocksError::corrupt(
+                &self.path,
+                mh.offset,
+                "metaindex has no properties block",
+            ));
+        };
+        let ph =
+            BlockHandle::decode(&mut Cursor::new(v)).map_err(|m| self.malformed(mh.offset, m))?;
+        let props = self.read_block(ph)?.map_err(|c| self.compressed(ph, c))?;
+        let b = Block::parse(&props, Values::Plain).map_err(|m| self.malformed(ph.offset, m))?;
+        let prop = |name: &[u8], key: &mut Vec<u8>| -> Result<Option<Vec<u8>>, RocksError> {
+            match b.seek(name, <[u8]>::cmp, key).map_err(|m| self.malformed(ph.offset, m))? {
+                Some(Value::Bytes(v)) if key == name => Ok(Some(v.to_vec())),
+                _ => Ok(None),
+            }
+        };
+        let varint = |v: Option<Vec<u8>>| -> Result<u64, RocksError> {
+            v.map_or(Ok(0), |v| {
+                Cursor::new(&v).varint64("property").map_err(|m| self.malformed(ph.offset, m))
+            })
+        };
+        if let Some(c) = prop(PROP_COMPARATOR, &mut key)? {
+            if c != BYTEWISE_COMPARATOR.as_bytes() {
+                return Err(RocksError::unsupported(
+                    &self.path,
+                    format!(
+                        "comparator {} (this reader orders by {BYTEWISE_COMPARATOR})",
+                        String::from_utf8_lossy(&c)
+                    ),
+                ));
+            }
+        }
+        if let Some(t) = prop(PROP_INDEX_TYPE, &mut key)? {
+            let t =
+                Cursor::new(&t).fixed32("index type").map_err(|m| self.malformed(ph.offset, m))?;
+            if t != INDEX_TYPE_BINARY_SEARCH {
+                return Err(RocksError::unsupported(
+                    &self.path,
+                    format!("index type {t} (binary search only)"),
+                ));
+            }
+        }
+        let user_key = varint(prop(PROP_INDEX_KEY_IS_USER_KEY, &mut key)?)? != 0;
+        let delta = varint(prop(PROP_INDEX_VALUE_DELTA, &mut key)?)? != 0;
+        let range_deletions = varint(prop(PROP_RANGE_DELETIONS, &mut key)?)?;
+        self.index_key_is_user_key = user_key;
+        self.index_values = if delta { Values::DeltaHandles } else { Values::Plain };
+        self.range_deletions = range_deletions;
+        Ok(())
+    }
+
+    /// The data block that may hold `user_key`, from the cached index block.
+    pub fn data_block_for(
+        &self,
+        user_key: &[u8],
+        key: &mut Vec<u8>,
+    ) -> Result<Option<BlockHandle>, RocksError> {
+        let ih = self.footer.index;
+        let b = Block::parse(&self.index, self.index_values)
+            .map_err(|m| self.malformed(ih.offset, m))?;
+        let found = if self.index_key_is_user_key {
+            b.seek(user_key, <[u8]>::cmp, key)
+        } else {
+            let mut target = Vec::with_capacity(user_key.len() + 8);
+            seek_key(user_key, &mut target);
+            b.seek(&target, cmp_internal, key)
+        };
+        match found.map_err(|m| self.malformed(ih.offset, m))? {
+            None => Ok(None),
+            Some(Value::Handle(h)) => Ok(Some(h)),
+            Some(Value::Bytes(v)) => BlockHandle::decode(&mut Cursor::new(v))
+                .map(Some)
+                .map_err(|m| self.malformed(ih.offset, m)),
+        }
+    }
+
+    /// The newest entry for `user_key` in the data block `h`.
+    pub fn search_data_block(
+        &self,
+        h: BlockHandle,
+        user_key: &[u8],
+        data: &[u8],
+        key: &mut Vec<u8>,
+    ) -> Result<Found, RocksError> {
+        let mut target = Vec::with_capacity(user_key.len() + 8);
+        seek_key(user_key, &mut target);
+        let b = Block::parse(data, Values::Plain).map_err(|m| self.malformed(h.offset, m))?;
+        let Some(Value::Bytes(v)) =
+            b.seek(&target, cmp_internal, key).map_err(|m| self.malformed(h.offset, m))?
+        else {
+            return Ok(Found::Absent);
+        };
+        let ik = InternalKey::parse(key).ok_or_else(|| {
+            RocksError::corrupt(&self.path, h.offset, "data block key shorter than its trailer")
+        })?;
+        if ik.user_key != user_key {
+            return Ok(Found::Absent);
+        }
+        Ok(Found::Entry { kind: ik.kind, sequence: ik.sequence, value: v.to_vec() })
+    }
+
+    /// A point lookup over plain reads: index (cached) -> data block -> entry.
+    pub fn get(&self, user_key: &[u8]) -> Result<Found, RocksError> {
+        let mut key = Vec::new();
+        let Some(h) = self.data_block_for(user_key, &mut key)? else { return Ok(Found::Absent) };
+        let data = match self.read_block(h)? {
+            Ok(d) => d,
+            Err(compression) => return Ok(Found::Compressed { offset: h.offset, compression }),
+        };
+        self.search_data_block(h, user_key, &data, &mut key)
+    }
+}
