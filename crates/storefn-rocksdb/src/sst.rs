@@ -4,9 +4,11 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::RocksError;
 use crate::format::block::{Block, Value, Values};
+use crate::format::compress;
 use crate::format::table::{Footer, BLOCK_TRAILER_BYTES, FOOTER_BYTES, NO_COMPRESSION};
 use crate::format::{
     cmp_internal, seek_key, BlockHandle, Cursor, InternalKey, Malformed, ValueType,
@@ -33,7 +35,7 @@ pub enum Found {
     Entry { kind: ValueType, sequence: u64, value: Vec<u8> },
     /// No entry for the key in this file.
     Absent,
-    /// A block this reader cannot read (compressed): the caller falls back.
+    /// A block compressed with a codec this reader does not decode: the caller falls back.
     Compressed { offset: u64, compression: u8 },
 }
 
@@ -49,6 +51,8 @@ pub struct Table {
     range_deletions: u64,
     /// The index block (without trailer), read once: the in-memory phase of a Get.
     index: Vec<u8>,
+    /// Compressed blocks this table decompressed.
+    decompressed: AtomicU64,
 }
 
 impl Table {
@@ -73,6 +77,7 @@ impl Table {
             index_values: Values::Plain,
             range_deletions: 0,
             index: Vec::new(),
+            decompressed: AtomicU64::new(0),
         };
         t.read_properties()?;
         t.index = t.read_block(footer.index)?.map_err(|c| t.compressed(footer.index, c))?;
@@ -83,21 +88,29 @@ impl Table {
         &self.path
     }
 
+    /// Compressed blocks read and decompressed so far.
+    pub fn blocks_decompressed(&self) -> u64 {
+        self.decompressed.load(Ordering::Relaxed)
+    }
+
     /// Range tombstones in this file (a Get must not ignore them).
     pub fn range_deletions(&self) -> u64 {
         self.range_deletions
     }
 
     fn compressed(&self, h: BlockHandle, c: u8) -> RocksError {
-        RocksError::unsupported(&self.path, format!("block at {}: compression type {c}", h.offset))
+        RocksError::unsupported(
+            &self.path,
+            format!("block at {}: compression {} ({c})", h.offset, compress::codec_name(c)),
+        )
     }
 
     fn malformed(&self, base: u64, m: Malformed) -> RocksError {
         RocksError::corrupt(&self.path, base + m.at as u64, m.what)
     }
 
-    /// Reads a block and checks its trailer: its contents, or the compression byte of a
-    /// compressed block.
+    /// Reads a block, checks its trailer and decompresses it: its contents, or the compression
+    /// byte of a codec this reader does not decode.
     pub fn read_block(&self, h: BlockHandle) -> Result<Result<Vec<u8>, u8>, RocksError> {
         let end =
             h.offset.checked_add(h.size).and_then(|e| e.checked_add(BLOCK_TRAILER_BYTES as u64));
@@ -123,11 +136,18 @@ impl Table {
                 computed,
             });
         }
-        if kind != NO_COMPRESSION {
-            return Ok(Err(kind));
+        if kind == NO_COMPRESSION {
+            buf.truncate(n);
+            return Ok(Ok(buf));
         }
-        buf.truncate(n);
-        Ok(Ok(buf))
+        match compress::decompress(kind, &buf[..n]).map_err(|m| self.malformed(h.offset, m))? {
+            Some(plain) => {
+                // Relaxed: a statistic, read after the lookups it counts have returned.
+                self.decompressed.fetch_add(1, Ordering::Relaxed);
+                Ok(Ok(plain))
+            }
+            None => Ok(Err(kind)),
+        }
     }
 
     fn read_properties(&mut self) -> Result<(), RocksError> {

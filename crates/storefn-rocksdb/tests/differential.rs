@@ -61,3 +61,17 @@ fn large_blocks_and_a_second_seed_agree_too() {
     let keys: Vec<Vec<u8>> = (0..5_100).map(key).collect();
     check_all(&db, &d.0, &keys);
 }
+
+#[test]
+fn compressed_databases_are_read_through_the_decompressing_walk() {
+    for codec in ["snappy", "lz4", "zstd"] {
+        let d = TempDir::new(&format!("rocks-diff-{codec}"));
+        build(&d.0, 3, 3_000, 4096, codec);
+        let db = Db::open(&d.0).unwrap();
+        let keys: Vec<Vec<u8>> = (0..3_050).map(key).collect();
+        check_all(&db, &d.0, &keys);
+        let decompressed: u64 =
+            db.levels().iter().flatten().map(|f| f.table.blocks_decompressed()).sum();
+        assert!(decompressed > 100, "{codec}: {decompressed} blocks decompressed");
+    }
+}

@@ -18,6 +18,7 @@ mod plot;
 mod plot_rtt;
 mod prog;
 mod prog_bench;
+mod rocks;
 mod serve;
 
 /// Run small, verified eBPF storage functions where the data is.
@@ -60,6 +61,9 @@ enum Cmd {
     /// DDS's page server over the network: server with offload, host application, GetPage bench.
     #[command(subcommand)]
     Pageserver(pageserver_cmd::PageServerCmd),
+    /// RocksDB's own files, read-only: Gets as RocksDB answers them.
+    #[command(subcommand)]
+    Rocks(rocks::RocksCmd),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Ring(c) => dds_cmd::run_ring(&c),
         Cmd::Dds(c) => dds_cmd::run_dds(&c),
         Cmd::Pageserver(c) => pageserver_cmd::run(&c),
+        Cmd::Rocks(c) => rocks::run(&c),
     };
     match result {
         Ok(code) => code,

@@ -34,6 +34,14 @@ pub enum LogEnd {
     Damaged(Malformed),
 }
 
+/// One physical record: where it starts, its type (recyclable types folded) and payload.
+#[derive(Debug)]
+struct Fragment<'a> {
+    at: usize,
+    kind: u8,
+    payload: &'a [u8],
+}
+
 /// Reassembles the records of a whole log file held in memory.
 #[derive(Debug)]
 pub(crate) struct LogReader<'a> {
@@ -54,10 +62,7 @@ impl<'a> LogReader<'a> {
         self.record.clear();
         let mut start = None;
         loop {
-            let (at, kind, payload) = match self.fragment()? {
-                Some(f) => f,
-                None => continue,
-            };
+            let Some(Fragment { at, kind, payload }) = self.fragment()? else { continue };
             match (kind, start) {
                 (FULL, None) => {
                     self.record.extend_from_slice(payload);
@@ -83,7 +88,7 @@ impl<'a> LogReader<'a> {
     }
 
     /// One physical fragment: `Ok(None)` for block padding skipped.
-    fn fragment(&mut self) -> Result<Option<(usize, u8, &'a [u8])>, LogEnd> {
+    fn fragment(&mut self) -> Result<Option<Fragment<'a>>, LogEnd> {
         let in_block = LOG_BLOCK_BYTES - self.pos % LOG_BLOCK_BYTES;
         if self.pos >= self.file.len() {
             return Err(LogEnd::Clean);
@@ -114,7 +119,7 @@ impl<'a> LogReader<'a> {
             return Err(LogEnd::Damaged(Malformed { at, what: "record checksum mismatch" }));
         }
         self.pos = at + header + len;
-        Ok(Some((at, kind, payload)))
+        Ok(Some(Fragment { at, kind, payload }))
     }
 
     fn header_kind(&self, kind: u8, c: &mut Cursor<'_>, at: usize) -> Result<(u8, usize), LogEnd> {

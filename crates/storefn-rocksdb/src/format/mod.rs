@@ -5,13 +5,14 @@
 //! the bytes it was given and what was wrong), never a panic.
 
 pub(crate) mod block;
+pub(crate) mod compress;
 pub(crate) mod edit;
 pub(crate) mod log;
 pub(crate) mod table;
 
 /// What was wrong and where, relative to the slice the parser was given; the caller adds the
 /// file and the slice's own offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed {
     pub at: usize,
     pub what: &'static str,
