@@ -19,3 +19,15 @@ pub use format::edit::NewFile;
 pub use format::table::{ChecksumType, Footer, FORMAT_VERSIONS};
 pub use format::{BlockHandle, Malformed, ValueType};
 pub use sst::{Found, Table};
+
+/// The layout constants docs/FORMAT.md, "RocksDB", documents (its test checks them).
+pub mod layout {
+    pub use crate::format::block::{BLOCK_FOOTER_BYTES, HASH_INDEX_BIT, RESTART_BYTES};
+    pub use crate::format::compress::{BZIP2, LZ4, LZ4HC, SNAPPY, XPRESS, ZLIB, ZSTD};
+    pub use crate::format::edit::tag;
+    pub use crate::format::log::{HEADER_BYTES, LOG_BLOCK_BYTES, RECYCLABLE_HEADER_BYTES};
+    pub use crate::format::table::{
+        mask_crc, BLOCK_TRAILER_BYTES, FOOTER_BYTES, LEGACY_TABLE_MAGIC, TABLE_MAGIC,
+    };
+    pub use crate::format::INTERNAL_KEY_TRAILER_BYTES;
+}
