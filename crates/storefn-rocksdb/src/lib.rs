@@ -10,6 +10,8 @@
 mod db;
 mod error;
 mod format;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod limits;
 mod sst;
 
