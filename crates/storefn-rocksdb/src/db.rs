@@ -159,12 +159,13 @@ impl Db {
     }
 
     /// Get as RocksDB answers it: the memtable, then level 0 newest first, then one file per
-    /// level; the first entry found decides.
+    /// level, each file's filter (in memory) asked before its blocks are read; the first entry
+    /// found decides.
     pub fn get(&self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
         if let Some(e) = self.memtable.get(key) {
             return Ok((decide(e.kind, &e.value), Source::Memtable));
         }
-        for f in self.candidates(key) {
+        for f in self.candidates(key).filter(|f| f.table.may_contain(key)) {
             match f.table.get(key)? {
                 Found::Absent => continue,
                 Found::Entry { kind, value, .. } => {

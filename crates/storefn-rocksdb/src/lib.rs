@@ -27,9 +27,14 @@ pub mod layout {
     pub use crate::format::block::{BLOCK_FOOTER_BYTES, HASH_INDEX_BIT, RESTART_BYTES};
     pub use crate::format::compress::{BZIP2, LZ4, LZ4HC, SNAPPY, XPRESS, ZLIB, ZSTD};
     pub use crate::format::edit::tag;
+    pub use crate::format::filter::{
+        FAST_LOCAL_BLOOM, FILTER_LINE_BYTES, FILTER_METADATA_BYTES, NEWER_BLOOM_MARKER,
+        PROBE_MULTIPLIER,
+    };
     pub use crate::format::log::{HEADER_BYTES, LOG_BLOCK_BYTES, RECYCLABLE_HEADER_BYTES};
     pub use crate::format::table::{
         mask_crc, BLOCK_TRAILER_BYTES, FOOTER_BYTES, LEGACY_TABLE_MAGIC, TABLE_MAGIC,
     };
+    pub use crate::format::xxph3::MAX_HASHED_KEY_BYTES;
     pub use crate::format::INTERNAL_KEY_TRAILER_BYTES;
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::RocksError;
 use crate::format::block::{Block, Value, Values};
 use crate::format::compress;
+use crate::format::filter::Bloom;
 use crate::format::table::{Footer, BLOCK_TRAILER_BYTES, FOOTER_BYTES, NO_COMPRESSION};
 use crate::format::{
     cmp_internal, seek_key, BlockHandle, Cursor, InternalKey, Malformed, ValueType,
@@ -17,6 +18,8 @@ use crate::limits::MAX_BLOCK_BYTES;
 
 /// Metaindex names this reader looks for.
 pub const PROPERTIES_BLOCK: &[u8] = b"rocksdb.properties";
+/// The metaindex name prefix of a full filter block (then the policy's name).
+pub const FULL_FILTER_PREFIX: &[u8] = b"fullfilter.";
 /// Table properties it reads.
 pub const PROP_COMPARATOR: &[u8] = b"rocksdb.comparator";
 pub const PROP_INDEX_KEY_IS_USER_KEY: &[u8] = b"rocksdb.index.key.is.user.key";
@@ -51,6 +54,8 @@ pub struct Table {
     range_deletions: u64,
     /// The index block (without trailer), read once: the in-memory phase of a Get.
     index: Vec<u8>,
+    /// The full filter, read once (the in-memory phase); `None` without one this reader reads.
+    filter: Option<Bloom>,
     /// Compressed blocks this table decompressed.
     decompressed: AtomicU64,
 }
@@ -77,6 +82,7 @@ impl Table {
             index_values: Values::Plain,
             range_deletions: 0,
             index: Vec::new(),
+            filter: None,
             decompressed: AtomicU64::new(0),
         };
         t.read_properties()?;
@@ -155,6 +161,7 @@ impl Table {
         let meta = self.read_block(mh)?.map_err(|c| self.compressed(mh, c))?;
         let mut key = Vec::new();
         let b = Block::parse(&meta, Values::Plain).map_err(|m| self.malformed(mh.offset, m))?;
+        self.filter = self.read_filter(&b, mh)?;
         let v = b
             .seek(PROPERTIES_BLOCK, <[u8]>::cmp, &mut key)
             .map_err(|m| self.malformed(mh.offset, m))?;
@@ -208,6 +215,30 @@ impl Table {
         self.index_values = if delta { Values::DeltaHandles } else { Values::Plain };
         self.range_deletions = range_deletions;
         Ok(())
+    }
+
+    /// The full filter named in the metaindex `b`, if there is one of a kind this reader reads.
+    fn read_filter(&self, b: &Block<'_>, mh: BlockHandle) -> Result<Option<Bloom>, RocksError> {
+        let mut key = Vec::new();
+        let found = b
+            .seek(FULL_FILTER_PREFIX, <[u8]>::cmp, &mut key)
+            .map_err(|m| self.malformed(mh.offset, m))?;
+        let Some(Value::Bytes(v)) = found.filter(|_| key.starts_with(FULL_FILTER_PREFIX)) else {
+            return Ok(None);
+        };
+        let fh =
+            BlockHandle::decode(&mut Cursor::new(v)).map_err(|m| self.malformed(mh.offset, m))?;
+        Ok(self.read_block(fh)?.ok().and_then(Bloom::parse))
+    }
+
+    /// Whether the file may hold `user_key`: false only when its filter says it does not.
+    pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))
+    }
+
+    /// Whether the file has a filter this reader applies.
+    pub fn has_filter(&self) -> bool {
+        self.filter.is_some()
     }
 
     /// The data block that may hold `user_key`, from the cached index block.

@@ -56,6 +56,24 @@ fn footer_and_trailer_tables_match_the_code() {
 }
 
 #[test]
+fn filter_table_matches_the_code() {
+    let f = section("### Filters");
+    assert_eq!(
+        row("### Filters", "reserved"),
+        ("len+3".into(), (FILTER_METADATA_BYTES - 3).to_string())
+    );
+    assert!(
+        f.contains(&format!("`{NEWER_BLOOM_MARKER:#x}`"))
+            && f.contains(&format!("| {FAST_LOCAL_BLOOM}: cache-local"))
+    );
+    assert!(
+        f.contains(&format!("{FILTER_LINE_BYTES}-byte lines"))
+            && f.contains(&format!("`{PROBE_MULTIPLIER:#x}`"))
+    );
+    assert!(f.contains(&format!("keys up to {MAX_HASHED_KEY_BYTES} bytes")));
+}
+
+#[test]
 fn log_and_edit_tables_match_the_code() {
     assert_eq!(
         row("### Logs", "log number"),

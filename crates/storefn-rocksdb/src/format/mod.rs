@@ -7,8 +7,10 @@
 pub(crate) mod block;
 pub(crate) mod compress;
 pub(crate) mod edit;
+pub(crate) mod filter;
 pub(crate) mod log;
 pub(crate) mod table;
+pub(crate) mod xxph3;
 
 /// What was wrong and where, relative to the slice the parser was given; the caller adds the
 /// file and the slice's own offset.
