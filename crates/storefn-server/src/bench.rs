@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use storefn_kv::harness::bench::{BenchResult, KeyGen, Load};
 
-use crate::client::{Client, ClientConfig, ClientError, Req};
-use crate::proto::msg::PROG_TYPE_XRP;
+use storefn_wire::{Client, ClientConfig, ClientError, Request, PROG_TYPE_XRP};
+
 use crate::remote_kv::{RemoteKv, RemoteKvError, RemotePath};
 
 /// `pushdown --batch B` keeps B lookups in flight in frames of B / PIPELINE_FRAMES lookups.
@@ -72,7 +72,7 @@ pub fn measure_rtt(client: &mut Client, db: &str, probes: usize) -> Result<f64, 
     let mut t = Vec::with_capacity(probes);
     for _ in 0..probes {
         let t0 = Instant::now();
-        client.one(&Req::Stat { path: db.to_string() })?;
+        client.one(&Request::Stat { path: db.as_bytes() })?;
         t.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
     }
     t.sort_unstable();
@@ -283,12 +283,12 @@ pub fn fairness(cfg: &FairnessConfig) -> Result<FairnessResult, ClientError> {
             hs.push(s.spawn(|| -> Result<(), ClientError> {
                 let mut c = Client::connect(&cfg.addr, tenant("long"))?;
                 let h = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow"))?;
-                let req = Req::Xrp {
-                    path: cfg.chain_file.clone(),
+                let req = Request::Xrp {
+                    path: cfg.chain_file.as_bytes(),
                     offset: 0,
                     len: 512,
-                    hash: h,
-                    scratch: vec![],
+                    hash: &h,
+                    scratch: &[],
                     out_len: 16,
                 };
                 let reqs = vec![req; cfg.long_depth];
@@ -317,7 +317,7 @@ pub fn fairness(cfg: &FairnessConfig) -> Result<FairnessResult, ClientError> {
                 x ^= x << 17;
                 let off = (x % cfg.point_blocks) * 512;
                 let t = Instant::now();
-                cl.one(&Req::Read { path: cfg.point_file.clone(), offset: off, len: 512 })?;
+                cl.one(&Request::Read { path: cfg.point_file.as_bytes(), offset: off, len: 512 })?;
                 lat.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
             }
             stop.store(true, Ordering::Relaxed);

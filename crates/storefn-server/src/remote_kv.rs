@@ -13,16 +13,35 @@ use storefn_kv::format::{
 };
 use storefn_kv::xrp_paths::LOOKUP_OFF_ERR;
 
-use crate::client::{Client, ClientError, Req};
-use crate::proto::msg::PROG_TYPE_XRP;
-use crate::proto::{FileVersion, MAX_READ_BYTES};
-use crate::registry::ProgHash;
+use storefn_wire::limits::MAX_READ_BYTES;
+use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
 
 /// Times one lookup is redone after a version change before giving up.
 pub const MAX_STALE_RETRIES: u32 = 16;
 /// Bytes of final scratch an XRP lookup returns: key, found, value and our program's state
 /// through its `err` word.
 pub const LOOKUP_OUT_BYTES: u32 = (LOOKUP_OFF_ERR + 8) as u32;
+
+/// Scratch an XRP lookup sends: the key at its offset.
+const LOOKUP_SCRATCH_BYTES: usize = LOOKUP_OFF_KEY + 8;
+
+/// The scratch of a lookup of `key`.
+fn lookup_scratch(key: u64) -> [u8; LOOKUP_SCRATCH_BYTES] {
+    let mut s = [0u8; LOOKUP_SCRATCH_BYTES];
+    s[LOOKUP_OFF_KEY..].copy_from_slice(&key.to_le_bytes());
+    s
+}
+
+/// The XRP request of one lookup: the chain starts at the node at `offset` (`len` bytes).
+fn xrp_req<'a>(
+    db: &'a str,
+    len: u32,
+    offset: u64,
+    hash: &'a ProgHash,
+    scratch: &'a [u8; LOOKUP_SCRATCH_BYTES],
+) -> Request<'a> {
+    Request::Xrp { path: db.as_bytes(), offset, len, hash, scratch, out_len: LOOKUP_OUT_BYTES }
+}
 
 /// Which remote path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +150,8 @@ impl RemoteKv {
     }
 
     fn read_meta(&mut self) -> Result<Meta, RemoteKvError> {
-        let r = self.client.one(&Req::Read {
-            path: self.meta_path.clone(),
+        let r = self.client.one(&Request::Read {
+            path: self.meta_path.as_bytes(),
             offset: 0,
             len: META_BYTES as u32,
         })?;
@@ -145,7 +164,7 @@ impl RemoteKv {
     fn load(&mut self) -> Result<(), RemoteKvError> {
         for _ in 0..MAX_STALE_RETRIES {
             let m1 = self.read_meta()?;
-            let st = self.client.one(&Req::Stat { path: self.db.clone() })?;
+            let st = self.client.one(&Request::Stat { path: self.db.as_bytes() })?;
             if st.value != m1.file_bytes {
                 continue; // between the two renames of a compaction
             }
@@ -153,11 +172,11 @@ impl RemoteKv {
             let starts = m1.level_starts();
             let k = self.cache_levels.min(m1.layers) as usize;
             let bytes = starts.get(k).copied().unwrap_or(m1.total_nodes) * nb;
-            let reqs: Vec<Req> = (0..bytes.div_ceil(u64::from(MAX_READ_BYTES)))
+            let reqs: Vec<Request<'_>> = (0..bytes.div_ceil(u64::from(MAX_READ_BYTES)))
                 .map(|i| {
                     let off = i * u64::from(MAX_READ_BYTES);
-                    Req::Read {
-                        path: self.db.clone(),
+                    Request::Read {
+                        path: self.db.as_bytes(),
                         offset: off,
                         len: (bytes - off).min(u64::from(MAX_READ_BYTES)) as u32,
                     }
@@ -259,6 +278,10 @@ impl RemoteKv {
         Ok(Step::Node(off, level))
     }
 
+    fn node_len(&self) -> u32 {
+        u32::try_from(self.meta.node_size.bytes()).expect("node sizes are small")
+    }
+
     fn check(&self, v: FileVersion) -> Result<(), RemoteKvError> {
         if v == self.version {
             Ok(())
@@ -268,7 +291,7 @@ impl RemoteKv {
     }
 
     fn read_one(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, RemoteKvError> {
-        let r = self.client.one(&Req::Read { path: self.db.clone(), offset, len })?;
+        let r = self.client.one(&Request::Read { path: self.db.as_bytes(), offset, len })?;
         self.stats.round_trips += 1;
         self.stats.hops += 1;
         self.check(r.version)?;
@@ -310,19 +333,6 @@ impl RemoteKv {
         let h = self.client.load_prog(PROG_TYPE_XRP, b"", elf)?;
         self.hash = Some(h);
         Ok(h)
-    }
-
-    fn xrp_req(&self, key: u64, offset: u64, hash: ProgHash) -> Req {
-        let mut scratch = vec![0u8; LOOKUP_OFF_KEY + 8];
-        scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
-        Req::Xrp {
-            path: self.db.clone(),
-            offset,
-            len: u32::try_from(self.meta.node_size.bytes()).expect("small"),
-            hash,
-            scratch,
-            out_len: LOOKUP_OUT_BYTES,
-        }
     }
 
     /// Parses a pushdown reply: `None` = the program flagged an inconsistency (fall back).
@@ -413,24 +423,27 @@ impl RemoteKv {
         let before = self.client.round_trips;
         while next < keys.len() || !sent_at.is_empty() {
             while next < keys.len() && sent_at.len() + per_frame <= window.max(per_frame) {
-                let mut reqs = Vec::with_capacity(per_frame);
-                let mut idx = Vec::with_capacity(per_frame);
-                while next < keys.len() && reqs.len() < per_frame {
+                let mut batch: Vec<(usize, u64)> = Vec::with_capacity(per_frame);
+                while next < keys.len() && batch.len() < per_frame {
                     match self.start(keys[next])? {
-                        Step::Node(off, _) => {
-                            reqs.push(self.xrp_req(keys[next], off, hash));
-                            idx.push(next);
-                        }
+                        Step::Node(off, _) => batch.push((next, off)),
                         _ => redo.push(next),
                     }
                     next += 1;
                 }
-                if reqs.is_empty() {
+                if batch.is_empty() {
                     continue;
                 }
+                let scratch: Vec<_> = batch.iter().map(|&(i, _)| lookup_scratch(keys[i])).collect();
+                let len = self.node_len();
+                let reqs: Vec<Request<'_>> = batch
+                    .iter()
+                    .zip(&scratch)
+                    .map(|(&(_, off), s)| xrp_req(&self.db, len, off, &hash, s))
+                    .collect();
                 let first = self.client.send(&reqs)?;
                 let t = Instant::now();
-                for (k, &i) in idx.iter().enumerate() {
+                for (k, &(i, _)) in batch.iter().enumerate() {
                     sent_at.insert(first + k as u64, (i, t));
                 }
             }
@@ -486,15 +499,11 @@ impl RemoteKv {
         out: &mut [Option<[u8; VALUE_BYTES]>],
     ) -> Result<(), RemoteKvError> {
         let hash = self.prog()?;
-        let mut reqs = Vec::with_capacity(todo.len());
-        let mut sent = Vec::with_capacity(todo.len());
+        let mut sent: Vec<(usize, u64)> = Vec::with_capacity(todo.len());
         let mut left = Vec::new();
         for &i in todo.iter() {
             match self.start(keys[i])? {
-                Step::Node(off, _) => {
-                    reqs.push(self.xrp_req(keys[i], off, hash));
-                    sent.push(i);
-                }
+                Step::Node(off, _) => sent.push((i, off)),
                 step => match self.walk_reads(keys[i], step) {
                     Ok(v) => out[i] = v,
                     Err(e) if is_stale(&e) => left.push(i),
@@ -502,12 +511,19 @@ impl RemoteKv {
                 },
             }
         }
-        if !reqs.is_empty() {
+        if !sent.is_empty() {
+            let scratch: Vec<_> = sent.iter().map(|&(i, _)| lookup_scratch(keys[i])).collect();
+            let len = self.node_len();
+            let reqs: Vec<Request<'_>> = sent
+                .iter()
+                .zip(&scratch)
+                .map(|(&(_, off), s)| xrp_req(&self.db, len, off, &hash, s))
+                .collect();
             let before = self.client.round_trips;
             let replies = self.client.call(&reqs)?;
             self.stats.round_trips += self.client.round_trips - before;
             for (k, r) in replies.into_iter().enumerate() {
-                let i = sent[k];
+                let (i, _) = sent[k];
                 let r = r.ok("XRP")?;
                 self.stats.hops += u64::from(r.hops);
                 if r.version != self.version {
