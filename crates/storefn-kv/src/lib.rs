@@ -57,8 +57,10 @@ pub mod path;
 pub mod program;
 pub mod query;
 pub mod range;
-pub mod storage;
+pub mod remote;
 pub mod store;
+// The write storage layer is the platform's (storefn-io); the store names it crate::storage.
+use storefn_io::storage;
 pub mod wal;
 pub mod xrp_paths;
 pub mod xrp_range;
@@ -72,5 +74,6 @@ pub use path::{LookupPath, PathStats, ReadPath};
 pub use program::ProgSource;
 pub use query::RangeVia;
 pub use range::Agg;
+pub use remote::{RemoteKv, RemoteKvError, RemotePath};
 pub use store::{Step, Store};
 pub use xrp_range::RangeOutcome;

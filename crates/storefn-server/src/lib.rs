@@ -3,17 +3,16 @@
 //! - [`server`]: `storefn serve` — threads, engines, connections, limits, fairness.
 //! - [`auth`]: token files (the challenge-response itself is storefn-wire's).
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
-//! - [`bench`]: the remote lookup benchmark (`kv bench --remote`).
+//! - [`fairness`]: the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
 //!
 //! The protocol and the client are storefn-wire's: an application reaches the server through
 //! the wire and runs code on it through a program type (xrp, lambda) or a plug-in trait
 //! ([`server::offload::OffloadHook`], DDS's).
 pub mod auth;
-pub mod bench;
 pub mod confine;
+pub mod fairness;
 pub mod registry;
-pub mod remote_kv;
 pub mod server;
 
 /// The wire protocol as the server's modules name it (`crate::proto::...`): storefn-wire's
@@ -29,5 +28,4 @@ mod proto {
     }
 }
 
-pub use remote_kv::{RemoteKv, RemotePath};
 pub use server::{Server, ServerConfig, ServerError};

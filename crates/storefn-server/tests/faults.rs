@@ -268,7 +268,7 @@ use storefn_wire::PROG_TYPE_XRP;
 #[test]
 fn stop_answers_every_request_then_closes() {
     let dir = TempDir::new("stop");
-    storefn_server::bench::write_chain_file(&dir.join("chain"), 64).unwrap();
+    storefn_server::fairness::write_chain_file(&dir.join("chain"), 64).unwrap();
     // IPv6 loopback too.
     let server = Server::start("[::1]:0", ServerConfig::new(dir.path())).unwrap();
     let mut c = storefn_wire::Client::connect(&server.local_addr().to_string(), Default::default())

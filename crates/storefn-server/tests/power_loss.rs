@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::storage::sim::CrashSim;
+use storefn_io::storage::sim::CrashSim;
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::StatusCode;
 use storefn_wire::PROG_TYPE_LAMBDA;

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use storefn_server::bench::{run as bench_run, RemoteBenchConfig};
-use storefn_server::{RemoteKv, RemotePath};
+use storefn_kv::remote::bench::{run as bench_run, RemoteBenchConfig};
+use storefn_kv::{RemoteKv, RemotePath};
 use storefn_wire::{Client, ClientConfig};
 
 use crate::CmdResult;

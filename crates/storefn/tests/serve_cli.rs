@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use storefn_server::{RemoteKv, RemotePath};
+use storefn_kv::{RemoteKv, RemotePath};
 use storefn_wire::{Client, ClientConfig};
 
 mod common;

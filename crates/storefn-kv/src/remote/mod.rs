@@ -7,11 +7,13 @@
 //! (the tree was compacted and renamed over) drops the cache, reloads the sidecar and levels,
 //! and redoes the lookup, so a lookup never mixes two trees and never returns a wrong value.
 
-use storefn_kv::format::{
+pub mod bench;
+
+use crate::format::{
     Meta, NodeSize, NodeView, FILE_MASK, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE,
     META_BYTES, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF, VALUE_BYTES,
 };
-use storefn_kv::xrp_paths::LOOKUP_OFF_ERR;
+use crate::xrp_paths::LOOKUP_OFF_ERR;
 
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
@@ -327,9 +329,8 @@ impl RemoteKv {
             return Ok(h);
         }
         // The storefn ABI has a program for every node size: this cannot fail.
-        let elf =
-            storefn_kv::program::builtin_lookup_elf(self.meta.node_size, storefn_kv::Abi::Storefn)
-                .expect("storefn lookup programs exist for every node size");
+        let elf = crate::program::builtin_lookup_elf(self.meta.node_size, crate::Abi::Storefn)
+            .expect("storefn lookup programs exist for every node size");
         let h = self.client.load_prog(PROG_TYPE_XRP, b"", elf)?;
         self.hash = Some(h);
         Ok(h)
