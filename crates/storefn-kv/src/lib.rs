@@ -75,5 +75,5 @@ pub use program::ProgSource;
 pub use query::RangeVia;
 pub use range::Agg;
 pub use remote::{RemoteKv, RemoteKvError, RemotePath};
-pub use store::{Step, Store};
+pub use store::{Shape, Step, Store};
 pub use xrp_range::RangeOutcome;

@@ -9,11 +9,14 @@
 
 pub mod bench;
 
+use std::path::Path;
+
 use crate::format::{
-    Meta, NodeSize, NodeView, FILE_MASK, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE,
-    META_BYTES, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF, VALUE_BYTES,
+    Meta, NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, META_BYTES, VALUE_BYTES,
 };
+use crate::store::{Shape, Step};
 use crate::xrp_paths::LOOKUP_OFF_ERR;
+use crate::KvError;
 
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
@@ -73,6 +76,9 @@ pub enum RemoteKvError {
     Client(#[from] ClientError),
     #[error("{db}: {why}")]
     Corrupt { db: String, why: String },
+    /// A node the shape's checks refused (the store's `CorruptNode`, naming its offset).
+    #[error(transparent)]
+    Node(#[from] KvError),
     #[error("{db}: the file kept changing ({MAX_STALE_RETRIES} reloads in one lookup)")]
     Unstable { db: String },
 }
@@ -91,26 +97,18 @@ pub struct RemoteStats {
     pub hops: u64,
 }
 
-/// What one step of a lookup needs next.
-enum Step {
-    Node(u64, u32),
-    Value(u64),
-    Done(Option<[u8; VALUE_BYTES]>),
-}
-
 /// A remote BPF-KV database.
 #[derive(Debug)]
 pub struct RemoteKv {
     client: Client,
     db: String,
     meta_path: String,
-    meta: Meta,
+    /// The tree the cache describes, and the node checks every lookup path applies.
+    shape: Shape,
     version: FileVersion,
     cache_levels: u32,
     /// Levels `0..cache_levels`, exactly the file's first bytes (levels are contiguous).
     cache: Vec<u8>,
-    starts: Vec<u64>,
-    counts: Vec<u64>,
     hash: Option<ProgHash>,
     stats: RemoteStats,
 }
@@ -133,13 +131,14 @@ impl RemoteKv {
             client,
             db: db.to_string(),
             meta_path: format!("{db}.meta"),
-            meta: Meta::plan(NodeSize::B512, 1)
-                .map_err(|e| RemoteKvError::Corrupt { db: db.into(), why: e.to_string() })?,
+            shape: Shape::new(
+                Path::new(db),
+                Meta::plan(NodeSize::B512, 1)
+                    .map_err(|e| RemoteKvError::Corrupt { db: db.into(), why: e.to_string() })?,
+            ),
             version: FileVersion::default(),
             cache_levels,
             cache: Vec::new(),
-            starts: Vec::new(),
-            counts: Vec::new(),
             hash: None,
             stats: RemoteStats::default(),
         };
@@ -196,11 +195,9 @@ impl RemoteKv {
             if !same || m2 != m1 {
                 continue;
             }
-            self.meta = m1;
+            self.shape = Shape::new(Path::new(&self.db), m1);
             self.version = st.version;
             self.cache = cache;
-            self.counts = m1.level_counts();
-            self.starts = starts;
             return Ok(());
         }
         Err(RemoteKvError::Unstable { db: self.db.clone() })
@@ -209,7 +206,7 @@ impl RemoteKv {
     /// The sidecar of the tree the cache describes.
     #[must_use]
     pub fn meta(&self) -> &Meta {
-        &self.meta
+        self.shape.meta()
     }
 
     #[must_use]
@@ -222,66 +219,23 @@ impl RemoteKv {
         &mut self.client
     }
 
-    /// The next step after node `offset` on `level` (`node` = its bytes), validated against
-    /// the shape: type for the level, children inside the next level, values in the log.
-    fn decide(
-        &self,
-        key: u64,
-        offset: u64,
-        level: u32,
-        node: &[u8],
-    ) -> Result<Step, RemoteKvError> {
-        let nb = self.meta.node_size.bytes() as u64;
-        let view = NodeView::new(node, self.meta.node_size);
-        let leaf = level + 1 == self.meta.layers;
-        let want = if leaf { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
-        if view.node_type() != want {
-            return Err(self
-                .corrupt(format!("node at {offset}: type {} on level {level}", view.node_type())));
-        }
-        if !leaf {
-            let child = view.child_ptr(key) & !FILE_MASK;
-            let l = level as usize + 1;
-            let (lo, hi) = (self.starts[l] * nb, (self.starts[l] + self.counts[l]) * nb);
-            if child < lo || child >= hi || !child.is_multiple_of(nb) {
-                return Err(
-                    self.corrupt(format!("node at {offset}: child {child} outside level {l}"))
-                );
-            }
-            return Ok(Step::Node(child, level + 1));
-        }
-        match view.leaf_value_ptr(key) {
-            None => Ok(Step::Done(None)),
-            Some(p) => {
-                let off = p & !FILE_MASK;
-                let lo = self.meta.value_log_offset;
-                let hi = lo + self.meta.key_count * VALUE_BYTES as u64;
-                if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
-                    return Err(self.corrupt(format!(
-                        "node at {offset}: value pointer {off} outside the log"
-                    )));
-                }
-                Ok(Step::Value(off))
-            }
-        }
-    }
-
-    /// Walks the cached levels in memory: the first step that needs the server.
+    /// Walks the cached levels in memory (the file's own bytes) with the store's node checks:
+    /// the first step that needs the server.
     fn start(&self, key: u64) -> Result<Step, RemoteKvError> {
-        let nb = self.meta.node_size.bytes() as u64;
-        let (mut off, mut level) = (0u64, 0u32);
-        while off + nb <= self.cache.len() as u64 {
-            let node = &self.cache[off as usize..(off + nb) as usize];
-            match self.decide(key, off, level, node)? {
-                Step::Node(o, l) => (off, level) = (o, l),
+        let nb = self.meta().node_size.bytes() as u64;
+        let (mut offset, mut level) = (0u64, 0u32);
+        while offset + nb <= self.cache.len() as u64 {
+            let node = &self.cache[offset as usize..(offset + nb) as usize];
+            match self.shape.on_node(key, offset, level, node)? {
+                Step::Node { offset: o, level: l } => (offset, level) = (o, l),
                 other => return Ok(other),
             }
         }
-        Ok(Step::Node(off, level))
+        Ok(Step::Node { offset, level })
     }
 
     fn node_len(&self) -> u32 {
-        u32::try_from(self.meta.node_size.bytes()).expect("node sizes are small")
+        u32::try_from(self.meta().node_size.bytes()).expect("node sizes are small")
     }
 
     fn check(&self, v: FileVersion) -> Result<(), RemoteKvError> {
@@ -306,17 +260,17 @@ impl RemoteKv {
         key: u64,
         mut step: Step,
     ) -> Result<Option<[u8; VALUE_BYTES]>, RemoteKvError> {
-        let nb = u32::try_from(self.meta.node_size.bytes()).expect("small");
-        for _ in 0..=self.meta.layers {
+        let nb = u32::try_from(self.meta().node_size.bytes()).expect("small");
+        for _ in 0..=self.meta().layers {
             step = match step {
                 Step::Done(v) => return Ok(v),
-                Step::Value(off) => {
+                Step::Value { offset: off } => {
                     let d = self.read_one(off, VALUE_BYTES as u32)?;
                     return Ok(Some(d[..VALUE_BYTES].try_into().expect("64 bytes")));
                 }
-                Step::Node(off, level) => {
-                    let d = self.read_one(off, nb)?;
-                    self.decide(key, off, level, &d)?
+                Step::Node { offset, level } => {
+                    let d = self.read_one(offset, nb)?;
+                    self.shape.on_node(key, offset, level, &d)?
                 }
             };
         }
@@ -329,7 +283,7 @@ impl RemoteKv {
             return Ok(h);
         }
         // The storefn ABI has a program for every node size: this cannot fail.
-        let elf = crate::program::builtin_lookup_elf(self.meta.node_size, crate::Abi::Storefn)
+        let elf = crate::program::builtin_lookup_elf(self.meta().node_size, crate::Abi::Storefn)
             .expect("storefn lookup programs exist for every node size");
         let h = self.client.load_prog(PROG_TYPE_XRP, b"", elf)?;
         self.hash = Some(h);
@@ -427,7 +381,7 @@ impl RemoteKv {
                 let mut batch: Vec<(usize, u64)> = Vec::with_capacity(per_frame);
                 while next < keys.len() && batch.len() < per_frame {
                     match self.start(keys[next])? {
-                        Step::Node(off, _) => batch.push((next, off)),
+                        Step::Node { offset, .. } => batch.push((next, offset)),
                         _ => redo.push(next),
                     }
                     next += 1;
@@ -504,7 +458,7 @@ impl RemoteKv {
         let mut left = Vec::new();
         for &i in todo.iter() {
             match self.start(keys[i])? {
-                Step::Node(off, _) => sent.push((i, off)),
+                Step::Node { offset, .. } => sent.push((i, offset)),
                 step => match self.walk_reads(keys[i], step) {
                     Ok(v) => out[i] = v,
                     Err(e) if is_stale(&e) => left.push(i),
