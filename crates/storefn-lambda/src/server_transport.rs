@@ -15,7 +15,6 @@ use storefn_vm::Instance;
 use storefn_wire::limits::{MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
 use storefn_wire::{Client, ClientConfig, ClientError, ProgHash, Request};
 
-use crate::bench_remote::ClientSide;
 use crate::dispatch::{DispatchConfig, Dispatcher, Run, Side, SideKind, Where};
 use crate::error::LambdaError;
 use crate::prog::{run_lambda, LambdaProg};
@@ -256,7 +255,7 @@ impl RemoteReadSide {
     }
 
     /// Fetches every block of `[off, off + len)` not cached (READ frames).
-    fn fetch(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
+    pub(crate) fn fetch(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
         let b = u64::from(MAX_READ_BYTES);
         let size = self.size_bytes()?;
         self.missing.clear();
@@ -353,30 +352,6 @@ impl Side for RemoteReadSide {
         let missing = blocks.filter(|k| !self.cache.blocks.contains_key(k)).count();
         #[allow(clippy::cast_precision_loss)]
         Some(if total == 0 { 0.0 } else { missing as f64 / total as f64 })
-    }
-}
-
-/// The bench's client side of a remote file: cold drops blocks from the client cache, warm
-/// reads the whole file into it.
-impl ClientSide for RemoteReadSide {
-    fn size_bytes(&mut self) -> Result<u64, LambdaError> {
-        RemoteReadSide::size_bytes(self)
-    }
-
-    fn drop_range(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
-        self.drop_cached(off, len);
-        Ok(())
-    }
-
-    fn warm_all(&mut self) -> Result<(), LambdaError> {
-        let size = self.size_bytes()?;
-        let mut at = 0;
-        while at < size {
-            let n = MAX_REMOTE_READ_BYTES.min(size - at);
-            self.fetch(at, n)?;
-            at += n;
-        }
-        Ok(())
     }
 }
 
