@@ -5,6 +5,7 @@
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
 //! - [`fairness`]: the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
+//! - [`limits`]: every bound of the server, and the wire's and engine's it must agree with.
 //!
 //! The protocol and the client are storefn-wire's: an application reaches the server through
 //! the wire and runs code on it through a program type (xrp, lambda) or a plug-in trait
@@ -12,6 +13,7 @@
 pub mod auth;
 pub mod confine;
 pub mod fairness;
+pub mod limits;
 pub mod registry;
 pub mod server;
 

@@ -9,11 +9,13 @@ pub const MAX_MSGS_PER_FRAME: u32 = 1024;
 pub const MAX_PATH_BYTES: usize = 1024;
 /// Longest tenant name in HELLO.
 pub const MAX_TENANT_BYTES: usize = 64;
-/// Largest READ, bytes (the engine's plain-read limit).
+/// Largest READ, bytes: one engine read (storefn-server checks it equals the engine's
+/// `MAX_REQUEST_BYTES` at compile time; this crate does not depend on the engine).
 pub const MAX_READ_BYTES: u32 = 4096;
 /// Largest WRITE payload, bytes.
 pub const MAX_WRITE_BYTES: u32 = 64 * 1024;
-/// XRP scratch, bytes (the chain's scratch page).
+/// XRP scratch, bytes: the chain's scratch page (checked against the engine's in
+/// storefn-server).
 pub const SCRATCH_BYTES: usize = 4096;
 /// Largest λ output a request may ask for.
 pub const MAX_LAMBDA_OUT_BYTES: u32 = 64 * 1024;
