@@ -49,7 +49,9 @@ pub mod compact;
 pub mod db;
 mod error;
 pub mod format;
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
+#[cfg(feature = "bench")]
 pub mod harness;
 pub mod lock;
 pub mod memtable;

@@ -7,6 +7,7 @@
 //! (the tree was compacted and renamed over) drops the cache, reloads the sidecar and levels,
 //! and redoes the lookup, so a lookup never mixes two trees and never returns a wrong value.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 
 use std::path::Path;
