@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use rand::{Rng, SeedableRng};
 use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_dds::pageserver::{fill_page, get_page, page_lsn, Deployment, PageHost, PAGE_BYTES};
-use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
-use storefn_server::{Client, ClientConfig, Req};
+use storefn_wire::{Client, ClientConfig, Request};
+use storefn_wire::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 
 const PAGES: u64 = 64;
 
@@ -112,11 +112,9 @@ fn forwarded_and_offloaded_answers_agree() {
     let _one = one_at_a_time();
     let ((), host) = run("agree", 0, |d, addr, lsns, _| {
         let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
-        let reqs: Vec<Req> = (0..PAGES)
-            .map(|p| Req::Offload {
-                msg: get_page(p, lsns[p as usize].load(Ordering::Acquire)).to_vec(),
-            })
-            .collect();
+        let msgs: Vec<_> =
+            (0..PAGES).map(|p| get_page(p, lsns[p as usize].load(Ordering::Acquire))).collect();
+        let reqs: Vec<Request<'_>> = msgs.iter().map(|m| Request::Offload { msg: m }).collect();
         let offloaded = c.call(&reqs).unwrap();
         d.front.set_offload(false);
         let forwarded = c.call(&reqs).unwrap();
@@ -132,15 +130,15 @@ fn forwarded_and_offloaded_answers_agree() {
         // page up to it first.
         d.front.set_offload(true);
         let newer = lsns[3].load(Ordering::Acquire) + 1000;
-        let r = c.one(&Req::Offload { msg: get_page(3, newer).to_vec() }).unwrap();
+        let r = c.one(&Request::Offload { msg: &get_page(3, newer) }).unwrap();
         assert_eq!(r.value, u64::from(SERVED_BY_HOST));
         check(3, newer, &r.data);
         // The replayed page was cached on its write: the same GetPage is now offloaded.
-        let again = c.one(&Req::Offload { msg: get_page(3, newer).to_vec() }).unwrap();
+        let again = c.one(&Request::Offload { msg: &get_page(3, newer) }).unwrap();
         assert_eq!(again.value, u64::from(SERVED_BY_OFFLOAD));
         assert_eq!(again.data, r.data);
         // A message that is no GetPage is judged "host" by pred and answered empty by the host.
-        let r = c.one(&Req::Offload { msg: vec![1, 2, 3] }).unwrap();
+        let r = c.one(&Request::Offload { msg: &[1, 2, 3] }).unwrap();
         assert_eq!((r.value, r.data.len()), (u64::from(SERVED_BY_HOST), 0));
     });
     assert_eq!(host.bad_requests, 1);
@@ -164,8 +162,8 @@ fn get_page_never_returns_a_page_older_than_asked_under_replay() {
                     (p, lsns[p as usize].load(Ordering::Acquire))
                 })
                 .collect();
-            let reqs: Vec<Req> =
-                asked.iter().map(|&(p, l)| Req::Offload { msg: get_page(p, l).to_vec() }).collect();
+            let msgs: Vec<_> = asked.iter().map(|&(p, l)| get_page(p, l)).collect();
+            let reqs: Vec<Request<'_>> = msgs.iter().map(|m| Request::Offload { msg: m }).collect();
             for (r, &(p, l)) in c.call(&reqs).unwrap().iter().zip(&asked) {
                 assert_eq!(r.status, 0, "page {p}: {}", r.message);
                 check(p, l, &r.data);
@@ -219,7 +217,7 @@ fn server_thread_cpu_ms() -> u64 {
 fn a_stuck_host_times_out_only_forwarded_requests() {
     let _one = one_at_a_time();
     use storefn_dds::pageserver::DeployOptions;
-    use storefn_server::proto::StatusCode;
+    use storefn_wire::StatusCode;
     const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
     let dir = temp_dir("stuck");
     let mut opts = DeployOptions::new(4096, true);
@@ -253,7 +251,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
         // Page 5 at LSN 6 is cached: offloaded. At LSN 1000 only the (stuck) host can answer.
         let t0 = std::time::Instant::now();
         let cpu0 = server_thread_cpu_ms();
-        let r = c.call(&[Req::Offload { msg: get_page(5, 1000).to_vec() }]).unwrap().remove(0);
+        let r = c.call(&[Request::Offload { msg: &get_page(5, 1000) }]).unwrap().remove(0);
         let waited = t0.elapsed();
         let worker_cpu_ms = server_thread_cpu_ms() - cpu0;
         assert_eq!(r.status, StatusCode::HostTimeout as u16, "{}", r.message);
@@ -268,7 +266,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
         // The stuck host does not hurt offloaded requests, on this or another connection.
         let mut c2 = Client::connect(&addr, ClientConfig::default()).unwrap();
         let t0 = std::time::Instant::now();
-        let r = c2.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
+        let r = c2.one(&Request::Offload { msg: &get_page(7, 8) }).unwrap();
         assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
         check(7, 8, &r.data);
         assert!(t0.elapsed() < TIMEOUT, "offloaded request waited {:?}", t0.elapsed());
@@ -279,7 +277,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
                 std::thread::sleep(TIMEOUT / 4);
                 stuck.store(false, Ordering::Release);
             });
-            let r = c.one(&Req::Offload { msg: get_page(9, 2000).to_vec() }).unwrap();
+            let r = c.one(&Request::Offload { msg: &get_page(9, 2000) }).unwrap();
             waker.join().unwrap();
             r
         });

@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_dds::pageserver::{get_page, host_loop, Deployment, PageHost, PAGE_BYTES};
-use storefn_server::client::read_response_frame;
-use storefn_server::proto::msg::SERVED_BY_OFFLOAD;
-use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
 use storefn_testkit::CountingAlloc;
+use storefn_wire::SERVED_BY_OFFLOAD;
+use storefn_wire::{put_request, read_response_frame, FrameBuf, Request, KIND_REQUEST};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;

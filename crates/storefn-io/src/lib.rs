@@ -12,6 +12,7 @@ pub mod file;
 pub mod harness;
 pub mod limits;
 mod region;
+pub mod storage;
 
 pub use engine::{ChainStats, Completion, Engine, EngineConfig, NoFunction};
 pub use error::{ChainAt, ChainError, EngineError, Errno, SubmitError};

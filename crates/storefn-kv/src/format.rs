@@ -371,8 +371,8 @@ fn level_counts(node_size: NodeSize, key_count: u64) -> Vec<u64> {
 // ---------------------------------------------------------------------------------------------
 // Scratch ABIs of the storage functions (docs/FORMAT.md; progs/include/bpfkv.h mirrors them).
 
-/// Scratch bytes lent to each chain.
-pub const SCRATCH_BYTES: usize = 4096;
+/// Scratch bytes lent to each chain: the VM's XRP scratch (the engine lends exactly that).
+pub const SCRATCH_BYTES: usize = storefn_vm::xrp::XRP_SCRATCH_BYTES;
 /// Lookup scratch: u64 key (set by the application).
 pub const LOOKUP_OFF_KEY: usize = 0;
 /// Lookup scratch: u8 found (set by the program).

@@ -49,7 +49,9 @@ pub mod compact;
 pub mod db;
 mod error;
 pub mod format;
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
+#[cfg(feature = "bench")]
 pub mod harness;
 pub mod lock;
 pub mod memtable;
@@ -57,8 +59,10 @@ pub mod path;
 pub mod program;
 pub mod query;
 pub mod range;
-pub mod storage;
+pub mod remote;
 pub mod store;
+// The write storage layer is the platform's (storefn-io); the store names it crate::storage.
+use storefn_io::storage;
 pub mod wal;
 pub mod xrp_paths;
 pub mod xrp_range;
@@ -72,5 +76,6 @@ pub use path::{LookupPath, PathStats, ReadPath};
 pub use program::ProgSource;
 pub use query::RangeVia;
 pub use range::Agg;
-pub use store::{Step, Store};
+pub use remote::{RemoteKv, RemoteKvError, RemotePath};
+pub use store::{Shape, Step, Store};
 pub use xrp_range::RangeOutcome;

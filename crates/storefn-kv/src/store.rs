@@ -115,6 +115,124 @@ pub enum Step {
     Done(Option<[u8; VALUE_BYTES]>),
 }
 
+/// A tree's shape and the checks every lookup path applies to a node it read, local or
+/// remote: the node's type for its level, children inside the next level, value pointers in
+/// the log. One set of checks turns a node into the next [`Step`].
+#[derive(Debug, Clone)]
+pub struct Shape {
+    path: PathBuf,
+    meta: Meta,
+    starts: Vec<u64>,
+    counts: Vec<u64>,
+}
+
+impl Shape {
+    /// The shape `meta` describes, for the file `path` (named in errors).
+    #[must_use]
+    pub fn new(path: &Path, meta: Meta) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            meta,
+            starts: meta.level_starts(),
+            counts: meta.level_counts(),
+        }
+    }
+
+    #[must_use]
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    fn corrupt(&self, offset: u64, reason: String) -> KvError {
+        KvError::CorruptNode { path: self.path.clone(), offset, reason }
+    }
+
+    pub(crate) fn check_type(
+        &self,
+        view: &NodeView,
+        offset: u64,
+        level: u32,
+    ) -> Result<(), KvError> {
+        let want = if level + 1 == self.meta.layers { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
+        if view.node_type() != want {
+            return Err(self.corrupt(
+                offset,
+                format!("type {} on level {level}, expected {want}", view.node_type()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates an on-disk child pointer of the node at `from`: bit 63 set, aligned, on `level`.
+    pub(crate) fn child_offset(&self, ptr: u64, from: u64, level: usize) -> Result<u64, KvError> {
+        let nb = self.meta.node_size.bytes() as u64;
+        if ptr & FILE_MASK == 0 {
+            return Err(self.corrupt(from, format!("child pointer {ptr:#x} lacks bit 63")));
+        }
+        let off = ptr & !FILE_MASK;
+        let lo = self.starts[level] * nb;
+        let hi = lo + self.counts[level] * nb;
+        if !off.is_multiple_of(nb) || off < lo || off >= hi {
+            return Err(self.corrupt(
+                from,
+                format!("child pointer {off} outside level {level} [{lo}, {hi}) or unaligned"),
+            ));
+        }
+        Ok(off)
+    }
+
+    /// The step after reading the node at `offset` on `level` (`block` = its bytes).
+    ///
+    /// # Errors
+    /// `CorruptNode` with the offset when the node is inconsistent with the shape.
+    pub fn on_node(
+        &self,
+        key: u64,
+        offset: u64,
+        level: u32,
+        block: &[u8],
+    ) -> Result<Step, KvError> {
+        if level >= self.meta.layers {
+            return Err(self.corrupt(offset, format!("level {level} beyond {}", self.meta.layers)));
+        }
+        self.decide(key, level, &NodeView::new(block, self.meta.node_size), offset)
+    }
+
+    pub(crate) fn decide(
+        &self,
+        key: u64,
+        level: u32,
+        view: &NodeView,
+        offset: u64,
+    ) -> Result<Step, KvError> {
+        self.check_type(view, offset, level)?;
+        if view.node_type() == NODE_TYPE_INTERNAL {
+            let off = self.child_offset(view.child_ptr(key), offset, level as usize + 1)?;
+            return Ok(Step::Node { offset: off, level: level + 1 });
+        }
+        match view.leaf_value_ptr(key) {
+            None => Ok(Step::Done(None)),
+            Some(p) => Ok(Step::Value { offset: self.value_offset(p, offset)? }),
+        }
+    }
+
+    /// Validates a leaf's value pointer (the leaf at `from`): inside the value log, on a value
+    /// boundary (so the value lies within one node-size block). Every reader of a leaf's
+    /// pointers goes through it: lookups, range scans, compaction.
+    ///
+    /// # Errors
+    /// [`KvError::CorruptNode`] naming the leaf and the pointer.
+    pub fn value_offset(&self, ptr: u64, from: u64) -> Result<u64, KvError> {
+        let off = ptr & !FILE_MASK;
+        let lo = self.meta.value_log_offset;
+        let hi = lo + self.meta.key_count * VALUE_BYTES as u64;
+        if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
+            return Err(self.corrupt(from, format!("value pointer {off} outside [{lo}, {hi})")));
+        }
+        Ok(off)
+    }
+}
+
 /// An open database. Shared by threads (`&Store` is all a lookup path needs).
 #[derive(Debug)]
 pub struct Store {
@@ -125,8 +243,7 @@ pub struct Store {
     /// O_DIRECT offset and length alignment (statx `STATX_DIOALIGN`): the device's logical
     /// block, e.g. 4096 on zram; 1 when the file is buffered.
     dio_align: u64,
-    starts: Vec<u64>,
-    counts: Vec<u64>,
+    shape: Shape,
     cache_levels: u32,
     /// Levels 0..cache_levels, node after node; internal pointers to cached children are
     /// rewritten to node indices with bit 63 clear (as BPF-KV's cache does).
@@ -187,8 +304,7 @@ impl Store {
             file,
             direct,
             dio_align,
-            starts: meta.level_starts(),
-            counts: meta.level_counts(),
+            shape: Shape::new(path, meta),
             cache_levels: cache_levels.min(meta.layers),
             cache: Vec::new(),
         };
@@ -275,30 +391,26 @@ impl Store {
         }
     }
 
-    fn corrupt(&self, offset: u64, reason: String) -> KvError {
-        KvError::CorruptNode { path: self.path.clone(), offset, reason }
-    }
-
     fn load_cache(&mut self) -> Result<(), KvError> {
         let k = self.cache_levels as usize;
         if k == 0 {
             return Ok(());
         }
         let nb = self.meta.node_size.bytes();
-        let nodes = self.starts.get(k).copied().unwrap_or(self.meta.total_nodes);
+        let nodes = self.shape.starts.get(k).copied().unwrap_or(self.meta.total_nodes);
         let bytes = usize::try_from(nodes).unwrap() * nb;
         let mut buf = AlignedBuf::new(bytes);
         self.read_block(&mut buf, 0)?;
         let f = self.meta.node_size.fanout();
         for level in 0..k.saturating_sub(1) {
-            for m in 0..self.counts[level] {
-                let idx = usize::try_from(self.starts[level] + m).unwrap();
+            for m in 0..self.shape.counts[level] {
+                let idx = usize::try_from(self.shape.starts[level] + m).unwrap();
                 let off = (idx * nb) as u64;
                 let view = NodeView::new(&buf[idx * nb..(idx + 1) * nb], self.meta.node_size);
-                self.check_type(&view, off, u32::try_from(level).unwrap())?;
+                self.shape.check_type(&view, off, u32::try_from(level).unwrap())?;
                 let mut mem = [0u64; 255];
                 for (i, slot) in mem.iter_mut().enumerate().take(f) {
-                    let child = self.child_offset(view.ptr(i), off, level + 1)?;
+                    let child = self.shape.child_offset(view.ptr(i), off, level + 1)?;
                     *slot = child / nb as u64;
                 }
                 for (i, p) in mem.iter().enumerate().take(f) {
@@ -308,35 +420,6 @@ impl Store {
         }
         self.cache = buf.to_vec();
         Ok(())
-    }
-
-    fn check_type(&self, view: &NodeView, offset: u64, level: u32) -> Result<(), KvError> {
-        let want = if level + 1 == self.meta.layers { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
-        if view.node_type() != want {
-            return Err(self.corrupt(
-                offset,
-                format!("type {} on level {level}, expected {want}", view.node_type()),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Validates an on-disk child pointer of the node at `from`: bit 63 set, aligned, on `level`.
-    fn child_offset(&self, ptr: u64, from: u64, level: usize) -> Result<u64, KvError> {
-        let nb = self.meta.node_size.bytes() as u64;
-        if ptr & FILE_MASK == 0 {
-            return Err(self.corrupt(from, format!("child pointer {ptr:#x} lacks bit 63")));
-        }
-        let off = ptr & !FILE_MASK;
-        let lo = self.starts[level] * nb;
-        let hi = lo + self.counts[level] * nb;
-        if !off.is_multiple_of(nb) || off < lo || off >= hi {
-            return Err(self.corrupt(
-                from,
-                format!("child pointer {off} outside level {level} [{lo}, {hi}) or unaligned"),
-            ));
-        }
-        Ok(off)
     }
 
     /// The first step of a lookup: walks the cached levels in memory.
@@ -355,7 +438,7 @@ impl Store {
                 // Memory index, validated when the cache was built.
                 idx = usize::try_from(view.child_ptr(key)).unwrap();
             } else {
-                return self.decide(key, level, &view, (idx * nb) as u64);
+                return self.shape.decide(key, level, &view, (idx * nb) as u64);
             }
         }
         unreachable!("the loop returns on the last cached level")
@@ -372,38 +455,21 @@ impl Store {
         level: u32,
         block: &[u8],
     ) -> Result<Step, KvError> {
-        if level >= self.meta.layers {
-            return Err(self.corrupt(offset, format!("level {level} beyond {}", self.meta.layers)));
-        }
-        self.decide(key, level, &NodeView::new(block, self.meta.node_size), offset)
+        self.shape.on_node(key, offset, level, block)
     }
 
-    fn decide(&self, key: u64, level: u32, view: &NodeView, offset: u64) -> Result<Step, KvError> {
-        self.check_type(view, offset, level)?;
-        if view.node_type() == NODE_TYPE_INTERNAL {
-            let off = self.child_offset(view.child_ptr(key), offset, level as usize + 1)?;
-            return Ok(Step::Node { offset: off, level: level + 1 });
-        }
-        match view.leaf_value_ptr(key) {
-            None => Ok(Step::Done(None)),
-            Some(p) => Ok(Step::Value { offset: self.value_offset(p, offset)? }),
-        }
-    }
-
-    /// Validates a leaf's value pointer (the leaf at `from`): inside the value log, on a value
-    /// boundary (so the value lies within one node-size block). Every reader of a leaf's
-    /// pointers goes through it: lookups, range scans, compaction.
+    /// Validates a leaf's value pointer ([`Shape::value_offset`]).
     ///
     /// # Errors
     /// [`KvError::CorruptNode`] naming the leaf and the pointer.
     pub fn value_offset(&self, ptr: u64, from: u64) -> Result<u64, KvError> {
-        let off = ptr & !FILE_MASK;
-        let lo = self.meta.value_log_offset;
-        let hi = lo + self.meta.key_count * VALUE_BYTES as u64;
-        if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
-            return Err(self.corrupt(from, format!("value pointer {off} outside [{lo}, {hi})")));
-        }
-        Ok(off)
+        self.shape.value_offset(ptr, from)
+    }
+
+    /// The checks every lookup path applies to a node it read.
+    #[must_use]
+    pub fn shape(&self) -> &Shape {
+        &self.shape
     }
 
     /// The node-size block holding the value at `offset`, and the value's position in it.
@@ -452,7 +518,8 @@ impl Store {
     #[must_use]
     pub fn leaf_range(&self) -> (u64, u64) {
         let nb = self.meta.node_size.bytes() as u64;
-        let l = self.starts.len() - 1;
-        (self.starts[l] * nb, (self.starts[l] + self.counts[l]) * nb)
+        let (starts, counts) = (&self.shape.starts, &self.shape.counts);
+        let l = starts.len() - 1;
+        (starts[l] * nb, (starts[l] + counts[l]) * nb)
     }
 }

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::TempDir;
+use storefn_io::storage::{RealStorage, Storage, StorageFile};
 use storefn_kv::builder::create_bpfkv_in;
 use storefn_kv::db::{Db, DbOptions};
-use storefn_kv::storage::{RealStorage, Storage, StorageFile};
 use storefn_kv::{KvError, NodeSize};
 use storefn_testkit::dir_names;
 

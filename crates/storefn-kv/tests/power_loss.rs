@@ -1,5 +1,5 @@
 //! Power loss at every operation of put, group commit and compaction, through the crash model
-//! (storefn_kv::storage::sim): unsynced writes lost or torn, unsynced directory entries gone.
+//! (storefn_io::storage::sim): unsynced writes lost or torn, unsynced directory entries gone.
 //! After each crash the disk image is opened with the real storage: it must open without error,
 //! hold every acknowledged put with its exact value, and its tree must pass a full compaction
 //! (every leaf, key order and value pointer checked) and a full scan equal to the model.
@@ -11,11 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::TempDir;
+use storefn_io::storage::sim::CrashSim;
 use storefn_kv::db::{Db, DbOptions};
 use storefn_kv::format::{bpfkv_value, VALUE_BYTES};
 use storefn_kv::memtable::ENTRY_BYTES;
 use storefn_kv::range::RangeScan;
-use storefn_kv::storage::sim::CrashSim;
 use storefn_kv::{create_bpfkv, NodeSize};
 
 type Value = [u8; VALUE_BYTES];

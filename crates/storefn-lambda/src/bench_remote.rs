@@ -458,6 +458,30 @@ fn flip(local: [f64; 2], server: [f64; 2]) -> Judged {
     }
 }
 
+/// The bench's client side of a remote file: cold drops blocks from the client cache, warm
+/// reads the whole file into it.
+impl ClientSide for crate::RemoteReadSide {
+    fn size_bytes(&mut self) -> Result<u64, LambdaError> {
+        crate::RemoteReadSide::size_bytes(self)
+    }
+
+    fn drop_range(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
+        self.drop_cached(off, len);
+        Ok(())
+    }
+
+    fn warm_all(&mut self) -> Result<(), LambdaError> {
+        let size = self.size_bytes()?;
+        let mut at = 0;
+        while at < size {
+            let n = crate::server_transport::MAX_REMOTE_READ_BYTES.min(size - at);
+            self.fetch(at, n)?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

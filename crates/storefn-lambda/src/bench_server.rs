@@ -4,7 +4,7 @@
 //! each sweep repeated with the server's CPU capped (cgroup v1, [`CpuCap`]), whose rows carry
 //! `-cpuP` in their condition.
 
-use storefn_server::ClientConfig;
+use storefn_wire::ClientConfig;
 
 use crate::bench::BenchRow;
 use crate::bench_remote::{run_remote_with, MidwayCap, RemoteBenchConfig};

@@ -3,9 +3,8 @@
 //! docs/FORMAT.md), durably before the server answers. The same function object as the local
 //! [`crate::pwrite_lambda`]: the server verifies the same ELF bytes (LOAD_PROG, type lambda).
 
-use storefn_server::proto::{MAX_LAMBDA_WRITE_IN_BYTES, MAX_LAMBDA_WRITE_OUT_BYTES};
-use storefn_server::registry::ProgHash;
-use storefn_server::{ClientError, Req};
+use storefn_wire::limits::{MAX_LAMBDA_WRITE_IN_BYTES, MAX_LAMBDA_WRITE_OUT_BYTES};
+use storefn_wire::{ClientError, ProgHash, Request};
 
 use crate::error::LambdaError;
 use crate::prog::LambdaProg;
@@ -22,8 +21,6 @@ pub struct RemoteWriter {
     transport: ServerTransport,
     file: String,
     prog: ProgHash,
-    /// The request, kept so its buffers are reused.
-    req: Req,
 }
 
 impl RemoteWriter {
@@ -42,14 +39,7 @@ impl RemoteWriter {
             .client_mut()
             .load_prog(PROG_TYPE_LAMBDA, section, prog.elf())
             .map_err(|e| remote_err(&transport, prog.name(), e))?;
-        let req = Req::LambdaWrite {
-            path: file.to_string(),
-            offset: 0,
-            hash,
-            input: Vec::new(),
-            out_cap: 0,
-        };
-        Ok(Self { transport, file: file.to_string(), prog: hash, req })
+        Ok(Self { transport, file: file.to_string(), prog: hash })
     }
 
     /// `pwrite_λ`: the server runs the function over `input` (into an output buffer of
@@ -78,18 +68,17 @@ impl RemoteWriter {
         if out_cap == 0 || out_cap > MAX_REMOTE_WRITE_OUT_BYTES {
             return Err(too_large(out_cap, MAX_REMOTE_WRITE_OUT_BYTES));
         }
-        let Req::LambdaWrite { offset, input: buf, out_cap: cap, hash, .. } = &mut self.req else {
-            unreachable!("built as LambdaWrite")
+        let req = Request::LambdaWrite {
+            path: self.file.as_bytes(),
+            offset: off,
+            hash: &self.prog,
+            input,
+            out_cap: u32::try_from(out_cap).expect("<= MAX_REMOTE_WRITE_OUT_BYTES"),
         };
-        *offset = off;
-        *hash = self.prog;
-        *cap = u32::try_from(out_cap).expect("<= MAX_REMOTE_WRITE_OUT_BYTES");
-        buf.clear();
-        buf.extend_from_slice(input);
         let r = self
             .transport
             .client_mut()
-            .one(&self.req)
+            .one(&req)
             .map_err(|e| remote_err(&self.transport, &self.file, e))?;
         usize::try_from(r.value).ok().filter(|&n| n <= out_cap).ok_or_else(|| {
             let m = format!("LAMBDA_WRITE reply: {} bytes written, out_cap {out_cap}", r.value);
@@ -144,7 +133,7 @@ pub fn write_local_once(
 pub fn write_remote_once(
     addr: &str,
     file: &str,
-    cfg: storefn_server::ClientConfig,
+    cfg: storefn_wire::ClientConfig,
     prog: &LambdaProg,
     off: u64,
     input: &[u8],

@@ -11,19 +11,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use storefn_server::proto::{MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
-use storefn_server::registry::ProgHash;
-use storefn_server::{Client, ClientConfig, ClientError, Req};
 use storefn_vm::Instance;
+use storefn_wire::limits::{MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
+use storefn_wire::{Client, ClientConfig, ClientError, ProgHash, Request};
 
-use crate::bench_remote::ClientSide;
 use crate::dispatch::{DispatchConfig, Dispatcher, Run, Side, SideKind, Where};
 use crate::error::LambdaError;
 use crate::prog::{run_lambda, LambdaProg};
 use crate::remote::{LambdaTransport, RemoteSide};
 
 /// LOAD_PROG's `prog_type` for a λ program, as the wire module names it.
-pub use storefn_server::proto::msg::PROG_TYPE_LAMBDA;
+pub use storefn_wire::PROG_TYPE_LAMBDA;
 
 /// Largest range one remote λ request (LAMBDA frame) may cover, bytes.
 pub const MAX_REMOTE_RANGE_BYTES: u64 = MAX_LAMBDA_IN_BYTES as u64;
@@ -91,11 +89,11 @@ impl LambdaTransport for ServerTransport {
         }
         // A larger buffer than the frame allows only means the function cannot fill it.
         let out_cap = u32::try_from(out.len()).unwrap_or(u32::MAX).min(MAX_LAMBDA_OUT_BYTES);
-        let req = Req::Lambda {
-            path: file.to_string(),
+        let req = Request::Lambda {
+            path: file.as_bytes(),
             offset: off,
             len: u32::try_from(len).expect("<= MAX_LAMBDA_IN_BYTES"),
-            hash: *prog,
+            hash: prog,
             out_cap,
         };
         let r = self.client.one(&req).map_err(|e| remote_err(&self.addr, file, e))?;
@@ -195,7 +193,6 @@ pub struct RemoteReadSide {
     size: Option<u64>,
     cache: BlockCache,
     buf: Vec<u8>,
-    reqs: Vec<Req>,
     missing: Vec<u64>,
 }
 
@@ -221,7 +218,6 @@ impl RemoteReadSide {
             size: None,
             cache: BlockCache::new(cache_bytes),
             buf: Vec::new(),
-            reqs: Vec::new(),
             missing: Vec::new(),
         }
     }
@@ -242,7 +238,7 @@ impl RemoteReadSide {
         if let Some(s) = self.size {
             return Ok(s);
         }
-        let r = self.transport.client.one(&Req::Stat { path: self.file.clone() });
+        let r = self.transport.client.one(&Request::Stat { path: self.file.as_bytes() });
         let s = r.map_err(|e| self.err(e))?.value;
         self.size = Some(s);
         Ok(s)
@@ -259,7 +255,7 @@ impl RemoteReadSide {
     }
 
     /// Fetches every block of `[off, off + len)` not cached (READ frames).
-    fn fetch(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
+    pub(crate) fn fetch(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
         let b = u64::from(MAX_READ_BYTES);
         let size = self.size_bytes()?;
         self.missing.clear();
@@ -271,13 +267,16 @@ impl RemoteReadSide {
         let per_frame = self.transport.client.max_in_flight().max(1);
         let missing = std::mem::take(&mut self.missing);
         for chunk in missing.chunks(per_frame) {
-            self.reqs.clear();
-            for &block in chunk {
-                let n = (size - block * b).min(b);
-                let n32 = u32::try_from(n).expect("<= MAX_READ_BYTES");
-                self.reqs.push(Req::Read { path: self.file.clone(), offset: block * b, len: n32 });
-            }
-            let replies = self.transport.client.call(&self.reqs).map_err(|e| self.err(e))?;
+            let path = self.file.as_bytes();
+            let reqs: Vec<Request<'_>> = chunk
+                .iter()
+                .map(|&block| {
+                    let n = (size - block * b).min(b);
+                    let len = u32::try_from(n).expect("<= MAX_READ_BYTES");
+                    Request::Read { path, offset: block * b, len }
+                })
+                .collect();
+            let replies = self.transport.client.call(&reqs).map_err(|e| self.err(e))?;
             for (&block, r) in chunk.iter().zip(replies) {
                 let r = r.ok("READ").map_err(|e| self.err(e))?;
                 let want = (size - block * b).min(b);
@@ -353,30 +352,6 @@ impl Side for RemoteReadSide {
         let missing = blocks.filter(|k| !self.cache.blocks.contains_key(k)).count();
         #[allow(clippy::cast_precision_loss)]
         Some(if total == 0 { 0.0 } else { missing as f64 / total as f64 })
-    }
-}
-
-/// The bench's client side of a remote file: cold drops blocks from the client cache, warm
-/// reads the whole file into it.
-impl ClientSide for RemoteReadSide {
-    fn size_bytes(&mut self) -> Result<u64, LambdaError> {
-        RemoteReadSide::size_bytes(self)
-    }
-
-    fn drop_range(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
-        self.drop_cached(off, len);
-        Ok(())
-    }
-
-    fn warm_all(&mut self) -> Result<(), LambdaError> {
-        let size = self.size_bytes()?;
-        let mut at = 0;
-        while at < size {
-            let n = MAX_REMOTE_READ_BYTES.min(size - at);
-            self.fetch(at, n)?;
-            at += n;
-        }
-        Ok(())
     }
 }
 

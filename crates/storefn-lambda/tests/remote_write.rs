@@ -9,8 +9,9 @@ use storefn_lambda::remote_write::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_O
 use storefn_lambda::{
     pwrite_lambda, LambdaError, LambdaProg, RemoteWriter, ServerTransport, Workload,
 };
-use storefn_server::{ClientConfig, Server, ServerConfig};
+use storefn_server::{Server, ServerConfig};
 use storefn_vm::Engine;
+use storefn_wire::ClientConfig;
 
 struct Dir(PathBuf);
 
@@ -139,7 +140,8 @@ fn a_server_with_tokens_refuses_unauthenticated_lambda_writes() {
     let e = refused.unwrap_err();
     assert!(status(&e).contains("AUTH"), "{e}");
     assert_eq!(std::fs::read(d.0.join("f.out")).unwrap(), b"keep");
-    let t = ServerTransport::connect(&addr, ClientConfig::from_token_file(&tok).unwrap()).unwrap();
+    let t = ServerTransport::connect(&addr, storefn_server::auth::client_config(&tok).unwrap())
+        .unwrap();
     let n =
         RemoteWriter::new(t, "f.out", &prog).unwrap().pwrite_lambda(0, &input, 1 << 20).unwrap();
     assert_eq!(std::fs::metadata(d.0.join("f.out")).unwrap().len(), n.max(4) as u64);

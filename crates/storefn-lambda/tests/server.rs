@@ -12,8 +12,9 @@ use storefn_lambda::{
     DispatchConfig, Dispatcher, LambdaError, LambdaProg, LocalFile, LocalSide, Profiling,
     RemoteReadSide, RemoteSide, ServerTransport, Side, SideKind, Workload,
 };
-use storefn_server::{ClientConfig, Server, ServerConfig};
+use storefn_server::{Server, ServerConfig};
 use storefn_vm::Engine;
+use storefn_wire::ClientConfig;
 
 struct Dir(PathBuf);
 
@@ -145,7 +146,7 @@ fn server_errors_are_typed_and_name_the_file() {
     let e = remote.run(64 << 10, 4096, &mut out).unwrap_err();
     let LambdaError::Remote { file, source, .. } = &e else { panic!("{e}") };
     assert_eq!(file, &name);
-    let ce = source.downcast_ref::<storefn_server::ClientError>().expect("typed cause");
+    let ce = source.downcast_ref::<storefn_wire::ClientError>().expect("typed cause");
     assert!(ce.to_string().contains("outside the file"), "{ce}");
     // A missing file.
     let mut missing = RemoteSide::new(connect(&server), "nope.dat", &prog).unwrap();

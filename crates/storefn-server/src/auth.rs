@@ -1,16 +1,14 @@
-//! Token auth: HMAC-SHA256 challenge-response. The server sends a fresh random challenge in
-//! its HELLO response; the client answers HMAC-SHA256(secret, challenge || tenant). The secret
-//! never crosses the wire.
+//! Token auth: HMAC-SHA256 challenge-response (the crypto is storefn-wire's). The server sends
+//! a fresh random challenge in its HELLO response; the client answers
+//! HMAC-SHA256(secret, challenge || tenant). The secret never crosses the wire.
 //!
 //! Token file: one tenant per line, `TENANT SECRET` (whitespace-separated; `#` starts a
 //! comment). The server loads every line; a client uses the first.
 
 use std::path::{Path, PathBuf};
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
-use crate::proto::{HASH_BYTES, MAX_TENANT_BYTES};
+use storefn_wire::limits::MAX_TENANT_BYTES;
+pub use storefn_wire::{challenge, mac, verify};
 
 /// Shortest secret accepted, bytes: a guessable secret defeats the MAC.
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -77,41 +75,11 @@ pub fn load_tokens(path: &Path) -> Result<Vec<Token>, TokenError> {
     Ok(out)
 }
 
-/// HMAC-SHA256(secret, challenge || tenant).
-#[must_use]
-pub fn mac(secret: &[u8], challenge: &[u8; HASH_BYTES], tenant: &[u8]) -> [u8; HASH_BYTES] {
-    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    m.update(challenge);
-    m.update(tenant);
-    m.finalize().into_bytes().into()
-}
-
-/// Checks a client's MAC in constant time.
-#[must_use]
-pub fn verify(secret: &[u8], challenge: &[u8; HASH_BYTES], tenant: &[u8], tag: &[u8]) -> bool {
-    let mut m = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    m.update(challenge);
-    m.update(tenant);
-    m.verify_slice(tag).is_ok()
-}
-
-/// A fresh random challenge from the kernel (`getrandom`).
+/// The client's side of a token file: the tenant and secret of its first line.
 ///
-/// # Panics
-/// If the kernel's random source fails (it does not once the system has booted).
-#[must_use]
-pub fn challenge() -> [u8; HASH_BYTES] {
-    let mut c = [0u8; HASH_BYTES];
-    let mut got = 0;
-    while got < c.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `c`.
-        let n = unsafe { libc::getrandom(c[got..].as_mut_ptr().cast(), c.len() - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            assert!(e.kind() == std::io::ErrorKind::Interrupted, "getrandom: {e}");
-            continue;
-        }
-        got += usize::try_from(n).expect("non-negative");
-    }
-    c
+/// # Errors
+/// As [`load_tokens`].
+pub fn client_config(path: &Path) -> Result<storefn_wire::ClientConfig, TokenError> {
+    let t = load_tokens(path)?.swap_remove(0);
+    Ok(storefn_wire::ClientConfig::with_secret(t.tenant, t.secret))
 }

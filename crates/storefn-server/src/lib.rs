@@ -1,22 +1,33 @@
 //! storefn-server: run storage functions where the data is, for remote clients (BPF-oF, DDS).
 //!
-//! - [`proto`]: the wire protocol (docs/FORMAT.md, "Wire protocol").
 //! - [`server`]: `storefn serve` — threads, engines, connections, limits, fairness.
-//! - [`client`]: a pipelined, reconnecting client; [`remote_kv`]: BPF-KV lookups through it
-//!   (`rpc-read` and `pushdown`), with the file-version staleness protocol.
-//! - [`auth`]: token files and the HMAC-SHA256 challenge-response.
+//! - [`auth`]: token files (the challenge-response itself is storefn-wire's).
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
-//! - [`bench`]: the remote lookup benchmark (`kv bench --remote`).
+//! - [`fairness`]: the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
+//! - [`limits`]: every bound of the server, and the wire's and engine's it must agree with.
+//!
+//! The protocol and the client are storefn-wire's: an application reaches the server through
+//! the wire and runs code on it through a program type (xrp, lambda) or a plug-in trait
+//! ([`server::offload::OffloadHook`], DDS's).
 pub mod auth;
-pub mod bench;
-pub mod client;
 pub mod confine;
-pub mod proto;
+pub mod fairness;
+pub mod limits;
 pub mod registry;
-pub mod remote_kv;
 pub mod server;
 
-pub use client::{Client, ClientConfig, ClientError, Reply, Req};
-pub use remote_kv::{RemoteKv, RemotePath};
+/// The wire protocol as the server's modules name it (`crate::proto::...`): storefn-wire's
+/// face, its layouts and its limits in one namespace.
+mod proto {
+    pub use storefn_wire::layout::*;
+    pub use storefn_wire::limits::*;
+    pub use storefn_wire::*;
+
+    /// The payload layouts, under their old path.
+    pub mod msg {
+        pub use super::*;
+    }
+}
+
 pub use server::{Server, ServerConfig, ServerError};

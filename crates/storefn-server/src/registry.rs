@@ -7,10 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use storefn_vm::{ProgType, VerifiedProgram};
-
-use crate::proto::HASH_BYTES;
 
 /// Default bound on the registry, bytes (ELF bytes + linked instructions of every program).
 pub const DEFAULT_REGISTRY_BYTES: usize = 64 << 20;
@@ -19,18 +16,7 @@ pub const DEFAULT_REGISTRY_BYTES: usize = 64 << 20;
 /// verified program within about 10 ms on the JIT here); a chain is bounded by hops x this.
 pub const SERVER_INSN_BUDGET: u64 = storefn_vm::program::DEFAULT_INSN_BUDGET;
 
-/// A content hash.
-pub type ProgHash = [u8; HASH_BYTES];
-
-/// The hash a client computes to name a program without loading it first.
-#[must_use]
-pub fn prog_hash(prog_type: u8, section: &[u8], elf: &[u8]) -> ProgHash {
-    let mut h = Sha256::new();
-    h.update([prog_type]);
-    h.update(section);
-    h.update(elf);
-    h.finalize().into()
-}
+pub use storefn_wire::{prog_hash, ProgHash};
 
 #[derive(Debug)]
 struct Entry {

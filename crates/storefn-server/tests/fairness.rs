@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::TempDir;
-use storefn_server::bench::{fairness, write_chain_file, FairnessConfig};
+use storefn_server::fairness::{fairness, write_chain_file, FairnessConfig};
 use storefn_server::{Server, ServerConfig};
 
 #[test]

@@ -11,8 +11,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{client, make_db, TempDir};
-use storefn_server::proto::*;
-use storefn_server::{Req, Server, ServerConfig};
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::layout::*;
+use storefn_wire::limits::*;
+use storefn_wire::Request;
+use storefn_wire::*;
 
 fn start(dir: &TempDir, tweak: impl FnOnce(&mut ServerConfig)) -> Server {
     let mut cfg = ServerConfig::new(dir.path());
@@ -45,8 +48,8 @@ fn frame_of(reqs: &[Request<'_>]) -> Vec<u8> {
     f.finish().to_vec()
 }
 
-fn read_ok(c: &mut storefn_server::Client) {
-    let r = c.one(&Req::Read { path: "f".into(), offset: 0, len: 4 }).unwrap();
+fn read_ok(c: &mut storefn_wire::Client) {
+    let r = c.one(&Request::Read { path: b"f", offset: 0, len: 4 }).unwrap();
     assert_eq!(r.data, b"data");
 }
 
@@ -119,7 +122,7 @@ fn slow_and_idle_clients_are_closed() {
     // A client whose connection was closed for idleness reconnects on its next call.
     let mut c = client(&server);
     std::thread::sleep(Duration::from_millis(700));
-    assert!(c.one(&Req::Stat { path: "f".into() }).is_err(), "the idle connection was closed");
+    assert!(c.one(&Request::Stat { path: b"f" }).is_err(), "the idle connection was closed");
     read_ok(&mut c);
     assert_eq!(c.connects, 2);
     server.stop();
@@ -195,12 +198,12 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     let mut c = client(&server);
     let follow = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow")).unwrap();
     let e = c
-        .one(&Req::Xrp {
-            path: "loop".into(),
+        .one(&Request::Xrp {
+            path: b"loop",
             offset: 512,
             len: 512,
-            hash: follow,
-            scratch: vec![],
+            hash: &follow,
+            scratch: &[],
             out_len: 16,
         })
         .unwrap_err();
@@ -208,12 +211,12 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     assert!(e.to_string().contains("64"), "names the hop limit: {e}");
     let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
     let e = c
-        .one(&Req::Xrp {
-            path: "loop".into(),
+        .one(&Request::Xrp {
+            path: b"loop",
             offset: 0,
             len: 512,
-            hash: spin,
-            scratch: vec![],
+            hash: &spin,
+            scratch: &[],
             out_len: 0,
         })
         .unwrap_err();
@@ -248,8 +251,8 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     // Regression: 256 replies of 4 KiB in one pass once made a response frame over the 1 MiB
     // limit (the client refused it). Responses roll over into new frames.
     std::fs::write(dir.join("big"), vec![5u8; 4096 * 4]).unwrap();
-    let reqs: Vec<Req> = (0..256)
-        .map(|i| Req::Read { path: "big".into(), offset: (i % 4) * 4096, len: 4096 })
+    let reqs: Vec<Request<'_>> = (0..256)
+        .map(|i| Request::Read { path: b"big", offset: (i % 4) * 4096, len: 4096 })
         .collect();
     for r in c.call(&reqs).unwrap() {
         assert_eq!(r.ok("READ").unwrap().data, vec![5u8; 4096]);
@@ -259,18 +262,17 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     server.join().unwrap();
 }
 
-use storefn_server::proto::msg::PROG_TYPE_XRP;
 use storefn_server::server;
+use storefn_wire::PROG_TYPE_XRP;
 
 #[test]
 fn stop_answers_every_request_then_closes() {
     let dir = TempDir::new("stop");
-    storefn_server::bench::write_chain_file(&dir.join("chain"), 64).unwrap();
+    storefn_server::fairness::write_chain_file(&dir.join("chain"), 64).unwrap();
     // IPv6 loopback too.
     let server = Server::start("[::1]:0", ServerConfig::new(dir.path())).unwrap();
-    let mut c =
-        storefn_server::Client::connect(&server.local_addr().to_string(), Default::default())
-            .unwrap();
+    let mut c = storefn_wire::Client::connect(&server.local_addr().to_string(), Default::default())
+        .unwrap();
     let h = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow")).unwrap();
     let chain = |_| Request::Xrp {
         path: b"chain",

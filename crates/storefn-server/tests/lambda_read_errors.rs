@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::TempDir;
-use storefn_server::proto::msg::PROG_TYPE_LAMBDA;
-use storefn_server::proto::{StatusCode, MAX_LAMBDA_IN_BYTES, MAX_READ_BYTES};
-use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::limits::{MAX_LAMBDA_IN_BYTES, MAX_READ_BYTES};
+use storefn_wire::StatusCode;
+use storefn_wire::PROG_TYPE_LAMBDA;
+use storefn_wire::{Client, ClientConfig, Request};
 
 /// File-system block size of the test image (one server chunk read per block).
 const FS_BLOCK: u64 = MAX_READ_BYTES as u64;
@@ -146,11 +148,11 @@ fn a_chunk_read_failing_mid_range_answers_one_clean_error() {
     let mut c = Client::connect(&server.local_addr().to_string(), ClientConfig::default()).unwrap();
     let elf = storefn_progs::must("lambda/stats64");
     let h = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
-    let lambda = |offset: u64, len: u64| Req::Lambda {
-        path: "f".into(),
+    let lambda = |offset: u64, len: u64| Request::Lambda {
+        path: b"f",
         offset,
         len: u32::try_from(len).unwrap(),
-        hash: h,
+        hash: &h,
         out_cap: 64,
     };
     let good = half * FS_BLOCK;
@@ -178,7 +180,7 @@ fn a_chunk_read_failing_mid_range_answers_one_clean_error() {
         let ok = c.one(&lambda(0, good)).unwrap();
         let (ret, out) = local_stats(elf, &data[..usize::try_from(good).unwrap()]);
         assert_eq!((ok.value, ok.data), (ret, out), "round {round}");
-        let rd = c.one(&Req::Read { path: "f".into(), offset: 0, len: 8 }).unwrap();
+        let rd = c.one(&Request::Read { path: b"f", offset: 0, len: 8 }).unwrap();
         assert_eq!(rd.data, data[..8]);
     }
     server.stop();

@@ -1,47 +1,12 @@
-//! The server over loopback: remote lookups (rpc-read and pushdown) agree with the local
-//! store on every key; READ/STAT/WRITE/LAMBDA; confinement; auth; program registry.
+//! The server over loopback: READ/STAT/WRITE/LAMBDA; confinement; auth; program registry.
 
 mod common;
 
-use common::{client, make_db, serve, TempDir};
-use storefn_kv::format::bpfkv_value;
-use storefn_server::proto::msg::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP};
-use storefn_server::proto::StatusCode;
-use storefn_server::{Client, ClientConfig, RemoteKv, RemotePath, Req, Server, ServerConfig};
-
-#[test]
-fn remote_lookups_match_local_values_on_both_paths() {
-    let dir = TempDir::new("lookups");
-    make_db(&dir, 3);
-    let server = serve(dir.path(), 2);
-    let n = 31u64.pow(3);
-    let keys: Vec<u64> =
-        (0..200).map(|i| (i * 7919) % n).chain([0, n - 1, n, n + 5, u64::MAX]).collect();
-    for cache in [0, 1, 2, 3] {
-        for path in [RemotePath::RpcRead, RemotePath::Pushdown] {
-            let mut kv = RemoteKv::open(client(&server), "db", cache).unwrap();
-            let got = kv.get_many(&keys, path).unwrap();
-            for (k, v) in keys.iter().zip(&got) {
-                let want = (*k < n).then(|| bpfkv_value(*k));
-                assert_eq!(*v, want, "key {k} cache {cache} {path:?}");
-            }
-            let st = kv.stats();
-            let hops = u64::from(3 - cache.min(3)) + 1;
-            match path {
-                // One frame for the whole batch.
-                RemotePath::Pushdown if cache < 3 => assert_eq!(st.round_trips, 1, "{st:?}"),
-                // One READ per uncached level plus the value, for hits; misses stop at the leaf.
-                RemotePath::RpcRead => {
-                    assert!(st.round_trips <= keys.len() as u64 * hops, "{st:?}");
-                }
-                RemotePath::Pushdown => {}
-            }
-            assert_eq!(st.fallbacks, 0);
-        }
-    }
-    server.stop();
-    server.join().unwrap();
-}
+use common::{client, serve, TempDir};
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::StatusCode;
+use storefn_wire::{Client, ClientConfig, Request};
+use storefn_wire::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP};
 
 #[test]
 fn read_stat_write_and_versions() {
@@ -49,23 +14,23 @@ fn read_stat_write_and_versions() {
     std::fs::write(dir.join("f"), vec![7u8; 10_000]).unwrap();
     let server = serve(dir.path(), 1);
     let mut c = client(&server);
-    let st = c.one(&Req::Stat { path: "f".into() }).unwrap();
+    let st = c.one(&Request::Stat { path: b"f" }).unwrap();
     assert_eq!(st.value, 10_000);
-    let r = c.one(&Req::Read { path: "f".into(), offset: 9_000, len: 1000 }).unwrap();
+    let r = c.one(&Request::Read { path: b"f", offset: 9_000, len: 1000 }).unwrap();
     assert_eq!(r.data, vec![7u8; 1000]);
     assert_eq!(r.version, st.version);
-    let w = c.one(&Req::Write { path: "f".into(), offset: 9_500, data: vec![1, 2, 3] }).unwrap();
+    let w = c.one(&Request::Write { path: b"f", offset: 9_500, data: &[1, 2, 3] }).unwrap();
     assert_eq!(w.value, 3);
-    let r = c.one(&Req::Read { path: "f".into(), offset: 9_499, len: 5 }).unwrap();
+    let r = c.one(&Request::Read { path: b"f", offset: 9_499, len: 5 }).unwrap();
     assert_eq!(r.data, vec![7, 1, 2, 3, 7]);
     assert_eq!((r.version.dev, r.version.ino), (st.version.dev, st.version.ino));
     // A new file renamed over the old one: a new identity.
     std::fs::write(dir.join("g"), vec![9u8; 100]).unwrap();
     std::fs::rename(dir.join("g"), dir.join("f")).unwrap();
-    let r = c.one(&Req::Read { path: "f".into(), offset: 0, len: 100 }).unwrap();
+    let r = c.one(&Request::Read { path: b"f", offset: 0, len: 100 }).unwrap();
     assert_eq!(r.data, vec![9u8; 100]);
     assert_ne!(r.version.ino, st.version.ino);
-    let e = c.one(&Req::Read { path: "f".into(), offset: 50, len: 100 }).unwrap_err();
+    let e = c.one(&Request::Read { path: b"f", offset: 50, len: 100 }).unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::OutOfRange as u16), "{e}");
     server.stop();
     server.join().unwrap();
@@ -84,20 +49,19 @@ fn paths_outside_the_served_directory_are_refused() {
     let server = serve(&dir, 1);
     let mut c = client(&server);
     for bad in ["../secret", "/etc/passwd", "link_out", "sub/../../secret"] {
-        let e = c.one(&Req::Read { path: bad.into(), offset: 0, len: 4 }).unwrap_err();
+        let e = c.one(&Request::Read { path: bad.as_bytes(), offset: 0, len: 4 }).unwrap_err();
         assert_eq!(e.status(), Some(StatusCode::OutsideRoot as u16), "{bad}: {e}");
-        let e =
-            c.one(&Req::Write { path: bad.into(), offset: 0, data: b"x".to_vec() }).unwrap_err();
+        let e = c.one(&Request::Write { path: bad.as_bytes(), offset: 0, data: b"x" }).unwrap_err();
         assert_eq!(e.status(), Some(StatusCode::OutsideRoot as u16), "{bad}: {e}");
     }
     assert_eq!(std::fs::read(outer.join("secret")).unwrap(), b"do not serve");
     for good in ["ok", "link_in", "sub/../ok"] {
         assert_eq!(
-            c.one(&Req::Read { path: good.into(), offset: 0, len: 4 }).unwrap().data,
+            c.one(&Request::Read { path: good.as_bytes(), offset: 0, len: 4 }).unwrap().data,
             b"fine"
         );
     }
-    let e = c.one(&Req::Read { path: "missing".into(), offset: 0, len: 4 }).unwrap_err();
+    let e = c.one(&Request::Read { path: b"missing", offset: 0, len: 4 }).unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::NotFound as u16), "{e}");
     server.stop();
     server.join().unwrap();
@@ -113,8 +77,9 @@ fn token_auth_accepts_the_secret_and_refuses_anything_else() {
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
-    let mut ok = Client::connect(&addr, ClientConfig::from_token_file(&tok).unwrap()).unwrap();
-    assert_eq!(ok.one(&Req::Read { path: "f".into(), offset: 0, len: 4 }).unwrap().data, b"data");
+    let mut ok =
+        Client::connect(&addr, storefn_server::auth::client_config(&tok).unwrap()).unwrap();
+    assert_eq!(ok.one(&Request::Read { path: b"f", offset: 0, len: 4 }).unwrap().data, b"data");
     let wrong = ClientConfig {
         tenant: "alice".into(),
         secret: Some(b"0123456789abcdef0124".to_vec()),
@@ -129,7 +94,7 @@ fn token_auth_accepts_the_secret_and_refuses_anything_else() {
     };
     assert!(Client::connect(&addr, unknown).is_err());
     let none = ClientConfig::default();
-    assert!(matches!(Client::connect(&addr, none), Err(storefn_server::ClientError::AuthRequired)));
+    assert!(matches!(Client::connect(&addr, none), Err(storefn_wire::ClientError::AuthRequired)));
     assert_eq!(server.stats().auth_failures.load(std::sync::atomic::Ordering::Relaxed), 2);
     server.stop();
     server.join().unwrap();
@@ -148,12 +113,12 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     assert!(e.to_string().contains("insn #"), "{e}");
     // An unknown hash: UNKNOWN_PROG.
     let r = c
-        .call(&[Req::Xrp {
-            path: "f".into(),
+        .call(&[Request::Xrp {
+            path: b"f",
             offset: 0,
             len: 512,
-            hash: [1; 32],
-            scratch: vec![],
+            hash: &[1; 32],
+            scratch: &[],
             out_len: 8,
         }])
         .unwrap();
@@ -163,9 +128,8 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     let h = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
     assert_eq!(c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap(), h, "same bytes, same hash");
     assert_eq!(server.registry_len(), 1);
-    let r = c
-        .one(&Req::Lambda { path: "f".into(), offset: 0, len: 256, hash: h, out_cap: 64 })
-        .unwrap();
+    let r =
+        c.one(&Request::Lambda { path: b"f", offset: 0, len: 256, hash: &h, out_cap: 64 }).unwrap();
     let mut local = storefn_vm::Instance::new(
         storefn_vm::load_verified(elf, None, storefn_vm::ProgType::Lambda).unwrap(),
         storefn_vm::Engine::Interp,
@@ -180,34 +144,9 @@ fn programs_are_verified_once_and_unknown_hashes_are_named() {
     let kv = storefn_progs::must("kv_lookup");
     let hx = c.load_prog(PROG_TYPE_XRP, b"", kv).unwrap();
     let e = c
-        .one(&Req::Lambda { path: "f".into(), offset: 0, len: 256, hash: hx, out_cap: 8 })
+        .one(&Request::Lambda { path: b"f", offset: 0, len: 256, hash: &hx, out_cap: 8 })
         .unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::BadRequest as u16), "{e}");
-    server.stop();
-    server.join().unwrap();
-}
-
-#[test]
-fn pipelined_pushdown_keeps_a_window_in_flight_and_matches() {
-    let dir = TempDir::new("pipe");
-    make_db(&dir, 3);
-    let server = serve(dir.path(), 1);
-    let n = 31u64.pow(3);
-    let keys: Vec<u64> = (0..1000).map(|i| (i * 7919) % n).chain([n, u64::MAX]).collect();
-    for cache in [0, 2, 3] {
-        let mut kv = RemoteKv::open(client(&server), "db", cache).unwrap();
-        let mut lat = Vec::new();
-        let got = kv.pushdown_pipelined(&keys, 32, 8, &mut lat).unwrap();
-        for (k, v) in keys.iter().zip(&got) {
-            assert_eq!(*v, (*k < n).then(|| bpfkv_value(*k)), "key {k} cache {cache}");
-        }
-        assert_eq!(lat.len(), keys.len());
-        assert!(lat.iter().all(|&ns| ns > 0));
-        if cache < 3 {
-            // Frames of 8 lookups.
-            assert_eq!(kv.stats().round_trips, keys.len().div_ceil(8) as u64, "{:?}", kv.stats());
-        }
-    }
     server.stop();
     server.join().unwrap();
 }
@@ -220,10 +159,10 @@ fn offload_without_an_engine_is_a_bad_request() {
     std::fs::write(dir.join("f"), vec![7u8; 100]).unwrap();
     let server = serve(dir.path(), 1);
     let mut c = client(&server);
-    let r = c.call(&[Req::Offload { msg: vec![1; 16] }]).unwrap().remove(0);
-    assert_eq!(r.status, storefn_server::proto::StatusCode::BadRequest as u16, "{r:?}");
+    let r = c.call(&[Request::Offload { msg: &[1; 16] }]).unwrap().remove(0);
+    assert_eq!(r.status, storefn_wire::StatusCode::BadRequest as u16, "{r:?}");
     assert!(r.message.contains("no offload engine"), "{}", r.message);
-    assert_eq!(c.one(&Req::Stat { path: "f".into() }).unwrap().value, 100);
+    assert_eq!(c.one(&Request::Stat { path: b"f" }).unwrap().value, 100);
     server.stop();
     server.join().unwrap();
 }
@@ -234,8 +173,8 @@ fn offload_without_an_engine_is_a_bad_request() {
 #[test]
 fn reads_beyond_one_tenants_share_are_admitted_without_waiting_for_the_poll() {
     use std::time::{Duration, Instant};
-    use storefn_server::proto::MAX_READ_BYTES;
     use storefn_server::server::{ENGINE_CHAINS, POLL_INTERVAL};
+    use storefn_wire::limits::MAX_READ_BYTES;
     let dir = TempDir::new("share");
     let block = MAX_READ_BYTES as usize;
     let data: Vec<u8> = (0..ENGINE_CHAINS * block).map(|i| (i / block) as u8).collect();
@@ -243,8 +182,8 @@ fn reads_beyond_one_tenants_share_are_admitted_without_waiting_for_the_poll() {
     let server = serve(dir.path(), 1);
     let mut c = client(&server);
     assert!(c.max_in_flight() >= ENGINE_CHAINS, "one frame carries every read");
-    let reqs: Vec<Req> = (0..ENGINE_CHAINS)
-        .map(|b| Req::Read { path: "f".into(), offset: (b * block) as u64, len: MAX_READ_BYTES })
+    let reqs: Vec<Request<'_>> = (0..ENGINE_CHAINS)
+        .map(|b| Request::Read { path: b"f", offset: (b * block) as u64, len: MAX_READ_BYTES })
         .collect();
     // The bug cost at least POLL_INTERVAL on every call; the fastest of a few calls shows it
     // whatever else the machine runs.

@@ -8,10 +8,10 @@ use std::io::Write;
 use std::net::TcpStream;
 
 use common::{make_db, serve, TempDir};
-use storefn_server::client::read_response_frame;
-use storefn_server::proto::msg::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP};
-use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
 use storefn_testkit::CountingAlloc;
+use storefn_wire::read_response_frame;
+use storefn_wire::{put_request, FrameBuf, Request, KIND_REQUEST};
+use storefn_wire::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::TempDir;
-use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 use storefn_server::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
-use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::{Client, ClientConfig, Request};
+use storefn_wire::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 
 const FILE_BYTES: usize = 300_000;
 
@@ -99,10 +100,11 @@ fn offloaded_reads_come_back_byte_exact_from_the_io_uring_path() {
     // with forwarded requests between them.
     let reads: Vec<(u64, u32)> =
         vec![(0, 8192), (8192 * 5, 8192), (12_345, 1), (100_000, 65_536), (299_000, 8192)];
+    let msgs: Vec<Vec<u8>> = reads.iter().map(|&(off, size)| read_msg(off, size)).collect();
     let mut reqs = Vec::new();
-    for &(off, size) in &reads {
-        reqs.push(Req::Offload { msg: read_msg(off, size) });
-        reqs.push(Req::Offload { msg: b"fwd".to_vec() });
+    for m in &msgs {
+        reqs.push(Request::Offload { msg: m });
+        reqs.push(Request::Offload { msg: b"fwd" });
     }
     for round in 0..50 {
         let got = c.call(&reqs).unwrap();
@@ -128,13 +130,13 @@ fn a_read_that_raced_a_change_is_forwarded_not_served() {
     hook.stable.store(false, Ordering::SeqCst);
     let mut c = Client::connect(&server.local_addr().to_string(), ClientConfig::default()).unwrap();
     let msg = read_msg(8192, 8192);
-    let r = c.one(&Req::Offload { msg: msg.clone() }).unwrap();
+    let r = c.one(&Request::Offload { msg: &msg }).unwrap();
     assert_eq!(r.value, u64::from(SERVED_BY_HOST), "a possibly torn read was served");
     let mut want = b"host:".to_vec();
     want.extend_from_slice(&msg);
     assert_eq!(r.data, want);
     hook.stable.store(true, Ordering::SeqCst);
-    let r = c.one(&Req::Offload { msg }).unwrap();
+    let r = c.one(&Request::Offload { msg: &msg }).unwrap();
     assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
     server.stop();
     server.join().unwrap();

@@ -10,10 +10,11 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::storage::sim::CrashSim;
-use storefn_server::proto::msg::PROG_TYPE_LAMBDA;
-use storefn_server::proto::StatusCode;
-use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
+use storefn_io::storage::sim::CrashSim;
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::StatusCode;
+use storefn_wire::PROG_TYPE_LAMBDA;
+use storefn_wire::{Client, ClientConfig, Request};
 
 const FILE_BYTES: usize = 64 * 1024;
 
@@ -65,17 +66,23 @@ fn run(dir: &TempDir, sim: &CrashSim) -> (Vec<Acked>, usize) {
     let mut c = Client::connect(&server.local_addr().to_string(), ClientConfig::default()).unwrap();
     let hash = c.load_prog(PROG_TYPE_LAMBDA, b"", storefn_progs::must("lambda/bitmap")).unwrap();
     let (mut acked, mut refused) = (Vec::new(), 0);
-    for s in steps() {
+    let steps = steps();
+    for s in &steps {
         let (file, offset, req, written) = match s {
             Step::Write { file, offset, data } => {
-                let req = Req::Write { path: file.into(), offset, data: data.clone() };
-                (file, offset, req, data)
+                let req = Request::Write { path: file.as_bytes(), offset: *offset, data };
+                (*file, *offset, req, data.clone())
             }
             Step::Lambda { file, offset, input } => {
-                let out = lambda_output(&input);
-                let req =
-                    Req::LambdaWrite { path: file.into(), offset, hash, input, out_cap: 4096 };
-                (file, offset, req, out)
+                let out = lambda_output(input);
+                let req = Request::LambdaWrite {
+                    path: file.as_bytes(),
+                    offset: *offset,
+                    hash: &hash,
+                    input,
+                    out_cap: 4096,
+                };
+                (*file, *offset, req, out)
             }
         };
         match c.one(&req) {

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use storefn_server::bench::{run as bench_run, RemoteBenchConfig};
-use storefn_server::{Client, ClientConfig, RemoteKv, RemotePath};
+use storefn_kv::remote::bench::{run as bench_run, RemoteBenchConfig};
+use storefn_kv::{RemoteKv, RemotePath};
+use storefn_wire::{Client, ClientConfig};
 
 use crate::CmdResult;
 
@@ -27,7 +28,7 @@ pub struct RemoteOpts {
 
 fn client_cfg(o: &RemoteOpts) -> Result<ClientConfig, Box<dyn std::error::Error>> {
     Ok(match &o.token_file {
-        Some(t) => ClientConfig::from_token_file(t)?,
+        Some(t) => storefn_server::auth::client_config(t)?,
         None => ClientConfig::default(),
     })
 }

@@ -12,9 +12,9 @@ use storefn_lambda::DispatchConfig;
 use storefn_lambda::{
     parse_range, run_local_once, run_remote_once, LambdaProg, Location, Where, Workload,
 };
-use storefn_server::proto::MAX_READ_BYTES;
-use storefn_server::ClientConfig;
 use storefn_vm::Engine;
+use storefn_wire::limits::MAX_READ_BYTES;
+use storefn_wire::ClientConfig;
 
 use crate::CmdResult;
 
@@ -72,7 +72,7 @@ pub struct ReqOpts {
 /// The client's tenant and secret: the token file's first line, or none.
 fn client_config(token_file: Option<&PathBuf>) -> Result<ClientConfig, String> {
     token_file.map_or(Ok(ClientConfig::default()), |t| {
-        ClientConfig::from_token_file(t).map_err(|e| format!("{}: {e}", t.display()))
+        storefn_server::auth::client_config(t).map_err(|e| format!("{}: {e}", t.display()))
     })
 }
 

@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use storefn_server::{Client, ClientConfig, RemoteKv, RemotePath};
+use storefn_kv::{RemoteKv, RemotePath};
+use storefn_wire::{Client, ClientConfig};
 
 mod common;
 use common::{storefn, Dir};

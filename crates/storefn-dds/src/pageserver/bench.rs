@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use storefn_server::proto::msg::SERVED_BY_OFFLOAD;
-use storefn_server::{Client, ClientConfig, ClientError, Req};
+use storefn_wire::SERVED_BY_OFFLOAD;
+use storefn_wire::{Client, ClientConfig, ClientError, Request};
 
 use super::{get_page, page_lsn, HostStats, PAGE_BYTES, STATS_PAGE};
 
@@ -90,7 +90,7 @@ use storefn_stats::percentile_us as percentile;
 /// # Errors
 /// Connection errors; `Status` when the answer is not a stats record.
 pub fn host_stats(c: &mut Client) -> Result<HostStats, ClientError> {
-    let r = c.one(&Req::Offload { msg: get_page(STATS_PAGE, 0).to_vec() })?;
+    let r = c.one(&Request::Offload { msg: &get_page(STATS_PAGE, 0) })?;
     HostStats::decode(&r.data).ok_or_else(|| ClientError::Status {
         op: "OFFLOAD",
         status: 0,
@@ -141,7 +141,7 @@ pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
                         let known = seen[p as usize];
                         let lsn = if rng.gen_bool(cfg.host_share) { known + 1 } else { known };
                         let start = Instant::now();
-                        let r = c.one(&Req::Offload { msg: get_page(p, lsn).to_vec() })?;
+                        let r = c.one(&Request::Offload { msg: &get_page(p, lsn) })?;
                         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                         let got = page_lsn(&r.data).unwrap_or(0);
                         let id_ok = r.data.len() == PAGE_BYTES && r.data[8..16] == p.to_le_bytes();

@@ -12,8 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use storefn_server::proto::StatusCode;
-use storefn_server::{Client, ClientConfig, ClientError};
+use storefn_wire::{Client, ClientConfig, ClientError, StatusCode};
 
 use super::bench::{add_time_split, host_stats, run, PageBenchConfig, PageBenchReport};
 use super::{DeployOptions, Deployment};

@@ -161,7 +161,7 @@ impl KeyGen {
     }
 }
 
-/// The load a lookup benchmark offers, local or remote (`storefn_server::bench`): threads,
+/// The load a lookup benchmark offers, local or remote (`storefn_kv::remote::bench`): threads,
 /// lookups, keys.
 #[derive(Debug, Clone, Copy)]
 pub struct Load {

@@ -24,6 +24,29 @@ impl TempDir {
     pub fn join(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// `DIR/db`: a BPF-KV tree of `layers` levels of 512 B nodes.
+pub fn make_db(dir: &TempDir, layers: u32) -> PathBuf {
+    let p = dir.join("db");
+    storefn_kv::create_bpfkv(&p, storefn_kv::NodeSize::B512, layers, &mut |_, _| {}).unwrap();
+    p
+}
+
+/// A server on loopback over `dir` (the remote lookups' tests).
+pub fn serve(dir: &Path, threads: usize) -> storefn_server::Server {
+    let mut cfg = storefn_server::ServerConfig::new(dir);
+    cfg.threads = threads;
+    storefn_server::Server::start("127.0.0.1:0", cfg).unwrap()
+}
+
+/// A client of `server` without a token.
+pub fn client(server: &storefn_server::Server) -> storefn_wire::Client {
+    let addr = server.local_addr().to_string();
+    storefn_wire::Client::connect(&addr, storefn_wire::ClientConfig::default()).unwrap()
 }
 
 impl Drop for TempDir {

@@ -81,7 +81,7 @@ pub struct ServerConfig {
     pub forward_timeout: Duration,
     /// What WRITE and LAMBDA_WRITE write through once the file is open (confined beneath
     /// `dir`): the real file system, or a crash model in the power-loss tests.
-    pub storage: storefn_kv::storage::StorageRef,
+    pub storage: storefn_io::storage::StorageRef,
 }
 
 impl ServerConfig {
@@ -98,7 +98,7 @@ impl ServerConfig {
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
             offload: None,
             forward_timeout: FORWARD_TIMEOUT,
-            storage: storefn_kv::storage::real(),
+            storage: storefn_io::storage::real(),
         }
     }
 }

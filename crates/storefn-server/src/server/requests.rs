@@ -395,7 +395,7 @@ impl Worker<'_> {
 /// server never creates files), then handed to the configured storage for the writes. The
 /// second descriptor reads the version after the write.
 struct WriteTarget {
-    storage_file: Box<dyn storefn_kv::storage::StorageFile>,
+    storage_file: Box<dyn storefn_io::storage::StorageFile>,
     file: std::fs::File,
 }
 

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use storefn_kv::format::NodeSize;
-use storefn_server::{Client, ClientConfig, Server, ServerConfig};
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::{Client, ClientConfig};
 
 /// A directory removed on drop (even when the test panics).
 pub struct TempDir(pub PathBuf);

@@ -79,6 +79,13 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// The op's name, as docs/FORMAT.md spells it.
+    #[must_use]
+    pub fn op_name(&self) -> &'static str {
+        let code = self.op();
+        op::ALL.iter().find(|(c, _)| *c == code).map_or("?", |(_, n)| n)
+    }
+
     /// Parses a request message. Every length is checked against the payload and its limit;
     /// reserved bytes must be zero; no bytes may follow the last field.
     ///

@@ -1,8 +1,9 @@
 //! The frame decoder's fuzz property, shared by the cargo-fuzz target `frame` (fuzz/) and the
 //! proptest in `tests/proto.rs`, so the property the fuzzer checks is compiled and run in CI.
 
-use super::{decode_frame, put_request, FrameBuf, Request, Response, KIND_REQUEST, KIND_RESPONSE};
-use super::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
+use crate::frame::{decode_frame, FrameBuf, KIND_REQUEST, KIND_RESPONSE};
+use crate::frame::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
+use crate::msg::{put_request, Request, Response};
 
 /// Any bytes, as a request frame and as a response frame: messages or a typed error, never a
 /// panic; every request that parses re-encodes to exactly its bytes.
@@ -40,8 +41,9 @@ pub fn check_frame(data: &[u8]) {
 /// # Panics
 /// When the property does not hold (that is the fuzzer's finding).
 pub fn check_offload(data: &[u8]) {
-    use super::msg::{MAX_OFFLOAD_DATA_BYTES, MAX_OFFLOAD_MSG_BYTES};
-    use super::{op, put_response, Msg, MsgAt, ProtoError};
+    use crate::frame::{op, Msg, MsgAt, ProtoError};
+    use crate::limits::{MAX_OFFLOAD_DATA_BYTES, MAX_OFFLOAD_MSG_BYTES};
+    use crate::msg::put_response;
     let at = MsgAt { frame: 7, msg: 3, offset: 1000 };
     let in_payload = |e: &ProtoError| match *e {
         ProtoError::Truncated { frame, msg, offset, .. }

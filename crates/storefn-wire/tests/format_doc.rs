@@ -1,9 +1,10 @@
-//! docs/FORMAT.md's wire-protocol tables against storefn_server::proto's constants.
+//! docs/FORMAT.md's wire-protocol tables against storefn_wire's constants.
 
 use std::collections::HashMap;
 
-use storefn_server::proto::msg::*;
-use storefn_server::proto::*;
+use storefn_wire::layout::*;
+use storefn_wire::limits::*;
+use storefn_wire::*;
 
 const DOC: &str = include_str!("../../../docs/FORMAT.md");
 

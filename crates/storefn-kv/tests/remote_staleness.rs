@@ -13,7 +13,7 @@ use common::{client, make_db, serve, TempDir};
 use rand::{Rng, SeedableRng};
 use storefn_kv::db::Db;
 use storefn_kv::format::{bpfkv_value, value_text, VALUE_BYTES};
-use storefn_server::{RemoteKv, RemotePath};
+use storefn_kv::{RemoteKv, RemotePath};
 
 /// Compactions the writer runs (bounded), and the longest the test may take.
 const ROUNDS: u64 = 12;

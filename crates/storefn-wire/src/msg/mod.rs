@@ -1,9 +1,10 @@
 //! Message payloads: every request and response, parsed from and written to the byte layouts
 //! of docs/FORMAT.md ("Wire protocol", "Requests", "Responses").
 
-use super::{
-    le_u16, le_u32, le_u64, op, FrameBuf, Msg, MsgAt, ProtoError, HASH_BYTES, MAX_LAMBDA_IN_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_LAMBDA_WRITE_IN_BYTES, MAX_LAMBDA_WRITE_OUT_BYTES, MAX_PATH_BYTES,
+use crate::frame::{le_u16, le_u32, le_u64, op, FrameBuf, Msg, MsgAt, ProtoError, HASH_BYTES};
+use crate::limits::{
+    MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_LAMBDA_WRITE_IN_BYTES,
+    MAX_LAMBDA_WRITE_OUT_BYTES, MAX_OFFLOAD_DATA_BYTES, MAX_OFFLOAD_MSG_BYTES, MAX_PATH_BYTES,
     MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES, SCRATCH_BYTES,
 };
 
@@ -81,9 +82,6 @@ pub const WRITE_R_BYTES: usize = 32;
 /// OFFLOAD request: `msg_len u32 | reserved [4] | msg`.
 pub const OFFLOAD_OFF_MSG_LEN: usize = 0;
 pub const OFFLOAD_OFF_MSG: usize = 8;
-/// Largest OFFLOAD application message (request) and answer (response data).
-pub const MAX_OFFLOAD_MSG_BYTES: u32 = 4096;
-pub const MAX_OFFLOAD_DATA_BYTES: u32 = 64 * 1024;
 /// OFFLOAD response: `served_by u8 | reserved [7] | data`.
 pub const OFFLOAD_R_OFF_SERVED_BY: usize = 0;
 pub const OFFLOAD_R_OFF_DATA: usize = 8;

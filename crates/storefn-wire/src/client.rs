@@ -10,13 +10,15 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::auth;
-use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
-use crate::proto::{
-    decode_header, put_request, FileVersion, FrameBuf, Messages, ProtoError, Request, Response,
-    StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
-    MAX_MSGS_PER_FRAME,
+use crate::frame::{
+    decode_header, FrameBuf, Messages, ProtoError, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST,
+    KIND_RESPONSE,
 };
-use crate::registry::{prog_hash, ProgHash};
+use crate::hash::{prog_hash, ProgHash};
+use crate::limits::{MAX_FRAME_BYTES, MAX_MSGS_PER_FRAME};
+use crate::msg::{
+    put_request, FileVersion, Request, Response, StatusCode, HELLO_FLAG_AUTH_REQUIRED,
+};
 
 /// Default time a call waits for its replies before failing (then the connection is dropped
 /// and the next call reconnects).
@@ -48,13 +50,10 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// Tenant and secret from the first line of a token file.
-    ///
-    /// # Errors
-    /// As [`auth::load_tokens`].
-    pub fn from_token_file(path: &std::path::Path) -> Result<Self, auth::TokenError> {
-        let t = auth::load_tokens(path)?.swap_remove(0);
-        Ok(Self { tenant: t.tenant, secret: Some(t.secret), ..Self::default() })
+    /// A tenant that authenticates with `secret` (a server's token file names both).
+    #[must_use]
+    pub fn with_secret(tenant: impl Into<String>, secret: impl Into<Vec<u8>>) -> Self {
+        Self { tenant: tenant.into(), secret: Some(secret.into()), ..Self::default() }
     }
 }
 
@@ -179,91 +178,6 @@ impl Reply {
         }
         let name = StatusCode::from_u16(self.status).map_or("UNKNOWN", StatusCode::name);
         Err(ClientError::Status { op, status: self.status, name, message: self.message })
-    }
-}
-
-/// An owned request for [`Client::call`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Req {
-    Read {
-        path: String,
-        offset: u64,
-        len: u32,
-    },
-    Xrp {
-        path: String,
-        offset: u64,
-        len: u32,
-        hash: ProgHash,
-        scratch: Vec<u8>,
-        out_len: u32,
-    },
-    Lambda {
-        path: String,
-        offset: u64,
-        len: u32,
-        hash: ProgHash,
-        out_cap: u32,
-    },
-    Write {
-        path: String,
-        offset: u64,
-        data: Vec<u8>,
-    },
-    Stat {
-        path: String,
-    },
-    /// DDS: an application message for the server's offload engine; the reply's `value` is
-    /// `served_by` (0 offloaded, 1 host), `data` the answer.
-    Offload {
-        msg: Vec<u8>,
-    },
-    /// λ-IO's `pwrite_λ` on the server: program `hash` over `input`, its output (at most
-    /// `out_cap` bytes) written at `offset` of `path` and synced; the reply's `value` is the
-    /// bytes written.
-    LambdaWrite {
-        path: String,
-        offset: u64,
-        hash: ProgHash,
-        input: Vec<u8>,
-        out_cap: u32,
-    },
-}
-
-impl Req {
-    fn view(&self) -> Request<'_> {
-        match self {
-            Self::Read { path, offset, len } => {
-                Request::Read { path: path.as_bytes(), offset: *offset, len: *len }
-            }
-            Self::Xrp { path, offset, len, hash, scratch, out_len } => Request::Xrp {
-                path: path.as_bytes(),
-                offset: *offset,
-                len: *len,
-                hash,
-                scratch,
-                out_len: *out_len,
-            },
-            Self::Lambda { path, offset, len, hash, out_cap } => Request::Lambda {
-                path: path.as_bytes(),
-                offset: *offset,
-                len: *len,
-                hash,
-                out_cap: *out_cap,
-            },
-            Self::Write { path, offset, data } => {
-                Request::Write { path: path.as_bytes(), offset: *offset, data }
-            }
-            Self::Stat { path } => Request::Stat { path: path.as_bytes() },
-            Self::Offload { msg } => Request::Offload { msg },
-            Self::LambdaWrite { path, offset, hash, input, out_cap } => Request::LambdaWrite {
-                path: path.as_bytes(),
-                offset: *offset,
-                hash,
-                input,
-                out_cap: *out_cap,
-            },
-        }
     }
 }
 
@@ -463,12 +377,12 @@ impl Client {
     ///
     /// # Errors
     /// Connection errors (the connection is dropped; outstanding requests are lost).
-    pub fn send(&mut self, reqs: &[Req]) -> Result<u64, ClientError> {
+    pub fn send(&mut self, reqs: &[Request<'_>]) -> Result<u64, ClientError> {
         self.ensure()?;
         let first = self.next_id;
         self.frame.begin(KIND_REQUEST);
         for (i, r) in reqs.iter().enumerate() {
-            put_request(&mut self.frame, first + i as u64, &r.view());
+            put_request(&mut self.frame, first + i as u64, r);
         }
         self.next_id += reqs.len() as u64;
         let conn = self.conn.as_mut().expect("ensured");
@@ -509,15 +423,14 @@ impl Client {
         Ok(n)
     }
 
-    /// Sends owned requests, pipelined, and returns one reply per request (in order). A
-    /// broken connection is reconnected once before sending.
+    /// Sends requests, pipelined, and returns one reply per request (in order). A broken
+    /// connection is reconnected once before sending.
     ///
     /// # Errors
     /// Connection and protocol errors; a status is carried in the [`Reply`].
-    pub fn call(&mut self, reqs: &[Req]) -> Result<Vec<Reply>, ClientError> {
+    pub fn call(&mut self, reqs: &[Request<'_>]) -> Result<Vec<Reply>, ClientError> {
         self.ensure()?;
-        let views: Vec<Request<'_>> = reqs.iter().map(Req::view).collect();
-        let mut replies = self.send_recv(&views)?;
+        let mut replies = self.send_recv(reqs)?;
         // Programs the server does not know (evicted, restarted): load them and retry once.
         let unknown: Vec<usize> = (0..reqs.len())
             .filter(|&i| replies[i].status == StatusCode::UnknownProg as u16)
@@ -527,10 +440,10 @@ impl Client {
         }
         let mut reloaded: Vec<ProgHash> = Vec::new();
         for &i in &unknown {
-            let h = match &reqs[i] {
-                Req::Xrp { hash, .. }
-                | Req::Lambda { hash, .. }
-                | Req::LambdaWrite { hash, .. } => *hash,
+            let h = match reqs[i] {
+                Request::Xrp { hash, .. }
+                | Request::Lambda { hash, .. }
+                | Request::LambdaWrite { hash, .. } => *hash,
                 _ => continue,
             };
             if reloaded.contains(&h) {
@@ -540,7 +453,7 @@ impl Client {
             self.load_prog(ty, &section, &elf)?;
             reloaded.push(h);
         }
-        let retry: Vec<Request<'_>> = unknown.iter().map(|&i| views[i]).collect();
+        let retry: Vec<Request<'_>> = unknown.iter().map(|&i| reqs[i]).collect();
         let again = self.send_recv(&retry)?;
         for (k, &i) in unknown.iter().enumerate() {
             replies[i] = again[k].clone();
@@ -573,16 +486,8 @@ impl Client {
     ///
     /// # Errors
     /// Connection errors and non-OK statuses.
-    pub fn one(&mut self, req: &Req) -> Result<Reply, ClientError> {
-        let op = match req {
-            Req::Read { .. } => "READ",
-            Req::Xrp { .. } => "XRP",
-            Req::Lambda { .. } => "LAMBDA",
-            Req::Write { .. } => "WRITE",
-            Req::Stat { .. } => "STAT",
-            Req::Offload { .. } => "OFFLOAD",
-            Req::LambdaWrite { .. } => "LAMBDA_WRITE",
-        };
+    pub fn one(&mut self, req: &Request<'_>) -> Result<Reply, ClientError> {
+        let op = req.op_name();
         self.call(std::slice::from_ref(req))?.remove(0).ok(op)
     }
 }

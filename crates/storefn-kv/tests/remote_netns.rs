@@ -9,7 +9,9 @@ use std::sync::mpsc;
 
 use common::{make_db, TempDir};
 use storefn_kv::format::bpfkv_value;
-use storefn_server::{Client, ClientConfig, RemoteKv, RemotePath, Server, ServerConfig};
+use storefn_kv::{RemoteKv, RemotePath};
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::{Client, ClientConfig};
 
 /// Skips (or fails under STOREFN_REQUIRE_PRIVILEGED=1) when not root.
 fn privileged(why: &str) -> bool {

@@ -7,22 +7,47 @@
 //! (the tree was compacted and renamed over) drops the cache, reloads the sidecar and levels,
 //! and redoes the lookup, so a lookup never mixes two trees and never returns a wrong value.
 
-use storefn_kv::format::{
-    Meta, NodeSize, NodeView, FILE_MASK, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE,
-    META_BYTES, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF, VALUE_BYTES,
-};
-use storefn_kv::xrp_paths::LOOKUP_OFF_ERR;
+#[cfg(feature = "bench")]
+pub mod bench;
 
-use crate::client::{Client, ClientError, Req};
-use crate::proto::msg::PROG_TYPE_XRP;
-use crate::proto::{FileVersion, MAX_READ_BYTES};
-use crate::registry::ProgHash;
+use std::path::Path;
+
+use crate::format::{
+    Meta, NodeSize, LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, META_BYTES, VALUE_BYTES,
+};
+use crate::store::{Shape, Step};
+use crate::xrp_paths::LOOKUP_OFF_ERR;
+use crate::KvError;
+
+use storefn_wire::limits::MAX_READ_BYTES;
+use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
 
 /// Times one lookup is redone after a version change before giving up.
 pub const MAX_STALE_RETRIES: u32 = 16;
 /// Bytes of final scratch an XRP lookup returns: key, found, value and our program's state
 /// through its `err` word.
 pub const LOOKUP_OUT_BYTES: u32 = (LOOKUP_OFF_ERR + 8) as u32;
+
+/// Scratch an XRP lookup sends: the key at its offset.
+const LOOKUP_SCRATCH_BYTES: usize = LOOKUP_OFF_KEY + 8;
+
+/// The scratch of a lookup of `key`.
+fn lookup_scratch(key: u64) -> [u8; LOOKUP_SCRATCH_BYTES] {
+    let mut s = [0u8; LOOKUP_SCRATCH_BYTES];
+    s[LOOKUP_OFF_KEY..].copy_from_slice(&key.to_le_bytes());
+    s
+}
+
+/// The XRP request of one lookup: the chain starts at the node at `offset` (`len` bytes).
+fn xrp_req<'a>(
+    db: &'a str,
+    len: u32,
+    offset: u64,
+    hash: &'a ProgHash,
+    scratch: &'a [u8; LOOKUP_SCRATCH_BYTES],
+) -> Request<'a> {
+    Request::Xrp { path: db.as_bytes(), offset, len, hash, scratch, out_len: LOOKUP_OUT_BYTES }
+}
 
 /// Which remote path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +77,9 @@ pub enum RemoteKvError {
     Client(#[from] ClientError),
     #[error("{db}: {why}")]
     Corrupt { db: String, why: String },
+    /// A node the shape's checks refused (the store's `CorruptNode`, naming its offset).
+    #[error(transparent)]
+    Node(#[from] KvError),
     #[error("{db}: the file kept changing ({MAX_STALE_RETRIES} reloads in one lookup)")]
     Unstable { db: String },
 }
@@ -70,26 +98,18 @@ pub struct RemoteStats {
     pub hops: u64,
 }
 
-/// What one step of a lookup needs next.
-enum Step {
-    Node(u64, u32),
-    Value(u64),
-    Done(Option<[u8; VALUE_BYTES]>),
-}
-
 /// A remote BPF-KV database.
 #[derive(Debug)]
 pub struct RemoteKv {
     client: Client,
     db: String,
     meta_path: String,
-    meta: Meta,
+    /// The tree the cache describes, and the node checks every lookup path applies.
+    shape: Shape,
     version: FileVersion,
     cache_levels: u32,
     /// Levels `0..cache_levels`, exactly the file's first bytes (levels are contiguous).
     cache: Vec<u8>,
-    starts: Vec<u64>,
-    counts: Vec<u64>,
     hash: Option<ProgHash>,
     stats: RemoteStats,
 }
@@ -112,13 +132,14 @@ impl RemoteKv {
             client,
             db: db.to_string(),
             meta_path: format!("{db}.meta"),
-            meta: Meta::plan(NodeSize::B512, 1)
-                .map_err(|e| RemoteKvError::Corrupt { db: db.into(), why: e.to_string() })?,
+            shape: Shape::new(
+                Path::new(db),
+                Meta::plan(NodeSize::B512, 1)
+                    .map_err(|e| RemoteKvError::Corrupt { db: db.into(), why: e.to_string() })?,
+            ),
             version: FileVersion::default(),
             cache_levels,
             cache: Vec::new(),
-            starts: Vec::new(),
-            counts: Vec::new(),
             hash: None,
             stats: RemoteStats::default(),
         };
@@ -131,8 +152,8 @@ impl RemoteKv {
     }
 
     fn read_meta(&mut self) -> Result<Meta, RemoteKvError> {
-        let r = self.client.one(&Req::Read {
-            path: self.meta_path.clone(),
+        let r = self.client.one(&Request::Read {
+            path: self.meta_path.as_bytes(),
             offset: 0,
             len: META_BYTES as u32,
         })?;
@@ -145,7 +166,7 @@ impl RemoteKv {
     fn load(&mut self) -> Result<(), RemoteKvError> {
         for _ in 0..MAX_STALE_RETRIES {
             let m1 = self.read_meta()?;
-            let st = self.client.one(&Req::Stat { path: self.db.clone() })?;
+            let st = self.client.one(&Request::Stat { path: self.db.as_bytes() })?;
             if st.value != m1.file_bytes {
                 continue; // between the two renames of a compaction
             }
@@ -153,11 +174,11 @@ impl RemoteKv {
             let starts = m1.level_starts();
             let k = self.cache_levels.min(m1.layers) as usize;
             let bytes = starts.get(k).copied().unwrap_or(m1.total_nodes) * nb;
-            let reqs: Vec<Req> = (0..bytes.div_ceil(u64::from(MAX_READ_BYTES)))
+            let reqs: Vec<Request<'_>> = (0..bytes.div_ceil(u64::from(MAX_READ_BYTES)))
                 .map(|i| {
                     let off = i * u64::from(MAX_READ_BYTES);
-                    Req::Read {
-                        path: self.db.clone(),
+                    Request::Read {
+                        path: self.db.as_bytes(),
                         offset: off,
                         len: (bytes - off).min(u64::from(MAX_READ_BYTES)) as u32,
                     }
@@ -175,11 +196,9 @@ impl RemoteKv {
             if !same || m2 != m1 {
                 continue;
             }
-            self.meta = m1;
+            self.shape = Shape::new(Path::new(&self.db), m1);
             self.version = st.version;
             self.cache = cache;
-            self.counts = m1.level_counts();
-            self.starts = starts;
             return Ok(());
         }
         Err(RemoteKvError::Unstable { db: self.db.clone() })
@@ -188,7 +207,7 @@ impl RemoteKv {
     /// The sidecar of the tree the cache describes.
     #[must_use]
     pub fn meta(&self) -> &Meta {
-        &self.meta
+        self.shape.meta()
     }
 
     #[must_use]
@@ -201,62 +220,23 @@ impl RemoteKv {
         &mut self.client
     }
 
-    /// The next step after node `offset` on `level` (`node` = its bytes), validated against
-    /// the shape: type for the level, children inside the next level, values in the log.
-    fn decide(
-        &self,
-        key: u64,
-        offset: u64,
-        level: u32,
-        node: &[u8],
-    ) -> Result<Step, RemoteKvError> {
-        let nb = self.meta.node_size.bytes() as u64;
-        let view = NodeView::new(node, self.meta.node_size);
-        let leaf = level + 1 == self.meta.layers;
-        let want = if leaf { NODE_TYPE_LEAF } else { NODE_TYPE_INTERNAL };
-        if view.node_type() != want {
-            return Err(self
-                .corrupt(format!("node at {offset}: type {} on level {level}", view.node_type())));
-        }
-        if !leaf {
-            let child = view.child_ptr(key) & !FILE_MASK;
-            let l = level as usize + 1;
-            let (lo, hi) = (self.starts[l] * nb, (self.starts[l] + self.counts[l]) * nb);
-            if child < lo || child >= hi || !child.is_multiple_of(nb) {
-                return Err(
-                    self.corrupt(format!("node at {offset}: child {child} outside level {l}"))
-                );
-            }
-            return Ok(Step::Node(child, level + 1));
-        }
-        match view.leaf_value_ptr(key) {
-            None => Ok(Step::Done(None)),
-            Some(p) => {
-                let off = p & !FILE_MASK;
-                let lo = self.meta.value_log_offset;
-                let hi = lo + self.meta.key_count * VALUE_BYTES as u64;
-                if off < lo || off >= hi || !(off - lo).is_multiple_of(VALUE_BYTES as u64) {
-                    return Err(self.corrupt(format!(
-                        "node at {offset}: value pointer {off} outside the log"
-                    )));
-                }
-                Ok(Step::Value(off))
-            }
-        }
-    }
-
-    /// Walks the cached levels in memory: the first step that needs the server.
+    /// Walks the cached levels in memory (the file's own bytes) with the store's node checks:
+    /// the first step that needs the server.
     fn start(&self, key: u64) -> Result<Step, RemoteKvError> {
-        let nb = self.meta.node_size.bytes() as u64;
-        let (mut off, mut level) = (0u64, 0u32);
-        while off + nb <= self.cache.len() as u64 {
-            let node = &self.cache[off as usize..(off + nb) as usize];
-            match self.decide(key, off, level, node)? {
-                Step::Node(o, l) => (off, level) = (o, l),
+        let nb = self.meta().node_size.bytes() as u64;
+        let (mut offset, mut level) = (0u64, 0u32);
+        while offset + nb <= self.cache.len() as u64 {
+            let node = &self.cache[offset as usize..(offset + nb) as usize];
+            match self.shape.on_node(key, offset, level, node)? {
+                Step::Node { offset: o, level: l } => (offset, level) = (o, l),
                 other => return Ok(other),
             }
         }
-        Ok(Step::Node(off, level))
+        Ok(Step::Node { offset, level })
+    }
+
+    fn node_len(&self) -> u32 {
+        u32::try_from(self.meta().node_size.bytes()).expect("node sizes are small")
     }
 
     fn check(&self, v: FileVersion) -> Result<(), RemoteKvError> {
@@ -268,7 +248,7 @@ impl RemoteKv {
     }
 
     fn read_one(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, RemoteKvError> {
-        let r = self.client.one(&Req::Read { path: self.db.clone(), offset, len })?;
+        let r = self.client.one(&Request::Read { path: self.db.as_bytes(), offset, len })?;
         self.stats.round_trips += 1;
         self.stats.hops += 1;
         self.check(r.version)?;
@@ -281,17 +261,17 @@ impl RemoteKv {
         key: u64,
         mut step: Step,
     ) -> Result<Option<[u8; VALUE_BYTES]>, RemoteKvError> {
-        let nb = u32::try_from(self.meta.node_size.bytes()).expect("small");
-        for _ in 0..=self.meta.layers {
+        let nb = u32::try_from(self.meta().node_size.bytes()).expect("small");
+        for _ in 0..=self.meta().layers {
             step = match step {
                 Step::Done(v) => return Ok(v),
-                Step::Value(off) => {
+                Step::Value { offset: off } => {
                     let d = self.read_one(off, VALUE_BYTES as u32)?;
                     return Ok(Some(d[..VALUE_BYTES].try_into().expect("64 bytes")));
                 }
-                Step::Node(off, level) => {
-                    let d = self.read_one(off, nb)?;
-                    self.decide(key, off, level, &d)?
+                Step::Node { offset, level } => {
+                    let d = self.read_one(offset, nb)?;
+                    self.shape.on_node(key, offset, level, &d)?
                 }
             };
         }
@@ -304,25 +284,11 @@ impl RemoteKv {
             return Ok(h);
         }
         // The storefn ABI has a program for every node size: this cannot fail.
-        let elf =
-            storefn_kv::program::builtin_lookup_elf(self.meta.node_size, storefn_kv::Abi::Storefn)
-                .expect("storefn lookup programs exist for every node size");
+        let elf = crate::program::builtin_lookup_elf(self.meta().node_size, crate::Abi::Storefn)
+            .expect("storefn lookup programs exist for every node size");
         let h = self.client.load_prog(PROG_TYPE_XRP, b"", elf)?;
         self.hash = Some(h);
         Ok(h)
-    }
-
-    fn xrp_req(&self, key: u64, offset: u64, hash: ProgHash) -> Req {
-        let mut scratch = vec![0u8; LOOKUP_OFF_KEY + 8];
-        scratch[LOOKUP_OFF_KEY..LOOKUP_OFF_KEY + 8].copy_from_slice(&key.to_le_bytes());
-        Req::Xrp {
-            path: self.db.clone(),
-            offset,
-            len: u32::try_from(self.meta.node_size.bytes()).expect("small"),
-            hash,
-            scratch,
-            out_len: LOOKUP_OUT_BYTES,
-        }
     }
 
     /// Parses a pushdown reply: `None` = the program flagged an inconsistency (fall back).
@@ -413,24 +379,27 @@ impl RemoteKv {
         let before = self.client.round_trips;
         while next < keys.len() || !sent_at.is_empty() {
             while next < keys.len() && sent_at.len() + per_frame <= window.max(per_frame) {
-                let mut reqs = Vec::with_capacity(per_frame);
-                let mut idx = Vec::with_capacity(per_frame);
-                while next < keys.len() && reqs.len() < per_frame {
+                let mut batch: Vec<(usize, u64)> = Vec::with_capacity(per_frame);
+                while next < keys.len() && batch.len() < per_frame {
                     match self.start(keys[next])? {
-                        Step::Node(off, _) => {
-                            reqs.push(self.xrp_req(keys[next], off, hash));
-                            idx.push(next);
-                        }
+                        Step::Node { offset, .. } => batch.push((next, offset)),
                         _ => redo.push(next),
                     }
                     next += 1;
                 }
-                if reqs.is_empty() {
+                if batch.is_empty() {
                     continue;
                 }
+                let scratch: Vec<_> = batch.iter().map(|&(i, _)| lookup_scratch(keys[i])).collect();
+                let len = self.node_len();
+                let reqs: Vec<Request<'_>> = batch
+                    .iter()
+                    .zip(&scratch)
+                    .map(|(&(_, off), s)| xrp_req(&self.db, len, off, &hash, s))
+                    .collect();
                 let first = self.client.send(&reqs)?;
                 let t = Instant::now();
-                for (k, &i) in idx.iter().enumerate() {
+                for (k, &(i, _)) in batch.iter().enumerate() {
                     sent_at.insert(first + k as u64, (i, t));
                 }
             }
@@ -486,15 +455,11 @@ impl RemoteKv {
         out: &mut [Option<[u8; VALUE_BYTES]>],
     ) -> Result<(), RemoteKvError> {
         let hash = self.prog()?;
-        let mut reqs = Vec::with_capacity(todo.len());
-        let mut sent = Vec::with_capacity(todo.len());
+        let mut sent: Vec<(usize, u64)> = Vec::with_capacity(todo.len());
         let mut left = Vec::new();
         for &i in todo.iter() {
             match self.start(keys[i])? {
-                Step::Node(off, _) => {
-                    reqs.push(self.xrp_req(keys[i], off, hash));
-                    sent.push(i);
-                }
+                Step::Node { offset, .. } => sent.push((i, offset)),
                 step => match self.walk_reads(keys[i], step) {
                     Ok(v) => out[i] = v,
                     Err(e) if is_stale(&e) => left.push(i),
@@ -502,12 +467,19 @@ impl RemoteKv {
                 },
             }
         }
-        if !reqs.is_empty() {
+        if !sent.is_empty() {
+            let scratch: Vec<_> = sent.iter().map(|&(i, _)| lookup_scratch(keys[i])).collect();
+            let len = self.node_len();
+            let reqs: Vec<Request<'_>> = sent
+                .iter()
+                .zip(&scratch)
+                .map(|(&(_, off), s)| xrp_req(&self.db, len, off, &hash, s))
+                .collect();
             let before = self.client.round_trips;
             let replies = self.client.call(&reqs)?;
             self.stats.round_trips += self.client.round_trips - before;
             for (k, r) in replies.into_iter().enumerate() {
-                let i = sent[k];
+                let (i, _) = sent[k];
                 let r = r.ok("XRP")?;
                 self.stats.hops += u64::from(r.hops);
                 if r.version != self.version {

@@ -6,10 +6,7 @@
 //! `Vec<u8>` that is reused between frames. Every decoding error names the frame (its sequence
 //! number on the connection), the message index and the byte offset in the frame body.
 
-pub mod fuzz;
-pub mod msg;
-
-pub use msg::{put_request, put_response, put_status, FileVersion, Request, Response, StatusCode};
+use crate::limits::{MAX_FRAME_BYTES, MAX_MSGS_PER_FRAME};
 
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"SFNP";
@@ -33,32 +30,8 @@ pub const MSG_OFF_FLAGS: usize = 9;
 pub const MSG_OFF_STATUS: usize = 10;
 pub const MSG_OFF_LEN: usize = 12;
 
-/// Largest frame, header included: bounds every receive buffer (64 KiB writes + headers fit).
-pub const MAX_FRAME_BYTES: usize = 1 << 20;
-/// Most messages per frame: bounds the work one frame can queue.
-pub const MAX_MSGS_PER_FRAME: u32 = 1024;
-/// Longest path in a request, bytes (relative to the served directory).
-pub const MAX_PATH_BYTES: usize = 1024;
-/// Longest tenant name in HELLO.
-pub const MAX_TENANT_BYTES: usize = 64;
 /// Bytes of an HMAC-SHA256 tag, an auth challenge and a program hash (SHA-256).
 pub const HASH_BYTES: usize = 32;
-/// Largest READ, bytes (the engine's plain-read limit).
-pub const MAX_READ_BYTES: u32 = 4096;
-/// Largest WRITE payload, bytes.
-pub const MAX_WRITE_BYTES: u32 = 64 * 1024;
-/// XRP scratch, bytes (the chain's scratch page).
-pub const SCRATCH_BYTES: usize = 4096;
-/// Largest λ output a request may ask for.
-pub const MAX_LAMBDA_OUT_BYTES: u32 = 64 * 1024;
-/// Largest range one LAMBDA request reads, bytes: the server reads it in `MAX_READ_BYTES`
-/// engine reads into a per-thread staging buffer of this size and runs the function once.
-pub const MAX_LAMBDA_IN_BYTES: u32 = 1 << 20;
-/// Largest input a LAMBDA_WRITE request carries, bytes (well inside one frame).
-pub const MAX_LAMBDA_WRITE_IN_BYTES: u32 = 256 * 1024;
-/// Largest output a LAMBDA_WRITE may write, bytes: the per-thread staging buffer's bound
-/// (bitmap decoding expands ~32x).
-pub const MAX_LAMBDA_WRITE_OUT_BYTES: u32 = 4 << 20;
 
 /// Frame kinds (byte 5).
 pub const KIND_REQUEST: u8 = 0;

@@ -2,8 +2,9 @@
 //! truncated and oversized frames are typed errors naming the frame, message and offset.
 
 use proptest::prelude::*;
-use storefn_server::proto::msg::{MAX_OFFLOAD_MSG_BYTES, SERVED_BY_HOST, SERVED_BY_OFFLOAD};
-use storefn_server::proto::*;
+use storefn_wire::layout::*;
+use storefn_wire::limits::*;
+use storefn_wire::*;
 
 fn arb_path() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(any::<u8>(), 1..64)
@@ -248,22 +249,23 @@ fn malformed_fields_name_message_and_offset() {
     let good = one_read_frame();
     let p = FRAME_HEADER_BYTES + MSG_HEADER_BYTES; // first payload byte in the frame
     let mut b = good.clone();
-    b[p + msg::READ_OFF_LEN..p + msg::READ_OFF_LEN + 4].copy_from_slice(&5000u32.to_le_bytes());
+    b[p + layout::READ_OFF_LEN..p + layout::READ_OFF_LEN + 4]
+        .copy_from_slice(&5000u32.to_le_bytes());
     assert_eq!(
         first_msg_err(&b).to_string(),
         format!(
             "frame 9, message 0: field len at body offset {}: not in 1..=MAX_READ_BYTES",
-            MSG_HEADER_BYTES + msg::READ_OFF_LEN
+            MSG_HEADER_BYTES + layout::READ_OFF_LEN
         )
     );
     let mut b = good.clone();
     b[FRAME_HEADER_BYTES + MSG_OFF_OP] = 99;
     assert!(matches!(first_msg_err(&b), ProtoError::UnknownOp { frame: 9, msg: 0, op: 99 }));
     let mut b = good.clone();
-    b[p + msg::READ_OFF_PATH_LEN + 2] = 1;
+    b[p + layout::READ_OFF_PATH_LEN + 2] = 1;
     assert!(matches!(first_msg_err(&b), ProtoError::BadField { field: "reserved", .. }));
     let mut b = good;
-    b[p + msg::READ_OFF_PATH_LEN..p + msg::READ_OFF_PATH_LEN + 2]
+    b[p + layout::READ_OFF_PATH_LEN..p + layout::READ_OFF_PATH_LEN + 2]
         .copy_from_slice(&0u16.to_le_bytes());
     assert!(matches!(
         first_msg_err(&b),
@@ -289,7 +291,7 @@ fn lambda_len_is_bounded_by_max_lambda_in_bytes_not_by_read() {
         first_msg_err(&frame(MAX_LAMBDA_IN_BYTES + 1)).to_string(),
         format!(
             "frame 9, message 0: field len at body offset {}: not in 1..=MAX_LAMBDA_IN_BYTES",
-            MSG_HEADER_BYTES + msg::LAMBDA_OFF_LEN
+            MSG_HEADER_BYTES + layout::LAMBDA_OFF_LEN
         )
     );
 }

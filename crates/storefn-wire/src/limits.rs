@@ -1,0 +1,34 @@
+//! Every bound of the wire protocol, named once with its reason. A receiver checks each before
+//! it allocates or queues anything; docs/DESIGN.md's limits table lists them (a test checks it).
+
+/// Largest frame, header included: bounds every receive buffer (64 KiB writes + headers fit).
+pub const MAX_FRAME_BYTES: usize = 1 << 20;
+/// Most messages per frame: bounds the work one frame can queue.
+pub const MAX_MSGS_PER_FRAME: u32 = 1024;
+/// Longest path in a request, bytes (relative to the served directory).
+pub const MAX_PATH_BYTES: usize = 1024;
+/// Longest tenant name in HELLO.
+pub const MAX_TENANT_BYTES: usize = 64;
+/// Largest READ, bytes: one engine read (storefn-server checks it equals the engine's
+/// `MAX_REQUEST_BYTES` at compile time; this crate does not depend on the engine).
+pub const MAX_READ_BYTES: u32 = 4096;
+/// Largest WRITE payload, bytes.
+pub const MAX_WRITE_BYTES: u32 = 64 * 1024;
+/// XRP scratch, bytes: the chain's scratch page (checked against the engine's in
+/// storefn-server).
+pub const SCRATCH_BYTES: usize = 4096;
+/// Largest λ output a request may ask for.
+pub const MAX_LAMBDA_OUT_BYTES: u32 = 64 * 1024;
+/// Largest range one LAMBDA request reads, bytes: the server reads it in `MAX_READ_BYTES`
+/// engine reads into a per-thread staging buffer of this size and runs the function once.
+pub const MAX_LAMBDA_IN_BYTES: u32 = 1 << 20;
+/// Largest input a LAMBDA_WRITE request carries, bytes (well inside one frame).
+pub const MAX_LAMBDA_WRITE_IN_BYTES: u32 = 256 * 1024;
+/// Largest output a LAMBDA_WRITE may write, bytes: the per-thread staging buffer's bound
+/// (bitmap decoding expands ~32x).
+pub const MAX_LAMBDA_WRITE_OUT_BYTES: u32 = 4 << 20;
+
+/// Largest OFFLOAD application message (request), bytes.
+pub const MAX_OFFLOAD_MSG_BYTES: u32 = 4096;
+/// Largest OFFLOAD answer (response data), bytes.
+pub const MAX_OFFLOAD_DATA_BYTES: u32 = 64 * 1024;
