@@ -4,10 +4,12 @@
 //! - [`server`]: `storefn serve` — threads, engines, connections, limits, fairness.
 //! - [`client`]: a pipelined, reconnecting client; [`remote_kv`]: BPF-KV lookups through it
 //!   (`rpc-read` and `pushdown`), with the file-version staleness protocol.
-//! - [`auth`]: token files and the HMAC-SHA256 challenge-response.
+//! - [`auth`]: token files and the HMAC-SHA256 challenge-response; [`access`]: each tenant's
+//!   scope (read-only or read-write, directories, quotas) from its token line.
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
 //! - [`bench`]: the remote lookup benchmark (`kv bench --remote`).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
+pub mod access;
 pub mod auth;
 pub mod bench;
 pub mod client;
