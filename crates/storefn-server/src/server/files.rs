@@ -96,7 +96,7 @@ impl Files {
         at: Resolved<'_, '_>,
         stats: &ServerStats,
     ) -> Result<Opened, FileFail> {
-        let r = self.acquire_inner(engine, at);
+        let r = self.acquire_inner(engine, at, stats);
         self.publish(engine, stats);
         r
     }
@@ -105,6 +105,7 @@ impl Files {
         &mut self,
         engine: &mut Engine,
         at: Resolved<'_, '_>,
+        stats: &ServerStats,
     ) -> Result<Opened, FileFail> {
         self.clock += 1;
         let path = at.rest;
@@ -122,7 +123,11 @@ impl Files {
         });
         let si = match found {
             Some(i) => i,
-            None => self.open(engine, at)?,
+            None => {
+                // Relaxed: a statistic.
+                stats.files_opened.fetch_add(1, Ordering::Relaxed);
+                self.open(engine, at)?
+            }
         };
         let s = self.slots[si].as_mut().expect("slot just found or opened");
         s.refs += 1;

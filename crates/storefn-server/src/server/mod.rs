@@ -152,6 +152,8 @@ pub struct ServerStats {
     pub engine_files: AtomicU64,
     /// Open-file table entries (all threads): equal to `engine_files` when no slot leaked.
     pub cached_files: AtomicU64,
+    /// Files opened and registered (a request whose file was already open opens none).
+    pub files_opened: AtomicU64,
 }
 
 /// State every thread reads.
