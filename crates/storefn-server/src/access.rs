@@ -216,6 +216,32 @@ fn parse_size(v: &str) -> Result<Option<u64>, &'static str> {
     n.checked_mul(1u64 << shift).map(Some).ok_or("size overflows 64 bits")
 }
 
+/// Why a token file cannot be used: its tokens or one of its scopes.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenFileError {
+    #[error(transparent)]
+    Token(#[from] crate::auth::TokenError),
+    #[error("token file {path}: {source}")]
+    Scope { path: std::path::PathBuf, source: ScopeError },
+}
+
+/// Every tenant of a token file with its scope: what a server needs to authenticate and
+/// authorize (the storage server does the same through [`crate::ServerConfig::tokens`]).
+///
+/// # Errors
+/// As [`crate::auth::load_tokens`]; a bad scope, naming the line and tenant.
+pub fn load_token_file(path: &std::path::Path) -> Result<Vec<(Token, Scope)>, TokenFileError> {
+    let tokens = crate::auth::load_tokens(path)?;
+    tokens
+        .into_iter()
+        .map(|t| match Scope::of(&t) {
+            Ok(s) => Ok((t, s)),
+            Err(source) => Err(TokenFileError::Scope { path: path.to_path_buf(), source }),
+        })
+        .collect()
+}
+
 /// A tenant's writes so far, against its scope's quotas. Shared by every connection of the
 /// tenant (all server threads).
 #[derive(Debug, Default)]
