@@ -22,9 +22,9 @@ fn content(i: usize) -> Vec<u8> {
 }
 
 /// Keeps reads of `big` in flight on the server until `stop`.
-fn load(addr: String, stop: Arc<AtomicBool>) -> u64 {
+fn load(addr: &str, stop: &AtomicBool) -> u64 {
     let mut c =
-        storefn_server::Client::connect(&addr, storefn_server::ClientConfig::default()).unwrap();
+        storefn_server::Client::connect(addr, storefn_server::ClientConfig::default()).unwrap();
     let reqs: Vec<Req> = (0..64u64)
         .map(|i| Req::Read { path: "big".into(), offset: i * 16384, len: 4096 })
         .collect();
@@ -57,7 +57,7 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
     let stop = Arc::new(AtomicBool::new(false));
     let loader = {
         let (addr, stop) = (server.local_addr().to_string(), Arc::clone(&stop));
-        std::thread::spawn(move || load(addr, stop))
+        std::thread::spawn(move || load(&addr, &stop))
     };
     let mut c = client(&server);
     let mut begin = None;
