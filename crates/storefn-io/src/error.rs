@@ -143,6 +143,8 @@ pub enum SubmitError {
     Full { chains: usize },
     #[error("file id {file} is not open in this engine")]
     UnknownFile { file: u32 },
+    #[error("file id {file} is being closed: it takes no new reads")]
+    Closing { file: u32 },
     #[error("scratch of {len} B exceeds the {max} B a chain slot holds")]
     ScratchTooLarge { len: usize, max: usize },
 }

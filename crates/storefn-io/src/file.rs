@@ -178,6 +178,11 @@ pub(crate) struct FileEntry {
     pub last_epoch: u32,
     /// Spaces [`crate::Engine::retry_raw`]'s attempts to set raw mode up again.
     pub raw_retry: crate::digest::RetryGate,
+    /// Chains and plain reads on this file submitted and not yet delivered.
+    pub live: u32,
+    /// [`crate::Engine::close`] came while `live` was non-zero: no chain may start on the file,
+    /// and its slot is released when the last one is delivered.
+    pub closing: bool,
 }
 
 /// Opens `path` read-only in `mode` and learns its size and O_DIRECT alignment.
@@ -229,6 +234,8 @@ pub(crate) fn open_file(
         raw: None,
         last_epoch: 0,
         raw_retry: crate::digest::RetryGate::default(),
+        live: 0,
+        closing: false,
     })
 }
 

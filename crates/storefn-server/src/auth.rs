@@ -2,8 +2,10 @@
 //! a fresh random challenge in its HELLO response; the client answers
 //! HMAC-SHA256(secret, challenge || tenant). The secret never crosses the wire.
 //!
-//! Token file: one tenant per line, `TENANT SECRET` (whitespace-separated; `#` starts a
-//! comment). The server loads every line; a client uses the first.
+//! Token file: one tenant per line, `TENANT SECRET [OPTION ...]` (whitespace-separated; `#`
+//! starts a comment). The options are the tenant's scope, parsed by the server
+//! ([`crate::access::Scope`]); a line without options has the default scope. The server loads
+//! every line; a client uses the first line's tenant and secret.
 
 use std::path::{Path, PathBuf};
 
@@ -30,16 +32,24 @@ pub enum TokenError {
 pub struct Token {
     pub tenant: String,
     pub secret: Vec<u8>,
+    /// The words after the secret: the tenant's scope ([`crate::access::Scope::parse`]).
+    pub options: Vec<String>,
+    /// 1-based line of the token file (0 when not read from a file), for error messages.
+    pub line: usize,
 }
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the secret.
-        f.debug_struct("Token").field("tenant", &self.tenant).finish_non_exhaustive()
+        f.debug_struct("Token")
+            .field("tenant", &self.tenant)
+            .field("options", &self.options)
+            .field("line", &self.line)
+            .finish_non_exhaustive()
     }
 }
 
-/// Reads every `TENANT SECRET` line of `path`.
+/// Reads every `TENANT SECRET [OPTION ...]` line of `path` (the options are kept unparsed).
 ///
 /// # Errors
 /// I/O errors; a line without two fields, a tenant over 64 bytes, a secret under 16 bytes,
@@ -55,8 +65,8 @@ pub fn load_tokens(path: &Path) -> Result<Vec<Token>, TokenError> {
         }
         let bad = |why| TokenError::Bad { path: path.to_path_buf(), line: i + 1, why };
         let mut it = line.split_whitespace();
-        let (Some(t), Some(s), None) = (it.next(), it.next(), it.next()) else {
-            return Err(bad("expected `TENANT SECRET`"));
+        let (Some(t), Some(s)) = (it.next(), it.next()) else {
+            return Err(bad("expected `TENANT SECRET [OPTION ...]`"));
         };
         if t.len() > MAX_TENANT_BYTES {
             return Err(bad("tenant name longer than 64 bytes"));
@@ -67,7 +77,12 @@ pub fn load_tokens(path: &Path) -> Result<Vec<Token>, TokenError> {
         if out.iter().any(|x| x.tenant == t) {
             return Err(bad("tenant listed twice"));
         }
-        out.push(Token { tenant: t.to_string(), secret: s.as_bytes().to_vec() });
+        out.push(Token {
+            tenant: t.to_string(),
+            secret: s.as_bytes().to_vec(),
+            options: it.map(str::to_string).collect(),
+            line: i + 1,
+        });
     }
     if out.is_empty() {
         return Err(TokenError::Empty { path: path.to_path_buf() });

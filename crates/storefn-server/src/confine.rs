@@ -19,6 +19,8 @@ pub enum ConfineError {
     NotFound,
     #[error("path is not valid: {0}")]
     Invalid(&'static str),
+    #[error("not a regular file: {0}")]
+    NotRegular(&'static str),
     #[error("open: {0}")]
     Io(String),
 }
@@ -31,6 +33,7 @@ impl ConfineError {
             Self::Outside => StatusCode::OutsideRoot,
             Self::NotFound => StatusCode::NotFound,
             Self::Invalid(_) => StatusCode::BadRequest,
+            Self::NotRegular(_) => StatusCode::NotRegular,
             Self::Io(_) => StatusCode::Io,
         }
     }
@@ -102,9 +105,55 @@ impl Root {
         }
     }
 
-    /// `statx` of `rel` relative to the root without following a final symlink: identity and
-    /// change time only, used to notice that a cached open file was replaced (the file is then
-    /// reopened with [`Root::open_beneath`], which does the confined resolution).
+    /// Opens the regular file `rel` beneath the root for reading (`write` false) or writing,
+    /// without ever opening anything else: the path is resolved to an `O_PATH` descriptor
+    /// (which opens no device and cannot block on a FIFO), that descriptor is `fstat`ed, and
+    /// only a regular file is then reopened through it (`/proc/self/fd/N`: the same inode,
+    /// no second path lookup) with `O_NONBLOCK | O_NOCTTY`. A final symlink is followed, as
+    /// far as it stays beneath the root: the served directory may link its own files.
+    ///
+    /// # Errors
+    /// As [`Root::open_beneath`]; [`ConfineError::NotRegular`] naming what the path is.
+    pub fn open_regular(&self, rel: &[u8], write: bool) -> Result<File, ConfineError> {
+        let path = self.open_beneath(rel, libc::O_PATH)?;
+        let kind = path.metadata().map_err(|e| ConfineError::Io(e.to_string()))?.file_type();
+        if !kind.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            return Err(ConfineError::NotRegular(match () {
+                () if kind.is_dir() => "a directory",
+                () if kind.is_fifo() => "a FIFO",
+                () if kind.is_char_device() => "a character device",
+                () if kind.is_block_device() => "a block device",
+                () if kind.is_socket() => "a socket",
+                () => "not a regular file",
+            }));
+        }
+        let proc = format!("/proc/self/fd/{}", path.as_raw_fd());
+        std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(proc)
+            .map_err(|e| ConfineError::Io(e.to_string()))
+    }
+
+    /// The directory `rel` beneath the root, held open as a root of its own (a tenant's scope
+    /// directory: paths resolved beneath it cannot leave it).
+    ///
+    /// # Errors
+    /// As [`Root::open_beneath`]; not a directory.
+    pub fn subdir(&self, rel: &[u8]) -> Result<Self, ConfineError> {
+        let dir = self.open_beneath(rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        Ok(Self { dir })
+    }
+
+    /// `statx` of `rel` relative to the root, following symlinks as [`Root::open_regular`]
+    /// does: identity, change time and size, used to notice that a cached open file was
+    /// replaced (the file is then reopened with [`Root::open_regular`], which does the confined
+    /// resolution). The two must agree: an identity taken without following a final symlink
+    /// never matched the file opened through it, so every request through a link reopened
+    /// the file. The lookup itself is not confined; only a match with a file opened confined
+    /// under the same path counts, so it reveals nothing the confined open would not.
     #[must_use]
     pub fn stat_identity(&self, rel: &[u8]) -> Option<(u64, u64, u64, u64)> {
         // NUL-terminated on the stack: this runs on every request and must not allocate.
@@ -120,7 +169,7 @@ impl Root {
             libc::statx(
                 self.dir.as_raw_fd(),
                 c.as_ptr().cast(),
-                libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT,
+                libc::AT_STATX_SYNC_AS_STAT,
                 libc::STATX_INO | libc::STATX_CTIME | libc::STATX_SIZE,
                 &raw mut sx,
             )

@@ -1,7 +1,8 @@
 //! storefn-server: run storage functions where the data is, for remote clients (BPF-oF, DDS).
 //!
 //! - [`server`]: `storefn serve` — threads, engines, connections, limits, fairness.
-//! - [`auth`]: token files (the challenge-response itself is storefn-wire's).
+//! - [`auth`]: token files (the challenge-response itself is storefn-wire's); [`access`]: each
+//!   tenant's scope (read-only or read-write, directories, quotas) from its token line.
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
 //! - [`fairness`]: the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
@@ -10,6 +11,7 @@
 //! The protocol and the client are storefn-wire's: an application reaches the server through
 //! the wire and runs code on it through a program type (xrp, lambda) or a plug-in trait
 //! ([`server::offload::OffloadHook`], DDS's).
+pub mod access;
 pub mod auth;
 pub mod confine;
 pub mod fairness;

@@ -19,7 +19,9 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:7070 or [::1]:7070.
     #[arg(long)]
     pub listen: String,
-    /// `TENANT SECRET` lines; with it every connection must authenticate (HMAC-SHA256).
+    /// `TENANT SECRET [ro|rw] [dir=SUB ...] [write_quota=SIZE] [grow_quota=SIZE]` lines: every
+    /// connection must authenticate (HMAC-SHA256) and each tenant reaches only its scope
+    /// (default: rw, the whole directory, no write quota, 1G growth; docs/FORMAT.md).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// Server threads (each with its own io_uring engine).
@@ -44,7 +46,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     cfg.log = true;
     cfg.fair = !a.unfair;
     if let Some(t) = &a.token_file {
-        cfg.tokens = Some(storefn_server::auth::load_tokens(t)?);
+        // Scopes checked here too, so a bad one is reported with the file's name.
+        let tokens = storefn_server::access::load_token_file(t)?;
+        cfg.tokens = Some(tokens.into_iter().map(|(t, _)| t).collect());
     }
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.

@@ -257,7 +257,7 @@ impl Engine {
                 // which needs `&mut self` after the callback returns.
                 (Kind::Xrp, _) => (unsafe { std::slice::from_raw_parts(sp, SCRATCH_BYTES) }, &[]),
             };
-            let token = c.token;
+            let (token, file) = (c.token, c.file);
             c.state = State::Free;
             on_done(Completion { token, result, scratch, data });
             if let Some((b, _, _)) = plain {
@@ -265,6 +265,7 @@ impl Engine {
             }
             self.free_chains.push(ci as u32);
             self.live -= 1;
+            self.chain_delivered(file);
             count += 1;
         }
         count

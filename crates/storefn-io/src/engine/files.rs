@@ -7,7 +7,7 @@ use io_uring::{opcode, types};
 
 use super::{Engine, PROBE_USER_DATA};
 use crate::digest::RawAccess;
-use crate::error::{ChainAt, ChainError, EngineError, Errno};
+use crate::error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
 use crate::file::{open_file, statx_size_align, FileEntry, FileId, IoMode, RawState, Target};
 use crate::limits::{BUFFER_ALIGN, MAX_BLOCK_ALIGN, MAX_FILES};
 use crate::region::Region;
@@ -177,26 +177,77 @@ impl Engine {
         })
     }
 
-    /// Closes a file. The engine must be idle.
+    /// Closes a file. With no chain or read of it live, its registered slot and descriptor are
+    /// released now; otherwise the file takes no new chain ([`SubmitError::Closing`]) and is
+    /// released when its last chain is delivered. Either way each slot is released exactly
+    /// once, and chains of other files never hold a close back. Closing a file that is not open
+    /// (or already closing) does nothing.
     ///
     /// # Errors
-    /// [`EngineError::NotIdle`] with chains live; [`EngineError::RegisterFiles`].
+    /// [`EngineError::RegisterFiles`] when the kernel refused to clear the registered slot. The
+    /// slot is free for the engine all the same (the next open there replaces the kernel's
+    /// entry), so nothing leaks; the error is only reported.
     pub fn close(&mut self, file: FileId) -> Result<(), EngineError> {
-        if self.live != 0 {
-            return Err(EngineError::NotIdle { active: self.live });
+        let Some(Some(entry)) = self.files.get_mut(file.0 as usize) else { return Ok(()) };
+        if entry.live > 0 {
+            entry.closing = true;
+            return Ok(());
         }
-        if self.files.get(file.0 as usize).is_some_and(Option::is_some) {
-            self.ring
-                .submitter()
-                .register_files_update(file.0, &[-1])
-                .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
-            self.ring
-                .submitter()
-                .register_files_update(device_index(file.0), &[-1])
-                .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
-            self.files[file.0 as usize] = None;
+        self.release_file(file.0)
+    }
+
+    /// Files registered with the engine, those waiting for their last chain included: the
+    /// registered-file slots in use, out of [`MAX_FILES`].
+    #[must_use]
+    pub fn files_open(&self) -> usize {
+        self.files.iter().flatten().count()
+    }
+
+    /// Files closed while chains of theirs were live, waiting for the last one.
+    #[must_use]
+    pub fn files_closing(&self) -> usize {
+        self.files.iter().flatten().filter(|e| e.closing).count()
+    }
+
+    /// A chain may start on `file`: it is open and not closing.
+    pub(super) fn file_usable(&self, file: FileId) -> Result<(), SubmitError> {
+        match self.files.get(file.0 as usize) {
+            Some(Some(e)) if e.closing => Err(SubmitError::Closing { file: file.0 }),
+            Some(Some(_)) => Ok(()),
+            _ => Err(SubmitError::UnknownFile { file: file.0 }),
         }
-        Ok(())
+    }
+
+    /// A chain on `file` was given a slot (after [`Engine::file_usable`]).
+    pub(super) fn chain_started(&mut self, file: FileId) {
+        let entry = self.files[file.0 as usize].as_mut().expect("checked by file_usable");
+        entry.live += 1;
+    }
+
+    /// A chain on file index `file` was delivered: a deferred close completes with the last.
+    pub(super) fn chain_delivered(&mut self, file: u32) {
+        let Some(Some(entry)) = self.files.get_mut(file as usize) else {
+            debug_assert!(false, "a live chain's file is open");
+            return;
+        };
+        entry.live -= 1;
+        if entry.live == 0 && entry.closing {
+            // Nobody is there to hear a refused unregister; the slot is released anyway.
+            let _ = self.release_file(file);
+        }
+    }
+
+    /// Drops the entry and clears its registered slots (file and device): the entry goes
+    /// whatever the kernel answers, so a slot can never be lost to a failed update.
+    fn release_file(&mut self, file: u32) -> Result<(), EngineError> {
+        let entry = self.files[file as usize].take();
+        debug_assert!(entry.as_ref().is_none_or(|e| e.live == 0));
+        let sub = self.ring.submitter();
+        let a = sub.register_files_update(file, &[-1]);
+        let b = sub.register_files_update(device_index(file), &[-1]);
+        // The descriptor closes only after the kernel's table no longer names it.
+        drop(entry);
+        a.and(b).map(|_| ()).map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })
     }
 
     /// The file's size as the engine's range checks see it.

@@ -41,10 +41,9 @@ impl Engine {
         start: u64,
         token: u64,
     ) -> Result<usize, SubmitError> {
-        if !self.files.get(file.0 as usize).is_some_and(Option::is_some) {
-            return Err(SubmitError::UnknownFile { file: file.0 });
-        }
+        self.file_usable(file)?;
         let ci = self.free_chains.pop().ok_or(SubmitError::Full { chains: self.cfg.chains })?;
+        self.chain_started(file);
         let ci = ci as usize;
         let c = &mut self.chains[ci];
         debug_assert_eq!(c.state, State::Free);

@@ -1,20 +1,27 @@
-//! A server thread's open files: each opened once beneath the root (`openat2`), registered on
-//! the thread's engine, and checked on every request with one `statx` of its path: when the
-//! path names another inode now (a compaction renamed a new file over it), the new file is
-//! opened and the old entry stays until its last request finishes.
+//! A server thread's open files: each opened once beneath its tenant's scope directory (or
+//! the served directory) as a regular file, registered on the thread's engine, and checked on
+//! every request with one `statx` of its path that follows symlinks exactly as the open did:
+//! when the path names another inode now (a compaction renamed a new file over it), the new
+//! file is opened and the old entry stays until its last request finishes. Every entry closed
+//! here is closed in the engine exactly once (the engine defers a close while reads of the
+//! file are live), so the engine's registered-file slots track this table.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use storefn_io::{Engine, EngineError, FileId, IoMode};
 
-use super::MAX_OPEN_FILES_PER_THREAD;
-use crate::confine::{identity, ConfineError, Root};
+use super::scopes::Resolved;
+use super::{ServerStats, MAX_OPEN_FILES_PER_THREAD};
+use crate::confine::{identity, ConfineError};
 use crate::proto::{FileVersion, StatusCode};
 
 #[derive(Debug)]
 struct Slot {
+    /// The directory the path is resolved beneath (see `scopes::Resolved::base`).
+    base: u32,
     /// Empty once the path names another file (the slot only serves requests in flight).
     path: Vec<u8>,
     /// Keeps the confined open alive: the engine's fd is a reopen of this one.
@@ -40,6 +47,8 @@ pub struct Opened {
 pub struct Files {
     slots: Vec<Option<Slot>>,
     clock: u64,
+    /// What this thread last added to `ServerStats::{engine_files, cached_files}`.
+    published: (u64, u64),
 }
 
 /// Why a request's file could not be used: the status and message to answer with.
@@ -75,40 +84,60 @@ pub fn chain_fail(e: &storefn_io::ChainError) -> FileFail {
 }
 
 impl Files {
-    /// The file `path` names now, opened and registered, with one more reference (release it
+    /// The file `at` names now, opened and registered, with one more reference (release it
     /// with [`Files::release`] when the request finishes).
     ///
     /// # Errors
-    /// The status to answer: outside the root, not found, a full table, engine errors.
+    /// The status to answer: outside the root, not found, not a regular file, a full table,
+    /// engine errors.
     pub fn acquire(
         &mut self,
-        root: &Root,
         engine: &mut Engine,
-        path: &[u8],
+        at: Resolved<'_, '_>,
+        stats: &ServerStats,
+    ) -> Result<Opened, FileFail> {
+        let r = self.acquire_inner(engine, at, stats);
+        self.publish(engine, stats);
+        r
+    }
+
+    fn acquire_inner(
+        &mut self,
+        engine: &mut Engine,
+        at: Resolved<'_, '_>,
+        stats: &ServerStats,
     ) -> Result<Opened, FileFail> {
         self.clock += 1;
-        let Some((dev, ino, change, size)) = root.stat_identity(path) else {
+        let path = at.rest;
+        let Some((dev, ino, change, size)) = at.dir.stat_identity(path) else {
             // Let the confined open say why (outside, not found, ...).
-            let e = root.open_beneath(path, libc::O_RDONLY).err();
+            let e = at.dir.open_regular(path, false).err();
             return Err(
                 e.map_or((StatusCode::NotFound, "no such file".into()), |e| confine_fail(&e))
             );
         };
         let found = self.slots.iter().position(|s| {
-            s.as_ref().is_some_and(|s| s.path == path && s.dev == dev && s.ino == ino)
+            s.as_ref().is_some_and(|s| {
+                s.base == at.base && s.path == path && s.dev == dev && s.ino == ino
+            })
         });
         let si = match found {
             Some(i) => i,
-            None => self.open(root, engine, path)?,
+            None => {
+                // Relaxed: a statistic.
+                stats.files_opened.fetch_add(1, Ordering::Relaxed);
+                self.open(engine, at)?
+            }
         };
         let s = self.slots[si].as_mut().expect("slot just found or opened");
         s.refs += 1;
         s.last_used = self.clock;
         // The version of a freshly opened file comes from its fd (statx above may predate a
         // rename); a cached one matched (dev, ino), so the statx values describe it.
-        let change =
-            if found.is_some() { change } else { identity(&s._fd).map_or(change, |v| v.2) };
-        let size = if found.is_some() { size } else { identity(&s._fd).map_or(size, |v| v.3) };
+        let (change, size) = match found {
+            Some(_) => (change, size),
+            None => identity(&s._fd).map_or((change, size), |v| (v.2, v.3)),
+        };
         Ok(Opened {
             slot: u32::try_from(si).expect("small table"),
             id: s.id,
@@ -117,15 +146,13 @@ impl Files {
         })
     }
 
-    fn open(&mut self, root: &Root, engine: &mut Engine, path: &[u8]) -> Result<usize, FileFail> {
-        let fd = root.open_beneath(path, libc::O_RDONLY).map_err(|e| confine_fail(&e))?;
+    fn open(&mut self, engine: &mut Engine, at: Resolved<'_, '_>) -> Result<usize, FileFail> {
+        let path = at.rest;
+        let fd = at.dir.open_regular(path, false).map_err(|e| confine_fail(&e))?;
         let (dev, ino, _, _) = identity(&fd).map_err(|e| (StatusCode::Io, e.to_string()))?;
-        if !fd.metadata().is_ok_and(|m| m.is_file()) {
-            return Err((StatusCode::BadRequest, "not a regular file".into()));
-        }
         // An older file at the same path stops being found by path.
         for s in self.slots.iter_mut().flatten() {
-            if s.path == path {
+            if s.base == at.base && s.path == path {
                 s.path.clear();
             }
         }
@@ -138,8 +165,8 @@ impl Files {
             }
             None => self.evict(engine)?,
         };
-        // The engine opens by path: the magic link reopens exactly the inode openat2 resolved
-        // beneath the root (O_DIRECT where the file system allows it).
+        // The engine opens by path: the magic link reopens exactly the inode resolved beneath
+        // the directory (O_DIRECT where the file system allows it).
         let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let id = match engine.open(Path::new(&proc), IoMode::Direct) {
             Ok(id) => id,
@@ -149,6 +176,7 @@ impl Files {
             Err(e) => return Err((StatusCode::Io, format!("engine open: {e}"))),
         };
         self.slots[si] = Some(Slot {
+            base: at.base,
             path: path.to_vec(),
             _fd: fd,
             id,
@@ -165,7 +193,7 @@ impl Files {
         for s in &mut self.slots {
             if s.as_ref().is_some_and(|s| s.path.is_empty() && s.refs == 0) {
                 let old = s.take().expect("checked");
-                let _ = engine.close(old.id);
+                close(engine, old.id);
             }
         }
     }
@@ -180,7 +208,7 @@ impl Files {
             .map(|(i, _)| i)
             .ok_or((StatusCode::Limit, "every open-file slot of this thread is busy".into()))?;
         let old = self.slots[victim].take().expect("victim exists");
-        let _ = engine.close(old.id);
+        close(engine, old.id);
         Ok(victim)
     }
 
@@ -190,6 +218,22 @@ impl Files {
         debug_assert!(s.refs > 0);
         s.refs -= 1;
     }
+
+    /// Publishes this thread's engine file slots in use and entries in this table.
+    fn publish(&mut self, engine: &Engine, stats: &ServerStats) {
+        let now = (engine.files_open() as u64, self.slots.iter().flatten().count() as u64);
+        let (e0, c0) = std::mem::replace(&mut self.published, now);
+        // Relaxed: gauges read as statistics; each thread adds its own difference.
+        stats.engine_files.fetch_add(now.0.wrapping_sub(e0), Ordering::Relaxed);
+        stats.cached_files.fetch_add(now.1.wrapping_sub(c0), Ordering::Relaxed);
+    }
+}
+
+/// Closes an entry's engine file. The engine releases the slot whatever is in flight (at once,
+/// or when the file's last read is delivered); a refused kernel update still frees the slot,
+/// so there is nothing to undo here.
+fn close(engine: &mut Engine, id: FileId) {
+    let _ = engine.close(id);
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod offload_reads;
 mod progs;
 mod requests;
 pub mod sched;
+mod scopes;
 mod worker;
 
 use std::net::{SocketAddr, TcpListener};
@@ -22,6 +23,7 @@ use std::time::Duration;
 use crate::auth::Token;
 use crate::confine::Root;
 use crate::registry::{Registry, DEFAULT_REGISTRY_BYTES};
+pub use scopes::PolicyError;
 
 /// Requests outstanding per connection (queued or running); more are answered `LIMIT`, and the
 /// connection is not read while it is at the limit.
@@ -123,6 +125,9 @@ pub enum ServerError {
     Io { thread: usize, source: std::io::Error },
     #[error("server thread {0} panicked")]
     Panicked(usize),
+    /// A tenant's scope in the token file is wrong, or names a directory that cannot be opened.
+    #[error("{0}")]
+    Scope(#[from] PolicyError),
 }
 
 /// Counters shared by the threads. Relaxed: statistics, read after the threads are joined or
@@ -142,12 +147,21 @@ pub struct ServerStats {
     pub late_answers: AtomicU64,
     /// DDS: offloaded reads that overlapped a host change and were forwarded instead.
     pub offload_raced: AtomicU64,
+    /// The engines' registered-file slots in use (all threads; updated when a request opens a
+    /// file).
+    pub engine_files: AtomicU64,
+    /// Open-file table entries (all threads): equal to `engine_files` when no slot leaked.
+    pub cached_files: AtomicU64,
+    /// Files opened and registered (a request whose file was already open opens none).
+    pub files_opened: AtomicU64,
 }
 
 /// State every thread reads.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub root: Root,
+    /// Tenants' scopes and quotas.
+    pub policy: scopes::Policy,
     pub registry: Mutex<Registry>,
     pub cfg: ServerConfig,
     pub stop: AtomicBool,
@@ -177,6 +191,7 @@ impl Server {
         }
         let root = Root::open(&cfg.dir)
             .map_err(|source| ServerError::Dir { path: cfg.dir.clone(), source })?;
+        let policy = scopes::Policy::new(&root, cfg.tokens.as_deref())?;
         let listener = TcpListener::bind(listen)
             .map_err(|source| ServerError::Listen { addr: listen.to_string(), source })?;
         listener
@@ -187,6 +202,7 @@ impl Server {
             .map_err(|source| ServerError::Listen { addr: listen.to_string(), source })?;
         let shared = Arc::new(Shared {
             root,
+            policy,
             registry: Mutex::new(Registry::new(cfg.registry_bytes)),
             stop: AtomicBool::new(false),
             stats: ServerStats::default(),

@@ -8,6 +8,7 @@ use storefn_vm::ProgType;
 use super::files::FileFail;
 use super::worker::{open_frame, Conn, Job, JobKind, Worker};
 use super::{MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD};
+use crate::access::Intent;
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
@@ -121,14 +122,16 @@ impl Worker<'_> {
                     );
                 };
                 let name = &self.tenants[t as usize];
-                let ok = self.shared.cfg.tokens.as_ref().is_some_and(|toks| {
-                    toks.iter().any(|k| {
+                let ok = self.shared.cfg.tokens.as_ref().and_then(|toks| {
+                    toks.iter().position(|k| {
                         k.tenant.as_bytes() == name.as_slice()
                             && auth::verify(&k.secret, &challenge, name, mac)
                     })
                 });
-                if ok {
-                    self.conn(ci).authed = true;
+                if let Some(k) = ok {
+                    let c = self.conn(ci);
+                    c.authed = true;
+                    c.scope = u32::try_from(k).expect("token files are small");
                     let c = self.conns[ci as usize].as_ref().expect("live");
                     self.log(c, "authenticated");
                     return self.respond(ci, req_id, code, &Response::Auth);
@@ -152,6 +155,7 @@ impl Worker<'_> {
         if !c_authed {
             return self.respond_err(ci, req_id, code, StatusCode::AuthRequired, "AUTH first");
         }
+        let scope = c.scope;
         match *r {
             Request::LoadProg { prog_type, section, elf } => {
                 let res = match self.shared.registry.lock() {
@@ -181,7 +185,9 @@ impl Worker<'_> {
                 }
             }
             Request::Stat { path } => {
-                match self.files.acquire(&self.shared.root, &mut self.engine, path) {
+                let sh = self.shared;
+                let at = sh.policy.resolve(&sh.root, scope, path, Intent::Read);
+                match at.and_then(|at| self.files.acquire(&mut self.engine, at, &sh.stats)) {
                     Ok(o) => {
                         self.files.release(o.slot);
                         self.respond(
@@ -195,8 +201,8 @@ impl Worker<'_> {
                 }
             }
             Request::Write { path, offset, data } => {
-                match open_for_write(self.shared, path)
-                    .and_then(|f| write_durably(&f, data, offset))
+                match open_for_write(self.shared, scope, path)
+                    .and_then(|f| write_charged(self.shared, scope, &f, data, offset))
                 {
                     Ok(version) => {
                         let written = u32::try_from(data.len()).expect("bounded");
@@ -236,7 +242,7 @@ impl Worker<'_> {
             }
             Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
             Request::LambdaWrite { path, offset, hash, input, out_cap } => {
-                match self.lambda_write(path, offset, hash, input, out_cap) {
+                match self.lambda_write(scope, path, offset, hash, input, out_cap) {
                     Ok((version, written)) => {
                         self.respond(ci, req_id, code, &Response::LambdaWrite { version, written });
                     }
@@ -253,6 +259,7 @@ impl Worker<'_> {
     /// acknowledged λ write is durable.
     fn lambda_write(
         &mut self,
+        scope: u32,
         path: &[u8],
         offset: u64,
         hash: &ProgHash,
@@ -263,7 +270,7 @@ impl Worker<'_> {
             return Err((StatusCode::ShuttingDown, "server is stopping".into()));
         }
         // The file first: a path outside the root or missing costs no program run.
-        let f = open_for_write(self.shared, path)?;
+        let f = open_for_write(self.shared, scope, path)?;
         let si = self.progs.acquire(self.shared, hash, ProgType::Lambda)?;
         let cap = out_cap as usize;
         if self.write_staging.len() < cap {
@@ -282,7 +289,7 @@ impl Worker<'_> {
         offset
             .checked_add(ret)
             .ok_or((StatusCode::OutOfRange, "offset + output overflows".into()))?;
-        let version = write_durably(&f, &self.write_staging[..n], offset)?;
+        let version = write_charged(self.shared, scope, &f, &self.write_staging[..n], offset)?;
         Ok((version, ret))
     }
 
@@ -323,7 +330,7 @@ impl Worker<'_> {
                 "too many requests in flight",
             );
         }
-        let (conn_gen, tenant) = (c.gen, c.tenant.expect("HELLO checked"));
+        let (conn_gen, tenant, scope) = (c.gen, c.tenant.expect("HELLO checked"), c.scope);
         let inst = match hash {
             None => u32::MAX,
             Some(h) => {
@@ -334,7 +341,9 @@ impl Worker<'_> {
                 }
             }
         };
-        let f = match self.files.acquire(&self.shared.root, &mut self.engine, path) {
+        let sh = self.shared;
+        let at = sh.policy.resolve(&sh.root, scope, path, Intent::Read);
+        let f = match at.and_then(|at| self.files.acquire(&mut self.engine, at, &sh.stats)) {
             Ok(f) => f,
             Err((st, m)) => {
                 if inst != u32::MAX {
@@ -391,23 +400,49 @@ impl Worker<'_> {
     }
 }
 
-/// A file of WRITE or LAMBDA_WRITE: opened beneath the root (confined; it must exist: the
-/// server never creates files), then handed to the configured storage for the writes. The
-/// second descriptor reads the version after the write.
+/// A file of WRITE or LAMBDA_WRITE: a regular file (never a device or FIFO) opened beneath the
+/// tenant's scope directory (confined; it must exist: the server never creates files), then
+/// handed to the configured storage for the writes. The second descriptor reads the size
+/// before and the version after the write.
 struct WriteTarget {
     storage_file: Box<dyn storefn_io::storage::StorageFile>,
     file: std::fs::File,
 }
 
-fn open_for_write(shared: &super::Shared, path: &[u8]) -> Result<WriteTarget, FileFail> {
+fn open_for_write(
+    shared: &super::Shared,
+    scope: u32,
+    path: &[u8],
+) -> Result<WriteTarget, FileFail> {
     use std::os::unix::ffi::OsStrExt;
-    let f =
-        shared.root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;
+    let at = shared.policy.resolve(&shared.root, scope, path, Intent::Write)?;
+    let f = at.dir.open_regular(at.rest, true).map_err(|e| (e.status(), e.to_string()))?;
     let file = f.try_clone().map_err(|e| (StatusCode::Io, format!("dup: {e}")))?;
     let name = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
     let storage_file =
         shared.cfg.storage.adopt(f, name).map_err(|e| (StatusCode::Io, format!("open: {e}")))?;
     Ok(WriteTarget { storage_file, file })
+}
+
+/// [`write_durably`] within the tenant's quotas: the bytes and the growth past the file's
+/// current end are charged first (nothing is written over quota) and given back if the write
+/// fails.
+fn write_charged(
+    shared: &super::Shared,
+    scope: u32,
+    t: &WriteTarget,
+    data: &[u8],
+    offset: u64,
+) -> Result<FileVersion, FileFail> {
+    let (_, _, _, size) =
+        crate::confine::identity(&t.file).map_err(|e| (StatusCode::Io, e.to_string()))?;
+    let bytes = data.len() as u64;
+    let growth = shared.policy.charge(scope, offset, bytes, size)?;
+    let r = write_durably(t, data, offset);
+    if r.is_err() {
+        shared.policy.refund(scope, bytes, growth);
+    }
+    r
 }
 
 /// Writes `data` at `offset`, syncs it (fdatasync), then reads the file's version: the answer

@@ -104,6 +104,8 @@ pub(super) struct Conn {
     pub(super) spare_frames: Vec<FrameBuf>,
     pub(super) in_flight: u32,
     pub(super) tenant: Option<u32>,
+    /// The tenant's scope (`scopes::Policy`): its token's index, set by AUTH (0 without auth).
+    pub(super) scope: u32,
     pub(super) challenge: [u8; HASH_BYTES],
     pub(super) authed: bool,
     pub(super) last_rx: Instant,
@@ -359,6 +361,7 @@ impl Worker<'_> {
                 spare_frames: Vec::new(),
                 in_flight: 0,
                 tenant: None,
+                scope: 0,
                 challenge: [0; HASH_BYTES],
                 authed: false,
                 last_rx: Instant::now(),

@@ -158,11 +158,19 @@ pub enum StatusCode {
     OutOfRange = 12,
     /// DDS: the host application did not answer a forwarded request in time.
     HostTimeout = 13,
+    /// The tenant's scope does not allow it: the path is outside its directories, or a write
+    /// by a read-only tenant.
+    Forbidden = 14,
+    /// A write over the tenant's quota of bytes written or file growth; nothing was written.
+    QuotaExceeded = 15,
+    /// The path names something other than a regular file (FIFO, device, directory, socket):
+    /// it was not opened for reading or writing.
+    NotRegular = 16,
 }
 
 impl StatusCode {
     /// Every code with its name, for the document check.
-    pub const ALL: [(StatusCode, &'static str); 14] = [
+    pub const ALL: [(StatusCode, &'static str); 17] = [
         (Self::Ok, "OK"),
         (Self::BadRequest, "BAD_REQUEST"),
         (Self::AuthRequired, "AUTH_REQUIRED"),
@@ -177,6 +185,9 @@ impl StatusCode {
         (Self::ShuttingDown, "SHUTTING_DOWN"),
         (Self::OutOfRange, "OUT_OF_RANGE"),
         (Self::HostTimeout, "HOST_TIMEOUT"),
+        (Self::Forbidden, "FORBIDDEN"),
+        (Self::QuotaExceeded, "QUOTA_EXCEEDED"),
+        (Self::NotRegular, "NOT_REGULAR"),
     ];
 
     /// The code for a wire value; `None` for values this build does not know.
