@@ -4,9 +4,10 @@
 mod common;
 
 use common::TempDir;
-use storefn_server::proto::msg::PROG_TYPE_LAMBDA;
-use storefn_server::proto::StatusCode;
-use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig, ServerError};
+use storefn_wire::PROG_TYPE_LAMBDA;
+use storefn_wire::StatusCode;
+use storefn_server::{Server, ServerConfig, ServerError};
+use storefn_wire::{Client, ClientConfig, Request};
 
 const SECRET: &str = "0123456789abcdef0123";
 
@@ -27,20 +28,20 @@ fn as_tenant(server: &Server, tenant: &str) -> Client {
     Client::connect(&server.local_addr().to_string(), cfg).unwrap()
 }
 
-fn status(c: &mut Client, r: Req) -> u16 {
+fn status(c: &mut Client, r: Request<'_>) -> u16 {
     c.call(&[r]).unwrap()[0].status
 }
 
-fn read(p: &str) -> Req {
-    Req::Read { path: p.into(), offset: 0, len: 4 }
+fn read(p: &str) -> Request<'_> {
+    Request::Read { path: p.as_bytes(), offset: 0, len: 4 }
 }
 
-fn stat(p: &str) -> Req {
-    Req::Stat { path: p.into() }
+fn stat(p: &str) -> Request<'_> {
+    Request::Stat { path: p.as_bytes() }
 }
 
-fn write(p: &str) -> Req {
-    Req::Write { path: p.into(), offset: 0, data: b"XXXX".to_vec() }
+fn write(p: &str) -> Request<'_> {
+    Request::Write { path: p.as_bytes(), offset: 0, data: b"XXXX" }
 }
 
 /// `served/`: a/f, b/f, shared/s, top; a/escape -> ../b/f (beneath the root, outside a/);
@@ -88,14 +89,14 @@ fn each_tenant_reads_writes_and_runs_programs_only_within_its_scope() {
     }
     // Programs run only over files in scope.
     let h = alice.load_prog(PROG_TYPE_LAMBDA, b"", storefn_progs::must("test/lambda_sum")).unwrap();
-    let lambda = |p: &str| Req::Lambda { path: p.into(), offset: 0, len: 16, hash: h, out_cap: 64 };
+    let lambda = |p: &'static str| Request::Lambda { path: p.as_bytes(), offset: 0, len: 16, hash: &h, out_cap: 64 };
     assert_eq!(status(&mut alice, lambda("a/f")), ok);
     assert_eq!(status(&mut alice, lambda("b/f")), forbidden);
-    let lw = |p: &str| Req::LambdaWrite {
-        path: p.into(),
+    let lw = |p: &'static str| Request::LambdaWrite {
+        path: p.as_bytes(),
         offset: 0,
-        hash: h,
-        input: vec![1; 16],
+        hash: &h,
+        input: &[1; 16],
         out_cap: 24,
     };
     assert_eq!(status(&mut alice, lw("b/f")), forbidden);
@@ -128,7 +129,8 @@ fn quotas_bound_the_bytes_written_and_the_growth_of_files() {
     let quota = StatusCode::QuotaExceeded as u16;
     let top = dir.join("served/top");
     let size = || std::fs::metadata(&top).unwrap().len();
-    let w = |offset: u64, n: usize| Req::Write { path: "top".into(), offset, data: vec![1; n] };
+    let ones = vec![1u8; 1 << 20];
+    let w = |offset: u64, n: usize| Request::Write { path: b"top", offset, data: &ones[..n] };
     for tenant in ["carol", "old"] {
         let mut c = as_tenant(&server, tenant);
         // One small write 1 TiB in: refused, nothing written (the default growth quota is
@@ -162,7 +164,7 @@ fn without_a_token_file_the_default_scope_still_bounds_growth() {
     layout(&dir);
     let server = common::serve(&dir.join("served"), 1);
     let mut c = common::client(&server);
-    let r = Req::Write { path: "top".into(), offset: 1 << 40, data: vec![1; 8] };
+    let r = Request::Write { path: b"top", offset: 1 << 40, data: &[1; 8] };
     assert_eq!(status(&mut c, r), StatusCode::QuotaExceeded as u16);
     assert_eq!(std::fs::metadata(dir.join("served/top")).unwrap().len(), 16);
     server.stop();

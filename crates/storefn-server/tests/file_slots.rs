@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{client, serve, TempDir};
-use storefn_server::Req;
+use storefn_wire::Request;
 
 const FILES: usize = 10_000;
 const RENAMES: usize = 1_000;
@@ -24,9 +24,9 @@ fn content(i: usize) -> Vec<u8> {
 /// Keeps reads of `big` in flight on the server until `stop`.
 fn load(addr: &str, stop: &AtomicBool) -> u64 {
     let mut c =
-        storefn_server::Client::connect(addr, storefn_server::ClientConfig::default()).unwrap();
-    let reqs: Vec<Req> = (0..64u64)
-        .map(|i| Req::Read { path: "big".into(), offset: i * 16384, len: 4096 })
+        storefn_wire::Client::connect(addr, storefn_wire::ClientConfig::default()).unwrap();
+    let reqs: Vec<Request<'_>> = (0..64u64)
+        .map(|i| Request::Read { path: b"big", offset: i * 16384, len: 4096 })
         .collect();
     let mut n = 0;
     // Bounded even if the main thread never sets `stop`.
@@ -63,11 +63,12 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
     let mut begin = None;
     let mut renamed = 0;
     for (b, chunk) in (0..FILES).collect::<Vec<_>>().chunks(BATCH).enumerate() {
-        let mut reqs: Vec<Req> = chunk
+        let paths: Vec<String> = chunk.iter().map(|i| format!("f/{i:05}")).collect();
+        let mut reqs: Vec<Request<'_>> = paths
             .iter()
-            .map(|i| Req::Read { path: format!("f/{i:05}"), offset: 0, len: 10 })
+            .map(|p| Request::Read { path: p.as_bytes(), offset: 0, len: 10 })
             .collect();
-        reqs.push(Req::Read { path: "link".into(), offset: 0, len: 16 });
+        reqs.push(Request::Read { path: b"link", offset: 0, len: 16 });
         let replies = c.call(&reqs).unwrap();
         for (i, r) in chunk.iter().zip(&replies) {
             assert_eq!(r.status, 0, "f/{i:05}: {}", r.message);
@@ -80,7 +81,7 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
                 let tmp = dir.join("r.tmp");
                 std::fs::write(&tmp, content(renamed)).unwrap();
                 std::fs::rename(&tmp, dir.join("r")).unwrap();
-                let r = c.one(&Req::Read { path: "r".into(), offset: 0, len: 10 }).unwrap();
+                let r = c.one(&Request::Read { path: b"r", offset: 0, len: 10 }).unwrap();
                 assert_eq!(r.data, content(renamed), "rename {renamed}");
                 renamed += 1;
             }
@@ -95,7 +96,7 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
     let loaded = loader.join().unwrap();
     assert!(loaded > 0, "the load ran");
     // One more request publishes the thread's counters as they are with nothing in flight.
-    c.one(&Req::Stat { path: "big".into() }).unwrap();
+    c.one(&Request::Stat { path: b"big" }).unwrap();
     let (engine, cached) =
         (stats.engine_files.load(Ordering::Relaxed), stats.cached_files.load(Ordering::Relaxed));
     assert_eq!(engine, cached, "every engine slot in use belongs to an open file");
@@ -114,7 +115,7 @@ fn a_file_reached_through_a_symlink_is_opened_once_not_per_request() {
     let mut c = client(&server);
     for _ in 0..50 {
         assert_eq!(
-            c.one(&Req::Read { path: "link".into(), offset: 0, len: 6 }).unwrap().data,
+            c.one(&Request::Read { path: b"link", offset: 0, len: 6 }).unwrap().data,
             b"linked"
         );
     }
@@ -124,7 +125,7 @@ fn a_file_reached_through_a_symlink_is_opened_once_not_per_request() {
     std::fs::remove_file(dir.join("link")).unwrap();
     std::os::unix::fs::symlink("other", dir.join("link")).unwrap();
     assert_eq!(
-        c.one(&Req::Read { path: "link".into(), offset: 0, len: 6 }).unwrap().data,
+        c.one(&Request::Read { path: b"link", offset: 0, len: 6 }).unwrap().data,
         b"second"
     );
     assert_eq!(server.stats().files_opened.load(Ordering::Relaxed), 2);

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{serve, TempDir};
-use storefn_server::proto::StatusCode;
-use storefn_server::{Client, ClientConfig, Req};
+use storefn_wire::StatusCode;
+use storefn_wire::{Client, ClientConfig, Request};
 
 fn mknod(path: &Path, mode: libc::mode_t, dev: libc::dev_t) -> std::io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes()).unwrap();
@@ -30,11 +30,11 @@ fn quick_client(addr: &str) -> Client {
     Client::connect(addr, cfg).unwrap()
 }
 
-fn requests(path: &str) -> [Req; 3] {
+fn requests(path: &str) -> [Request<'_>; 3] {
     [
-        Req::Read { path: path.into(), offset: 0, len: 8 },
-        Req::Stat { path: path.into() },
-        Req::Write { path: path.into(), offset: 0, data: b"attacker".to_vec() },
+        Request::Read { path: path.as_bytes(), offset: 0, len: 8 },
+        Request::Stat { path: path.as_bytes() },
+        Request::Write { path: path.as_bytes(), offset: 0, data: b"attacker" },
     ]
 }
 
@@ -57,7 +57,7 @@ fn a_fifo_is_refused_at_once_and_never_stops_a_worker() {
                     assert_eq!(r.status, StatusCode::NotRegular as u16, "{}", r.message);
                     assert!(r.message.contains("FIFO"), "{}", r.message);
                 }
-                let r = c.one(&Req::Read { path: "ok".into(), offset: 0, len: 8 }).unwrap();
+                let r = c.one(&Request::Read { path: b"ok", offset: 0, len: 8 }).unwrap();
                 assert_eq!(r.data, b"regular!");
             })
         })

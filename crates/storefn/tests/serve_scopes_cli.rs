@@ -6,8 +6,8 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use storefn_server::proto::StatusCode;
-use storefn_server::{Client, ClientConfig, Req};
+use storefn_wire::StatusCode;
+use storefn_wire::{Client, Request};
 
 mod common;
 use common::storefn;
@@ -66,15 +66,15 @@ fn a_read_only_tenant_reaches_only_its_directory() {
             _ => break,
         }
     }
-    let cfg = ClientConfig::from_token_file(&tok).unwrap();
+    let cfg = storefn_server::auth::client_config(&tok).unwrap();
     let mut c = Client::connect(&addr, cfg).unwrap();
-    let st = |c: &mut Client, r: Req| c.call(&[r]).unwrap()[0].status;
-    let read = |p: &str| Req::Read { path: p.into(), offset: 0, len: 4 };
+    let st = |c: &mut Client, r: Request<'_>| c.call(&[r]).unwrap()[0].status;
+    let read = |p: &'static str| Request::Read { path: p.as_bytes(), offset: 0, len: 4 };
     let ok = c.call(&[read("mine/f")]).unwrap().remove(0);
     assert_eq!((ok.status, ok.data.as_slice()), (0, &b"mine"[..]));
     let forbidden = StatusCode::Forbidden as u16;
     assert_eq!(st(&mut c, read("other")), forbidden);
-    let w = Req::Write { path: "mine/f".into(), offset: 0, data: b"x".to_vec() };
+    let w = Request::Write { path: b"mine/f", offset: 0, data: b"x" };
     assert_eq!(st(&mut c, w), forbidden);
     assert_eq!(std::fs::read(d.0.join("mine/f")).unwrap(), b"mine");
     // SAFETY: plain kill(2) of the child we spawned.
