@@ -70,6 +70,18 @@ typedef enum storefn_prog_type {
   STOREFN_PROG_TYPE_LAMBDA = 1,
 } storefn_prog_type;
 
+// Kinds of pipelined request (`storefn_remote_req.kind`).
+typedef enum storefn_req_kind {
+  // READ `count` bytes at `offset` into `buf` (`buf_len` >= `count`).
+  STOREFN_REQ_KIND_READ = 0,
+  // XRP: run `prog`'s chain from `[offset, +count)` on the server; `buf[0..buf_len)` is the
+  // scratch, sent and overwritten with the final scratch.
+  STOREFN_REQ_KIND_XRP = 1,
+  // LAMBDA: run `prog` over `[offset, +count)` on the server; its output goes to
+  // `buf[0..buf_len)`.
+  STOREFN_REQ_KIND_LAMBDA = 2,
+} storefn_req_kind;
+
 // A connection to a storefn server (opaque). Owned by one thread at a time.
 typedef struct storefn_client storefn_client;
 
