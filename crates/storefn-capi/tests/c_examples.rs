@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{cc, cli, example, kv_db, prog_file, run, stdout, target_dir, TempDir, TestServer};
+use common::{cc, cli, example, kv_db, prog_file, run, stdout, TempDir, TestServer};
 
 const KEYS: [&str; 6] = ["0", "1", "30", "500", "960", "961"];
 
@@ -47,7 +47,7 @@ fn kv_get_example_links_the_static_library() {
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(common::crate_dir().join("include"))
         .arg(example("kv_get.c"))
-        .arg(target_dir().join("libstorefn.a"))
+        .arg(common::lib_dir().join("libstorefn.a"))
         .args(["-lpthread", "-ldl", "-lm", "-o"])
         .arg(&exe));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

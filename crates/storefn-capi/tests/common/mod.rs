@@ -43,19 +43,36 @@ impl Drop for TempDir {
     }
 }
 
-/// The `storefn` CLI, built once if this test run has not built it.
+fn cargo_build(args: &[&str]) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .args(["build", "-q"])
+        .args(args)
+        .current_dir(crate_dir())
+        .status()
+        .expect("cargo build");
+    assert!(st.success(), "cargo build {args:?} failed");
+}
+
+/// The `storefn` CLI, built once per test process (cargo is quick when it is fresh).
 pub fn cli() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let st = Command::new(cargo)
-                .args(["build", "-q", "-p", "storefn", "--bin", "storefn"])
-                .current_dir(crate_dir())
-                .status()
-                .expect("cargo build -p storefn");
-            assert!(st.success(), "building the storefn CLI failed");
+            cargo_build(&["-p", "storefn", "--bin", "storefn"]);
             target_dir().join("storefn")
+        })
+        .clone()
+}
+
+/// target/debug with libstorefn.so and libstorefn.a fresh: `cargo test` builds only the rlib
+/// its tests link, so the C libraries are built here, once per test process.
+pub fn lib_dir() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            cargo_build(&["-p", "storefn-capi", "--lib"]);
+            target_dir()
         })
         .clone()
 }
@@ -72,7 +89,7 @@ pub fn stdout(o: &Output) -> String {
 /// Compiles `src` (C11, every warning an error) against include/storefn.h and
 /// libstorefn.so (with an rpath to it), plus `extra` flags; returns the executable.
 pub fn cc(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
-    let t = target_dir();
+    let t = lib_dir();
     let o = run(Command::new("cc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
         .args(extra)
