@@ -129,3 +129,62 @@ pub extern "C" fn storefn_status_name(status: i32) -> *const c_char {
     };
     s.as_ptr()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last() -> String {
+        // SAFETY: storefn_last_error returns a valid NUL-terminated string.
+        unsafe { std::ffi::CStr::from_ptr(storefn_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        let s = guard("storefn_test", || panic!("index 9 out of range"));
+        assert_eq!(s, Status::Panic);
+        let m = last();
+        assert!(m.contains("storefn_test") && m.contains("index 9 out of range"), "{m}");
+        // A formatted panic message (a String payload) is kept too.
+        let n = 7;
+        assert_eq!(guard("storefn_test", || panic!("slot {n}")), Status::Panic);
+        assert!(last().contains("slot 7"));
+    }
+
+    #[test]
+    fn a_failure_names_the_function_and_success_keeps_the_message() {
+        assert_eq!(guard("storefn_x", || Err(Fail::arg("buf is NULL"))), Status::Arg);
+        assert_eq!(last(), "storefn_x: buf is NULL");
+        assert_eq!(guard("storefn_y", || Ok(())), Status::Ok);
+        assert_eq!(last(), "storefn_x: buf is NULL");
+    }
+
+    #[test]
+    fn interior_nuls_do_not_cut_the_message() {
+        let _ = guard("f", || Err(Fail::arg("a\0b")));
+        assert_eq!(last(), "f: a?b");
+    }
+
+    #[test]
+    fn the_last_error_is_per_thread() {
+        let _ = guard("main", || Err(Fail::arg("here")));
+        std::thread::spawn(|| assert_eq!(last(), "")).join().unwrap();
+        assert_eq!(last(), "main: here");
+    }
+
+    #[test]
+    fn every_status_has_its_enumerator_name() {
+        // SAFETY: static NUL-terminated strings.
+        let name = |v: i32| unsafe { std::ffi::CStr::from_ptr(storefn_status_name(v)) };
+        assert_eq!(name(Status::Ok as i32), c"STOREFN_STATUS_OK");
+        assert_eq!(name(Status::Panic as i32), c"STOREFN_STATUS_PANIC");
+        assert_eq!(name(-1), c"STOREFN_STATUS_UNKNOWN");
+        let header =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/storefn.h"))
+                .unwrap();
+        for v in 0..=12 {
+            let n = name(v).to_str().unwrap();
+            assert!(header.contains(&format!("{n} = {v},")), "{n} = {v}");
+        }
+    }
+}
