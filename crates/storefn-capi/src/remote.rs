@@ -113,8 +113,9 @@ pub struct RemoteReq {
     /// READ data / XRP scratch (in and out) / LAMBDA output.
     pub buf: *mut u8,
     pub buf_len: usize,
-    /// Out: this request's outcome (the call returns OK when every reply arrived).
-    pub status: Status,
+    /// Out: this request's outcome, a `storefn_status` value (the call returns OK when every
+    /// reply arrived). An int, not the enum, so the caller may leave it uninitialised.
+    pub status: i32,
     /// Out: bytes written into `buf`.
     pub result_len: usize,
     /// Out: blocks an XRP chain read.
@@ -286,14 +287,14 @@ fn fill(r: &mut RemoteReq, reply: storefn_server::Reply, w: &Req) {
                 // SAFETY: `buf` holds `buf_len` writable bytes (storefn_client_call's contract).
                 unsafe { std::ptr::copy_nonoverlapping(reply.data.as_ptr(), r.buf, n) };
             }
-            r.status = Status::Ok;
+            r.status = Status::Ok as i32;
             r.result_len = n;
             r.hops = reply.hops;
         }
         Err(e) => {
             let f = client_err(&e);
             crate::status::set_last(&format!("storefn_client_call: {}", f.message));
-            r.status = f.status;
+            r.status = f.status as i32;
             r.result_len = 0;
             r.hops = 0;
         }
@@ -310,8 +311,8 @@ unsafe fn one(client: *mut Client, mut r: RemoteReq) -> Res<RemoteReq> {
     if s != Status::Ok {
         return Err(Fail::new(s, last()));
     }
-    if r.status != Status::Ok {
-        return Err(Fail::new(r.status, last()));
+    if r.status != Status::Ok as i32 {
+        return Err(Fail::new(crate::status::Status::from_i32(r.status), last()));
     }
     Ok(r)
 }
@@ -341,7 +342,7 @@ fn req(
         prog,
         buf,
         buf_len,
-        status: Status::Ok,
+        status: 0,
         result_len: 0,
         hops: 0,
     }

@@ -40,6 +40,28 @@ pub enum Status {
     Panic = 12,
 }
 
+impl Status {
+    /// The status with value `v` (one this crate stored); [`Status::Panic`] for any other.
+    pub(crate) fn from_i32(v: i32) -> Self {
+        const ALL: [Status; 13] = [
+            Status::Ok,
+            Status::Arg,
+            Status::Load,
+            Status::Verify,
+            Status::BadFd,
+            Status::ScratchTooLarge,
+            Status::Io,
+            Status::Chain,
+            Status::Full,
+            Status::Remote,
+            Status::Conn,
+            Status::Kv,
+            Status::Panic,
+        ];
+        ALL.into_iter().find(|s| *s as i32 == v).unwrap_or(Status::Panic)
+    }
+}
+
 thread_local! {
     /// The message of the last failed call on this thread. Kept (and its buffer reused) until
     /// the next failure on the thread; successful calls do not touch it, so the steady state

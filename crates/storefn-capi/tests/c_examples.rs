@@ -123,3 +123,44 @@ fn lambda_example_matches_the_cli() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read(&c_out).unwrap(), want);
 }
+
+#[test]
+fn pkg_config_file_builds_an_example() {
+    // Install into a prefix the way the template says: lib/, include/, lib/pkgconfig/.
+    let t = TempDir::new("pkgconfig");
+    let prefix = t.join("prefix");
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(lib.join("pkgconfig")).unwrap();
+    std::fs::create_dir_all(prefix.join("include")).unwrap();
+    std::fs::copy(common::crate_dir().join("include/storefn.h"), prefix.join("include/storefn.h"))
+        .unwrap();
+    std::os::unix::fs::symlink(common::lib_dir().join("libstorefn.so"), lib.join("libstorefn.so"))
+        .unwrap();
+    let pc = std::fs::read_to_string(common::crate_dir().join("storefn.pc.in")).unwrap();
+    let pc = pc
+        .replace("@PREFIX@", prefix.to_str().unwrap())
+        .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
+    std::fs::write(lib.join("pkgconfig/storefn.pc"), pc).unwrap();
+
+    let o = run(Command::new("pkg-config")
+        .args(["--cflags", "--libs", "storefn"])
+        .env("PKG_CONFIG_PATH", lib.join("pkgconfig")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let flags = stdout(&o);
+    assert!(flags.contains("-lstorefn"), "{flags}");
+    let exe = t.join("kv_get");
+    let o = run(Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(example("kv_get.c"))
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let db = t.join("db");
+    kv_db(&db);
+    let prog = prog_file(&t, "bpfkv_get");
+    let o = run(Command::new(&exe).arg(&db).arg(&prog).arg("5"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o), format!("{:>63}\n", 5));
+}

@@ -121,7 +121,7 @@ static int remote_get(const char *addr, const char *token, const char *db, store
 		rc = fail("storefn_client_call", s);
 	for (int i = 0; i < nkeys && rc == 0; i++) {
 		if (reqs[i].status != STOREFN_STATUS_OK)
-			rc = fail("XRP request", reqs[i].status);
+			rc = fail("XRP request", (storefn_status)reqs[i].status);
 		else if (q[i].state_flags & SG_FAILED)
 			rc = (fprintf(stderr, "key %s: inconsistent node\n", keys[i]), 1);
 		else

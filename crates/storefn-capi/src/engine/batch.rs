@@ -17,9 +17,10 @@ use crate::status::{set_last, Fail, Res, Status};
 pub struct Completion {
     /// The token given to `storefn_submit_xrp`.
     pub token: u64,
-    /// STOREFN_STATUS_OK, or why the chain failed (the last error holds the message of the
-    /// last failed chain of the reap).
-    pub status: Status,
+    /// A `storefn_status` value: STOREFN_STATUS_OK, or why the chain failed (the last error
+    /// holds the message of the last failed chain of the reap). An int, not the enum, so the
+    /// caller's array may hold anything before the call.
+    pub status: i32,
     /// Blocks the chain read.
     pub hops: u32,
 }
@@ -149,7 +150,7 @@ impl Engine {
                 }
             };
             free.push(ci as u32);
-            let done = Completion { token: s.token, status, hops };
+            let done = Completion { token: s.token, status: status as i32, hops };
             if n < out.len() {
                 out[n] = done;
                 n += 1;

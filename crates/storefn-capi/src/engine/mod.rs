@@ -72,8 +72,9 @@ pub(crate) fn chain_err(e: &ChainError) -> Fail {
     }
 }
 
-/// The identity of the file behind `fd`, or [`Status::BadFd`].
-pub(crate) fn fd_identity(fd: i32) -> Res<(u64, u64, bool)> {
+/// The identity (device, inode) of the file behind `fd`, or [`Status::BadFd`]: one fstat,
+/// the whole per-call cost of naming a file by descriptor.
+pub(crate) fn fd_identity(fd: i32) -> Res<(u64, u64)> {
     // SAFETY: an all-zero stat is a valid value; fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a writable stat; an invalid fd is reported as EBADF, nothing else.
@@ -81,10 +82,18 @@ pub(crate) fn fd_identity(fd: i32) -> Res<(u64, u64, bool)> {
         let e = std::io::Error::last_os_error();
         return Err(Fail::new(Status::BadFd, format!("fd {fd}: {e}")));
     }
-    // SAFETY: F_GETFL on a descriptor fstat just accepted.
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// How the engine reads the file behind `fd`: O_DIRECT when the caller's descriptor is.
+fn fd_mode(fd: i32) -> Res<IoMode> {
+    // SAFETY: F_GETFL reads the descriptor's flags; an invalid fd gives -1 (EBADF).
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    let direct = flags >= 0 && flags & libc::O_DIRECT != 0;
-    Ok((st.st_dev, st.st_ino, direct))
+    if flags < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Fail::new(Status::BadFd, format!("fd {fd}: {e}")));
+    }
+    Ok(if flags & libc::O_DIRECT != 0 { IoMode::Direct } else { IoMode::Buffered })
 }
 
 impl Engine {
@@ -100,7 +109,7 @@ impl Engine {
 
     /// The registered file behind `fd`, checked against what the descriptor names now.
     pub(crate) fn file_for_fd(&mut self, fd: i32) -> Res<usize> {
-        let (dev, ino, direct) = fd_identity(fd)?;
+        let (dev, ino) = fd_identity(fd)?;
         if let Some(i) = self.files.iter().position(|f| f.fd == fd) {
             if self.files[i].dev == dev && self.files[i].ino == ino {
                 return Ok(i);
@@ -108,11 +117,11 @@ impl Engine {
             // The number now names another file: forget the old registration.
             self.forget(i)?;
         }
-        self.register(fd, dev, ino, direct)
+        self.register(fd, dev, ino)
     }
 
-    fn register(&mut self, fd: i32, dev: u64, ino: u64, direct: bool) -> Res<usize> {
-        let mode = if direct { IoMode::Direct } else { IoMode::Buffered };
+    fn register(&mut self, fd: i32, dev: u64, ino: u64) -> Res<usize> {
+        let mode = fd_mode(fd)?;
         let path = format!("/proc/self/fd/{fd}");
         let id = self.io.open(std::path::Path::new(&path), mode).map_err(|e| {
             let f = engine_err(&e);
@@ -204,8 +213,7 @@ impl Engine {
         let f = &mut self.files[i];
         if f.lambda.is_none() {
             let path = format!("/proc/self/fd/{}", f.fd);
-            let (_, _, direct) = fd_identity(f.fd)?;
-            let mode = if direct { IoMode::Direct } else { IoMode::Buffered };
+            let mode = fd_mode(f.fd)?;
             let lf =
                 LocalFile::open(std::path::Path::new(&path), mode).map_err(|e| lambda_err(&e))?;
             f.lambda = Some(lf);
