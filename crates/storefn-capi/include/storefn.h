@@ -112,9 +112,10 @@ typedef struct storefn_engine_config {
 typedef struct storefn_completion {
   // The token given to `storefn_submit_xrp`.
   uint64_t token;
-  // STOREFN_STATUS_OK, or why the chain failed (the last error holds the message of the
-  // last failed chain of the reap).
-  enum storefn_status status;
+  // A `storefn_status` value: STOREFN_STATUS_OK, or why the chain failed (the last error
+  // holds the message of the last failed chain of the reap). An int, not the enum, so the
+  // caller's array may hold anything before the call.
+  int32_t status;
   // Blocks the chain read.
   uint32_t hops;
 } storefn_completion;
@@ -133,8 +134,9 @@ typedef struct storefn_remote_req {
   // READ data / XRP scratch (in and out) / LAMBDA output.
   uint8_t *buf;
   size_t buf_len;
-  // Out: this request's outcome (the call returns OK when every reply arrived).
-  enum storefn_status status;
+  // Out: this request's outcome, a `storefn_status` value (the call returns OK when every
+  // reply arrived). An int, not the enum, so the caller may leave it uninitialised.
+  int32_t status;
   // Out: bytes written into `buf`.
   size_t result_len;
   // Out: blocks an XRP chain read.

@@ -81,6 +81,8 @@ impl Engine {
     /// # Safety
     /// `scratch` points at `len` bytes that stay valid and untouched by the caller until the
     /// chain is reaped.
+    // The C call's arguments, passed through as they came.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn submit_xrp(
         &mut self,
         id: storefn_io::FileId,
@@ -138,7 +140,7 @@ impl Engine {
                         // SAFETY: submit_xrp's contract: `out` holds `out_len` bytes, untouched
                         // by the caller until this reap; `out_len` <= the chain's scratch.
                         unsafe {
-                            std::ptr::copy_nonoverlapping(c.scratch.as_ptr(), s.out, s.out_len)
+                            std::ptr::copy_nonoverlapping(c.scratch.as_ptr(), s.out, s.out_len);
                         };
                     }
                     (Status::Ok, st.hops)
