@@ -11,8 +11,9 @@
  * - Pointer arguments are borrowed for the call only unless the function says otherwise;
  *   handles (storefn_prog, storefn_engine, storefn_client, storefn_kv) are owned by the
  *   caller from the call that creates them until the matching *_free.
- * - storefn_prog is immutable and may be shared by threads. storefn_engine, storefn_client and
- *   storefn_kv belong to one thread at a time: create one per thread.
+ * - storefn_prog is immutable and may be shared by threads. storefn_engine and storefn_kv are
+ *   used only by the thread that created them, storefn_client by one thread at a time:
+ *   create one per thread.
  * - A Rust panic never crosses this boundary: it becomes STOREFN_STATUS_PANIC.
  */
 
@@ -85,11 +86,10 @@ typedef enum storefn_req_kind {
 // A connection to a storefn server (opaque). Owned by one thread at a time.
 typedef struct storefn_client storefn_client;
 
-// An engine (opaque). Owned by one thread: it must not be used from two threads at once
-// (create one per thread; it may move between threads while no call on it is running).
+// An engine (opaque), used only by the thread that created it (create one per thread).
 typedef struct storefn_engine storefn_engine;
 
-// A BPF-KV store (opaque), local or remote. Owned by one thread at a time.
+// A BPF-KV store (opaque), local or remote. Used only by the thread that opened it.
 typedef struct storefn_kv storefn_kv;
 
 // A verified program (opaque). Immutable once loaded: it may be shared between threads.
@@ -155,7 +155,8 @@ enum storefn_status storefn_engine_config_default(struct storefn_engine_config *
 
 // Creates an engine: one io_uring ring with its registered buffers and chain slots.
 //
-// Threads: an engine belongs to one thread at a time; create one per thread.
+// Threads: use an engine only on the thread that created it (its ring and registered
+// buffers are that thread's); create one per thread.
 // Ownership: `cfg` (NULL: defaults) is read during the call. `*out` receives an engine owned
 // by the caller; release it with `storefn_engine_free`.
 //
@@ -337,7 +338,8 @@ enum storefn_status storefn_pwrite_lambda(struct storefn_engine *engine,
 // kept in memory. Read-only: nothing is written, locked against writers or repaired.
 //
 // Ownership: `db` is read during the call; `*out` receives a store owned by the caller,
-// released with `storefn_kv_free`. Threads: one thread at a time.
+// released with `storefn_kv_free`. Threads: use it only on the thread that opened it (a
+// local store drives an io_uring engine of that thread); open one per thread.
 //
 // Errors: STOREFN_STATUS_KV (missing, damaged or not a BPF-KV store; the message names the
 // file).

@@ -13,7 +13,7 @@ use crate::ptr;
 use crate::remote::{connect, RemoteKv, RemotePath};
 use crate::status::{guard, Fail, Res, Status};
 
-/// A BPF-KV store (opaque), local or remote. Owned by one thread at a time.
+/// A BPF-KV store (opaque), local or remote. Used only by the thread that opened it.
 pub struct Kv {
     inner: Inner,
 }
@@ -74,7 +74,8 @@ impl Kv {
 /// kept in memory. Read-only: nothing is written, locked against writers or repaired.
 ///
 /// Ownership: `db` is read during the call; `*out` receives a store owned by the caller,
-/// released with `storefn_kv_free`. Threads: one thread at a time.
+/// released with `storefn_kv_free`. Threads: use it only on the thread that opened it (a
+/// local store drives an io_uring engine of that thread); open one per thread.
 ///
 /// Errors: STOREFN_STATUS_KV (missing, damaged or not a BPF-KV store; the message names the
 /// file).

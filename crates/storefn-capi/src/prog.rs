@@ -53,6 +53,12 @@ pub struct Prog {
     pub(crate) section: String,
 }
 
+// The header promises a program may be shared by threads.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Prog>();
+};
+
 impl Prog {
     pub(crate) fn expect(&self, ty: ProgType) -> Res {
         if self.ty == ty {

@@ -57,7 +57,8 @@ pub unsafe extern "C" fn storefn_engine_config_default(out: *mut EngineConfig) -
 
 /// Creates an engine: one io_uring ring with its registered buffers and chain slots.
 ///
-/// Threads: an engine belongs to one thread at a time; create one per thread.
+/// Threads: use an engine only on the thread that created it (its ring and registered
+/// buffers are that thread's); create one per thread.
 /// Ownership: `cfg` (NULL: defaults) is read during the call. `*out` receives an engine owned
 /// by the caller; release it with `storefn_engine_free`.
 ///

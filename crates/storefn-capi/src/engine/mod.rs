@@ -35,8 +35,7 @@ struct FdFile {
     lambda: Option<LocalFile>,
 }
 
-/// An engine (opaque). Owned by one thread: it must not be used from two threads at once
-/// (create one per thread; it may move between threads while no call on it is running).
+/// An engine (opaque), used only by the thread that created it (create one per thread).
 pub struct Engine {
     io: storefn_io::Engine,
     files: Vec<FdFile>,
