@@ -37,9 +37,9 @@ fn kv_err(e: impl std::fmt::Display) -> Fail {
     Fail::new(Status::Kv, e.to_string())
 }
 
-fn remote_err(e: &storefn_server::remote_kv::RemoteKvError) -> Fail {
+fn remote_err(e: &storefn_kv::remote::RemoteKvError) -> Fail {
     match e {
-        storefn_server::remote_kv::RemoteKvError::Client(c) => crate::remote::client_err(c),
+        storefn_kv::remote::RemoteKvError::Client(c) => crate::remote::client_err(c),
         other => kv_err(other),
     }
 }

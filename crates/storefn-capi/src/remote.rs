@@ -6,21 +6,18 @@ use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
-// The wire: the only place this crate names the server crate's client and protocol.
-use storefn_server::{
-    client::ClientError,
-    proto::msg::{PROG_TYPE_LAMBDA, PROG_TYPE_XRP},
-    proto::StatusCode,
-    registry::ProgHash,
-    ClientConfig, Req,
-};
+// The wire: the only place this crate names the client and the protocol.
 use storefn_vm::VerifiedProgram;
+use storefn_wire::{
+    ClientConfig, ClientError, ProgHash, Request, StatusCode, PROG_TYPE_LAMBDA, PROG_TYPE_XRP,
+};
 
 use crate::prog::{Prog, ProgType};
 use crate::ptr;
 use crate::status::{guard, Fail, Res, Status};
 
-pub(crate) use storefn_server::{Client as WireClient, RemoteKv, RemotePath};
+pub(crate) use storefn_kv::remote::{RemoteKv, RemotePath};
+pub(crate) use storefn_wire::Client as WireClient;
 
 /// A connection to a storefn server (opaque). Owned by one thread at a time.
 pub struct Client {
@@ -50,7 +47,7 @@ pub(crate) fn client_err(e: &ClientError) -> Fail {
 /// Connects to `addr` with the token file's first `TENANT SECRET` line (or none).
 pub(crate) fn connect(addr: &str, token_file: Option<&str>, timeout_ms: u32) -> Res<WireClient> {
     let mut cfg = match token_file {
-        Some(t) => ClientConfig::from_token_file(std::path::Path::new(t))
+        Some(t) => storefn_server::auth::client_config(std::path::Path::new(t))
             .map_err(|e| Fail::arg(format!("token file {t}: {e}")))?,
         None => ClientConfig::default(),
     };
@@ -123,42 +120,54 @@ pub struct RemoteReq {
 }
 
 impl Client {
-    /// Builds the owned wire request for `r`.
+    /// The hash of `r`'s program, pushed on first use (`None` for READ).
     ///
     /// # Safety
     /// `r`'s pointers as `storefn_client_call` states.
-    unsafe fn wire_req(&mut self, r: &RemoteReq) -> Res<Req> {
-        // SAFETY: the caller's contract.
-        let path = unsafe { ptr::string(r.path, "path")? }.to_string();
-        let prog = |c: &mut Self| -> Res<ProgHash> {
-            // SAFETY: the caller's contract.
-            let p = unsafe { ptr::shared(r.prog, "prog")? };
-            c.hash(p)
-        };
-        let (offset, len) = (r.offset, r.count);
-        Ok(match r.kind {
-            0 => Req::Read { path, offset, len },
-            1 => {
-                crate::engine::check_scratch(r.buf_len)?;
+    unsafe fn prog_hash(&mut self, r: &RemoteReq) -> Res<Option<ProgHash>> {
+        match r.kind {
+            0 => Ok(None),
+            1 | 2 => {
                 // SAFETY: the caller's contract.
-                let s = unsafe { ptr::bytes(r.buf, r.buf_len, "buf")? };
-                let out_len = u32_len(r.buf_len, "buf_len")?;
-                Req::Xrp { path, offset, len, hash: prog(self)?, scratch: s.to_vec(), out_len }
+                let p = unsafe { ptr::shared(r.prog, "prog")? };
+                self.hash(p).map(Some)
             }
-            2 => Req::Lambda {
-                path,
-                offset,
-                len,
-                hash: prog(self)?,
-                out_cap: u32_len(r.buf_len, "buf_len")?,
-            },
-            k => {
-                return Err(Fail::arg(format!(
-                    "request kind {k} is not READ (0), XRP (1) or LAMBDA (2)"
-                )))
-            }
-        })
+            k => Err(Fail::arg(format!("request kind {k} is not READ (0), XRP (1) or LAMBDA (2)"))),
+        }
     }
+}
+
+/// The wire request for `r`, borrowing the caller's path and scratch for the call.
+///
+/// # Safety
+/// `r`'s pointers as `storefn_client_call` states, valid for `'a`.
+unsafe fn wire_req<'a>(r: &RemoteReq, hash: Option<&'a ProgHash>) -> Res<Request<'a>> {
+    // SAFETY: the caller's contract.
+    let path = unsafe { ptr::string(r.path, "path")? }.as_bytes();
+    let (offset, len) = (r.offset, r.count);
+    let hash = || hash.ok_or_else(|| Fail::arg("prog is required for XRP and LAMBDA"));
+    Ok(match r.kind {
+        0 => Request::Read { path, offset, len },
+        1 => {
+            crate::engine::check_scratch(r.buf_len)?;
+            // SAFETY: the caller's contract.
+            let scratch = unsafe { ptr::bytes(r.buf, r.buf_len, "buf")? };
+            let out_len = u32_len(r.buf_len, "buf_len")?;
+            Request::Xrp { path, offset, len, hash: hash()?, scratch, out_len }
+        }
+        2 => Request::Lambda {
+            path,
+            offset,
+            len,
+            hash: hash()?,
+            out_cap: u32_len(r.buf_len, "buf_len")?,
+        },
+        k => {
+            return Err(Fail::arg(format!(
+                "request kind {k} is not READ (0), XRP (1) or LAMBDA (2)"
+            )))
+        }
+    })
 }
 
 /// Connects to a storefn server at `addr` ("HOST:PORT"), authenticating with the first
@@ -258,28 +267,38 @@ pub unsafe extern "C" fn storefn_client_call(
             // SAFETY: `n` entries, the caller's contract.
             unsafe { std::slice::from_raw_parts_mut(reqs, n) }
         };
-        let mut wire = Vec::with_capacity(n);
+        let at =
+            |i: usize| move |f: Fail| Fail::new(f.status, format!("request {i}: {}", f.message));
+        let mut hashes = Vec::with_capacity(n);
         for (i, r) in reqs.iter().enumerate() {
             // SAFETY: the caller's contract.
-            let w = unsafe { c.wire_req(r) }
-                .map_err(|f| Fail::new(f.status, format!("request {i}: {}", f.message)))?;
-            wire.push(w);
+            hashes.push(unsafe { c.prog_hash(r) }.map_err(at(i))?);
         }
+        let mut wire = Vec::with_capacity(n);
+        for (i, (r, h)) in reqs.iter().zip(&hashes).enumerate() {
+            // SAFETY: the caller's contract; the requests are used before this call returns.
+            wire.push(unsafe { wire_req(r, h.as_ref()) }.map_err(at(i))?);
+        }
+        let ops: Vec<&'static str> = wire.iter().map(op_name).collect();
         let replies = c.wire.call(&wire).map_err(|e| client_err(&e))?;
-        for ((r, reply), w) in reqs.iter_mut().zip(replies).zip(&wire) {
-            fill(r, reply, w);
+        drop(wire);
+        for ((r, reply), op) in reqs.iter_mut().zip(replies).zip(ops) {
+            fill(r, reply, op);
         }
         Ok(())
     })
 }
 
-/// Copies one reply into its request.
-fn fill(r: &mut RemoteReq, reply: storefn_server::Reply, w: &Req) {
-    let op = match w {
-        Req::Read { .. } => "READ",
-        Req::Xrp { .. } => "XRP",
+fn op_name(w: &Request<'_>) -> &'static str {
+    match w {
+        Request::Read { .. } => "READ",
+        Request::Xrp { .. } => "XRP",
         _ => "LAMBDA",
-    };
+    }
+}
+
+/// Copies one reply into its request.
+fn fill(r: &mut RemoteReq, reply: storefn_wire::Reply, op: &'static str) {
     match reply.ok(op) {
         Ok(reply) => {
             let n = reply.data.len().min(r.buf_len);

@@ -4,9 +4,9 @@
 mod common;
 
 use common::TempDir;
-use storefn_wire::PROG_TYPE_LAMBDA;
-use storefn_wire::StatusCode;
 use storefn_server::{Server, ServerConfig, ServerError};
+use storefn_wire::StatusCode;
+use storefn_wire::PROG_TYPE_LAMBDA;
 use storefn_wire::{Client, ClientConfig, Request};
 
 const SECRET: &str = "0123456789abcdef0123";
@@ -89,7 +89,13 @@ fn each_tenant_reads_writes_and_runs_programs_only_within_its_scope() {
     }
     // Programs run only over files in scope.
     let h = alice.load_prog(PROG_TYPE_LAMBDA, b"", storefn_progs::must("test/lambda_sum")).unwrap();
-    let lambda = |p: &'static str| Request::Lambda { path: p.as_bytes(), offset: 0, len: 16, hash: &h, out_cap: 64 };
+    let lambda = |p: &'static str| Request::Lambda {
+        path: p.as_bytes(),
+        offset: 0,
+        len: 16,
+        hash: &h,
+        out_cap: 64,
+    };
     assert_eq!(status(&mut alice, lambda("a/f")), ok);
     assert_eq!(status(&mut alice, lambda("b/f")), forbidden);
     let lw = |p: &'static str| Request::LambdaWrite {

@@ -23,11 +23,9 @@ fn content(i: usize) -> Vec<u8> {
 
 /// Keeps reads of `big` in flight on the server until `stop`.
 fn load(addr: &str, stop: &AtomicBool) -> u64 {
-    let mut c =
-        storefn_wire::Client::connect(addr, storefn_wire::ClientConfig::default()).unwrap();
-    let reqs: Vec<Request<'_>> = (0..64u64)
-        .map(|i| Request::Read { path: b"big", offset: i * 16384, len: 4096 })
-        .collect();
+    let mut c = storefn_wire::Client::connect(addr, storefn_wire::ClientConfig::default()).unwrap();
+    let reqs: Vec<Request<'_>> =
+        (0..64u64).map(|i| Request::Read { path: b"big", offset: i * 16384, len: 4096 }).collect();
     let mut n = 0;
     // Bounded even if the main thread never sets `stop`.
     for _ in 0..1_000_000 {
@@ -124,10 +122,7 @@ fn a_file_reached_through_a_symlink_is_opened_once_not_per_request() {
     std::fs::write(dir.join("other"), b"second").unwrap();
     std::fs::remove_file(dir.join("link")).unwrap();
     std::os::unix::fs::symlink("other", dir.join("link")).unwrap();
-    assert_eq!(
-        c.one(&Request::Read { path: b"link", offset: 0, len: 6 }).unwrap().data,
-        b"second"
-    );
+    assert_eq!(c.one(&Request::Read { path: b"link", offset: 0, len: 6 }).unwrap().data, b"second");
     assert_eq!(server.stats().files_opened.load(Ordering::Relaxed), 2);
     server.stop();
     server.join().unwrap();
