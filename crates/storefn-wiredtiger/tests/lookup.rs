@@ -21,7 +21,7 @@ fn every_key_matches_wiredtiger() {
                 Outcome::Found => assert_eq!(&value, v, "{name}: key {k:?}"),
                 Outcome::NotFound => panic!("{name}: key {k:?} present in WiredTiger, not found"),
                 Outcome::Fallback(f) => {
-                    *fallbacks.entry((name, format!("{f:?}"))).or_insert(0) += 1
+                    *fallbacks.entry((name, format!("{f:?}"))).or_insert(0) += 1;
                 }
             }
         }
@@ -29,7 +29,7 @@ fn every_key_matches_wiredtiger() {
             match t.get(&k, &mut value).unwrap() {
                 Outcome::NotFound => {}
                 Outcome::Fallback(f) => {
-                    *fallbacks.entry((name, format!("{f:?}"))).or_insert(0) += 1
+                    *fallbacks.entry((name, format!("{f:?}"))).or_insert(0) += 1;
                 }
                 Outcome::Found => panic!("{name}: absent key {k:?} found: {value:?}"),
             }
