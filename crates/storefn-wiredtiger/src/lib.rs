@@ -11,11 +11,13 @@ mod db;
 mod error;
 pub mod format;
 pub mod limits;
+mod lookup;
 mod page;
 mod tree;
 
 pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
+pub use lookup::{Answer, LookupStats, Lookups};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
 pub use tree::{Outcome, Tree};
 #[cfg(feature = "native")]

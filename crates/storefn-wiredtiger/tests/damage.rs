@@ -95,7 +95,7 @@ fn addresses_past_the_file_are_named_errors() {
         let mut tree = Tree::open(&file, 4096, ck2).unwrap();
         match tree.get(b"key000001\0", &mut Vec::new()) {
             Err(WtError::Corrupt { path, offset, .. }) => {
-                assert_eq!((path, offset), (file.clone(), past.offset))
+                assert_eq!((path, offset), (file.clone(), past.offset));
             }
             other => panic!("{other:?}"),
         }

@@ -19,6 +19,7 @@ mod plot_rtt;
 mod prog;
 mod prog_bench;
 mod serve;
+mod wt;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]
@@ -60,6 +61,9 @@ enum Cmd {
     /// DDS's page server over the network: server with offload, host application, GetPage bench.
     #[command(subcommand)]
     Pageserver(pageserver_cmd::PageServerCmd),
+    /// WiredTiger: point lookups in a database's own B-tree files, read-only.
+    #[command(subcommand)]
+    Wt(wt::WtCmd),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Ring(c) => dds_cmd::run_ring(&c),
         Cmd::Dds(c) => dds_cmd::run_dds(&c),
         Cmd::Pageserver(c) => pageserver_cmd::run(&c),
+        Cmd::Wt(c) => wt::run(&c),
     };
     match result {
         Ok(code) => code,
