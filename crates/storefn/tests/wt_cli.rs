@@ -56,7 +56,9 @@ fn get_and_multiget_answer_as_wiredtiger_does() {
                 }
             }
             None => {
-                storefn_testkit::skip("the `wt` tool (apt-get install wiredtiger) is not installed")
+                storefn_testkit::skip(
+                    "the `wt` tool (apt-get install wiredtiger) is not installed",
+                );
             }
         }
         if code == 1 {
