@@ -28,6 +28,7 @@ pub struct Lookups {
     dir: PathBuf,
     table: Table,
     uri: String,
+    #[cfg(feature = "native")]
     key: Vec<u8>,
     #[cfg(feature = "native")]
     native: Option<crate::native::Native>,
@@ -44,6 +45,7 @@ impl Lookups {
             dir: dir.into(),
             table: Table::open(dir, table)?,
             uri: format!("table:{table}"),
+            #[cfg(feature = "native")]
             key: Vec::new(),
             #[cfg(feature = "native")]
             native: None,
