@@ -61,6 +61,7 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
         ("big", sf.to_string()),
         ("dict", format!("{sf},{SMALL_PAGES},dictionary=1000")),
         ("empty", format!("{sf},{SMALL_PAGES}")),
+        ("deep", format!("{sf},{SMALL_PAGES}")),
     ];
     for (name, cfg) in &tables {
         wt.create(&format!("table:{name}"), cfg).unwrap();
@@ -91,7 +92,11 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
     put(
         "ovfl",
         &mut (0..600u64).map(|i| {
-            let klen = if i % 50 == 7 { 400 } else { 12 };
+            let klen = match i % 50 {
+                7 => 400, // over leaf_key_max: an overflow key
+                8 => 100, // a long key cell
+                _ => 12,
+            };
             let vlen = if i % 10 == 3 { 2000 } else { 40 };
             (s(&format!("k{i:05}{}", text(i, klen - 6))), s(&text(i, vlen)))
         }),
@@ -106,6 +111,12 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
         "dict",
         &mut (0..3000u64)
             .map(|i| (s(&format!("c{i:05}")), s(&format!("repeated value {}", text(i % 5, 80))))),
+    );
+    put(
+        "deep",
+        &mut (0..25000u64).map(|i| {
+            (s(&format!("{:08}-{}", i * 7919 % 1_000_003, text(i, 20))), s(&text(i, 100)))
+        }),
     );
     wt.checkpoint().unwrap();
     {
