@@ -14,11 +14,13 @@ pub mod limits;
 mod lookup;
 mod page;
 mod tree;
+mod xrp;
 
 pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
-pub use lookup::{Answer, LookupStats, Lookups};
+pub use lookup::{Answer, LookupStats, Lookups, ReadPath};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
 pub use tree::{Outcome, Tree};
+pub use xrp::{abi as xrp_abi, XrpTree, HOP_BYTES, PROGRAM};
 #[cfg(feature = "native")]
 pub mod native;

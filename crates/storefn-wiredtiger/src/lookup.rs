@@ -14,12 +14,24 @@ pub enum Answer {
     NotFound,
 }
 
+/// How a lookup reads pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadPath {
+    /// Plain reads in this process, one page at a time.
+    #[default]
+    Read,
+    /// One storage-function chain per lookup on the io engine.
+    Xrp,
+}
+
 /// Counts of how lookups were answered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LookupStats {
     pub lookups: u64,
     /// Answered by WiredTiger's own API because the storefn reader could not.
     pub fallbacks: u64,
+    /// `xrp`: lookups the storage function handed back to the plain reader.
+    pub function_fallbacks: u64,
 }
 
 /// Lookups in one table with WiredTiger as the fallback.
@@ -27,6 +39,7 @@ pub struct LookupStats {
 pub struct Lookups {
     dir: PathBuf,
     table: Table,
+    xrp: Option<crate::xrp::XrpTree>,
     uri: String,
     #[cfg(feature = "native")]
     key: Vec<u8>,
@@ -36,14 +49,20 @@ pub struct Lookups {
 }
 
 impl Lookups {
-    /// Opens `table` of `dir` read-only.
+    /// Opens `table` of `dir` read-only, reading pages by `path`.
     ///
     /// # Errors
     /// As [`Table::open`].
-    pub fn open(dir: &Path, table: &str) -> Result<Self, WtError> {
+    pub fn open(dir: &Path, table: &str, path: ReadPath) -> Result<Self, WtError> {
+        let t = Table::open(dir, table)?;
+        let xrp = match path {
+            ReadPath::Read => None,
+            ReadPath::Xrp => Some(crate::xrp::XrpTree::open(t.tree())?),
+        };
         Ok(Lookups {
             dir: dir.into(),
-            table: Table::open(dir, table)?,
+            table: t,
+            xrp,
             uri: format!("table:{table}"),
             #[cfg(feature = "native")]
             key: Vec::new(),
@@ -65,6 +84,18 @@ impl Lookups {
     /// Damage on the read path, or WiredTiger's own error on a fallback.
     pub fn get(&mut self, user_key: &[u8], value: &mut Vec<u8>) -> Result<Answer, WtError> {
         self.stats.lookups += 1;
+        if let Some(x) = &mut self.xrp {
+            #[cfg(feature = "native")]
+            let key = &mut self.key;
+            #[cfg(not(feature = "native"))]
+            let key = &mut Vec::new();
+            self.table.key_format.encode(user_key, key)?;
+            match x.get(self.table.tree(), key, value)? {
+                Outcome::Found => return Ok(Answer::Found),
+                Outcome::NotFound => return Ok(Answer::NotFound),
+                Outcome::Fallback(_) => self.stats.function_fallbacks += 1,
+            }
+        }
         match self.table.get(user_key, value)? {
             Outcome::Found => Ok(Answer::Found),
             Outcome::NotFound => Ok(Answer::NotFound),

@@ -21,6 +21,9 @@ pub enum Fallback {
     DeletedChild,
     /// A cell this reader does not interpret (its descriptor byte).
     Cell(u8),
+    /// The storage function handed the key back (what it does not read: overflow items,
+    /// blocks longer than a hop, keys or values larger than its scratch).
+    Function,
 }
 
 /// Where an internal page sends the search.

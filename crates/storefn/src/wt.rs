@@ -5,7 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use storefn_wiredtiger::{Answer, Format, Lookups};
+use storefn_wiredtiger::{Answer, Format, Lookups, ReadPath};
 
 #[derive(Debug, Subcommand)]
 pub enum WtCmd {
@@ -19,6 +19,8 @@ pub enum WtCmd {
 pub enum WtPath {
     /// Plain reads, one page at a time, in this process.
     Read,
+    /// The storage function progs/engines/wiredtiger: one chain per lookup, a hop per page.
+    Xrp,
 }
 
 #[derive(Debug, Args)]
@@ -57,9 +59,11 @@ pub fn run(cmd: &WtCmd) -> CmdResult {
 }
 
 fn open(t: &TableArgs) -> Result<Lookups, Box<dyn std::error::Error>> {
-    match t.path {
-        WtPath::Read => Ok(Lookups::open(&t.dir, &t.table)?),
-    }
+    let path = match t.path {
+        WtPath::Read => ReadPath::Read,
+        WtPath::Xrp => ReadPath::Xrp,
+    };
+    Ok(Lookups::open(&t.dir, &t.table, path)?)
 }
 
 /// The value as `wt read` prints it: an `S` value without its NUL.
@@ -111,8 +115,9 @@ fn multiget(a: &MultigetArgs) -> CmdResult {
     out.flush()?;
     let s = l.stats;
     eprintln!(
-        "{} lookups, {} not found, {} answered by WiredTiger's own API (fallbacks)",
-        s.lookups, missing, s.fallbacks
+        "{} lookups, {} not found, {} answered by WiredTiger's own API (fallbacks), {} handed \
+         back by the storage function",
+        s.lookups, missing, s.fallbacks, s.function_fallbacks
     );
     Ok(if missing == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -79,6 +79,25 @@ fn get_and_multiget_answer_as_wiredtiger_does() {
     assert_eq!(out, format!("k00007\tv7\nk00101\t{ovfl}\nnope\tnot found\nk01500\tv1500\n"));
     assert!(err.contains("4 lookups, 1 not found, 1 answered by WiredTiger's own API"), "{err}");
 
+    let (code, out2, err) = storefn(&[
+        "wt",
+        "multiget",
+        dbs,
+        "--table",
+        "s",
+        "--keys-file",
+        keys.to_str().unwrap(),
+        "--path",
+        "xrp",
+    ]);
+    assert_eq!((code, out2), (1, out), "the chain answers as the plain reader: {err}");
+    assert!(err.contains("1 handed back by the storage function"), "{err}");
+    for key in ["k01999", "k00000", "nope"] {
+        let read = storefn(&["wt", "get", dbs, "--table", "s", "--key", key]);
+        let xrp = storefn(&["wt", "get", dbs, "--table", "s", "--key", key, "--path", "xrp"]);
+        assert_eq!((read.0, read.1), (xrp.0, xrp.1), "{key}: {}", xrp.2);
+    }
+
     let (code, _, err) = storefn(&["wt", "get", dbs, "--table", "nope", "--key", "x"]);
     assert_eq!(code, 1);
     assert!(err.contains("no table \"nope\""), "{err}");
