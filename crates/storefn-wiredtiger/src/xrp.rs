@@ -193,7 +193,7 @@ impl XrpTree {
         if let Some((offset, what)) = self.func.bad.take() {
             return Err(WtError::Corrupt { path: self.path.clone(), offset, what });
         }
-        let (status, at, _) =
+        let (status, at) =
             out.ok_or_else(|| chain("the chain did not complete".into()))?.map_err(chain)?;
         match status {
             abi::FOUND => Ok(Outcome::Found),
