@@ -32,7 +32,7 @@ pub mod abi {
     pub const KEY: usize = 64;
     pub const KEY_MAX: usize = 512;
     pub const VALUE: usize = 1088;
-    pub const VALUE_MAX: usize = 2944;
+    pub const VALUE_MAX: usize = 3008;
     pub const FOUND: u32 = 1;
     pub const NOT_FOUND: u32 = 2;
     pub const FALLBACK: u32 = 3;

@@ -171,3 +171,45 @@ fn documented_layouts_are_what_wiredtiger_wrote() {
         assert!(doc_cells.contains(doc), "{doc}");
     }
 }
+
+#[test]
+fn scratch_abi_matches_code_and_program() {
+    use storefn_wiredtiger::xrp_abi as a;
+    let f: HashMap<String, (u64, u64)> = rows("### WiredTiger lookup scratch ABI")
+        .into_iter()
+        .filter(|r| r.len() == 4)
+        .map(|r| (r[2].clone(), (num(&r[0]), num(&r[1]))))
+        .collect();
+    let code = [
+        ("key_len", a::KEY_LEN, 4),
+        ("hop_bytes", a::HOP_BYTES, 4),
+        ("alloc", a::ALLOC, 8),
+        ("file_size", a::FILE_SIZE, 8),
+        ("status", a::STATUS, 4),
+        ("hops", a::HOPS, 4),
+        ("cur_offset", a::CUR_OFFSET, 8),
+        ("cur_size", a::CUR_SIZE, 4),
+        ("cur_checksum", a::CUR_CHECKSUM, 4),
+        ("value_len", a::VALUE_LEN, 4),
+        ("reason", a::REASON, 4),
+        ("key", a::KEY, a::KEY_MAX),
+        ("prev", a::KEY + a::KEY_MAX, a::KEY_MAX),
+        ("value", a::VALUE, a::VALUE_MAX),
+    ];
+    for (name, off, size) in code {
+        assert_eq!(f.get(name), Some(&(off as u64, size as u64)), "{name}");
+    }
+    assert_eq!(a::VALUE + a::VALUE_MAX, 4096, "the scratch is 4 KiB");
+    // The C struct's comments carry the same offsets.
+    let c = include_str!("../../../progs/engines/wiredtiger/lookup.bpf.c");
+    for (name, off, _) in code {
+        let line = c
+            .lines()
+            .find(|l| l.contains(&format!(" {name}[")) || l.contains(&format!(" {name};")))
+            .unwrap_or_else(|| panic!("{name}"));
+        assert!(
+            line.contains(&format!("/* {off:>3}")) || line.contains(&format!("/* {off} ")),
+            "{name}: {line}"
+        );
+    }
+}

@@ -31,3 +31,42 @@ fn chains_answer_as_wiredtiger_does() {
         }
     }
 }
+
+#[test]
+fn damaged_pages_stop_the_chain_with_a_named_error() {
+    use storefn_wiredtiger::native::Native;
+    use storefn_wiredtiger::WtError;
+    let dir = TempDir::new("xrp-damage");
+    {
+        let wt = Native::open(&dir.0, "create").unwrap();
+        wt.create("table:t", &format!("key_format=S,value_format=S,{}", common::SMALL_PAGES))
+            .unwrap();
+        let mut c = wt.cursor("table:t").unwrap();
+        for i in 0..3000 {
+            c.insert(format!("key{i:06}\0").as_bytes(), format!("value {i}\0").as_bytes()).unwrap();
+        }
+    }
+    let rows = native_rows(&dir.0, "t");
+    let file = dir.0.join("t.wt");
+    let pristine = std::fs::read(&file).unwrap();
+    let mut errors = 0;
+    let mut value = Vec::new();
+    for at in (4096 + 100..pristine.len()).step_by(4096 * 3 + 211) {
+        let mut b = pristine.clone();
+        b[at] ^= 0x10;
+        std::fs::write(&file, &b).unwrap();
+        let Ok(mut l) = Lookups::open(&dir.0, "t", ReadPath::Xrp) else { continue };
+        for (k, v) in rows.iter().step_by(17) {
+            match l.get(&k[..k.len() - 1], &mut value) {
+                Ok(Answer::Found) => assert_eq!(&value, v),
+                Ok(Answer::NotFound) => panic!("{k:?}: not found on a damaged file"),
+                Err(WtError::Corrupt { path, .. }) => {
+                    assert_eq!(path, file);
+                    errors += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert!(errors > 0);
+}

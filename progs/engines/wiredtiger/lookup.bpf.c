@@ -13,7 +13,7 @@
 #define VIEW 4096
 #define VMASK (VIEW - 1)
 #define KEY_MAX 512
-#define VALUE_MAX 2944
+#define VALUE_MAX 3008
 #define MAX_HOPS 32
 #define MAX_CELLS 2048
 
