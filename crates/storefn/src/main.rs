@@ -20,6 +20,7 @@ mod prog;
 mod prog_bench;
 mod rocks;
 mod serve;
+mod wt;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]
@@ -64,6 +65,9 @@ enum Cmd {
     /// RocksDB's own files, read-only: Gets as RocksDB answers them.
     #[command(subcommand)]
     Rocks(rocks::RocksCmd),
+    /// WiredTiger: point lookups in a database's own B-tree files, read-only.
+    #[command(subcommand)]
+    Wt(wt::WtCmd),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Dds(c) => dds_cmd::run_dds(&c),
         Cmd::Pageserver(c) => pageserver_cmd::run(&c),
         Cmd::Rocks(c) => rocks::run(&c),
+        Cmd::Wt(c) => wt::run(&c),
     };
     match result {
         Ok(code) => code,

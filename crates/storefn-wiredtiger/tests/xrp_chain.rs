@@ -1,0 +1,72 @@
+//! The storage function (progs/engines/wiredtiger/lookup.bpf.c) as a chain on the io engine:
+//! every key of the 4 KiB-page tables, present and absent, against WiredTiger's own cursor.
+
+mod common;
+
+use common::{absent_keys, build, native_rows, user, TempDir};
+use storefn_wiredtiger::{Answer, Lookups, ReadPath};
+
+#[test]
+fn chains_answer_as_wiredtiger_does() {
+    let dir = TempDir::new("xrp");
+    build(&dir.0);
+    let mut value = Vec::new();
+    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty"] {
+        let rows = native_rows(&dir.0, name);
+        let mut l = Lookups::open(&dir.0, name, ReadPath::Xrp).unwrap();
+        let f = l.table().key_format;
+        for (k, v) in rows.iter().step_by(3) {
+            assert_eq!(l.get(&user(f, k), &mut value).unwrap(), Answer::Found, "{name}: {k:?}");
+            assert_eq!(&value, v, "{name}: {k:?}");
+        }
+        for k in absent_keys(f, &rows) {
+            assert_eq!(l.get(&k, &mut value).unwrap(), Answer::NotFound, "{name}: {k:?}");
+        }
+        let s = l.stats;
+        eprintln!("{name}: {s:?}");
+        if name == "ovfl" {
+            assert!(s.function_fallbacks > 0, "overflow items go back to the plain reader");
+        } else {
+            assert_eq!(s.function_fallbacks, 0, "{name}: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn damaged_pages_stop_the_chain_with_a_named_error() {
+    use storefn_wiredtiger::native::Native;
+    use storefn_wiredtiger::WtError;
+    let dir = TempDir::new("xrp-damage");
+    {
+        let wt = Native::open(&dir.0, "create").unwrap();
+        wt.create("table:t", &format!("key_format=S,value_format=S,{}", common::SMALL_PAGES))
+            .unwrap();
+        let mut c = wt.cursor("table:t").unwrap();
+        for i in 0..3000 {
+            c.insert(format!("key{i:06}\0").as_bytes(), format!("value {i}\0").as_bytes()).unwrap();
+        }
+    }
+    let rows = native_rows(&dir.0, "t");
+    let file = dir.0.join("t.wt");
+    let pristine = std::fs::read(&file).unwrap();
+    let mut errors = 0;
+    let mut value = Vec::new();
+    for at in (4096 + 100..pristine.len()).step_by(4096 * 3 + 211) {
+        let mut b = pristine.clone();
+        b[at] ^= 0x10;
+        std::fs::write(&file, &b).unwrap();
+        let Ok(mut l) = Lookups::open(&dir.0, "t", ReadPath::Xrp) else { continue };
+        for (k, v) in rows.iter().step_by(17) {
+            match l.get(&k[..k.len() - 1], &mut value) {
+                Ok(Answer::Found) => assert_eq!(&value, v),
+                Ok(Answer::NotFound) => panic!("{k:?}: not found on a damaged file"),
+                Err(WtError::Corrupt { path, .. }) => {
+                    assert_eq!(path, file);
+                    errors += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert!(errors > 0);
+}
