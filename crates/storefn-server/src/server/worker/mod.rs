@@ -18,10 +18,9 @@ use storefn_io::{Completion, Engine, EngineConfig};
 
 use super::files::{FileFail, Files};
 use super::progs::Progs;
-#[path = "worker_lambda.rs"]
 mod lambda;
-#[path = "worker_offload.rs"]
 mod offload;
+mod requests;
 use super::sched::Sched;
 use super::{
     ServerError, Shared, ENGINE_CHAINS, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
@@ -115,6 +114,19 @@ pub(super) struct Conn {
     pub(super) closing: Option<&'static str>,
 }
 
+/// What one entry of the poll array watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PollSlot {
+    Listener,
+    /// The engine's ring fd: completions are reaped after every poll anyway.
+    Engine,
+    /// DDS: the hook's eventfd (host answers may be ready).
+    HostAnswers,
+    /// DDS: the offloaded-read ring's fd.
+    OffloadReads,
+    Conn(u32),
+}
+
 pub(super) struct Worker<'a> {
     pub(super) id: usize,
     pub(super) shared: &'a Shared,
@@ -134,7 +146,7 @@ pub(super) struct Worker<'a> {
     pub(super) sched: Sched,
     pub(super) tenants: Vec<Vec<u8>>,
     pub(super) pollfds: Vec<libc::pollfd>,
-    pub(super) poll_conn: Vec<u32>,
+    pub(super) poll_slots: Vec<PollSlot>,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
     /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
@@ -180,7 +192,7 @@ pub(crate) fn run(
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
         tenants: Vec::new(),
         pollfds: Vec::new(),
-        poll_conn: Vec::new(),
+        poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
         offload: OffloadState::default(),
     };
@@ -211,27 +223,27 @@ impl Worker<'_> {
     /// One pass of the loop.
     fn poll_once(&mut self, listener: Option<&TcpListener>) -> std::io::Result<()> {
         self.pollfds.clear();
-        self.poll_conn.clear();
+        self.poll_slots.clear();
         if let Some(l) = listener {
             self.pollfds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-            self.poll_conn.push(u32::MAX);
+            self.poll_slots.push(PollSlot::Listener);
         }
         self.pollfds.push(libc::pollfd {
             fd: self.engine.ring_fd(),
             events: libc::POLLIN,
             revents: 0,
         });
-        self.poll_conn.push(u32::MAX - 1);
+        self.poll_slots.push(PollSlot::Engine);
         // DDS: host answers (the hook's eventfd) and offloaded reads (their ring's fd) wake the
         // poll like the engine's completions do.
         let wake = self.shared.cfg.offload.as_ref().and_then(|h| h.wake_fd());
         if let (Some(fd), true) = (wake, self.offload.forwarded_live > 0) {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-            self.poll_conn.push(u32::MAX - 2);
+            self.poll_slots.push(PollSlot::HostAnswers);
         }
         if let Some(fd) = self.offload.reads_fd() {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-            self.poll_conn.push(u32::MAX - 3);
+            self.poll_slots.push(PollSlot::OffloadReads);
         }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
@@ -248,7 +260,7 @@ impl Worker<'_> {
                 ev |= libc::POLLOUT;
             }
             self.pollfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
-            self.poll_conn.push(u32::try_from(i).expect("bounded"));
+            self.poll_slots.push(PollSlot::Conn(u32::try_from(i).expect("bounded")));
         }
         // Without a wake fd, host answers arrive over shared memory only: while any are
         // awaited, poll without sleeping.
@@ -271,20 +283,20 @@ impl Worker<'_> {
             if re == 0 {
                 continue;
             }
-            match self.poll_conn[k] {
-                u32::MAX => {
+            match self.poll_slots[k] {
+                PollSlot::Listener => {
                     if let Some(l) = listener {
                         self.accept(l);
                     }
                 }
-                x if x == u32::MAX - 2 => {
+                PollSlot::HostAnswers => {
                     let mut n = [0u8; 8];
                     // SAFETY: reads 8 bytes into a live buffer from the hook's eventfd
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                x if x == u32::MAX - 1 || x == u32::MAX - 3 => {}
-                ci => {
+                PollSlot::Engine | PollSlot::OffloadReads => {}
+                PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.on_readable(ci);
                     }

@@ -5,9 +5,7 @@ use std::sync::atomic::Ordering;
 
 use storefn_vm::ProgType;
 
-use super::files::FileFail;
-use super::worker::{open_frame, Conn, Job, JobKind, Worker};
-use super::{MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD};
+use super::{open_frame, Conn, Job, JobKind, Worker};
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
@@ -15,6 +13,8 @@ use crate::proto::{
     HASH_BYTES, MAX_FRAME_BYTES, SCRATCH_BYTES,
 };
 use crate::registry::ProgHash;
+use crate::server::files::FileFail;
+use crate::server::{MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD};
 
 impl Worker<'_> {
     pub(super) fn handle_frame(
@@ -399,7 +399,7 @@ struct WriteTarget {
     file: std::fs::File,
 }
 
-fn open_for_write(shared: &super::Shared, path: &[u8]) -> Result<WriteTarget, FileFail> {
+fn open_for_write(shared: &crate::server::Shared, path: &[u8]) -> Result<WriteTarget, FileFail> {
     use std::os::unix::ffi::OsStrExt;
     let f =
         shared.root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;

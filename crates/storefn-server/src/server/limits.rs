@@ -1,0 +1,38 @@
+//! Every bound of the server thread, named once with its reason (docs/design/server.md,
+//! "Security and limits"). A bound that is another crate's is derived from it.
+
+use std::time::Duration;
+
+/// Requests outstanding per connection (queued or running); more are answered `LIMIT`, and the
+/// connection is not read while it is at the limit.
+pub const MAX_IN_FLIGHT_PER_CONN: u32 = 256;
+/// Response bytes waiting to be sent per connection before it is no longer read.
+pub const MAX_CONN_OUT_BYTES: usize = 4 << 20;
+/// A connection with nothing in flight and nothing received for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A connection that does not finish sending a started frame, or does not take its
+/// responses, for this long is closed (slow-loris and stalled readers).
+pub const SLOW_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Hops per chain, whatever the client asks (the engine's hop limit).
+pub const SERVER_MAX_HOPS: u32 = 64;
+/// Chain slots (and registered buffers) per server thread's engine.
+pub const ENGINE_CHAINS: usize = 256;
+/// Connections per server thread; more are refused at accept (closed at once).
+pub const MAX_CONNS_PER_THREAD: usize = 8192;
+/// Open files per server thread (the engine registers at most 64).
+pub const MAX_OPEN_FILES_PER_THREAD: usize = 48;
+/// Distinct tenant names per server thread (each has a queue); HELLO beyond it gets `LIMIT`.
+pub const MAX_TENANTS_PER_THREAD: usize = 1024;
+/// Compiled programs per server thread.
+pub const MAX_INSTANCES_PER_THREAD: usize = 32;
+/// Longest time `poll` sleeps: timeouts and the stop flag are checked at least this often.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// At shutdown, how long responses already built may take to drain before sockets close.
+pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most server threads.
+pub const MAX_THREADS: usize = 64;
+/// DDS: how long a request forwarded to the host application may wait for its answer before
+/// the client gets `HOST_TIMEOUT` (the host's late answer is then dropped). Long enough for a
+/// host that replays a page before answering; short enough that a stuck host fails its
+/// clients' requests instead of hanging them.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
