@@ -36,3 +36,17 @@ pub const MAX_THREADS: usize = 64;
 /// host that replays a page before answering; short enough that a stuck host fails its
 /// clients' requests instead of hanging them.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Receive buffer a connection starts with: enough for HELLO and AUTH, so a connection that
+/// never authenticates holds little; it grows to the frames the client sends.
+pub const CONN_RX_START_BYTES: usize = 1024;
+/// After a large frame, a connection's receive, response and send buffers shrink back to this
+/// once they drained (steady traffic of smaller frames reuses them without allocating).
+pub const CONN_KEEP_BYTES: usize = 64 * 1024;
+/// Largest frame a connection may send before it authenticated (when the server requires
+/// authentication): a HELLO and an AUTH with the longest tenant name. A frame header announcing
+/// more closes the connection before any of it is buffered.
+pub const MAX_PREAUTH_FRAME_BYTES: usize = crate::proto::FRAME_HEADER_BYTES
+    + 2 * (crate::proto::MSG_HEADER_BYTES
+        + 8
+        + crate::proto::MAX_TENANT_BYTES
+        + crate::proto::HASH_BYTES);

@@ -110,6 +110,9 @@ pub struct ServerStats {
     pub late_answers: AtomicU64,
     /// DDS: offloaded reads that overlapped a host change and were forwarded instead.
     pub offload_raced: AtomicU64,
+    /// The most memory one connection's buffers held (receive, response frame, send, queued
+    /// frames), bytes, as seen after each send.
+    pub peak_conn_bytes: AtomicU64,
 }
 
 /// State every thread reads.

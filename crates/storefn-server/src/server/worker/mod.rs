@@ -21,21 +21,21 @@ use super::progs::Progs;
 mod lambda;
 mod offload;
 mod requests;
+mod tenants;
 use super::sched::Sched;
 use super::{
-    ServerError, Shared, ENGINE_CHAINS, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
+    ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS,
+    MAX_PREAUTH_FRAME_BYTES, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
     MAX_IN_FLIGHT_PER_CONN, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
     StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES,
+    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES, MAX_TENANT_BYTES,
 };
 use lambda::{submit_lambda_chunks, token_chunk, token_job};
 use offload::OffloadState;
 
-/// Receive buffer a connection starts with; it grows up to `MAX_FRAME_BYTES` for big frames.
-const INITIAL_RX_BYTES: usize = 64 * 1024;
 /// Connections accepted per pass, so a connection storm cannot stall the served ones.
 const ACCEPTS_PER_PASS: usize = 64;
 
@@ -80,6 +80,25 @@ pub(super) struct Job {
     pub(super) admitted: bool,
 }
 
+/// A tenant name as HELLO sent it (at most `MAX_TENANT_BYTES`), kept in the connection.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TenantName {
+    bytes: [u8; MAX_TENANT_BYTES],
+    len: u8,
+}
+
+impl TenantName {
+    pub(super) fn new(name: &[u8]) -> Self {
+        let mut bytes = [0; MAX_TENANT_BYTES];
+        bytes[..name.len()].copy_from_slice(name);
+        Self { bytes, len: u8::try_from(name.len()).expect("HELLO checks MAX_TENANT_BYTES") }
+    }
+
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 /// One client connection.
 #[derive(Debug)]
 pub(super) struct Conn {
@@ -102,6 +121,9 @@ pub(super) struct Conn {
     /// Sent frames kept for the next offloaded reads (at most `MAX_SPARE_FRAMES`).
     pub(super) spare_frames: Vec<FrameBuf>,
     pub(super) in_flight: u32,
+    /// The name HELLO gave (once HELLO was received).
+    pub(super) hello: Option<TenantName>,
+    /// The tenant entry it holds: after HELLO without authentication, after AUTH with it.
     pub(super) tenant: Option<u32>,
     pub(super) challenge: [u8; HASH_BYTES],
     pub(super) authed: bool,
@@ -144,7 +166,7 @@ pub(super) struct Worker<'a> {
     /// `out_cap` asked, at most `MAX_LAMBDA_WRITE_OUT_BYTES`, and is reused).
     pub(super) write_staging: Vec<u8>,
     pub(super) sched: Sched,
-    pub(super) tenants: Vec<Vec<u8>>,
+    tenants: tenants::Tenants,
     pub(super) pollfds: Vec<libc::pollfd>,
     pub(super) poll_slots: Vec<PollSlot>,
     /// Jobs finished in the current reap.
@@ -190,7 +212,7 @@ pub(crate) fn run(
         spare_inputs: Vec::new(),
         write_staging: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
-        tenants: Vec::new(),
+        tenants: tenants::Tenants::default(),
         pollfds: Vec::new(),
         poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
@@ -252,7 +274,7 @@ impl Worker<'_> {
             if c.closing.is_none()
                 && listener.is_some()
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
-                && backlog < MAX_CONN_OUT_BYTES
+                && c.out_held() < MAX_CONN_OUT_BYTES
             {
                 ev |= libc::POLLIN;
             }
@@ -360,16 +382,17 @@ impl Worker<'_> {
                 peer,
                 id: self.shared.next_conn.fetch_add(1, Ordering::Relaxed),
                 gen: self.gens[ci],
-                rx: vec![0; INITIAL_RX_BYTES],
+                rx: vec![0; CONN_RX_START_BYTES],
                 rx_len: 0,
                 frames_in: 0,
-                frame: FrameBuf::with_capacity(INITIAL_RX_BYTES),
-                tx: Vec::with_capacity(INITIAL_RX_BYTES),
+                frame: FrameBuf::default(),
+                tx: Vec::new(),
                 tx_pos: 0,
                 out_frames: std::collections::VecDeque::new(),
                 out_pos: 0,
                 spare_frames: Vec::new(),
                 in_flight: 0,
+                hello: None,
                 tenant: None,
                 challenge: [0; HASH_BYTES],
                 authed: false,
@@ -387,6 +410,9 @@ impl Worker<'_> {
     fn close(&mut self, ci: u32, why: &str) {
         if let Some(c) = self.conns[ci as usize].take() {
             self.log(&c, &format!("closed: {why}"));
+            if let Some(t) = c.tenant {
+                self.tenants.release(t);
+            }
             // Jobs still queued or running for it are dropped at completion (gen mismatch).
         }
     }
@@ -428,6 +454,11 @@ impl Worker<'_> {
             if c.rx_len < FRAME_HEADER_BYTES {
                 c.partial_since =
                     (c.rx_len > 0).then(|| c.partial_since.unwrap_or_else(Instant::now));
+                // A large frame is done with: its buffer is not kept for every later one.
+                if c.rx.len() > CONN_KEEP_BYTES {
+                    c.rx.truncate(CONN_KEEP_BYTES);
+                    c.rx.shrink_to_fit();
+                }
                 return;
             }
             let h: [u8; FRAME_HEADER_BYTES] = c.rx[..FRAME_HEADER_BYTES].try_into().expect("16");
@@ -436,6 +467,14 @@ impl Worker<'_> {
                 Err(e) => return self.protocol_error(ci, &e),
             };
             let total = h.frame_bytes();
+            if !c.authed && total > MAX_PREAUTH_FRAME_BYTES && self.shared.cfg.tokens.is_some() {
+                self.shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                let why = format!(
+                    "frame {} of {total} bytes before AUTH (at most {MAX_PREAUTH_FRAME_BYTES})",
+                    c.frames_in
+                );
+                return self.close(ci, &why);
+            }
             if c.rx_len < total {
                 if c.rx.len() < total {
                     c.rx.resize(total, 0);
@@ -583,6 +622,7 @@ impl Worker<'_> {
         if j.admitted {
             self.sched.done(j.tenant);
         }
+        self.tenants.release(j.tenant);
         if let Some(c) = self.conns[j.conn as usize].as_mut().filter(|c| c.gen == j.conn_gen) {
             c.in_flight -= 1;
         }
@@ -601,15 +641,15 @@ impl Worker<'_> {
             let ci = u32::try_from(ci).expect("bounded");
             let Some(c) = self.conns[ci as usize].as_mut() else { continue };
             if !c.frame.is_empty() {
-                let bytes = c.frame.finish();
-                c.tx.extend_from_slice(bytes);
-                c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
+                move_frame_to_tx(c);
             }
             if let Err(why) = send(c) {
                 self.close(ci, &why);
                 continue;
             }
             let c = self.conns[ci as usize].as_ref().expect("live");
+            // Relaxed: a statistic.
+            self.shared.stats.peak_conn_bytes.fetch_max(c.held_bytes() as u64, Ordering::Relaxed);
             if c.out_backlog() == 0 {
                 if let Some(why) = c.closing {
                     self.close(ci, why);
@@ -733,12 +773,28 @@ pub(super) fn open_frame(c: &mut Conn) {
     if !c.frame.is_empty()
         && (c.frame.len() > ROLL_FRAME_BYTES || c.frame.count() >= MAX_MSGS_PER_FRAME)
     {
-        let bytes = c.frame.finish();
-        c.tx.extend_from_slice(bytes);
-        c.frame.begin(KIND_RESPONSE);
+        move_frame_to_tx(c);
     }
     if c.frame.is_empty() {
         c.frame.begin(KIND_RESPONSE);
+    }
+}
+
+/// Appends the connection's finished response frame to its send buffer, dropping the bytes
+/// already sent first once they are half of it: the buffer holds unsent bytes (and at most as
+/// many sent ones), never everything since it was last empty. A client that reads steadily
+/// but never drains its responses fully used to grow it without bound, as only the unsent
+/// bytes were counted against `MAX_CONN_OUT_BYTES`.
+fn move_frame_to_tx(c: &mut Conn) {
+    if c.tx_pos > 0 && c.tx_pos * 2 >= c.tx.len() {
+        c.tx.drain(..c.tx_pos);
+        c.tx_pos = 0;
+    }
+    let bytes = c.frame.finish();
+    c.tx.extend_from_slice(bytes);
+    c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
+    if c.frame.buf.capacity() > CONN_KEEP_BYTES {
+        c.frame.buf.shrink_to(CONN_KEEP_BYTES);
     }
 }
 
@@ -750,6 +806,19 @@ impl Conn {
     pub(super) fn out_backlog(&self) -> usize {
         let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
         self.tx.len() - self.tx_pos + frames - self.out_pos
+    }
+
+    /// Response bytes the connection holds, sent or not: what `MAX_CONN_OUT_BYTES` bounds.
+    pub(super) fn out_held(&self) -> usize {
+        let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
+        self.tx.len() + frames + self.frame.len()
+    }
+
+    /// Bytes of memory the connection's buffers hold (their capacities).
+    pub(super) fn held_bytes(&self) -> usize {
+        let frames: usize = self.out_frames.iter().map(|f| f.buf.capacity()).sum();
+        let spare: usize = self.spare_frames.iter().map(|f| f.buf.capacity()).sum();
+        self.rx.capacity() + self.tx.capacity() + self.frame.buf.capacity() + frames + spare
     }
 }
 
@@ -790,6 +859,9 @@ fn send(c: &mut Conn) -> Result<(), String> {
             if done {
                 c.tx.clear();
                 c.tx_pos = 0;
+                if c.tx.capacity() > CONN_KEEP_BYTES {
+                    c.tx.shrink_to(CONN_KEEP_BYTES);
+                }
             }
             done
         } else {

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use storefn_vm::ProgType;
 
-use super::{open_frame, Conn, Job, JobKind, Worker};
+use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
@@ -14,7 +14,7 @@ use crate::proto::{
 };
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
-use crate::server::{MAX_IN_FLIGHT_PER_CONN, MAX_TENANTS_PER_THREAD};
+use crate::server::MAX_IN_FLIGHT_PER_CONN;
 
 impl Worker<'_> {
     pub(super) fn handle_frame(
@@ -64,106 +64,116 @@ impl Worker<'_> {
         put_response(&mut c.frame, req_id, op_code, r);
     }
 
+    /// One request of a validated frame: HELLO and AUTH, then (authenticated) the requests
+    /// answered at once, or queued for the engine.
     fn handle_request(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
         let code = r.op();
-        let auth_needed = self.shared.cfg.tokens.is_some();
-        let c = self.conns[ci as usize].as_mut().expect("live connection");
-        let (c_tenant, c_authed, challenge) = (c.tenant, c.authed, c.challenge);
         match *r {
-            Request::Hello { tenant } => {
-                if c_tenant.is_some() {
-                    return self.respond_err(
-                        ci,
-                        req_id,
-                        code,
-                        StatusCode::BadRequest,
-                        "HELLO sent twice",
-                    );
-                }
-                let t = match self.tenants.iter().position(|t| t == tenant) {
-                    Some(t) => t,
-                    None if self.tenants.len() >= MAX_TENANTS_PER_THREAD => {
-                        let m = "too many tenants on this server thread";
-                        self.respond_err(ci, req_id, code, StatusCode::Limit, m);
-                        self.conn(ci).closing = Some(m);
-                        return;
-                    }
-                    None => {
-                        self.tenants.push(tenant.to_vec());
-                        self.tenants.len() - 1
-                    }
-                };
-                let challenge = if auth_needed { auth::challenge() } else { [0; HASH_BYTES] };
-                let c = self.conn(ci);
-                c.tenant = Some(u32::try_from(t).expect("few tenants"));
-                c.challenge = challenge;
-                c.authed = !auth_needed;
-                let name = String::from_utf8_lossy(tenant).into_owned();
-                let c = self.conns[ci as usize].as_ref().expect("live");
-                self.log(c, &format!("hello, tenant {name:?}"));
-                let flags = if auth_needed { HELLO_FLAG_AUTH_REQUIRED } else { 0 };
-                let resp = Response::Hello {
-                    challenge: &challenge,
-                    flags,
-                    max_frame_bytes: u32::try_from(MAX_FRAME_BYTES).expect("1 MiB"),
-                    max_in_flight: MAX_IN_FLIGHT_PER_CONN,
-                };
-                return self.respond(ci, req_id, code, &resp);
-            }
-            Request::Auth { mac } => {
-                let Some(t) = c_tenant else {
-                    return self.respond_err(
-                        ci,
-                        req_id,
-                        code,
-                        StatusCode::BadRequest,
-                        "HELLO first",
-                    );
-                };
-                let name = &self.tenants[t as usize];
-                let ok = self.shared.cfg.tokens.as_ref().is_some_and(|toks| {
-                    toks.iter().any(|k| {
-                        k.tenant.as_bytes() == name.as_slice()
-                            && auth::verify(&k.secret, &challenge, name, mac)
-                    })
-                });
-                if ok {
-                    self.conn(ci).authed = true;
-                    let c = self.conns[ci as usize].as_ref().expect("live");
-                    self.log(c, "authenticated");
-                    return self.respond(ci, req_id, code, &Response::Auth);
-                }
-                self.shared.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
-                self.respond_err(
-                    ci,
-                    req_id,
-                    code,
-                    StatusCode::AuthFailed,
-                    "wrong MAC or unknown tenant",
-                );
-                self.conn(ci).closing = Some("authentication failed");
-                return;
-            }
+            Request::Hello { tenant } => return self.hello(ci, req_id, tenant),
+            Request::Auth { mac } => return self.auth(ci, req_id, mac),
             _ => {}
         }
-        if c_tenant.is_none() {
+        let c = self.conn(ci);
+        if c.hello.is_none() {
             return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO first");
         }
-        if !c_authed {
+        if !c.authed {
             return self.respond_err(ci, req_id, code, StatusCode::AuthRequired, "AUTH first");
         }
+        if !self.handle_immediate(ci, req_id, r) {
+            self.handle_queued(ci, req_id, r);
+        }
+    }
+
+    /// HELLO: the tenant's name and, when the server requires authentication, a challenge. The
+    /// name is recorded as a tenant only once it may send requests (here without
+    /// authentication, at AUTH with it): names sent before AUTH never fill the tenant table.
+    fn hello(&mut self, ci: u32, req_id: u64, tenant: &[u8]) {
+        let code = op::HELLO;
+        let auth_needed = self.shared.cfg.tokens.is_some();
+        if self.conn(ci).hello.is_some() {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO sent twice");
+        }
+        let t = if auth_needed {
+            None
+        } else {
+            let Some(t) = self.tenants.hold_name(tenant) else {
+                return self.refuse_tenant(ci, req_id, code);
+            };
+            Some(t)
+        };
+        let challenge = if auth_needed { auth::challenge() } else { [0; HASH_BYTES] };
+        let c = self.conn(ci);
+        c.hello = Some(TenantName::new(tenant));
+        c.tenant = t;
+        c.challenge = challenge;
+        c.authed = !auth_needed;
+        let name = String::from_utf8_lossy(tenant).into_owned();
+        let c = self.conns[ci as usize].as_ref().expect("live");
+        self.log(c, &format!("hello, tenant {name:?}"));
+        let flags = if auth_needed { HELLO_FLAG_AUTH_REQUIRED } else { 0 };
+        let resp = Response::Hello {
+            challenge: &challenge,
+            flags,
+            max_frame_bytes: u32::try_from(MAX_FRAME_BYTES).expect("1 MiB"),
+            max_in_flight: MAX_IN_FLIGHT_PER_CONN,
+        };
+        self.respond(ci, req_id, code, &resp);
+    }
+
+    fn refuse_tenant(&mut self, ci: u32, req_id: u64, code: u8) {
+        let m = "too many tenants on this server thread";
+        self.respond_err(ci, req_id, code, StatusCode::Limit, m);
+        self.conn(ci).closing = Some(m);
+    }
+
+    /// AUTH: the MAC over the challenge and the HELLO name; on success the name becomes the
+    /// connection's tenant.
+    fn auth(&mut self, ci: u32, req_id: u64, mac: &[u8; HASH_BYTES]) {
+        let code = op::AUTH;
+        let c = self.conn(ci);
+        let (Some(name), challenge) = (c.hello, c.challenge) else {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO first");
+        };
+        if c.authed {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "AUTH sent twice");
+        }
+        let name = name.as_bytes();
+        let ok = self.shared.cfg.tokens.as_ref().is_some_and(|toks| {
+            toks.iter().any(|k| {
+                k.tenant.as_bytes() == name && auth::verify(&k.secret, &challenge, name, mac)
+            })
+        });
+        if !ok {
+            self.shared.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+            let m = "wrong MAC or unknown tenant";
+            self.respond_err(ci, req_id, code, StatusCode::AuthFailed, m);
+            self.conn(ci).closing = Some("authentication failed");
+            return;
+        }
+        let Some(t) = self.tenants.hold_name(name) else {
+            return self.refuse_tenant(ci, req_id, code);
+        };
+        let c = self.conn(ci);
+        c.tenant = Some(t);
+        c.authed = true;
+        let c = self.conns[ci as usize].as_ref().expect("live");
+        self.log(c, "authenticated");
+        self.respond(ci, req_id, code, &Response::Auth);
+    }
+
+    /// Requests answered without the engine (LOAD_PROG, STAT, WRITE, LAMBDA_WRITE); `false`
+    /// for the others.
+    fn handle_immediate(&mut self, ci: u32, req_id: u64, r: &Request<'_>) -> bool {
+        let code = r.op();
         match *r {
             Request::LoadProg { prog_type, section, elf } => {
                 let res = match self.shared.registry.lock() {
                     Ok(mut reg) => reg.load(prog_type, section, elf),
                     Err(_) => {
-                        return self.respond_err(
-                            ci,
-                            req_id,
-                            code,
-                            StatusCode::Io,
-                            "registry poisoned",
-                        )
+                        let m = "registry poisoned";
+                        self.respond_err(ci, req_id, code, StatusCode::Io, m);
+                        return true;
                     }
                 };
                 match res {
@@ -184,12 +194,8 @@ impl Worker<'_> {
                 match self.files.acquire(&self.shared.root, &mut self.engine, path) {
                     Ok(o) => {
                         self.files.release(o.slot);
-                        self.respond(
-                            ci,
-                            req_id,
-                            code,
-                            &Response::Stat { version: o.version, size: o.size },
-                        );
+                        let resp = Response::Stat { version: o.version, size: o.size };
+                        self.respond(ci, req_id, code, &resp);
                     }
                     Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
                 }
@@ -205,36 +211,6 @@ impl Worker<'_> {
                     Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
                 }
             }
-            Request::Read { path, offset, len } => {
-                self.queue(ci, req_id, JobKind::Read, path, offset, len, None, &[], 0);
-            }
-            Request::Xrp { path, offset, len, hash, scratch, out_len } => {
-                self.queue(
-                    ci,
-                    req_id,
-                    JobKind::Xrp,
-                    path,
-                    offset,
-                    len,
-                    Some(hash),
-                    scratch,
-                    out_len,
-                );
-            }
-            Request::Lambda { path, offset, len, hash, out_cap } => {
-                self.queue(
-                    ci,
-                    req_id,
-                    JobKind::Lambda,
-                    path,
-                    offset,
-                    len,
-                    Some(hash),
-                    &[],
-                    out_cap,
-                );
-            }
-            Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
             Request::LambdaWrite { path, offset, hash, input, out_cap } => {
                 match self.lambda_write(path, offset, hash, input, out_cap) {
                     Ok((version, written)) => {
@@ -243,7 +219,27 @@ impl Worker<'_> {
                     Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
                 }
             }
-            Request::Hello { .. } | Request::Auth { .. } => unreachable!("handled above"),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Requests that go to the engine (READ, XRP, LAMBDA) or the offload engine (OFFLOAD).
+    fn handle_queued(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
+        match *r {
+            Request::Read { path, offset, len } => {
+                self.queue(ci, req_id, JobKind::Read, path, offset, len, None, &[], 0);
+            }
+            Request::Xrp { path, offset, len, hash, scratch, out_len } => {
+                let h = Some(hash);
+                self.queue(ci, req_id, JobKind::Xrp, path, offset, len, h, scratch, out_len);
+            }
+            Request::Lambda { path, offset, len, hash, out_cap } => {
+                let h = Some(hash);
+                self.queue(ci, req_id, JobKind::Lambda, path, offset, len, h, &[], out_cap);
+            }
+            Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
+            _ => unreachable!("every other request is answered at once"),
         }
     }
 
@@ -387,6 +383,7 @@ impl Worker<'_> {
         self.progs.job_inst[ji as usize] = inst;
         self.jobs[ji as usize] = Some(job);
         self.conn(ci).in_flight += 1;
+        self.tenants.hold(tenant);
         self.sched.push(tenant, ji);
     }
 }
