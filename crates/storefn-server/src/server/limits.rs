@@ -50,3 +50,7 @@ pub const MAX_PREAUTH_FRAME_BYTES: usize = crate::proto::FRAME_HEADER_BYTES
         + 8
         + crate::proto::MAX_TENANT_BYTES
         + crate::proto::HASH_BYTES);
+/// WRITE and LAMBDA_WRITE bytes handed to a server thread's writer thread and not yet
+/// answered. Past it the thread reads no connection (each frame is handled whole) and a write
+/// that would pass it is answered `LIMIT`; one write of any allowed size always goes.
+pub const MAX_PENDING_WRITE_BYTES: usize = 64 << 20;

@@ -68,6 +68,44 @@ impl Worker<'_> {
         }
     }
 
+    /// Submits the next chunk reads of the λ jobs waiting for them, oldest first, while the
+    /// engine has free slots; returns how many reads went out. A job stays queued until it has
+    /// a read in flight (its completion asks again) or nothing left to submit; a job whose
+    /// connection went away leaves, released once none of its reads is in flight.
+    pub(super) fn resume_lambdas(&mut self) -> usize {
+        let mut sent = 0;
+        while self.engine.free_slots() > 0 {
+            let Some(&ji) = self.lambda_more.front() else { break };
+            let Some(j) = self.jobs[ji as usize].as_mut().filter(|j| j.more_queued) else {
+                self.lambda_more.pop_front(); // stale: the job was answered meanwhile
+                continue;
+            };
+            let live = self.conns[j.conn as usize].as_ref().is_some_and(|c| c.gen == j.conn_gen);
+            if !live || j.input_len == u32::MAX {
+                j.more_queued = false;
+                self.lambda_more.pop_front();
+                if j.reads_in_flight == 0 {
+                    self.release_job(ji);
+                }
+                continue;
+            }
+            let before = j.reads_in_flight;
+            if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
+                j.more_queued = false;
+                self.lambda_more.pop_front();
+                self.lambda_submit_failed(ji, &e);
+                continue;
+            }
+            sent += (j.reads_in_flight - before) as usize;
+            if j.reads_in_flight == 0 {
+                break; // the engine is full: it waits at the front
+            }
+            j.more_queued = false;
+            self.lambda_more.pop_front();
+        }
+        sent
+    }
+
     /// Runs a λ job's program over its input, writing the output straight into the response.
     pub(super) fn run_lambda(&mut self, ji: u32) {
         let j = self.jobs[ji as usize].as_ref().expect("job");

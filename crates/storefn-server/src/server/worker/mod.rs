@@ -22,11 +22,12 @@ mod lambda;
 mod offload;
 mod requests;
 mod tenants;
+mod writes;
 use super::sched::Sched;
 use super::{
-    ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS,
-    MAX_PREAUTH_FRAME_BYTES, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
-    MAX_IN_FLIGHT_PER_CONN, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS, MAX_CONNS_PER_THREAD,
+    MAX_CONN_OUT_BYTES, MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
+    POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
@@ -78,6 +79,8 @@ pub(super) struct Job {
     pub(super) reads_in_flight: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
     pub(super) admitted: bool,
+    /// λ: in the worker's `lambda_more` queue (chunks left to submit).
+    pub(super) more_queued: bool,
 }
 
 /// A tenant name as HELLO sent it (at most `MAX_TENANT_BYTES`), kept in the connection.
@@ -146,6 +149,8 @@ pub(super) enum PollSlot {
     HostAnswers,
     /// DDS: the offloaded-read ring's fd.
     OffloadReads,
+    /// The writer thread's eventfd: writes were synced and wait for their answers.
+    Writes,
     Conn(u32),
 }
 
@@ -171,9 +176,14 @@ pub(super) struct Worker<'a> {
     pub(super) poll_slots: Vec<PollSlot>,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
+    /// λ jobs with chunks of their range left to submit, in the order they asked: served
+    /// before new jobs are admitted, whenever the engine has a free slot.
+    pub(super) lambda_more: std::collections::VecDeque<u32>,
     /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
     /// requests forwarded to the host application, by token.
     offload: OffloadState,
+    /// WRITE and LAMBDA_WRITE: the thread's writer thread (writes and syncs off the loop).
+    writes: writes::Writes,
 }
 
 pub(crate) fn run(
@@ -197,8 +207,17 @@ pub(crate) fn run(
             return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
         }
     };
+    let writes = match writes::Writes::start(id) {
+        Ok(w) => w,
+        Err(source) => {
+            let msg = source.to_string();
+            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
+            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
+        }
+    };
     let _ = ready.send(Ok(()));
     let mut w = Worker {
+        writes,
         id,
         shared,
         engine,
@@ -216,6 +235,7 @@ pub(crate) fn run(
         pollfds: Vec::new(),
         poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
+        lambda_more: std::collections::VecDeque::with_capacity(ENGINE_CHAINS),
         offload: OffloadState::default(),
     };
     w.serve(listener)
@@ -263,6 +283,11 @@ impl Worker<'_> {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::HostAnswers);
         }
+        if self.writes.pending > 0 {
+            let fd = self.writes.fd();
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_slots.push(PollSlot::Writes);
+        }
         if let Some(fd) = self.offload.reads_fd() {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::OffloadReads);
@@ -273,6 +298,7 @@ impl Worker<'_> {
             let backlog = c.out_backlog();
             if c.closing.is_none()
                 && listener.is_some()
+                && self.writes.pending_bytes < MAX_PENDING_WRITE_BYTES
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
                 && c.out_held() < MAX_CONN_OUT_BYTES
             {
@@ -317,7 +343,7 @@ impl Worker<'_> {
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                PollSlot::Engine | PollSlot::OffloadReads => {}
+                PollSlot::Engine | PollSlot::OffloadReads | PollSlot::Writes => {}
                 PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.on_readable(ci);
@@ -332,12 +358,18 @@ impl Worker<'_> {
         // and repeat while anything was admitted (each pass admits a queued job: bounded).
         // Regression: dispatching only before the reap left jobs beyond one tenant's share
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
+        // Regression: a λ job whose next chunks found the engine full (other jobs' chunks of the
+        // same reap took the slots) and that had no read in flight was never revisited.
         loop {
-            while self.reap()? > 0 {}
+            self.reap()?;
+            if self.resume_lambdas() > 0 {
+                continue; // reap again: it submits them and may complete them at once
+            }
             if self.dispatch() == 0 {
                 break;
             }
         }
+        self.poll_writes();
         self.poll_forwarded();
         self.poll_offload_reads();
         self.flush_all();
@@ -519,7 +551,12 @@ impl Worker<'_> {
                     j.input = self.spare_inputs.pop().unwrap_or_default();
                     debug_assert!(j.input.is_empty());
                     j.input.resize(j.len as usize, 0);
-                    submit_lambda_chunks(&mut self.engine, j, ji)
+                    let r = submit_lambda_chunks(&mut self.engine, j, ji);
+                    if r.is_ok() && j.reads_in_flight == 0 {
+                        j.more_queued = true;
+                        self.lambda_more.push_back(ji);
+                    }
+                    r
                 }
                 JobKind::Xrp => {
                     let n = j.scratch_len as usize;
@@ -542,11 +579,10 @@ impl Worker<'_> {
         n
     }
 
-    /// Reaps completed chains and reads; builds their responses. Returns how many λ chunk
-    /// reads it queued (submitted by the next reap).
-    fn reap(&mut self) -> std::io::Result<usize> {
+    /// Reaps completed chains and reads; builds their responses.
+    fn reap(&mut self) -> std::io::Result<()> {
         if self.engine.live() == 0 {
-            return Ok(0);
+            return Ok(());
         }
         let Self { engine, progs, jobs, conns, finished, .. } = self;
         finished.clear();
@@ -565,26 +601,22 @@ impl Worker<'_> {
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         // λ programs run here, outside the reap (their input was copied out of the buffer),
-        // once the whole range is staged; until then more chunk reads go out (up to
-        // `LAMBDA_READS_PER_JOB` per job). A job with reads in flight is never released: their
-        // tokens name it. One reap may hold several completions of the same job.
-        let mut queued = 0;
+        // once the whole range is staged; until then the job asks for more chunk reads
+        // (`resume_lambdas`). A job with reads in flight is never released: their tokens name
+        // it. One reap may hold several completions of the same job.
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
             let Some(j) = self.jobs[ji as usize].as_mut() else { continue };
             let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
             if j.kind == JobKind::Lambda {
                 if j.input_len != u32::MAX && live && j.landed < j.len {
-                    let before = j.reads_in_flight;
-                    if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
-                        self.lambda_submit_failed(ji, &e);
-                        continue;
+                    if j.submitted < j.len && !j.more_queued {
+                        j.more_queued = true;
+                        self.lambda_more.push_back(ji);
                     }
-                    let j = self.jobs[ji as usize].as_ref().expect("job");
-                    queued += (j.reads_in_flight - before) as usize;
                     continue;
                 }
-                if j.reads_in_flight > 0 {
+                if j.reads_in_flight > 0 || j.more_queued {
                     continue;
                 }
                 if j.input_len != u32::MAX && live {
@@ -593,7 +625,7 @@ impl Worker<'_> {
             }
             self.release_job(ji);
         }
-        Ok(queued)
+        Ok(())
     }
 
     fn finish_job(&mut self, ji: u32, r: Result<(), FileFail>) {
@@ -690,6 +722,7 @@ impl Worker<'_> {
         let deadline = Instant::now() + SHUTDOWN_FLUSH_TIMEOUT;
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
+                || self.writes.pending > 0
                 || self.offload.forwarded_live > 0
                 || self.offload.reads_live() > 0
                 || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);

@@ -5,12 +5,13 @@ use std::sync::atomic::Ordering;
 
 use storefn_vm::ProgType;
 
+use super::writes::open_for_write;
 use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
-    op, put_response, put_status, FileVersion, Messages, ProtoError, Request, Response, StatusCode,
-    HASH_BYTES, MAX_FRAME_BYTES, SCRATCH_BYTES,
+    op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
+    MAX_FRAME_BYTES, SCRATCH_BYTES,
 };
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
@@ -58,7 +59,7 @@ impl Worker<'_> {
         put_status(&mut c.frame, req_id, op_code, st, msg);
     }
 
-    fn respond(&mut self, ci: u32, req_id: u64, op_code: u8, r: &Response<'_>) {
+    pub(super) fn respond(&mut self, ci: u32, req_id: u64, op_code: u8, r: &Response<'_>) {
         let c = self.conn(ci);
         open_frame(c);
         put_response(&mut c.frame, req_id, op_code, r);
@@ -201,22 +202,23 @@ impl Worker<'_> {
                 }
             }
             Request::Write { path, offset, data } => {
-                match open_for_write(self.shared, path)
-                    .and_then(|f| write_durably(&f, data, offset))
-                {
-                    Ok(version) => {
-                        let written = u32::try_from(data.len()).expect("bounded");
-                        self.respond(ci, req_id, code, &Response::Write { version, written });
+                if let Err((st, m)) = self.write_checks(ci, data.len()) {
+                    self.respond_err(ci, req_id, code, st, &m);
+                    return true;
+                }
+                match open_for_write(self.shared, path) {
+                    Ok(f) => {
+                        let n = data.len() as u64;
+                        self.submit_write(ci, req_id, code, f, offset, data, n);
                     }
                     Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
                 }
             }
             Request::LambdaWrite { path, offset, hash, input, out_cap } => {
-                match self.lambda_write(path, offset, hash, input, out_cap) {
-                    Ok((version, written)) => {
-                        self.respond(ci, req_id, code, &Response::LambdaWrite { version, written });
-                    }
-                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
+                if let Err((st, m)) = self.write_checks(ci, out_cap as usize).and_then(|()| {
+                    self.lambda_write(ci, req_id, path, offset, hash, input, out_cap)
+                }) {
+                    self.respond_err(ci, req_id, code, st, &m);
                 }
             }
             _ => return false,
@@ -243,21 +245,36 @@ impl Worker<'_> {
         }
     }
 
-    /// LAMBDA_WRITE, answered at once like WRITE: the program runs over the input into the
-    /// thread's staging buffer, its output is written at `offset` of the file (opened beneath
-    /// the root, which must exist) and `fdatasync`ed before the version is returned, so an
-    /// acknowledged λ write is durable.
+    /// What every WRITE and LAMBDA_WRITE checks before it runs: the server is not stopping,
+    /// the connection has room in flight, the thread's write queue has room for `bytes`.
+    fn write_checks(&mut self, ci: u32, bytes: usize) -> Result<(), FileFail> {
+        if self.stopping() {
+            return Err((StatusCode::ShuttingDown, "server is stopping".into()));
+        }
+        if self.conn(ci).in_flight >= MAX_IN_FLIGHT_PER_CONN {
+            return Err((StatusCode::Limit, "too many requests in flight".into()));
+        }
+        if !self.write_room(bytes) {
+            return Err((StatusCode::Limit, "this server thread's write queue is full".into()));
+        }
+        Ok(())
+    }
+
+    /// LAMBDA_WRITE: the program runs over the input into the thread's staging buffer, then
+    /// its output goes to the writer thread like a WRITE's data: written at `offset` of the
+    /// file (opened beneath the root, which must exist) and `fdatasync`ed before the version
+    /// is answered, so an acknowledged λ write is durable.
+    #[allow(clippy::too_many_arguments)]
     fn lambda_write(
         &mut self,
+        ci: u32,
+        req_id: u64,
         path: &[u8],
         offset: u64,
         hash: &ProgHash,
         input: &[u8],
         out_cap: u32,
-    ) -> Result<(FileVersion, u64), FileFail> {
-        if self.stopping() {
-            return Err((StatusCode::ShuttingDown, "server is stopping".into()));
-        }
+    ) -> Result<(), FileFail> {
         // The file first: a path outside the root or missing costs no program run.
         let f = open_for_write(self.shared, path)?;
         let si = self.progs.acquire(self.shared, hash, ProgType::Lambda)?;
@@ -278,8 +295,10 @@ impl Worker<'_> {
         offset
             .checked_add(ret)
             .ok_or((StatusCode::OutOfRange, "offset + output overflows".into()))?;
-        let version = write_durably(&f, &self.write_staging[..n], offset)?;
-        Ok((version, ret))
+        let staged = std::mem::take(&mut self.write_staging);
+        self.submit_write(ci, req_id, op::LAMBDA_WRITE, f, offset, &staged[..n], ret);
+        self.write_staging = staged;
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -371,6 +390,7 @@ impl Worker<'_> {
             landed: 0,
             reads_in_flight: 0,
             admitted: false,
+            more_queued: false,
         };
         let ji = match self.free_jobs.pop() {
             Some(j) => j,
@@ -386,33 +406,4 @@ impl Worker<'_> {
         self.tenants.hold(tenant);
         self.sched.push(tenant, ji);
     }
-}
-
-/// A file of WRITE or LAMBDA_WRITE: opened beneath the root (confined; it must exist: the
-/// server never creates files), then handed to the configured storage for the writes. The
-/// second descriptor reads the version after the write.
-struct WriteTarget {
-    storage_file: Box<dyn storefn_kv::storage::StorageFile>,
-    file: std::fs::File,
-}
-
-fn open_for_write(shared: &crate::server::Shared, path: &[u8]) -> Result<WriteTarget, FileFail> {
-    use std::os::unix::ffi::OsStrExt;
-    let f =
-        shared.root.open_beneath(path, libc::O_WRONLY).map_err(|e| (e.status(), e.to_string()))?;
-    let file = f.try_clone().map_err(|e| (StatusCode::Io, format!("dup: {e}")))?;
-    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
-    let storage_file =
-        shared.cfg.storage.adopt(f, name).map_err(|e| (StatusCode::Io, format!("open: {e}")))?;
-    Ok(WriteTarget { storage_file, file })
-}
-
-/// Writes `data` at `offset`, syncs it (fdatasync), then reads the file's version: the answer
-/// is sent only after this returns, so an acknowledged write is durable.
-fn write_durably(t: &WriteTarget, data: &[u8], offset: u64) -> Result<FileVersion, FileFail> {
-    t.storage_file.write_at(data, offset).map_err(|e| (StatusCode::Io, format!("write: {e}")))?;
-    t.storage_file.sync().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
-    let (dev, ino, change, _) =
-        crate::confine::identity(&t.file).map_err(|e| (StatusCode::Io, e.to_string()))?;
-    Ok(FileVersion { dev, ino, change })
 }
