@@ -54,3 +54,39 @@ pub const MAX_PREAUTH_FRAME_BYTES: usize = crate::proto::FRAME_HEADER_BYTES
 /// answered. Past it the thread reads no connection (each frame is handled whole) and a write
 /// that would pass it is answered `LIMIT`; one write of any allowed size always goes.
 pub const MAX_PENDING_WRITE_BYTES: usize = 64 << 20;
+/// Connections the whole server keeps open; more are closed at accept.
+pub const MAX_CONNS: usize = 16 * 1024;
+/// Connections from one peer address (all threads).
+pub const MAX_CONNS_PER_PEER: usize = 1024;
+/// Connections not yet authenticated (before HELLO, or between HELLO and AUTH when the
+/// server requires it), in all: what a flood of sockets that never authenticate can hold.
+pub const MAX_PREAUTH_CONNS: usize = 1024;
+/// Connections not yet authenticated from one peer address: one host cannot take every
+/// pre-auth slot.
+pub const MAX_PREAUTH_CONNS_PER_PEER: usize = 64;
+/// A connection that has not authenticated this long after it was accepted is closed.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connection limits a server runs with (tests lower them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    pub total: usize,
+    pub per_thread: usize,
+    pub per_peer: usize,
+    pub preauth: usize,
+    pub preauth_per_peer: usize,
+    pub auth_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            total: MAX_CONNS,
+            per_thread: MAX_CONNS_PER_THREAD,
+            per_peer: MAX_CONNS_PER_PEER,
+            preauth: MAX_PREAUTH_CONNS,
+            preauth_per_peer: MAX_PREAUTH_CONNS_PER_PEER,
+            auth_timeout: AUTH_TIMEOUT,
+        }
+    }
+}

@@ -4,6 +4,7 @@
 //! poll set, so a thread sleeps until a socket or a completion needs it (docs/design/server.md,
 //! "Server").
 
+mod conns;
 mod files;
 pub mod limits;
 pub mod offload;
@@ -50,6 +51,8 @@ pub struct ServerConfig {
     /// What WRITE and LAMBDA_WRITE write through once the file is open (confined beneath
     /// `dir`): the real file system, or a crash model in the power-loss tests.
     pub storage: storefn_kv::storage::StorageRef,
+    /// Connections in all, per thread, per peer address, before authentication.
+    pub conn_limits: ConnLimits,
 }
 
 impl ServerConfig {
@@ -67,6 +70,7 @@ impl ServerConfig {
             offload: None,
             forward_timeout: FORWARD_TIMEOUT,
             storage: storefn_kv::storage::real(),
+            conn_limits: ConnLimits::default(),
         }
     }
 }
@@ -113,6 +117,10 @@ pub struct ServerStats {
     /// The most memory one connection's buffers held (receive, response frame, send, queued
     /// frames), bytes, as seen after each send.
     pub peak_conn_bytes: AtomicU64,
+    /// Connections closed at accept by a connection limit.
+    pub refused_connections: AtomicU64,
+    /// Connections closed because they did not authenticate within the auth timeout.
+    pub closed_unauthenticated: AtomicU64,
 }
 
 /// State every thread reads.
@@ -124,6 +132,7 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
     pub stats: ServerStats,
     pub next_conn: AtomicU64,
+    pub conn_counts: Mutex<conns::ConnCounts>,
 }
 
 /// A running server.
@@ -162,6 +171,7 @@ impl Server {
             stop: AtomicBool::new(false),
             stats: ServerStats::default(),
             next_conn: AtomicU64::new(1),
+            conn_counts: Mutex::new(conns::ConnCounts::default()),
             cfg,
         });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

@@ -25,9 +25,9 @@ mod tenants;
 mod writes;
 use super::sched::Sched;
 use super::{
-    ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS, MAX_CONNS_PER_THREAD,
-    MAX_CONN_OUT_BYTES, MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
-    POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS, MAX_CONN_OUT_BYTES,
+    MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES, POLL_INTERVAL,
+    SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
@@ -131,6 +131,8 @@ pub(super) struct Conn {
     pub(super) challenge: [u8; HASH_BYTES],
     pub(super) authed: bool,
     pub(super) last_rx: Instant,
+    /// When it was accepted (it must authenticate within the auth timeout).
+    pub(super) accepted: Instant,
     /// When a partly received frame started waiting for the rest.
     pub(super) partial_since: Option<Instant>,
     /// When pending output stopped draining.
@@ -390,9 +392,18 @@ impl Worker<'_> {
                 }
             };
             let live = self.conns.iter().filter(|c| c.is_some()).count();
-            if live >= MAX_CONNS_PER_THREAD {
+            let limits = &self.shared.cfg.conn_limits;
+            let admitted = if live >= limits.per_thread {
+                Err("this thread's connection limit")
+            } else {
+                let mut counts = self.shared.conn_counts.lock().unwrap_or_else(|p| p.into_inner());
+                counts.admit(peer.ip(), limits).map_err(super::conns::Refused::why)
+            };
+            if let Err(why) = admitted {
+                // Relaxed: a statistic.
+                self.shared.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
                 if self.shared.cfg.log {
-                    eprintln!("storefn serve: [t{}] {peer}: refused, {live} connections", self.id);
+                    eprintln!("storefn serve: [t{}] {peer}: refused by {why}", self.id);
                 }
                 continue;
             }
@@ -429,6 +440,7 @@ impl Worker<'_> {
                 challenge: [0; HASH_BYTES],
                 authed: false,
                 last_rx: Instant::now(),
+                accepted: Instant::now(),
                 partial_since: None,
                 tx_stalled_since: None,
                 closing: None,
@@ -445,6 +457,8 @@ impl Worker<'_> {
             if let Some(t) = c.tenant {
                 self.tenants.release(t);
             }
+            let mut counts = self.shared.conn_counts.lock().unwrap_or_else(|p| p.into_inner());
+            counts.closed(c.peer.ip(), c.authed);
             // Jobs still queued or running for it are dropped at completion (gen mismatch).
         }
     }
@@ -693,10 +707,14 @@ impl Worker<'_> {
     fn check_timeouts(&mut self) {
         let now = Instant::now();
         let (idle, slow) = (self.shared.cfg.idle_timeout, self.shared.cfg.slow_client_timeout);
+        let auth_timeout = self.shared.cfg.conn_limits.auth_timeout;
         for ci in 0..self.conns.len() {
             let Some(c) = self.conns[ci].as_ref() else { continue };
             let quiet = c.in_flight == 0 && c.out_backlog() == 0 && c.partial_since.is_none();
-            let why = if quiet && now - c.last_rx > idle {
+            let why = if !c.authed && now - c.accepted > auth_timeout {
+                self.shared.stats.closed_unauthenticated.fetch_add(1, Ordering::Relaxed);
+                "not authenticated in time"
+            } else if quiet && now - c.last_rx > idle {
                 self.shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                 "idle timeout"
             } else if c.partial_since.is_some_and(|t| now - t > slow)

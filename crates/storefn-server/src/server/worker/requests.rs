@@ -108,7 +108,9 @@ impl Worker<'_> {
         c.hello = Some(TenantName::new(tenant));
         c.tenant = t;
         c.challenge = challenge;
-        c.authed = !auth_needed;
+        if !auth_needed {
+            self.authenticated(ci);
+        }
         let name = String::from_utf8_lossy(tenant).into_owned();
         let c = self.conns[ci as usize].as_ref().expect("live");
         self.log(c, &format!("hello, tenant {name:?}"));
@@ -120,6 +122,15 @@ impl Worker<'_> {
             max_in_flight: MAX_IN_FLIGHT_PER_CONN,
         };
         self.respond(ci, req_id, code, &resp);
+    }
+
+    /// The connection may send requests now: it leaves the pre-auth counts.
+    fn authenticated(&mut self, ci: u32) {
+        let c = self.conns[ci as usize].as_mut().expect("live connection");
+        c.authed = true;
+        let peer = c.peer.ip();
+        let mut counts = self.shared.conn_counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.authenticated(peer);
     }
 
     fn refuse_tenant(&mut self, ci: u32, req_id: u64, code: u8) {
@@ -155,9 +166,8 @@ impl Worker<'_> {
         let Some(t) = self.tenants.hold_name(name) else {
             return self.refuse_tenant(ci, req_id, code);
         };
-        let c = self.conn(ci);
-        c.tenant = Some(t);
-        c.authed = true;
+        self.conn(ci).tenant = Some(t);
+        self.authenticated(ci);
         let c = self.conns[ci as usize].as_ref().expect("live");
         self.log(c, "authenticated");
         self.respond(ci, req_id, code, &Response::Auth);
