@@ -400,3 +400,70 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
+    // The worst-case memory formula (server::worst_case_memory) checked: 16 connections send
+    // READs without ever reading an answer, until the server stops reading them (their send
+    // buffers full); the process's RSS growth stays below the formula for 16 connections.
+    let _g = serial();
+    let dir = TempDir::new("membound");
+    std::fs::write(dir.join("f"), vec![1u8; 4096 * 256]).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let before = rss();
+    let reads: Vec<Request<'_>> =
+        (0..256u64).map(|i| Request::Read { path: b"f", offset: i * 4096, len: 4096 }).collect();
+    let frame = frame_of(&reads);
+    let conns = 16;
+    let mut socks: Vec<(TcpStream, usize)> = (0..conns)
+        .map(|_| {
+            let mut s = TcpStream::connect(server.local_addr()).unwrap();
+            s.write_all(&frame_of(&[Request::Hello { tenant: b"hog" }])).unwrap();
+            s.set_nonblocking(true).unwrap();
+            (s, 0)
+        })
+        .collect();
+    // Frames of 256 READs, each written whole (a partial frame is finished first), until the
+    // server stops taking them or 3 s passed.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        let mut progress = false;
+        for (s, pos) in &mut socks {
+            match s.write(&frame[*pos..]) {
+                Ok(n) => {
+                    *pos = (*pos + n) % frame.len();
+                    progress = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss().saturating_sub(before);
+    let peak = server.stats().peak_conn_bytes.load(Ordering::Relaxed);
+    let bound = storefn_server::server::worst_case_memory(1, conns, 0);
+    println!(
+        "{conns} connections at their bound: RSS grew {} MiB ({:.1} MiB per connection), \
+         busiest connection {:.1} MiB; formula {} MiB ({:.1} MiB per connection + {} MiB per \
+         thread)",
+        grown / MIB,
+        grown as f64 / conns as f64 / MIB as f64,
+        peak as f64 / MIB as f64,
+        bound / MIB,
+        storefn_server::server::CONN_MEMORY_BOUND as f64 / MIB as f64,
+        storefn_server::server::THREAD_MEMORY_BOUND as u64 / MIB
+    );
+    assert!(
+        peak >= storefn_server::server::MAX_CONN_OUT_BYTES as u64,
+        "the connections reached their send bound ({peak} bytes)"
+    );
+    assert!(peak <= storefn_server::server::CONN_MEMORY_BOUND as u64);
+    assert!(grown <= bound, "RSS grew {grown} bytes, over the formula's {bound}");
+    drop(socks);
+    server.stop();
+    server.join().unwrap();
+}

@@ -90,3 +90,47 @@ impl Default for ConnLimits {
         }
     }
 }
+/// λ staging buffers of finished jobs a thread keeps for reuse (the rest are freed, so the
+/// staging shrinks after a burst of λ ranges).
+pub const MAX_SPARE_LAMBDA_INPUTS: usize = 16;
+
+/// The largest response message one request produces (a λ's output is the largest), its
+/// header and fixed fields included.
+pub const MAX_RESPONSE_MSG_BYTES: usize = crate::proto::MSG_HEADER_BYTES + 64 + {
+    let l = crate::proto::MAX_LAMBDA_OUT_BYTES as usize;
+    let s = crate::proto::SCRATCH_BYTES;
+    if l > s {
+        l
+    } else {
+        s
+    }
+};
+
+/// Worst-case bytes one connection holds: its receive buffer (one whole frame), the response
+/// frame being built, the send buffer (`MAX_CONN_OUT_BYTES` before the connection stops being
+/// read, plus the answers of every request it has in flight and one rolled frame; twice that
+/// for the vector's growth) and its queued jobs' 4 KiB buffers.
+pub const CONN_MEMORY_BOUND: usize = crate::proto::MAX_FRAME_BYTES
+    + crate::proto::MAX_FRAME_BYTES
+    + 2 * (MAX_CONN_OUT_BYTES
+        + MAX_IN_FLIGHT_PER_CONN as usize * MAX_RESPONSE_MSG_BYTES
+        + crate::proto::MAX_FRAME_BYTES)
+    + MAX_IN_FLIGHT_PER_CONN as usize * (crate::proto::SCRATCH_BYTES + 256);
+
+/// Per thread, beside its connections: the engine's registered buffers and chain scratch
+/// (estimated at 16 KiB per chain slot, ring included), λ staging (one range per admitted job,
+/// at most one per chain slot), LAMBDA_WRITE's output staging and the writer thread's queue.
+pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS * 16 * 1024
+    + ENGINE_CHAINS * crate::proto::MAX_LAMBDA_IN_BYTES as usize
+    + crate::proto::MAX_LAMBDA_WRITE_OUT_BYTES as usize
+    + MAX_PENDING_WRITE_BYTES;
+
+/// The server's worst-case memory in bytes: `threads x (connections per thread x
+/// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all
+/// spread over the threads (at most `ConnLimits::total`).
+#[must_use]
+pub fn worst_case_memory(threads: usize, conns: usize, registry_bytes: usize) -> u64 {
+    conns as u64 * CONN_MEMORY_BOUND as u64
+        + threads as u64 * THREAD_MEMORY_BOUND as u64
+        + registry_bytes as u64
+}

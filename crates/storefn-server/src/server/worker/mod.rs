@@ -26,8 +26,8 @@ mod writes;
 use super::sched::Sched;
 use super::{
     ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS, MAX_CONN_OUT_BYTES,
-    MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES, POLL_INTERVAL,
-    SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
+    MAX_SPARE_LAMBDA_INPUTS, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
@@ -673,7 +673,7 @@ impl Worker<'_> {
             c.in_flight -= 1;
         }
         self.spare_bufs.push(j.buf);
-        if j.input.capacity() > 0 {
+        if j.input.capacity() > 0 && self.spare_inputs.len() < MAX_SPARE_LAMBDA_INPUTS {
             let mut input = j.input;
             input.clear();
             self.spare_inputs.push(input);
