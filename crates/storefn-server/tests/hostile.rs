@@ -467,3 +467,44 @@ fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn each_tenant_runs_under_its_own_instruction_budget() {
+    // Regression: every program ran under the VM's default budget (2^20 instructions per
+    // invocation) whoever sent it; the operator could not give a tenant less.
+    let _g = serial();
+    let dir = TempDir::new("budget");
+    let mut loop_file = vec![0u8; 1024];
+    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
+    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.tenant_insn_budgets = vec![("small".into(), 5000)];
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = server.local_addr().to_string();
+    for (name, budget) in
+        [("small", 5000), ("other", storefn_server::server::DEFAULT_TENANT_INSN_BUDGET)]
+    {
+        let mut c = Client::connect(&addr, tenant(name)).unwrap();
+        let spin = c.load_prog(msg::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+        let t = Instant::now();
+        let e = c
+            .one(&Req::Xrp {
+                path: "loop".into(),
+                offset: 0,
+                len: 512,
+                hash: spin,
+                scratch: vec![],
+                out_len: 0,
+            })
+            .unwrap_err();
+        println!("tenant {name}: budget {budget} stopped the spin in {:?}", t.elapsed());
+        assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
+        assert!(e.to_string().contains(&format!("({budget} instructions)")), "{name}: {e}");
+    }
+    assert!(
+        storefn_server::server::DEFAULT_TENANT_INSN_BUDGET
+            < storefn_vm::program::DEFAULT_INSN_BUDGET
+    );
+    server.stop();
+    server.join().unwrap();
+}

@@ -134,3 +134,9 @@ pub fn worst_case_memory(threads: usize, conns: usize, registry_bytes: usize) ->
         + threads as u64 * THREAD_MEMORY_BOUND as u64
         + registry_bytes as u64
 }
+/// Instructions per program invocation (per XRP hop; a λ run adds the VM's per-byte
+/// allowance) for a tenant the operator gave no budget of its own: a quarter of the VM's
+/// default, so one request's program costs at most ~a millisecond of the thread.
+/// `ServerConfig::insn_budget` and `tenant_insn_budgets` change it.
+pub const DEFAULT_TENANT_INSN_BUDGET: u64 = storefn_vm::program::DEFAULT_INSN_BUDGET / 4;
+const _: () = assert!(DEFAULT_TENANT_INSN_BUDGET < storefn_vm::program::DEFAULT_INSN_BUDGET);

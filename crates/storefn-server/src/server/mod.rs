@@ -53,6 +53,22 @@ pub struct ServerConfig {
     pub storage: storefn_kv::storage::StorageRef,
     /// Connections in all, per thread, per peer address, before authentication.
     pub conn_limits: ConnLimits,
+    /// Instructions per program invocation for tenants not in `tenant_insn_budgets`
+    /// ([`DEFAULT_TENANT_INSN_BUDGET`]).
+    pub insn_budget: u64,
+    /// Per-tenant instruction budgets (tenant name, instructions per invocation).
+    pub tenant_insn_budgets: Vec<(String, u64)>,
+}
+
+impl ServerConfig {
+    /// The instruction budget of `tenant`'s requests.
+    #[must_use]
+    pub fn insn_budget_of(&self, tenant: &[u8]) -> u64 {
+        self.tenant_insn_budgets
+            .iter()
+            .find(|(t, _)| t.as_bytes() == tenant)
+            .map_or(self.insn_budget, |&(_, b)| b)
+    }
 }
 
 impl ServerConfig {
@@ -71,6 +87,8 @@ impl ServerConfig {
             forward_timeout: FORWARD_TIMEOUT,
             storage: storefn_kv::storage::real(),
             conn_limits: ConnLimits::default(),
+            insn_budget: DEFAULT_TENANT_INSN_BUDGET,
+            tenant_insn_budgets: Vec::new(),
         }
     }
 }
@@ -133,6 +151,14 @@ pub(crate) struct Shared {
     pub stats: ServerStats,
     pub next_conn: AtomicU64,
     pub conn_counts: Mutex<conns::ConnCounts>,
+}
+
+impl Shared {
+    /// The connection counts (a poisoned lock still holds consistent counts: every update is
+    /// one call that cannot panic halfway).
+    pub(crate) fn conn_counts(&self) -> std::sync::MutexGuard<'_, conns::ConnCounts> {
+        self.conn_counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// A running server.

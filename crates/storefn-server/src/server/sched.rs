@@ -1,6 +1,10 @@
 //! Fair admission of queued requests to the engine between tenants (BPF-for-storage's
-//! per-process chain accounting): round robin over tenants with queued work, and no tenant
-//! holds more than its share of the engine's chain slots while another tenant waits. A tenant
+//! per-process chain accounting): the tenant with queued work that has used the least CPU time
+//! of the worker thread goes first (ties in round-robin order), and no tenant holds more than
+//! its share of the engine's chain slots while another tenant waits. CPU time is charged for
+//! everything the worker does for a tenant (program runs, STAT, LOAD_PROG, λ runs, writes);
+//! a tenant that becomes active starts at the least usage of the tenants already waiting, so a
+//! long-idle tenant cannot take the thread for as long as it was idle. A tenant
 //! running 64-hop chains therefore cannot starve one doing point lookups: the point lookup is
 //! admitted at the next free slot, and the long chains never hold every slot.
 
@@ -23,6 +27,8 @@ pub struct Sched {
     fair: bool,
     fifo: VecDeque<(u32, u32)>,
     queued: usize,
+    /// CPU time each tenant used, ns (a virtual clock: see `push`).
+    used: Vec<u64>,
 }
 
 impl Sched {
@@ -36,6 +42,7 @@ impl Sched {
             fair,
             fifo: VecDeque::with_capacity(1024),
             queued: 0,
+            used: Vec::new(),
         }
     }
 
@@ -44,6 +51,7 @@ impl Sched {
         if self.queues.len() <= t {
             self.queues.resize_with(t + 1, || VecDeque::with_capacity(256));
             self.inflight.resize(t + 1, 0);
+            self.used.resize(t + 1, 0);
         }
     }
 
@@ -55,11 +63,15 @@ impl Sched {
             self.fifo.push_back((tenant, job));
             return;
         }
-        let q = &mut self.queues[tenant as usize];
-        if q.is_empty() {
+        if self.queues[tenant as usize].is_empty() {
+            let floor = self.active.iter().map(|&t| self.used[t as usize]).min();
+            if let Some(floor) = floor {
+                let u = &mut self.used[tenant as usize];
+                *u = (*u).max(floor);
+            }
             self.active.push_back(tenant);
         }
-        q.push_back(job);
+        self.queues[tenant as usize].push_back(job);
     }
 
     /// Jobs queued and not yet admitted.
@@ -92,24 +104,44 @@ impl Sched {
             return Some((t, j));
         }
         let share = self.share();
-        for _ in 0..self.active.len() {
-            let t = self.active.pop_front()?;
-            let ti = t as usize;
-            // Over its share: skip it this round (another tenant may be waiting, or the
-            // reserve is kept for one that arrives).
-            if self.inflight[ti] >= share {
-                self.active.push_back(t);
-                continue;
-            }
-            let j = self.queues[ti].pop_front().expect("active tenants have queued jobs");
-            if !self.queues[ti].is_empty() {
-                self.active.push_back(t);
-            }
-            self.queued -= 1;
-            self.inflight[ti] += 1;
-            return Some((t, j));
+        // The least-used tenant under its share (one over it waits: another tenant may be
+        // waiting, or the reserve is kept for one that arrives); the first of equals.
+        let (k, t) = self
+            .active
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| self.inflight[t as usize] < share)
+            .min_by_key(|&(k, &t)| (self.used[t as usize], k))
+            .map(|(k, &t)| (k, t))?;
+        self.active.remove(k);
+        let ti = t as usize;
+        let j = self.queues[ti].pop_front().expect("active tenants have queued jobs");
+        if !self.queues[ti].is_empty() {
+            self.active.push_back(t);
         }
-        None
+        self.queued -= 1;
+        self.inflight[ti] += 1;
+        Some((t, j))
+    }
+
+    /// Charges `tenant` `ns` of the worker thread's CPU time.
+    pub fn charge(&mut self, tenant: u32, ns: u64) {
+        self.ensure(tenant);
+        let u = &mut self.used[tenant as usize];
+        *u = u.saturating_add(ns);
+    }
+
+    /// A tenant entry now names another tenant: its usage starts again.
+    pub fn forget(&mut self, tenant: u32) {
+        self.ensure(tenant);
+        self.used[tenant as usize] = 0;
+    }
+
+    /// CPU time `tenant` was charged, ns (virtual: raised to the least usage of the waiting
+    /// tenants when it becomes active).
+    #[must_use]
+    pub fn used(&self, tenant: u32) -> u64 {
+        self.used.get(tenant as usize).copied().unwrap_or(0)
     }
 
     /// Takes every queued job out (shutdown: they are answered without running).
@@ -188,6 +220,27 @@ mod tests {
         s.done(0);
         // Two tenants now: tenant 0 is over its share (8) and waits.
         assert_eq!(s.admit(), None);
+    }
+
+    #[test]
+    fn the_tenant_that_used_least_cpu_goes_first() {
+        let mut s = Sched::new(64, true);
+        for j in 0..4 {
+            s.push(0, j);
+            s.push(1, 10 + j);
+            s.push(2, 20 + j);
+        }
+        s.charge(0, 5_000_000);
+        s.charge(1, 1_000);
+        // Tenant 2 used nothing, then tenant 1, tenant 0 last.
+        let order: Vec<u32> = (0..3).map(|_| s.admit().unwrap().0).collect();
+        assert_eq!(order, [2, 2, 2]);
+        s.charge(2, 10_000_000);
+        assert_eq!(s.admit().unwrap().0, 1, "tenant 2 now used the most");
+        assert_eq!(s.admit().unwrap().0, 1);
+        // A tenant arriving now starts at the least usage of those waiting, not at 0.
+        s.push(3, 30);
+        assert_eq!(s.used(3), 1_000);
     }
 
     #[test]

@@ -127,7 +127,11 @@ impl Worker<'_> {
         let out_at = c.frame.buf.len();
         c.frame.buf.resize(out_at + cap as usize, 0);
         let s = progs.slots[inst as usize].as_mut().expect("held");
+        s.inst.set_insn_budget(progs.job_budget[ji as usize]);
+        let t0 = std::time::Instant::now();
         let res = s.inst.run_lambda(&j.input, &mut c.frame.buf[out_at..]);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        progs.job_cpu[ji as usize] = progs.job_cpu[ji as usize].saturating_add(ns);
         match res {
             Ok(ret) => {
                 let keep = usize::try_from(ret.min(u64::from(cap))).expect("<= cap");

@@ -396,7 +396,7 @@ impl Worker<'_> {
             let admitted = if live >= limits.per_thread {
                 Err("this thread's connection limit")
             } else {
-                let mut counts = self.shared.conn_counts.lock().unwrap_or_else(|p| p.into_inner());
+                let mut counts = self.shared.conn_counts();
                 counts.admit(peer.ip(), limits).map_err(super::conns::Refused::why)
             };
             if let Err(why) = admitted {
@@ -457,7 +457,7 @@ impl Worker<'_> {
             if let Some(t) = c.tenant {
                 self.tenants.release(t);
             }
-            let mut counts = self.shared.conn_counts.lock().unwrap_or_else(|p| p.into_inner());
+            let mut counts = self.shared.conn_counts();
             counts.closed(c.peer.ip(), c.authed);
             // Jobs still queued or running for it are dropped at completion (gen mismatch).
         }
@@ -668,6 +668,8 @@ impl Worker<'_> {
         if j.admitted {
             self.sched.done(j.tenant);
         }
+        let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
+        self.sched.charge(j.tenant, cpu);
         self.tenants.release(j.tenant);
         if let Some(c) = self.conns[j.conn as usize].as_mut().filter(|c| c.gen == j.conn_gen) {
             c.in_flight -= 1;

@@ -98,7 +98,7 @@ impl Worker<'_> {
         let t = if auth_needed {
             None
         } else {
-            let Some(t) = self.tenants.hold_name(tenant) else {
+            let Some(t) = self.hold_tenant(tenant) else {
                 return self.refuse_tenant(ci, req_id, code);
             };
             Some(t)
@@ -129,8 +129,25 @@ impl Worker<'_> {
         let c = self.conns[ci as usize].as_mut().expect("live connection");
         c.authed = true;
         let peer = c.peer.ip();
-        let mut counts = self.shared.conn_counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = self.shared.conn_counts();
         counts.authenticated(peer);
+    }
+
+    /// The tenant entry of `name`, held; a fresh entry's CPU usage starts again.
+    fn hold_tenant(&mut self, name: &[u8]) -> Option<u32> {
+        let (t, fresh) = self.tenants.hold_name(name, self.shared.cfg.insn_budget_of(name))?;
+        if fresh {
+            self.sched.forget(t);
+        }
+        Some(t)
+    }
+
+    /// Charges the connection's tenant the CPU time since `t0`.
+    pub(super) fn charge_conn(&mut self, ci: u32, t0: std::time::Instant) {
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Some(t) = self.conns[ci as usize].as_ref().and_then(|c| c.tenant) {
+            self.sched.charge(t, ns);
+        }
     }
 
     fn refuse_tenant(&mut self, ci: u32, req_id: u64, code: u8) {
@@ -163,7 +180,7 @@ impl Worker<'_> {
             self.conn(ci).closing = Some("authentication failed");
             return;
         }
-        let Some(t) = self.tenants.hold_name(name) else {
+        let Some(t) = self.hold_tenant(name) else {
             return self.refuse_tenant(ci, req_id, code);
         };
         self.conn(ci).tenant = Some(t);
@@ -176,6 +193,15 @@ impl Worker<'_> {
     /// Requests answered without the engine (LOAD_PROG, STAT, WRITE, LAMBDA_WRITE); `false`
     /// for the others.
     fn handle_immediate(&mut self, ci: u32, req_id: u64, r: &Request<'_>) -> bool {
+        let t0 = std::time::Instant::now();
+        let handled = self.immediate(ci, req_id, r);
+        if handled {
+            self.charge_conn(ci, t0);
+        }
+        handled
+    }
+
+    fn immediate(&mut self, ci: u32, req_id: u64, r: &Request<'_>) -> bool {
         let code = r.op();
         match *r {
             Request::LoadProg { prog_type, section, elf } => {
@@ -294,7 +320,10 @@ impl Worker<'_> {
         }
         let out = &mut self.write_staging[..cap];
         out.fill(0);
+        let tenant = self.conns[ci as usize].as_ref().and_then(|c| c.tenant).expect("authed");
+        let budget = self.tenants.budget(tenant);
         let s = self.progs.slots[si as usize].as_mut().expect("held");
+        s.inst.set_insn_budget(budget);
         let ran = s.inst.run_lambda(input, out);
         self.progs.release(si);
         let ret = ran.map_err(|e| (StatusCode::ChainFailed, e.to_string()))?;
@@ -407,10 +436,13 @@ impl Worker<'_> {
             None => {
                 self.jobs.push(None);
                 self.progs.job_inst.push(0);
+                self.progs.job_budget.push(0);
+                self.progs.job_cpu.push(0);
                 u32::try_from(self.jobs.len() - 1).expect("bounded by connections x in-flight")
             }
         };
         self.progs.job_inst[ji as usize] = inst;
+        self.progs.job_budget[ji as usize] = self.tenants.budget(tenant);
         self.jobs[ji as usize] = Some(job);
         self.conn(ci).in_flight += 1;
         self.tenants.hold(tenant);

@@ -10,31 +10,41 @@ pub(super) struct Tenants {
     names: Vec<Vec<u8>>,
     /// Connections and jobs holding each entry.
     refs: Vec<u32>,
+    /// Each entry's instruction budget per program invocation.
+    budgets: Vec<u64>,
 }
 
 impl Tenants {
     /// The entry of `name`, held once more; `None` when every one of the
     /// `MAX_TENANTS_PER_THREAD` entries is held by another tenant.
-    pub(super) fn hold_name(&mut self, name: &[u8]) -> Option<u32> {
-        let t = match self.names.iter().position(|n| n == name) {
-            Some(t) => t,
+    /// `true` beside it: the entry was given to this name now (its past usage is another's).
+    pub(super) fn hold_name(&mut self, name: &[u8], budget: u64) -> Option<(u32, bool)> {
+        let (t, fresh) = match self.names.iter().position(|n| n == name) {
+            Some(t) => (t, false),
             None => {
                 let t = match self.refs.iter().position(|&r| r == 0) {
                     Some(t) => t,
                     None if self.names.len() < MAX_TENANTS_PER_THREAD => {
                         self.names.push(Vec::new());
                         self.refs.push(0);
+                        self.budgets.push(0);
                         self.names.len() - 1
                     }
                     None => return None,
                 };
                 self.names[t].clear();
                 self.names[t].extend_from_slice(name);
-                t
+                self.budgets[t] = budget;
+                (t, true)
             }
         };
         self.refs[t] += 1;
-        Some(u32::try_from(t).expect("MAX_TENANTS_PER_THREAD is small"))
+        Some((u32::try_from(t).expect("MAX_TENANTS_PER_THREAD is small"), fresh))
+    }
+
+    /// The instruction budget of tenant `t`'s program invocations.
+    pub(super) fn budget(&self, t: u32) -> u64 {
+        self.budgets[t as usize]
     }
 
     /// One more holder of an entry already held.
@@ -58,13 +68,13 @@ mod tests {
     fn a_full_table_reuses_the_entries_nobody_holds() {
         let mut t = Tenants::default();
         let held: Vec<u32> = (0..MAX_TENANTS_PER_THREAD)
-            .map(|i| t.hold_name(format!("t{i}").as_bytes()).unwrap())
+            .map(|i| t.hold_name(format!("t{i}").as_bytes(), 1).unwrap().0)
             .collect();
-        assert_eq!(t.hold_name(b"late"), None, "every entry is held");
-        assert_eq!(t.hold_name(b"t7"), Some(held[7]), "a known name is found");
+        assert_eq!(t.hold_name(b"late", 1), None, "every entry is held");
+        assert_eq!(t.hold_name(b"t7", 1), Some((held[7], false)), "a known name is found");
         t.release(held[3]);
-        let late = t.hold_name(b"late").unwrap();
-        assert_eq!(late, held[3]);
+        let late = t.hold_name(b"late", 1).unwrap();
+        assert_eq!(late, (held[3], true));
         assert_eq!(t.names.len(), MAX_TENANTS_PER_THREAD);
     }
 }

@@ -42,6 +42,7 @@ pub(super) fn open_for_write(
 
 /// One write handed to the writer thread.
 struct WriteJob {
+    tenant: u32,
     conn: u32,
     conn_gen: u32,
     req_id: u64,
@@ -55,6 +56,9 @@ struct WriteJob {
 
 /// A write done: its answer, and its data buffer back for reuse.
 struct WriteDone {
+    tenant: u32,
+    /// The writer's time for it (its write and its sync), charged to its tenant.
+    ns: u64,
     conn: u32,
     conn_gen: u32,
     req_id: u64,
@@ -132,20 +136,24 @@ impl Drop for Writes {
 
 /// The writer thread: a batch of queued writes, written, then synced, then answered.
 fn writer(jobs: &Receiver<WriteJob>, done: &Sender<WriteDone>, wake: &OwnedFd) {
-    let mut batch: Vec<(WriteJob, Result<(), FileFail>)> = Vec::new();
+    let mut batch: Vec<(WriteJob, Result<(), FileFail>, u64)> = Vec::new();
+    let since = |t0: std::time::Instant| u64::try_from(t0.elapsed().as_nanos()).unwrap_or(0);
     while let Ok(first) = jobs.recv() {
-        batch.push((first, Ok(())));
+        batch.push((first, Ok(()), 0));
         while let Ok(more) = jobs.try_recv() {
-            batch.push((more, Ok(())));
+            batch.push((more, Ok(()), 0));
         }
-        for (j, r) in &mut batch {
+        for (j, r, ns) in &mut batch {
+            let t0 = std::time::Instant::now();
             *r = j
                 .target
                 .storage_file
                 .write_at(&j.data, j.offset)
                 .map_err(|e| (StatusCode::Io, format!("write: {e}")));
+            *ns = since(t0);
         }
-        for (j, r) in batch.drain(..) {
+        for (j, r, ns) in batch.drain(..) {
+            let t0 = std::time::Instant::now();
             let result = r.and_then(|()| {
                 let t = &j.target;
                 t.storage_file.sync().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
@@ -154,6 +162,8 @@ fn writer(jobs: &Receiver<WriteJob>, done: &Sender<WriteDone>, wake: &OwnedFd) {
                 Ok(FileVersion { dev, ino, change })
             });
             let d = WriteDone {
+                tenant: j.tenant,
+                ns: ns + since(t0),
                 conn: j.conn,
                 conn_gen: j.conn_gen,
                 req_id: j.req_id,
@@ -198,10 +208,22 @@ impl Worker<'_> {
         data.extend_from_slice(bytes);
         let c = self.conn(ci);
         c.in_flight += 1;
-        let job =
-            WriteJob { conn: ci, conn_gen: c.gen, req_id, op: code, target, offset, data, written };
+        let (conn_gen, tenant) = (c.gen, c.tenant.expect("authenticated"));
+        self.tenants.hold(tenant);
+        let job = WriteJob {
+            tenant,
+            conn: ci,
+            conn_gen,
+            req_id,
+            op: code,
+            target,
+            offset,
+            data,
+            written,
+        };
         let tx = self.writes.tx.as_ref().expect("the writer runs while the worker does");
         if tx.send(job).is_err() {
+            self.tenants.release(tenant);
             self.conn(ci).in_flight -= 1;
             let m = "the writer thread stopped";
             return self.respond_err(ci, req_id, code, StatusCode::Io, m);
@@ -222,6 +244,8 @@ impl Worker<'_> {
         while let Ok(d) = self.writes.rx.try_recv() {
             self.writes.pending -= 1;
             self.writes.pending_bytes -= d.data.len();
+            self.sched.charge(d.tenant, d.ns);
+            self.tenants.release(d.tenant);
             let live = self.conns[d.conn as usize].as_ref().is_some_and(|c| c.gen == d.conn_gen);
             if live {
                 self.conn(d.conn).in_flight -= 1;
