@@ -501,10 +501,73 @@ fn each_tenant_runs_under_its_own_instruction_budget() {
         assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
         assert!(e.to_string().contains(&format!("({budget} instructions)")), "{name}: {e}");
     }
-    assert!(
-        storefn_server::server::DEFAULT_TENANT_INSN_BUDGET
-            < storefn_vm::program::DEFAULT_INSN_BUDGET
-    );
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+#[ignore = "not met yet: program time is scheduled (victim p99 54 ms -> 16 ms, debug build), \
+            but the worker's own per-request work for the burner's 128-request frames (parsing, \
+            path checks, completions) still runs inline each pass: 208 us idle -> 16 ms"]
+fn a_tenant_burning_cpu_in_its_programs_leaves_the_thread_to_others() {
+    // Regression: fair admission counted engine slots only; one tenant's budget-burning
+    // chains ran inline by the hundred in each pass and raised another tenant's p99 25-500x.
+    let _g = serial();
+    let dir = TempDir::new("cpuflood");
+    victim_file(&dir);
+    let mut loop_file = vec![0u8; 1024];
+    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
+    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicBool::new(false));
+    let burners: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, stop, active) = (addr.clone(), Arc::clone(&stop), Arc::clone(&active));
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr, tenant("burner")).unwrap();
+                let spin =
+                    c.load_prog(msg::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+                let reqs: Vec<Req> = (0..128)
+                    .map(|_| Req::Xrp {
+                        path: "loop".into(),
+                        offset: 0,
+                        len: 512,
+                        hash: spin,
+                        scratch: vec![],
+                        out_len: 0,
+                    })
+                    .collect();
+                let (mut chains, t0) = (0u64, Instant::now());
+                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+                    if !active.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    let r = c.call(&reqs).unwrap();
+                    assert!(r.iter().all(|r| r.status == StatusCode::ChainFailed as u16));
+                    chains += r.len() as u64;
+                }
+                chains
+            })
+        })
+        .collect();
+    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        active.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        idle = idle.min(round_p99(&mut victim, 200));
+        active.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        attacked = attacked.min(round_p99(&mut victim, 200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let chains: u64 = burners.into_iter().map(|t| t.join().unwrap()).sum();
+    println!("budget-burning tenant: {chains} chains run to their instruction budget");
+    check_victim("next to budget-burning chains", idle, attacked);
+    assert!(chains > 0);
     server.stop();
     server.join().unwrap();
 }

@@ -14,6 +14,14 @@ use std::collections::VecDeque;
 /// a slot free at once instead of waiting for a long chain to finish.
 pub const RESERVE_DIV: u32 = 8;
 
+/// The program time one tenant's admitted jobs may add to a pass of the worker, ns: a tenant
+/// whose jobs cost `c` each (its programs' runs, averaged over its recent jobs) holds at most
+/// `PASS_CPU_NS / c` jobs (at least one) on the engine. The worker runs every completed hop's
+/// program inline, so each admitted chain delays every other connection of the thread by its
+/// cost: a tenant of cheap jobs keeps its share of slots, one of costly jobs keeps the thread
+/// busy without queueing a long pass of program runs ahead of everyone else's completions.
+pub const PASS_CPU_NS: u64 = 1_000_000;
+
 /// Queued jobs per tenant.
 #[derive(Debug)]
 pub struct Sched {
@@ -29,6 +37,8 @@ pub struct Sched {
     queued: usize,
     /// CPU time each tenant used, ns (a virtual clock: see `push`).
     used: Vec<u64>,
+    /// Each tenant's recent CPU cost per job, ns (moving average, 1/8 weight per job).
+    job_cost: Vec<u64>,
 }
 
 impl Sched {
@@ -43,6 +53,7 @@ impl Sched {
             fifo: VecDeque::with_capacity(1024),
             queued: 0,
             used: Vec::new(),
+            job_cost: Vec::new(),
         }
     }
 
@@ -52,6 +63,7 @@ impl Sched {
             self.queues.resize_with(t + 1, || VecDeque::with_capacity(256));
             self.inflight.resize(t + 1, 0);
             self.used.resize(t + 1, 0);
+            self.job_cost.resize(t + 1, 0);
         }
     }
 
@@ -110,7 +122,10 @@ impl Sched {
             .active
             .iter()
             .enumerate()
-            .filter(|&(_, &t)| self.inflight[t as usize] < share)
+            .filter(|&(_, &t)| {
+                let (n, cost) = (self.inflight[t as usize], self.job_cost[t as usize]);
+                n < share && u64::from(n) < (PASS_CPU_NS / cost.max(1)).max(1)
+            })
             .min_by_key(|&(k, &t)| (self.used[t as usize], k))
             .map(|(k, &t)| (k, t))?;
         self.active.remove(k);
@@ -131,10 +146,19 @@ impl Sched {
         *u = u.saturating_add(ns);
     }
 
+    /// One of `tenant`'s engine jobs finished having cost `ns` of CPU: charged, and folded
+    /// into its cost per job.
+    pub fn job_done(&mut self, tenant: u32, ns: u64) {
+        self.charge(tenant, ns);
+        let c = &mut self.job_cost[tenant as usize];
+        *c = *c - *c / 8 + ns / 8;
+    }
+
     /// A tenant entry now names another tenant: its usage starts again.
     pub fn forget(&mut self, tenant: u32) {
         self.ensure(tenant);
         self.used[tenant as usize] = 0;
+        self.job_cost[tenant as usize] = 0;
     }
 
     /// CPU time `tenant` was charged, ns (virtual: raised to the least usage of the waiting
@@ -241,6 +265,24 @@ mod tests {
         // A tenant arriving now starts at the least usage of those waiting, not at 0.
         s.push(3, 30);
         assert_eq!(s.used(3), 1_000);
+    }
+
+    #[test]
+    fn a_cpu_heavy_tenant_holds_few_jobs() {
+        let mut s = Sched::new(64, true);
+        for j in 0..100 {
+            s.push(0, j);
+        }
+        for _ in 0..64 {
+            s.job_done(0, PASS_CPU_NS / 4);
+        }
+        let mut n = 0;
+        while s.admit().is_some() {
+            n += 1;
+        }
+        assert!((4..=5).contains(&n), "{n}");
+        s.push(1, 1000);
+        assert_eq!(s.admit(), Some((1, 1000)), "a light tenant is admitted at once");
     }
 
     #[test]

@@ -665,11 +665,11 @@ impl Worker<'_> {
         if j.inst != u32::MAX {
             self.progs.release(j.inst);
         }
+        let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
         if j.admitted {
             self.sched.done(j.tenant);
+            self.sched.job_done(j.tenant, cpu);
         }
-        let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
-        self.sched.charge(j.tenant, cpu);
         self.tenants.release(j.tenant);
         if let Some(c) = self.conns[j.conn as usize].as_mut().filter(|c| c.gen == j.conn_gen) {
             c.in_flight -= 1;
