@@ -61,7 +61,7 @@ impl Worker<'_> {
         if j.reads_in_flight == 0 {
             return self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
         }
-        j.input_len = u32::MAX;
+        j.failed = true;
         let (conn, gen, req_id) = (j.conn, j.conn_gen, j.req_id);
         if self.conns[conn as usize].as_ref().is_some_and(|c| c.gen == gen) {
             self.respond_err(conn, req_id, op::LAMBDA, StatusCode::Io, &format!("submit: {e}"));
@@ -81,7 +81,7 @@ impl Worker<'_> {
                 continue;
             };
             let live = self.conns[j.conn as usize].as_ref().is_some_and(|c| c.gen == j.conn_gen);
-            if !live || j.input_len == u32::MAX {
+            if !live || j.failed {
                 j.more_queued = false;
                 self.lambda_more.pop_front();
                 if j.reads_in_flight == 0 {
@@ -113,7 +113,8 @@ impl Worker<'_> {
         if !live {
             return;
         }
-        let (conn, req_id, version, cap, inst) = (j.conn, j.req_id, j.version, j.out_len, j.inst);
+        let (conn, req_id, version, cap) = (j.conn, j.req_id, j.version, j.out_len);
+        let inst = j.inst.expect("a λ job holds its program");
         let Self { jobs, conns, progs, .. } = self;
         let j = jobs[ji as usize].as_ref().expect("job");
         let c = conns[conn as usize].as_mut().expect("live");

@@ -61,7 +61,8 @@ pub(super) struct Job {
     pub(super) version: FileVersion,
     pub(super) offset: u64,
     pub(super) len: u32,
-    pub(super) inst: u32,
+    /// The program instance (XRP and λ; `None` for READ).
+    pub(super) inst: Option<u32>,
     pub(super) out_len: u32,
     pub(super) scratch_len: u32,
     pub(super) buf: Box<[u8]>,
@@ -69,8 +70,8 @@ pub(super) struct Job {
     /// the thread's pool when the job is admitted, so at most `ENGINE_CHAINS` exist per
     /// thread; empty for other kinds).
     pub(super) input: Vec<u8>,
-    /// λ: `u32::MAX` once a read of the range failed (its error is already answered).
-    pub(super) input_len: u32,
+    /// λ: a read of the range failed (its error is already answered).
+    pub(super) failed: bool,
     /// λ: bytes of the range whose reads were submitted, and that landed.
     pub(super) submitted: u32,
     pub(super) landed: u32,
@@ -623,7 +624,7 @@ impl Worker<'_> {
             let Some(j) = self.jobs[ji as usize].as_mut() else { continue };
             let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
             if j.kind == JobKind::Lambda {
-                if j.input_len != u32::MAX && live && j.landed < j.len {
+                if !j.failed && live && j.landed < j.len {
                     if j.submitted < j.len && !j.more_queued {
                         j.more_queued = true;
                         self.lambda_more.push_back(ji);
@@ -633,7 +634,7 @@ impl Worker<'_> {
                 if j.reads_in_flight > 0 || j.more_queued {
                     continue;
                 }
-                if j.input_len != u32::MAX && live {
+                if !j.failed && live {
                     self.run_lambda(ji);
                 }
             }
@@ -662,8 +663,8 @@ impl Worker<'_> {
     fn release_job(&mut self, ji: u32) {
         let j = self.jobs[ji as usize].take().expect("job exists");
         self.files.release(j.file_slot);
-        if j.inst != u32::MAX {
-            self.progs.release(j.inst);
+        if let Some(i) = j.inst {
+            self.progs.release(i);
         }
         let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
         if j.admitted {
@@ -767,13 +768,13 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
         JobKind::Xrp => op::XRP,
         JobKind::Lambda => op::LAMBDA,
     };
-    if j.kind == JobKind::Lambda && j.input_len == u32::MAX {
+    if j.kind == JobKind::Lambda && j.failed {
         return; // an earlier chunk failed and was answered
     }
     open_frame(conn);
     match &c.result {
         Err(e) => {
-            j.input_len = u32::MAX;
+            j.failed = true;
             let (st, m) = super::files::chain_fail(e);
             put_status(&mut conn.frame, j.req_id, code, st, &m);
         }
@@ -793,7 +794,7 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 put_response(&mut conn.frame, j.req_id, code, &r);
             }
             JobKind::Lambda => {
-                if j.input_len == u32::MAX {
+                if j.failed {
                     return; // an earlier chunk failed and was answered
                 }
                 let at = token_chunk(c.token) as usize * MAX_READ_BYTES as usize;
@@ -801,7 +802,7 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 if c.data.len() != want {
                     // The range was checked against the file's size: a short read means the
                     // file shrank under the request; never loop on it.
-                    j.input_len = u32::MAX;
+                    j.failed = true;
                     let m = format!(
                         "short read at {}: {} of {want} bytes",
                         j.offset + at as u64,

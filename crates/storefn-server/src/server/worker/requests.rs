@@ -379,11 +379,11 @@ impl Worker<'_> {
         }
         let (conn_gen, tenant) = (c.gen, c.tenant.expect("HELLO checked"));
         let inst = match hash {
-            None => u32::MAX,
+            None => None,
             Some(h) => {
                 let ty = if kind == JobKind::Xrp { ProgType::Xrp } else { ProgType::Lambda };
                 match self.progs.acquire(self.shared, h, ty) {
-                    Ok(i) => i,
+                    Ok(i) => Some(i),
                     Err((st, m)) => return self.respond_err(ci, req_id, code, st, &m),
                 }
             }
@@ -391,16 +391,16 @@ impl Worker<'_> {
         let f = match self.files.acquire(&self.shared.root, &mut self.engine, path) {
             Ok(f) => f,
             Err((st, m)) => {
-                if inst != u32::MAX {
-                    self.progs.release(inst);
+                if let Some(i) = inst {
+                    self.progs.release(i);
                 }
                 return self.respond_err(ci, req_id, code, st, &m);
             }
         };
         if offset.checked_add(u64::from(len)).is_none_or(|e| e > f.size) {
             self.files.release(f.slot);
-            if inst != u32::MAX {
-                self.progs.release(inst);
+            if let Some(i) = inst {
+                self.progs.release(i);
             }
             let m = format!("[{offset}, +{len}) is outside the file ({} bytes)", f.size);
             return self.respond_err(ci, req_id, code, StatusCode::OutOfRange, &m);
@@ -424,7 +424,7 @@ impl Worker<'_> {
             scratch_len: u32::try_from(scratch.len()).expect("<= 4096"),
             buf,
             input: Vec::new(),
-            input_len: 0,
+            failed: false,
             submitted: 0,
             landed: 0,
             reads_in_flight: 0,
@@ -441,7 +441,7 @@ impl Worker<'_> {
                 u32::try_from(self.jobs.len() - 1).expect("bounded by connections x in-flight")
             }
         };
-        self.progs.job_inst[ji as usize] = inst;
+        self.progs.job_inst[ji as usize] = inst.unwrap_or(0);
         self.progs.job_budget[ji as usize] = self.tenants.budget(tenant);
         self.jobs[ji as usize] = Some(job);
         self.conn(ci).in_flight += 1;
