@@ -30,6 +30,22 @@ pub struct ServeArgs {
     /// One FIFO for every tenant instead of fair admission (for comparisons).
     #[arg(long, hide = true)]
     pub unfair: bool,
+    /// Instructions per program invocation for tenants without their own budget (default
+    /// storefn_server::server::DEFAULT_TENANT_INSN_BUDGET, a quarter of the VM's default).
+    #[arg(long)]
+    pub insn_budget: Option<u64>,
+    /// A tenant's own instruction budget, `TENANT=INSNS` (repeatable).
+    #[arg(long = "tenant-insn-budget", value_parser = parse_tenant_budget)]
+    pub tenant_insn_budgets: Vec<(String, u64)>,
+}
+
+fn parse_tenant_budget(s: &str) -> Result<(String, u64), String> {
+    let (t, n) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected TENANT=INSNS"))?;
+    let n: u64 = n.parse().map_err(|e| format!("{s:?}: instructions: {e}"))?;
+    if t.is_empty() || n == 0 {
+        return Err(format!("{s:?}: expected a tenant name and a budget above 0"));
+    }
+    Ok((t.to_string(), n))
 }
 
 /// Set by the signal handler; polled by the main thread.
@@ -45,6 +61,10 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     cfg.threads = a.threads;
     cfg.log = true;
     cfg.fair = !a.unfair;
+    if let Some(b) = a.insn_budget {
+        cfg.insn_budget = b;
+    }
+    cfg.tenant_insn_budgets.clone_from(&a.tenant_insn_budgets);
     if let Some(t) = &a.token_file {
         // Scopes checked here too, so a bad one is reported with the file's name.
         let tokens = storefn_server::access::load_token_file(t)?;

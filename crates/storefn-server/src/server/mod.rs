@@ -4,11 +4,12 @@
 //! poll set, so a thread sleeps until a socket or a completion needs it (docs/design/server.md,
 //! "Server").
 
+mod conns;
 mod files;
+pub mod limits;
 pub mod offload;
 pub mod offload_reads;
 mod progs;
-mod requests;
 pub mod sched;
 mod scopes;
 mod worker;
@@ -25,39 +26,7 @@ use crate::confine::Root;
 use crate::registry::{Registry, DEFAULT_REGISTRY_BYTES};
 pub use scopes::PolicyError;
 
-/// Requests outstanding per connection (queued or running); more are answered `LIMIT`, and the
-/// connection is not read while it is at the limit.
-pub const MAX_IN_FLIGHT_PER_CONN: u32 = 256;
-/// Response bytes waiting to be sent per connection before it is no longer read.
-pub const MAX_CONN_OUT_BYTES: usize = 4 << 20;
-/// A connection with nothing in flight and nothing received for this long is closed.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// A connection that does not finish sending a started frame, or does not take its
-/// responses, for this long is closed (slow-loris and stalled readers).
-pub const SLOW_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Hops per chain, whatever the client asks (the engine's hop limit).
-pub const SERVER_MAX_HOPS: u32 = 64;
-/// Chain slots (and registered buffers) per server thread's engine.
-pub const ENGINE_CHAINS: usize = 256;
-/// Connections per server thread; more are refused at accept (closed at once).
-pub const MAX_CONNS_PER_THREAD: usize = 8192;
-/// Open files per server thread (the engine registers at most 64).
-pub const MAX_OPEN_FILES_PER_THREAD: usize = 48;
-/// Distinct tenant names per server thread (each has a queue); HELLO beyond it gets `LIMIT`.
-pub const MAX_TENANTS_PER_THREAD: usize = 1024;
-/// Compiled programs per server thread.
-pub const MAX_INSTANCES_PER_THREAD: usize = 32;
-/// Longest time `poll` sleeps: timeouts and the stop flag are checked at least this often.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// At shutdown, how long responses already built may take to drain before sockets close.
-pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most server threads.
-pub const MAX_THREADS: usize = 64;
-/// DDS: how long a request forwarded to the host application may wait for its answer before
-/// the client gets `HOST_TIMEOUT` (the host's late answer is then dropped). Long enough for a
-/// host that replays a page before answering; short enough that a stuck host fails its
-/// clients' requests instead of hanging them.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+pub use limits::*;
 
 /// How to run a server.
 #[derive(Debug, Clone)]
@@ -84,6 +53,24 @@ pub struct ServerConfig {
     /// What WRITE and LAMBDA_WRITE write through once the file is open (confined beneath
     /// `dir`): the real file system, or a crash model in the power-loss tests.
     pub storage: storefn_io::storage::StorageRef,
+    /// Connections in all, per thread, per peer address, before authentication.
+    pub conn_limits: ConnLimits,
+    /// Instructions per program invocation for tenants not in `tenant_insn_budgets`
+    /// ([`DEFAULT_TENANT_INSN_BUDGET`]).
+    pub insn_budget: u64,
+    /// Per-tenant instruction budgets (tenant name, instructions per invocation).
+    pub tenant_insn_budgets: Vec<(String, u64)>,
+}
+
+impl ServerConfig {
+    /// The instruction budget of `tenant`'s requests.
+    #[must_use]
+    pub fn insn_budget_of(&self, tenant: &[u8]) -> u64 {
+        self.tenant_insn_budgets
+            .iter()
+            .find(|(t, _)| t.as_bytes() == tenant)
+            .map_or(self.insn_budget, |&(_, b)| b)
+    }
 }
 
 impl ServerConfig {
@@ -101,6 +88,9 @@ impl ServerConfig {
             offload: None,
             forward_timeout: FORWARD_TIMEOUT,
             storage: storefn_io::storage::real(),
+            conn_limits: ConnLimits::default(),
+            insn_budget: DEFAULT_TENANT_INSN_BUDGET,
+            tenant_insn_budgets: Vec::new(),
         }
     }
 }
@@ -154,6 +144,13 @@ pub struct ServerStats {
     pub cached_files: AtomicU64,
     /// Files opened and registered (a request whose file was already open opens none).
     pub files_opened: AtomicU64,
+    /// The most memory one connection's buffers held (receive, response frame, send, queued
+    /// frames), bytes, as seen after each send.
+    pub peak_conn_bytes: AtomicU64,
+    /// Connections closed at accept by a connection limit.
+    pub refused_connections: AtomicU64,
+    /// Connections closed because they did not authenticate within the auth timeout.
+    pub closed_unauthenticated: AtomicU64,
 }
 
 /// State every thread reads.
@@ -167,6 +164,15 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
     pub stats: ServerStats,
     pub next_conn: AtomicU64,
+    pub conn_counts: Mutex<conns::ConnCounts>,
+}
+
+impl Shared {
+    /// The connection counts (a poisoned lock still holds consistent counts: every update is
+    /// one call that cannot panic halfway).
+    pub(crate) fn conn_counts(&self) -> std::sync::MutexGuard<'_, conns::ConnCounts> {
+        self.conn_counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// A running server.
@@ -207,6 +213,7 @@ impl Server {
             stop: AtomicBool::new(false),
             stats: ServerStats::default(),
             next_conn: AtomicU64::new(1),
+            conn_counts: Mutex::new(conns::ConnCounts::default()),
             cfg,
         });
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();

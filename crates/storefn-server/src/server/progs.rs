@@ -29,6 +29,10 @@ pub(super) struct Progs {
     pub(super) slots: Vec<Option<InstSlot>>,
     /// Program slot of each job index.
     pub(super) job_inst: Vec<u32>,
+    /// Instruction budget of each job index (its tenant's).
+    pub(super) job_budget: Vec<u64>,
+    /// CPU time each job's program runs took so far, ns (charged to its tenant at the end).
+    pub(super) job_cpu: Vec<u64>,
     pub(super) clock: u64,
 }
 
@@ -43,7 +47,12 @@ impl StorageFn for Progs {
         let ti = usize::try_from(token).expect("job index");
         let si = self.job_inst[ti] as usize;
         let s = self.slots[si].as_mut().expect("a running job's program stays loaded");
-        s.inst.run_xrp(ctx, data, scratch)
+        s.inst.set_insn_budget(self.job_budget[ti]);
+        let t0 = std::time::Instant::now();
+        let r = s.inst.run_xrp(ctx, data, scratch);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.job_cpu[ti] = self.job_cpu[ti].saturating_add(ns);
+        r
     }
 }
 

@@ -1,6 +1,10 @@
 //! Fair admission of queued requests to the engine between tenants (BPF-for-storage's
-//! per-process chain accounting): round robin over tenants with queued work, and no tenant
-//! holds more than its share of the engine's chain slots while another tenant waits. A tenant
+//! per-process chain accounting): the tenant with queued work that has used the least CPU time
+//! of the worker thread goes first (ties in round-robin order), and no tenant holds more than
+//! its share of the engine's chain slots while another tenant waits. CPU time is charged for
+//! everything the worker does for a tenant (program runs, STAT, LOAD_PROG, λ runs, writes);
+//! a tenant that becomes active starts at the least usage of the tenants already waiting, so a
+//! long-idle tenant cannot take the thread for as long as it was idle. A tenant
 //! running 64-hop chains therefore cannot starve one doing point lookups: the point lookup is
 //! admitted at the next free slot, and the long chains never hold every slot.
 
@@ -9,6 +13,14 @@ use std::collections::VecDeque;
 /// A tenant alone may hold all but `slots / RESERVE_DIV` slots, so a tenant that arrives finds
 /// a slot free at once instead of waiting for a long chain to finish.
 pub const RESERVE_DIV: u32 = 8;
+
+/// The program time one tenant's admitted jobs may add to a pass of the worker, ns: a tenant
+/// whose jobs cost `c` each (its programs' runs, averaged over its recent jobs) holds at most
+/// `PASS_CPU_NS / c` jobs (at least one) on the engine. The worker runs every completed hop's
+/// program inline, so each admitted chain delays every other connection of the thread by its
+/// cost: a tenant of cheap jobs keeps its share of slots, one of costly jobs keeps the thread
+/// busy without queueing a long pass of program runs ahead of everyone else's completions.
+pub const PASS_CPU_NS: u64 = 1_000_000;
 
 /// Queued jobs per tenant.
 #[derive(Debug)]
@@ -23,6 +35,10 @@ pub struct Sched {
     fair: bool,
     fifo: VecDeque<(u32, u32)>,
     queued: usize,
+    /// CPU time each tenant used, ns (a virtual clock: see `push`).
+    used: Vec<u64>,
+    /// Each tenant's recent CPU cost per job, ns (moving average, 1/8 weight per job).
+    job_cost: Vec<u64>,
 }
 
 impl Sched {
@@ -36,6 +52,8 @@ impl Sched {
             fair,
             fifo: VecDeque::with_capacity(1024),
             queued: 0,
+            used: Vec::new(),
+            job_cost: Vec::new(),
         }
     }
 
@@ -44,6 +62,8 @@ impl Sched {
         if self.queues.len() <= t {
             self.queues.resize_with(t + 1, || VecDeque::with_capacity(256));
             self.inflight.resize(t + 1, 0);
+            self.used.resize(t + 1, 0);
+            self.job_cost.resize(t + 1, 0);
         }
     }
 
@@ -55,11 +75,15 @@ impl Sched {
             self.fifo.push_back((tenant, job));
             return;
         }
-        let q = &mut self.queues[tenant as usize];
-        if q.is_empty() {
+        if self.queues[tenant as usize].is_empty() {
+            let floor = self.active.iter().map(|&t| self.used[t as usize]).min();
+            if let Some(floor) = floor {
+                let u = &mut self.used[tenant as usize];
+                *u = (*u).max(floor);
+            }
             self.active.push_back(tenant);
         }
-        q.push_back(job);
+        self.queues[tenant as usize].push_back(job);
     }
 
     /// Jobs queued and not yet admitted.
@@ -92,24 +116,56 @@ impl Sched {
             return Some((t, j));
         }
         let share = self.share();
-        for _ in 0..self.active.len() {
-            let t = self.active.pop_front()?;
-            let ti = t as usize;
-            // Over its share: skip it this round (another tenant may be waiting, or the
-            // reserve is kept for one that arrives).
-            if self.inflight[ti] >= share {
-                self.active.push_back(t);
-                continue;
-            }
-            let j = self.queues[ti].pop_front().expect("active tenants have queued jobs");
-            if !self.queues[ti].is_empty() {
-                self.active.push_back(t);
-            }
-            self.queued -= 1;
-            self.inflight[ti] += 1;
-            return Some((t, j));
+        // The least-used tenant under its share (one over it waits: another tenant may be
+        // waiting, or the reserve is kept for one that arrives); the first of equals.
+        let (k, t) = self
+            .active
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| {
+                let (n, cost) = (self.inflight[t as usize], self.job_cost[t as usize]);
+                n < share && u64::from(n) < (PASS_CPU_NS / cost.max(1)).max(1)
+            })
+            .min_by_key(|&(k, &t)| (self.used[t as usize], k))
+            .map(|(k, &t)| (k, t))?;
+        self.active.remove(k);
+        let ti = t as usize;
+        let j = self.queues[ti].pop_front().expect("active tenants have queued jobs");
+        if !self.queues[ti].is_empty() {
+            self.active.push_back(t);
         }
-        None
+        self.queued -= 1;
+        self.inflight[ti] += 1;
+        Some((t, j))
+    }
+
+    /// Charges `tenant` `ns` of the worker thread's CPU time.
+    pub fn charge(&mut self, tenant: u32, ns: u64) {
+        self.ensure(tenant);
+        let u = &mut self.used[tenant as usize];
+        *u = u.saturating_add(ns);
+    }
+
+    /// One of `tenant`'s engine jobs finished having cost `ns` of CPU: charged, and folded
+    /// into its cost per job.
+    pub fn job_done(&mut self, tenant: u32, ns: u64) {
+        self.charge(tenant, ns);
+        let c = &mut self.job_cost[tenant as usize];
+        *c = *c - *c / 8 + ns / 8;
+    }
+
+    /// A tenant entry now names another tenant: its usage starts again.
+    pub fn forget(&mut self, tenant: u32) {
+        self.ensure(tenant);
+        self.used[tenant as usize] = 0;
+        self.job_cost[tenant as usize] = 0;
+    }
+
+    /// CPU time `tenant` was charged, ns (virtual: raised to the least usage of the waiting
+    /// tenants when it becomes active).
+    #[must_use]
+    pub fn used(&self, tenant: u32) -> u64 {
+        self.used.get(tenant as usize).copied().unwrap_or(0)
     }
 
     /// Takes every queued job out (shutdown: they are answered without running).
@@ -188,6 +244,45 @@ mod tests {
         s.done(0);
         // Two tenants now: tenant 0 is over its share (8) and waits.
         assert_eq!(s.admit(), None);
+    }
+
+    #[test]
+    fn the_tenant_that_used_least_cpu_goes_first() {
+        let mut s = Sched::new(64, true);
+        for j in 0..4 {
+            s.push(0, j);
+            s.push(1, 10 + j);
+            s.push(2, 20 + j);
+        }
+        s.charge(0, 5_000_000);
+        s.charge(1, 1_000);
+        // Tenant 2 used nothing, then tenant 1, tenant 0 last.
+        let order: Vec<u32> = (0..3).map(|_| s.admit().unwrap().0).collect();
+        assert_eq!(order, [2, 2, 2]);
+        s.charge(2, 10_000_000);
+        assert_eq!(s.admit().unwrap().0, 1, "tenant 2 now used the most");
+        assert_eq!(s.admit().unwrap().0, 1);
+        // A tenant arriving now starts at the least usage of those waiting, not at 0.
+        s.push(3, 30);
+        assert_eq!(s.used(3), 1_000);
+    }
+
+    #[test]
+    fn a_cpu_heavy_tenant_holds_few_jobs() {
+        let mut s = Sched::new(64, true);
+        for j in 0..100 {
+            s.push(0, j);
+        }
+        for _ in 0..64 {
+            s.job_done(0, PASS_CPU_NS / 4);
+        }
+        let mut n = 0;
+        while s.admit().is_some() {
+            n += 1;
+        }
+        assert!((4..=5).contains(&n), "{n}");
+        s.push(1, 1000);
+        assert_eq!(s.admit(), Some((1, 1000)), "a light tenant is admitted at once");
     }
 
     #[test]

@@ -6,14 +6,14 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::super::offload::{OffloadDecision, OffloadHook, ReadCheck};
-use super::super::offload_reads::{OffloadReads, ReadSlot};
-use super::super::MAX_IN_FLIGHT_PER_CONN;
 use super::{open_frame, Worker};
 use crate::proto::msg::{
     MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
 };
 use crate::proto::{op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE};
+use crate::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
+use crate::server::offload_reads::{OffloadReads, ReadSlot};
+use crate::server::MAX_IN_FLIGHT_PER_CONN;
 
 /// A request waiting for the host application's answer.
 #[derive(Debug, Clone, Copy)]

@@ -61,11 +61,49 @@ impl Worker<'_> {
         if j.reads_in_flight == 0 {
             return self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
         }
-        j.input_len = u32::MAX;
+        j.failed = true;
         let (conn, gen, req_id) = (j.conn, j.conn_gen, j.req_id);
         if self.conns[conn as usize].as_ref().is_some_and(|c| c.gen == gen) {
             self.respond_err(conn, req_id, op::LAMBDA, StatusCode::Io, &format!("submit: {e}"));
         }
+    }
+
+    /// Submits the next chunk reads of the λ jobs waiting for them, oldest first, while the
+    /// engine has free slots; returns how many reads went out. A job stays queued until it has
+    /// a read in flight (its completion asks again) or nothing left to submit; a job whose
+    /// connection went away leaves, released once none of its reads is in flight.
+    pub(super) fn resume_lambdas(&mut self) -> usize {
+        let mut sent = 0;
+        while self.engine.free_slots() > 0 {
+            let Some(&ji) = self.lambda_more.front() else { break };
+            let Some(j) = self.jobs[ji as usize].as_mut().filter(|j| j.more_queued) else {
+                self.lambda_more.pop_front(); // stale: the job was answered meanwhile
+                continue;
+            };
+            let live = self.conns[j.conn as usize].as_ref().is_some_and(|c| c.gen == j.conn_gen);
+            if !live || j.failed {
+                j.more_queued = false;
+                self.lambda_more.pop_front();
+                if j.reads_in_flight == 0 {
+                    self.release_job(ji);
+                }
+                continue;
+            }
+            let before = j.reads_in_flight;
+            if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
+                j.more_queued = false;
+                self.lambda_more.pop_front();
+                self.lambda_submit_failed(ji, &e);
+                continue;
+            }
+            sent += (j.reads_in_flight - before) as usize;
+            if j.reads_in_flight == 0 {
+                break; // the engine is full: it waits at the front
+            }
+            j.more_queued = false;
+            self.lambda_more.pop_front();
+        }
+        sent
     }
 
     /// Runs a λ job's program over its input, writing the output straight into the response.
@@ -75,7 +113,8 @@ impl Worker<'_> {
         if !live {
             return;
         }
-        let (conn, req_id, version, cap, inst) = (j.conn, j.req_id, j.version, j.out_len, j.inst);
+        let (conn, req_id, version, cap) = (j.conn, j.req_id, j.version, j.out_len);
+        let inst = j.inst.expect("a λ job holds its program");
         let Self { jobs, conns, progs, .. } = self;
         let j = jobs[ji as usize].as_ref().expect("job");
         let c = conns[conn as usize].as_mut().expect("live");
@@ -89,7 +128,11 @@ impl Worker<'_> {
         let out_at = c.frame.buf.len();
         c.frame.buf.resize(out_at + cap as usize, 0);
         let s = progs.slots[inst as usize].as_mut().expect("held");
+        s.inst.set_insn_budget(progs.job_budget[ji as usize]);
+        let t0 = std::time::Instant::now();
         let res = s.inst.run_lambda(&j.input, &mut c.frame.buf[out_at..]);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        progs.job_cpu[ji as usize] = progs.job_cpu[ji as usize].saturating_add(ns);
         match res {
             Ok(ret) => {
                 let keep = usize::try_from(ret.min(u64::from(cap))).expect("<= cap");

@@ -18,25 +18,25 @@ use storefn_io::{Completion, Engine, EngineConfig};
 
 use super::files::{FileFail, Files};
 use super::progs::Progs;
-#[path = "worker_lambda.rs"]
 mod lambda;
-#[path = "worker_offload.rs"]
 mod offload;
+mod requests;
+mod tenants;
+mod writes;
 use super::sched::Sched;
 use super::{
-    ServerError, Shared, ENGINE_CHAINS, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
-    MAX_IN_FLIGHT_PER_CONN, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS, MAX_CONN_OUT_BYTES,
+    MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
+    MAX_SPARE_LAMBDA_INPUTS, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::proto::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
     StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES,
+    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES, MAX_TENANT_BYTES,
 };
 use lambda::{submit_lambda_chunks, token_chunk, token_job};
 use offload::OffloadState;
 
-/// Receive buffer a connection starts with; it grows up to `MAX_FRAME_BYTES` for big frames.
-const INITIAL_RX_BYTES: usize = 64 * 1024;
 /// Connections accepted per pass, so a connection storm cannot stall the served ones.
 const ACCEPTS_PER_PASS: usize = 64;
 
@@ -61,7 +61,8 @@ pub(super) struct Job {
     pub(super) version: FileVersion,
     pub(super) offset: u64,
     pub(super) len: u32,
-    pub(super) inst: u32,
+    /// The program instance (XRP and λ; `None` for READ).
+    pub(super) inst: Option<u32>,
     pub(super) out_len: u32,
     pub(super) scratch_len: u32,
     pub(super) buf: Box<[u8]>,
@@ -69,8 +70,8 @@ pub(super) struct Job {
     /// the thread's pool when the job is admitted, so at most `ENGINE_CHAINS` exist per
     /// thread; empty for other kinds).
     pub(super) input: Vec<u8>,
-    /// λ: `u32::MAX` once a read of the range failed (its error is already answered).
-    pub(super) input_len: u32,
+    /// λ: a read of the range failed (its error is already answered).
+    pub(super) failed: bool,
     /// λ: bytes of the range whose reads were submitted, and that landed.
     pub(super) submitted: u32,
     pub(super) landed: u32,
@@ -79,6 +80,27 @@ pub(super) struct Job {
     pub(super) reads_in_flight: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
     pub(super) admitted: bool,
+    /// λ: in the worker's `lambda_more` queue (chunks left to submit).
+    pub(super) more_queued: bool,
+}
+
+/// A tenant name as HELLO sent it (at most `MAX_TENANT_BYTES`), kept in the connection.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TenantName {
+    bytes: [u8; MAX_TENANT_BYTES],
+    len: u8,
+}
+
+impl TenantName {
+    pub(super) fn new(name: &[u8]) -> Self {
+        let mut bytes = [0; MAX_TENANT_BYTES];
+        bytes[..name.len()].copy_from_slice(name);
+        Self { bytes, len: u8::try_from(name.len()).expect("HELLO checks MAX_TENANT_BYTES") }
+    }
+
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 /// One client connection.
@@ -103,18 +125,38 @@ pub(super) struct Conn {
     /// Sent frames kept for the next offloaded reads (at most `MAX_SPARE_FRAMES`).
     pub(super) spare_frames: Vec<FrameBuf>,
     pub(super) in_flight: u32,
+    /// The name HELLO gave (once HELLO was received).
+    pub(super) hello: Option<TenantName>,
+    /// The tenant entry it holds: after HELLO without authentication, after AUTH with it.
     pub(super) tenant: Option<u32>,
     /// The tenant's scope (`scopes::Policy`): its token's index, set by AUTH (0 without auth).
     pub(super) scope: u32,
     pub(super) challenge: [u8; HASH_BYTES],
     pub(super) authed: bool,
     pub(super) last_rx: Instant,
+    /// When it was accepted (it must authenticate within the auth timeout).
+    pub(super) accepted: Instant,
     /// When a partly received frame started waiting for the rest.
     pub(super) partial_since: Option<Instant>,
     /// When pending output stopped draining.
     pub(super) tx_stalled_since: Option<Instant>,
     /// Close once the output is sent (auth failure, protocol error).
     pub(super) closing: Option<&'static str>,
+}
+
+/// What one entry of the poll array watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PollSlot {
+    Listener,
+    /// The engine's ring fd: completions are reaped after every poll anyway.
+    Engine,
+    /// DDS: the hook's eventfd (host answers may be ready).
+    HostAnswers,
+    /// DDS: the offloaded-read ring's fd.
+    OffloadReads,
+    /// The writer thread's eventfd: writes were synced and wait for their answers.
+    Writes,
+    Conn(u32),
 }
 
 pub(super) struct Worker<'a> {
@@ -134,14 +176,19 @@ pub(super) struct Worker<'a> {
     /// `out_cap` asked, at most `MAX_LAMBDA_WRITE_OUT_BYTES`, and is reused).
     pub(super) write_staging: Vec<u8>,
     pub(super) sched: Sched,
-    pub(super) tenants: Vec<Vec<u8>>,
+    tenants: tenants::Tenants,
     pub(super) pollfds: Vec<libc::pollfd>,
-    pub(super) poll_conn: Vec<u32>,
+    pub(super) poll_slots: Vec<PollSlot>,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
+    /// λ jobs with chunks of their range left to submit, in the order they asked: served
+    /// before new jobs are admitted, whenever the engine has a free slot.
+    pub(super) lambda_more: std::collections::VecDeque<u32>,
     /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
     /// requests forwarded to the host application, by token.
     offload: OffloadState,
+    /// WRITE and LAMBDA_WRITE: the thread's writer thread (writes and syncs off the loop).
+    writes: writes::Writes,
 }
 
 pub(crate) fn run(
@@ -165,8 +212,17 @@ pub(crate) fn run(
             return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
         }
     };
+    let writes = match writes::Writes::start(id) {
+        Ok(w) => w,
+        Err(source) => {
+            let msg = source.to_string();
+            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
+            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
+        }
+    };
     let _ = ready.send(Ok(()));
     let mut w = Worker {
+        writes,
         id,
         shared,
         engine,
@@ -180,10 +236,11 @@ pub(crate) fn run(
         spare_inputs: Vec::new(),
         write_staging: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
-        tenants: Vec::new(),
+        tenants: tenants::Tenants::default(),
         pollfds: Vec::new(),
-        poll_conn: Vec::new(),
+        poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
+        lambda_more: std::collections::VecDeque::with_capacity(ENGINE_CHAINS),
         offload: OffloadState::default(),
     };
     w.serve(listener)
@@ -213,27 +270,32 @@ impl Worker<'_> {
     /// One pass of the loop.
     fn poll_once(&mut self, listener: Option<&TcpListener>) -> std::io::Result<()> {
         self.pollfds.clear();
-        self.poll_conn.clear();
+        self.poll_slots.clear();
         if let Some(l) = listener {
             self.pollfds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-            self.poll_conn.push(u32::MAX);
+            self.poll_slots.push(PollSlot::Listener);
         }
         self.pollfds.push(libc::pollfd {
             fd: self.engine.ring_fd(),
             events: libc::POLLIN,
             revents: 0,
         });
-        self.poll_conn.push(u32::MAX - 1);
+        self.poll_slots.push(PollSlot::Engine);
         // DDS: host answers (the hook's eventfd) and offloaded reads (their ring's fd) wake the
         // poll like the engine's completions do.
         let wake = self.shared.cfg.offload.as_ref().and_then(|h| h.wake_fd());
         if let (Some(fd), true) = (wake, self.offload.forwarded_live > 0) {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-            self.poll_conn.push(u32::MAX - 2);
+            self.poll_slots.push(PollSlot::HostAnswers);
+        }
+        if self.writes.pending > 0 {
+            let fd = self.writes.fd();
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_slots.push(PollSlot::Writes);
         }
         if let Some(fd) = self.offload.reads_fd() {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-            self.poll_conn.push(u32::MAX - 3);
+            self.poll_slots.push(PollSlot::OffloadReads);
         }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
@@ -241,8 +303,9 @@ impl Worker<'_> {
             let backlog = c.out_backlog();
             if c.closing.is_none()
                 && listener.is_some()
+                && self.writes.pending_bytes < MAX_PENDING_WRITE_BYTES
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
-                && backlog < MAX_CONN_OUT_BYTES
+                && c.out_held() < MAX_CONN_OUT_BYTES
             {
                 ev |= libc::POLLIN;
             }
@@ -250,7 +313,7 @@ impl Worker<'_> {
                 ev |= libc::POLLOUT;
             }
             self.pollfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
-            self.poll_conn.push(u32::try_from(i).expect("bounded"));
+            self.poll_slots.push(PollSlot::Conn(u32::try_from(i).expect("bounded")));
         }
         // Without a wake fd, host answers arrive over shared memory only: while any are
         // awaited, poll without sleeping.
@@ -273,20 +336,20 @@ impl Worker<'_> {
             if re == 0 {
                 continue;
             }
-            match self.poll_conn[k] {
-                u32::MAX => {
+            match self.poll_slots[k] {
+                PollSlot::Listener => {
                     if let Some(l) = listener {
                         self.accept(l);
                     }
                 }
-                x if x == u32::MAX - 2 => {
+                PollSlot::HostAnswers => {
                     let mut n = [0u8; 8];
                     // SAFETY: reads 8 bytes into a live buffer from the hook's eventfd
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                x if x == u32::MAX - 1 || x == u32::MAX - 3 => {}
-                ci => {
+                PollSlot::Engine | PollSlot::OffloadReads | PollSlot::Writes => {}
+                PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.on_readable(ci);
                     }
@@ -300,12 +363,18 @@ impl Worker<'_> {
         // and repeat while anything was admitted (each pass admits a queued job: bounded).
         // Regression: dispatching only before the reap left jobs beyond one tenant's share
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
+        // Regression: a λ job whose next chunks found the engine full (other jobs' chunks of the
+        // same reap took the slots) and that had no read in flight was never revisited.
         loop {
-            while self.reap()? > 0 {}
+            self.reap()?;
+            if self.resume_lambdas() > 0 {
+                continue; // reap again: it submits them and may complete them at once
+            }
             if self.dispatch() == 0 {
                 break;
             }
         }
+        self.poll_writes();
         self.poll_forwarded();
         self.poll_offload_reads();
         self.flush_all();
@@ -326,9 +395,18 @@ impl Worker<'_> {
                 }
             };
             let live = self.conns.iter().filter(|c| c.is_some()).count();
-            if live >= MAX_CONNS_PER_THREAD {
+            let limits = &self.shared.cfg.conn_limits;
+            let admitted = if live >= limits.per_thread {
+                Err("this thread's connection limit")
+            } else {
+                let mut counts = self.shared.conn_counts();
+                counts.admit(peer.ip(), limits).map_err(super::conns::Refused::why)
+            };
+            if let Err(why) = admitted {
+                // Relaxed: a statistic.
+                self.shared.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
                 if self.shared.cfg.log {
-                    eprintln!("storefn serve: [t{}] {peer}: refused, {live} connections", self.id);
+                    eprintln!("storefn serve: [t{}] {peer}: refused by {why}", self.id);
                 }
                 continue;
             }
@@ -350,21 +428,23 @@ impl Worker<'_> {
                 peer,
                 id: self.shared.next_conn.fetch_add(1, Ordering::Relaxed),
                 gen: self.gens[ci],
-                rx: vec![0; INITIAL_RX_BYTES],
+                rx: vec![0; CONN_RX_START_BYTES],
                 rx_len: 0,
                 frames_in: 0,
-                frame: FrameBuf::with_capacity(INITIAL_RX_BYTES),
-                tx: Vec::with_capacity(INITIAL_RX_BYTES),
+                frame: FrameBuf::default(),
+                tx: Vec::new(),
                 tx_pos: 0,
                 out_frames: std::collections::VecDeque::new(),
                 out_pos: 0,
                 spare_frames: Vec::new(),
                 in_flight: 0,
+                hello: None,
                 tenant: None,
                 scope: 0,
                 challenge: [0; HASH_BYTES],
                 authed: false,
                 last_rx: Instant::now(),
+                accepted: Instant::now(),
                 partial_since: None,
                 tx_stalled_since: None,
                 closing: None,
@@ -378,6 +458,11 @@ impl Worker<'_> {
     fn close(&mut self, ci: u32, why: &str) {
         if let Some(c) = self.conns[ci as usize].take() {
             self.log(&c, &format!("closed: {why}"));
+            if let Some(t) = c.tenant {
+                self.tenants.release(t);
+            }
+            let mut counts = self.shared.conn_counts();
+            counts.closed(c.peer.ip(), c.authed);
             // Jobs still queued or running for it are dropped at completion (gen mismatch).
         }
     }
@@ -419,6 +504,11 @@ impl Worker<'_> {
             if c.rx_len < FRAME_HEADER_BYTES {
                 c.partial_since =
                     (c.rx_len > 0).then(|| c.partial_since.unwrap_or_else(Instant::now));
+                // A large frame is done with: its buffer is not kept for every later one.
+                if c.rx.len() > CONN_KEEP_BYTES {
+                    c.rx.truncate(CONN_KEEP_BYTES);
+                    c.rx.shrink_to_fit();
+                }
                 return;
             }
             let h: [u8; FRAME_HEADER_BYTES] = c.rx[..FRAME_HEADER_BYTES].try_into().expect("16");
@@ -427,6 +517,14 @@ impl Worker<'_> {
                 Err(e) => return self.protocol_error(ci, &e),
             };
             let total = h.frame_bytes();
+            if !c.authed && total > MAX_PREAUTH_FRAME_BYTES && self.shared.cfg.tokens.is_some() {
+                self.shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                let why = format!(
+                    "frame {} of {total} bytes before AUTH (at most {MAX_PREAUTH_FRAME_BYTES})",
+                    c.frames_in
+                );
+                return self.close(ci, &why);
+            }
             if c.rx_len < total {
                 if c.rx.len() < total {
                     c.rx.resize(total, 0);
@@ -471,7 +569,12 @@ impl Worker<'_> {
                     j.input = self.spare_inputs.pop().unwrap_or_default();
                     debug_assert!(j.input.is_empty());
                     j.input.resize(j.len as usize, 0);
-                    submit_lambda_chunks(&mut self.engine, j, ji)
+                    let r = submit_lambda_chunks(&mut self.engine, j, ji);
+                    if r.is_ok() && j.reads_in_flight == 0 {
+                        j.more_queued = true;
+                        self.lambda_more.push_back(ji);
+                    }
+                    r
                 }
                 JobKind::Xrp => {
                     let n = j.scratch_len as usize;
@@ -494,11 +597,10 @@ impl Worker<'_> {
         n
     }
 
-    /// Reaps completed chains and reads; builds their responses. Returns how many λ chunk
-    /// reads it queued (submitted by the next reap).
-    fn reap(&mut self) -> std::io::Result<usize> {
+    /// Reaps completed chains and reads; builds their responses.
+    fn reap(&mut self) -> std::io::Result<()> {
         if self.engine.live() == 0 {
-            return Ok(0);
+            return Ok(());
         }
         let Self { engine, progs, jobs, conns, finished, .. } = self;
         finished.clear();
@@ -517,35 +619,31 @@ impl Worker<'_> {
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         // λ programs run here, outside the reap (their input was copied out of the buffer),
-        // once the whole range is staged; until then more chunk reads go out (up to
-        // `LAMBDA_READS_PER_JOB` per job). A job with reads in flight is never released: their
-        // tokens name it. One reap may hold several completions of the same job.
-        let mut queued = 0;
+        // once the whole range is staged; until then the job asks for more chunk reads
+        // (`resume_lambdas`). A job with reads in flight is never released: their tokens name
+        // it. One reap may hold several completions of the same job.
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
             let Some(j) = self.jobs[ji as usize].as_mut() else { continue };
             let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
             if j.kind == JobKind::Lambda {
-                if j.input_len != u32::MAX && live && j.landed < j.len {
-                    let before = j.reads_in_flight;
-                    if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
-                        self.lambda_submit_failed(ji, &e);
-                        continue;
+                if !j.failed && live && j.landed < j.len {
+                    if j.submitted < j.len && !j.more_queued {
+                        j.more_queued = true;
+                        self.lambda_more.push_back(ji);
                     }
-                    let j = self.jobs[ji as usize].as_ref().expect("job");
-                    queued += (j.reads_in_flight - before) as usize;
                     continue;
                 }
-                if j.reads_in_flight > 0 {
+                if j.reads_in_flight > 0 || j.more_queued {
                     continue;
                 }
-                if j.input_len != u32::MAX && live {
+                if !j.failed && live {
                     self.run_lambda(ji);
                 }
             }
             self.release_job(ji);
         }
-        Ok(queued)
+        Ok(())
     }
 
     fn finish_job(&mut self, ji: u32, r: Result<(), FileFail>) {
@@ -568,17 +666,20 @@ impl Worker<'_> {
     fn release_job(&mut self, ji: u32) {
         let j = self.jobs[ji as usize].take().expect("job exists");
         self.files.release(j.file_slot);
-        if j.inst != u32::MAX {
-            self.progs.release(j.inst);
+        if let Some(i) = j.inst {
+            self.progs.release(i);
         }
+        let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
         if j.admitted {
             self.sched.done(j.tenant);
+            self.sched.job_done(j.tenant, cpu);
         }
+        self.tenants.release(j.tenant);
         if let Some(c) = self.conns[j.conn as usize].as_mut().filter(|c| c.gen == j.conn_gen) {
             c.in_flight -= 1;
         }
         self.spare_bufs.push(j.buf);
-        if j.input.capacity() > 0 {
+        if j.input.capacity() > 0 && self.spare_inputs.len() < MAX_SPARE_LAMBDA_INPUTS {
             let mut input = j.input;
             input.clear();
             self.spare_inputs.push(input);
@@ -592,15 +693,15 @@ impl Worker<'_> {
             let ci = u32::try_from(ci).expect("bounded");
             let Some(c) = self.conns[ci as usize].as_mut() else { continue };
             if !c.frame.is_empty() {
-                let bytes = c.frame.finish();
-                c.tx.extend_from_slice(bytes);
-                c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
+                move_frame_to_tx(c);
             }
             if let Err(why) = send(c) {
                 self.close(ci, &why);
                 continue;
             }
             let c = self.conns[ci as usize].as_ref().expect("live");
+            // Relaxed: a statistic.
+            self.shared.stats.peak_conn_bytes.fetch_max(c.held_bytes() as u64, Ordering::Relaxed);
             if c.out_backlog() == 0 {
                 if let Some(why) = c.closing {
                     self.close(ci, why);
@@ -612,10 +713,14 @@ impl Worker<'_> {
     fn check_timeouts(&mut self) {
         let now = Instant::now();
         let (idle, slow) = (self.shared.cfg.idle_timeout, self.shared.cfg.slow_client_timeout);
+        let auth_timeout = self.shared.cfg.conn_limits.auth_timeout;
         for ci in 0..self.conns.len() {
             let Some(c) = self.conns[ci].as_ref() else { continue };
             let quiet = c.in_flight == 0 && c.out_backlog() == 0 && c.partial_since.is_none();
-            let why = if quiet && now - c.last_rx > idle {
+            let why = if !c.authed && now - c.accepted > auth_timeout {
+                self.shared.stats.closed_unauthenticated.fetch_add(1, Ordering::Relaxed);
+                "not authenticated in time"
+            } else if quiet && now - c.last_rx > idle {
                 self.shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
                 "idle timeout"
             } else if c.partial_since.is_some_and(|t| now - t > slow)
@@ -641,6 +746,7 @@ impl Worker<'_> {
         let deadline = Instant::now() + SHUTDOWN_FLUSH_TIMEOUT;
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
+                || self.writes.pending > 0
                 || self.offload.forwarded_live > 0
                 || self.offload.reads_live() > 0
                 || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);
@@ -665,13 +771,13 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
         JobKind::Xrp => op::XRP,
         JobKind::Lambda => op::LAMBDA,
     };
-    if j.kind == JobKind::Lambda && j.input_len == u32::MAX {
+    if j.kind == JobKind::Lambda && j.failed {
         return; // an earlier chunk failed and was answered
     }
     open_frame(conn);
     match &c.result {
         Err(e) => {
-            j.input_len = u32::MAX;
+            j.failed = true;
             let (st, m) = super::files::chain_fail(e);
             put_status(&mut conn.frame, j.req_id, code, st, &m);
         }
@@ -691,7 +797,7 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 put_response(&mut conn.frame, j.req_id, code, &r);
             }
             JobKind::Lambda => {
-                if j.input_len == u32::MAX {
+                if j.failed {
                     return; // an earlier chunk failed and was answered
                 }
                 let at = token_chunk(c.token) as usize * MAX_READ_BYTES as usize;
@@ -699,7 +805,7 @@ fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
                 if c.data.len() != want {
                     // The range was checked against the file's size: a short read means the
                     // file shrank under the request; never loop on it.
-                    j.input_len = u32::MAX;
+                    j.failed = true;
                     let m = format!(
                         "short read at {}: {} of {want} bytes",
                         j.offset + at as u64,
@@ -724,12 +830,28 @@ pub(super) fn open_frame(c: &mut Conn) {
     if !c.frame.is_empty()
         && (c.frame.len() > ROLL_FRAME_BYTES || c.frame.count() >= MAX_MSGS_PER_FRAME)
     {
-        let bytes = c.frame.finish();
-        c.tx.extend_from_slice(bytes);
-        c.frame.begin(KIND_RESPONSE);
+        move_frame_to_tx(c);
     }
     if c.frame.is_empty() {
         c.frame.begin(KIND_RESPONSE);
+    }
+}
+
+/// Appends the connection's finished response frame to its send buffer, dropping the bytes
+/// already sent first once they are half of it: the buffer holds unsent bytes (and at most as
+/// many sent ones), never everything since it was last empty. A client that reads steadily
+/// but never drains its responses fully used to grow it without bound, as only the unsent
+/// bytes were counted against `MAX_CONN_OUT_BYTES`.
+fn move_frame_to_tx(c: &mut Conn) {
+    if c.tx_pos > 0 && c.tx_pos * 2 >= c.tx.len() {
+        c.tx.drain(..c.tx_pos);
+        c.tx_pos = 0;
+    }
+    let bytes = c.frame.finish();
+    c.tx.extend_from_slice(bytes);
+    c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
+    if c.frame.buf.capacity() > CONN_KEEP_BYTES {
+        c.frame.buf.shrink_to(CONN_KEEP_BYTES);
     }
 }
 
@@ -741,6 +863,19 @@ impl Conn {
     pub(super) fn out_backlog(&self) -> usize {
         let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
         self.tx.len() - self.tx_pos + frames - self.out_pos
+    }
+
+    /// Response bytes the connection holds, sent or not: what `MAX_CONN_OUT_BYTES` bounds.
+    pub(super) fn out_held(&self) -> usize {
+        let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
+        self.tx.len() + frames + self.frame.len()
+    }
+
+    /// Bytes of memory the connection's buffers hold (their capacities).
+    pub(super) fn held_bytes(&self) -> usize {
+        let frames: usize = self.out_frames.iter().map(|f| f.buf.capacity()).sum();
+        let spare: usize = self.spare_frames.iter().map(|f| f.buf.capacity()).sum();
+        self.rx.capacity() + self.tx.capacity() + self.frame.buf.capacity() + frames + spare
     }
 }
 
@@ -781,6 +916,9 @@ fn send(c: &mut Conn) -> Result<(), String> {
             if done {
                 c.tx.clear();
                 c.tx_pos = 0;
+                if c.tx.capacity() > CONN_KEEP_BYTES {
+                    c.tx.shrink_to(CONN_KEEP_BYTES);
+                }
             }
             done
         } else {

@@ -1,0 +1,142 @@
+//! Every bound of the server thread, named once with its reason (docs/design/server.md,
+//! "Security and limits"). A bound that is another crate's is derived from it.
+
+use std::time::Duration;
+
+/// Requests outstanding per connection (queued or running); more are answered `LIMIT`, and the
+/// connection is not read while it is at the limit.
+pub const MAX_IN_FLIGHT_PER_CONN: u32 = 256;
+/// Response bytes waiting to be sent per connection before it is no longer read.
+pub const MAX_CONN_OUT_BYTES: usize = 4 << 20;
+/// A connection with nothing in flight and nothing received for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A connection that does not finish sending a started frame, or does not take its
+/// responses, for this long is closed (slow-loris and stalled readers).
+pub const SLOW_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Hops per chain, whatever the client asks (the engine's hop limit).
+pub const SERVER_MAX_HOPS: u32 = 64;
+/// Chain slots (and registered buffers) per server thread's engine.
+pub const ENGINE_CHAINS: usize = 256;
+/// Connections per server thread; more are refused at accept (closed at once).
+pub const MAX_CONNS_PER_THREAD: usize = 8192;
+/// Open files per server thread (the engine registers at most 64).
+pub const MAX_OPEN_FILES_PER_THREAD: usize = 48;
+/// Distinct tenant names per server thread (each has a queue); HELLO beyond it gets `LIMIT`.
+pub const MAX_TENANTS_PER_THREAD: usize = 1024;
+/// Compiled programs per server thread.
+pub const MAX_INSTANCES_PER_THREAD: usize = 32;
+/// Longest time `poll` sleeps: timeouts and the stop flag are checked at least this often.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// At shutdown, how long responses already built may take to drain before sockets close.
+pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most server threads.
+pub const MAX_THREADS: usize = 64;
+/// DDS: how long a request forwarded to the host application may wait for its answer before
+/// the client gets `HOST_TIMEOUT` (the host's late answer is then dropped). Long enough for a
+/// host that replays a page before answering; short enough that a stuck host fails its
+/// clients' requests instead of hanging them.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Receive buffer a connection starts with: enough for HELLO and AUTH, so a connection that
+/// never authenticates holds little; it grows to the frames the client sends.
+pub const CONN_RX_START_BYTES: usize = 1024;
+/// After a large frame, a connection's receive, response and send buffers shrink back to this
+/// once they drained (steady traffic of smaller frames reuses them without allocating).
+pub const CONN_KEEP_BYTES: usize = 64 * 1024;
+/// Largest frame a connection may send before it authenticated (when the server requires
+/// authentication): a HELLO and an AUTH with the longest tenant name. A frame header announcing
+/// more closes the connection before any of it is buffered.
+pub const MAX_PREAUTH_FRAME_BYTES: usize = crate::proto::FRAME_HEADER_BYTES
+    + 2 * (crate::proto::MSG_HEADER_BYTES
+        + 8
+        + crate::proto::MAX_TENANT_BYTES
+        + crate::proto::HASH_BYTES);
+/// WRITE and LAMBDA_WRITE bytes handed to a server thread's writer thread and not yet
+/// answered. Past it the thread reads no connection (each frame is handled whole) and a write
+/// that would pass it is answered `LIMIT`; one write of any allowed size always goes.
+pub const MAX_PENDING_WRITE_BYTES: usize = 64 << 20;
+/// Connections the whole server keeps open; more are closed at accept.
+pub const MAX_CONNS: usize = 16 * 1024;
+/// Connections from one peer address (all threads).
+pub const MAX_CONNS_PER_PEER: usize = 1024;
+/// Connections not yet authenticated (before HELLO, or between HELLO and AUTH when the
+/// server requires it), in all: what a flood of sockets that never authenticate can hold.
+pub const MAX_PREAUTH_CONNS: usize = 1024;
+/// Connections not yet authenticated from one peer address: one host cannot take every
+/// pre-auth slot.
+pub const MAX_PREAUTH_CONNS_PER_PEER: usize = 64;
+/// A connection that has not authenticated this long after it was accepted is closed.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connection limits a server runs with (tests lower them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    pub total: usize,
+    pub per_thread: usize,
+    pub per_peer: usize,
+    pub preauth: usize,
+    pub preauth_per_peer: usize,
+    pub auth_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            total: MAX_CONNS,
+            per_thread: MAX_CONNS_PER_THREAD,
+            per_peer: MAX_CONNS_PER_PEER,
+            preauth: MAX_PREAUTH_CONNS,
+            preauth_per_peer: MAX_PREAUTH_CONNS_PER_PEER,
+            auth_timeout: AUTH_TIMEOUT,
+        }
+    }
+}
+/// λ staging buffers of finished jobs a thread keeps for reuse (the rest are freed, so the
+/// staging shrinks after a burst of λ ranges).
+pub const MAX_SPARE_LAMBDA_INPUTS: usize = 16;
+
+/// The largest response message one request produces (a λ's output is the largest), its
+/// header and fixed fields included.
+pub const MAX_RESPONSE_MSG_BYTES: usize = crate::proto::MSG_HEADER_BYTES + 64 + {
+    let l = crate::proto::MAX_LAMBDA_OUT_BYTES as usize;
+    let s = crate::proto::SCRATCH_BYTES;
+    if l > s {
+        l
+    } else {
+        s
+    }
+};
+
+/// Worst-case bytes one connection holds: its receive buffer (one whole frame), the response
+/// frame being built, the send buffer (`MAX_CONN_OUT_BYTES` before the connection stops being
+/// read, plus the answers of every request it has in flight and one rolled frame; twice that
+/// for the vector's growth) and its queued jobs' 4 KiB buffers.
+pub const CONN_MEMORY_BOUND: usize = crate::proto::MAX_FRAME_BYTES
+    + crate::proto::MAX_FRAME_BYTES
+    + 2 * (MAX_CONN_OUT_BYTES
+        + MAX_IN_FLIGHT_PER_CONN as usize * MAX_RESPONSE_MSG_BYTES
+        + crate::proto::MAX_FRAME_BYTES)
+    + MAX_IN_FLIGHT_PER_CONN as usize * (crate::proto::SCRATCH_BYTES + 256);
+
+/// Per thread, beside its connections: the engine's registered buffers and chain scratch
+/// (estimated at 16 KiB per chain slot, ring included), λ staging (one range per admitted job,
+/// at most one per chain slot), LAMBDA_WRITE's output staging and the writer thread's queue.
+pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS * 16 * 1024
+    + ENGINE_CHAINS * crate::proto::MAX_LAMBDA_IN_BYTES as usize
+    + crate::proto::MAX_LAMBDA_WRITE_OUT_BYTES as usize
+    + MAX_PENDING_WRITE_BYTES;
+
+/// The server's worst-case memory in bytes: `threads x (connections per thread x
+/// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all
+/// spread over the threads (at most `ConnLimits::total`).
+#[must_use]
+pub fn worst_case_memory(threads: usize, conns: usize, registry_bytes: usize) -> u64 {
+    conns as u64 * CONN_MEMORY_BOUND as u64
+        + threads as u64 * THREAD_MEMORY_BOUND as u64
+        + registry_bytes as u64
+}
+/// Instructions per program invocation (per XRP hop; a λ run adds the VM's per-byte
+/// allowance) for a tenant the operator gave no budget of its own: a quarter of the VM's
+/// default, so one request's program costs at most ~a millisecond of the thread.
+/// `ServerConfig::insn_budget` and `tenant_insn_budgets` change it.
+pub const DEFAULT_TENANT_INSN_BUDGET: u64 = storefn_vm::program::DEFAULT_INSN_BUDGET / 4;
+const _: () = assert!(DEFAULT_TENANT_INSN_BUDGET < storefn_vm::program::DEFAULT_INSN_BUDGET);

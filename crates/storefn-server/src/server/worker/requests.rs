@@ -1,0 +1,460 @@
+//! Requests as they arrive: a frame is validated whole, then each request is answered at once
+//! (HELLO, AUTH, LOAD_PROG, STAT, WRITE) or queued for the engine (READ, XRP, LAMBDA).
+
+use std::sync::atomic::Ordering;
+
+use storefn_vm::ProgType;
+
+use super::writes::{charge_write, open_for_write};
+use crate::access::Intent;
+use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
+use crate::auth;
+use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
+use crate::proto::{
+    op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
+    MAX_FRAME_BYTES, SCRATCH_BYTES,
+};
+use crate::registry::ProgHash;
+use crate::server::files::FileFail;
+use crate::server::MAX_IN_FLIGHT_PER_CONN;
+
+impl Worker<'_> {
+    pub(super) fn handle_frame(
+        &mut self,
+        ci: u32,
+        body: &[u8],
+        count: u32,
+        frame: u64,
+    ) -> Result<(), ProtoError> {
+        // Validate the whole frame before acting on any of it: a malformed frame does nothing.
+        for m in Messages::new(body, count, frame) {
+            Request::parse(&m?)?;
+        }
+        for m in Messages::new(body, count, frame) {
+            let m = m.expect("validated");
+            let r = Request::parse(&m).expect("validated");
+            self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+            self.handle_request(ci, m.req_id, &r);
+            if self.conns[ci as usize].as_ref().is_none_or(|c| c.closing.is_some()) {
+                break;
+            }
+        }
+        self.run_offload_batch(ci);
+        Ok(())
+    }
+
+    pub(super) fn conn(&mut self, ci: u32) -> &mut Conn {
+        self.conns[ci as usize].as_mut().expect("live connection")
+    }
+
+    pub(super) fn respond_err(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        op_code: u8,
+        st: StatusCode,
+        msg: &str,
+    ) {
+        let c = self.conn(ci);
+        open_frame(c);
+        put_status(&mut c.frame, req_id, op_code, st, msg);
+    }
+
+    pub(super) fn respond(&mut self, ci: u32, req_id: u64, op_code: u8, r: &Response<'_>) {
+        let c = self.conn(ci);
+        open_frame(c);
+        put_response(&mut c.frame, req_id, op_code, r);
+    }
+
+    /// One request of a validated frame: HELLO and AUTH, then (authenticated) the requests
+    /// answered at once, or queued for the engine.
+    fn handle_request(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
+        let code = r.op();
+        match *r {
+            Request::Hello { tenant } => return self.hello(ci, req_id, tenant),
+            Request::Auth { mac } => return self.auth(ci, req_id, mac),
+            _ => {}
+        }
+        let c = self.conn(ci);
+        if c.hello.is_none() {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO first");
+        }
+        if !c.authed {
+            return self.respond_err(ci, req_id, code, StatusCode::AuthRequired, "AUTH first");
+        }
+        if !self.handle_immediate(ci, req_id, r) {
+            self.handle_queued(ci, req_id, r);
+        }
+    }
+
+    /// HELLO: the tenant's name and, when the server requires authentication, a challenge. The
+    /// name is recorded as a tenant only once it may send requests (here without
+    /// authentication, at AUTH with it): names sent before AUTH never fill the tenant table.
+    fn hello(&mut self, ci: u32, req_id: u64, tenant: &[u8]) {
+        let code = op::HELLO;
+        let auth_needed = self.shared.cfg.tokens.is_some();
+        if self.conn(ci).hello.is_some() {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO sent twice");
+        }
+        let t = if auth_needed {
+            None
+        } else {
+            let Some(t) = self.hold_tenant(tenant) else {
+                return self.refuse_tenant(ci, req_id, code);
+            };
+            Some(t)
+        };
+        let challenge = if auth_needed { auth::challenge() } else { [0; HASH_BYTES] };
+        let c = self.conn(ci);
+        c.hello = Some(TenantName::new(tenant));
+        c.tenant = t;
+        c.challenge = challenge;
+        if !auth_needed {
+            self.authenticated(ci);
+        }
+        let name = String::from_utf8_lossy(tenant).into_owned();
+        let c = self.conns[ci as usize].as_ref().expect("live");
+        self.log(c, &format!("hello, tenant {name:?}"));
+        let flags = if auth_needed { HELLO_FLAG_AUTH_REQUIRED } else { 0 };
+        let resp = Response::Hello {
+            challenge: &challenge,
+            flags,
+            max_frame_bytes: u32::try_from(MAX_FRAME_BYTES).expect("1 MiB"),
+            max_in_flight: MAX_IN_FLIGHT_PER_CONN,
+        };
+        self.respond(ci, req_id, code, &resp);
+    }
+
+    /// The connection may send requests now: it leaves the pre-auth counts.
+    fn authenticated(&mut self, ci: u32) {
+        let c = self.conns[ci as usize].as_mut().expect("live connection");
+        c.authed = true;
+        let peer = c.peer.ip();
+        let mut counts = self.shared.conn_counts();
+        counts.authenticated(peer);
+    }
+
+    /// The tenant entry of `name`, held; a fresh entry's CPU usage starts again.
+    fn hold_tenant(&mut self, name: &[u8]) -> Option<u32> {
+        let (t, fresh) = self.tenants.hold_name(name, self.shared.cfg.insn_budget_of(name))?;
+        if fresh {
+            self.sched.forget(t);
+        }
+        Some(t)
+    }
+
+    /// Charges the connection's tenant the CPU time since `t0`.
+    pub(super) fn charge_conn(&mut self, ci: u32, t0: std::time::Instant) {
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Some(t) = self.conns[ci as usize].as_ref().and_then(|c| c.tenant) {
+            self.sched.charge(t, ns);
+        }
+    }
+
+    fn refuse_tenant(&mut self, ci: u32, req_id: u64, code: u8) {
+        let m = "too many tenants on this server thread";
+        self.respond_err(ci, req_id, code, StatusCode::Limit, m);
+        self.conn(ci).closing = Some(m);
+    }
+
+    /// AUTH: the MAC over the challenge and the HELLO name; on success the name becomes the
+    /// connection's tenant.
+    fn auth(&mut self, ci: u32, req_id: u64, mac: &[u8; HASH_BYTES]) {
+        let code = op::AUTH;
+        let c = self.conn(ci);
+        let (Some(name), challenge) = (c.hello, c.challenge) else {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "HELLO first");
+        };
+        if c.authed {
+            return self.respond_err(ci, req_id, code, StatusCode::BadRequest, "AUTH sent twice");
+        }
+        let name = name.as_bytes();
+        let token = self.shared.cfg.tokens.as_ref().and_then(|toks| {
+            toks.iter().position(|k| {
+                k.tenant.as_bytes() == name && auth::verify(&k.secret, &challenge, name, mac)
+            })
+        });
+        let Some(token) = token else {
+            self.shared.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+            let m = "wrong MAC or unknown tenant";
+            self.respond_err(ci, req_id, code, StatusCode::AuthFailed, m);
+            self.conn(ci).closing = Some("authentication failed");
+            return;
+        };
+        self.conn(ci).scope = u32::try_from(token).expect("token files are small");
+        let Some(t) = self.hold_tenant(name) else {
+            return self.refuse_tenant(ci, req_id, code);
+        };
+        self.conn(ci).tenant = Some(t);
+        self.authenticated(ci);
+        let c = self.conns[ci as usize].as_ref().expect("live");
+        self.log(c, "authenticated");
+        self.respond(ci, req_id, code, &Response::Auth);
+    }
+
+    /// Requests answered without the engine (LOAD_PROG, STAT, WRITE, LAMBDA_WRITE); `false`
+    /// for the others.
+    fn handle_immediate(&mut self, ci: u32, req_id: u64, r: &Request<'_>) -> bool {
+        let t0 = std::time::Instant::now();
+        let handled = self.immediate(ci, req_id, r);
+        if handled {
+            self.charge_conn(ci, t0);
+        }
+        handled
+    }
+
+    fn immediate(&mut self, ci: u32, req_id: u64, r: &Request<'_>) -> bool {
+        let code = r.op();
+        let scope = self.conn(ci).scope;
+        match *r {
+            Request::LoadProg { prog_type, section, elf } => {
+                let res = match self.shared.registry.lock() {
+                    Ok(mut reg) => reg.load(prog_type, section, elf),
+                    Err(_) => {
+                        let m = "registry poisoned";
+                        self.respond_err(ci, req_id, code, StatusCode::Io, m);
+                        return true;
+                    }
+                };
+                match res {
+                    Ok((hash, prog)) => {
+                        let insns = u32::try_from(prog.insns.len()).unwrap_or(u32::MAX);
+                        self.respond(ci, req_id, code, &Response::LoadProg { hash: &hash, insns });
+                    }
+                    Err(e) => {
+                        let st = match e {
+                            crate::registry::LoadError::TooLarge { .. } => StatusCode::Limit,
+                            _ => StatusCode::ProgRejected,
+                        };
+                        self.respond_err(ci, req_id, code, st, &e.to_string());
+                    }
+                }
+            }
+            Request::Stat { path } => {
+                let sh = self.shared;
+                let at = sh.policy.resolve(&sh.root, scope, path, Intent::Read);
+                match at.and_then(|at| self.files.acquire(&mut self.engine, at, &sh.stats)) {
+                    Ok(o) => {
+                        self.files.release(o.slot);
+                        let resp = Response::Stat { version: o.version, size: o.size };
+                        self.respond(ci, req_id, code, &resp);
+                    }
+                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
+            Request::Write { path, offset, data } => {
+                if let Err((st, m)) = self.write_checks(ci, data.len()) {
+                    self.respond_err(ci, req_id, code, st, &m);
+                    return true;
+                }
+                let n = data.len() as u64;
+                let target = open_for_write(self.shared, scope, path)
+                    .and_then(|f| charge_write(self.shared, scope, &f, offset, n).map(|c| (f, c)));
+                match target {
+                    Ok((f, charge)) => self.submit_write(ci, req_id, code, f, charge, offset, data, n),
+                    Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
+            Request::LambdaWrite { path, offset, hash, input, out_cap } => {
+                if let Err((st, m)) = self.write_checks(ci, out_cap as usize).and_then(|()| {
+                    self.lambda_write(ci, req_id, scope, path, offset, hash, input, out_cap)
+                }) {
+                    self.respond_err(ci, req_id, code, st, &m);
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Requests that go to the engine (READ, XRP, LAMBDA) or the offload engine (OFFLOAD).
+    fn handle_queued(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
+        match *r {
+            Request::Read { path, offset, len } => {
+                self.queue(ci, req_id, JobKind::Read, path, offset, len, None, &[], 0);
+            }
+            Request::Xrp { path, offset, len, hash, scratch, out_len } => {
+                let h = Some(hash);
+                self.queue(ci, req_id, JobKind::Xrp, path, offset, len, h, scratch, out_len);
+            }
+            Request::Lambda { path, offset, len, hash, out_cap } => {
+                let h = Some(hash);
+                self.queue(ci, req_id, JobKind::Lambda, path, offset, len, h, &[], out_cap);
+            }
+            Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
+            _ => unreachable!("every other request is answered at once"),
+        }
+    }
+
+    /// What every WRITE and LAMBDA_WRITE checks before it runs: the server is not stopping,
+    /// the connection has room in flight, the thread's write queue has room for `bytes`.
+    fn write_checks(&mut self, ci: u32, bytes: usize) -> Result<(), FileFail> {
+        if self.stopping() {
+            return Err((StatusCode::ShuttingDown, "server is stopping".into()));
+        }
+        if self.conn(ci).in_flight >= MAX_IN_FLIGHT_PER_CONN {
+            return Err((StatusCode::Limit, "too many requests in flight".into()));
+        }
+        if !self.write_room(bytes) {
+            return Err((StatusCode::Limit, "this server thread's write queue is full".into()));
+        }
+        Ok(())
+    }
+
+    /// LAMBDA_WRITE: the program runs over the input into the thread's staging buffer, then
+    /// its output goes to the writer thread like a WRITE's data: written at `offset` of the
+    /// file (opened beneath the root, which must exist) and `fdatasync`ed before the version
+    /// is answered, so an acknowledged λ write is durable.
+    #[allow(clippy::too_many_arguments)]
+    fn lambda_write(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        scope: u32,
+        path: &[u8],
+        offset: u64,
+        hash: &ProgHash,
+        input: &[u8],
+        out_cap: u32,
+    ) -> Result<(), FileFail> {
+        // The file first: a path outside the scope or missing costs no program run.
+        let f = open_for_write(self.shared, scope, path)?;
+        let si = self.progs.acquire(self.shared, hash, ProgType::Lambda)?;
+        let cap = out_cap as usize;
+        if self.write_staging.len() < cap {
+            self.write_staging.resize(cap, 0);
+        }
+        let out = &mut self.write_staging[..cap];
+        out.fill(0);
+        let tenant = self.conns[ci as usize].as_ref().and_then(|c| c.tenant).expect("authed");
+        let budget = self.tenants.budget(tenant);
+        let s = self.progs.slots[si as usize].as_mut().expect("held");
+        s.inst.set_insn_budget(budget);
+        let ran = s.inst.run_lambda(input, out);
+        self.progs.release(si);
+        let ret = ran.map_err(|e| (StatusCode::ChainFailed, e.to_string()))?;
+        let n = usize::try_from(ret).ok().filter(|&n| n <= cap).ok_or_else(|| {
+            let m = format!("program returned {ret} output bytes, more than out_cap {out_cap}");
+            (StatusCode::ChainFailed, m)
+        })?;
+        offset
+            .checked_add(ret)
+            .ok_or((StatusCode::OutOfRange, "offset + output overflows".into()))?;
+        let charge = charge_write(self.shared, scope, &f, offset, n as u64)?;
+        let staged = std::mem::take(&mut self.write_staging);
+        self.submit_write(ci, req_id, op::LAMBDA_WRITE, f, charge, offset, &staged[..n], ret);
+        self.write_staging = staged;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        kind: JobKind,
+        path: &[u8],
+        offset: u64,
+        len: u32,
+        hash: Option<&ProgHash>,
+        scratch: &[u8],
+        out_len: u32,
+    ) {
+        let code = match kind {
+            JobKind::Read => op::READ,
+            JobKind::Xrp => op::XRP,
+            JobKind::Lambda => op::LAMBDA,
+        };
+        if self.stopping() {
+            return self.respond_err(
+                ci,
+                req_id,
+                code,
+                StatusCode::ShuttingDown,
+                "server is stopping",
+            );
+        }
+        let c = self.conn(ci);
+        if c.in_flight >= MAX_IN_FLIGHT_PER_CONN {
+            return self.respond_err(
+                ci,
+                req_id,
+                code,
+                StatusCode::Limit,
+                "too many requests in flight",
+            );
+        }
+        let (conn_gen, tenant, scope) = (c.gen, c.tenant.expect("HELLO checked"), c.scope);
+        let inst = match hash {
+            None => None,
+            Some(h) => {
+                let ty = if kind == JobKind::Xrp { ProgType::Xrp } else { ProgType::Lambda };
+                match self.progs.acquire(self.shared, h, ty) {
+                    Ok(i) => Some(i),
+                    Err((st, m)) => return self.respond_err(ci, req_id, code, st, &m),
+                }
+            }
+        };
+        let sh = self.shared;
+        let at = sh.policy.resolve(&sh.root, scope, path, Intent::Read);
+        let f = match at.and_then(|at| self.files.acquire(&mut self.engine, at, &sh.stats)) {
+            Ok(f) => f,
+            Err((st, m)) => {
+                if let Some(i) = inst {
+                    self.progs.release(i);
+                }
+                return self.respond_err(ci, req_id, code, st, &m);
+            }
+        };
+        if offset.checked_add(u64::from(len)).is_none_or(|e| e > f.size) {
+            self.files.release(f.slot);
+            if let Some(i) = inst {
+                self.progs.release(i);
+            }
+            let m = format!("[{offset}, +{len}) is outside the file ({} bytes)", f.size);
+            return self.respond_err(ci, req_id, code, StatusCode::OutOfRange, &m);
+        }
+        let mut buf =
+            self.spare_bufs.pop().unwrap_or_else(|| vec![0u8; SCRATCH_BYTES].into_boxed_slice());
+        buf[..scratch.len()].copy_from_slice(scratch);
+        let job = Job {
+            conn: ci,
+            conn_gen,
+            tenant,
+            req_id,
+            kind,
+            file_slot: f.slot,
+            file: f.id,
+            version: f.version,
+            offset,
+            len,
+            inst,
+            out_len,
+            scratch_len: u32::try_from(scratch.len()).expect("<= 4096"),
+            buf,
+            input: Vec::new(),
+            failed: false,
+            submitted: 0,
+            landed: 0,
+            reads_in_flight: 0,
+            admitted: false,
+            more_queued: false,
+        };
+        let ji = match self.free_jobs.pop() {
+            Some(j) => j,
+            None => {
+                self.jobs.push(None);
+                self.progs.job_inst.push(0);
+                self.progs.job_budget.push(0);
+                self.progs.job_cpu.push(0);
+                u32::try_from(self.jobs.len() - 1).expect("bounded by connections x in-flight")
+            }
+        };
+        self.progs.job_inst[ji as usize] = inst.unwrap_or(0);
+        self.progs.job_budget[ji as usize] = self.tenants.budget(tenant);
+        self.jobs[ji as usize] = Some(job);
+        self.conn(ci).in_flight += 1;
+        self.tenants.hold(tenant);
+        self.sched.push(tenant, ji);
+    }
+}

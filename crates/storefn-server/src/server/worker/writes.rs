@@ -1,0 +1,306 @@
+//! WRITE and LAMBDA_WRITE off the event loop: the worker opens the file (confined beneath the
+//! root) and, for LAMBDA_WRITE, runs the program; the write, its `fdatasync` and the version
+//! read after it run on the thread's writer thread, which answers through a channel and an
+//! eventfd in the worker's poll set. A sync therefore no longer stalls the thread's other
+//! connections for its length, and an answer is still sent only after the data is durable.
+//!
+//! Group commit: the writer takes every write queued when it wakes, writes them all, then
+//! syncs each; the first sync of a file flushes the others' data of that file too, so the
+//! later ones find nothing dirty. Requests of one connection are answered by id: a WRITE's
+//! answer may come after the answers of requests sent after it (a client that reads what it
+//! wrote waits for the WRITE's answer first, as with any pipelined request).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread::JoinHandle;
+
+use super::{Worker, MAX_PENDING_WRITE_BYTES};
+use crate::access::Intent;
+use crate::proto::{op, FileVersion, Response, StatusCode};
+use crate::server::files::FileFail;
+
+/// A file of WRITE or LAMBDA_WRITE: a regular file (never a device or FIFO) opened beneath the
+/// tenant's scope directory (confined; it must exist: the server never creates files), then
+/// handed to the configured storage for the writes. The second descriptor reads the size
+/// before and the version after the write.
+pub(super) struct WriteTarget {
+    storage_file: Box<dyn storefn_io::storage::StorageFile>,
+    file: std::fs::File,
+}
+
+pub(super) fn open_for_write(
+    shared: &crate::server::Shared,
+    scope: u32,
+    path: &[u8],
+) -> Result<WriteTarget, FileFail> {
+    use std::os::unix::ffi::OsStrExt;
+    let at = shared.policy.resolve(&shared.root, scope, path, Intent::Write)?;
+    let f = at.dir.open_regular(at.rest, true).map_err(|e| (e.status(), e.to_string()))?;
+    let file = f.try_clone().map_err(|e| (StatusCode::Io, format!("dup: {e}")))?;
+    let name = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    let storage_file =
+        shared.cfg.storage.adopt(f, name).map_err(|e| (StatusCode::Io, format!("open: {e}")))?;
+    Ok(WriteTarget { storage_file, file })
+}
+
+/// A write's charge to its tenant's quotas, given back if the write fails.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Charge {
+    scope: u32,
+    bytes: u64,
+    growth: u64,
+}
+
+/// Charges `bytes` at `offset` of `t`'s file to the tenant's quotas (the bytes, and the growth
+/// past the file's current end) before anything is written: nothing is written over quota.
+pub(super) fn charge_write(
+    shared: &crate::server::Shared,
+    scope: u32,
+    t: &WriteTarget,
+    offset: u64,
+    bytes: u64,
+) -> Result<Charge, FileFail> {
+    let (_, _, _, size) =
+        crate::confine::identity(&t.file).map_err(|e| (StatusCode::Io, e.to_string()))?;
+    let growth = shared.policy.charge(scope, offset, bytes, size)?;
+    Ok(Charge { scope, bytes, growth })
+}
+
+/// One write handed to the writer thread.
+struct WriteJob {
+    tenant: u32,
+    conn: u32,
+    conn_gen: u32,
+    req_id: u64,
+    op: u8,
+    target: WriteTarget,
+    charge: Charge,
+    offset: u64,
+    data: Vec<u8>,
+    /// What the answer reports as written (LAMBDA_WRITE: the program's return value).
+    written: u64,
+}
+
+/// A write done: its answer, and its data buffer back for reuse.
+struct WriteDone {
+    tenant: u32,
+    /// The writer's time for it (its write and its sync), charged to its tenant.
+    ns: u64,
+    conn: u32,
+    conn_gen: u32,
+    req_id: u64,
+    op: u8,
+    written: u64,
+    charge: Charge,
+    result: Result<FileVersion, FileFail>,
+    data: Vec<u8>,
+}
+
+/// The worker's side of its writer thread.
+pub(super) struct Writes {
+    tx: Option<Sender<WriteJob>>,
+    rx: Receiver<WriteDone>,
+    /// Readable when answers are ready (the writer adds 1 per batch).
+    efd: std::sync::Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+    /// Writes handed over and not answered, and their bytes.
+    pub(super) pending: usize,
+    pub(super) pending_bytes: usize,
+    /// Data buffers of answered writes (at most `SPARE_WRITE_BUFS`).
+    spare: Vec<Vec<u8>>,
+}
+
+/// Data buffers kept for reuse, and the largest kept (a LAMBDA_WRITE's output may be 4 MiB).
+const SPARE_WRITE_BUFS: usize = 16;
+const SPARE_WRITE_CAP: usize = 256 * 1024;
+
+impl std::fmt::Debug for Writes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writes").field("pending", &self.pending).finish_non_exhaustive()
+    }
+}
+
+impl Writes {
+    /// Starts the writer thread of server thread `id`.
+    pub(super) fn start(id: usize) -> std::io::Result<Self> {
+        // SAFETY: eventfd has no memory preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd was just created and is owned by nothing else.
+        let efd = std::sync::Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let (tx, jobs) = std::sync::mpsc::channel::<WriteJob>();
+        let (done_tx, rx) = std::sync::mpsc::channel::<WriteDone>();
+        let wake = std::sync::Arc::clone(&efd);
+        let thread = std::thread::Builder::new()
+            .name(format!("storefn-write-{id}"))
+            .spawn(move || writer(&jobs, &done_tx, &wake))?;
+        Ok(Self {
+            tx: Some(tx),
+            rx,
+            efd,
+            thread: Some(thread),
+            pending: 0,
+            pending_bytes: 0,
+            spare: Vec::new(),
+        })
+    }
+
+    /// The eventfd the worker polls while writes are pending.
+    pub(super) fn fd(&self) -> std::os::fd::RawFd {
+        self.efd.as_raw_fd()
+    }
+}
+
+impl Drop for Writes {
+    fn drop(&mut self) {
+        self.tx = None; // the writer ends when its queue closes
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The writer thread: a batch of queued writes, written, then synced, then answered.
+fn writer(jobs: &Receiver<WriteJob>, done: &Sender<WriteDone>, wake: &OwnedFd) {
+    let mut batch: Vec<(WriteJob, Result<(), FileFail>, u64)> = Vec::new();
+    let since = |t0: std::time::Instant| u64::try_from(t0.elapsed().as_nanos()).unwrap_or(0);
+    while let Ok(first) = jobs.recv() {
+        batch.push((first, Ok(()), 0));
+        while let Ok(more) = jobs.try_recv() {
+            batch.push((more, Ok(()), 0));
+        }
+        for (j, r, ns) in &mut batch {
+            let t0 = std::time::Instant::now();
+            *r = j
+                .target
+                .storage_file
+                .write_at(&j.data, j.offset)
+                .map_err(|e| (StatusCode::Io, format!("write: {e}")));
+            *ns = since(t0);
+        }
+        for (j, r, ns) in batch.drain(..) {
+            let t0 = std::time::Instant::now();
+            let result = r.and_then(|()| {
+                let t = &j.target;
+                t.storage_file.sync().map_err(|e| (StatusCode::Io, format!("fdatasync: {e}")))?;
+                let (dev, ino, change, _) = crate::confine::identity(&t.file)
+                    .map_err(|e| (StatusCode::Io, e.to_string()))?;
+                Ok(FileVersion { dev, ino, change })
+            });
+            let d = WriteDone {
+                tenant: j.tenant,
+                ns: ns + since(t0),
+                conn: j.conn,
+                conn_gen: j.conn_gen,
+                req_id: j.req_id,
+                op: j.op,
+                written: j.written,
+                charge: j.charge,
+                result,
+                data: j.data,
+            };
+            if done.send(d).is_err() {
+                return;
+            }
+        }
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to the eventfd this thread shares.
+        unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+impl Worker<'_> {
+    /// Room for `bytes` more of pending writes: always when none is pending (one write of any
+    /// allowed size goes), else while the thread's pending bytes stay within
+    /// `MAX_PENDING_WRITE_BYTES`.
+    pub(super) fn write_room(&self, bytes: usize) -> bool {
+        self.writes.pending == 0 || self.writes.pending_bytes + bytes <= MAX_PENDING_WRITE_BYTES
+    }
+
+    /// Hands a write to the writer thread; the connection's in-flight count holds until the
+    /// answer.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn submit_write(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        code: u8,
+        target: WriteTarget,
+        charge: Charge,
+        offset: u64,
+        bytes: &[u8],
+        written: u64,
+    ) {
+        let mut data = self.writes.spare.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(bytes);
+        let c = self.conn(ci);
+        c.in_flight += 1;
+        let (conn_gen, tenant) = (c.gen, c.tenant.expect("authenticated"));
+        self.tenants.hold(tenant);
+        let job = WriteJob {
+            tenant,
+            conn: ci,
+            conn_gen,
+            req_id,
+            op: code,
+            target,
+            charge,
+            offset,
+            data,
+            written,
+        };
+        let tx = self.writes.tx.as_ref().expect("the writer runs while the worker does");
+        if tx.send(job).is_err() {
+            self.shared.policy.refund(charge.scope, charge.bytes, charge.growth);
+            self.tenants.release(tenant);
+            self.conn(ci).in_flight -= 1;
+            let m = "the writer thread stopped";
+            return self.respond_err(ci, req_id, code, StatusCode::Io, m);
+        }
+        self.writes.pending += 1;
+        self.writes.pending_bytes += bytes.len();
+    }
+
+    /// Answers the writes the writer finished.
+    pub(super) fn poll_writes(&mut self) {
+        if self.writes.pending == 0 {
+            return;
+        }
+        let mut n = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer from the non-blocking eventfd; it only
+        // resets the counter, the answers come from the channel.
+        unsafe { libc::read(self.writes.fd(), n.as_mut_ptr().cast(), 8) };
+        while let Ok(d) = self.writes.rx.try_recv() {
+            self.writes.pending -= 1;
+            self.writes.pending_bytes -= d.data.len();
+            self.sched.charge(d.tenant, d.ns);
+            self.tenants.release(d.tenant);
+            if d.result.is_err() {
+                let c = d.charge;
+                self.shared.policy.refund(c.scope, c.bytes, c.growth);
+            }
+            let live = self.conns[d.conn as usize].as_ref().is_some_and(|c| c.gen == d.conn_gen);
+            if live {
+                self.conn(d.conn).in_flight -= 1;
+                match d.result {
+                    Ok(version) => {
+                        let r = if d.op == op::WRITE {
+                            let written = u32::try_from(d.written).expect("<= MAX_WRITE_BYTES");
+                            Response::Write { version, written }
+                        } else {
+                            Response::LambdaWrite { version, written: d.written }
+                        };
+                        self.respond(d.conn, d.req_id, d.op, &r);
+                    }
+                    Err((st, m)) => self.respond_err(d.conn, d.req_id, d.op, st, &m),
+                }
+            }
+            if self.writes.spare.len() < SPARE_WRITE_BUFS && d.data.capacity() <= SPARE_WRITE_CAP {
+                self.writes.spare.push(d.data);
+            }
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! Hostile and careless clients on loopback: each attack runs next to a victim tenant doing
+//! point reads, and each test asserts the victim's service (its p99 against its idle p99, with
+//! a generous margin: this is a shared 2-core VM) and the server's memory (the process's RSS:
+//! the server runs in it), not only that the server stayed up. Every loop is bounded in count
+//! and time. Figures are printed (`cargo test -p storefn-server --test hostile -- --nocapture
+//! --test-threads 1`).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::TempDir;
+use storefn_server::proto::*;
+use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
+
+/// RSS and latency are per process and per machine: the tests run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// This process's resident set, bytes (`VmRSS` of /proc/self/status).
+fn rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+const MIB: u64 = 1 << 20;
+
+fn frame_of(reqs: &[Request<'_>]) -> Vec<u8> {
+    let mut f = FrameBuf::default();
+    f.begin(KIND_REQUEST);
+    for (i, r) in reqs.iter().enumerate() {
+        put_request(&mut f, i as u64, r);
+    }
+    f.finish().to_vec()
+}
+
+/// The victim's file: 1 MiB of 512 B blocks.
+fn victim_file(dir: &TempDir) {
+    std::fs::write(dir.join("v"), vec![7u8; 1 << 20]).unwrap();
+}
+
+/// The victim's p99 in µs: the lowest of three rounds of `n` sequential 512 B point reads
+/// (other processes on this shared VM stall single rounds; an attack that hurts the victim
+/// hurts every round).
+fn victim_p99(c: &mut Client, n: usize) -> f64 {
+    (0..3).map(|_| round_p99(c, n)).fold(f64::INFINITY, f64::min)
+}
+
+/// One round of `n` point reads; its p99 in µs.
+fn round_p99(c: &mut Client, n: usize) -> f64 {
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let offset = (i as u64 * 7919 % 2048) * 512;
+        let t = Instant::now();
+        let r = c.one(&Req::Read { path: "v".into(), offset, len: 512 }).unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(r.data.len(), 512);
+    }
+    lat.sort_by(f64::total_cmp);
+    lat[(n * 99 / 100).min(n - 1)]
+}
+
+/// The victim's service under an attack, against its idle p99: within 3x, plus 5 ms of slack
+/// for the scheduling noise of a shared VM (prints both).
+fn check_victim(what: &str, idle: f64, attacked: f64) {
+    println!(
+        "victim p99 {what}: idle {idle:.0} us, under attack {attacked:.0} us ({:.2}x)",
+        attacked / idle
+    );
+    assert!(
+        attacked <= 3.0 * idle + 5000.0,
+        "{what}: the victim's p99 went from {idle:.0} to {attacked:.0} us"
+    );
+}
+
+fn tenant(name: &str) -> ClientConfig {
+    ClientConfig { tenant: name.into(), ..ClientConfig::default() }
+}
+
+#[test]
+fn a_client_that_never_drains_its_responses_holds_a_bounded_send_buffer() {
+    // Regression: the send buffer was cleared only once completely sent and only its unsent
+    // bytes counted against the 4 MiB bound, so a client reading steadily but never catching
+    // up grew the server by its read rate, without bound.
+    let _g = serial();
+    let dir = TempDir::new("drain");
+    victim_file(&dir);
+    std::fs::write(dir.join("f"), vec![1u8; 4096 * 64]).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let mut victim = Client::connect(&server.local_addr().to_string(), tenant("victim")).unwrap();
+    let idle = victim_p99(&mut victim, 300);
+    let before = rss();
+    let s = TcpStream::connect(server.local_addr()).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = s.try_clone().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = std::thread::spawn(move || {
+        w.write_all(&frame_of(&[Request::Hello { tenant: b"greedy" }])).unwrap();
+        let reads: Vec<Request<'_>> =
+            (0..64u64).map(|i| Request::Read { path: b"f", offset: i * 4096, len: 4096 }).collect();
+        let frame = frame_of(&reads);
+        // Ends when the socket is shut down below.
+        while w.write_all(&frame).is_ok() {}
+    });
+    let stop_r = Arc::clone(&stop);
+    let reader = std::thread::spawn(move || {
+        // ~16 MiB/s: steadily, but slower than the server produces.
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut got = 0u64;
+        while !stop_r.load(Ordering::Relaxed) {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n as u64,
+            }
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        got
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let attacked = victim_p99(&mut victim, 300);
+    std::thread::sleep(Duration::from_millis(2000));
+    let grown = rss().saturating_sub(before);
+    stop.store(true, Ordering::Relaxed);
+    s.shutdown(Shutdown::Both).unwrap();
+    writer.join().unwrap();
+    let got = reader.join().unwrap();
+    println!("non-draining client: read {} MiB, server RSS grew {} MiB", got / MIB, grown / MIB);
+    check_victim("next to a non-draining client", idle, attacked);
+    assert!(got > 16 * MIB, "the client read steadily ({got} bytes)");
+    assert!(grown < 24 * MIB, "RSS grew {} MiB", grown / MIB);
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
+    // Regression: before HELLO the receive buffer grew to whatever size a frame header
+    // announced and never shrank: each unauthenticated socket pinned up to 1 MiB.
+    let _g = serial();
+    let dir = TempDir::new("preauth");
+    victim_file(&dir);
+    let tok = dir.join("tokens");
+    std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, ClientConfig::from_token_file(&tok).unwrap()).unwrap();
+    let idle = victim_p99(&mut victim, 300);
+    let before = rss();
+    let mut header = frame_of(&[Request::Hello { tenant: b"x" }]);
+    header.truncate(FRAME_HEADER_BYTES);
+    header[FRAME_OFF_BODY_BYTES..FRAME_OFF_BODY_BYTES + 4]
+        .copy_from_slice(&((MAX_FRAME_BYTES - FRAME_HEADER_BYTES) as u32).to_le_bytes());
+    header[FRAME_OFF_COUNT..FRAME_OFF_COUNT + 4].copy_from_slice(&1u32.to_le_bytes());
+    let mut socks = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(&header).unwrap();
+        let _ = s.write_all(&[0u8; 4096]);
+        socks.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let attacked = victim_p99(&mut victim, 300);
+    let grown = rss().saturating_sub(before);
+    println!("200 unauthenticated 1 MiB frame headers: server RSS grew {} MiB", grown / MIB);
+    check_victim("next to 200 pre-auth 1 MiB frames", idle, attacked);
+    assert!(grown < 32 * MIB, "RSS grew {} MiB", grown / MIB);
+    // Each was closed at its header, before its body was buffered.
+    for s in &mut socks {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 64];
+        assert!(matches!(s.read(&mut b), Ok(0) | Err(_)), "closed at the header");
+    }
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn hellos_with_made_up_names_do_not_lock_out_real_tenants() {
+    // Regression: HELLO recorded any tenant name before AUTH and the tenant table was never
+    // pruned: 1,100 HELLOs with made-up names locked every tenant not yet connected out.
+    let _g = serial();
+    let dir = TempDir::new("tenants");
+    victim_file(&dir);
+    let tok = dir.join("tokens");
+    std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
+    for auth in [true, false] {
+        let mut cfg = ServerConfig::new(dir.path());
+        if auth {
+            cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+        }
+        let server = Server::start("127.0.0.1:0", cfg).unwrap();
+        let addr = server.local_addr().to_string();
+        for i in 0..1100 {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            let name = format!("made-up-{i}");
+            s.write_all(&frame_of(&[Request::Hello { tenant: name.as_bytes() }])).unwrap();
+            let mut b = [0u8; 256];
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            assert!(s.read(&mut b).unwrap() > 0, "HELLO {i} answered");
+        }
+        let cfg = if auth { ClientConfig::from_token_file(&tok).unwrap() } else { tenant("late") };
+        let mut c = Client::connect(&addr, cfg).unwrap();
+        let r = c.one(&Req::Read { path: "v".into(), offset: 0, len: 4 }).unwrap();
+        assert_eq!(r.data, [7u8; 4]);
+        server.stop();
+        server.join().unwrap();
+    }
+}
+
+#[test]
+fn pipelined_lambda_ranges_are_all_answered_while_the_engine_is_full() {
+    // Regression: a multi-chunk LAMBDA whose next chunks found the engine full (other jobs'
+    // chunks of the same reap took the slots) and that had no read in flight was never
+    // revisited: never answered, its staging and its tenant's share held forever.
+    let _g = serial();
+    let dir = TempDir::new("strand");
+    let len = storefn_server::proto::MAX_LAMBDA_IN_BYTES;
+    std::fs::write(dir.join("f"), vec![3u8; 8 * len as usize]).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let t0 = Instant::now();
+    let clients: Vec<_> = (0..4)
+        .map(|k| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let cfg = ClientConfig { timeout: Duration::from_secs(20), ..tenant("lam") };
+                let mut c = Client::connect(&addr, cfg).unwrap();
+                let elf = storefn_progs::must("lambda/stats64");
+                let hash = c.load_prog(msg::PROG_TYPE_LAMBDA, b"", elf).unwrap();
+                let reqs: Vec<Req> = (0..64u64)
+                    .map(|i| Req::Lambda {
+                        path: "f".into(),
+                        offset: ((i + k) % 8) * u64::from(len),
+                        len,
+                        hash,
+                        out_cap: 64,
+                    })
+                    .collect();
+                let mut answered = 0;
+                for round in 0..4 {
+                    let r =
+                        c.call(&reqs).unwrap_or_else(|e| panic!("client {k} round {round}: {e}"));
+                    assert!(r.iter().all(|r| r.status == 0), "client {k}: {:?}", r[0].message);
+                    answered += r.len();
+                }
+                answered
+            })
+        })
+        .collect();
+    let answered: usize = clients.into_iter().map(|t| t.join().unwrap()).sum();
+    println!("{answered} pipelined 1 MiB LAMBDAs answered in {:?}", t0.elapsed());
+    assert_eq!(answered, 4 * 4 * 64);
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn point_reads_are_not_stalled_by_another_connections_syncs() {
+    // Regression: WRITE and LAMBDA_WRITE called fdatasync on the event-loop thread, stalling
+    // every connection of that thread for the length of each sync.
+    let _g = serial();
+    let dir = TempDir::new("syncs");
+    victim_file(&dir);
+    std::fs::write(dir.join("w"), vec![0u8; 4 << 20]).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicBool::new(false));
+    let (stop_w, active_w) = (Arc::clone(&stop), Arc::clone(&active));
+    let writer = std::thread::spawn(move || {
+        let mut c = Client::connect(&addr, tenant("writer")).unwrap();
+        let mut n = 0u64;
+        let t0 = Instant::now();
+        while !stop_w.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+            if !active_w.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let data = vec![(n % 251) as u8; 64 * 1024];
+            let offset = (n % 64) * 64 * 1024;
+            let r = c.one(&Req::Write { path: "w".into(), offset, data }).unwrap();
+            assert_eq!(r.status, 0, "{:?}", r.message);
+            n += 1;
+        }
+        (n, t0.elapsed())
+    });
+    // Idle and under writes, alternating, the best of three rounds each.
+    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        active.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        idle = idle.min(round_p99(&mut victim, 300));
+        active.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        attacked = attacked.min(round_p99(&mut victim, 300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (writes, took) = writer.join().unwrap();
+    println!("syncing writer: {writes} durable 64 KiB WRITEs in {took:?} (including idle rounds)");
+    println!(
+        "victim p99 next to a syncing writer: idle {idle:.0} us, under writes {attacked:.0} us \
+         ({:.2}x)",
+        attacked / idle
+    );
+    assert!(writes > 10, "the writer made progress");
+    assert!(
+        attacked <= 2.0 * idle + 1000.0,
+        "the victim's p99 went from {idle:.0} to {attacked:.0} us next to the syncs"
+    );
+    // What was acknowledged is there.
+    let got = std::fs::read(dir.join("w")).unwrap();
+    let last = writes - 1;
+    let at = ((last % 64) * 64 * 1024) as usize;
+    assert_eq!(got[at], (last % 251) as u8);
+    server.stop();
+    server.join().unwrap();
+}
+
+/// A socket from `from` (a loopback address) to `to`.
+fn connect_from(from: &str, to: std::net::SocketAddr) -> TcpStream {
+    // SAFETY: plain socket calls on a descriptor this function owns; every result is checked
+    // and the descriptor is handed to a TcpStream (which closes it) before any early return.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let s = <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd);
+        let ip: std::net::Ipv4Addr = from.parse().unwrap();
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as u16;
+        sa.sin_addr.s_addr = u32::from(ip).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+        assert_eq!(libc::bind(fd, std::ptr::from_ref(&sa).cast(), len), 0);
+        let std::net::SocketAddr::V4(t) = to else { panic!("IPv4 server") };
+        sa.sin_addr.s_addr = u32::from(*t.ip()).to_be();
+        sa.sin_port = t.port().to_be();
+        assert_eq!(libc::connect(fd, std::ptr::from_ref(&sa).cast(), len), 0);
+        s
+    }
+}
+
+#[test]
+fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service() {
+    // Regression: there was no global, per-address or pre-auth connection limit (8,192 per
+    // thread): one host's sockets that never authenticate could take every connection.
+    let _g = serial();
+    let dir = TempDir::new("flood");
+    victim_file(&dir);
+    let tok = dir.join("tokens");
+    std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.conn_limits.preauth_per_peer = 16;
+    cfg.conn_limits.auth_timeout = Duration::from_secs(2);
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = server.local_addr();
+    let mut victim =
+        Client::connect(&addr.to_string(), ClientConfig::from_token_file(&tok).unwrap()).unwrap();
+    let idle = victim_p99(&mut victim, 300);
+    let before = rss();
+    // 600 sockets from 127.0.0.2 that never send a byte.
+    let mut flood: Vec<TcpStream> = (0..600).map(|_| connect_from("127.0.0.2", addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let attacked = victim_p99(&mut victim, 300);
+    // A new client from another address still gets in and authenticates.
+    let mut late =
+        Client::connect(&addr.to_string(), ClientConfig::from_token_file(&tok).unwrap()).unwrap();
+    assert_eq!(late.one(&Req::Read { path: "v".into(), offset: 0, len: 4 }).unwrap().data, [7; 4]);
+    let grown = rss().saturating_sub(before);
+    let refused = server.stats().refused_connections.load(Ordering::Relaxed);
+    println!(
+        "600 silent sockets from one address: {refused} refused, RSS grew {} MiB",
+        grown / MIB
+    );
+    check_victim("next to 600 silent sockets", idle, attacked);
+    assert_eq!(refused, 600 - 16, "all but the address's 16 pre-auth slots refused");
+    // The 16 admitted are closed when they do not authenticate in time.
+    let mut open = 0;
+    for s in &mut flood {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 8];
+        if matches!(s.read(&mut b), Ok(n) if n > 0) {
+            open += 1;
+        }
+    }
+    assert_eq!(open, 0);
+    assert_eq!(server.stats().closed_unauthenticated.load(Ordering::Relaxed), 16);
+    flood.clear();
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
+    // The worst-case memory formula (server::worst_case_memory) checked: 16 connections send
+    // READs without ever reading an answer, until the server stops reading them (their send
+    // buffers full); the process's RSS growth stays below the formula for 16 connections.
+    let _g = serial();
+    let dir = TempDir::new("membound");
+    std::fs::write(dir.join("f"), vec![1u8; 4096 * 256]).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let before = rss();
+    let reads: Vec<Request<'_>> =
+        (0..256u64).map(|i| Request::Read { path: b"f", offset: i * 4096, len: 4096 }).collect();
+    let frame = frame_of(&reads);
+    let conns = 16;
+    let mut socks: Vec<(TcpStream, usize)> = (0..conns)
+        .map(|_| {
+            let mut s = TcpStream::connect(server.local_addr()).unwrap();
+            s.write_all(&frame_of(&[Request::Hello { tenant: b"hog" }])).unwrap();
+            s.set_nonblocking(true).unwrap();
+            (s, 0)
+        })
+        .collect();
+    // Frames of 256 READs, each written whole (a partial frame is finished first), until the
+    // server stops taking them or 3 s passed.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        let mut progress = false;
+        for (s, pos) in &mut socks {
+            match s.write(&frame[*pos..]) {
+                Ok(n) => {
+                    *pos = (*pos + n) % frame.len();
+                    progress = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = rss().saturating_sub(before);
+    let peak = server.stats().peak_conn_bytes.load(Ordering::Relaxed);
+    let bound = storefn_server::server::worst_case_memory(1, conns, 0);
+    println!(
+        "{conns} connections at their bound: RSS grew {} MiB ({:.1} MiB per connection), \
+         busiest connection {:.1} MiB; formula {} MiB ({:.1} MiB per connection + {} MiB per \
+         thread)",
+        grown / MIB,
+        grown as f64 / conns as f64 / MIB as f64,
+        peak as f64 / MIB as f64,
+        bound / MIB,
+        storefn_server::server::CONN_MEMORY_BOUND as f64 / MIB as f64,
+        storefn_server::server::THREAD_MEMORY_BOUND as u64 / MIB
+    );
+    assert!(
+        peak >= storefn_server::server::MAX_CONN_OUT_BYTES as u64,
+        "the connections reached their send bound ({peak} bytes)"
+    );
+    assert!(peak <= storefn_server::server::CONN_MEMORY_BOUND as u64);
+    assert!(grown <= bound, "RSS grew {grown} bytes, over the formula's {bound}");
+    drop(socks);
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn each_tenant_runs_under_its_own_instruction_budget() {
+    // Regression: every program ran under the VM's default budget (2^20 instructions per
+    // invocation) whoever sent it; the operator could not give a tenant less.
+    let _g = serial();
+    let dir = TempDir::new("budget");
+    let mut loop_file = vec![0u8; 1024];
+    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
+    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.tenant_insn_budgets = vec![("small".into(), 5000)];
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = server.local_addr().to_string();
+    for (name, budget) in
+        [("small", 5000), ("other", storefn_server::server::DEFAULT_TENANT_INSN_BUDGET)]
+    {
+        let mut c = Client::connect(&addr, tenant(name)).unwrap();
+        let spin = c.load_prog(msg::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+        let t = Instant::now();
+        let e = c
+            .one(&Req::Xrp {
+                path: "loop".into(),
+                offset: 0,
+                len: 512,
+                hash: spin,
+                scratch: vec![],
+                out_len: 0,
+            })
+            .unwrap_err();
+        println!("tenant {name}: budget {budget} stopped the spin in {:?}", t.elapsed());
+        assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
+        assert!(e.to_string().contains(&format!("({budget} instructions)")), "{name}: {e}");
+    }
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+#[ignore = "not met yet: program time is scheduled (victim p99 54 ms -> 16 ms, debug build), \
+            but the worker's own per-request work for the burner's 128-request frames (parsing, \
+            path checks, completions) still runs inline each pass: 208 us idle -> 16 ms"]
+fn a_tenant_burning_cpu_in_its_programs_leaves_the_thread_to_others() {
+    // Regression: fair admission counted engine slots only; one tenant's budget-burning
+    // chains ran inline by the hundred in each pass and raised another tenant's p99 25-500x.
+    let _g = serial();
+    let dir = TempDir::new("cpuflood");
+    victim_file(&dir);
+    let mut loop_file = vec![0u8; 1024];
+    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
+    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicBool::new(false));
+    let burners: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, stop, active) = (addr.clone(), Arc::clone(&stop), Arc::clone(&active));
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr, tenant("burner")).unwrap();
+                let spin =
+                    c.load_prog(msg::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+                let reqs: Vec<Req> = (0..128)
+                    .map(|_| Req::Xrp {
+                        path: "loop".into(),
+                        offset: 0,
+                        len: 512,
+                        hash: spin,
+                        scratch: vec![],
+                        out_len: 0,
+                    })
+                    .collect();
+                let (mut chains, t0) = (0u64, Instant::now());
+                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+                    if !active.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    let r = c.call(&reqs).unwrap();
+                    assert!(r.iter().all(|r| r.status == StatusCode::ChainFailed as u16));
+                    chains += r.len() as u64;
+                }
+                chains
+            })
+        })
+        .collect();
+    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        active.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        idle = idle.min(round_p99(&mut victim, 200));
+        active.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        attacked = attacked.min(round_p99(&mut victim, 200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let chains: u64 = burners.into_iter().map(|t| t.join().unwrap()).sum();
+    println!("budget-burning tenant: {chains} chains run to their instruction budget");
+    check_victim("next to budget-burning chains", idle, attacked);
+    assert!(chains > 0);
+    server.stop();
+    server.join().unwrap();
+}
