@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
-use storefn_server::proto::*;
-use storefn_server::{Client, ClientConfig, Req, Server, ServerConfig};
+use storefn_wire::layout::*;
+use storefn_wire::limits::*;
+use storefn_wire::*;
+use storefn_server::{Server, ServerConfig};
+use storefn_wire::{Client, ClientConfig, Request};
 
 /// RSS and latency are per process and per machine: the tests run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -61,7 +64,7 @@ fn round_p99(c: &mut Client, n: usize) -> f64 {
     for i in 0..n {
         let offset = (i as u64 * 7919 % 2048) * 512;
         let t = Instant::now();
-        let r = c.one(&Req::Read { path: "v".into(), offset, len: 512 }).unwrap();
+        let r = c.one(&Request::Read { path: b"v", offset, len: 512 }).unwrap();
         lat.push(t.elapsed().as_secs_f64() * 1e6);
         assert_eq!(r.data.len(), 512);
     }
@@ -154,7 +157,7 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
-    let mut victim = Client::connect(&addr, ClientConfig::from_token_file(&tok).unwrap()).unwrap();
+    let mut victim = Client::connect(&addr, storefn_server::auth::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     let mut header = frame_of(&[Request::Hello { tenant: b"x" }]);
@@ -209,9 +212,9 @@ fn hellos_with_made_up_names_do_not_lock_out_real_tenants() {
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             assert!(s.read(&mut b).unwrap() > 0, "HELLO {i} answered");
         }
-        let cfg = if auth { ClientConfig::from_token_file(&tok).unwrap() } else { tenant("late") };
+        let cfg = if auth { storefn_server::auth::client_config(&tok).unwrap() } else { tenant("late") };
         let mut c = Client::connect(&addr, cfg).unwrap();
-        let r = c.one(&Req::Read { path: "v".into(), offset: 0, len: 4 }).unwrap();
+        let r = c.one(&Request::Read { path: b"v", offset: 0, len: 4 }).unwrap();
         assert_eq!(r.data, [7u8; 4]);
         server.stop();
         server.join().unwrap();
@@ -225,7 +228,7 @@ fn pipelined_lambda_ranges_are_all_answered_while_the_engine_is_full() {
     // revisited: never answered, its staging and its tenant's share held forever.
     let _g = serial();
     let dir = TempDir::new("strand");
-    let len = storefn_server::proto::MAX_LAMBDA_IN_BYTES;
+    let len = storefn_wire::limits::MAX_LAMBDA_IN_BYTES;
     std::fs::write(dir.join("f"), vec![3u8; 8 * len as usize]).unwrap();
     let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
     let addr = server.local_addr().to_string();
@@ -237,13 +240,13 @@ fn pipelined_lambda_ranges_are_all_answered_while_the_engine_is_full() {
                 let cfg = ClientConfig { timeout: Duration::from_secs(20), ..tenant("lam") };
                 let mut c = Client::connect(&addr, cfg).unwrap();
                 let elf = storefn_progs::must("lambda/stats64");
-                let hash = c.load_prog(msg::PROG_TYPE_LAMBDA, b"", elf).unwrap();
-                let reqs: Vec<Req> = (0..64u64)
-                    .map(|i| Req::Lambda {
-                        path: "f".into(),
+                let hash = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
+                let reqs: Vec<Request<'_>> = (0..64u64)
+                    .map(|i| Request::Lambda {
+                        path: b"f",
                         offset: ((i + k) % 8) * u64::from(len),
                         len,
-                        hash,
+                        hash: &hash,
                         out_cap: 64,
                     })
                     .collect();
@@ -290,7 +293,7 @@ fn point_reads_are_not_stalled_by_another_connections_syncs() {
             }
             let data = vec![(n % 251) as u8; 64 * 1024];
             let offset = (n % 64) * 64 * 1024;
-            let r = c.one(&Req::Write { path: "w".into(), offset, data }).unwrap();
+            let r = c.one(&Request::Write { path: b"w", offset, data: &data }).unwrap();
             assert_eq!(r.status, 0, "{:?}", r.message);
             n += 1;
         }
@@ -366,7 +369,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr();
     let mut victim =
-        Client::connect(&addr.to_string(), ClientConfig::from_token_file(&tok).unwrap()).unwrap();
+        Client::connect(&addr.to_string(), storefn_server::auth::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     // 600 sockets from 127.0.0.2 that never send a byte.
@@ -375,8 +378,8 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let attacked = victim_p99(&mut victim, 300);
     // A new client from another address still gets in and authenticates.
     let mut late =
-        Client::connect(&addr.to_string(), ClientConfig::from_token_file(&tok).unwrap()).unwrap();
-    assert_eq!(late.one(&Req::Read { path: "v".into(), offset: 0, len: 4 }).unwrap().data, [7; 4]);
+        Client::connect(&addr.to_string(), storefn_server::auth::client_config(&tok).unwrap()).unwrap();
+    assert_eq!(late.one(&Request::Read { path: b"v", offset: 0, len: 4 }).unwrap().data, [7; 4]);
     let grown = rss().saturating_sub(before);
     let refused = server.stats().refused_connections.load(Ordering::Relaxed);
     println!(
@@ -485,15 +488,15 @@ fn each_tenant_runs_under_its_own_instruction_budget() {
         [("small", 5000), ("other", storefn_server::server::DEFAULT_TENANT_INSN_BUDGET)]
     {
         let mut c = Client::connect(&addr, tenant(name)).unwrap();
-        let spin = c.load_prog(msg::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+        let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
         let t = Instant::now();
         let e = c
-            .one(&Req::Xrp {
-                path: "loop".into(),
+            .one(&Request::Xrp {
+                path: b"loop",
                 offset: 0,
                 len: 512,
-                hash: spin,
-                scratch: vec![],
+                hash: &spin,
+                scratch: &[],
                 out_len: 0,
             })
             .unwrap_err();
@@ -529,14 +532,14 @@ fn a_tenant_burning_cpu_in_its_programs_leaves_the_thread_to_others() {
             std::thread::spawn(move || {
                 let mut c = Client::connect(&addr, tenant("burner")).unwrap();
                 let spin =
-                    c.load_prog(msg::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
-                let reqs: Vec<Req> = (0..128)
-                    .map(|_| Req::Xrp {
-                        path: "loop".into(),
+                    c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+                let reqs: Vec<Request<'_>> = (0..128)
+                    .map(|_| Request::Xrp {
+                        path: b"loop",
                         offset: 0,
                         len: 512,
-                        hash: spin,
-                        scratch: vec![],
+                        hash: &spin,
+                        scratch: &[],
                         out_len: 0,
                     })
                     .collect();

@@ -287,33 +287,3 @@ fn lambda_bounds_match_code() {
         format!("1..={MAX_LAMBDA_WRITE_OUT_BYTES} output bytes")
     );
 }
-
-#[test]
-fn the_token_file_example_and_options_parse_as_documented() {
-    use storefn_server::access::{Access, Scope, DEFAULT_GROW_QUOTA};
-    let start = DOC.find("\n### Token file\n").expect("FORMAT.md documents the token file");
-    let section = &DOC[start..];
-    let section = &section[..section[1..].find("\n### ").unwrap_or(section.len())];
-    // The example is the section's last code block.
-    let example = section.rsplit("```").nth(1).expect("an example block");
-    let dir = std::env::temp_dir().join(format!("storefn-tokdoc-{}", std::process::id()));
-    std::fs::write(&dir, example).unwrap();
-    let toks = storefn_server::auth::load_tokens(&dir);
-    std::fs::remove_file(&dir).unwrap();
-    let scopes: Vec<Scope> = toks.unwrap().iter().map(|t| Scope::of(t).unwrap()).collect();
-    assert_eq!(scopes[0], Scope::default());
-    assert_eq!(scopes[1].write_quota, Some(64 << 30));
-    assert_eq!(
-        (scopes[2].access, scopes[2].dirs.clone()),
-        (Access::ReadOnly, vec!["db".to_string(), "shared/tables".to_string()])
-    );
-    // Every option of the table is one the parser knows, and the stated defaults are the code's.
-    for row in rows("### Token file") {
-        for opt in row[0].split(" / ") {
-            let example = opt.replace("SUB", "d").replace("SIZE", "1K");
-            assert!(Scope::parse(&[example.as_str()]).is_ok(), "{opt}");
-        }
-    }
-    assert_eq!(DEFAULT_GROW_QUOTA, 1 << 30);
-    assert!(section.contains("| `1G` |"));
-}
