@@ -102,8 +102,8 @@ fn many_range_reads_in_flight_land_where_asked() {
         .collect();
     for (i, &(off, len)) in reqs.iter().enumerate() {
         let at = i * slot + (off % 4096) as usize;
-        // SAFETY: `buf` is neither dropped nor touched until every completion below arrived.
-        unsafe { e.submit_range(id, off, len as u64, &mut buf, at, i as u64) }.unwrap();
+        // `buf` is neither dropped nor touched until every completion below arrived.
+        submit(&mut e, id, off, len as u64, &mut buf, at, i as u64).unwrap();
     }
     let mut seen = vec![None; n];
     while e.live() > 0 {
@@ -122,6 +122,21 @@ fn many_range_reads_in_flight_land_where_asked() {
     }
 }
 
+/// `submit_range` for these tests: each reaps every read it submitted before it reads or
+/// drops the buffer.
+fn submit(
+    e: &mut Engine,
+    id: FileId,
+    off: u64,
+    len: u64,
+    buf: &mut RangeBuf,
+    at: usize,
+    token: u64,
+) -> Result<(), SubmitError> {
+    // SAFETY: every caller reaps each accepted read before touching or dropping `buf`.
+    unsafe { e.submit_range(id, off, len, buf, at, token) }
+}
+
 #[test]
 fn refusals_are_typed_errors_and_past_eof_names_the_offset() {
     let f = tmp_file("range-refuse", &random_bytes(5, FILE_BYTES));
@@ -129,25 +144,24 @@ fn refusals_are_typed_errors_and_past_eof_names_the_offset() {
     let (mut e, id) = engine_with(cfg, &f);
     let mut buf = RangeBuf::new(range_buf_bytes(2 * MAX_RANGE_BYTES)).unwrap();
     let too_long = (MAX_RANGE_BYTES + 1) as u64;
-    // SAFETY (every submit below): refused before any I/O, or reaped before `buf` is dropped.
-    let r = unsafe { e.submit_range(id, 0, too_long, &mut buf, 0, 0) };
+    let r = submit(&mut e, id, 0, too_long, &mut buf, 0, 0);
     assert_eq!(r, Err(SubmitError::RangeTooLong { len: too_long, max: MAX_RANGE_BYTES }));
-    let r = unsafe { e.submit_range(id, 100, 10, &mut buf, 0, 0) };
+    let r = submit(&mut e, id, 100, 10, &mut buf, 0, 0);
     assert!(matches!(r, Err(SubmitError::BadRange { at: 0, .. })), "{r:?}");
-    let r = unsafe { e.submit_range(id, 0, 0, &mut buf, 0, 0) };
+    let r = submit(&mut e, id, 0, 0, &mut buf, 0, 0);
     assert!(matches!(r, Err(SubmitError::BadRange { .. })), "{r:?}");
     let cap = buf.capacity();
-    let r = unsafe { e.submit_range(id, 0, 4096, &mut buf, cap - 2048 - 4096, 0) };
+    let r = submit(&mut e, id, 0, 4096, &mut buf, cap - 2048 - 4096, 0);
     assert!(matches!(r, Err(SubmitError::BadRange { .. })), "misaligned at: {r:?}");
-    let r = unsafe { e.submit_range(id, 0, 8192, &mut buf, cap - 4096, 0) };
+    let r = submit(&mut e, id, 0, 8192, &mut buf, cap - 4096, 0);
     assert!(matches!(r, Err(SubmitError::BadRange { .. })), "does not fit: {r:?}");
     assert_eq!(e.live(), 0);
     // The in-flight bound.
     for t in 0..2 {
-        unsafe { e.submit_range(id, 0, 4096, &mut buf, t * 8192, t as u64) }.unwrap();
+        submit(&mut e, id, 0, 4096, &mut buf, t * 8192, t as u64).unwrap();
     }
     assert_eq!(e.free_range_reads(), 0);
-    let r = unsafe { e.submit_range(id, 0, 4096, &mut buf, 3 * 8192, 9) };
+    let r = submit(&mut e, id, 0, 4096, &mut buf, 3 * 8192, 9);
     assert_eq!(r, Err(SubmitError::RangeReadsFull { max: 2 }));
     e.wait(2, &mut NoFunction, |c| assert!(c.result.is_ok())).unwrap();
     // Past the end of the file: the read fails and names where.
@@ -213,8 +227,8 @@ fn range_reads_and_chains_share_one_reap() {
     for (i, &head) in lists.heads.iter().enumerate() {
         e.submit_chain(id, head, 16, i as u64, |_| {}).unwrap();
     }
-    // SAFETY: `buf` is untouched until the range read's completion arrives below.
-    unsafe { e.submit_range(id, 1000, 200_000, &mut buf, 1000, 1 << 40) }.unwrap();
+    // `buf` is untouched until the range read's completion arrives below.
+    submit(&mut e, id, 1000, 200_000, &mut buf, 1000, 1 << 40).unwrap();
     let (mut chains, mut range) = (0, None);
     while e.live() > 0 {
         e.wait(1, &mut walker, |c| {
