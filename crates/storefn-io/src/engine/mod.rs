@@ -105,7 +105,9 @@ pub struct Completion<'a> {
     pub result: Result<ChainStats, ChainError>,
     /// The chain's scratch (all [`SCRATCH_BYTES`]); a plain read's is empty.
     pub scratch: &'a [u8],
-    /// A plain read's bytes (exactly the requested range); empty for chains.
+    /// A plain read's bytes (exactly the requested range, in the engine's buffer) or a range
+    /// read's (exactly the requested range, inside the caller's [`RangeBuf`]); empty for chains
+    /// and failed reads.
     pub data: &'a [u8],
 }
 
