@@ -85,6 +85,19 @@ impl RangeBuf {
     }
 }
 
+/// Aborts the process if dropped while unwinding: reads into a caller's buffer may still be
+/// in flight, and returning by panic would end the buffer's borrow under the kernel.
+struct AbortOnUnwind(&'static str);
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("storefn-io: panic during {} with reads in flight", self.0);
+            std::process::abort();
+        }
+    }
+}
+
 /// A registration slot: the id of the [`RangeBuf`] registered there (0: empty).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct RangeReg {
@@ -279,6 +292,9 @@ impl Engine {
         }
         let origin = offset - head as u64;
         let (mut next, mut failed) = (offset, None);
+        // A panic between the first submit and the last completion (a bookkeeping assertion)
+        // would unwind past reads into `buf`, which the caller could then free.
+        let guard = AbortOnUnwind("a synchronous range read");
         while next < end || self.live > 0 {
             while next < end && failed.is_none() && self.free_range_reads() > 0 {
                 let piece_end = end
@@ -302,6 +318,7 @@ impl Engine {
                 next = end;
             }
         }
+        std::mem::forget(guard);
         failed.map_or(Ok(head..head + len as usize), Err)
     }
 
