@@ -133,6 +133,12 @@ pub enum EngineError {
     RawBlockSize { path: PathBuf, block: u64, max: usize },
     #[error("file id {file} is not open in raw mode")]
     NotRaw { file: u32 },
+    #[error("range buffer of {capacity} B: must be 1..={max} B")]
+    RangeBufSize { capacity: usize, max: usize },
+    #[error("all {slots} range-buffer registration slots are taken: unregister one first")]
+    RangeBufSlotsFull { slots: usize },
+    #[error("registering a range buffer of {bytes} B failed: {errno}")]
+    RegisterRangeBuf { bytes: usize, errno: Errno },
 }
 
 /// Submitting a chain or read was refused before any I/O; nothing was queued.
@@ -147,6 +153,12 @@ pub enum SubmitError {
     Closing { file: u32 },
     #[error("scratch of {len} B exceeds the {max} B a chain slot holds")]
     ScratchTooLarge { len: usize, max: usize },
+    #[error("range read of {len} B exceeds the {max} B one range read serves")]
+    RangeTooLong { len: u64, max: usize },
+    #[error("range {offset:#x}+{len} into a {capacity} B buffer at {at}: {why}")]
+    BadRange { offset: u64, len: u64, at: usize, capacity: usize, why: &'static str },
+    #[error("all {max} range reads are in flight: reap completions first")]
+    RangeReadsFull { max: usize },
 }
 
 /// Where a chain was when it failed: enough to redo the lookup with plain reads.
@@ -203,6 +215,11 @@ pub enum ChainError {
     ShortRead { at: ChainAt, got: u64, want: u64 },
     #[error("{at}: the function set no request and did not set done")]
     Stalled { at: ChainAt },
+    #[error(
+        "{at}: the range's aligned cover ({skip} B before it on the device) does not fit the \
+         caller's buffer at the given position"
+    )]
+    RangeCover { at: ChainAt, skip: u64 },
     #[error("synchronous call refused: the engine has {active} chains in flight")]
     NotIdle { active: usize },
     #[error("synchronous call refused: {0}")]
@@ -225,6 +242,7 @@ impl ChainError {
             | Self::Fault { at, .. }
             | Self::Io { at, .. }
             | Self::ShortRead { at, .. }
+            | Self::RangeCover { at, .. }
             | Self::Stalled { at } => Some(*at),
             Self::NotIdle { .. } | Self::Submit(_) | Self::Ring { .. } => None,
         }

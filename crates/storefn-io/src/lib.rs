@@ -4,6 +4,23 @@
 //! a table of chain slots. A *chain* starts with one block read; each completed block is handed
 //! to a [`StorageFn`] with an XRP context; the function's `next_addr[]`/`size[]` requests are read
 //! next, concurrently, until it sets `done`. Semantics: docs/design/io.md, "Chains".
+//!
+//! **Range reads** move any length up to [`limits::MAX_RANGE_BYTES`] (1 MiB) per read straight
+//! into a caller-owned, pinned [`RangeBuf`] (registered with the ring by
+//! [`Engine::register_range_buf`] where there is room), O_DIRECT alignment handled by the
+//! engine: the requested bytes land at `buf[at..at + len]` with `at == offset % 4096`, and the
+//! aligned cover around them stays inside the buffer. Two ways in:
+//! - [`Engine::read_range`] (safe, synchronous, idle engine): any span that fits the buffer,
+//!   cut into concurrent 1 MiB reads; returns where the bytes are. λ-IO's local side uses it.
+//! - [`Engine::submit_range`] (`unsafe`, io_uring's contract: the buffer stays alive and
+//!   untouched until the read's completion is delivered): for an event loop that mixes range
+//!   reads with chains and sockets. Completions come from [`Engine::reap`]/[`Engine::wait`]
+//!   with the others, `data` = the requested bytes inside the caller's buffer (send them from
+//!   there: no staging copy). Bound the reads in flight with [`Engine::free_range_reads`].
+//!
+//! Hops of a chain are at most [`EngineConfig::hop_bytes`] (default 4 KiB, up to
+//! [`limits::MAX_HOP_BYTES`] = 64 KiB); the context's `data_len` tells the function how many
+//! bytes `data` holds.
 
 pub mod digest;
 pub mod engine;
@@ -14,14 +31,15 @@ pub mod limits;
 mod region;
 pub mod storage;
 
-pub use engine::{ChainStats, Completion, Engine, EngineConfig, NoFunction};
+pub use engine::{ChainStats, Completion, Engine, EngineConfig, NoFunction, RangeBuf};
 pub use error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
 pub use file::{FileId, IoMode, Target};
 pub use storefn_vm::{VmError, XrpCtx};
 
 /// A storage function as the engine calls it: one invocation per completed block.
 ///
-/// `data` is the block's view (read-only, at most 4 KiB), `scratch` the chain's scratch; the
+/// `data` is the block's view (read-only: up to max(requested size, 4 KiB) bytes, the hop's
+/// `data_len`), `scratch` the chain's scratch; the
 /// engine has cleared `ctx.done`/`next_addr`/`size` and set `ctx.slot` before the call.
 pub trait StorageFn {
     /// Runs the function once on a block of the chain submitted with `token`. A function that

@@ -31,20 +31,55 @@ pub const MAX_FANOUT: usize = XRP_MAX_FANOUT;
 /// fan-out so a per-chain request table of fixed size suffices (no allocation per I/O).
 pub const MAX_OUTSTANDING_PER_CHAIN: usize = XRP_MAX_FANOUT;
 
-/// Bytes of a block the function may read through `data`: min(this, bytes read after `data`).
+/// XRP's window: a hop of at most this many bytes shows the function
+/// min(this, bytes read after the requested byte) through `data` (XRP's and BPF-KV's programs
+/// read a 4 KiB window behind a 512 B request).
 pub const DATA_VIEW_BYTES: usize = XRP_DATA_VIEW_BYTES;
-/// Largest request (`size[i]`, or a plain read's length) in bytes: one data view.
-pub const MAX_REQUEST_BYTES: usize = DATA_VIEW_BYTES;
+/// Default largest hop (`size[i]`, or a plain read's length): one data view, so an engine's
+/// registered buffers stay 8 KiB each unless it is built for larger hops.
+pub const DEFAULT_HOP_BYTES: usize = DATA_VIEW_BYTES;
+/// Largest hop an engine can be built for ([`crate::EngineConfig::hop_bytes`]): real engines'
+/// pages (WiredTiger leaves default to 32 KiB, RocksDB blocks pass their 4 KiB target) fit one
+/// hop. A hop larger than [`DATA_VIEW_BYTES`] shows its requested size through `data`, and the
+/// context's `data_len` says how many bytes that is.
+pub const MAX_HOP_BYTES: usize = 64 << 10;
 /// Largest logical block (O_DIRECT offset alignment) the engine widens requests to.
 pub const MAX_BLOCK_ALIGN: usize = 4096;
-/// One registered buffer: a widened request of at most [`MAX_REQUEST_BYTES`] plus up to one
-/// alignment unit of head/tail padding always fits.
-pub const SLOT_BUFFER_BYTES: usize = DATA_VIEW_BYTES + MAX_BLOCK_ALIGN;
 /// Memory alignment of every registered buffer (O_DIRECT needs at most the page size here).
 pub const BUFFER_ALIGN: usize = 4096;
 
+/// Largest range one range read ([`crate::Engine::submit_range`]) serves: one SQE. λ-IO's 1 MiB
+/// requests are one read; [`crate::Engine::read_range`] cuts longer spans into reads of this
+/// size (at aligned file offsets, so their aligned covers never overlap).
+pub const MAX_RANGE_BYTES: usize = 1 << 20;
+/// Largest [`crate::RangeBuf`]: io_uring refuses to register a buffer above 1 GiB, and a span
+/// read with [`crate::Engine::read_range`] must fit one buffer.
+pub const MAX_RANGE_BUF_BYTES: usize = 1 << 30;
+/// Default number of range reads an engine has in flight at once (a 64 MiB span is 64 reads).
+pub const DEFAULT_RANGE_READS: usize = 64;
+/// Upper bound on [`crate::EngineConfig::range_reads`]; with [`MAX_RING_DEPTH`] it keeps the
+/// ring within io_uring's 32768 submission entries.
+pub const MAX_RANGE_READS: usize = 4096;
+/// Default number of registered-buffer slots the engine keeps for callers' range buffers.
+pub const DEFAULT_RANGE_BUF_SLOTS: usize = 8;
+
 /// Scratch bytes per chain slot (XRP's 4 KiB, application-owned arguments and results).
 pub const SCRATCH_BYTES: usize = XRP_SCRATCH_BYTES;
+
+/// One registered chain buffer of an engine whose hops are at most `hop_bytes`: a widened hop
+/// plus up to one alignment unit of head/tail padding always fits.
+#[must_use]
+pub const fn slot_buffer_bytes(hop_bytes: usize) -> usize {
+    hop_bytes + MAX_BLOCK_ALIGN
+}
+
+/// Capacity a [`crate::RangeBuf`] needs for a range of `len` bytes read with
+/// [`crate::Engine::read_range`] at any offset: the range lands `offset % MAX_BLOCK_ALIGN` bytes
+/// in and its aligned cover ends on the next [`MAX_BLOCK_ALIGN`] boundary.
+#[must_use]
+pub const fn range_buf_bytes(len: usize) -> usize {
+    len.next_multiple_of(MAX_BLOCK_ALIGN) + MAX_BLOCK_ALIGN
+}
 
 /// Least time between two attempts of [`crate::Engine::retry_raw`] to set raw mode up again
 /// after it was dropped (a writer held the file): each attempt takes a lease and runs FIEMAP,
@@ -60,8 +95,12 @@ pub const REGISTERED_FILE_SLOTS: usize = 2 * MAX_FILES;
 const _: () = {
     assert!(DEFAULT_BUFFERS <= DEFAULT_RING_DEPTH as usize);
     assert!(MAX_BUFFERS <= u16::MAX as usize + 1);
-    assert!(SLOT_BUFFER_BYTES.is_multiple_of(BUFFER_ALIGN));
     assert!(MAX_BLOCK_ALIGN.is_power_of_two());
+    assert!(BUFFER_ALIGN.is_multiple_of(MAX_BLOCK_ALIGN));
     assert!(DATA_VIEW_BYTES.is_multiple_of(MAX_BLOCK_ALIGN));
+    assert!(MAX_HOP_BYTES.is_multiple_of(MAX_BLOCK_ALIGN) && MAX_HOP_BYTES >= DATA_VIEW_BYTES);
+    assert!(MAX_RANGE_BYTES.is_multiple_of(MAX_BLOCK_ALIGN));
+    assert!(MAX_RANGE_BYTES <= MAX_RANGE_BUF_BYTES && MAX_RANGE_BYTES < u32::MAX as usize);
+    assert!(MAX_RING_DEPTH as usize + MAX_RANGE_READS <= 32768);
     assert!(MAX_OUTSTANDING_PER_CHAIN <= u8::MAX as usize);
 };

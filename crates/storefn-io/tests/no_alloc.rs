@@ -7,7 +7,8 @@ mod digest_support;
 use std::fs::File;
 
 use common::*;
-use storefn_io::{EngineConfig, NoFunction};
+use storefn_io::limits::{range_buf_bytes, MAX_RANGE_BYTES};
+use storefn_io::{EngineConfig, NoFunction, RangeBuf};
 use storefn_testkit::CountingAlloc;
 
 #[global_allocator]
@@ -155,4 +156,43 @@ fn steady_state_raw_mode_chains_allocate_nothing() {
     let device = run(&mut e);
     assert_eq!(allocs() - before, 0, "allocations during {device} raw device hops");
     assert_eq!(device, 8000);
+}
+
+#[test]
+fn steady_state_range_reads_allocate_nothing() {
+    let bytes: Vec<u8> = (0..3 * MAX_RANGE_BYTES + 777).map(|i| (i % 253) as u8).collect();
+    let f = tmp_file("noalloc-range", &bytes);
+    let (mut e, id) = engine_with(EngineConfig::default(), &f);
+    let span = 2 * MAX_RANGE_BYTES + 4097;
+    let mut buf = RangeBuf::new(range_buf_bytes(span)).unwrap();
+    let mut unreg = RangeBuf::new(range_buf_bytes(MAX_RANGE_BYTES)).unwrap();
+    assert!(e.register_range_buf(&buf).unwrap());
+    let mut run = |e: &mut storefn_io::Engine, rounds: u64| {
+        let mut sum = 0u64;
+        for r in 0..rounds {
+            // 1 MiB requests (one read) at aligned and unaligned offsets, and a span of three.
+            for off in [0u64, 4096 * r, 511 + r] {
+                let rg = e.read_range(id, off, MAX_RANGE_BYTES as u64, &mut buf).unwrap();
+                sum += u64::from(buf.as_slice()[rg.start]);
+                let rg = e.read_range(id, off + 3, 70_000, &mut unreg).unwrap();
+                sum += u64::from(unreg.as_slice()[rg.end - 1]);
+            }
+            let rg = e.read_range(id, 333, span as u64, &mut buf).unwrap();
+            assert_eq!(buf.as_slice()[rg.end - 1], bytes[333 + span - 1]);
+            // Asynchronous reads of 64 KiB, several in flight, reaped in batches.
+            for t in 0..8u64 {
+                let at = (t as usize) * (68 << 10);
+                // SAFETY: `buf` is untouched until the wait below delivered all eight.
+                unsafe { e.submit_range(id, t * 4096, 64 << 10, &mut buf, at, t) }.unwrap();
+            }
+            e.wait(8, &mut NoFunction, |c| sum += u64::from(c.data[0])).unwrap();
+        }
+        sum
+    };
+    run(&mut e, 1);
+    let before = allocs();
+    let sum = run(&mut e, 20);
+    let after = allocs();
+    assert!(sum > 0);
+    assert_eq!(after - before, 0, "allocations during range reads");
 }

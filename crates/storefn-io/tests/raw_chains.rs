@@ -406,3 +406,48 @@ fn loop_devices_take_ring_reads() {
     let id = open_raw(&mut e, &p);
     assert_eq!(e.raw_reads_inline(id), Some(false), "loop (blk-mq) supports NOWAIT");
 }
+
+/// Range reads in raw mode on `path` (fragmented every [`CHUNK`]): within one extent the read
+/// goes to the device, across extents through the file; both give `pread`'s bytes.
+fn raw_range_reads_match_pread(path: &Path, bytes: &[u8], want_inline: bool) {
+    use storefn_io::limits::range_buf_bytes;
+    use storefn_io::{NoFunction, RangeBuf};
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    let id = open_raw(&mut e, path);
+    assert_eq!(e.raw_reads_inline(id), Some(want_inline));
+    let mut buf = RangeBuf::new(range_buf_bytes(bytes.len())).unwrap();
+    e.register_range_buf(&buf).unwrap();
+    // Inside one chunk (one extent): a device read.
+    for (off, len) in [(CHUNK as u64 + 100, 5000u64), (3 * CHUNK as u64, CHUNK as u64)] {
+        let at = (off % 4096) as usize;
+        // SAFETY: `buf` is untouched until the wait below delivered this read.
+        unsafe { e.submit_range(id, off, len, &mut buf, at, 1) }.unwrap();
+        let mut stats = None;
+        e.wait(1, &mut NoFunction, |c| {
+            assert!(c.data == &bytes[off as usize..(off + len) as usize], "{off}+{len}");
+            stats = Some(c.result.unwrap());
+        })
+        .unwrap();
+        assert_eq!(stats.unwrap().device_hops, 1, "{off}+{len} reads the device");
+    }
+    // Across extents (through the file) and the whole file in one span.
+    for (off, len) in [(CHUNK as u64 - 300, 1000u64), (1, bytes.len() as u64 - 1)] {
+        let r = e.read_range(id, off, len, &mut buf).unwrap();
+        assert!(buf.as_slice()[r] == bytes[off as usize..(off + len) as usize], "{off}+{len}");
+    }
+}
+
+#[test]
+fn raw_range_reads_match_pread_on_loop_and_zram() {
+    let bytes = pattern(9, 0, 40 * CHUNK);
+    if let Some(fs) = fragmented_fs(FsKind::Ext4) {
+        let path = fs.path("range");
+        write_fragmented(&path, &fs.path("range-filler"), &bytes);
+        raw_range_reads_match_pread(&path, &bytes, false);
+    }
+    if let Some(fs) = digest_support::ZramFs::new("256M") {
+        let path = fs.path("range");
+        write_fragmented(&path, &fs.path("range-filler"), &bytes);
+        raw_range_reads_match_pread(&path, &bytes, true);
+    }
+}

@@ -1,19 +1,19 @@
 //! The local side: `pread_lambda` / `pwrite_lambda` on a file of this machine.
 //!
-//! Reads go through a storefn-io [`Engine`]: the range is cut into reads of at most
-//! [`READ_CHUNK_BYTES`] (one registered buffer each), all submitted before the first reap (up to
-//! the engine's chain slots, then refilled as they complete), and each completion is copied from
-//! its registered buffer into the λ input at its place. The function runs once over the whole
-//! input after the last read lands. The input buffer grows to the largest range read and is then
-//! reused: no allocation per request in steady state.
+//! Reads go through a storefn-io [`Engine`]'s range reads ([`Engine::read_range`]): the range
+//! lands in one caller-owned, registered [`RangeBuf`] (cut by the engine into concurrent reads
+//! of at most [`storefn_io::limits::MAX_RANGE_BYTES`], at aligned offsets, so a 1 MiB request is
+//! one read), and the function runs over it where the device put it: no staging copy. The
+//! buffer grows to the largest range read and is then reused: no allocation per request in
+//! steady state.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use storefn_io::limits::MAX_REQUEST_BYTES;
-use storefn_io::{ChainError, Engine, EngineConfig, FileId, IoMode, NoFunction};
+use storefn_io::limits::range_buf_bytes;
+use storefn_io::{ChainError, Engine, EngineConfig, FileId, IoMode, RangeBuf};
 use storefn_vm::Instance;
 
 use crate::cache::{self, Probe};
@@ -21,8 +21,6 @@ use crate::dispatch::{Run, Side, SideKind};
 use crate::error::LambdaError;
 use crate::prog::run_lambda;
 
-/// Bytes per engine read: one registered buffer's data view.
-pub const READ_CHUNK_BYTES: u64 = MAX_REQUEST_BYTES as u64;
 /// Largest range one λ request reads (the input buffer is at most this big).
 pub const MAX_RANGE_BYTES: u64 = 64 << 20;
 
@@ -44,7 +42,11 @@ pub struct LocalFile {
     file: File,
     path: PathBuf,
     size_bytes: u64,
-    input: Vec<u8>,
+    /// The λ input: where range reads land (registered with `engine`); `None` until the first
+    /// read.
+    input: Option<RangeBuf>,
+    /// Where the last range read's bytes are in `input`.
+    last: std::ops::Range<usize>,
 }
 
 impl LocalFile {
@@ -63,7 +65,7 @@ impl LocalFile {
             source,
         })?;
         let size_bytes = engine.file_size(id).unwrap_or(0);
-        Ok(Self { engine, id, file, path: path.to_path_buf(), size_bytes, input: Vec::new() })
+        Ok(Self { engine, id, file, path: path.to_path_buf(), size_bytes, input: None, last: 0..0 })
     }
 
     #[must_use]
@@ -117,47 +119,45 @@ impl LocalFile {
     /// Reads `[off, off + len)` through the engine into the input buffer and returns it.
     ///
     /// # Errors
-    /// Range errors, [`LambdaError::Submit`], [`LambdaError::Read`] naming the failed offset.
+    /// Range errors, [`LambdaError::Engine`] (growing the input buffer),
+    /// [`LambdaError::Submit`] (a read the engine refused), [`LambdaError::Read`] naming the
+    /// failed offset.
     pub fn read_range(&mut self, off: u64, len: u64) -> Result<&[u8], LambdaError> {
-        let n = self.check_range(off, len)?;
-        if self.input.len() < n {
-            self.input.resize(n, 0);
+        self.check_range(off, len)?;
+        if len == 0 {
+            // Nothing to read (the engine refuses empty reads); the function sees no input.
+            self.last = 0..0;
+            return Ok(&[]);
         }
-        let chunks = len.div_ceil(READ_CHUNK_BYTES);
-        let (mut next, mut done) = (0u64, 0u64);
-        let mut failed: Option<(u64, ChainError)> = None;
-        // After a failure nothing new is submitted; what is in flight is reaped (the engine's
-        // slots must be free for the next request) and the first failure is reported.
-        while done < next || (done < chunks && failed.is_none()) {
-            while next < chunks && failed.is_none() && self.engine.free_slots() > 0 {
-                let at = next * READ_CHUNK_BYTES;
-                let l = READ_CHUNK_BYTES.min(len - at);
-                self.engine.submit_read(self.id, off + at, l, next).map_err(|source| {
-                    LambdaError::Submit { path: self.path.clone(), off: off + at, source }
-                })?;
-                next += 1;
+        self.grow_input(len)?;
+        let input = self.input.as_mut().expect("grown above");
+        let path = &self.path;
+        let r = self.engine.read_range(self.id, off, len, input).map_err(|e| match e {
+            ChainError::Submit(source) => LambdaError::Submit { path: path.clone(), off, source },
+            source => {
+                let at = source.at().map_or(off, |a| a.addr);
+                LambdaError::Read { path: path.clone(), off: at, source }
             }
-            let input = &mut self.input;
-            let got = self
-                .engine
-                .wait(1, &mut NoFunction, |c| match c.result {
-                    Ok(_) => {
-                        let at = usize::try_from(c.token * READ_CHUNK_BYTES).unwrap();
-                        input[at..at + c.data.len()].copy_from_slice(c.data);
-                    }
-                    Err(e) => {
-                        if failed.is_none() {
-                            failed = Some((c.token * READ_CHUNK_BYTES, e));
-                        }
-                    }
-                })
-                .map_err(|source| LambdaError::Engine { path: self.path.clone(), source })?;
-            done += got as u64;
+        })?;
+        self.last = r.clone();
+        Ok(&input.as_slice()[r])
+    }
+
+    /// The input buffer, grown (and registered with the engine) to hold a range of `len`
+    /// bytes at any offset.
+    fn grow_input(&mut self, len: u64) -> Result<(), LambdaError> {
+        let need = range_buf_bytes(usize::try_from(len).expect("len <= MAX_RANGE_BYTES fits"));
+        let eng_err = |source| LambdaError::Engine { path: self.path.clone(), source };
+        if self.input.as_ref().is_none_or(|b| b.capacity() < need) {
+            if let Some(old) = self.input.take() {
+                self.engine.unregister_range_buf(&old).map_err(eng_err)?;
+            }
+            let buf = RangeBuf::new(need).map_err(eng_err)?;
+            // Unregistered (no slot) still works; registration only saves pinning per read.
+            self.engine.register_range_buf(&buf).map_err(eng_err)?;
+            self.input = Some(buf);
         }
-        if let Some((at, source)) = failed {
-            return Err(LambdaError::Read { path: self.path.clone(), off: off + at, source });
-        }
-        Ok(&self.input[..n])
+        Ok(())
     }
 
     /// λ-IO's `pread_λ`: reads `[off, off + len)` and runs `prog` over it into `out`; returns
@@ -175,8 +175,8 @@ impl LocalFile {
         let t0 = Instant::now();
         self.read_range(off, len)?;
         let t1 = Instant::now();
-        let n = usize::try_from(len).expect("checked by read_range");
-        let bytes = run_lambda(prog, off, &self.input[..n], out)?;
+        let input = self.input.as_ref().map_or(&[][..], |b| &b.as_slice()[self.last.clone()]);
+        let bytes = run_lambda(prog, off, input, out)?;
         let t2 = Instant::now();
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Ok((bytes, LocalTimes { io_ns: ns(t1 - t0), compute_ns: ns(t2 - t1) }))

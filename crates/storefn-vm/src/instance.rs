@@ -307,6 +307,7 @@ impl Instance {
         // running a program on another type's (smaller) context would let an elided load leave it.
         assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
         ctx.data = data.as_ptr() as u64;
+        ctx.data_len = data.len() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
         // The per-call slots are a function of these five words alone; when they equal the

@@ -158,17 +158,17 @@ mod tests {
     fn stack_and_context_accesses_are_proved_where_every_path_stays_inside() {
         let ldx = BPF_LDX | BPF_MEM | BPF_DW;
         let p = vec![
-            ins(ldx, 2, 1, 0, 0),                         // 0: ctx->data: proved
-            ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 1, 0, 0), // 1: r6 = ctx
-            ins(ldx, 3, 6, 272, 0),                       // 2: ctx->scratch via the copy: proved
-            ins(ldx, 3, 6, 280, 0),                       // 3: past the context: checked
-            ins(ldx, 4, 2, 0, 0),                         // 4: data (ctx->data): proved
-            ins(BPF_ST | BPF_MEM | BPF_W, 10, 0, -4, 1),  // 5: stack: proved
-            ins(BPF_ST | BPF_MEM | BPF_W, 6, 0, 8, 1),    // 6: ctx->done store: proved
-            ins(BPF_JMP | BPF_JEQ | BPF_K, 4, 0, 1, 0),   // 7: if r4 == 0 skip the next
-            ins(BPF_ALU64 | BPF_ADD | BPF_K, 6, 0, 0, 8), // 8: r6 = ctx + 8 on one path
-            ins(ldx, 0, 6, 0, 0),                         // 9: ctx+0 or ctx+8: proved
-            ins(ldx, 0, 6, 272, 0),                       // 10: ctx+272 or ctx+280: checked
+            ins(ldx, 2, 1, 0, 0),                          // 0: ctx->data: proved
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 1, 0, 0),  // 1: r6 = ctx
+            ins(ldx, 3, 6, 272, 0),                        // 2: ctx->scratch via the copy: proved
+            ins(ldx, 3, 6, 288, 0),                        // 3: past the context: checked
+            ins(ldx, 4, 2, 0, 0),                          // 4: data (ctx->data): proved
+            ins(BPF_ST | BPF_MEM | BPF_W, 10, 0, -4, 1),   // 5: stack: proved
+            ins(BPF_ST | BPF_MEM | BPF_W, 6, 0, 8, 1),     // 6: ctx->done store: proved
+            ins(BPF_JMP | BPF_JEQ | BPF_K, 4, 0, 1, 0),    // 7: if r4 == 0 skip the next
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 6, 0, 0, 16), // 8: r6 = ctx + 16 on one path
+            ins(ldx, 0, 6, 0, 0),                          // 9: ctx+0 or ctx+16: proved
+            ins(ldx, 0, 6, 272, 0),                        // 10: ctx+272 or ctx+288: checked
             ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
         ];
         let want = [true, false, true, false, true, true, true, false, false, true, false, false];

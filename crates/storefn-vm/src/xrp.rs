@@ -3,7 +3,9 @@
 
 /// Fan-out limit: `next_addr[]` / `size[]` slots per invocation (XRP's 16).
 pub const XRP_MAX_FANOUT: usize = 16;
-/// Bytes of the block the function may read through `data` unless the caller says otherwise.
+/// Bytes of the block XRP's programs may read through `data` (XRP's verifier window). A hop
+/// may hold more (an engine built for larger hops); `data_len` says how many, and every access
+/// past them is refused at run time.
 pub const XRP_DATA_VIEW_BYTES: usize = 4096;
 /// Bytes of the scratch buffer the application lends each chain.
 pub const XRP_SCRATCH_BYTES: usize = 4096;
@@ -15,7 +17,9 @@ pub const XRP_OFF_SLOT: usize = 12;
 pub const XRP_OFF_NEXT_ADDR: usize = 16;
 pub const XRP_OFF_SIZE: usize = 144;
 pub const XRP_OFF_SCRATCH: usize = 272;
-pub const XRP_CTX_BYTES: usize = 280;
+/// storefn extension after XRP's 280 bytes: bytes the hop holds (`data`'s length).
+pub const XRP_OFF_DATA_LEN: usize = 280;
+pub const XRP_CTX_BYTES: usize = 288;
 
 /// `struct bpf_xrp` as the program sees it.
 ///
@@ -32,6 +36,9 @@ pub struct XrpCtx {
     pub next_addr: [u64; XRP_MAX_FANOUT],
     pub size: [u64; XRP_MAX_FANOUT],
     pub scratch: u64,
+    /// storefn extension after XRP's layout: bytes `data` holds (the hop's view, set by the
+    /// runtime on every call; read-only to the program). XRP's programs never look past 280.
+    pub data_len: u64,
 }
 
 impl Default for XrpCtx {
@@ -43,6 +50,7 @@ impl Default for XrpCtx {
             next_addr: [0; XRP_MAX_FANOUT],
             size: [0; XRP_MAX_FANOUT],
             scratch: 0,
+            data_len: 0,
         }
     }
 }
@@ -71,6 +79,7 @@ const _: () = {
     assert!(std::mem::offset_of!(XrpCtx, next_addr) == XRP_OFF_NEXT_ADDR);
     assert!(std::mem::offset_of!(XrpCtx, size) == XRP_OFF_SIZE);
     assert!(std::mem::offset_of!(XrpCtx, scratch) == XRP_OFF_SCRATCH);
+    assert!(std::mem::offset_of!(XrpCtx, data_len) == XRP_OFF_DATA_LEN);
 };
 
 /// The λ program type's context: `struct context { void *buf_o; void *buf_i; size_t size_i; }`.

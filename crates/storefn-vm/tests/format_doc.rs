@@ -2,8 +2,8 @@
 //! them against the constants the verifier, JIT and engine use.
 
 use storefn_vm::xrp::{
-    LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_MAX_FANOUT, XRP_OFF_DATA, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
-    XRP_OFF_SCRATCH, XRP_OFF_SIZE, XRP_OFF_SLOT,
+    LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_MAX_FANOUT, XRP_OFF_DATA, XRP_OFF_DATA_LEN, XRP_OFF_DONE,
+    XRP_OFF_NEXT_ADDR, XRP_OFF_SCRATCH, XRP_OFF_SIZE, XRP_OFF_SLOT,
 };
 
 /// Rows `| offset | size | field ... |` of the table under `heading` in docs/FORMAT.md.
@@ -41,6 +41,7 @@ fn xrp_context_table_matches_code() {
     check(&rows, "next_addr", XRP_OFF_NEXT_ADDR, 8 * XRP_MAX_FANOUT);
     check(&rows, "size[", XRP_OFF_SIZE, 8 * XRP_MAX_FANOUT);
     check(&rows, "*scratch", XRP_OFF_SCRATCH, 8);
+    check(&rows, "u64 data_len", XRP_OFF_DATA_LEN, 8);
     let last = rows.iter().map(|r| r.0 + r.1).max().unwrap();
     assert_eq!(last, XRP_CTX_BYTES);
     // The rows tile the struct with no gap or overlap.

@@ -255,7 +255,7 @@ fn bad_accesses_name_instruction_and_address() {
     ));
     // One byte past the context.
     assert!(matches!(
-        run_xrp(asm![ldx(BPF_B, 0, 1, 280), exit()]).unwrap_err(),
+        run_xrp(asm![ldx(BPF_B, 0, 1, 288), exit()]).unwrap_err(),
         VmError::BadRead { insn: 0, len: 1, .. }
     ));
     // The data block is readable but not writable; scratch is both.

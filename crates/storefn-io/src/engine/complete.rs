@@ -1,11 +1,12 @@
 //! Completion: reaping CQEs in batches, running the storage function on each completed block
 //! outside the reap loop, checking raw-mode staleness and delivering finished chains.
 
+use super::range::RANGE_USER_DATA;
 use super::submit::add_request;
 use super::{ChainStats, Completion, Engine, Kind, Op, State, PROBE_USER_DATA};
 use crate::digest::DigestError;
 use crate::error::{ChainAt, ChainError, EngineError, Errno};
-use crate::limits::{DATA_VIEW_BYTES, MAX_FANOUT, SCRATCH_BYTES, SLOT_BUFFER_BYTES};
+use crate::limits::{DATA_VIEW_BYTES, MAX_FANOUT, SCRATCH_BYTES};
 use crate::StorageFn;
 
 impl Engine {
@@ -118,6 +119,10 @@ impl Engine {
         if ud == PROBE_USER_DATA {
             return;
         }
+        if ud & RANGE_USER_DATA != 0 {
+            self.on_range_cqe((ud & !RANGE_USER_DATA) as usize, res);
+            return;
+        }
         let b = ud as usize;
         assert!(b < self.ops.len(), "CQE with unknown user_data {ud}");
         let op = self.ops[b];
@@ -138,6 +143,7 @@ impl Engine {
                         keep_buf = true;
                     }
                     Kind::Xrp => self.invoke(ci, b as u16, &op, view, prog),
+                    Kind::Range => unreachable!("range reads complete in on_range_cqe"),
                 },
             }
         }
@@ -161,18 +167,19 @@ impl Engine {
         prog: &mut P,
     ) {
         // SAFETY: buffer b's read has completed (its CQE is being handled) and the buffer is not
-        // reissued before this function returns; `skip + view <= SLOT_BUFFER_BYTES` (check_read).
+        // reissued before this function returns; `skip + view <= slot_bytes` (check_read).
         let data =
             unsafe { std::slice::from_raw_parts(self.buf_ptr(b).add(op.skip as usize), view) };
         let sp = self.scratch_ptr(ci);
         // SAFETY: the scratch of slot ci belongs to this chain alone, and `data` (buffer region)
         // and the chain table are disjoint from it.
         let scratch = unsafe { std::slice::from_raw_parts_mut(sp, SCRATCH_BYTES) };
-        let max_hops = self.cfg.max_hops;
+        let lim = self.request_limits();
         let c = &mut self.chains[ci];
         c.ctx.reset_outputs();
         c.ctx.slot = u32::from(op.pair);
         c.ctx.data = data.as_ptr() as u64;
+        c.ctx.data_len = data.len() as u64;
         c.ctx.scratch = sp as u64;
         c.invocations += 1;
         prog.on_block(c.token, op.addr, &data[..op.size as usize]);
@@ -193,7 +200,7 @@ impl Engine {
                 continue;
             }
             let addr = c.ctx.next_addr[pair];
-            if let Err(e) = add_request(c, &self.files, max_hops, addr, size, pair as u8) {
+            if let Err(e) = add_request(c, &self.files, lim, addr, size, pair as u8) {
                 c.error = Some(e);
                 return;
             }
@@ -244,15 +251,27 @@ impl Engine {
             };
             let result = c.error.take().map_or(Ok(stats), Err);
             let plain = c.plain.take();
+            let range = c.range.take();
+            let ok = result.is_ok();
             let (scratch, data): (&[u8], &[u8]) = match (c.kind, plain) {
                 // SAFETY: a plain read's held buffer is not reissued until it is freed below.
                 (Kind::Plain, Some((b, skip, len))) => (&[], unsafe {
                     std::slice::from_raw_parts(
-                        self.bufs.base().add(usize::from(b) * SLOT_BUFFER_BYTES + skip as usize),
+                        self.bufs.base().add(usize::from(b) * self.slot_bytes + skip as usize),
                         len as usize,
                     )
                 }),
                 (Kind::Plain, None) => (&[], &[]),
+                (Kind::Range, _) => {
+                    self.ranges_live -= 1;
+                    match range {
+                        // SAFETY: the read into the caller's buffer has completed; the
+                        // `submit_range` contract keeps the buffer alive and untouched until
+                        // this delivery, and the slice does not outlive the callback.
+                        Some(d) if ok => (&[], unsafe { d.data() }),
+                        _ => (&[], &[]),
+                    }
+                }
                 // SAFETY: the finished chain's scratch is not touched until its slot is reused,
                 // which needs `&mut self` after the callback returns.
                 (Kind::Xrp, _) => (unsafe { std::slice::from_raw_parts(sp, SCRATCH_BYTES) }, &[]),
@@ -324,13 +343,13 @@ pub(super) fn ring_error(e: &EngineError) -> ChainError {
 
 /// Why a completed read is unusable.
 #[derive(Debug, Clone, Copy)]
-enum ReadFail {
+pub(super) enum ReadFail {
     Errno(Errno),
     Short { got: u64, want: u64 },
 }
 
 impl ReadFail {
-    fn at(self, at: ChainAt) -> ChainError {
+    pub(super) fn at(self, at: ChainAt) -> ChainError {
         match self {
             Self::Errno(errno) => ChainError::Io { at, errno },
             Self::Short { got, want } => ChainError::ShortRead { at, got, want },
@@ -338,9 +357,10 @@ impl ReadFail {
     }
 }
 
-/// The data view of a completed read: min(4 KiB, bytes read after the requested byte), which is
-/// at least the requested size.
-fn check_read(res: i32, op: &Op) -> Result<usize, ReadFail> {
+/// The data view of a completed read: min(max(requested size, 4 KiB), bytes read after the
+/// requested byte), which is at least the requested size: XRP's 4 KiB window for hops up to
+/// 4 KiB, the requested size for larger hops.
+pub(super) fn check_read(res: i32, op: &Op) -> Result<usize, ReadFail> {
     if res < 0 {
         return Err(ReadFail::Errno(Errno::from_raw(-res)));
     }
@@ -350,6 +370,5 @@ fn check_read(res: i32, op: &Op) -> Result<usize, ReadFail> {
         let got = got.saturating_sub(skip) as u64;
         return Err(ReadFail::Short { got, want: u64::from(op.size) });
     }
-    debug_assert!(got <= SLOT_BUFFER_BYTES);
-    Ok((got - skip).min(DATA_VIEW_BYTES))
+    Ok((got - skip).min((op.size as usize).max(DATA_VIEW_BYTES)))
 }

@@ -57,7 +57,7 @@ impl Engine {
             unreachable!("open_file builds file targets")
         };
         let block = access.logical_block_size();
-        // The widened device window must fit a slot buffer (SLOT_BUFFER_BYTES).
+        // The widened device window must fit a slot buffer (one hop + MAX_BLOCK_ALIGN).
         if !block.is_power_of_two() || block > MAX_BLOCK_ALIGN as u64 {
             return Err(EngineError::RawBlockSize { path: path(), block, max: MAX_BLOCK_ALIGN });
         }

@@ -19,17 +19,23 @@ use storefn_vm::XrpCtx;
 use crate::error::{ChainAt, ChainError, EngineError, Errno};
 use crate::file::FileEntry;
 use crate::limits::{
-    BUFFER_ALIGN, DEFAULT_BUFFERS, DEFAULT_CHAINS, DEFAULT_MAX_HOPS, DEFAULT_RING_DEPTH,
-    MAX_BUFFERS, MAX_CHAINS, MAX_FILES, MAX_OUTSTANDING_PER_CHAIN, MAX_RING_DEPTH,
-    REGISTERED_FILE_SLOTS, SCRATCH_BYTES, SLOT_BUFFER_BYTES,
+    slot_buffer_bytes, BUFFER_ALIGN, DATA_VIEW_BYTES, DEFAULT_BUFFERS, DEFAULT_CHAINS,
+    DEFAULT_HOP_BYTES, DEFAULT_MAX_HOPS, DEFAULT_RANGE_BUF_SLOTS, DEFAULT_RANGE_READS,
+    DEFAULT_RING_DEPTH, MAX_BLOCK_ALIGN, MAX_BUFFERS, MAX_CHAINS, MAX_FILES, MAX_HOP_BYTES,
+    MAX_OUTSTANDING_PER_CHAIN, MAX_RANGE_READS, MAX_RING_DEPTH, REGISTERED_FILE_SLOTS,
+    SCRATCH_BYTES,
 };
 use crate::region::Region;
 use crate::StorageFn;
 
 mod complete;
 mod files;
+mod range;
 mod submit;
 mod sync;
+
+pub use range::RangeBuf;
+use range::{RangeDst, RangeReg};
 
 /// `user_data` of the probe read [`Engine::open`] issues (never a buffer index).
 const PROBE_USER_DATA: u64 = u64::MAX;
@@ -51,6 +57,16 @@ pub struct EngineConfig {
     pub sqpoll_idle_ms: Option<u32>,
     /// Completion polling (IOPOLL): needs a device with poll queues (not the virtio disk here).
     pub iopoll: bool,
+    /// Largest hop (and plain read) in bytes: a multiple of 4 KiB from 4 KiB to
+    /// [`MAX_HOP_BYTES`](crate::limits::MAX_HOP_BYTES). Each registered buffer holds one hop
+    /// plus 4 KiB of alignment slack, so this sizes the engine's buffer memory.
+    pub hop_bytes: usize,
+    /// Range reads ([`Engine::submit_range`]) in flight at once, beside the chain reads: the
+    /// ring gets this many more submission entries.
+    pub range_reads: usize,
+    /// Registered-buffer slots kept for callers' [`RangeBuf`]s
+    /// ([`Engine::register_range_buf`]); fewer if the buffer table has no room.
+    pub range_buf_slots: usize,
 }
 
 impl Default for EngineConfig {
@@ -62,6 +78,9 @@ impl Default for EngineConfig {
             max_hops: DEFAULT_MAX_HOPS,
             sqpoll_idle_ms: None,
             iopoll: false,
+            hop_bytes: DEFAULT_HOP_BYTES,
+            range_reads: DEFAULT_RANGE_READS,
+            range_buf_slots: DEFAULT_RANGE_BUF_SLOTS,
         }
     }
 }
@@ -86,7 +105,9 @@ pub struct Completion<'a> {
     pub result: Result<ChainStats, ChainError>,
     /// The chain's scratch (all [`SCRATCH_BYTES`]); a plain read's is empty.
     pub scratch: &'a [u8],
-    /// A plain read's bytes (exactly the requested range); empty for chains.
+    /// A plain read's bytes (exactly the requested range, in the engine's buffer) or a range
+    /// read's (exactly the requested range, inside the caller's [`RangeBuf`]); empty for chains
+    /// and failed reads.
     pub data: &'a [u8],
 }
 
@@ -113,6 +134,8 @@ enum Kind {
     Xrp,
     /// One read, no function: the bytes are handed to the caller.
     Plain,
+    /// One read into the caller's buffer ([`Engine::submit_range`]).
+    Range,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +203,8 @@ struct Chain {
     device_hops: u32,
     /// The caller checks staleness itself after a run of reads ([`Engine::read_deferred`]).
     deferred_check: bool,
+    /// A range read's destination in the caller's buffer.
+    range: Option<RangeDst>,
 }
 
 impl Chain {
@@ -207,6 +232,7 @@ impl Chain {
             raw_epoch: 0,
             device_hops: 0,
             deferred_check: false,
+            range: None,
         }
     }
 
@@ -245,6 +271,12 @@ pub struct Engine {
     in_flight: usize,
     live: usize,
     unsubmitted: bool,
+    /// Bytes of one registered chain buffer ([`slot_buffer_bytes`] of `cfg.hop_bytes`).
+    slot_bytes: usize,
+    /// Range reads submitted and not yet delivered (at most `cfg.range_reads`).
+    ranges_live: usize,
+    /// Callers' registered range buffers: slot `i` is buffer-table index `buffers + i`.
+    range_regs: Box<[RangeReg]>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -254,6 +286,7 @@ impl std::fmt::Debug for Engine {
             .field("live", &self.live)
             .field("in_flight", &self.in_flight)
             .field("free_buffers", &self.free_bufs.len())
+            .field("ranges_live", &self.ranges_live)
             .finish_non_exhaustive()
     }
 }
@@ -284,6 +317,12 @@ impl Engine {
             }
             match self.ring.submit_and_wait(1) {
                 Err(e) if e.raw_os_error() != Some(libc::EINTR) => {
+                    if self.ranges_live > 0 {
+                        // Range reads target callers' buffers, which their owners free once
+                        // the engine is gone; the kernel could still write into them.
+                        eprintln!("storefn-io: ring failed ({e}) with range reads in flight");
+                        std::process::abort();
+                    }
                     // No way left to learn of completions: leak the buffers rather than let
                     // the device write into memory the allocator has reused.
                     let spare = Region::new(BUFFER_ALIGN, BUFFER_ALIGN);
@@ -312,6 +351,13 @@ fn check_config(cfg: &EngineConfig) -> Result<(), EngineError> {
     if cfg.max_hops == 0 {
         return bad("max_hops", 0, ">= 1");
     }
+    let hop = cfg.hop_bytes;
+    if !(DATA_VIEW_BYTES..=MAX_HOP_BYTES).contains(&hop) || !hop.is_multiple_of(MAX_BLOCK_ALIGN) {
+        return bad("hop_bytes", hop as u64, "4096..=65536, a multiple of 4096");
+    }
+    if cfg.range_reads > MAX_RANGE_READS {
+        return bad("range_reads", cfg.range_reads as u64, "0..=4096");
+    }
     Ok(())
 }
 
@@ -324,23 +370,9 @@ impl Engine {
     pub fn new(cfg: EngineConfig) -> Result<Self, EngineError> {
         check_config(&cfg)?;
         let ring = build_ring(&cfg)?;
-        let bufs = Region::new(cfg.buffers * SLOT_BUFFER_BYTES, BUFFER_ALIGN)?;
-        let iovecs: Vec<libc::iovec> = (0..cfg.buffers)
-            .map(|i| libc::iovec {
-                // SAFETY: i < buffers, so the offset stays inside the region.
-                iov_base: unsafe { bufs.base().add(i * SLOT_BUFFER_BYTES) }.cast(),
-                iov_len: SLOT_BUFFER_BYTES,
-            })
-            .collect();
-        // SAFETY: the iovecs describe `bufs`, which lives in the engine and is dropped after the
-        // ring (field order) and after every read in flight has completed (Drop).
-        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|e| {
-            EngineError::RegisterBuffers {
-                count: cfg.buffers,
-                bytes: SLOT_BUFFER_BYTES,
-                errno: Errno::from_io(&e),
-            }
-        })?;
+        let slot_bytes = slot_buffer_bytes(cfg.hop_bytes);
+        let bufs = Region::new(cfg.buffers * slot_bytes, BUFFER_ALIGN)?;
+        let range_slots = register_buffers(&ring, &bufs, &cfg, slot_bytes)?;
         ring.submitter()
             .register_files_sparse(REGISTERED_FILE_SLOTS as u32)
             .map_err(|e| EngineError::RegisterFiles { errno: Errno::from_io(&e) })?;
@@ -358,11 +390,14 @@ impl Engine {
             waiting: VecDeque::with_capacity(cfg.chains),
             ready: VecDeque::with_capacity(cfg.chains),
             cqes: vec![(0, 0); cq_cap].into_boxed_slice(),
-            inline_cqes: VecDeque::with_capacity(cfg.buffers),
+            inline_cqes: VecDeque::with_capacity(cfg.buffers + cfg.range_reads),
             files: (0..MAX_FILES).map(|_| None).collect(),
             in_flight: 0,
             live: 0,
             unsubmitted: false,
+            slot_bytes,
+            ranges_live: 0,
+            range_regs: vec![RangeReg::default(); range_slots].into_boxed_slice(),
             cfg,
         })
     }
@@ -398,18 +433,61 @@ impl Engine {
     pub fn free_slots(&self) -> usize {
         self.free_chains.len()
     }
+
+    /// Range reads that can be submitted now: free range reads, bounded by free chain slots.
+    #[must_use]
+    pub fn free_range_reads(&self) -> usize {
+        (self.cfg.range_reads - self.ranges_live).min(self.free_chains.len())
+    }
+}
+
+/// Registers the chain buffers at table indices `0..buffers` and leaves
+/// `range_buf_slots` empty entries after them for callers' range buffers (a sparse table);
+/// returns how many range slots there are (0 where the kernel has no sparse tables).
+fn register_buffers(
+    ring: &IoUring,
+    bufs: &Region,
+    cfg: &EngineConfig,
+    slot_bytes: usize,
+) -> Result<usize, EngineError> {
+    let iovecs: Vec<libc::iovec> = (0..cfg.buffers)
+        .map(|i| libc::iovec {
+            // SAFETY: i < buffers, so the offset stays inside the region.
+            iov_base: unsafe { bufs.base().add(i * slot_bytes) }.cast(),
+            iov_len: slot_bytes,
+        })
+        .collect();
+    let failed = |e: std::io::Error| EngineError::RegisterBuffers {
+        count: cfg.buffers,
+        bytes: slot_bytes,
+        errno: Errno::from_io(&e),
+    };
+    let slots = cfg.range_buf_slots.min(MAX_BUFFERS - cfg.buffers);
+    let table = u32::try_from(cfg.buffers + slots).expect("at most MAX_BUFFERS");
+    if slots > 0 && ring.submitter().register_buffers_sparse(table).is_ok() {
+        // SAFETY: the iovecs describe `bufs`, which lives in the engine and is dropped after
+        // the ring (field order) and after every read in flight has completed (Drop).
+        unsafe { ring.submitter().register_buffers_update(0, &iovecs, None) }.map_err(failed)?;
+        return Ok(slots);
+    }
+    // SAFETY: as above.
+    unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(failed)?;
+    Ok(0)
 }
 
 pub(super) fn build_ring(cfg: &EngineConfig) -> Result<IoUring, EngineError> {
     let mut b = IoUring::builder();
-    b.setup_cqsize(cfg.ring_depth * 2);
+    // Chain reads never exceed `buffers` <= `ring_depth` and range reads `range_reads`, so
+    // neither queue can overflow.
+    let entries = cfg.ring_depth + u32::try_from(cfg.range_reads).expect("<= MAX_RANGE_READS");
+    b.setup_cqsize(entries * 2);
     if let Some(idle) = cfg.sqpoll_idle_ms {
         b.setup_sqpoll(idle);
     }
     if cfg.iopoll {
         b.setup_iopoll();
     }
-    b.build(cfg.ring_depth).map_err(|e| {
+    b.build(entries).map_err(|e| {
         let errno = Errno::from_io(&e);
         if cfg.sqpoll_idle_ms.is_some() {
             EngineError::SqpollUnavailable { errno }

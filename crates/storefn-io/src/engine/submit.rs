@@ -6,15 +6,13 @@ use io_uring::{opcode, types};
 use super::{Chain, Engine, Kind, Op, Req, State};
 use crate::error::{ChainError, SubmitError};
 use crate::file::{resolve, widen, FileEntry, FileId, ResolveError};
-use crate::limits::{
-    MAX_OUTSTANDING_PER_CHAIN, MAX_REQUEST_BYTES, SCRATCH_BYTES, SLOT_BUFFER_BYTES,
-};
+use crate::limits::{MAX_OUTSTANDING_PER_CHAIN, MAX_RANGE_BYTES, SCRATCH_BYTES};
 
 impl Engine {
     pub(super) fn buf_ptr(&self, b: u16) -> *mut u8 {
         debug_assert!(usize::from(b) < self.cfg.buffers);
         // SAFETY: b < buffers, so the offset is inside the region.
-        unsafe { self.bufs.base().add(usize::from(b) * SLOT_BUFFER_BYTES) }
+        unsafe { self.bufs.base().add(usize::from(b) * self.slot_bytes) }
     }
 
     pub(super) fn scratch_ptr(&self, ci: usize) -> *mut u8 {
@@ -125,7 +123,8 @@ impl Engine {
     }
 
     pub(super) fn start(&mut self, ci: usize, offset: u64, len: u64) {
-        let r = add_request(&mut self.chains[ci], &self.files, self.cfg.max_hops, offset, len, 0);
+        let lim = self.request_limits();
+        let r = add_request(&mut self.chains[ci], &self.files, lim, offset, len, 0);
         if let Err(e) = r {
             self.chains[ci].error = Some(e);
         }
@@ -133,8 +132,17 @@ impl Engine {
         self.maybe_finish(ci);
     }
 
+    /// What [`add_request`] checks a request against.
+    pub(super) fn request_limits(&self) -> Limits {
+        Limits { max_hops: self.cfg.max_hops, hop_bytes: self.cfg.hop_bytes }
+    }
+
     /// Issues the chain's pending requests while buffers last; queues it otherwise.
     pub(super) fn issue(&mut self, ci: usize) {
+        if self.chains[ci].kind == Kind::Range {
+            self.issue_range(ci);
+            return;
+        }
         while self.chains[ci].npending > 0 {
             let Some(b) = self.free_bufs.pop() else {
                 let c = &mut self.chains[ci];
@@ -154,14 +162,16 @@ impl Engine {
             let (start, end) = widen(r.dev_offset, u64::from(r.size), r.align);
             let skip = (r.dev_offset - start) as u32;
             let len = end - start;
-            assert!(len <= SLOT_BUFFER_BYTES as u64, "widened read exceeds the slot buffer");
+            assert!(len <= self.slot_bytes as u64, "widened read exceeds the slot buffer");
             self.ops[usize::from(b)] =
                 Op { chain: ci as u32, pair: r.pair, hop: r.hop, addr: r.addr, size: r.size, skip };
             if r.device {
                 let file = self.chains[ci].file;
                 let epoch = self.chains[ci].raw_epoch;
                 if let Some(fd) = self.inline_device_fd(file, epoch) {
-                    let res = self.read_inline(fd, b, len, start);
+                    // SAFETY: buffer b belongs to this op alone until its completion is
+                    // handled and holds slot_bytes >= len bytes (asserted above).
+                    let res = unsafe { read_inline(fd, self.buf_ptr(b), len, start) };
                     self.inline_cqes.push_back((u64::from(b), res));
                     self.in_flight += 1;
                     continue;
@@ -185,43 +195,60 @@ impl Engine {
         let raw = self.files.get(file as usize)?.as_ref()?.raw.as_ref()?;
         (raw.inline && raw.epoch == epoch).then(|| raw.access.device_fd())
     }
+}
 
-    /// One synchronous O_DIRECT read into buffer `b`: the byte count or `-errno`, as a CQE has.
-    pub(super) fn read_inline(&self, fd: std::os::fd::RawFd, b: u16, len: u64, offset: u64) -> i32 {
-        debug_assert!(len <= SLOT_BUFFER_BYTES as u64);
-        let Ok(off) = libc::off_t::try_from(offset) else { return -libc::EINVAL };
-        loop {
-            // SAFETY: buffer b belongs to this op alone until its completion is handled, and
-            // holds SLOT_BUFFER_BYTES >= len bytes; the fd is open while its RawState lives.
-            let n = unsafe { libc::pread(fd, self.buf_ptr(b).cast(), len as usize, off) };
-            if n >= 0 {
-                return n as i32;
-            }
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-            // The lease-break signal may interrupt the read; retry it.
-            if errno != libc::EINTR {
-                return -errno;
-            }
+/// One synchronous O_DIRECT read of `len` bytes at `offset` into `dst`: the byte count or
+/// `-errno`, as a CQE has.
+///
+/// # Safety
+/// `dst` is valid for `len` bytes of writes and nothing else reads or writes them meanwhile;
+/// `fd` is open.
+pub(super) unsafe fn read_inline(
+    fd: std::os::fd::RawFd,
+    dst: *mut u8,
+    len: u64,
+    offset: u64,
+) -> i32 {
+    let Ok(off) = libc::off_t::try_from(offset) else { return -libc::EINVAL };
+    loop {
+        // SAFETY: the caller's contract: `dst` holds `len` writable bytes no one else touches.
+        let n = unsafe { libc::pread(fd, dst.cast(), len as usize, off) };
+        if n >= 0 {
+            return n as i32;
+        }
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        // The lease-break signal may interrupt the read; retry it.
+        if errno != libc::EINTR {
+            return -errno;
         }
     }
+}
+
+/// The bounds [`add_request`] checks: the hop limit and the largest hop (a range read's bound
+/// is [`MAX_RANGE_BYTES`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub(super) max_hops: u32,
+    pub(super) hop_bytes: usize,
 }
 
 /// Validates one request against the limits and the target and queues it on the chain.
 pub(super) fn add_request(
     c: &mut Chain,
     files: &[Option<FileEntry>],
-    max_hops: u32,
+    lim: Limits,
     addr: u64,
     size: u64,
     pair: u8,
 ) -> Result<(), ChainError> {
     let hop = c.issued + 1;
     let at = c.at(hop, addr);
-    if size == 0 || size > MAX_REQUEST_BYTES as u64 {
-        return Err(ChainError::RequestTooLarge { at, size, max: MAX_REQUEST_BYTES });
+    let max = if c.kind == Kind::Range { MAX_RANGE_BYTES } else { lim.hop_bytes };
+    if size == 0 || size > max as u64 {
+        return Err(ChainError::RequestTooLarge { at, size, max });
     }
-    if c.issued >= max_hops {
-        return Err(ChainError::ChainTooLong { at, max: max_hops });
+    if c.issued >= lim.max_hops {
+        return Err(ChainError::ChainTooLong { at, max: lim.max_hops });
     }
     if c.outstanding() >= MAX_OUTSTANDING_PER_CHAIN {
         return Err(ChainError::FanOutExceeded { at, max: MAX_OUTSTANDING_PER_CHAIN });
