@@ -17,8 +17,8 @@ pub use crate::server::{
 use storefn_io::limits as io;
 use storefn_wire::limits as wire;
 
-// A READ is one engine read: the wire's READ bound is the engine's request bound.
-const _: () = assert!(wire::MAX_READ_BYTES as usize == io::MAX_REQUEST_BYTES);
+// A READ is one engine read on a default engine: the wire's READ bound is its hop.
+const _: () = assert!(wire::MAX_READ_BYTES as usize == io::DEFAULT_HOP_BYTES);
 // An XRP request's scratch is the chain's scratch page.
 const _: () = assert!(wire::SCRATCH_BYTES == io::SCRATCH_BYTES);
 // A LAMBDA range is staged in whole engine reads.
