@@ -134,10 +134,11 @@ fn run_faults_print_insn_and_exit_1() {
     );
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.starts_with("error: insn #4: read of 8 bytes at 0x"), "{e}");
+    // In the program's terms, never a host address.
+    assert!(e.starts_with("error: insn #4: read of 8 bytes at an address far from every"), "{e}");
     let o = run_xrp(&obj(&d, "test/write_data"), &data, &["--engine", "interp"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).starts_with("error: insn #2: write of 1 bytes at 0x"), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("error: insn #2: write of 1 bytes at data+"), "{}", stderr(&o));
     let o = run_xrp(&obj(&d, "test/spin"), &data, &["--engine", "interp"]);
     assert_eq!(o.status.code(), Some(1));
     let want = format!(
