@@ -34,6 +34,10 @@ pub struct BenchArgs {
     /// `empty` is the fixed cost of a call; `list` prints the workloads.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub workload: Vec<String>,
+    /// Instead of the workloads: time verifying and compiling generated programs of this many
+    /// instruction slots in each shape (straight, loads, branchy, loops, calls, unproved).
+    #[arg(long)]
+    pub shapes: Option<usize>,
 }
 
 /// One JSON record: program, engine, ns_per_call, compile_us (JIT engines), verify_us.
@@ -104,7 +108,19 @@ fn print_summary(records: &[harness::Record], args: &BenchArgs) {
     println!("{line}");
 }
 
+fn run_shapes(n: usize, args: &BenchArgs) -> CmdResult {
+    let rows = harness::shapes::time_shapes(n, args.rounds.max(1))?;
+    println!("{:<10} {:>6} {:>10} {:>11}", "shape", "insns", "verify_us", "compile_us");
+    for r in &rows {
+        println!("{:<10} {:>6} {:>10.0} {:>11.0}", r.shape, r.insns, r.verify_us, r.compile_us);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(args: &BenchArgs) -> CmdResult {
+    if let Some(n) = args.shapes {
+        return run_shapes(n, args);
+    }
     if args.workload.iter().any(|n| n == "list") {
         for w in harness::WORKLOADS {
             println!("{:<10} {:<22} {}", w.name, w.prog, w.shape);
@@ -161,6 +177,7 @@ mod tests {
             seed: 3,
             json: None,
             workload: vec!["node4k".into()],
+            shapes: None,
         };
         let recs: Vec<Record> = bench_workload(harness::workload("node4k").unwrap(), &args)
             .unwrap()

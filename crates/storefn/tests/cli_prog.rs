@@ -229,6 +229,11 @@ fn prog_bench_lists_workloads_and_refuses_unknown_ones() {
     let out = stdout(&o);
     assert!(out.lines().filter(|l| !l.starts_with("empty")).count() >= 20, "{out}");
     assert!(out.contains("bench/crc32"), "{out}");
+    let o = run(&["prog", "bench", "--shapes", "256", "--rounds", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for shape in ["straight", "loads", "branchy", "loops", "calls", "unproved"] {
+        assert!(stdout(&o).lines().any(|l| l.starts_with(shape)), "{}", stdout(&o));
+    }
     let o = run(&["prog", "bench", "--workload", "nosuch"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("unknown workload \"nosuch\""), "{}", stderr(&o));

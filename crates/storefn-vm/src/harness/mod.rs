@@ -10,6 +10,7 @@
 
 #[cfg(feature = "bench")]
 mod peer;
+pub mod shapes;
 mod workloads;
 
 use std::hint::black_box;
@@ -214,10 +215,11 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn time_us<T, E: std::fmt::Display>(
     what: &str,
+    n: usize,
     mut f: impl FnMut() -> Result<T, E>,
 ) -> Result<f64, String> {
-    let mut samples = Vec::with_capacity(COMPILE_SAMPLES);
-    for _ in 0..COMPILE_SAMPLES {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n.max(1) {
         let t = Instant::now();
         let out = f().map_err(|e| format!("{what}: {e}"))?;
         samples.push(t.elapsed().as_nanos() as f64 / 1000.0);
@@ -247,8 +249,9 @@ pub fn bench_workload(
     cfg: &BenchConfig,
 ) -> Result<Vec<Record>, String> {
     let prog = load_xrp(elf, spec.prog)?;
-    let verify = time_us(spec.prog, || VerifiedProgram::new(prog.program().clone()))?;
-    let compile = time_us(spec.prog, || JitProgram::compile(&prog))?;
+    let verify =
+        time_us(spec.prog, COMPILE_SAMPLES, || VerifiedProgram::new(prog.program().clone()))?;
+    let compile = time_us(spec.prog, COMPILE_SAMPLES, || JitProgram::compile(&prog))?;
     let instance = |engine| {
         Instance::new(Arc::clone(&prog), engine).map_err(|e| format!("{}: {e}", prog.name))
     };
