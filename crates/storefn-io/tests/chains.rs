@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use storefn_io::{func, ChainError, Completion, EngineConfig, SubmitError, VmError, XrpCtx};
+use storefn_vm::Place;
 
 #[test]
 fn read_xrp_follows_linked_lists_like_the_model() {
@@ -268,8 +269,9 @@ fn cycle_hits_the_hop_limit() {
 fn function_fault_fails_the_chain_with_the_fault() {
     let f = tmp_file("fault", &vec![0u8; 4096]);
     let (mut e, id) = engine(&f);
-    let fault = VmError::BadRead { insn: 7, addr: 0xdead, len: 8 };
-    let mut prog = func(|_c, _d, _s| Err(VmError::BadRead { insn: 7, addr: 0xdead, len: 8 }));
+    let fault = VmError::BadRead { insn: 7, at: Place::Low(0xdead), len: 8 };
+    let mut prog =
+        func(|_c, _d, _s| Err(VmError::BadRead { insn: 7, at: Place::Low(0xdead), len: 8 }));
     let err = e.read_xrp(id, 1024, 8, &mut prog, &mut []).unwrap_err();
     assert!(err.to_string().contains("insn #7"), "{err}");
     assert!(matches!(err, ChainError::Fault { fault: ref f, at } if *f == fault && at.hop == 1));

@@ -177,10 +177,10 @@ fn check(env: &RunEnv, insn: usize, addr: u64, n: u64, write: bool) -> Result<()
         return Ok(());
     }
     if write && !env.write.allows(addr, n) {
-        return Err(VmError::BadWrite { insn, addr, len: n });
+        return Err(VmError::BadWrite { insn, at: env.read.place(addr), len: n });
     }
     if !write && !env.read.allows(addr, n) {
-        return Err(VmError::BadRead { insn, addr, len: n });
+        return Err(VmError::BadRead { insn, at: env.read.place(addr), len: n });
     }
     Ok(())
 }

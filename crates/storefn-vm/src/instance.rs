@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
 use crate::jit::{JitError, JitProgram};
-use crate::mem::{Region, RegionSet, MAX_REGIONS};
+use crate::mem::{Region, RegionName, RegionSet, MAX_REGIONS};
 use crate::program::{
     FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, LAMBDA_INSNS_PER_INPUT_BYTE,
     LAMBDA_INSNS_PER_OUTPUT_BYTE, STACK_BYTES,
@@ -183,27 +183,37 @@ impl Instance {
     /// run patches them, then the stack and globals regions (their boxes never move).
     fn lay_out_env(&mut self) {
         let env = &mut self.env.0;
-        let (reads, writes) = match self.prog.prog_type {
-            ProgType::Xrp => (XRP_CALL_READ, XRP_CALL_WRITE),
-            ProgType::Lambda => (LAMBDA_CALL_READ, LAMBDA_CALL_WRITE),
-            ProgType::Offload => (OFFLOAD_CALL_READ, OFFLOAD_CALL_WRITE),
+        // The per-call slots' names (fixed per slot: `run_*` patch only the addresses).
+        use RegionName::{Context, Data, Input, Msg, Out, Output, Scratch};
+        const XRP_READ: [RegionName; XRP_CALL_READ] = [Context, Data, Scratch];
+        const XRP_WRITE: [RegionName; XRP_CALL_WRITE] = [Context, Context, Scratch];
+        const LAMBDA_READ: [RegionName; LAMBDA_CALL_READ] = [Context, Input, Output];
+        const LAMBDA_WRITE: [RegionName; LAMBDA_CALL_WRITE] = [Output];
+        const OFFLOAD_READ: [RegionName; OFFLOAD_CALL_READ] = [Context, Msg, Out];
+        const OFFLOAD_WRITE: [RegionName; OFFLOAD_CALL_WRITE] = [Out];
+        let (reads, writes): (&[RegionName], &[RegionName]) = match self.prog.prog_type {
+            ProgType::Xrp => (&XRP_READ, &XRP_WRITE),
+            ProgType::Lambda => (&LAMBDA_READ, &LAMBDA_WRITE),
+            ProgType::Offload => (&OFFLOAD_READ, &OFFLOAD_WRITE),
         };
-        for _ in 0..reads {
-            env.read.push(Region::EMPTY);
+        for &name in reads {
+            env.read.push_named(Region::EMPTY, name);
         }
-        for _ in 0..writes {
-            env.write.push(Region::EMPTY);
+        for &name in writes {
+            env.write.push_named(Region::EMPTY, name);
         }
+        let (reads, writes) = (reads.len(), writes.len());
         env.globals_base = self.globals.as_mut_ptr() as u64;
         let stack = self.stack.as_mut_ptr() as u64;
         let stack = Region { start: stack, end: stack + STACK_BYTES as u64 };
-        env.read.push(stack);
-        env.write.push(stack);
+        env.read.push_named(stack, RegionName::Stack);
+        env.write.push_named(stack, RegionName::Stack);
         if self.globals_len > 0 {
             let (g, end) = (env.globals_base, env.globals_base + self.globals_len as u64);
-            env.read.push(Region { start: g, end });
+            env.read.push_named(Region { start: g, end }, RegionName::Globals);
             if self.prog.globals_rw_start < self.globals_len {
-                env.write.push(Region { start: g + self.prog.globals_rw_start as u64, end });
+                let rw = Region { start: g + self.prog.globals_rw_start as u64, end };
+                env.write.push_named(rw, RegionName::Globals);
             }
         }
         debug_assert!(env.read.len as usize <= reads + FIXED_SLOTS_MAX);

@@ -237,7 +237,7 @@ fn sign_extend(v: u64, n: u64) -> u64 {
 /// them valid).
 fn load(env: &RunEnv, pc: usize, addr: u64, n: u64) -> Result<u64, VmError> {
     if !env.read.allows(addr, n) {
-        return Err(VmError::BadRead { insn: pc, addr, len: n });
+        return Err(VmError::BadRead { insn: pc, at: env.read.place(addr), len: n });
     }
     let p = addr as usize;
     // SAFETY: `[addr, addr+n)` lies inside a read region, which `run`'s contract makes valid
@@ -256,7 +256,7 @@ fn load(env: &RunEnv, pc: usize, addr: u64, n: u64) -> Result<u64, VmError> {
 /// Stores the low `n` bytes of `val` at `addr` after checking the write regions.
 fn store(env: &RunEnv, pc: usize, addr: u64, n: u64, val: u64) -> Result<(), VmError> {
     if !env.write.allows(addr, n) {
-        return Err(VmError::BadWrite { insn: pc, addr, len: n });
+        return Err(VmError::BadWrite { insn: pc, at: env.read.place(addr), len: n });
     }
     let p = addr as usize;
     // SAFETY: `[addr, addr+n)` lies inside a write region, which `run`'s contract makes live,
@@ -286,7 +286,7 @@ fn atomic_op(
         return Err(VmError::Invalid { insn: pc, reason: "atomic size must be 4 or 8" });
     }
     if !env.write.allows(addr, n) {
-        return Err(VmError::BadWrite { insn: pc, addr, len: n });
+        return Err(VmError::BadWrite { insn: pc, at: env.read.place(addr), len: n });
     }
     let old = load(env, pc, addr, n)?;
     let mask = if n == 4 { u64::from(u32::MAX) } else { u64::MAX };

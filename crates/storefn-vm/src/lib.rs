@@ -48,7 +48,7 @@ pub mod verifier;
 pub mod xrp;
 
 pub use elf::LoadError;
-pub use error::VmError;
+pub use error::{Place, VmError};
 pub use helpers::HostState;
 pub use instance::{load_verified, Engine, Error, Instance};
 pub use program::{ProgType, Program, RunEnv};

@@ -7,9 +7,55 @@
 //! instruction and address.
 //! Programs see real host addresses, so unmodified C pointer arithmetic works.
 
+use crate::error::{Place, PLACE_NEAR_BYTES};
+
 /// Most regions one invocation can be granted (ctx, its writable parts, data, scratch, stack,
 /// rodata, rw globals, plus room for helper-specific buffers).
 pub const MAX_REGIONS: usize = 8;
+
+/// What a region is, for error messages ([`crate::error::Place`]): set once per slot where an
+/// env is laid out, so naming costs nothing per call.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegionName {
+    /// A region laid out by hand (a test's env): named by its slot.
+    #[default]
+    Unnamed,
+    Context,
+    /// xrp: the block just read.
+    Data,
+    /// xrp: the application's scratch buffer.
+    Scratch,
+    /// λ: `buf_i`.
+    Input,
+    /// λ: `buf_o`.
+    Output,
+    /// offload: the message.
+    Msg,
+    /// offload: the output buffer.
+    Out,
+    /// The instance's stack block (all frames).
+    Stack,
+    Globals,
+}
+
+impl std::fmt::Display for RegionName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RegionName::Unnamed => "region",
+            RegionName::Context => "context",
+            RegionName::Data => "data",
+            RegionName::Scratch => "scratch",
+            RegionName::Input => "input",
+            RegionName::Output => "output",
+            RegionName::Msg => "msg",
+            RegionName::Out => "out",
+            RegionName::Stack => "stack",
+            RegionName::Globals => "globals",
+        })
+    }
+}
 
 /// A half-open host address range `[start, end)`.
 #[repr(C)]
@@ -43,16 +89,51 @@ impl Region {
 pub struct RegionSet {
     pub len: u64,
     pub regions: [Region; MAX_REGIONS],
+    /// What each slot holds, for messages (engines never read it on the hot path).
+    pub names: [RegionName; MAX_REGIONS],
 }
 
 impl RegionSet {
     /// # Panics
     /// When more than [`MAX_REGIONS`] are pushed: a runtime bug, never program-controlled.
     pub fn push(&mut self, r: Region) {
+        self.push_named(r, RegionName::Unnamed);
+    }
+
+    /// # Panics
+    /// As [`RegionSet::push`].
+    pub fn push_named(&mut self, r: Region, name: RegionName) {
         let i = usize::try_from(self.len).unwrap();
         assert!(i < MAX_REGIONS, "region set full");
         self.regions[i] = r;
+        self.names[i] = name;
         self.len += 1;
+    }
+
+    /// `addr` in the program's terms: from the region that holds it, else the nearest one
+    /// within [`PLACE_NEAR_BYTES`], else a low address as is, else [`Place::Wild`]. Never a
+    /// host address.
+    #[cold]
+    #[must_use]
+    pub fn place(&self, addr: u64) -> Place {
+        let named = self.as_slice().iter().zip(&self.names).filter(|(r, _)| r.start <= r.end);
+        let distance = |r: &Region| {
+            if addr < r.start {
+                r.start - addr
+            } else {
+                addr.saturating_sub(r.end.saturating_sub(1))
+            }
+        };
+        let best = named.min_by_key(|(r, _)| distance(r));
+        if let Some((r, &name)) = best.filter(|(r, _)| distance(r) < PLACE_NEAR_BYTES) {
+            let offset = addr.wrapping_sub(r.start) as i64;
+            return Place::Region { name, offset, len: r.end - r.start };
+        }
+        if addr < PLACE_NEAR_BYTES {
+            Place::Low(addr)
+        } else {
+            Place::Wild
+        }
     }
 
     /// The first `N` slots, to overwrite in place: the per-call patching of a prebuilt set,

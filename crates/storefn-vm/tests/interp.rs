@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use storefn_vm::insn::*;
 use storefn_vm::program::STACK_FRAME_BYTES;
-use storefn_vm::{ProgType, VmError};
+use storefn_vm::{Place, ProgType, VmError};
 
 /// r0 = a; r1 = b; r0 <op>= r1 (64- or 32-bit, off selects signed/movsx); exit.
 fn binop(op: u8, is64: bool, off: i16, a: u64, b: u64) -> u64 {
@@ -239,7 +239,7 @@ fn calls_and_straight_line_code_are_charged() {
 #[test]
 fn bad_accesses_name_instruction_and_address() {
     let r = run_xrp(asm![mov64_imm(2, 0x1000), ldx(BPF_DW, 0, 2, 0), exit()]);
-    assert_eq!(r.unwrap_err(), VmError::BadRead { insn: 1, addr: 0x1000, len: 8 });
+    assert_eq!(r.unwrap_err(), VmError::BadRead { insn: 1, at: Place::Low(0x1000), len: 8 });
     // Context field `data` (offset 0) is readable, not writable.
     let r = run_xrp(asm![st(BPF_DW, 1, 0, 0), mov64_imm(0, 0), exit()]);
     assert!(matches!(r.unwrap_err(), VmError::BadWrite { insn: 0, len: 8, .. }));

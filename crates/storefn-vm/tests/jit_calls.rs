@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
 use storefn_vm::program::{MAX_CALL_DEPTH, STACK_FRAME_BYTES};
-use storefn_vm::{VerifiedProgram, VmError};
+use storefn_vm::{Place, VerifiedProgram, VmError};
 
 fn run_with(insns: Vec<Insn>, sb: &mut Sandbox) -> Result<u64, VmError> {
     let jit = JitProgram::compile(&verified(insns)).expect("compiles");
@@ -79,7 +79,7 @@ fn depth_limit_allows_exactly_max_frames() {
 fn fault_in_callee_aborts_the_whole_invocation() {
     let p = vec![call_local(2), mov64(0, 1), exit(), mov64(1, 0), ldx(BPF_DW, 0, 1, 0), exit()];
     let e = run_with(p, &mut Sandbox::new()).unwrap_err();
-    assert_eq!(e, VmError::BadRead { insn: 4, addr: 0, len: 8 });
+    assert_eq!(e, VmError::BadRead { insn: 4, at: Place::Low(0), len: 8 });
 }
 
 #[test]

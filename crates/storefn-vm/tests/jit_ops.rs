@@ -6,7 +6,8 @@ mod jit_support;
 use jit_support::*;
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::{VerifiedProgram, VmError};
+use storefn_vm::mem::RegionName;
+use storefn_vm::{Place, VerifiedProgram, VmError};
 
 fn run_with(insns: Vec<Insn>, sb: &mut Sandbox) -> Result<u64, VmError> {
     let jit = JitProgram::compile(&verified(insns)).expect("compiles");
@@ -383,8 +384,13 @@ fn stores_every_size() {
     );
 }
 
+/// The sandbox's data block, in the terms of a hand-built env (no region names).
+fn unnamed(offset: i64) -> Place {
+    Place::Region { name: RegionName::Unnamed, offset, len: DATA_BYTES as u64 }
+}
+
 #[test]
-fn read_outside_regions_faults_with_insn_and_addr() {
+fn read_outside_regions_faults_with_insn_and_place() {
     let mut sb = Sandbox::new();
     let end = sb.data_addr() + DATA_BYTES as u64;
     let mut p = Vec::from(lddw(1, end - 4));
@@ -392,17 +398,17 @@ fn read_outside_regions_faults_with_insn_and_addr() {
     p.push(ldx(BPF_DW, 0, 1, 0)); // 3: straddles the end
     p.push(exit());
     let e = run_with(p, &mut sb).unwrap_err();
-    assert_eq!(e, VmError::BadRead { insn: 3, addr: end - 4, len: 8 });
+    assert_eq!(e, VmError::BadRead { insn: 3, at: unnamed(DATA_BYTES as i64 - 4), len: 8 });
 }
 
 #[test]
 fn null_and_wrapping_addresses_fault() {
     let e = run(vec![mov64(1, 0), ldx(BPF_B, 0, 1, 0), exit()]).unwrap_err();
-    assert_eq!(e, VmError::BadRead { insn: 1, addr: 0, len: 1 });
+    assert_eq!(e, VmError::BadRead { insn: 1, at: Place::Low(0), len: 1 });
     let mut p = Vec::from(lddw(1, u64::MAX - 2));
     p.push(ldx(BPF_DW, 0, 1, 0));
     p.push(exit());
-    assert_eq!(run(p).unwrap_err(), VmError::BadRead { insn: 2, addr: u64::MAX - 2, len: 8 });
+    assert_eq!(run(p).unwrap_err(), VmError::BadRead { insn: 2, at: Place::Wild, len: 8 });
 }
 
 #[test]
@@ -411,7 +417,10 @@ fn write_to_read_only_region_faults() {
     let mut sb = Sandbox::new();
     let ctx = sb.ctx_addr();
     let p = vec![ldx(BPF_DW, 0, 1, 0), st(BPF_W, 1, 0, 1), exit()];
-    assert_eq!(run_with(p, &mut sb).unwrap_err(), VmError::BadWrite { insn: 1, addr: ctx, len: 4 });
+    assert_eq!(
+        run_with(p, &mut sb).unwrap_err(),
+        VmError::BadWrite { insn: 1, at: sb.env(0).read.place(ctx), len: 4 }
+    );
     assert_eq!(sb.ctx[0], 0x1111_0000, "the rejected store did not happen");
 }
 
@@ -429,7 +438,7 @@ fn stack_below_the_frame_block_faults() {
         exit(),
     ];
     let e = run_with(p, &mut sb).unwrap_err();
-    assert_eq!(e, VmError::BadWrite { insn: 2, addr: top - 4104, len: 8 });
+    assert_eq!(e, VmError::BadWrite { insn: 2, at: sb.env(0).read.place(top - 4104), len: 8 });
 }
 
 #[test]
@@ -500,7 +509,10 @@ fn atomic_on_read_only_memory_is_bad_write() {
     let mut sb = Sandbox::new();
     let ctx = sb.ctx_addr();
     let p = vec![mov64(2, 1), atomic(BPF_DW, 1, 2, 0, 0x00), mov64(0, 0), exit()];
-    assert_eq!(run_with(p, &mut sb).unwrap_err(), VmError::BadWrite { insn: 1, addr: ctx, len: 8 });
+    assert_eq!(
+        run_with(p, &mut sb).unwrap_err(),
+        VmError::BadWrite { insn: 1, at: sb.env(0).read.place(ctx), len: 8 }
+    );
 }
 
 #[test]

@@ -29,14 +29,14 @@ fn hint_revalidated_when_regions_change() {
     env.read = RegionSet::default();
     env.read.push(Region { start: sb.ctx_addr(), end: sb.ctx_addr() + 8 });
     let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BadRead { insn: 2, addr: data.start + 8, len: 8 });
+    assert_eq!(e, VmError::BadRead { insn: 2, at: env.read.place(data.start + 8), len: 8 });
     // Readable again, at a different index.
     env.read.push(data);
     assert_eq!(run_jit(&jit, &mut env, 0, sb.stack_top()), Ok(77));
     // Not writable any more.
     env.write = RegionSet::default();
     let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BadWrite { insn: 3, addr: data.start + 16, len: 8 });
+    assert_eq!(e, VmError::BadWrite { insn: 3, at: env.read.place(data.start + 16), len: 8 });
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn region_shrunk_between_runs() {
     assert!(run_jit(&jit, &mut env, 0, sb.stack_top()).is_ok());
     env.read.regions[1].end = sb.data_addr() + 8;
     let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
-    assert_eq!(e, VmError::BadRead { insn: 2, addr: sb.data_addr() + 8, len: 8 });
+    assert_eq!(e, VmError::BadRead { insn: 2, at: env.read.place(sb.data_addr() + 8), len: 8 });
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn access_ending_exactly_at_region_end() {
         let jit = JitProgram::compile(&verified(p)).unwrap();
         let mut env = sb.env(100);
         let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
-        assert_eq!(e, VmError::BadRead { insn: 3, addr: last - n + 1, len: n });
+        assert_eq!(e, VmError::BadRead { insn: 3, at: env.read.place(last - n + 1), len: n });
     }
 }
 

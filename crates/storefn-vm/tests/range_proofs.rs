@@ -15,8 +15,9 @@ use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
+use storefn_vm::mem::RegionName;
 use storefn_vm::xrp::{XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES};
-use storefn_vm::{Engine, Instance, ProgType, VerifiedProgram, VmError, XrpCtx};
+use storefn_vm::{Engine, Instance, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
 
 /// r2 = ctx->data, r3 = ctx->scratch for the whole program (the body never writes them).
 const DATA: u8 = 2;
@@ -223,8 +224,22 @@ fn run(inst: &mut Instance, b: &mut Buffers) -> (Result<u64, VmError>, Vec<u8>, 
     (r, after, ctx)
 }
 
+/// A fault without its place: the two instances have different stacks, so which region lies
+/// nearest a wild address differs between them (the place is named from the nearest).
+fn comparable(r: &Result<u64, VmError>) -> Result<u64, VmError> {
+    match r.clone() {
+        Err(VmError::BadRead { insn, len, .. }) => {
+            Err(VmError::BadRead { insn, at: Place::Wild, len })
+        }
+        Err(VmError::BadWrite { insn, len, .. }) => {
+            Err(VmError::BadWrite { insn, at: Place::Wild, len })
+        }
+        r => r,
+    }
+}
+
 fn same(a: &(Result<u64, VmError>, Vec<u8>, XrpCtx), b: &(Result<u64, VmError>, Vec<u8>, XrpCtx)) {
-    assert_eq!(a.0, b.0, "result");
+    assert_eq!(comparable(&a.0), comparable(&b.0), "result");
     assert_eq!(a.1, b.1, "scratch");
     assert_eq!((a.2.done, a.2.next_addr, a.2.size), (b.2.done, b.2.next_addr, b.2.size), "ctx");
 }
@@ -289,6 +304,6 @@ fn just_outside_a_proved_view_still_faults_with_the_instruction_index() {
     let mut jit = Instance::new(prog, Engine::Jit).unwrap();
     let mut b = Buffers::new(&mut SmallRng::seed_from_u64(1), XRP_DATA_VIEW_BYTES, 8);
     let (r, ..) = run(&mut jit, &mut b);
-    let addr = b.data.as_ptr() as u64 + (GUARD + 4096) as u64;
-    assert_eq!(r, Err(VmError::BadRead { insn: 2, addr, len: 1 }));
+    let at = Place::Region { name: RegionName::Data, offset: 4096, len: 4096 };
+    assert_eq!(r, Err(VmError::BadRead { insn: 2, at, len: 1 }));
 }

@@ -288,17 +288,18 @@ impl JitProgram {
             return Ok(r0);
         }
         // SAFETY: the call has returned; this is again the only reference to `aux`.
-        fault_to_result(env.fault, r0, unsafe { &mut *aux }, env.insn_budget)
+        fault_to_result(env, r0, unsafe { &mut *aux })
     }
 }
 
 #[cold]
-fn fault_to_result(f: FaultInfo, r0: u64, aux: &mut RunAux, budget: u64) -> Result<u64, VmError> {
+fn fault_to_result(env: &RunEnv, r0: u64, aux: &mut RunAux) -> Result<u64, VmError> {
+    let (f, budget) = (env.fault, env.insn_budget);
     let insn = f.insn as usize;
     match f.kind {
         fault::NONE => Ok(r0),
-        fault::BAD_READ => Err(VmError::BadRead { insn, addr: f.addr, len: f.len }),
-        fault::BAD_WRITE => Err(VmError::BadWrite { insn, addr: f.addr, len: f.len }),
+        fault::BAD_READ => Err(VmError::BadRead { insn, at: env.read.place(f.addr), len: f.len }),
+        fault::BAD_WRITE => Err(VmError::BadWrite { insn, at: env.read.place(f.addr), len: f.len }),
         fault::BUDGET => Err(VmError::BudgetExhausted { insn, budget }),
         fault::CALL_DEPTH => Err(VmError::CallDepth { insn, max: MAX_CALL_DEPTH }),
         fault::HELPER => Err(aux.helper_err.take().unwrap_or_else(|| VmError::Helper {
@@ -356,6 +357,7 @@ fn jump_target(pc: usize, insn: &Insn, n: usize) -> Result<Option<usize>, JitErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Place;
 
     fn assert_send<T: Send>() {}
 
@@ -378,20 +380,26 @@ mod tests {
             prog_type: ProgType::Xrp,
             helper_err: None,
         };
-        let f = |kind| FaultInfo { kind, insn: 3, addr: 0x10, len: 4 };
-        assert_eq!(fault_to_result(f(fault::NONE), 9, &mut aux, 5), Ok(9));
+        let mut env = RunEnv {
+            read: RegionSet::default(),
+            write: RegionSet::default(),
+            globals_base: 0,
+            insns_left: 0,
+            insn_budget: 5,
+            fault: FaultInfo::default(),
+            host: std::ptr::null_mut(),
+        };
+        let mut f = |kind| {
+            env.fault = FaultInfo { kind, insn: 3, addr: 0x10, len: 4 };
+            fault_to_result(&env, 9, &mut aux)
+        };
+        assert_eq!(f(fault::NONE), Ok(9));
         assert_eq!(
-            fault_to_result(f(fault::BAD_READ), 0, &mut aux, 5),
-            Err(VmError::BadRead { insn: 3, addr: 0x10, len: 4 })
+            f(fault::BAD_READ),
+            Err(VmError::BadRead { insn: 3, at: Place::Low(0x10), len: 4 })
         );
-        assert_eq!(
-            fault_to_result(f(fault::BUDGET), 0, &mut aux, 5),
-            Err(VmError::BudgetExhausted { insn: 3, budget: 5 })
-        );
-        assert!(matches!(
-            fault_to_result(f(99), 0, &mut aux, 5),
-            Err(VmError::Helper { insn: 3, .. })
-        ));
+        assert_eq!(f(fault::BUDGET), Err(VmError::BudgetExhausted { insn: 3, budget: 5 }));
+        assert!(matches!(f(99), Err(VmError::Helper { insn: 3, .. })));
     }
 
     #[test]
