@@ -3,7 +3,7 @@
 //! - [`server`]: `storefn serve` — threads, engines, connections, limits, fairness.
 //! - [`auth`]: token files (the challenge-response itself is storefn-wire's).
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
-//! - [`fairness`]: the fairness measurement (one tenant's long chains against another's reads).
+//! - `fairness` (feature `bench`): the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
 //! - [`limits`]: every bound of the server, and the wire's and engine's it must agree with.
 //!
@@ -12,6 +12,7 @@
 //! ([`server::offload::OffloadHook`], DDS's).
 pub mod auth;
 pub mod confine;
+#[cfg(feature = "bench")]
 pub mod fairness;
 pub mod limits;
 pub mod registry;
