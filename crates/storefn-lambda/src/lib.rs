@@ -3,14 +3,20 @@
 //! ([`local`]: io_uring reads into registered buffers, the function on the completed data) or on
 //! the storage server (a [`Side`] over the server's LAMBDA frame), chosen per request by
 //! [`Dispatcher`], λ-IO's measured cost model with adaptive profiling. [`workloads`] holds the
-//! built-in functions' native baselines and data generators; [`bench`] the local benchmark.
+//! built-in functions' native baselines and data generators; `bench` (feature `bench`) the local
+//! benchmark.
 //! Design: docs/design/lambda.md, "λ-IO".
 
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "bench")]
 pub mod bench_dispatch;
+#[cfg(feature = "bench")]
 pub mod bench_remote;
+#[cfg(feature = "bench")]
 pub mod bench_server;
 pub mod cache;
+#[cfg(feature = "bench")]
 pub mod cpu_cap;
 pub mod dispatch;
 pub mod error;

@@ -4,7 +4,7 @@
 //! - [`auth`]: token files (the challenge-response itself is storefn-wire's); [`access`]: each
 //!   tenant's scope (read-only or read-write, directories, quotas) from its token line.
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
-//! - [`fairness`]: the fairness measurement (one tenant's long chains against another's reads).
+//! - `fairness` (feature `bench`): the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
 //! - [`limits`]: every bound of the server, and the wire's and engine's it must agree with.
 //!
@@ -14,6 +14,7 @@
 pub mod access;
 pub mod auth;
 pub mod confine;
+#[cfg(feature = "bench")]
 pub mod fairness;
 pub mod limits;
 pub mod registry;
