@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
 use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
-use storefn_dds::pageserver::{fill_page, get_page, page_lsn, Deployment, PageHost, PAGE_BYTES};
+use storefn_dds::pageserver::{
+    fill_page, get_page, page_lsn, DeployOptions, Deployment, PageHost, PAGE_BYTES,
+};
 use storefn_server::proto::msg::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
-use storefn_server::{Client, ClientConfig, Req};
+use storefn_server::{Client, Req};
 
 const PAGES: u64 = 64;
 
@@ -54,9 +56,19 @@ fn run<T>(
     updates: u64,
     client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
 ) -> (T, storefn_dds::pageserver::HostStats) {
+    run_opts(tag, updates, &DeployOptions::new(4096, true), client)
+}
+
+/// [`run`] with every deployment option.
+fn run_opts<T>(
+    tag: &str,
+    updates: u64,
+    opts: &DeployOptions,
+    client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
+) -> (T, storefn_dds::pageserver::HostStats) {
     let dir = temp_dir(tag);
     let elf = storefn_progs::must("dds/pageserver");
-    let d = Deployment::start("127.0.0.1:0", &dir, elf, 4096, true).unwrap();
+    let d = Deployment::start_opts("127.0.0.1:0", &dir, elf, opts).unwrap();
     let addr = d.server.local_addr().to_string();
     let lsns: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
@@ -111,7 +123,7 @@ fn check(page: u64, asked: u64, data: &[u8]) -> u64 {
 fn forwarded_and_offloaded_answers_agree() {
     let _one = one_at_a_time();
     let ((), host) = run("agree", 0, |d, addr, lsns, _| {
-        let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
         let reqs: Vec<Req> = (0..PAGES)
             .map(|p| Req::Offload {
                 msg: get_page(p, lsns[p as usize].load(Ordering::Acquire)).to_vec(),
@@ -153,8 +165,8 @@ fn forwarded_and_offloaded_answers_agree() {
 #[test]
 fn get_page_never_returns_a_page_older_than_asked_under_replay() {
     let _one = one_at_a_time();
-    let ((off, fwd), host) = run("replay", 3000, |_, addr, lsns, _| {
-        let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
+    let ((off, fwd), host) = run("replay", 3000, |d, addr, lsns, _| {
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let (mut off, mut fwd) = (0u64, 0u64);
         for _ in 0..200 {
@@ -218,7 +230,6 @@ fn server_thread_cpu_ms() -> u64 {
 #[test]
 fn a_stuck_host_times_out_only_forwarded_requests() {
     let _one = one_at_a_time();
-    use storefn_dds::pageserver::DeployOptions;
     use storefn_server::proto::StatusCode;
     const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
     let dir = temp_dir("stuck");
@@ -237,6 +248,8 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
             ready.store(true, Ordering::Release);
             while !stop.load(Ordering::Acquire) {
                 if stuck.load(Ordering::Acquire) {
+                    // Alive (its heartbeat moves) but not answering: a slow host, not a gone one.
+                    h.beat();
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 } else {
                     h.serve_forwarded().unwrap();
@@ -249,7 +262,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
         }
         // Stops the host thread even when an assertion fails (else the scope waits forever).
         let _guard = StopOnDrop(&stop);
-        let mut c = Client::connect(&addr, ClientConfig::default()).unwrap();
+        let mut c = Client::connect(&addr, d.client_config()).unwrap();
         // Page 5 at LSN 6 is cached: offloaded. At LSN 1000 only the (stuck) host can answer.
         let t0 = std::time::Instant::now();
         let cpu0 = server_thread_cpu_ms();
@@ -266,7 +279,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
             "server thread used {worker_cpu_ms} ms of CPU in {waited:?} waiting for the host"
         );
         // The stuck host does not hurt offloaded requests, on this or another connection.
-        let mut c2 = Client::connect(&addr, ClientConfig::default()).unwrap();
+        let mut c2 = Client::connect(&addr, d.client_config()).unwrap();
         let t0 = std::time::Instant::now();
         let r = c2.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
         assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
@@ -294,4 +307,76 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
     });
     d.stop().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The answers routed to each server thread so far.
+fn routed(d: &Deployment) -> Vec<u64> {
+    d.front.link_stats().routed.iter().map(|n| n.load(Ordering::Relaxed)).collect()
+}
+
+/// Regression test for the page server refusing more than one server thread (forwarded
+/// answers had one consumer and were not routed to the thread that forwarded the request):
+/// with 2 and 4 threads, connections on different threads forward and offload GetPages
+/// concurrently under replay; every answer is the page its request asked for, at least as new
+/// as asked, and the host's answers reach more than one thread.
+#[test]
+fn forwarded_answers_reach_the_thread_that_forwarded_them_with_2_and_4_threads() {
+    let _one = one_at_a_time();
+    for threads in [2, 4] {
+        let mut opts = DeployOptions::new(4096, true);
+        opts.threads = threads;
+        let ((), host) = run_opts(&format!("threads{threads}"), 2000, &opts, |d, addr, lsns, _| {
+            // Connections until two threads are seen forwarding (a connection's thread is the
+            // one whose routed count its forwarded request moved).
+            let mut conns = Vec::new();
+            let mut seen = std::collections::BTreeSet::new();
+            for i in 1..=64 {
+                let mut c = Client::connect(addr, d.client_config()).unwrap();
+                let before = routed(d);
+                // Newer than any version so far (each ask replays the page up to it).
+                let newer = lsns[1].load(Ordering::Acquire) + 1_000_000 * i;
+                let r = c.one(&Req::Offload { msg: get_page(1, newer).to_vec() }).unwrap();
+                assert_eq!(r.value, u64::from(SERVED_BY_HOST), "{}", r.message);
+                check(1, newer, &r.data);
+                let after = routed(d);
+                let t = (0..threads).find(|&t| after[t] > before[t]).expect("answer routed");
+                seen.insert(t);
+                conns.push(c);
+                if seen.len() >= 2 && conns.len() >= threads {
+                    break;
+                }
+            }
+            assert!(seen.len() >= 2, "{threads} threads: connections only reached {seen:?}");
+            std::thread::scope(|s| {
+                for (k, mut c) in conns.into_iter().enumerate() {
+                    s.spawn(move || {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(100 + k as u64);
+                        for _ in 0..40 {
+                            let asked: Vec<(u64, u64)> = (0..16)
+                                .map(|_| {
+                                    let p = rng.gen_range(0..PAGES);
+                                    let l = lsns[p as usize].load(Ordering::Acquire);
+                                    (p, if rng.gen_bool(0.3) { l + 1 } else { l })
+                                })
+                                .collect();
+                            let reqs: Vec<Req> = asked
+                                .iter()
+                                .map(|&(p, l)| Req::Offload { msg: get_page(p, l).to_vec() })
+                                .collect();
+                            for (r, &(p, l)) in c.call(&reqs).unwrap().iter().zip(&asked) {
+                                assert_eq!(r.status, 0, "page {p}: {}", r.message);
+                                check(p, l, &r.data);
+                            }
+                        }
+                    });
+                }
+            });
+            let per_thread = routed(d);
+            let busy = per_thread.iter().filter(|&&n| n > 0).count();
+            assert!(busy >= 2, "{threads} threads: answers routed {per_thread:?}");
+            assert_eq!(d.front.link_stats().dropped_answers.load(Ordering::Relaxed), 0);
+            assert_eq!(d.server.stats().late_answers.load(Ordering::Relaxed), 0);
+        });
+        assert_eq!(host.bad_requests, 0);
+    }
 }

@@ -261,3 +261,34 @@ fn pageserver_spawn_runs_and_reaps_a_separate_host_process() {
     let left = processes_with(&["pageserver", "host", "525252"]);
     assert!(left.is_empty(), "host process left behind: {left:?}");
 }
+
+/// `--threads N` runs the spawned page server on N threads (JSON key `threads`; client
+/// threads are `clients`); no stale page with answers relayed by two threads.
+#[test]
+fn pageserver_bench_spawn_runs_on_two_server_threads() {
+    let json = temp_json("pageserver-threads");
+    let out = storefn()
+        .args(["pageserver", "bench", "--spawn", "--threads", "2", "--clients", "4"])
+        .args(["--pages", "64", "--requests", "800", "--warmup", "50", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!((v["threads"].as_u64(), v["clients"].as_u64()), (Some(2), Some(4)), "{v}");
+    assert_eq!(v["stale_pages"], 0);
+    assert_eq!(v["requests"], 800);
+}
+
+/// The page server has no unauthenticated mode unless asked for by name.
+#[test]
+fn pageserver_serve_needs_a_token_file_or_insecure_no_auth() {
+    let out = storefn()
+        .args(["pageserver", "serve", "--dir", "/nonexistent", "--channel", "/nonexistent/s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--token-file"), "{err}");
+}

@@ -11,8 +11,11 @@
 use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
 
+mod auth;
 pub mod bench;
 pub mod spawn;
+
+pub use auth::{client_config_from_token_file, PageServerAuth};
 
 /// The page id of a stats request: GetPage(STATS_PAGE, 0) is never cached, so it reaches the
 /// host, which answers [`HostStats::encode`] (how a remote bench reads the host's CPU).
@@ -172,6 +175,12 @@ impl PageHost {
     /// The LSN the host last wrote for `page`.
     pub fn lsn(&self, page: u64) -> Option<u64> {
         self.lsns.get(usize::try_from(page).ok()?).copied()
+    }
+
+    /// Tells the server this host is alive without looking for requests (a host busy
+    /// elsewhere; every poll for forwarded requests does it too).
+    pub fn beat(&self) {
+        self.forward.beat();
     }
 
     /// Counters.
@@ -334,6 +343,7 @@ pub struct Deployment {
     /// process; `None` when the channels were handed to another process.
     pub host_files: Option<crate::host::HostChannel>,
     pub host_forward: Option<crate::host::HostChannel>,
+    auth: PageServerAuth,
 }
 
 /// How to run a [`Deployment`].
@@ -346,13 +356,24 @@ pub struct DeployOptions {
     /// How long a forwarded request waits for the host application
     /// ([`storefn_server::server::FORWARD_TIMEOUT`] by default).
     pub forward_timeout: std::time::Duration,
+    /// Server threads (1 by default); each gets the answers to the requests it forwarded.
+    pub threads: usize,
+    /// Who may connect (by default one tenant with a fresh random secret:
+    /// [`Deployment::client_config`]).
+    pub auth: PageServerAuth,
 }
 
 impl DeployOptions {
     /// Defaults for everything else.
     #[must_use]
     pub fn new(table_items: usize, offload: bool) -> Self {
-        Self { table_items, offload, forward_timeout: storefn_server::server::FORWARD_TIMEOUT }
+        Self {
+            table_items,
+            offload,
+            forward_timeout: storefn_server::server::FORWARD_TIMEOUT,
+            threads: 1,
+            auth: PageServerAuth::generated(),
+        }
     }
 }
 
@@ -451,12 +472,14 @@ impl Deployment {
         let front = crate::frontend::FrontEnd::start(
             funcs,
             service,
-            files,
-            forward,
+            (files, forward),
             PAGE_SERVER_BATCH,
             opts.offload,
+            opts.threads,
         )?;
         let mut cfg = storefn_server::ServerConfig::new(dir);
+        cfg.threads = opts.threads;
+        opts.auth.apply(&mut cfg);
         let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
         cfg.offload = Some(hook);
         cfg.forward_timeout = opts.forward_timeout;
@@ -467,7 +490,26 @@ impl Deployment {
                 return Err(e.into());
             }
         };
-        Ok(Self { server, front, host_files: None, host_forward: None })
+        Ok(Self { server, front, host_files: None, host_forward: None, auth: opts.auth.clone() })
+    }
+
+    /// How a client authenticates to this server (its first tenant).
+    #[must_use]
+    pub fn client_config(&self) -> storefn_server::ClientConfig {
+        self.auth.client_config()
+    }
+
+    /// Attaches a new host application (its file and forwarding channels) in place of one
+    /// whose heartbeat stopped, without restarting the server ([`FrontEnd::attach`](crate::frontend::FrontEnd::attach)).
+    ///
+    /// # Errors
+    /// `HostAlive` while the attached host is alive.
+    pub fn attach_host(
+        &self,
+        files: crate::host::HostChannel,
+        forward: crate::host::HostChannel,
+    ) -> Result<(), HostError> {
+        self.front.attach(files, forward)
     }
 
     /// Stops the server, then the file service.
