@@ -380,3 +380,168 @@ fn forwarded_answers_reach_the_thread_that_forwarded_them_with_2_and_4_threads()
         assert_eq!(host.bad_requests, 0);
     }
 }
+
+/// Sends HELLO, then one frame of `reqs`, on a fresh connection that never authenticates;
+/// returns each reply's status (`None`: the server closed the connection before answering).
+fn unauthenticated(addr: &str, reqs: &[storefn_server::proto::Request<'_>]) -> Vec<Option<u16>> {
+    use std::io::Write;
+    use storefn_server::client::read_response_frame;
+    use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut f = FrameBuf::default();
+    f.begin(KIND_REQUEST);
+    put_request(&mut f, 1, &Request::Hello { tenant: b"intruder" });
+    for (i, r) in reqs.iter().enumerate() {
+        put_request(&mut f, 2 + i as u64, r);
+    }
+    let _ = s.write_all(f.finish());
+    let mut status = vec![None; reqs.len()];
+    let mut rx = Vec::new();
+    'read: for _ in 0..=reqs.len() {
+        let Ok(msgs) = read_response_frame(&mut s, 0, &mut rx) else { break };
+        for m in msgs {
+            let Ok(m) = m else { break 'read };
+            if let Some(slot) = m.req_id.checked_sub(2).and_then(|i| status.get_mut(i as usize)) {
+                *slot = Some(m.status);
+            }
+        }
+        if status.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    status
+}
+
+/// Regression test for the page server serving anyone: without authentication a client read
+/// and wrote the served files and loaded programs, and a raw WRITE over a page was then served
+/// to GetPage clients by the offload path with the attacker's bytes. Now a client that does not
+/// authenticate is refused all of it and GetPage serves the host's page; under
+/// `--insecure-no-auth` the same attack still lands (shown here, so the check can fail).
+#[test]
+fn an_unauthenticated_client_cannot_read_write_load_programs_or_inject_pages() {
+    let _one = one_at_a_time();
+    use storefn_dds::pageserver::PageServerAuth;
+    use storefn_server::proto::Request;
+    let elf = storefn_progs::must("bench_empty");
+    for insecure in [false, true] {
+        let mut opts = DeployOptions::new(4096, true);
+        if insecure {
+            opts.auth = PageServerAuth::InsecureNoAuth;
+        }
+        run_opts(&format!("auth{insecure}"), 0, &opts, |d, addr, lsns, _| {
+            let lsn = lsns[5].load(Ordering::Acquire);
+            // A page image that passes for page 5 at its LSN, with the attacker's body.
+            let mut evil = vec![0xEE; PAGE_BYTES];
+            evil[..8].copy_from_slice(&lsn.to_le_bytes());
+            evil[8..16].copy_from_slice(&5u64.to_le_bytes());
+            let at = 5 * PAGE_BYTES as u64;
+            let msg = get_page(5, lsn);
+            let reqs = [
+                Request::Read { path: b"pages", offset: at, len: 4096 },
+                Request::Write { path: b"pages", offset: at, data: &evil },
+                Request::LoadProg { prog_type: 0, section: b"", elf },
+                Request::Offload { msg: &msg },
+            ];
+            let got = unauthenticated(addr, &reqs);
+            let mut c = Client::connect(addr, d.client_config()).unwrap();
+            let r = c.one(&Req::Offload { msg: msg.to_vec() }).unwrap();
+            assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+            if insecure {
+                assert!(got.iter().all(|s| *s == Some(0)), "insecure: {got:?}");
+                assert_eq!(r.data, evil, "insecure: the injected page is served");
+            } else {
+                assert!(
+                    got.iter().all(|s| *s != Some(0)),
+                    "an unauthenticated request ran: {got:?}"
+                );
+                check(5, lsn, &r.data);
+            }
+        });
+    }
+}
+
+/// Regression test for a dead host going unnoticed and a new host unable to attach: each
+/// forwarded GetPage waited the full forward timeout (5 s) for a host that had died, and a new
+/// host could not attach without restarting the server. Now a request waiting for the dead
+/// host fails once its heartbeat has been still for a second, later ones fail at once,
+/// offloaded ones are still served, and a new host attaches: it serves forwarded GetPages,
+/// and no page the previous host cached is served from the new host's file.
+#[test]
+fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
+    let _one = one_at_a_time();
+    use storefn_dds::host::{DEFAULT_CHANNEL_RING_BYTES, HOST_HEARTBEAT_TIMEOUT};
+    let dir = temp_dir("reattach");
+    let elf = storefn_progs::must("dds/pageserver");
+    let d =
+        Deployment::start_opts("127.0.0.1:0", &dir, elf, &DeployOptions::new(4096, true)).unwrap();
+    let addr = d.server.local_addr().to_string();
+    let mut c = Client::connect(&addr, d.client_config()).unwrap();
+    let forwarded = |c: &mut Client, page: u64, lsn: u64| {
+        let t0 = std::time::Instant::now();
+        let r = c.call(&[Req::Offload { msg: get_page(page, lsn).to_vec() }]).unwrap().remove(0);
+        (r, t0.elapsed())
+    };
+    // The first host answers, replays page 1 far ahead (cached at that LSN), then dies.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let ends = host_ends(&d);
+        let host = s.spawn(|| {
+            let mut h = page_host(ends);
+            storefn_dds::pageserver::host_loop(&mut h, &stop, 0, 1).unwrap();
+        });
+        let _guard = StopOnDrop(&stop);
+        let (r, _) = forwarded(&mut c, 1, 1_000_000);
+        assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
+        check(1, 1_000_000, &r.data);
+        stop.store(true, Ordering::Release);
+        host.join().unwrap();
+    });
+    let (r, waited) = forwarded(&mut c, 2, 5_000_000);
+    assert_ne!(r.status, 0, "answered by a dead host?");
+    assert!(r.message.contains("gone"), "names the cause: {}", r.message);
+    assert!(waited < HOST_HEARTBEAT_TIMEOUT * 3, "failed after {waited:?}");
+    let (r, waited) = forwarded(&mut c, 3, 5_000_000);
+    assert!(r.status != 0 && r.message.contains("gone"), "{}", r.message);
+    assert!(
+        waited < HOST_HEARTBEAT_TIMEOUT / 2,
+        "a request to a known-dead host waited {waited:?}"
+    );
+    let r = c.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
+    assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD), "offloaded GetPages are still served");
+    // A new host attaches to the running server with fresh channels.
+    let create = || HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
+    let (files, fwd) = (create(), create());
+    let dup =
+        |ch: &HostChannel| HostChannel::attach(ch.fd().try_clone_to_owned().unwrap()).unwrap();
+    let ends = (dup(&files), dup(&fwd));
+    d.attach_host(files, fwd).unwrap();
+    let (stop, ready) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let host = s.spawn(|| {
+            let mut h = page_host(ends);
+            ready.store(true, Ordering::Release);
+            storefn_dds::pageserver::host_loop(&mut h, &stop, 0, 2).unwrap();
+        });
+        let _guard = StopOnDrop(&stop);
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // Its pages start over at LSN p + 1: page 1 cached at 1,000,000 by the first host must
+        // not be read from the new file (it would be an older page than asked).
+        let (r, _) = forwarded(&mut c, 1, 1_000_000);
+        assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
+        check(1, 1_000_000, &r.data);
+        let (r, _) = forwarded(&mut c, 4, 2_000_000);
+        assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
+        check(4, 2_000_000, &r.data);
+        // A third host is refused while this one is alive.
+        let e = d.attach_host(create(), create()).unwrap_err();
+        assert!(e.to_string().contains("alive"), "{e}");
+        stop.store(true, Ordering::Release);
+        host.join().unwrap();
+    });
+    assert_eq!(d.front.link_stats().reattached.load(Ordering::Relaxed), 1);
+    d.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -91,8 +91,9 @@ impl Route {
 struct Next {
     /// For the file-service thread.
     files: Option<HostChannel>,
-    /// For the router: the forwarding channel and a view of the file channel (its heartbeat).
-    forward: Option<(HostChannel, HostChannel)>,
+    /// For the router: the new attachment's generation, a view of its forwarding channel (to
+    /// consume answers) and of its file channel (its heartbeat).
+    forward: Option<(u64, HostChannel, HostChannel)>,
 }
 
 /// What the front end, the router and the file-service thread share.
@@ -169,15 +170,28 @@ impl Link {
         self.current().is_some_and(|a| a.alive.load(Ordering::Relaxed))
     }
 
-    /// Hands a new host's channels to the router and the file-service thread.
+    /// Makes a new host the one requests are forwarded to (from now on), and hands its
+    /// channels' other ends to the router and the file-service thread. Requests still waiting
+    /// for the previous host fail.
     pub(super) fn attach(&self, files: HostChannel, forward: HostChannel) -> Result<(), HostError> {
         if self.host_alive() {
             return Err(HostError::HostAlive(HOST_HEARTBEAT_TIMEOUT));
         }
-        let files_view = dup(&files)?;
+        let (files_view, recv_view) = (dup(&files)?, dup(&forward)?);
         let mut next = self.next.lock().map_err(|_| super::poisoned())?;
+        let mut cur = self.current.lock().map_err(|_| super::poisoned())?;
+        let old = cur.generation;
+        *cur = Arc::new(Attachment {
+            generation: old + 1,
+            send: sender(forward),
+            alive: AtomicBool::new(true),
+        });
+        drop(cur);
         next.files = Some(files);
-        next.forward = Some((forward, files_view));
+        next.forward = Some((old + 1, recv_view, files_view));
+        drop(next);
+        self.stats.reattached.fetch_add(1, Ordering::Relaxed);
+        self.fail_host(old, HOST_REPLACED);
         Ok(())
     }
 
@@ -314,12 +328,15 @@ pub(super) fn start_router(
         .name("storefn-dds-answers".into())
         .spawn(move || {
             let mut beat = Heartbeat::new();
+            // The attachment whose channels `recv` and `files` are.
+            let mut generation = 0;
             let mut touched = vec![false; link.routes.len()];
             // Relaxed: a stop flag; nothing is published through it.
             while !stop.load(Ordering::Relaxed) {
-                if let Some((fwd, f)) = link.next.lock().ok().and_then(|mut n| n.forward.take()) {
-                    switch_host(&link, &mut recv, fwd);
-                    files = f;
+                if let Some((g, fwd, f)) = link.next.lock().ok().and_then(|mut n| n.forward.take())
+                {
+                    (generation, files) = (g, f);
+                    recv = ForwardEnd::new(fwd, Side::Server);
                     beat = Heartbeat::new();
                 }
                 let n = recv
@@ -338,7 +355,7 @@ pub(super) fn start_router(
                         link.routes[t].signal();
                     }
                 }
-                watch_heartbeat(&link, &mut beat, recv.channel(), &files);
+                watch_heartbeat(&link, generation, &mut beat, recv.channel(), &files);
                 if n == 0 {
                     recv.wait_incoming(PARK_SLICE);
                 }
@@ -348,28 +365,19 @@ pub(super) fn start_router(
 }
 
 /// Judges the host's liveness; on a change, fails its waiting requests or lets new ones through.
-fn watch_heartbeat(link: &Link, beat: &mut Heartbeat, forward: &HostChannel, files: &HostChannel) {
+fn watch_heartbeat(
+    link: &Link,
+    generation: u64,
+    beat: &mut Heartbeat,
+    forward: &HostChannel,
+    files: &HostChannel,
+) {
     let alive = beat.check(forward, files);
-    let Some(att) = link.current() else { return };
+    // A host attached since: its channels are not taken yet, and these are not its.
+    let Some(att) = link.current().filter(|a| a.generation == generation) else { return };
     // Relaxed: see Link::host_alive.
     if att.alive.swap(alive, Ordering::Relaxed) && !alive {
         link.stats.hosts_gone.fetch_add(1, Ordering::Relaxed);
         link.fail_host(att.generation, HOST_GONE);
     }
-}
-
-/// Makes `forward` the host the threads forward to; requests to the previous one fail.
-fn switch_host(link: &Link, recv: &mut ForwardEnd, forward: HostChannel) {
-    let Ok(view) = dup(&forward) else { return };
-    let Ok(mut cur) = link.current.lock() else { return };
-    let old = cur.generation;
-    *cur = Arc::new(Attachment {
-        generation: old + 1,
-        send: sender(forward),
-        alive: AtomicBool::new(true),
-    });
-    drop(cur);
-    *recv = ForwardEnd::new(view, Side::Server);
-    link.stats.reattached.fetch_add(1, Ordering::Relaxed);
-    link.fail_host(old, HOST_REPLACED);
 }
