@@ -545,3 +545,67 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
     d.stop().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression test for an OFFLOAD message of another length shifting its batch: the messages
+/// were concatenated and `pred`/`func` read request `i` at `8 + 16 i`, so after a 24-byte
+/// message the next GetPage was read from the wrong bytes and answered, status OK, with
+/// another page. Now each message is found through the batch's index of offsets and lengths.
+#[test]
+fn a_message_of_another_length_never_shifts_the_get_pages_after_it() {
+    let _one = one_at_a_time();
+    let ((), host) = run("odd", 0, |d, addr, lsns, _| {
+        let lsn = |p: usize| lsns[p].load(Ordering::Acquire);
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
+        // 24 bytes: a GetPage of page 9, then page 11's id, which a reader off by 8 bytes
+        // takes for the next request's page.
+        let mut crafted = get_page(9, lsn(9)).to_vec();
+        crafted.extend_from_slice(&11u64.to_le_bytes());
+        let reqs = [
+            Req::Offload { msg: get_page(2, lsn(2)).to_vec() },
+            Req::Offload { msg: vec![0x5A; 17] },
+            Req::Offload { msg: get_page(3, lsn(3)).to_vec() },
+            Req::Offload { msg: crafted },
+            Req::Offload { msg: get_page(4, lsn(4)).to_vec() },
+            Req::Offload { msg: get_page(5, lsn(5)).to_vec() },
+        ];
+        let r = c.call(&reqs).unwrap();
+        for (i, page) in [(0, 2), (2, 3), (4, 4), (5, 5)] {
+            assert_eq!(r[i].status, 0, "request {i}: {}", r[i].message);
+            assert_eq!(r[i].value, u64::from(SERVED_BY_OFFLOAD), "request {i}");
+            check(page, lsn(page as usize), &r[i].data);
+        }
+        for i in [1, 3] {
+            assert_eq!(
+                (r[i].value, r[i].data.len()),
+                (u64::from(SERVED_BY_HOST), 0),
+                "request {i}"
+            );
+        }
+    });
+    assert_eq!(host.bad_requests, 2);
+}
+
+/// Regression test for the host's LSN counter wrapping: a GetPage asking for LSN u64::MAX made
+/// the host replay the page to that LSN, and its next update's LSN wrapped (a panic in a debug
+/// build, LSN 0 in a release build: pages going back in time). Now an LSN past `MAX_LSN` is
+/// refused (answered empty) and the counter is untouched.
+#[test]
+fn an_lsn_past_the_bound_is_refused_and_the_counter_never_wraps() {
+    let _one = one_at_a_time();
+    use storefn_dds::pageserver::MAX_LSN;
+    let ((), host) = run("lsn", 0, |d, addr, lsns, _| {
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
+        for asked in [u64::MAX, MAX_LSN + 1] {
+            let r = c.one(&Req::Offload { msg: get_page(3, asked).to_vec() }).unwrap();
+            assert_eq!((r.value, r.data.len()), (u64::from(SERVED_BY_HOST), 0), "LSN {asked}");
+        }
+        // Replays still move forward from where they were.
+        let before = lsns[4].load(Ordering::Acquire);
+        let r = c.one(&Req::Offload { msg: get_page(4, before + 1).to_vec() }).unwrap();
+        let got = check(4, before + 1, &r.data);
+        assert!(got < MAX_LSN, "replayed to LSN {got}");
+        let r = c.one(&Req::Offload { msg: get_page(6, got + 1).to_vec() }).unwrap();
+        assert!(check(6, got + 1, &r.data) > got);
+    });
+    assert_eq!(host.bad_requests, 2);
+}

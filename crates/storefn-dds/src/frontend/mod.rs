@@ -1,7 +1,8 @@
 //! DDS's front end inside the storage server: implements storefn-server's [`OffloadHook`].
 //!
 //! - `decide`: a frame's OFFLOAD messages become one batch message (`count u32 | pad u32 |`
-//!   the messages back to back, docs/FORMAT.md "DDS offload batch"), split into batches of at
+//!   an index of each message's offset and length | the messages, docs/FORMAT.md "DDS offload
+//!   batch": [`encode_batch`]), split into batches of at
 //!   most `batch` requests; `pred` judges each batch, `func` gives the read of each offloaded
 //!   request. A fault or bad output of a function forwards the batch (always correct).
 //!   Each read decision carries the file service's change epoch taken before `pred`.
@@ -30,8 +31,35 @@ use storefn_server::server::offload::{HostAnswer, OffloadDecision, OffloadHook, 
 use crate::host::{FileService, HostChannel, HostError};
 use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
 
-/// Bytes before the messages of a batch: `count u32 | pad u32`.
+/// Bytes before the index of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;
+/// Bytes of each index entry: `offset u32 | len u32` of one message (offset from the batch's
+/// first byte; each message starts 8-byte aligned).
+pub const BATCH_ENTRY_BYTES: usize = 8;
+
+/// Encodes `msgs` as one batch (docs/FORMAT.md, "DDS offload batch") into `buf` (cleared
+/// first): the header, an index of each message's offset and length, then the messages, each
+/// padded to 8 bytes. A program finds request `i` through the index, so a message of any
+/// length cannot move another.
+///
+/// # Panics
+/// More than `u32::MAX` messages or bytes (a frame's batch is far smaller).
+pub fn encode_batch<'a>(msgs: impl ExactSizeIterator<Item = &'a [u8]> + Clone, buf: &mut Vec<u8>) {
+    buf.clear();
+    let count = msgs.len();
+    buf.extend_from_slice(&u32::try_from(count).expect("batch count").to_le_bytes());
+    buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
+    let mut at = BATCH_HEADER_BYTES + count * BATCH_ENTRY_BYTES;
+    for m in msgs.clone() {
+        buf.extend_from_slice(&u32::try_from(at).expect("batch bytes").to_le_bytes());
+        buf.extend_from_slice(&u32::try_from(m.len()).expect("message bytes").to_le_bytes());
+        at += m.len().next_multiple_of(8);
+    }
+    for m in msgs {
+        buf.extend_from_slice(m);
+        buf.resize(buf.len().next_multiple_of(8), 0);
+    }
+}
 /// Samples of each kind the timing recorder keeps (later ones are dropped, and counted).
 pub const MAX_TIMING_SAMPLES: usize = 1 << 20;
 
@@ -282,12 +310,7 @@ impl OffloadHook for FrontEnd {
         // Before any table lookup: a change after this point makes the read's check fail.
         let epoch = self.files.epoch();
         for chunk in bounds.chunks(self.batch) {
-            buf.clear();
-            buf.extend_from_slice(&u32::try_from(chunk.len()).expect("<= batch").to_le_bytes());
-            buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
-            for &(a, b) in chunk {
-                buf.extend_from_slice(&bytes[a..b]);
-            }
+            encode_batch(chunk.iter().map(|&(a, b)| &bytes[a..b]), buf);
             let first = out.len();
             match funcs.pred_into(buf, verdicts) {
                 Ok(()) => {

@@ -23,6 +23,12 @@ pub const STATS_PAGE: u64 = u64::MAX;
 /// Bytes of an encoded [`HostStats`].
 pub const HOST_STATS_BYTES: usize = 40;
 
+/// Highest LSN a page may carry: a GetPage asking for a newer one is refused (answered
+/// empty, like any message that is no GetPage of a stored page), so a client cannot push the
+/// host's LSN counter to its end and make it wrap (2^62 updates at a billion a second take
+/// 146 years).
+pub const MAX_LSN: u64 = 1 << 62;
+
 /// Page size (progs/include/pageserver.h `PS_PAGE_BYTES`).
 pub const PAGE_BYTES: usize = 8192;
 /// A GetPage request: `page u64 | lsn u64`.
@@ -77,7 +83,8 @@ pub struct HostStats {
     pub answered: u64,
     /// Page updates applied.
     pub updates: u64,
-    /// Forwarded messages that were not a GetPage of a stored page (answered empty).
+    /// Forwarded messages that were not a GetPage of a stored page at an LSN up to
+    /// [`MAX_LSN`] (answered empty).
     pub bad_requests: u64,
 }
 
@@ -198,9 +205,12 @@ impl PageHost {
         if page >= self.pages {
             return Err(HostError::Malformed(format!("page {page} of {}", self.pages)));
         }
+        let lsn = self.next_lsn;
+        if lsn > MAX_LSN {
+            return Err(HostError::Malformed(format!("LSN {lsn} past the bound {MAX_LSN}")));
+        }
         let at = page * PAGE_BYTES as u64;
         self.files.read(self.file, at, &mut self.buf)?;
-        let lsn = self.next_lsn;
         self.next_lsn += 1;
         fill_page(&mut self.buf, page, lsn);
         self.files.write(self.file, at, &self.buf)?;
@@ -253,7 +263,7 @@ impl PageHost {
                 self.forward.answer(id, t, &self.stats.encode())?;
                 continue;
             }
-            if page >= self.pages {
+            if page >= self.pages || lsn > MAX_LSN || self.next_lsn > MAX_LSN {
                 self.stats.bad_requests += 1;
                 let t = timing(&mut self.files);
                 self.forward.answer(id, t, &[])?;
