@@ -225,11 +225,12 @@ impl Link {
     pub(super) fn poll(&self, thread: usize, f: &mut dyn FnMut(HostAnswer<'_>)) -> usize {
         let Some(Ok(mut q)) = self.routes.get(thread).map(|r| r.queue.lock()) else { return 0 };
         let n = q.gone.len() + q.answers.len();
-        for &(host, reason) in &q.gone {
-            f(HostAnswer::HostGone { host, reason });
-        }
+        // Answers first: one that arrived before its host was judged gone is still relayed.
         for (token, range) in &q.answers {
             f(HostAnswer::Data { token: *token, data: &q.bytes[range.clone()] });
+        }
+        for &(host, reason) in &q.gone {
+            f(HostAnswer::HostGone { host, reason });
         }
         q.gone.clear();
         q.answers.clear();
