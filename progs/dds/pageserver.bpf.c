@@ -7,6 +7,8 @@
 #include <pageserver.h>
 #include <bpf/bpf_helpers.h>
 
+/* Request i of the batch, found through the batch's index (never by position: a message of
+ * another length must not shift the others); 0 when it is no GetPage or out of bounds. */
 static __always_inline const struct ps_get_page *request(const struct storefn_offload_ctx *c, __u32 i)
 {
 	const __u8 *msg = (const __u8 *)(unsigned long)c->msg;
@@ -14,9 +16,14 @@ static __always_inline const struct ps_get_page *request(const struct storefn_of
 		return 0;
 	__u32 count = *(const __u32 *)msg;
 	if (i >= count || i >= PS_MAX_BATCH ||
-	    PS_BATCH_HEADER + (__u64)(i + 1) * sizeof(struct ps_get_page) > c->msg_len)
+	    PS_BATCH_HEADER + (__u64)(i + 1) * sizeof(struct ps_batch_entry) > c->msg_len)
 		return 0;
-	return (const struct ps_get_page *)(msg + PS_BATCH_HEADER) + i;
+	const struct ps_batch_entry *e = (const struct ps_batch_entry *)(msg + PS_BATCH_HEADER) + i;
+	__u32 at = e->offset;
+	if (e->len != sizeof(struct ps_get_page) || at % 8 ||
+	    (__u64)at + sizeof(struct ps_get_page) > c->msg_len)
+		return 0;
+	return (const struct ps_get_page *)(msg + at);
 }
 
 SEC("offload/pred")

@@ -15,7 +15,9 @@
 //!
 //! - [`frontend`]: the offload engine inside storefn-server (its `OffloadHook`): batches a
 //!   frame's OFFLOAD requests through `pred`/`func`, reads offloaded ones next to the data,
-//!   forwards the rest to the host application.
+//!   forwards the rest to the host application and routes its answers back to the server
+//!   thread that forwarded each request; watches the host's heartbeat and lets a new host
+//!   attach when it is gone.
 //!
 //! - [`pageserver`]: the paper's page server as a host application (stores pages, replays
 //!   updates, answers forwarded GetPage requests).

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
 use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
-use storefn_dds::pageserver::{fill_page, get_page, page_lsn, Deployment, PageHost, PAGE_BYTES};
-use storefn_wire::{Client, ClientConfig, Request};
+use storefn_dds::pageserver::{
+    fill_page, get_page, page_lsn, DeployOptions, Deployment, PageHost, PAGE_BYTES,
+};
+use storefn_wire::{Client, Request};
 use storefn_wire::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 
 const PAGES: u64 = 64;
@@ -54,9 +56,19 @@ fn run<T>(
     updates: u64,
     client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
 ) -> (T, storefn_dds::pageserver::HostStats) {
+    run_opts(tag, updates, &DeployOptions::new(4096, true), client)
+}
+
+/// [`run`] with every deployment option.
+fn run_opts<T>(
+    tag: &str,
+    updates: u64,
+    opts: &DeployOptions,
+    client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
+) -> (T, storefn_dds::pageserver::HostStats) {
     let dir = temp_dir(tag);
     let elf = storefn_progs::must("dds/pageserver");
-    let d = Deployment::start("127.0.0.1:0", &dir, elf, 4096, true).unwrap();
+    let d = Deployment::start_opts("127.0.0.1:0", &dir, elf, opts).unwrap();
     let addr = d.server.local_addr().to_string();
     let lsns: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
@@ -111,7 +123,7 @@ fn check(page: u64, asked: u64, data: &[u8]) -> u64 {
 fn forwarded_and_offloaded_answers_agree() {
     let _one = one_at_a_time();
     let ((), host) = run("agree", 0, |d, addr, lsns, _| {
-        let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
         let msgs: Vec<_> =
             (0..PAGES).map(|p| get_page(p, lsns[p as usize].load(Ordering::Acquire))).collect();
         let reqs: Vec<Request<'_>> = msgs.iter().map(|m| Request::Offload { msg: m }).collect();
@@ -151,8 +163,8 @@ fn forwarded_and_offloaded_answers_agree() {
 #[test]
 fn get_page_never_returns_a_page_older_than_asked_under_replay() {
     let _one = one_at_a_time();
-    let ((off, fwd), host) = run("replay", 3000, |_, addr, lsns, _| {
-        let mut c = Client::connect(addr, ClientConfig::default()).unwrap();
+    let ((off, fwd), host) = run("replay", 3000, |d, addr, lsns, _| {
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let (mut off, mut fwd) = (0u64, 0u64);
         for _ in 0..200 {
@@ -216,7 +228,6 @@ fn server_thread_cpu_ms() -> u64 {
 #[test]
 fn a_stuck_host_times_out_only_forwarded_requests() {
     let _one = one_at_a_time();
-    use storefn_dds::pageserver::DeployOptions;
     use storefn_wire::StatusCode;
     const TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
     let dir = temp_dir("stuck");
@@ -235,6 +246,8 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
             ready.store(true, Ordering::Release);
             while !stop.load(Ordering::Acquire) {
                 if stuck.load(Ordering::Acquire) {
+                    // Alive (its heartbeat moves) but not answering: a slow host, not a gone one.
+                    h.beat();
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 } else {
                     h.serve_forwarded().unwrap();
@@ -247,7 +260,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
         }
         // Stops the host thread even when an assertion fails (else the scope waits forever).
         let _guard = StopOnDrop(&stop);
-        let mut c = Client::connect(&addr, ClientConfig::default()).unwrap();
+        let mut c = Client::connect(&addr, d.client_config()).unwrap();
         // Page 5 at LSN 6 is cached: offloaded. At LSN 1000 only the (stuck) host can answer.
         let t0 = std::time::Instant::now();
         let cpu0 = server_thread_cpu_ms();
@@ -264,7 +277,7 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
             "server thread used {worker_cpu_ms} ms of CPU in {waited:?} waiting for the host"
         );
         // The stuck host does not hurt offloaded requests, on this or another connection.
-        let mut c2 = Client::connect(&addr, ClientConfig::default()).unwrap();
+        let mut c2 = Client::connect(&addr, d.client_config()).unwrap();
         let t0 = std::time::Instant::now();
         let r = c2.one(&Request::Offload { msg: &get_page(7, 8) }).unwrap();
         assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
@@ -292,4 +305,305 @@ fn a_stuck_host_times_out_only_forwarded_requests() {
     });
     d.stop().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The answers routed to each server thread so far.
+fn routed(d: &Deployment) -> Vec<u64> {
+    d.front.link_stats().routed.iter().map(|n| n.load(Ordering::Relaxed)).collect()
+}
+
+/// Regression test for the page server refusing more than one server thread (forwarded
+/// answers had one consumer and were not routed to the thread that forwarded the request):
+/// with 2 and 4 threads, connections on different threads forward and offload GetPages
+/// concurrently under replay; every answer is the page its request asked for, at least as new
+/// as asked, and the host's answers reach more than one thread.
+#[test]
+fn forwarded_answers_reach_the_thread_that_forwarded_them_with_2_and_4_threads() {
+    let _one = one_at_a_time();
+    for threads in [2, 4] {
+        let mut opts = DeployOptions::new(4096, true);
+        opts.threads = threads;
+        let ((), host) = run_opts(&format!("threads{threads}"), 2000, &opts, |d, addr, lsns, _| {
+            // Connections until two threads are seen forwarding (a connection's thread is the
+            // one whose routed count its forwarded request moved).
+            let mut conns = Vec::new();
+            let mut seen = std::collections::BTreeSet::new();
+            for i in 1..=64 {
+                let mut c = Client::connect(addr, d.client_config()).unwrap();
+                let before = routed(d);
+                // Newer than any version so far (each ask replays the page up to it).
+                let newer = lsns[1].load(Ordering::Acquire) + 1_000_000 * i;
+                let r = c.one(&Req::Offload { msg: get_page(1, newer).to_vec() }).unwrap();
+                assert_eq!(r.value, u64::from(SERVED_BY_HOST), "{}", r.message);
+                check(1, newer, &r.data);
+                let after = routed(d);
+                let t = (0..threads).find(|&t| after[t] > before[t]).expect("answer routed");
+                seen.insert(t);
+                conns.push(c);
+                if seen.len() >= 2 && conns.len() >= threads {
+                    break;
+                }
+            }
+            assert!(seen.len() >= 2, "{threads} threads: connections only reached {seen:?}");
+            std::thread::scope(|s| {
+                for (k, mut c) in conns.into_iter().enumerate() {
+                    s.spawn(move || {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(100 + k as u64);
+                        for _ in 0..40 {
+                            let asked: Vec<(u64, u64)> = (0..16)
+                                .map(|_| {
+                                    let p = rng.gen_range(0..PAGES);
+                                    let l = lsns[p as usize].load(Ordering::Acquire);
+                                    (p, if rng.gen_bool(0.3) { l + 1 } else { l })
+                                })
+                                .collect();
+                            let reqs: Vec<Req> = asked
+                                .iter()
+                                .map(|&(p, l)| Req::Offload { msg: get_page(p, l).to_vec() })
+                                .collect();
+                            for (r, &(p, l)) in c.call(&reqs).unwrap().iter().zip(&asked) {
+                                assert_eq!(r.status, 0, "page {p}: {}", r.message);
+                                check(p, l, &r.data);
+                            }
+                        }
+                    });
+                }
+            });
+            let per_thread = routed(d);
+            let busy = per_thread.iter().filter(|&&n| n > 0).count();
+            assert!(busy >= 2, "{threads} threads: answers routed {per_thread:?}");
+            assert_eq!(d.front.link_stats().dropped_answers.load(Ordering::Relaxed), 0);
+            assert_eq!(d.server.stats().late_answers.load(Ordering::Relaxed), 0);
+        });
+        assert_eq!(host.bad_requests, 0);
+    }
+}
+
+/// Sends HELLO, then one frame of `reqs`, on a fresh connection that never authenticates;
+/// returns each reply's status (`None`: the server closed the connection before answering).
+fn unauthenticated(addr: &str, reqs: &[storefn_server::proto::Request<'_>]) -> Vec<Option<u16>> {
+    use std::io::Write;
+    use storefn_server::client::read_response_frame;
+    use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut f = FrameBuf::default();
+    f.begin(KIND_REQUEST);
+    put_request(&mut f, 1, &Request::Hello { tenant: b"intruder" });
+    for (i, r) in reqs.iter().enumerate() {
+        put_request(&mut f, 2 + i as u64, r);
+    }
+    let _ = s.write_all(f.finish());
+    let mut status = vec![None; reqs.len()];
+    let mut rx = Vec::new();
+    'read: for _ in 0..=reqs.len() {
+        let Ok(msgs) = read_response_frame(&mut s, 0, &mut rx) else { break };
+        for m in msgs {
+            let Ok(m) = m else { break 'read };
+            if let Some(slot) = m.req_id.checked_sub(2).and_then(|i| status.get_mut(i as usize)) {
+                *slot = Some(m.status);
+            }
+        }
+        if status.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    status
+}
+
+/// Regression test for the page server serving anyone: without authentication a client read
+/// and wrote the served files and loaded programs, and a raw WRITE over a page was then served
+/// to GetPage clients by the offload path with the attacker's bytes. Now a client that does not
+/// authenticate is refused all of it and GetPage serves the host's page; under
+/// `--insecure-no-auth` the same attack still lands (shown here, so the check can fail).
+#[test]
+fn an_unauthenticated_client_cannot_read_write_load_programs_or_inject_pages() {
+    let _one = one_at_a_time();
+    use storefn_dds::pageserver::PageServerAuth;
+    use storefn_server::proto::Request;
+    let elf = storefn_progs::must("bench_empty");
+    for insecure in [false, true] {
+        let mut opts = DeployOptions::new(4096, true);
+        if insecure {
+            opts.auth = PageServerAuth::InsecureNoAuth;
+        }
+        run_opts(&format!("auth{insecure}"), 0, &opts, |d, addr, lsns, _| {
+            let lsn = lsns[5].load(Ordering::Acquire);
+            // A page image that passes for page 5 at its LSN, with the attacker's body.
+            let mut evil = vec![0xEE; PAGE_BYTES];
+            evil[..8].copy_from_slice(&lsn.to_le_bytes());
+            evil[8..16].copy_from_slice(&5u64.to_le_bytes());
+            let at = 5 * PAGE_BYTES as u64;
+            let msg = get_page(5, lsn);
+            let reqs = [
+                Request::Read { path: b"pages", offset: at, len: 4096 },
+                Request::Write { path: b"pages", offset: at, data: &evil },
+                Request::LoadProg { prog_type: 0, section: b"", elf },
+                Request::Offload { msg: &msg },
+            ];
+            let got = unauthenticated(addr, &reqs);
+            let mut c = Client::connect(addr, d.client_config()).unwrap();
+            let r = c.one(&Req::Offload { msg: msg.to_vec() }).unwrap();
+            assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+            if insecure {
+                assert!(got.iter().all(|s| *s == Some(0)), "insecure: {got:?}");
+                assert_eq!(r.data, evil, "insecure: the injected page is served");
+            } else {
+                assert!(
+                    got.iter().all(|s| *s != Some(0)),
+                    "an unauthenticated request ran: {got:?}"
+                );
+                check(5, lsn, &r.data);
+            }
+        });
+    }
+}
+
+/// Regression test for a dead host going unnoticed and a new host unable to attach: each
+/// forwarded GetPage waited the full forward timeout (5 s) for a host that had died, and a new
+/// host could not attach without restarting the server. Now a request waiting for the dead
+/// host fails once its heartbeat has been still for a second, later ones fail at once,
+/// offloaded ones are still served, and a new host attaches: it serves forwarded GetPages,
+/// and no page the previous host cached is served from the new host's file.
+#[test]
+fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
+    let _one = one_at_a_time();
+    use storefn_dds::host::{DEFAULT_CHANNEL_RING_BYTES, HOST_HEARTBEAT_TIMEOUT};
+    let dir = temp_dir("reattach");
+    let elf = storefn_progs::must("dds/pageserver");
+    let d =
+        Deployment::start_opts("127.0.0.1:0", &dir, elf, &DeployOptions::new(4096, true)).unwrap();
+    let addr = d.server.local_addr().to_string();
+    let mut c = Client::connect(&addr, d.client_config()).unwrap();
+    let forwarded = |c: &mut Client, page: u64, lsn: u64| {
+        let t0 = std::time::Instant::now();
+        let r = c.call(&[Req::Offload { msg: get_page(page, lsn).to_vec() }]).unwrap().remove(0);
+        (r, t0.elapsed())
+    };
+    // The first host answers, replays page 1 far ahead (cached at that LSN), then dies.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let ends = host_ends(&d);
+        let host = s.spawn(|| {
+            let mut h = page_host(ends);
+            storefn_dds::pageserver::host_loop(&mut h, &stop, 0, 1).unwrap();
+        });
+        let _guard = StopOnDrop(&stop);
+        let (r, _) = forwarded(&mut c, 1, 1_000_000);
+        assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
+        check(1, 1_000_000, &r.data);
+        stop.store(true, Ordering::Release);
+        host.join().unwrap();
+    });
+    let (r, waited) = forwarded(&mut c, 2, 5_000_000);
+    assert_ne!(r.status, 0, "answered by a dead host?");
+    assert!(r.message.contains("gone"), "names the cause: {}", r.message);
+    assert!(waited < HOST_HEARTBEAT_TIMEOUT * 3, "failed after {waited:?}");
+    let (r, waited) = forwarded(&mut c, 3, 5_000_000);
+    assert!(r.status != 0 && r.message.contains("gone"), "{}", r.message);
+    assert!(
+        waited < HOST_HEARTBEAT_TIMEOUT / 2,
+        "a request to a known-dead host waited {waited:?}"
+    );
+    let r = c.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
+    assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD), "offloaded GetPages are still served");
+    // A new host attaches to the running server with fresh channels.
+    let create = || HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
+    let (files, fwd) = (create(), create());
+    let dup =
+        |ch: &HostChannel| HostChannel::attach(ch.fd().try_clone_to_owned().unwrap()).unwrap();
+    let ends = (dup(&files), dup(&fwd));
+    d.attach_host(files, fwd).unwrap();
+    let (stop, ready) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let host = s.spawn(|| {
+            let mut h = page_host(ends);
+            ready.store(true, Ordering::Release);
+            storefn_dds::pageserver::host_loop(&mut h, &stop, 0, 2).unwrap();
+        });
+        let _guard = StopOnDrop(&stop);
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // Its pages start over at LSN p + 1: page 1 cached at 1,000,000 by the first host must
+        // not be read from the new file (it would be an older page than asked).
+        let (r, _) = forwarded(&mut c, 1, 1_000_000);
+        assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
+        check(1, 1_000_000, &r.data);
+        let (r, _) = forwarded(&mut c, 4, 2_000_000);
+        assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
+        check(4, 2_000_000, &r.data);
+        // A third host is refused while this one is alive.
+        let e = d.attach_host(create(), create()).unwrap_err();
+        assert!(e.to_string().contains("alive"), "{e}");
+        stop.store(true, Ordering::Release);
+        host.join().unwrap();
+    });
+    assert_eq!(d.front.link_stats().reattached.load(Ordering::Relaxed), 1);
+    d.stop().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Regression test for an OFFLOAD message of another length shifting its batch: the messages
+/// were concatenated and `pred`/`func` read request `i` at `8 + 16 i`, so after a 24-byte
+/// message the next GetPage was read from the wrong bytes and answered, status OK, with
+/// another page. Now each message is found through the batch's index of offsets and lengths.
+#[test]
+fn a_message_of_another_length_never_shifts_the_get_pages_after_it() {
+    let _one = one_at_a_time();
+    let ((), host) = run("odd", 0, |d, addr, lsns, _| {
+        let lsn = |p: usize| lsns[p].load(Ordering::Acquire);
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
+        // 24 bytes: a GetPage of page 9, then page 11's id, which a reader off by 8 bytes
+        // takes for the next request's page.
+        let mut crafted = get_page(9, lsn(9)).to_vec();
+        crafted.extend_from_slice(&11u64.to_le_bytes());
+        let reqs = [
+            Req::Offload { msg: get_page(2, lsn(2)).to_vec() },
+            Req::Offload { msg: vec![0x5A; 17] },
+            Req::Offload { msg: get_page(3, lsn(3)).to_vec() },
+            Req::Offload { msg: crafted },
+            Req::Offload { msg: get_page(4, lsn(4)).to_vec() },
+            Req::Offload { msg: get_page(5, lsn(5)).to_vec() },
+        ];
+        let r = c.call(&reqs).unwrap();
+        for (i, page) in [(0, 2), (2, 3), (4, 4), (5, 5)] {
+            assert_eq!(r[i].status, 0, "request {i}: {}", r[i].message);
+            assert_eq!(r[i].value, u64::from(SERVED_BY_OFFLOAD), "request {i}");
+            check(page, lsn(page as usize), &r[i].data);
+        }
+        for i in [1, 3] {
+            assert_eq!(
+                (r[i].value, r[i].data.len()),
+                (u64::from(SERVED_BY_HOST), 0),
+                "request {i}"
+            );
+        }
+    });
+    assert_eq!(host.bad_requests, 2);
+}
+
+/// Regression test for the host's LSN counter wrapping: a GetPage asking for LSN u64::MAX made
+/// the host replay the page to that LSN, and its next update's LSN wrapped (a panic in a debug
+/// build, LSN 0 in a release build: pages going back in time). Now an LSN past `MAX_LSN` is
+/// refused (answered empty) and the counter is untouched.
+#[test]
+fn an_lsn_past_the_bound_is_refused_and_the_counter_never_wraps() {
+    let _one = one_at_a_time();
+    use storefn_dds::pageserver::MAX_LSN;
+    let ((), host) = run("lsn", 0, |d, addr, lsns, _| {
+        let mut c = Client::connect(addr, d.client_config()).unwrap();
+        for asked in [u64::MAX, MAX_LSN + 1] {
+            let r = c.one(&Req::Offload { msg: get_page(3, asked).to_vec() }).unwrap();
+            assert_eq!((r.value, r.data.len()), (u64::from(SERVED_BY_HOST), 0), "LSN {asked}");
+        }
+        // Replays still move forward from where they were.
+        let before = lsns[4].load(Ordering::Acquire);
+        let r = c.one(&Req::Offload { msg: get_page(4, before + 1).to_vec() }).unwrap();
+        let got = check(4, before + 1, &r.data);
+        assert!(got < MAX_LSN, "replayed to LSN {got}");
+        let r = c.one(&Req::Offload { msg: get_page(6, got + 1).to_vec() }).unwrap();
+        assert!(check(6, got + 1, &r.data) > got);
+    });
+    assert_eq!(host.bad_requests, 2);
 }

@@ -45,8 +45,11 @@ fn offloaded_get_pages_allocate_nothing_on_the_server() {
     let dir =
         std::env::temp_dir().join(format!("storefn-dds-noalloc-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // The raw frames below skip AUTH: this test measures allocations, not authentication.
+    let mut opts = storefn_dds::pageserver::DeployOptions::new(4096, true);
+    opts.auth = storefn_dds::pageserver::PageServerAuth::InsecureNoAuth;
     let d =
-        Deployment::start("127.0.0.1:0", &dir, storefn_progs::must("dds/pageserver"), 4096, true)
+        Deployment::start_opts("127.0.0.1:0", &dir, storefn_progs::must("dds/pageserver"), &opts)
             .unwrap();
     let attach = |ch: &Option<HostChannel>| {
         HostChannel::attach(ch.as_ref().unwrap().fd().try_clone_to_owned().unwrap()).unwrap()

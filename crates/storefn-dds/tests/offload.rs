@@ -21,15 +21,12 @@ fn pageserver() -> &'static [u8] {
     storefn_progs::must("dds/pageserver")
 }
 
-/// A GetPage batch: u32 count, u32 pad, then (page, lsn) pairs.
+/// A GetPage batch of (page, lsn) requests (the front end's encoding).
 fn batch(reqs: &[(u64, u64)]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(8 + reqs.len() * 16);
-    m.extend_from_slice(&(reqs.len() as u32).to_le_bytes());
-    m.extend_from_slice(&[0; 4]);
-    for (page, lsn) in reqs {
-        m.extend_from_slice(&page.to_le_bytes());
-        m.extend_from_slice(&lsn.to_le_bytes());
-    }
+    let msgs: Vec<[u8; 16]> =
+        reqs.iter().map(|&(p, l)| storefn_dds::pageserver::get_page(p, l)).collect();
+    let mut m = Vec::new();
+    storefn_dds::frontend::encode_batch(msgs.iter().map(<[u8; 16]>::as_slice), &mut m);
     m
 }
 

@@ -222,6 +222,7 @@ fn host_channel_offsets_match_format_md() {
             (host::CH_REQ_BELL_WAITERS, "req_bell_waiters"),
             (host::CH_RESP_BELL_SEQ, "resp_bell_seq"),
             (host::CH_RESP_BELL_WAITERS, "resp_bell_waiters"),
+            (host::CH_HEARTBEAT, "heartbeat"),
             (wire::REQ_OP, "op"),
             (wire::REQ_FILE, "file"),
             (wire::REQ_ID, "id"),
@@ -285,4 +286,26 @@ proptest::proptest! {
             let _ = ring.try_push(&[b"after"]);
         }
     }
+}
+
+/// docs/FORMAT.md's offload-batch table matches what the front end encodes: the header, index
+/// entry 0 and the first message where the table puts them.
+#[test]
+fn offload_batch_layout_matches_format_md() {
+    use storefn_dds::frontend::{encode_batch, BATCH_ENTRY_BYTES, BATCH_HEADER_BYTES};
+    common::assert_rows(
+        "### DDS offload batch",
+        &[(0, "count"), (4, "pad"), (BATCH_HEADER_BYTES, "msg_offset"), (12, "msg_bytes")],
+    );
+    assert_eq!((BATCH_HEADER_BYTES, BATCH_ENTRY_BYTES), (8, 8));
+    let mut b = Vec::new();
+    encode_batch([&[7u8; 17][..], &[9u8; 16][..]].into_iter(), &mut b);
+    let word = |a: usize| u32::from_le_bytes(b[a..a + 4].try_into().unwrap()) as usize;
+    assert_eq!((word(0), word(4)), (2, 0));
+    // Messages after the 24-byte index: 17 bytes padded to 24, then 16.
+    assert_eq!((word(8), word(12), word(16), word(20)), (24, 17, 48, 16));
+    assert_eq!(b.len(), 64);
+    assert_eq!(&b[24..41], &[7u8; 17][..]);
+    assert_eq!(&b[41..48], &[0u8; 7][..]);
+    assert_eq!(&b[48..64], &[9u8; 16][..]);
 }

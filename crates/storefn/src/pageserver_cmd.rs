@@ -13,7 +13,9 @@ use storefn_dds::host::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::host::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
 use storefn_dds::pageserver::bench::{self, PageBenchConfig};
 use storefn_dds::pageserver::spawn::{spawn_and_run, HostCommand};
-use storefn_dds::pageserver::{host_loop, Deployment, PageHost};
+use storefn_dds::pageserver::{
+    client_config_from_token_file, host_loop, DeployOptions, Deployment, PageHost, PageServerAuth,
+};
 
 use crate::serve::{on_signal, STOP};
 use crate::CmdResult;
@@ -55,6 +57,15 @@ pub struct ServeArgs {
     /// Cache-table items.
     #[arg(long, default_value_t = 1 << 16)]
     table_items: usize,
+    /// Server threads; each relays the host's answers to the requests it forwarded.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// `TENANT SECRET` lines; every connection must authenticate (HMAC-SHA256).
+    #[arg(long, required_unless_present = "insecure_no_auth")]
+    token_file: Option<PathBuf>,
+    /// Serve without authentication: anyone who can connect reads, writes, loads programs.
+    #[arg(long, conflicts_with = "token_file")]
+    insecure_no_auth: bool,
 }
 
 #[derive(Debug, Args)]
@@ -106,7 +117,14 @@ pub struct BenchArgs {
     warmup: u64,
     /// Client threads (one connection and one request outstanding each).
     #[arg(long, default_value_t = 1)]
+    clients: usize,
+    /// Server threads (with --spawn; with --remote: what the server was started with,
+    /// recorded in the report).
+    #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// With --remote: authenticate as the first tenant of this token file.
+    #[arg(long, conflicts_with = "spawn")]
+    token_file: Option<PathBuf>,
     /// Share of GetPages asking for a version newer than the cached one (host only).
     #[arg(long, default_value_t = 0.1)]
     host_share: f64,
@@ -150,15 +168,26 @@ fn serve(a: &ServeArgs) -> CmdResult {
     let files = l.accept(DEFAULT_CHANNEL_RING_BYTES)?;
     let forward = l.accept(DEFAULT_CHANNEL_RING_BYTES)?;
     let on = a.offload == OnOff::On;
-    let d = Deployment::start_with(&a.listen, &a.dir, &elf, a.table_items, on, files, forward)?;
+    let mut opts = DeployOptions::new(a.table_items, on);
+    opts.threads = a.threads;
+    opts.auth = match &a.token_file {
+        Some(t) => PageServerAuth::from_token_file(t)?,
+        None => PageServerAuth::InsecureNoAuth,
+    };
+    let d = Deployment::start_with_opts(&a.listen, &a.dir, &elf, &opts, files, forward)?;
     eprintln!(
-        "storefn pageserver serve: listening on {} (dir {}, offload {})",
+        "storefn pageserver serve: listening on {} (dir {}, offload {}, {} thread(s), auth {})",
         d.server.local_addr(),
         a.dir.display(),
-        if on { "on" } else { "off" }
+        if on { "on" } else { "off" },
+        a.threads,
+        if a.token_file.is_some() { "on" } else { "off" }
     );
     while !STOP.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
+        // A new host application may attach once the current one is gone.
+        if let Err(e) = reattach(&l, &d) {
+            eprintln!("storefn pageserver serve: host application refused: {e}");
+        }
     }
     let s = d.front.stats();
     eprintln!(
@@ -173,6 +202,24 @@ fn serve(a: &ServeArgs) -> CmdResult {
     }
     d.stop()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits up to 50 ms for a host application on the channel socket; attaches it (both its
+/// channels) if the current host is gone, else refuses it (closes its socket).
+fn reattach(l: &ChannelListener, d: &Deployment) -> Result<(), Box<dyn std::error::Error>> {
+    let timed_out = |e: &storefn_dds::host::HostError| {
+        matches!(e, storefn_dds::host::HostError::Dir { source, .. }
+            if source.kind() == std::io::ErrorKind::TimedOut)
+    };
+    let files = match l.accept_timeout(DEFAULT_CHANNEL_RING_BYTES, Duration::from_millis(50)) {
+        Ok(f) => f,
+        Err(e) if timed_out(&e) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let forward = l.accept_timeout(DEFAULT_CHANNEL_RING_BYTES, Duration::from_secs(5))?;
+    d.attach_host(files, forward)?;
+    eprintln!("storefn pageserver serve: a new host application attached");
+    Ok(())
 }
 
 fn host(a: &HostArgs) -> CmdResult {
@@ -212,7 +259,12 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
         addr: a.remote.clone().unwrap_or_default(),
         requests: a.requests,
         warmup: a.warmup,
+        clients: a.clients,
         threads: a.threads,
+        client: match &a.token_file {
+            Some(t) => client_config_from_token_file(t)?,
+            None => storefn_server::ClientConfig::default(),
+        },
         host_share: a.host_share,
         seed: a.seed,
         offload: a.offload == OnOff::On,
@@ -245,10 +297,12 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
     };
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     println!(
-        "pageserver offload={} requests={} offloaded_share={:.3} host_cpu_us_per_op={:.2} \
+        "pageserver offload={} threads={} clients={} requests={} offloaded_share={:.3} host_cpu_us_per_op={:.2} \
          p50_us={:.1} p99_us={:.1} offloaded_p50_us={} forwarded_p50_us={} offloaded_p99_us={} \
          forwarded_p99_us={} host_us_per_forwarded={} stale_pages={} ops_per_sec={:.0}",
         if r.offload { "on" } else { "off" },
+        r.threads,
+        r.clients,
         r.requests,
         r.offloaded_share,
         r.host_cpu_us_per_op,

@@ -261,3 +261,130 @@ fn pageserver_spawn_runs_and_reaps_a_separate_host_process() {
     let left = processes_with(&["pageserver", "host", "525252"]);
     assert!(left.is_empty(), "host process left behind: {left:?}");
 }
+
+/// `--threads N` runs the spawned page server on N threads (JSON key `threads`; client
+/// threads are `clients`); no stale page with answers relayed by two threads.
+#[test]
+fn pageserver_bench_spawn_runs_on_two_server_threads() {
+    let json = temp_json("pageserver-threads");
+    let out = storefn()
+        .args(["pageserver", "bench", "--spawn", "--threads", "2", "--clients", "4"])
+        .args(["--pages", "64", "--requests", "800", "--warmup", "50", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!((v["threads"].as_u64(), v["clients"].as_u64()), (Some(2), Some(4)), "{v}");
+    assert_eq!(v["stale_pages"], 0);
+    assert_eq!(v["requests"], 800);
+}
+
+/// The page server has no unauthenticated mode unless asked for by name.
+#[test]
+fn pageserver_serve_needs_a_token_file_or_insecure_no_auth() {
+    let out = storefn()
+        .args(["pageserver", "serve", "--dir", "/nonexistent", "--channel", "/nonexistent/s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--token-file"), "{err}");
+}
+
+/// Kills and reaps the child processes it holds when dropped (every path of a test).
+struct Procs(Vec<std::process::Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `pageserver serve` with a token file and two `pageserver host` processes one after the
+/// other: a client without the token is refused; the bench authenticates with it; after the
+/// first host is killed, a second host attaches to the running server and the bench runs
+/// again (before, the server had to be restarted: the new host's handoff timed out).
+#[test]
+fn pageserver_serve_authenticates_and_takes_a_new_host_after_the_first_dies() {
+    use std::io::BufRead;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("storefn-dds-cli-reattach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let (tokens, sock) = (dir.join("tokens"), dir.join("host.sock"));
+    std::fs::write(&tokens, "tenant1 0123456789abcdef0123456789\n").unwrap();
+    let mut procs = Procs(Vec::new());
+    let mut serve = storefn()
+        .args(["pageserver", "serve", "--listen", "127.0.0.1:0", "--dir"])
+        .arg(dir.join("data"))
+        .arg("--channel")
+        .arg(&sock)
+        .arg("--token-file")
+        .arg(&tokens)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = serve.stderr.take().unwrap();
+    procs.0.push(serve);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |what: &str| -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while let Ok(l) = rx.recv_timeout(deadline - std::time::Instant::now()) {
+            if l.contains(what) {
+                return l;
+            }
+        }
+        panic!("pageserver serve never said `{what}`");
+    };
+    let host = |seed: &str| {
+        storefn()
+            .args(["pageserver", "host", "--pages", "64", "--updates-per-sec", "100", "--seed"])
+            .arg(seed)
+            .arg("--channel")
+            .arg(&sock)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    while !sock.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    procs.0.push(host("1"));
+    let line = wait_for("listening on ");
+    let addr = line.split("listening on ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let bench = |token: bool| {
+        let mut c = storefn();
+        c.args(["pageserver", "bench", "--remote", &addr, "--requests", "300", "--warmup", "20"]);
+        if token {
+            c.arg("--token-file").arg(&tokens);
+        }
+        c.output().unwrap()
+    };
+    let out = bench(false);
+    assert!(!out.status.success(), "a client without the token was served");
+    let out = bench(true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stale_pages=0"));
+    // The first host dies; once its heartbeat has been still for a second, a new one attaches.
+    let mut first = procs.0.remove(1);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    procs.0.push(host("2"));
+    wait_for("a new host application attached");
+    let out = bench(true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stale_pages=0"));
+    drop(procs);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

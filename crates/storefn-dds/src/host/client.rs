@@ -88,6 +88,8 @@ impl HostFiles {
         let head = RequestHeader { op: op as u8, file, id, offset, len }.encode();
         self.channel.requests().push(&[&head, payload], self.timeout)?;
         self.channel.request_bell().ring();
+        // A host storing or replaying pages is alive even before it answers forwarded requests.
+        self.channel.beat();
         self.next_id += 1;
         self.outstanding += 1;
         Ok(id)

@@ -104,9 +104,24 @@ impl ForwardEnd {
         Ok(())
     }
 
+    /// The host application says it is alive (done by every host-side poll and wait; a host
+    /// busy elsewhere for long calls it itself). The server fails the requests forwarded to a
+    /// host whose heartbeat stopped ([`HOST_HEARTBEAT_TIMEOUT`](super::HOST_HEARTBEAT_TIMEOUT)).
+    pub fn beat(&self) {
+        self.channel.beat();
+    }
+
+    /// The channel this end uses.
+    pub fn channel(&self) -> &HostChannel {
+        &self.channel
+    }
+
     /// Sleeps on the incoming ring's doorbell until something arrives or `timeout` (at most
     /// [`PARK_SLICE`](super::doorbell::PARK_SLICE)) passes; returns at once when messages wait.
     pub fn wait_incoming(&self, timeout: Duration) {
+        if self.side == Side::Host {
+            self.beat();
+        }
         let (ring, bell) = match self.side {
             Side::Server => (self.channel.responses(), self.channel.response_bell()),
             Side::Host => (self.channel.requests(), self.channel.request_bell()),
@@ -134,7 +149,10 @@ impl ForwardEnd {
         let mut bad = None;
         let (ring, header) = match self.side {
             Side::Server => (self.channel.responses(), ANSWER_HEADER_BYTES),
-            Side::Host => (self.channel.requests(), FORWARD_HEADER_BYTES),
+            Side::Host => {
+                self.channel.beat();
+                (self.channel.requests(), FORWARD_HEADER_BYTES)
+            }
         };
         let n = self.consumer.pop_batch(&ring, MAX_BATCH_RECORDS, |msg| {
             if msg.len() < header {

@@ -32,8 +32,8 @@ pub use service::{FileHooks, FileService, ServiceStats, SharedFiles};
 
 /// Channel magic, "SFDDSHC1" little-endian.
 pub const CHANNEL_MAGIC: u64 = u64::from_le_bytes(*b"SFDDSHC1");
-/// Channel layout version (2: doorbells).
-pub const CHANNEL_VERSION: u64 = 2;
+/// Channel layout version (2: doorbells; 3: the host's heartbeat).
+pub const CHANNEL_VERSION: u64 = 3;
 /// Channel header bytes; the request ring follows, then the response ring.
 pub const CHANNEL_HEADER_BYTES: usize = 512;
 /// Byte offsets of the channel header words.
@@ -51,6 +51,13 @@ pub const CH_REQ_BELL_WAITERS: usize = 136;
 pub const CH_RESP_BELL_SEQ: usize = 256;
 /// Response ring's doorbell waiters.
 pub const CH_RESP_BELL_WAITERS: usize = 264;
+/// The host application's heartbeat: a counter it bumps whenever it looks for requests; the
+/// server judges the host gone when it stops moving ([`HOST_HEARTBEAT_TIMEOUT`]).
+pub const CH_HEARTBEAT: usize = 384;
+/// A host whose heartbeat (after its first) has not moved for this long is gone: requests
+/// forwarded to it fail at once rather than each waiting for the forward timeout. Well above
+/// the host's longest idle sleep ([`doorbell::PARK_SLICE`]) and a descheduled time slice.
+pub const HOST_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default data bytes per ring (a power of two; must hold two largest messages).
 pub const DEFAULT_CHANNEL_RING_BYTES: usize = 1 << 20;
 /// Largest message on either ring: a header plus [`wire::MAX_IO_BYTES`] (paths are shorter).
@@ -93,6 +100,9 @@ pub enum HostError {
     /// A blocking call while submitted requests are still outstanding.
     #[error("host files: blocking call with {0} submitted requests outstanding; poll them first")]
     Busy(usize),
+    /// A new host application while the attached one is alive.
+    #[error("a host application is attached and alive (its heartbeat moved within {0:?})")]
+    HostAlive(Duration),
     /// The service's directory could not be opened.
     #[error("file service directory {path}: {source}")]
     Dir {
@@ -197,6 +207,18 @@ impl HostChannel {
     /// The response ring's doorbell.
     pub fn response_bell(&self) -> Doorbell<'_> {
         self.bell(CH_RESP_BELL_SEQ, CH_RESP_BELL_WAITERS)
+    }
+
+    /// Bumps the heartbeat (the host application, whenever it looks for work).
+    pub fn beat(&self) {
+        // Relaxed: a liveness hint; nothing is published through it.
+        self.shm.words()[CH_HEARTBEAT / 8].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The heartbeat counter now (0: the host never beat).
+    pub fn heartbeat(&self) -> u64 {
+        // Relaxed: see `beat`.
+        self.shm.words()[CH_HEARTBEAT / 8].load(Ordering::Relaxed)
     }
 
     /// The memfd, to hand to the other process.

@@ -197,6 +197,20 @@ impl FileService {
         })
     }
 
+    /// Serves a new host application's `channel`: closes every file the previous host opened
+    /// (the mapping epoch moves, so an offloaded read decided before fails its check) and takes
+    /// requests from `channel` from now on.
+    pub fn rebind(&mut self, channel: &HostChannel) {
+        // SeqCst, odd then even: as around a create, open or close (see `SharedFiles`).
+        self.shared.mapping.fetch_add(1, Ordering::SeqCst);
+        self.files.iter_mut().for_each(|f| *f = None);
+        if let Ok(mut sf) = self.shared.files.lock() {
+            sf.clone_from(&self.files);
+        }
+        self.shared.mapping.fetch_add(1, Ordering::SeqCst);
+        self.consumer = channel.requests().consumer(MAX_IO_BYTES + 64);
+    }
+
     /// Installs the write/read hooks.
     pub fn set_hooks(&mut self, hooks: Box<dyn FileHooks>) {
         self.hooks = Some(hooks);

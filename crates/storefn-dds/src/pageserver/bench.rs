@@ -26,7 +26,11 @@ pub struct PageBenchConfig {
     /// Unmeasured GetPages first (per thread).
     pub warmup: u64,
     /// Client threads, each one connection with one request outstanding.
+    pub clients: usize,
+    /// Server threads (`--spawn` starts the server with them; `--remote`: recorded).
     pub threads: usize,
+    /// How the clients authenticate (`--spawn` sets the spawned server's).
+    pub client: ClientConfig,
     /// Share of requests that ask a version newer than the cached one (only the host can
     /// answer them): 0.1 for the 90% offloadable mix.
     pub host_share: f64,
@@ -78,7 +82,10 @@ pub struct PageBenchReport {
     /// instead of served (`--spawn` only; whole run including warm-up).
     pub raced_reads: Option<u64>,
     pub ops_per_sec: f64,
+    /// Server threads.
     pub threads: usize,
+    /// Client threads (one connection each).
+    pub clients: usize,
     pub host_share: f64,
     pub seed: u64,
 }
@@ -122,17 +129,17 @@ pub fn add_time_split(r: &mut PageBenchReport, mut t: crate::frontend::TimingSam
 /// # Errors
 /// Connection and protocol errors; a non-OK answer.
 pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
-    let mut c0 = Client::connect(&cfg.addr, ClientConfig::default())?;
+    let mut c0 = Client::connect(&cfg.addr, cfg.client.clone())?;
     let before = host_stats(&mut c0)?;
     let pages = before.pages.max(1);
-    let threads = cfg.threads.max(1);
+    let threads = cfg.clients.max(1);
     let per = cfg.requests.div_ceil(threads as u64);
     let t0 = Instant::now();
     let results: Vec<Result<Vec<Sample>, ClientError>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || -> Result<Vec<Sample>, ClientError> {
-                    let mut c = Client::connect(&cfg.addr, ClientConfig::default())?;
+                    let mut c = Client::connect(&cfg.addr, cfg.client.clone())?;
                     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed ^ (t as u64) << 32);
                     let mut seen = vec![0u64; usize::try_from(pages).unwrap_or(0)];
                     let mut out = Vec::with_capacity(usize::try_from(per).unwrap_or(0));
@@ -204,7 +211,8 @@ pub fn run(cfg: &PageBenchConfig) -> Result<PageBenchReport, ClientError> {
         last_fault: None,
         raced_reads: None,
         ops_per_sec: n as f64 / secs,
-        threads,
+        threads: cfg.threads,
+        clients: threads,
         host_share: cfg.host_share,
         seed: cfg.seed,
     })

@@ -11,14 +11,23 @@
 use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
 
+mod auth;
 pub mod bench;
 pub mod spawn;
+
+pub use auth::{client_config_from_token_file, PageServerAuth};
 
 /// The page id of a stats request: GetPage(STATS_PAGE, 0) is never cached, so it reaches the
 /// host, which answers [`HostStats::encode`] (how a remote bench reads the host's CPU).
 pub const STATS_PAGE: u64 = u64::MAX;
 /// Bytes of an encoded [`HostStats`].
 pub const HOST_STATS_BYTES: usize = 40;
+
+/// Highest LSN a page may carry: a GetPage asking for a newer one is refused (answered
+/// empty, like any message that is no GetPage of a stored page), so a client cannot push the
+/// host's LSN counter to its end and make it wrap (2^62 updates at a billion a second take
+/// 146 years).
+pub const MAX_LSN: u64 = 1 << 62;
 
 /// Page size (progs/include/pageserver.h `PS_PAGE_BYTES`).
 pub const PAGE_BYTES: usize = 8192;
@@ -74,7 +83,8 @@ pub struct HostStats {
     pub answered: u64,
     /// Page updates applied.
     pub updates: u64,
-    /// Forwarded messages that were not a GetPage of a stored page (answered empty).
+    /// Forwarded messages that were not a GetPage of a stored page at an LSN up to
+    /// [`MAX_LSN`] (answered empty).
     pub bad_requests: u64,
 }
 
@@ -174,6 +184,12 @@ impl PageHost {
         self.lsns.get(usize::try_from(page).ok()?).copied()
     }
 
+    /// Tells the server this host is alive without looking for requests (a host busy
+    /// elsewhere; every poll for forwarded requests does it too).
+    pub fn beat(&self) {
+        self.forward.beat();
+    }
+
     /// Counters.
     pub fn stats(&self) -> HostStats {
         self.stats
@@ -189,9 +205,12 @@ impl PageHost {
         if page >= self.pages {
             return Err(HostError::Malformed(format!("page {page} of {}", self.pages)));
         }
+        let lsn = self.next_lsn;
+        if lsn > MAX_LSN {
+            return Err(HostError::Malformed(format!("LSN {lsn} past the bound {MAX_LSN}")));
+        }
         let at = page * PAGE_BYTES as u64;
         self.files.read(self.file, at, &mut self.buf)?;
-        let lsn = self.next_lsn;
         self.next_lsn += 1;
         fill_page(&mut self.buf, page, lsn);
         self.files.write(self.file, at, &self.buf)?;
@@ -244,7 +263,7 @@ impl PageHost {
                 self.forward.answer(id, t, &self.stats.encode())?;
                 continue;
             }
-            if page >= self.pages {
+            if page >= self.pages || lsn > MAX_LSN || self.next_lsn > MAX_LSN {
                 self.stats.bad_requests += 1;
                 let t = timing(&mut self.files);
                 self.forward.answer(id, t, &[])?;
@@ -334,6 +353,7 @@ pub struct Deployment {
     /// process; `None` when the channels were handed to another process.
     pub host_files: Option<crate::host::HostChannel>,
     pub host_forward: Option<crate::host::HostChannel>,
+    auth: PageServerAuth,
 }
 
 /// How to run a [`Deployment`].
@@ -346,13 +366,24 @@ pub struct DeployOptions {
     /// How long a forwarded request waits for the host application
     /// ([`storefn_server::server::FORWARD_TIMEOUT`] by default).
     pub forward_timeout: std::time::Duration,
+    /// Server threads (1 by default); each gets the answers to the requests it forwarded.
+    pub threads: usize,
+    /// Who may connect (by default one tenant with a fresh random secret:
+    /// [`Deployment::client_config`]).
+    pub auth: PageServerAuth,
 }
 
 impl DeployOptions {
     /// Defaults for everything else.
     #[must_use]
     pub fn new(table_items: usize, offload: bool) -> Self {
-        Self { table_items, offload, forward_timeout: storefn_server::server::FORWARD_TIMEOUT }
+        Self {
+            table_items,
+            offload,
+            forward_timeout: storefn_server::server::FORWARD_TIMEOUT,
+            threads: 1,
+            auth: PageServerAuth::generated(),
+        }
     }
 }
 
@@ -451,12 +482,14 @@ impl Deployment {
         let front = crate::frontend::FrontEnd::start(
             funcs,
             service,
-            files,
-            forward,
+            (files, forward),
             PAGE_SERVER_BATCH,
             opts.offload,
+            opts.threads,
         )?;
         let mut cfg = storefn_server::ServerConfig::new(dir);
+        cfg.threads = opts.threads;
+        opts.auth.apply(&mut cfg);
         let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
         cfg.offload = Some(hook);
         cfg.forward_timeout = opts.forward_timeout;
@@ -467,7 +500,26 @@ impl Deployment {
                 return Err(e.into());
             }
         };
-        Ok(Self { server, front, host_files: None, host_forward: None })
+        Ok(Self { server, front, host_files: None, host_forward: None, auth: opts.auth.clone() })
+    }
+
+    /// How a client authenticates to this server (its first tenant).
+    #[must_use]
+    pub fn client_config(&self) -> storefn_server::ClientConfig {
+        self.auth.client_config()
+    }
+
+    /// Attaches a new host application (its file and forwarding channels) in place of one
+    /// whose heartbeat stopped, without restarting the server ([`FrontEnd::attach`](crate::frontend::FrontEnd::attach)).
+    ///
+    /// # Errors
+    /// `HostAlive` while the attached host is alive.
+    pub fn attach_host(
+        &self,
+        files: crate::host::HostChannel,
+        forward: crate::host::HostChannel,
+    ) -> Result<(), HostError> {
+        self.front.attach(files, forward)
     }
 
     /// Stops the server, then the file service.

@@ -112,9 +112,14 @@ use std::os::unix::fs::DirBuilderExt;
 
 /// Waits until the host answers a stats request with all `pages` stored (a forwarded request
 /// may time out while it is still storing them: retried).
-fn wait_ready(addr: &str, pages: u64, child: &mut Child) -> Result<(), String> {
+fn wait_ready(
+    addr: &str,
+    client: ClientConfig,
+    pages: u64,
+    child: &mut Child,
+) -> Result<(), String> {
     let deadline = Instant::now() + HOST_READY_TIMEOUT;
-    let mut c = Client::connect(addr, ClientConfig::default()).map_err(|e| e.to_string())?;
+    let mut c = Client::connect(addr, client).map_err(|e| e.to_string())?;
     loop {
         child.alive()?;
         match host_stats(&mut c) {
@@ -173,12 +178,14 @@ pub fn spawn_and_run(
     let files = accept()?;
     let forward = accept()?;
     drop(listener);
-    let opts = DeployOptions::new(table_items, cfg.offload);
+    let mut opts = DeployOptions::new(table_items, cfg.offload);
+    opts.threads = cfg.threads.max(1);
     let d = Deployment::start_with_opts("127.0.0.1:0", dir, elf, &opts, files, forward)
         .map_err(|e| format!("start the page server: {e}"))?;
     let mut cfg = cfg.clone();
     cfg.addr = d.server.local_addr().to_string();
-    let r = wait_ready(&cfg.addr, pages, &mut child).and_then(|()| {
+    cfg.client = d.client_config();
+    let r = wait_ready(&cfg.addr, cfg.client.clone(), pages, &mut child).and_then(|()| {
         d.front.set_timing(true);
         let r = run(&cfg).map_err(|e| e.to_string());
         d.front.set_timing(false);

@@ -356,6 +356,23 @@ impl CacheTable {
         Ok(Inserted::New { displaced })
     }
 
+    /// Removes every item (a host application that re-attached starts over: its files and
+    /// versions are not the previous host's). Each bucket is emptied in its own write section.
+    pub fn clear(&self) {
+        let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for b in 0..self.buckets.len() {
+            // Relaxed: only the lock-holding writer changes `occupied`.
+            if self.buckets[b].occupied.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let seq = self.begin(b);
+            // Relaxed: inside the write section; `end` publishes it.
+            let was = self.buckets[b].occupied.swap(0, Ordering::Relaxed);
+            self.end(b, seq);
+            self.len.fetch_sub(was.count_ones() as usize, Ordering::Relaxed);
+        }
+    }
+
     /// Removes `key`; returns the item it held.
     pub fn remove(&self, key: u64) -> Option<Item> {
         self.remove_if(key, |_| true)

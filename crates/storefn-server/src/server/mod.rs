@@ -105,10 +105,6 @@ pub enum ServerError {
     Listen { addr: String, source: std::io::Error },
     #[error("--threads {0}: expected 1..={MAX_THREADS}")]
     Threads(usize),
-    /// DDS: the offload hook's forwarding channel has one answer consumer, and answers are not
-    /// routed to the thread that forwarded the request: refused rather than misdelivered.
-    #[error("--threads {0}: a server with an offload engine runs on 1 thread")]
-    OffloadThreads(usize),
     #[error("server thread {thread}: engine: {source}")]
     Engine { thread: usize, source: storefn_io::EngineError },
     #[error("server thread {thread}: {source}")]
@@ -191,9 +187,6 @@ impl Server {
     pub fn start(listen: &str, cfg: ServerConfig) -> Result<Self, ServerError> {
         if cfg.threads == 0 || cfg.threads > MAX_THREADS {
             return Err(ServerError::Threads(cfg.threads));
-        }
-        if cfg.offload.is_some() && cfg.threads > 1 {
-            return Err(ServerError::OffloadThreads(cfg.threads));
         }
         let root = Root::open(&cfg.dir)
             .map_err(|source| ServerError::Dir { path: cfg.dir.clone(), source })?;

@@ -28,6 +28,34 @@ pub struct ReadCheck {
     pub stamp: u64,
 }
 
+/// Bits of a forwarding token below the worker thread's id: a thread's slots number at most
+/// connections x in-flight requests per connection, and must fit below it.
+pub const TOKEN_THREAD_SHIFT: u32 = 24;
+const _: () = assert!(
+    (super::MAX_CONNS_PER_THREAD as u64) * (super::MAX_IN_FLIGHT_PER_CONN as u64)
+        <= 1 << TOKEN_THREAD_SHIFT
+);
+const _: () = assert!(super::MAX_THREADS <= 1 << (32 - TOKEN_THREAD_SHIFT));
+
+/// The server thread that forwarded the request of `token` (the hook routes the host's answer
+/// back to that thread's [`OffloadHook::poll_answers`]). A token is
+/// `generation << 32 | thread << TOKEN_THREAD_SHIFT | slot`.
+#[must_use]
+pub fn token_thread(token: u64) -> usize {
+    ((token & 0xFFFF_FFFF) >> TOKEN_THREAD_SHIFT) as usize
+}
+
+/// What the hook hands a server thread for its forwarded requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostAnswer<'a> {
+    /// The host application's answer to the request of `token`.
+    Data { token: u64, data: &'a [u8] },
+    /// The host application the requests were forwarded to under `host` (the value
+    /// [`OffloadHook::forward`] returned) is gone: every one still waiting fails now with
+    /// `reason` instead of waiting for its timeout.
+    HostGone { host: u64, reason: &'a str },
+}
+
 /// The server's side of DDS. Implemented by storefn-dds; shared by every server thread.
 pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     /// Judges one batch (a frame's OFFLOAD messages, in order: message `i` is
@@ -49,17 +77,22 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     /// were taken: a read that completed while this holds saw no concurrent change (no torn
     /// page); otherwise the request is forwarded instead.
     fn unchanged_since(&self, read: &ReadCheck) -> bool;
-    /// Forwards `msg` to the host application under `token`.
+    /// Forwards `msg` to the host application under `token` (which names the forwarding
+    /// thread: [`token_thread`]); returns which host it went to, for a later
+    /// [`HostAnswer::HostGone`].
     ///
     /// # Errors
     /// Why it could not be sent (the client gets `IO` with this text).
-    fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String>;
-    /// Hands each host answer ready now to `f(token, answer)`; returns how many.
-    fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize;
+    fn forward(&self, token: u64, msg: &[u8]) -> Result<u64, String>;
+    /// Hands each answer for server thread `thread` ready now to `f`; returns how many. Only
+    /// answers to requests that thread forwarded are handed to it.
+    fn poll_answers(&self, thread: usize, f: &mut dyn FnMut(HostAnswer<'_>)) -> usize;
     /// A descriptor that becomes readable (an eventfd: the worker reads 8 bytes to reset it)
-    /// when host answers may be ready, so a worker waiting for answers sleeps in `poll`.
-    /// Default `None`: the worker polls for answers without sleeping while any are awaited.
-    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// when answers for server thread `thread` may be ready, so a worker waiting for answers
+    /// sleeps in `poll`. Default `None`: the worker polls for answers without sleeping while
+    /// any are awaited.
+    fn wake_fd(&self, thread: usize) -> Option<std::os::fd::RawFd> {
+        let _ = thread;
         None
     }
     /// An offloaded read took `ns` from submission to its reaped completion (the device's

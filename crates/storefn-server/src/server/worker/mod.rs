@@ -283,7 +283,7 @@ impl Worker<'_> {
         self.poll_slots.push(PollSlot::Engine);
         // DDS: host answers (the hook's eventfd) and offloaded reads (their ring's fd) wake the
         // poll like the engine's completions do.
-        let wake = self.shared.cfg.offload.as_ref().and_then(|h| h.wake_fd());
+        let wake = self.shared.cfg.offload.as_ref().and_then(|h| h.wake_fd(self.id));
         if let (Some(fd), true) = (wake, self.offload.forwarded_live > 0) {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::HostAnswers);

@@ -11,7 +11,9 @@ use crate::proto::msg::{
     MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
 };
 use crate::proto::{op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE};
-use crate::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
+use crate::server::offload::{
+    HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
+};
 use crate::server::offload_reads::{OffloadReads, ReadSlot};
 use crate::server::MAX_IN_FLIGHT_PER_CONN;
 
@@ -21,12 +23,21 @@ struct Forwarded {
     conn: u32,
     conn_gen: u32,
     req_id: u64,
+    /// Which host it went to (from the hook), for [`HostAnswer::HostGone`].
+    host: u64,
 }
 
-/// A forwarding token: the slot in the low half, the slot's generation in the high half, so a
-/// late answer to a slot that timed out and was reused is recognised and dropped.
-fn token(slot: u32, gen: u32) -> u64 {
-    (u64::from(gen) << 32) | u64::from(slot)
+/// A forwarding token: the slot's generation in the high half, so a late answer to a slot that
+/// timed out and was reused is recognised and dropped; the forwarding thread and the slot in
+/// the low half, so the hook routes the answer back to this thread.
+fn token(thread: usize, slot: u32, gen: u32) -> u64 {
+    let thread = u64::try_from(thread).expect("bounded by MAX_THREADS");
+    (u64::from(gen) << 32) | (thread << TOKEN_THREAD_SHIFT) | u64::from(slot)
+}
+
+/// The slot of a token.
+fn token_slot(tok: u64) -> usize {
+    (tok & ((1 << TOKEN_THREAD_SHIFT) - 1)) as usize
 }
 
 /// Per-thread DDS state; buffers are reused from frame to frame.
@@ -49,6 +60,8 @@ pub(super) struct OffloadState {
     pub(super) forwarded_live: usize,
     answers: Vec<(u64, std::ops::Range<usize>)>,
     answer_bytes: Vec<u8>,
+    /// Hosts reported gone by the last poll, with why.
+    gone: Vec<(u64, String)>,
     /// The thread's offloaded reads (created at the first one).
     reads: Option<OffloadReads>,
     done_reads: Vec<(ReadSlot, i32)>,
@@ -164,12 +177,12 @@ impl Worker<'_> {
                 u32::try_from(o.forwarded.len() - 1).expect("bounded by in-flight")
             }
         };
-        let tok = token(slot, o.slot_gens[slot as usize]);
+        let tok = token(self.id, slot, o.slot_gens[slot as usize]);
         match hook.forward(tok, msg) {
-            Ok(()) => {
+            Ok(host) => {
                 let conn_gen = self.conn(ci).gen;
                 let deadline = Instant::now() + self.shared.cfg.forward_timeout;
-                o.forwarded[slot as usize] = Some(Forwarded { conn: ci, conn_gen, req_id });
+                o.forwarded[slot as usize] = Some(Forwarded { conn: ci, conn_gen, req_id, host });
                 o.expiry.push_back((deadline, tok));
                 o.forwarded_live += 1;
             }
@@ -289,11 +302,19 @@ impl Worker<'_> {
         let o = &mut self.offload;
         o.answers.clear();
         o.answer_bytes.clear();
-        let (answers, bytes) = (&mut o.answers, &mut o.answer_bytes);
-        hook.poll_answers(&mut |token, data| {
-            let a = bytes.len();
-            bytes.extend_from_slice(data);
-            answers.push((token, a..bytes.len()));
+        o.gone.clear();
+        let (answers, bytes, gone) = (&mut o.answers, &mut o.answer_bytes, &mut o.gone);
+        hook.poll_answers(self.id, &mut |a| match a {
+            HostAnswer::Data { token, data } => {
+                let at = bytes.len();
+                bytes.extend_from_slice(data);
+                answers.push((token, at..bytes.len()));
+            }
+            HostAnswer::HostGone { host, reason } => {
+                if gone.iter().all(|(h, _)| *h != host) {
+                    gone.push((host, reason.to_string()));
+                }
+            }
         });
         let mut o = std::mem::take(&mut self.offload);
         let answers = std::mem::take(&mut o.answers);
@@ -319,8 +340,31 @@ impl Worker<'_> {
             put_response(&mut c.frame, f.req_id, op::OFFLOAD, &r);
         }
         o.answers = answers;
+        let gone = std::mem::take(&mut o.gone);
         self.offload = o;
+        for (host, reason) in &gone {
+            self.fail_forwarded_to(*host, reason);
+        }
+        self.offload.gone = gone;
         self.expire_forwarded();
+    }
+
+    /// Fails every request still waiting for the answer of host `host` (which is gone).
+    fn fail_forwarded_to(&mut self, host: u64, reason: &str) {
+        for slot in 0..self.offload.forwarded.len() {
+            let o = &mut self.offload;
+            let Some(f) = o.forwarded[slot].filter(|f| f.host == host) else { continue };
+            let tok =
+                token(self.id, u32::try_from(slot).expect("slots are u32"), o.slot_gens[slot]);
+            o.take(tok);
+            let Some(c) = self.conns[f.conn as usize].as_mut().filter(|c| c.gen == f.conn_gen)
+            else {
+                continue;
+            };
+            c.in_flight -= 1;
+            let m = format!("forwarded to the host application: {reason}");
+            self.respond_err(f.conn, f.req_id, op::OFFLOAD, StatusCode::Io, &m);
+        }
     }
 
     /// Answers `HOST_TIMEOUT` to every forwarded request past its deadline; their slots get a
@@ -329,7 +373,7 @@ impl Worker<'_> {
         let now = Instant::now();
         while let Some(&(deadline, tok)) = self.offload.expiry.front() {
             let o = &mut self.offload;
-            let slot = (tok & u64::from(u32::MAX)) as usize;
+            let slot = token_slot(tok);
             let live = o.slot_gens.get(slot).is_some_and(|&g| u64::from(g) == tok >> 32)
                 && o.forwarded[slot].is_some();
             if live && deadline > now {
@@ -359,7 +403,7 @@ impl OffloadState {
     /// Takes the live request of `tok` (slot and generation must match), freeing its slot
     /// under a new generation.
     fn take(&mut self, tok: u64) -> Option<Forwarded> {
-        let slot = usize::try_from(tok & u64::from(u32::MAX)).ok()?;
+        let slot = token_slot(tok);
         if self.slot_gens.get(slot).map(|&g| u64::from(g)) != Some(tok >> 32) {
             return None;
         }

@@ -1,7 +1,8 @@
 //! DDS's front end inside the storage server: implements storefn-server's [`OffloadHook`].
 //!
 //! - `decide`: a frame's OFFLOAD messages become one batch message (`count u32 | pad u32 |`
-//!   the messages back to back, docs/FORMAT.md "DDS offload batch"), split into batches of at
+//!   an index of each message's offset and length | the messages, docs/FORMAT.md "DDS offload
+//!   batch": [`encode_batch`]), split into batches of at
 //!   most `batch` requests; `pred` judges each batch, `func` gives the read of each offloaded
 //!   request. A fault or bad output of a function forwards the batch (always correct).
 //!   Each read decision carries the file service's change epoch taken before `pred`.
@@ -11,23 +12,54 @@
 //!   only if no host write, create, open or close ran between the decision and the read's
 //!   completion (the epoch did not move); otherwise it forwards the request, so a page torn
 //!   by a concurrent host write is never served.
-//! - `forward` / `poll_answers`: the forwarding channel to the host application.
+//! - `forward` / `poll_answers`: the forwarding channel to the host application, answers
+//!   routed back to the server thread that forwarded the request, the host's liveness and
+//!   re-attach (module `link`).
 //!
 //! The file service runs on its own thread ([`FrontEnd::start`]), serving the host library.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+mod link;
+
+pub use link::{LinkStats, MAX_ROUTE_BYTES};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use storefn_server::server::offload::{OffloadDecision, OffloadHook, ReadCheck};
+use storefn_server::server::offload::{HostAnswer, OffloadDecision, OffloadHook, ReadCheck};
 
-use crate::host::doorbell::PARK_SLICE;
-use crate::host::{FileService, ForwardEnd, HostChannel, HostError, Side};
+use crate::host::{FileService, HostChannel, HostError};
 use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
 
-/// Bytes before the messages of a batch: `count u32 | pad u32`.
+/// Bytes before the index of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;
+/// Bytes of each index entry: `offset u32 | len u32` of one message (offset from the batch's
+/// first byte; each message starts 8-byte aligned).
+pub const BATCH_ENTRY_BYTES: usize = 8;
+
+/// Encodes `msgs` as one batch (docs/FORMAT.md, "DDS offload batch") into `buf` (cleared
+/// first): the header, an index of each message's offset and length, then the messages, each
+/// padded to 8 bytes. A program finds request `i` through the index, so a message of any
+/// length cannot move another.
+///
+/// # Panics
+/// More than `u32::MAX` messages or bytes (a frame's batch is far smaller).
+pub fn encode_batch<'a>(msgs: impl ExactSizeIterator<Item = &'a [u8]> + Clone, buf: &mut Vec<u8>) {
+    buf.clear();
+    let count = msgs.len();
+    buf.extend_from_slice(&u32::try_from(count).expect("batch count").to_le_bytes());
+    buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
+    let mut at = BATCH_HEADER_BYTES + count * BATCH_ENTRY_BYTES;
+    for m in msgs.clone() {
+        buf.extend_from_slice(&u32::try_from(at).expect("batch bytes").to_le_bytes());
+        buf.extend_from_slice(&u32::try_from(m.len()).expect("message bytes").to_le_bytes());
+        at += m.len().next_multiple_of(8);
+    }
+    for m in msgs {
+        buf.extend_from_slice(m);
+        buf.resize(buf.len().next_multiple_of(8), 0);
+    }
+}
 /// Samples of each kind the timing recorder keeps (later ones are dropped, and counted).
 pub const MAX_TIMING_SAMPLES: usize = 1 << 20;
 
@@ -50,7 +82,7 @@ pub struct TimingSamples {
 }
 
 impl TimingSamples {
-    fn push(v: &mut Vec<u64>, dropped: &mut u64, ns: u64) {
+    pub(crate) fn push(v: &mut Vec<u64>, dropped: &mut u64, ns: u64) {
         if v.len() < MAX_TIMING_SAMPLES {
             v.push(ns);
         } else {
@@ -61,9 +93,9 @@ impl TimingSamples {
 
 /// The recorder: the samples and the send time of each forwarded token.
 #[derive(Debug, Default)]
-struct Timing {
-    samples: TimingSamples,
-    sent: std::collections::HashMap<u64, std::time::Instant>,
+pub(crate) struct Timing {
+    pub(crate) samples: TimingSamples,
+    pub(crate) sent: std::collections::HashMap<u64, std::time::Instant>,
 }
 
 /// Counters. Relaxed: statistics only.
@@ -83,20 +115,16 @@ pub struct FrontEnd {
     funcs: Mutex<(OffloadFunctions, Vec<u8>, Vec<bool>)>,
     /// The file service's files and change epoch (offloaded reads are the server's own).
     files: Arc<crate::host::SharedFiles>,
-    forward: Mutex<ForwardEnd>,
+    link: Arc<link::Link>,
     batch: usize,
     /// `false`: every request is forwarded (the baseline without offload).
     offload: AtomicBool,
     stats: FrontEndStats,
-    /// Whether requests are timed (off by default: no clock reads, no samples).
-    timing_on: AtomicBool,
-    timing: Mutex<Timing>,
     last_fault: Mutex<Option<String>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<Result<(), HostError>>>>,
-    /// Readable when host answers arrived ([`OffloadHook::wake_fd`]), written by `waker`.
-    wake: OwnedFd,
-    waker: Mutex<Option<JoinHandle<()>>>,
+    /// The thread routing host answers to server threads and watching the host's heartbeat.
+    router: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for FrontEnd {
@@ -113,26 +141,30 @@ impl FrontEnd {
     /// `service` must have its `cache`/`invalidate` hooks installed by the caller; `funcs` is
     /// the front end's own instance of the functions (on the same table). `batch`: most
     /// requests per `pred` call (the program's own bound, e.g. 64 for the page server).
-    /// `offload == false` forwards every request (the baseline).
+    /// `offload == false` forwards every request (the baseline). `threads`: the server
+    /// threads whose forwarded requests' answers are routed back to them.
     ///
     /// # Errors
-    /// `Malformed` for `batch` outside `1..=MAX_BATCH_REQUESTS`.
+    /// `Malformed` for `batch` outside `1..=MAX_BATCH_REQUESTS` or no thread.
     pub fn start(
         funcs: OffloadFunctions,
         service: FileService,
-        files: HostChannel,
-        forward: HostChannel,
+        channels: (HostChannel, HostChannel),
         batch: usize,
         offload: bool,
+        threads: usize,
     ) -> Result<Arc<Self>, HostError> {
-        if batch == 0 || batch > MAX_BATCH_REQUESTS {
+        if batch == 0 || batch > MAX_BATCH_REQUESTS || threads == 0 {
             return Err(HostError::Malformed(format!(
-                "offload batch {batch}: expected 1..={MAX_BATCH_REQUESTS}"
+                "offload batch {batch}, {threads} threads: expected 1..={MAX_BATCH_REQUESTS}, >= 1"
             )));
         }
+        let (mut files, forward) = channels;
         let files_shared = service.shared_files();
+        let table = Arc::clone(funcs.table());
+        let (link, recv, files_view) = link::Link::new(threads, &forward, &files)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let st = Arc::clone(&stop);
+        let (st, lk) = (Arc::clone(&stop), Arc::clone(&link));
         let mut service = service;
         let thread = std::thread::Builder::new()
             .name("storefn-dds-files".into())
@@ -140,6 +172,12 @@ impl FrontEnd {
                 let mut idle = 0;
                 // Relaxed: a stop flag; nothing is published through it.
                 while !st.load(Ordering::Relaxed) {
+                    if let Some(next) = lk.take_next_files() {
+                        // A new host: the previous host's files and cached pages are not its.
+                        service.rebind(&next);
+                        table.clear();
+                        files = next;
+                    }
                     if service.serve_batch(&files)? == 0 {
                         crate::host::service_idle_wait(&files, &mut idle);
                     } else {
@@ -149,35 +187,48 @@ impl FrontEnd {
                 Ok(())
             })
             .map_err(|e| HostError::Dir { path: "file service thread".into(), source: e })?;
-        let (wake, waker) = match AnswerWaker::start(&forward, Arc::clone(&stop)) {
-            Ok(w) => w,
-            Err(e) => {
-                stop.store(true, Ordering::Relaxed);
-                let _ = thread.join();
-                return Err(e);
-            }
-        };
+        let router =
+            match link::start_router(Arc::clone(&link), recv, files_view, Arc::clone(&stop)) {
+                Ok(r) => r,
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    let _ = thread.join();
+                    return Err(e);
+                }
+            };
         Ok(Arc::new(Self {
             funcs: Mutex::new((funcs, Vec::new(), Vec::new())),
             files: files_shared,
-            forward: Mutex::new({
-                // Never wait for room: a host that stopped taking requests must fail the
-                // requests forwarded to it at once, not stall the server thread.
-                let mut end = ForwardEnd::new(forward, Side::Server);
-                end.set_timeout(std::time::Duration::ZERO);
-                end
-            }),
+            link,
             batch,
             offload: AtomicBool::new(offload),
             stats: FrontEndStats::default(),
-            timing_on: AtomicBool::new(false),
-            timing: Mutex::new(Timing::default()),
             last_fault: Mutex::new(None),
             stop,
             thread: Mutex::new(Some(thread)),
-            wake,
-            waker: Mutex::new(Some(waker)),
+            router: Mutex::new(Some(router)),
         }))
+    }
+
+    /// Attaches a new host application's channels (file, forwarding) in place of one that is
+    /// gone, without restarting the server: requests still waiting for the previous host fail,
+    /// its files are closed and the cache table starts empty.
+    ///
+    /// # Errors
+    /// `HostAlive` while the attached host's heartbeat moves.
+    pub fn attach(&self, files: HostChannel, forward: HostChannel) -> Result<(), HostError> {
+        self.link.attach(files, forward)
+    }
+
+    /// Whether the attached host application is alive: its heartbeat moved within
+    /// [`HOST_HEARTBEAT_TIMEOUT`](crate::host::HOST_HEARTBEAT_TIMEOUT), or it has not begun.
+    pub fn host_alive(&self) -> bool {
+        self.link.host_alive()
+    }
+
+    /// The link's counters (answers dropped, hosts gone, re-attaches).
+    pub fn link_stats(&self) -> &LinkStats {
+        &self.link.stats
     }
 
     /// Turns offload on or off (off: every request goes to the host application).
@@ -205,18 +256,18 @@ impl FrontEnd {
     /// Starts or stops timing requests (the bench's time split).
     pub fn set_timing(&self, on: bool) {
         // Relaxed: a mode switch; a request timed under either mode is recorded correctly.
-        self.timing_on.store(on, Ordering::Relaxed);
+        self.link.timing_on.store(on, Ordering::Relaxed);
     }
 
     /// The samples recorded so far (and starts over).
     pub fn take_timing(&self) -> TimingSamples {
-        self.timing.lock().map(|mut t| std::mem::take(&mut *t).samples).unwrap_or_default()
+        self.link.timing.lock().map(|mut t| std::mem::take(&mut *t).samples).unwrap_or_default()
     }
 
     fn timing(&self) -> Option<std::sync::MutexGuard<'_, Timing>> {
         // Relaxed: see set_timing.
-        if self.timing_on.load(Ordering::Relaxed) {
-            self.timing.lock().ok()
+        if self.link.timing_on.load(Ordering::Relaxed) {
+            self.link.timing.lock().ok()
         } else {
             None
         }
@@ -228,7 +279,7 @@ impl FrontEnd {
     /// The service's error, if it stopped on one.
     pub fn stop(&self) -> Result<(), HostError> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(w) = self.waker.lock().map_err(|_| poisoned())?.take() {
+        if let Some(w) = self.router.lock().map_err(|_| poisoned())?.take() {
             let _ = w.join();
         }
         let t = self.thread.lock().map_err(|_| poisoned())?.take();
@@ -239,55 +290,7 @@ impl FrontEnd {
     }
 }
 
-/// Turns the host's doorbell on the forwarding channel's answer ring into a readable eventfd
-/// for the server worker's `poll`: a thread sleeps on the doorbell (futex) and writes the
-/// eventfd whenever more answer bytes were published than it last signalled, so a worker
-/// waiting for answers sleeps in `poll` instead of polling the ring without a timeout.
-struct AnswerWaker;
-
-impl AnswerWaker {
-    fn start(
-        forward: &HostChannel,
-        stop: Arc<AtomicBool>,
-    ) -> Result<(OwnedFd, JoinHandle<()>), HostError> {
-        let io = |what: &str, source| HostError::Dir { path: what.into(), source };
-        // SAFETY: plain syscall; flags are valid.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io("answer eventfd", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh fd we own.
-        let wake = unsafe { OwnedFd::from_raw_fd(raw) };
-        let writer = wake.try_clone().map_err(|e| io("answer eventfd", e))?;
-        let channel = HostChannel::attach(
-            forward.fd().try_clone_to_owned().map_err(|e| io("forward channel memfd", e))?,
-        )?;
-        let t = std::thread::Builder::new()
-            .name("storefn-dds-answers".into())
-            .spawn(move || {
-                let (ring, bell) = (channel.responses(), channel.response_bell());
-                let mut signalled = ring.published_bytes();
-                // Relaxed: a stop flag; nothing is published through it.
-                while !stop.load(Ordering::Relaxed) {
-                    let _ = bell.park_unless(PARK_SLICE, || {
-                        Ok::<bool, std::convert::Infallible>(ring.published_bytes() != signalled)
-                    });
-                    let now = ring.published_bytes();
-                    if now != signalled {
-                        signalled = now;
-                        let one = 1u64.to_ne_bytes();
-                        // SAFETY: writes 8 bytes from a live buffer to our eventfd; a full
-                        // counter (EAGAIN) already means "readable", which is all we need.
-                        unsafe { libc::write(writer.as_raw_fd(), one.as_ptr().cast(), 8) };
-                    }
-                }
-            })
-            .map_err(|e| io("answer waker thread", e))?;
-        Ok((wake, t))
-    }
-}
-
-fn poisoned() -> HostError {
+pub(crate) fn poisoned() -> HostError {
     HostError::Malformed("file service thread panicked".into())
 }
 
@@ -307,12 +310,7 @@ impl OffloadHook for FrontEnd {
         // Before any table lookup: a change after this point makes the read's check fail.
         let epoch = self.files.epoch();
         for chunk in bounds.chunks(self.batch) {
-            buf.clear();
-            buf.extend_from_slice(&u32::try_from(chunk.len()).expect("<= batch").to_le_bytes());
-            buf.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
-            for &(a, b) in chunk {
-                buf.extend_from_slice(&bytes[a..b]);
-            }
+            encode_batch(chunk.iter().map(|&(a, b)| &bytes[a..b]), buf);
             let first = out.len();
             match funcs.pred_into(buf, verdicts) {
                 Ok(()) => {
@@ -354,8 +352,8 @@ impl OffloadHook for FrontEnd {
         Some((self.files.file(file)?, stamp))
     }
 
-    fn wake_fd(&self) -> Option<std::os::fd::RawFd> {
-        Some(self.wake.as_raw_fd())
+    fn wake_fd(&self, thread: usize) -> Option<std::os::fd::RawFd> {
+        self.link.wake_fd(thread)
     }
 
     fn offloaded_read_time(&self, ns: u64) {
@@ -371,41 +369,11 @@ impl OffloadHook for FrontEnd {
             && self.files.stamp(r.file, r.offset, u64::from(r.size)) == Some(r.stamp)
     }
 
-    fn forward(&self, token: u64, msg: &[u8]) -> Result<(), String> {
-        if let Some(mut t) = self.timing() {
-            t.sent.insert(token, std::time::Instant::now());
-        }
-        let fwd = self.forward.lock().map_err(|_| "forward channel poisoned".to_string())?;
-        fwd.send(token, msg).map_err(|e| match e {
-            HostError::Ring(crate::ring::RingError::Timeout(_)) => {
-                "the host application's request ring is full (it is not taking requests)".into()
-            }
-            e => e.to_string(),
-        })
+    fn forward(&self, token: u64, msg: &[u8]) -> Result<u64, String> {
+        self.link.forward(token, msg)
     }
 
-    fn poll_answers(&self, f: &mut dyn FnMut(u64, &[u8])) -> usize {
-        let Ok(mut fwd) = self.forward.lock() else { return 0 };
-        let mut timing = self.timing();
-        fwd.poll_timed(|id, host, data| {
-            if let Some(t) = timing.as_mut() {
-                if let Some(sent) = t.sent.remove(&id) {
-                    let rtt = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                    let (h, d) = (u64::from(host.host_ns), u64::from(host.device_ns));
-                    let TimingSamples {
-                        forwarded_ring_ns,
-                        forwarded_host_ns,
-                        forwarded_device_ns,
-                        dropped,
-                        ..
-                    } = &mut t.samples;
-                    TimingSamples::push(forwarded_ring_ns, dropped, rtt.saturating_sub(h));
-                    TimingSamples::push(forwarded_host_ns, dropped, h.saturating_sub(d));
-                    TimingSamples::push(forwarded_device_ns, dropped, d);
-                }
-            }
-            f(id, data);
-        })
-        .unwrap_or(0)
+    fn poll_answers(&self, thread: usize, f: &mut dyn FnMut(HostAnswer<'_>)) -> usize {
+        self.link.poll(thread, f)
     }
 }
