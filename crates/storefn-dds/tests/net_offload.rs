@@ -333,7 +333,7 @@ fn forwarded_answers_reach_the_thread_that_forwarded_them_with_2_and_4_threads()
                 let before = routed(d);
                 // Newer than any version so far (each ask replays the page up to it).
                 let newer = lsns[1].load(Ordering::Acquire) + 1_000_000 * i;
-                let r = c.one(&Req::Offload { msg: get_page(1, newer).to_vec() }).unwrap();
+                let r = c.one(&Request::Offload { msg: &get_page(1, newer) }).unwrap();
                 assert_eq!(r.value, u64::from(SERVED_BY_HOST), "{}", r.message);
                 check(1, newer, &r.data);
                 let after = routed(d);
@@ -357,10 +357,9 @@ fn forwarded_answers_reach_the_thread_that_forwarded_them_with_2_and_4_threads()
                                     (p, if rng.gen_bool(0.3) { l + 1 } else { l })
                                 })
                                 .collect();
-                            let reqs: Vec<Req> = asked
-                                .iter()
-                                .map(|&(p, l)| Req::Offload { msg: get_page(p, l).to_vec() })
-                                .collect();
+                            let msgs: Vec<_> = asked.iter().map(|&(p, l)| get_page(p, l)).collect();
+                            let reqs: Vec<Request<'_>> =
+                                msgs.iter().map(|m| Request::Offload { msg: m }).collect();
                             for (r, &(p, l)) in c.call(&reqs).unwrap().iter().zip(&asked) {
                                 assert_eq!(r.status, 0, "page {p}: {}", r.message);
                                 check(p, l, &r.data);
@@ -381,10 +380,10 @@ fn forwarded_answers_reach_the_thread_that_forwarded_them_with_2_and_4_threads()
 
 /// Sends HELLO, then one frame of `reqs`, on a fresh connection that never authenticates;
 /// returns each reply's status (`None`: the server closed the connection before answering).
-fn unauthenticated(addr: &str, reqs: &[storefn_server::proto::Request<'_>]) -> Vec<Option<u16>> {
+fn unauthenticated(addr: &str, reqs: &[storefn_wire::Request<'_>]) -> Vec<Option<u16>> {
     use std::io::Write;
-    use storefn_server::client::read_response_frame;
-    use storefn_server::proto::{put_request, FrameBuf, Request, KIND_REQUEST};
+    use storefn_wire::read_response_frame;
+    use storefn_wire::{put_request, FrameBuf, Request, KIND_REQUEST};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
     let mut f = FrameBuf::default();
@@ -420,7 +419,7 @@ fn unauthenticated(addr: &str, reqs: &[storefn_server::proto::Request<'_>]) -> V
 fn an_unauthenticated_client_cannot_read_write_load_programs_or_inject_pages() {
     let _one = one_at_a_time();
     use storefn_dds::pageserver::PageServerAuth;
-    use storefn_server::proto::Request;
+    use storefn_wire::Request;
     let elf = storefn_progs::must("bench_empty");
     for insecure in [false, true] {
         let mut opts = DeployOptions::new(4096, true);
@@ -443,7 +442,7 @@ fn an_unauthenticated_client_cannot_read_write_load_programs_or_inject_pages() {
             ];
             let got = unauthenticated(addr, &reqs);
             let mut c = Client::connect(addr, d.client_config()).unwrap();
-            let r = c.one(&Req::Offload { msg: msg.to_vec() }).unwrap();
+            let r = c.one(&Request::Offload { msg: &msg }).unwrap();
             assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
             if insecure {
                 assert!(got.iter().all(|s| *s == Some(0)), "insecure: {got:?}");
@@ -477,7 +476,7 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
     let mut c = Client::connect(&addr, d.client_config()).unwrap();
     let forwarded = |c: &mut Client, page: u64, lsn: u64| {
         let t0 = std::time::Instant::now();
-        let r = c.call(&[Req::Offload { msg: get_page(page, lsn).to_vec() }]).unwrap().remove(0);
+        let r = c.call(&[Request::Offload { msg: &get_page(page, lsn) }]).unwrap().remove(0);
         (r, t0.elapsed())
     };
     // The first host answers, replays page 1 far ahead (cached at that LSN), then dies.
@@ -505,7 +504,7 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
         waited < HOST_HEARTBEAT_TIMEOUT / 2,
         "a request to a known-dead host waited {waited:?}"
     );
-    let r = c.one(&Req::Offload { msg: get_page(7, 8).to_vec() }).unwrap();
+    let r = c.one(&Request::Offload { msg: &get_page(7, 8) }).unwrap();
     assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD), "offloaded GetPages are still served");
     // A new host attaches to the running server with fresh channels.
     let create = || HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
@@ -559,12 +558,12 @@ fn a_message_of_another_length_never_shifts_the_get_pages_after_it() {
         let mut crafted = get_page(9, lsn(9)).to_vec();
         crafted.extend_from_slice(&11u64.to_le_bytes());
         let reqs = [
-            Req::Offload { msg: get_page(2, lsn(2)).to_vec() },
-            Req::Offload { msg: vec![0x5A; 17] },
-            Req::Offload { msg: get_page(3, lsn(3)).to_vec() },
-            Req::Offload { msg: crafted },
-            Req::Offload { msg: get_page(4, lsn(4)).to_vec() },
-            Req::Offload { msg: get_page(5, lsn(5)).to_vec() },
+            Request::Offload { msg: &get_page(2, lsn(2)) },
+            Request::Offload { msg: &[0x5A; 17] },
+            Request::Offload { msg: &get_page(3, lsn(3)) },
+            Request::Offload { msg: &crafted },
+            Request::Offload { msg: &get_page(4, lsn(4)) },
+            Request::Offload { msg: &get_page(5, lsn(5)) },
         ];
         let r = c.call(&reqs).unwrap();
         for (i, page) in [(0, 2), (2, 3), (4, 4), (5, 5)] {
@@ -594,15 +593,15 @@ fn an_lsn_past_the_bound_is_refused_and_the_counter_never_wraps() {
     let ((), host) = run("lsn", 0, |d, addr, lsns, _| {
         let mut c = Client::connect(addr, d.client_config()).unwrap();
         for asked in [u64::MAX, MAX_LSN + 1] {
-            let r = c.one(&Req::Offload { msg: get_page(3, asked).to_vec() }).unwrap();
+            let r = c.one(&Request::Offload { msg: &get_page(3, asked) }).unwrap();
             assert_eq!((r.value, r.data.len()), (u64::from(SERVED_BY_HOST), 0), "LSN {asked}");
         }
         // Replays still move forward from where they were.
         let before = lsns[4].load(Ordering::Acquire);
-        let r = c.one(&Req::Offload { msg: get_page(4, before + 1).to_vec() }).unwrap();
+        let r = c.one(&Request::Offload { msg: &get_page(4, before + 1) }).unwrap();
         let got = check(4, before + 1, &r.data);
         assert!(got < MAX_LSN, "replayed to LSN {got}");
-        let r = c.one(&Req::Offload { msg: get_page(6, got + 1).to_vec() }).unwrap();
+        let r = c.one(&Request::Offload { msg: &get_page(6, got + 1) }).unwrap();
         assert!(check(6, got + 1, &r.data) > got);
     });
     assert_eq!(host.bad_requests, 2);

@@ -263,7 +263,7 @@ fn bench_cmd(a: &BenchArgs) -> CmdResult {
         threads: a.threads,
         client: match &a.token_file {
             Some(t) => client_config_from_token_file(t)?,
-            None => storefn_server::ClientConfig::default(),
+            None => storefn_wire::ClientConfig::default(),
         },
         host_share: a.host_share,
         seed: a.seed,

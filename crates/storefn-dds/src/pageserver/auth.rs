@@ -4,7 +4,8 @@
 //! token API is here.
 
 use storefn_server::auth::{load_tokens, Token, TokenError};
-use storefn_server::{ClientConfig, ServerConfig};
+use storefn_server::ServerConfig;
+use storefn_wire::ClientConfig;
 
 /// Bytes of a generated secret (alphanumeric, ~190 bits).
 pub const GENERATED_SECRET_BYTES: usize = 32;
@@ -39,7 +40,12 @@ impl PageServerAuth {
             .sample_iter(rand::distributions::Alphanumeric)
             .take(GENERATED_SECRET_BYTES)
             .collect();
-        Self::Tokens(vec![Token { tenant: GENERATED_TENANT.into(), secret }])
+        Self::Tokens(vec![Token {
+            tenant: GENERATED_TENANT.into(),
+            secret,
+            options: Vec::new(),
+            line: 0,
+        }])
     }
 
     /// A client configuration that authenticates as the first tenant (none: insecure).
@@ -75,5 +81,5 @@ impl PageServerAuth {
 /// # Errors
 /// The token file's errors.
 pub fn client_config_from_token_file(path: &std::path::Path) -> Result<ClientConfig, TokenError> {
-    ClientConfig::from_token_file(path)
+    storefn_server::auth::client_config(path)
 }

@@ -505,7 +505,7 @@ impl Deployment {
 
     /// How a client authenticates to this server (its first tenant).
     #[must_use]
-    pub fn client_config(&self) -> storefn_server::ClientConfig {
+    pub fn client_config(&self) -> storefn_wire::ClientConfig {
         self.auth.client_config()
     }
 

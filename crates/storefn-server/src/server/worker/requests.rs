@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use storefn_vm::ProgType;
 
 use super::writes::{charge_write, open_for_write};
-use crate::access::Intent;
 use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
+use crate::access::Intent;
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
@@ -251,7 +251,9 @@ impl Worker<'_> {
                 let target = open_for_write(self.shared, scope, path)
                     .and_then(|f| charge_write(self.shared, scope, &f, offset, n).map(|c| (f, c)));
                 match target {
-                    Ok((f, charge)) => self.submit_write(ci, req_id, code, f, charge, offset, data, n),
+                    Ok((f, charge)) => {
+                        self.submit_write(ci, req_id, code, f, charge, offset, data, n)
+                    }
                     Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
                 }
             }
