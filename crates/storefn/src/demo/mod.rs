@@ -1,6 +1,12 @@
-//! `storefn demo`: the README's main job. Creates a 3-layer BPF-KV database, runs every lookup
-//! path this build has on the same random keys, checks they return the same bytes (and the
-//! bytes BPF-KV's `create` wrote), and prints a comparison table.
+//! `storefn demo`: the README's main job, every system once on an embedded default. XRP: creates
+//! a 3-layer BPF-KV database, runs every local lookup path on the same random keys, checks they
+//! return the same bytes (and the bytes BPF-KV's `create` wrote), and prints a comparison table.
+//! Then a loopback storefn server over the same directory: BPF-oF (pushdown vs rpc-read), λ-IO
+//! (auto on a cold and a warm range) and DDS (offloaded vs forwarded GetPages), a table each.
+
+mod bpfof;
+mod dds;
+mod lambda;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,6 +18,8 @@ use storefn_kv::{create_bpfkv, NodeSize, Store};
 
 use crate::CmdResult;
 
+/// The demo database's name in the demo directory (and on the demo server).
+const DEMO_DB: &str = "bpfkv.db";
 /// Layers of the demo database (2.4 MB: created in well under a second).
 const DEMO_LAYERS: u32 = 3;
 /// Keys checked for agreement across paths.
@@ -52,7 +60,7 @@ pub fn run(args: &DemoArgs) -> CmdResult {
             Scratch(d, true)
         }
     };
-    let db = dir.0.join("bpfkv.db");
+    let db = dir.0.join(DEMO_DB);
     let t0 = std::time::Instant::now();
     let meta = create_bpfkv(&db, NodeSize::B512, DEMO_LAYERS, &mut |_, _| {})?;
     println!(
@@ -90,6 +98,7 @@ pub fn run(args: &DemoArgs) -> CmdResult {
         available.iter().filter(|n| **n != "device").copied().collect::<Vec<_>>().join(", ")
     );
     println!();
+    println!("XRP: BPF-KV lookups on this machine's file system (1 thread each)");
     println!(
         "{:<10} {:>7} {:>12} {:>10} {:>10} {:>10} {:>11}",
         "path", "batch", "ops/s", "mean µs", "p99 µs", "I/Os/op", "CPU µs/op"
@@ -121,5 +130,22 @@ pub fn run(args: &DemoArgs) -> CmdResult {
     if let Some(e) = storefn_kv::program::engine_used() {
         println!("(storage functions ran on the VM's {e} engine)");
     }
+    served(&dir.0, args.seed)?;
+    dds::run(&dir.0, args.seed)?;
+    println!();
+    println!("demo: every system ran in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The systems that run against a server: one loopback `storefn serve` over the demo directory.
+fn served(dir: &std::path::Path, seed: u64) -> CmdResult {
+    const LAMBDA_FILE: &str = "stats64.dat";
+    lambda::make_file(&dir.join(LAMBDA_FILE), seed)?;
+    let server =
+        storefn_server::Server::start("127.0.0.1:0", storefn_server::ServerConfig::new(dir))?;
+    let addr = server.local_addr();
+    let r = bpfof::run(addr, DEMO_DB, seed).and_then(|_| lambda::run(addr, LAMBDA_FILE));
+    server.stop();
+    server.join()?;
+    r
 }
