@@ -73,18 +73,18 @@ fn each_tenant_reads_writes_and_runs_programs_only_within_its_scope() {
     let mut alice = as_tenant(&server, "alice");
     for p in ["a/f", "shared/s"] {
         for r in [read(p), stat(p), write(p)] {
-            assert_eq!(status(&mut alice, r.clone()), ok, "alice {r:?}");
+            assert_eq!(status(&mut alice, r), ok, "alice {r:?}");
         }
     }
     for p in ["b/f", "top", "b/inner", "shared", "a"] {
         for r in [read(p), stat(p), write(p)] {
-            assert_eq!(status(&mut alice, r.clone()), forbidden, "alice {r:?}");
+            assert_eq!(status(&mut alice, r), forbidden, "alice {r:?}");
         }
     }
     // Inside a/ by name, out of it by resolution: refused by the kernel beneath a/.
     for p in ["a/escape", "a/../b/f"] {
         for r in [read(p), stat(p), write(p)] {
-            assert_eq!(status(&mut alice, r.clone()), outside, "alice {r:?}");
+            assert_eq!(status(&mut alice, r), outside, "alice {r:?}");
         }
     }
     // Programs run only over files in scope.
@@ -109,10 +109,10 @@ fn each_tenant_reads_writes_and_runs_programs_only_within_its_scope() {
 
     let mut bob = as_tenant(&server, "bob");
     for r in [read("b/f"), stat("b/f"), read("b/inner"), read("shared/s")] {
-        assert_eq!(status(&mut bob, r.clone()), ok, "bob {r:?}");
+        assert_eq!(status(&mut bob, r), ok, "bob {r:?}");
     }
     for r in [write("b/f"), write("shared/s"), lw("b/f"), read("a/f"), stat("top")] {
-        assert_eq!(status(&mut bob, r.clone()), forbidden, "bob {r:?}");
+        assert_eq!(status(&mut bob, r), forbidden, "bob {r:?}");
     }
     let served = dir.join("served");
     assert_eq!(std::fs::read(served.join("b/f")).unwrap(), b"b/f             ", "nobody wrote b/f");
@@ -120,7 +120,7 @@ fn each_tenant_reads_writes_and_runs_programs_only_within_its_scope() {
     // An old `TENANT SECRET` line: read-write over the whole directory.
     let mut admin = as_tenant(&server, "admin");
     for r in [read("b/f"), write("b/f"), read("top"), read("a/escape"), write("a/f")] {
-        assert_eq!(status(&mut admin, r.clone()), ok, "admin {r:?}");
+        assert_eq!(status(&mut admin, r), ok, "admin {r:?}");
     }
     server.stop();
     server.join().unwrap();

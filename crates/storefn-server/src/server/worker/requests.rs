@@ -252,7 +252,7 @@ impl Worker<'_> {
                     .and_then(|f| charge_write(self.shared, scope, &f, offset, n).map(|c| (f, c)));
                 match target {
                     Ok((f, charge)) => {
-                        self.submit_write(ci, req_id, code, f, charge, offset, data, n)
+                        self.submit_write(ci, req_id, code, f, charge, offset, data, n);
                     }
                     Err((st, m)) => self.respond_err(ci, req_id, code, st, &m),
                 }
