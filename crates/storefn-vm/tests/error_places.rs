@@ -70,7 +70,8 @@ fn writes_name_the_region_they_hit_or_missed() {
     assert_no_host_address(&e.to_string(), &hosts);
     // The context's own `data` pointer field.
     let (e, hosts) = fault(&xrp(&[st(BPF_DW, 1, 0, 1)]));
-    assert!(e.to_string().contains("at context+0 (context is 280 bytes)"), "{e}");
+    let ctx = format!("at context+0 (context is {} bytes)", storefn_vm::xrp::XRP_CTX_BYTES);
+    assert!(e.to_string().contains(&ctx), "{e}");
     assert_no_host_address(&e.to_string(), &hosts);
 }
 

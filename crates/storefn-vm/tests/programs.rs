@@ -129,7 +129,11 @@ fn c_programs_that_touch_forbidden_memory_fault() {
     assert!(matches!(e, VmError::BadWrite { len: 1, .. }), "{e}");
     let mut ctx = XrpCtx::default();
     let e = xrp("test/write_ctx_ptr").run_xrp(&mut ctx, &block(&[]), &mut s).unwrap_err();
-    let at = Place::Region { name: RegionName::Context, offset: 272, len: 280 };
+    let at = Place::Region {
+        name: RegionName::Context,
+        offset: 272,
+        len: storefn_vm::xrp::XRP_CTX_BYTES as _,
+    };
     assert_eq!(e, VmError::BadWrite { insn: e_insn(&e), at, len: 8 });
 }
 

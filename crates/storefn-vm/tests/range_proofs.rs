@@ -238,6 +238,21 @@ fn comparable(r: &Result<u64, VmError>) -> Result<u64, VmError> {
     }
 }
 
+/// A run one engine stopped with a wild access (an address far from every region of its own
+/// instance) while the other went on: the two instances' stacks lie at different addresses, so
+/// the same wild pointer can land in a region only one of them grants (region-level checking
+/// allows that by design). Such runs are layout-dependent, not a disagreement of the engines.
+fn layout_dependent(a: &Result<u64, VmError>, b: &Result<u64, VmError>) -> bool {
+    let wild = |r: &Result<u64, VmError>| {
+        matches!(
+            r,
+            Err(VmError::BadRead { at: Place::Wild, .. }
+                | VmError::BadWrite { at: Place::Wild, .. })
+        )
+    };
+    comparable(a) != comparable(b) && (wild(a) || wild(b))
+}
+
 fn same(a: &(Result<u64, VmError>, Vec<u8>, XrpCtx), b: &(Result<u64, VmError>, Vec<u8>, XrpCtx)) {
     assert_eq!(comparable(&a.0), comparable(&b.0), "result");
     assert_eq!(a.1, b.1, "scratch");
@@ -247,6 +262,7 @@ fn same(a: &(Result<u64, VmError>, Vec<u8>, XrpCtx), b: &(Result<u64, VmError>, 
 #[test]
 fn proved_accesses_agree_with_the_interpreter_at_the_edges_of_exact_buffers() {
     let (mut proved, mut checked, mut faults, mut fallbacks) = (0, 0, 0, 0);
+    let mut layout_runs = 0;
     for seed in 0..3000u64 {
         let insns = gen(seed);
         let prog = match VerifiedProgram::new(program(insns.clone(), ProgType::Xrp)) {
@@ -270,7 +286,11 @@ fn proved_accesses_agree_with_the_interpreter_at_the_edges_of_exact_buffers() {
         let mut exact = Buffers::new(&mut rng, XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES);
         let (j, i) = (run(&mut jit, &mut exact), run(&mut interp, &mut exact));
         let what = format!("seed {seed}: {:?}", prog.insns);
-        std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("{what}"));
+        if layout_dependent(&j.0, &i.0) {
+            layout_runs += 1;
+        } else {
+            std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("{what}"));
+        }
         faults +=
             usize::from(matches!(j.0, Err(VmError::BadRead { .. } | VmError::BadWrite { .. })));
         // Shorter than the proofs need: the JIT instance runs these on the interpreter.
@@ -278,8 +298,14 @@ fn proved_accesses_agree_with_the_interpreter_at_the_edges_of_exact_buffers() {
         let (need_data, need_scratch) = prog.xrp_min_bytes();
         fallbacks += usize::from(need_data > 64 || need_scratch > 16);
         let (j, i) = (run(&mut jit, &mut short), run(&mut interp, &mut short));
-        std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("short: {what}"));
+        if layout_dependent(&j.0, &i.0) {
+            layout_runs += 1;
+        } else {
+            std::panic::catch_unwind(|| same(&j, &i)).unwrap_or_else(|_| panic!("short: {what}"));
+        }
     }
+    // Wild pointers landing in one instance's stack are rare; many would hide real disagreements.
+    assert!(layout_runs <= 10, "{layout_runs} layout-dependent runs of 6000");
     assert!(proved > 5_000 && checked > 5_000, "proved {proved}, checked {checked}");
     assert!(faults > 300 && fallbacks > 1_000, "faults {faults}, fallbacks {fallbacks}");
 }

@@ -106,7 +106,7 @@ pub fn cc(src: &Path, out: &Path, extra: &[&str]) -> PathBuf {
 }
 
 pub fn example(name: &str) -> PathBuf {
-    crate_dir().join("examples/c").join(name)
+    crate_dir().join("../../examples/c").join(name)
 }
 
 /// Writes the compiled program `progs/<name>.bpf.c` to `dir` and returns its path.
