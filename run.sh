@@ -11,9 +11,10 @@ cd "$(dirname "$0")"
 # the TrueType font `storefn plot` draws text with (DejaVuSans.ttf; no fontconfig needed), and the
 # real engines whose files storage functions read and whose own reads are the baselines: WiredTiger
 # 3.2.1 (the `wt` tool and its C API), RocksDB 7.8.3 (`ldb`, `sst_dump` and its C API), and etcd
-# 3.4 for the cluster's membership and placement.
+# 3.4 for the cluster's membership and placement; pkg-config, which the C API's tests build an
+# example through (its storefn.pc).
 APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux fonts-dejavu-core
-    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client)
+    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client pkgconf)
 
 need_install() {
     local p
