@@ -103,3 +103,21 @@ unsafe impl GlobalAlloc for CountingAlloc {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// Rows (cells trimmed, backticks removed, the header row left out) of the Markdown table under
+/// `heading` in `doc`, up to the next heading: how a doc test reads a table of docs/FORMAT.md.
+/// Panics naming the heading when `doc` lacks it.
+#[must_use]
+pub fn doc_table_rows(doc: &str, heading: &str) -> Vec<Vec<String>> {
+    let start = doc
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("the document lacks {heading:?}"));
+    let body = &doc[start + heading.len() + 2..];
+    let end = body.find("\n#").unwrap_or(body.len());
+    body[..end]
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.contains("---"))
+        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().replace('`', "")).collect())
+        .skip(1)
+        .collect()
+}

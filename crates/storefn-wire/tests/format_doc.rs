@@ -8,19 +8,9 @@ use storefn_wire::*;
 
 const DOC: &str = include_str!("../../../docs/FORMAT.md");
 
-/// Rows (cells trimmed, backticks removed) of the table under `heading` (up to the next heading).
+/// Rows of the table under `heading` (storefn-testkit's reader of FORMAT.md tables).
 fn rows(heading: &str) -> Vec<Vec<String>> {
-    let start = DOC
-        .find(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("FORMAT.md lacks {heading:?}"));
-    let body = &DOC[start + heading.len() + 2..];
-    let end = body.find("\n#").unwrap_or(body.len());
-    body[..end]
-        .lines()
-        .filter(|l| l.starts_with('|') && !l.contains("---"))
-        .map(|l| l.trim_matches('|').split(" | ").map(|c| c.trim().replace('`', "")).collect())
-        .skip(1)
-        .collect()
+    storefn_testkit::doc_table_rows(DOC, heading)
 }
 
 /// `field -> (offset, size)` where both are numbers; symbolic sizes map to `None`.
