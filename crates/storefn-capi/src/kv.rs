@@ -223,11 +223,6 @@ pub unsafe extern "C" fn storefn_kv_multiget(
 /// `kv` is NULL or came from `storefn_kv_open*` and was not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn storefn_kv_free(kv: *mut Kv) {
-    let _ = guard("storefn_kv_free", || {
-        if !kv.is_null() {
-            // SAFETY: from Box::into_raw, not freed before.
-            drop(unsafe { Box::from_raw(kv) });
-        }
-        Ok(())
-    });
+    // SAFETY: the caller's contract is free_handle's.
+    unsafe { ptr::free_handle("storefn_kv_free", kv) };
 }

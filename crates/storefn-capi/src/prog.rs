@@ -195,12 +195,6 @@ pub unsafe extern "C" fn storefn_prog_insns(prog: *const Prog, out: *mut usize) 
 /// `prog` is NULL or came from `storefn_prog_load*` and was not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn storefn_prog_free(prog: *mut Prog) {
-    // No status to return: a panic in a destructor is swallowed rather than crossing into C.
-    let _ = guard("storefn_prog_free", || {
-        if !prog.is_null() {
-            // SAFETY: came from Box::into_raw in storefn_prog_load*, not freed before.
-            drop(unsafe { Box::from_raw(prog) });
-        }
-        Ok(())
-    });
+    // SAFETY: the caller's contract is free_handle's.
+    unsafe { ptr::free_handle("storefn_prog_free", prog) };
 }

@@ -81,3 +81,19 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
         unsafe { p.write(v) };
     }
 }
+
+/// Releases a handle `storefn_*_free` was given: NULL is a no-op, anything else is dropped
+/// inside the boundary guard (a panic in a destructor becomes the thread's last error instead of
+/// crossing into C; the free functions return no status).
+///
+/// # Safety
+/// `p` is NULL or came from `Box::into_raw` of a `T` handed to C, and was not freed before.
+pub(crate) unsafe fn free_handle<T>(function: &'static str, p: *mut T) {
+    let _ = crate::status::guard(function, || {
+        if !p.is_null() {
+            // SAFETY: the caller's contract: from Box::into_raw, not freed before.
+            drop(unsafe { Box::from_raw(p) });
+        }
+        Ok(())
+    });
+}

@@ -211,13 +211,8 @@ pub unsafe extern "C" fn storefn_client_connect(
 /// `client` is NULL or came from `storefn_client_connect` and was not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn storefn_client_free(client: *mut Client) {
-    let _ = guard("storefn_client_free", || {
-        if !client.is_null() {
-            // SAFETY: from Box::into_raw, not freed before.
-            drop(unsafe { Box::from_raw(client) });
-        }
-        Ok(())
-    });
+    // SAFETY: the caller's contract is free_handle's.
+    unsafe { ptr::free_handle("storefn_client_free", client) };
 }
 
 /// Pushes `prog` to the server (LOAD_PROG: the server verifies it again). Calls that run a

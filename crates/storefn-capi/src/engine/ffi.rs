@@ -89,13 +89,8 @@ pub unsafe extern "C" fn storefn_engine_new(
 /// `engine` is NULL or came from `storefn_engine_new` and was not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn storefn_engine_free(engine: *mut Engine) {
-    let _ = guard("storefn_engine_free", || {
-        if !engine.is_null() {
-            // SAFETY: from Box::into_raw in storefn_engine_new, not freed before.
-            drop(unsafe { Box::from_raw(engine) });
-        }
-        Ok(())
-    });
+    // SAFETY: the caller's contract is free_handle's.
+    unsafe { ptr::free_handle("storefn_engine_free", engine) };
 }
 
 /// Registers the file behind `fd` with the engine now (it is otherwise registered on first
