@@ -10,8 +10,8 @@ pub use crate::server::sched::RESERVE_DIV;
 pub use crate::server::{
     ENGINE_CHAINS, FORWARD_TIMEOUT, IDLE_TIMEOUT, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
     MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN, MAX_OPEN_FILES_PER_THREAD,
-    MAX_TENANTS_PER_THREAD, MAX_THREADS, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
-    SLOW_CLIENT_TIMEOUT,
+    MAX_TENANTS_PER_THREAD, MAX_THREADS, POLL_INTERVAL, SERVER_HOP_BYTES, SERVER_MAX_HOPS,
+    SHUTDOWN_FLUSH_TIMEOUT, SLOW_CLIENT_TIMEOUT,
 };
 
 use storefn_io::limits as io;
@@ -26,6 +26,7 @@ const _: () = assert!(wire::MAX_LAMBDA_IN_BYTES.is_multiple_of(wire::MAX_READ_BY
 // The server's engine: chains, buffers and hops inside what the engine accepts.
 const _: () = assert!(ENGINE_CHAINS <= io::MAX_CHAINS && ENGINE_CHAINS <= io::MAX_BUFFERS);
 const _: () = assert!(SERVER_MAX_HOPS == io::DEFAULT_MAX_HOPS);
+const _: () = assert!(SERVER_HOP_BYTES <= io::MAX_HOP_BYTES);
 // Each open file is one of the engine's registered files.
 const _: () = assert!(MAX_OPEN_FILES_PER_THREAD <= io::MAX_FILES);
 // The in-flight bound the HELLO response advertises fits in one frame's messages.

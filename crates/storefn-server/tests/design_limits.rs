@@ -141,6 +141,7 @@ fn the_table_gives_the_values_of_the_code() {
         ("MAX_CONN_OUT_BYTES", srv::MAX_CONN_OUT_BYTES as u64),
         ("ENGINE_CHAINS", srv::ENGINE_CHAINS as u64),
         ("SERVER_MAX_HOPS", u64::from(srv::SERVER_MAX_HOPS)),
+        ("SERVER_HOP_BYTES", srv::SERVER_HOP_BYTES as u64),
         ("MAX_THREADS", srv::MAX_THREADS as u64),
         ("MAX_CONNS_PER_THREAD", srv::MAX_CONNS_PER_THREAD as u64),
         ("MAX_OPEN_FILES_PER_THREAD", srv::MAX_OPEN_FILES_PER_THREAD as u64),

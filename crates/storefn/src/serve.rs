@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// A tenant's own instruction budget, `TENANT=INSNS` (repeatable).
     #[arg(long = "tenant-insn-budget", value_parser = parse_tenant_budget)]
     pub tenant_insn_budgets: Vec<(String, u64)>,
+    /// Largest block one hop of a pushed-down chain may read: 4096..=65536, a multiple of
+    /// 4096 (default 65536, so real engines' pages are one hop).
+    #[arg(long)]
+    pub hop_bytes: Option<usize>,
 }
 
 fn parse_tenant_budget(s: &str) -> Result<(String, u64), String> {
@@ -65,6 +69,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         cfg.insn_budget = b;
     }
     cfg.tenant_insn_budgets.clone_from(&a.tenant_insn_budgets);
+    if let Some(h) = a.hop_bytes {
+        cfg.hop_bytes = h;
+    }
     if let Some(t) = &a.token_file {
         // Scopes checked here too, so a bad one is reported with the file's name.
         let tokens = storefn_server::access::load_token_file(t)?;

@@ -15,6 +15,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SLOW_CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Hops per chain, whatever the client asks (the engine's hop limit).
 pub const SERVER_MAX_HOPS: u32 = 64;
+/// Largest hop a pushed-down chain may read by default: the engine's own bound, so
+/// WiredTiger's 32 KiB leaves and RocksDB's overflowing data blocks are one hop each.
+pub const SERVER_HOP_BYTES: usize = storefn_io::limits::MAX_HOP_BYTES;
 /// Chain slots (and registered buffers) per server thread's engine.
 pub const ENGINE_CHAINS: usize = 256;
 /// Connections per server thread; more are refused at accept (closed at once).
@@ -118,9 +121,11 @@ pub const CONN_MEMORY_BOUND: usize = crate::proto::MAX_FRAME_BYTES
     + MAX_IN_FLIGHT_PER_CONN as usize * (crate::proto::SCRATCH_BYTES + 256);
 
 /// Per thread, beside its connections: the engine's registered buffers and chain scratch
-/// (estimated at 16 KiB per chain slot, ring included), λ staging (one range per admitted job,
+/// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
+/// per chain slot), λ staging (one range per admitted job,
 /// at most one per chain slot), LAMBDA_WRITE's output staging and the writer thread's queue.
-pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS * 16 * 1024
+pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
+    * (storefn_io::limits::slot_buffer_bytes(SERVER_HOP_BYTES) + 12 * 1024)
     + ENGINE_CHAINS * crate::proto::MAX_LAMBDA_IN_BYTES as usize
     + crate::proto::MAX_LAMBDA_WRITE_OUT_BYTES as usize
     + MAX_PENDING_WRITE_BYTES;

@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub insn_budget: u64,
     /// Per-tenant instruction budgets (tenant name, instructions per invocation).
     pub tenant_insn_budgets: Vec<(String, u64)>,
+    /// Largest block one hop of a pushed-down chain may read ([`SERVER_HOP_BYTES`] by
+    /// default, so real engines' pages fit; a program still asks for each hop's size).
+    pub hop_bytes: usize,
 }
 
 impl ServerConfig {
@@ -91,6 +94,7 @@ impl ServerConfig {
             conn_limits: ConnLimits::default(),
             insn_budget: DEFAULT_TENANT_INSN_BUDGET,
             tenant_insn_budgets: Vec::new(),
+            hop_bytes: SERVER_HOP_BYTES,
         }
     }
 }

@@ -202,6 +202,7 @@ pub(crate) fn run(
         buffers: ENGINE_CHAINS,
         chains: ENGINE_CHAINS,
         max_hops: SERVER_MAX_HOPS,
+        hop_bytes: shared.cfg.hop_bytes,
         ..EngineConfig::default()
     };
     let engine = match Engine::new(cfg) {
