@@ -26,8 +26,8 @@ pub use storefn_wire::PROG_TYPE_LAMBDA;
 /// Largest range one remote λ request (LAMBDA frame) may cover, bytes.
 pub const MAX_REMOTE_RANGE_BYTES: u64 = MAX_LAMBDA_IN_BYTES as u64;
 
-/// Largest range [`RemoteReadSide`] reads for one request (READ frames of
-/// [`MAX_READ_BYTES`]), bytes: bounds the client's input buffer.
+/// Largest range [`RemoteReadSide`] reads for one request (READs of up to [`MAX_READ_BYTES`],
+/// each a run of missing cache blocks), bytes: bounds the client's input buffer.
 pub const MAX_REMOTE_READ_BYTES: u64 = 64 << 20;
 
 fn remote_err(server: &str, file: &str, e: ClientError) -> LambdaError {
@@ -151,7 +151,12 @@ impl std::hash::Hasher for BlockHasher {
 
 type BlockMap = HashMap<u64, Box<[u8]>, std::hash::BuildHasherDefault<BlockHasher>>;
 
-/// The client's own cache of a remote file's blocks ([`MAX_READ_BYTES`] each, aligned),
+/// Bytes of one block of [`RemoteReadSide`]'s cache (aligned in the file): a page, the unit a
+/// partly cached range is completed in.
+pub const CACHE_BLOCK_BYTES: u64 = 4096;
+const _: () = assert!((MAX_READ_BYTES as u64).is_multiple_of(CACHE_BLOCK_BYTES));
+
+/// The client's own cache of a remote file's blocks ([`CACHE_BLOCK_BYTES`] each, aligned),
 /// bounded in blocks; evicts the oldest inserted block (FIFO) when full.
 #[derive(Debug)]
 struct BlockCache {
@@ -162,8 +167,7 @@ struct BlockCache {
 
 impl BlockCache {
     fn new(cap_bytes: u64) -> Self {
-        let cap_blocks =
-            usize::try_from(cap_bytes / u64::from(MAX_READ_BYTES)).unwrap_or(usize::MAX);
+        let cap_blocks = usize::try_from(cap_bytes / CACHE_BLOCK_BYTES).unwrap_or(usize::MAX);
         Self { blocks: BlockMap::default(), order: VecDeque::new(), cap_blocks }
     }
 
@@ -193,7 +197,7 @@ pub struct RemoteReadSide {
     size: Option<u64>,
     cache: BlockCache,
     buf: Vec<u8>,
-    missing: Vec<u64>,
+    missing: Vec<(u64, u64)>,
 }
 
 impl RemoteReadSide {
@@ -246,7 +250,7 @@ impl RemoteReadSide {
 
     /// Forgets every cached block of `[off, off + len)`.
     pub fn drop_cached(&mut self, off: u64, len: u64) {
-        let b = u64::from(MAX_READ_BYTES);
+        let b = CACHE_BLOCK_BYTES;
         for block in off / b..(off + len).div_ceil(b) {
             self.cache.blocks.remove(&block);
         }
@@ -254,14 +258,20 @@ impl RemoteReadSide {
         self.cache.order.retain(|k| blocks.contains_key(k));
     }
 
-    /// Fetches every block of `[off, off + len)` not cached (READ frames).
+    /// Fetches every block of `[off, off + len)` not cached: each run of consecutive missing
+    /// blocks is one READ (up to [`MAX_READ_BYTES`]), as many per frame as may be in flight.
     pub(crate) fn fetch(&mut self, off: u64, len: u64) -> Result<(), LambdaError> {
-        let b = u64::from(MAX_READ_BYTES);
+        let b = CACHE_BLOCK_BYTES;
         let size = self.size_bytes()?;
+        let run_blocks = u64::from(MAX_READ_BYTES) / b;
         self.missing.clear();
         for block in off / b..(off + len).div_ceil(b) {
-            if !self.cache.blocks.contains_key(&block) {
-                self.missing.push(block);
+            if self.cache.blocks.contains_key(&block) {
+                continue;
+            }
+            match self.missing.last_mut() {
+                Some((first, n)) if *first + *n == block && *n < run_blocks => *n += 1,
+                _ => self.missing.push((block, 1)),
             }
         }
         let per_frame = self.transport.client.max_in_flight().max(1);
@@ -270,21 +280,23 @@ impl RemoteReadSide {
             let path = self.file.as_bytes();
             let reqs: Vec<Request<'_>> = chunk
                 .iter()
-                .map(|&block| {
-                    let n = (size - block * b).min(b);
-                    let len = u32::try_from(n).expect("<= MAX_READ_BYTES");
-                    Request::Read { path, offset: block * b, len }
+                .map(|&(first, n)| {
+                    let len = (size - first * b).min(n * b);
+                    let len = u32::try_from(len).expect("<= MAX_READ_BYTES");
+                    Request::Read { path, offset: first * b, len }
                 })
                 .collect();
             let replies = self.transport.client.call(&reqs).map_err(|e| self.err(e))?;
-            for (&block, r) in chunk.iter().zip(replies) {
+            for (&(first, n), r) in chunk.iter().zip(replies) {
                 let r = r.ok("READ").map_err(|e| self.err(e))?;
-                let want = (size - block * b).min(b);
+                let want = (size - first * b).min(n * b);
                 if r.data.len() as u64 != want {
-                    let m = format!("READ at {}: {} bytes for {want}", block * b, r.data.len());
+                    let m = format!("READ at {}: {} bytes for {want}", first * b, r.data.len());
                     return Err(self.err(ClientError::Io(std::io::Error::other(m))));
                 }
-                self.cache.insert(block, r.data.into_boxed_slice());
+                for (k, data) in r.data.chunks(b as usize).enumerate() {
+                    self.cache.insert(first + k as u64, data.into());
+                }
             }
         }
         self.missing = missing;
@@ -313,7 +325,7 @@ impl RemoteReadSide {
         }
         let cached = self.cache.cap_blocks > 0;
         self.fetch(off, len)?;
-        let b = u64::from(MAX_READ_BYTES);
+        let b = CACHE_BLOCK_BYTES;
         self.buf.clear();
         for block in off / b..(off + len).div_ceil(b) {
             let data = &self.cache.blocks[&block];
@@ -346,7 +358,7 @@ impl Side for RemoteReadSide {
     }
 
     fn uncached_fraction(&mut self, off: u64, len: u64) -> Option<f64> {
-        let b = u64::from(MAX_READ_BYTES);
+        let b = CACHE_BLOCK_BYTES;
         let blocks = off / b..(off + len).div_ceil(b);
         let total = blocks.end - blocks.start;
         let missing = blocks.filter(|k| !self.cache.blocks.contains_key(k)).count();

@@ -8,21 +8,28 @@ pub use crate::registry::{DEFAULT_REGISTRY_BYTES, SERVER_INSN_BUDGET};
 pub use crate::server::offload_reads::MAX_OFFLOAD_READS;
 pub use crate::server::sched::RESERVE_DIV;
 pub use crate::server::{
-    ENGINE_CHAINS, FORWARD_TIMEOUT, IDLE_TIMEOUT, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES,
-    MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN, MAX_OPEN_FILES_PER_THREAD,
-    MAX_TENANTS_PER_THREAD, MAX_THREADS, POLL_INTERVAL, SERVER_HOP_BYTES, SERVER_MAX_HOPS,
-    SHUTDOWN_FLUSH_TIMEOUT, SLOW_CLIENT_TIMEOUT,
+    ENGINE_CHAINS, FORWARD_TIMEOUT, IDLE_TIMEOUT, LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB,
+    MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES, MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN,
+    MAX_OPEN_FILES_PER_THREAD, MAX_TENANTS_PER_THREAD, MAX_THREADS, POLL_INTERVAL,
+    SERVER_HOP_BYTES, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT, SLOW_CLIENT_TIMEOUT,
 };
 
 use storefn_io::limits as io;
 use storefn_wire::limits as wire;
 
-// A READ is one engine read on a default engine: the wire's READ bound is its hop.
-const _: () = assert!(wire::MAX_READ_BYTES as usize == io::DEFAULT_HOP_BYTES);
+// A READ is one range read of the engine.
+const _: () = assert!(wire::MAX_READ_BYTES as usize == io::MAX_RANGE_BYTES);
+// An XRP request's first read is the data view its programs are verified against.
+const _: () = assert!(wire::MAX_XRP_READ_BYTES as usize == io::DATA_VIEW_BYTES);
 // An XRP request's scratch is the chain's scratch page.
 const _: () = assert!(wire::SCRATCH_BYTES == io::SCRATCH_BYTES);
-// A LAMBDA range is staged in whole engine reads.
-const _: () = assert!(wire::MAX_LAMBDA_IN_BYTES.is_multiple_of(wire::MAX_READ_BYTES));
+// A LAMBDA range is staged with one range read.
+const _: () = assert!(wire::MAX_LAMBDA_IN_BYTES as usize <= io::MAX_RANGE_BYTES);
+// A LAMBDA range's pieces are range reads, cut at aligned offsets; all of a whole range's
+// pieces may be in flight at once.
+const _: () = assert!(LAMBDA_PIECE_BYTES as usize <= io::MAX_RANGE_BYTES);
+const _: () = assert!((LAMBDA_PIECE_BYTES as usize).is_multiple_of(io::MAX_BLOCK_ALIGN));
+const _: () = assert!(LAMBDA_READS_PER_JOB as usize <= ENGINE_CHAINS);
 // The server's engine: chains, buffers and hops inside what the engine accepts.
 const _: () = assert!(ENGINE_CHAINS <= io::MAX_CHAINS && ENGINE_CHAINS <= io::MAX_BUFFERS);
 const _: () = assert!(SERVER_MAX_HOPS == io::DEFAULT_MAX_HOPS);

@@ -11,13 +11,14 @@ use std::process::Command;
 
 use common::TempDir;
 use storefn_server::{Server, ServerConfig};
-use storefn_wire::limits::{MAX_LAMBDA_IN_BYTES, MAX_READ_BYTES};
+use storefn_wire::limits::MAX_LAMBDA_IN_BYTES;
 use storefn_wire::StatusCode;
 use storefn_wire::PROG_TYPE_LAMBDA;
 use storefn_wire::{Client, ClientConfig, Request};
 
 /// File-system block size of the test image (one server chunk read per block).
-const FS_BLOCK: u64 = MAX_READ_BYTES as u64;
+/// The file system's block: the unit the cut image fails in.
+const FS_BLOCK: u64 = 4096;
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
     let o = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;

@@ -174,16 +174,17 @@ fn offload_without_an_engine_is_a_bad_request() {
 fn reads_beyond_one_tenants_share_are_admitted_without_waiting_for_the_poll() {
     use std::time::{Duration, Instant};
     use storefn_server::server::{ENGINE_CHAINS, POLL_INTERVAL};
-    use storefn_wire::limits::MAX_READ_BYTES;
+    // BPF-KV's remote reads: 4 KiB blocks.
+    const BLOCK: u32 = 4096;
     let dir = TempDir::new("share");
-    let block = MAX_READ_BYTES as usize;
+    let block = BLOCK as usize;
     let data: Vec<u8> = (0..ENGINE_CHAINS * block).map(|i| (i / block) as u8).collect();
     std::fs::write(dir.join("f"), &data).unwrap();
     let server = serve(dir.path(), 1);
     let mut c = client(&server);
     assert!(c.max_in_flight() >= ENGINE_CHAINS, "one frame carries every read");
     let reqs: Vec<Request<'_>> = (0..ENGINE_CHAINS)
-        .map(|b| Request::Read { path: b"f", offset: (b * block) as u64, len: MAX_READ_BYTES })
+        .map(|b| Request::Read { path: b"f", offset: (b * block) as u64, len: BLOCK })
         .collect();
     // The bug cost at least POLL_INTERVAL on every call; the fastest of a few calls shows it
     // whatever else the machine runs.

@@ -374,6 +374,41 @@ impl FrameBuf {
     }
 }
 
+/// Writes the head of a one-message response frame into `out`: the frame header, the message
+/// header (status OK) and `prefix`, the payload's fixed fields, for a payload of `prefix` and
+/// then `data_len` bytes that the caller sends right after the head (an answer sent from the
+/// buffer its data was read into, with no copy of the data). Returns the head's length.
+///
+/// # Panics
+/// When `out` is shorter than the head, or the frame would pass [`MAX_FRAME_BYTES`] (the
+/// caller bounds `data_len` by its request's limit).
+pub fn put_answer_head(
+    out: &mut [u8],
+    req_id: u64,
+    op: u8,
+    prefix: &[u8],
+    data_len: usize,
+) -> usize {
+    let head = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + prefix.len();
+    let payload = prefix.len() + data_len;
+    assert!(head + data_len <= MAX_FRAME_BYTES, "answer over MAX_FRAME_BYTES");
+    let body = u32::try_from(MSG_HEADER_BYTES + payload).expect("below MAX_FRAME_BYTES");
+    let out = &mut out[..head];
+    out.fill(0);
+    out[FRAME_OFF_MAGIC..FRAME_OFF_MAGIC + 4].copy_from_slice(&MAGIC);
+    out[FRAME_OFF_VERSION] = VERSION;
+    out[FRAME_OFF_KIND] = KIND_RESPONSE;
+    out[FRAME_OFF_BODY_BYTES..FRAME_OFF_BODY_BYTES + 4].copy_from_slice(&body.to_le_bytes());
+    out[FRAME_OFF_COUNT..FRAME_OFF_COUNT + 4].copy_from_slice(&1u32.to_le_bytes());
+    let m = &mut out[FRAME_HEADER_BYTES..];
+    m[MSG_OFF_REQ_ID..MSG_OFF_REQ_ID + 8].copy_from_slice(&req_id.to_le_bytes());
+    m[MSG_OFF_OP] = op;
+    let len = u32::try_from(payload).expect("below MAX_FRAME_BYTES");
+    m[MSG_OFF_LEN..MSG_OFF_LEN + 4].copy_from_slice(&len.to_le_bytes());
+    m[MSG_HEADER_BYTES..].copy_from_slice(prefix);
+    head
+}
+
 /// Decodes a whole frame from `bytes` (header + body): the header and its messages.
 /// For tests and the fuzz target; connections decode the header first, then read the body.
 ///

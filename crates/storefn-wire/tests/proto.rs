@@ -65,7 +65,7 @@ fn arb_req() -> impl Strategy<Value = OwnedReq> {
         (
             arb_path(),
             any::<u64>(),
-            len,
+            1..=MAX_XRP_READ_BYTES,
             arb_hash(),
             proptest::collection::vec(any::<u8>(), 0..128),
             0..=4096u32
@@ -250,7 +250,7 @@ fn malformed_fields_name_message_and_offset() {
     let p = FRAME_HEADER_BYTES + MSG_HEADER_BYTES; // first payload byte in the frame
     let mut b = good.clone();
     b[p + layout::READ_OFF_LEN..p + layout::READ_OFF_LEN + 4]
-        .copy_from_slice(&5000u32.to_le_bytes());
+        .copy_from_slice(&(MAX_READ_BYTES + 1).to_le_bytes());
     assert_eq!(
         first_msg_err(&b).to_string(),
         format!(
@@ -318,5 +318,22 @@ proptest! {
             bytes[at] = flip.1;
             fuzz::check_offload(&bytes);
         }
+    }
+}
+
+#[test]
+fn an_answer_head_in_front_of_its_data_is_the_frame_put_response_builds() {
+    let version = FileVersion { dev: 1, ino: 2, change: 3 };
+    for len in [0usize, 1, 4096, MAX_READ_BYTES as usize] {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut head = [0xAAu8; 64];
+        let n = put_answer_head(&mut head, 77, op::READ, &version.to_bytes(), len);
+        let mut sent = head[..n].to_vec();
+        sent.extend_from_slice(&data);
+        let mut f = FrameBuf::default();
+        f.begin(KIND_RESPONSE);
+        put_response(&mut f, 77, op::READ, &Response::Read { version, data: &data });
+        assert_eq!(sent, f.finish(), "{len} bytes");
+        assert!(sent.len() <= MAX_FRAME_BYTES);
     }
 }

@@ -18,6 +18,14 @@ pub const SERVER_MAX_HOPS: u32 = 64;
 /// Largest hop a pushed-down chain may read by default: the engine's own bound, so
 /// WiredTiger's 32 KiB leaves and RocksDB's overflowing data blocks are one hop each.
 pub const SERVER_HOP_BYTES: usize = storefn_io::limits::MAX_HOP_BYTES;
+/// Bytes one range read of a LAMBDA range covers at most (pieces are cut at multiples of it in
+/// the file): a failed piece names where the range broke to within this, and the pieces'
+/// device reads overlap.
+pub const LAMBDA_PIECE_BYTES: u32 = 64 * 1024;
+/// Range reads one LAMBDA request keeps in flight: a 1 MiB range is 16 pieces, all overlapped,
+/// while one request holds at most 1/16 of the engine's `ENGINE_CHAINS` slots (the scheduler
+/// counts the request once).
+pub const LAMBDA_READS_PER_JOB: u32 = 16;
 /// Chain slots (and registered buffers) per server thread's engine.
 pub const ENGINE_CHAINS: usize = 256;
 /// Connections per server thread; more are refused at accept (closed at once).
@@ -93,26 +101,25 @@ impl Default for ConnLimits {
         }
     }
 }
-/// λ staging buffers of finished jobs a thread keeps for reuse (the rest are freed, so the
-/// staging shrinks after a burst of λ ranges).
-pub const MAX_SPARE_LAMBDA_INPUTS: usize = 16;
-
-/// The largest response message one request produces (a λ's output is the largest), its
-/// header and fixed fields included.
-pub const MAX_RESPONSE_MSG_BYTES: usize = crate::proto::MSG_HEADER_BYTES + 64 + {
+/// The largest answer one request produces, its headers included: a READ's range buffer (the
+/// data with the answer's head in front, to the end of its aligned cover); a λ's output or an
+/// XRP's scratch with their header and fixed fields is smaller.
+pub const MAX_RESPONSE_MSG_BYTES: usize = {
     let l = crate::proto::MAX_LAMBDA_OUT_BYTES as usize;
     let s = crate::proto::SCRATCH_BYTES;
-    if l > s {
-        l
+    let msg = crate::proto::MSG_HEADER_BYTES + 64 + if l > s { l } else { s };
+    if super::worker::LARGEST_RANGE_BUF > msg {
+        super::worker::LARGEST_RANGE_BUF
     } else {
-        s
+        msg
     }
 };
 
 /// Worst-case bytes one connection holds: its receive buffer (one whole frame), the response
 /// frame being built, the send buffer (`MAX_CONN_OUT_BYTES` before the connection stops being
 /// read, plus the answers of every request it has in flight and one rolled frame; twice that
-/// for the vector's growth) and its queued jobs' 4 KiB buffers.
+/// for the vectors' growth and the READ answers queued in their range buffers) and its queued
+/// jobs' 4 KiB buffers.
 pub const CONN_MEMORY_BOUND: usize = crate::proto::MAX_FRAME_BYTES
     + crate::proto::MAX_FRAME_BYTES
     + 2 * (MAX_CONN_OUT_BYTES
@@ -122,11 +129,13 @@ pub const CONN_MEMORY_BOUND: usize = crate::proto::MAX_FRAME_BYTES
 
 /// Per thread, beside its connections: the engine's registered buffers and chain scratch
 /// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
-/// per chain slot), λ staging (one range per admitted job,
-/// at most one per chain slot), LAMBDA_WRITE's output staging and the writer thread's queue.
+/// per chain slot), the range buffers of admitted READ and λ jobs (at most one per chain slot,
+/// each at most a whole READ's) and the spare ones kept for reuse, LAMBDA_WRITE's output
+/// staging and the writer thread's queue.
 pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
     * (storefn_io::limits::slot_buffer_bytes(SERVER_HOP_BYTES) + 12 * 1024)
-    + ENGINE_CHAINS * crate::proto::MAX_LAMBDA_IN_BYTES as usize
+    + ENGINE_CHAINS * super::worker::LARGEST_RANGE_BUF
+    + super::worker::SPARE_RANGE_BUF_BYTES
     + crate::proto::MAX_LAMBDA_WRITE_OUT_BYTES as usize
     + MAX_PENDING_WRITE_BYTES;
 

@@ -5,7 +5,7 @@ use crate::frame::{le_u16, le_u32, le_u64, op, FrameBuf, Msg, MsgAt, ProtoError,
 use crate::limits::{
     MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_LAMBDA_WRITE_IN_BYTES,
     MAX_LAMBDA_WRITE_OUT_BYTES, MAX_OFFLOAD_DATA_BYTES, MAX_OFFLOAD_MSG_BYTES, MAX_PATH_BYTES,
-    MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES, SCRATCH_BYTES,
+    MAX_READ_BYTES, MAX_TENANT_BYTES, MAX_WRITE_BYTES, MAX_XRP_READ_BYTES, SCRATCH_BYTES,
 };
 
 /// HELLO request: `tenant_len u16 | reserved u16 | tenant`.
@@ -112,6 +112,16 @@ pub struct FileVersion {
 }
 
 impl FileVersion {
+    /// The version's wire bytes (`VERSION_BYTES`), as every response carrying it starts.
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; VERSION_BYTES] {
+        let mut b = [0; VERSION_BYTES];
+        b[VERSION_OFF_DEV..VERSION_OFF_DEV + 8].copy_from_slice(&self.dev.to_le_bytes());
+        b[VERSION_OFF_INO..VERSION_OFF_INO + 8].copy_from_slice(&self.ino.to_le_bytes());
+        b[VERSION_OFF_CHANGE..VERSION_OFF_CHANGE + 8].copy_from_slice(&self.change.to_le_bytes());
+        b
+    }
+
     fn put(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.dev.to_le_bytes());
         out.extend_from_slice(&self.ino.to_le_bytes());

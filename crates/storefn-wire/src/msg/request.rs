@@ -154,8 +154,8 @@ impl<'a> Request<'a> {
                 need(p, at, XRP_OFF_PATH)?;
                 zero(p, at, XRP_OFF_PATH_LEN + 2..XRP_OFF_HASH)?;
                 let len = le_u32(p, XRP_OFF_LEN);
-                if len == 0 || len > MAX_READ_BYTES {
-                    return Err(at.bad(XRP_OFF_LEN, "len", "not in 1..=MAX_READ_BYTES"));
+                if len == 0 || len > MAX_XRP_READ_BYTES {
+                    return Err(at.bad(XRP_OFF_LEN, "len", "not in 1..=MAX_XRP_READ_BYTES"));
                 }
                 let sl = le_u32(p, XRP_OFF_SCRATCH_LEN) as usize;
                 if sl > SCRATCH_BYTES {

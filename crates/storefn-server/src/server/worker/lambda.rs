@@ -1,136 +1,198 @@
-//! The worker's λ path (LAMBDA): a job's range is staged in 4 KiB chunk reads, up to
-//! [`LAMBDA_READS_PER_JOB`] in flight, each landing at its place in the job's staging buffer;
-//! once the whole range landed the program runs once over it, its output written straight
-//! into the response frame.
+//! The worker's λ path (LAMBDA): a job's range is staged in the job's one range buffer by
+//! range reads of the engine, [`LAMBDA_PIECE_BYTES`] each (cut at aligned file offsets, each
+//! landing at its place), up to [`LAMBDA_READS_PER_JOB`] in flight, completed with everything
+//! else the engine runs; once the whole range landed the program runs once over it in place,
+//! its output written straight into the response frame.
 
-use storefn_io::Engine;
+use storefn_io::{Completion, RangeBuf};
+use storefn_vm::ProgType;
 
-use super::{open_frame, Job, Worker};
-use crate::proto::{op, put_status, StatusCode, MAX_READ_BYTES};
+use super::job::{JobHead, JobKind, Target};
+use super::out::open_frame;
+use super::ranges::place;
+use super::{Conn, Worker};
+use crate::proto::{op, put_status, StatusCode, MAX_LAMBDA_IN_BYTES};
+use crate::registry::ProgHash;
+use crate::server::files::FileFail;
+use crate::server::{LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB};
 
-/// Chunk reads one λ job keeps in flight: a 1 MiB range is 256 device reads, which in series
-/// cost 256 device latencies; 16 at a time overlap them while one job holds at most 1/16 of the
-/// engine's `ENGINE_CHAINS` slots (the scheduler counts the job once).
-pub(crate) const LAMBDA_READS_PER_JOB: u32 = 16;
+// The whole range fits the largest range buffer.
+const _: () = assert!(MAX_LAMBDA_IN_BYTES <= crate::proto::MAX_READ_BYTES);
 
-/// Bits of an engine token that carry the job index; a λ chunk read's chunk index sits above.
-const TOKEN_JOB_BITS: u32 = 32;
-
-/// The job a completion's token names (any kind).
-pub(super) fn token_job(token: u64) -> u32 {
-    u32::try_from(token & ((1 << TOKEN_JOB_BITS) - 1)).expect("masked to 32 bits")
+/// A LAMBDA request's own state.
+#[derive(Debug)]
+pub(super) struct LambdaJob {
+    pub(super) inst: u32,
+    /// Output bytes the client accepts.
+    pub(super) out_cap: u32,
+    /// The range's buffer: taken from the pool when the job is admitted; the kernel writes it
+    /// while any piece is in flight.
+    pub(super) buf: Option<RangeBuf>,
+    /// Where the range starts in `buf`.
+    pub(super) at: usize,
+    /// Bytes of the range whose reads were submitted, and that landed.
+    submitted: u32,
+    landed: u32,
+    /// Pieces in flight (the job is released only when none is), and how many of them
+    /// completed in the current reap (each may be replaced by the next piece).
+    in_flight: u32,
+    reaped_now: u32,
+    /// A piece failed or could not be submitted (its error is answered).
+    failed: bool,
 }
 
-/// The token of chunk `chunk` of job `ji`'s range.
-fn chunk_token(ji: u32, chunk: u64) -> u64 {
-    debug_assert!(chunk < u64::from(crate::proto::MAX_LAMBDA_IN_BYTES / MAX_READ_BYTES));
-    u64::from(ji) | (chunk << TOKEN_JOB_BITS)
-}
-
-/// The chunk index a λ chunk read's token carries.
-pub(super) fn token_chunk(token: u64) -> u32 {
-    u32::try_from(token >> TOKEN_JOB_BITS).expect("chunk index below 2^32")
-}
-
-/// Submits reads of a λ job's next chunks (at most `MAX_READ_BYTES` each, the engine's plain-read
-/// limit) while the job has fewer than [`LAMBDA_READS_PER_JOB`] in flight and the engine has a
-/// free slot; each chunk lands at its place in the input, in whatever order they complete.
-pub(super) fn submit_lambda_chunks(
-    engine: &mut Engine,
-    j: &mut Job,
-    ji: u32,
-) -> Result<(), storefn_io::SubmitError> {
-    while j.submitted < j.len && j.reads_in_flight < LAMBDA_READS_PER_JOB && engine.free_slots() > 0
-    {
-        let done = u64::from(j.submitted);
-        let n = (u64::from(j.len) - done).min(u64::from(MAX_READ_BYTES));
-        let chunk = done / u64::from(MAX_READ_BYTES);
-        let token = chunk_token(ji, chunk);
-        engine.submit_read(j.file, j.offset + done, n, token)?;
-        j.submitted += u32::try_from(n).expect("<= MAX_READ_BYTES");
-        j.reads_in_flight += 1;
+impl LambdaJob {
+    pub(super) fn complete(
+        &mut self,
+        h: &JobHead,
+        c: &Completion<'_>,
+        conn: Option<&mut Conn>,
+        code: u8,
+    ) {
+        self.in_flight -= 1;
+        self.reaped_now += 1;
+        match &c.result {
+            Ok(_) => self.landed += u32::try_from(c.data.len()).expect("<= a piece"),
+            Err(_) if self.failed => {} // an earlier piece failed and was answered
+            Err(e) => {
+                self.failed = true;
+                if let Some(conn) = conn {
+                    let (st, m) = crate::server::files::chain_fail(e);
+                    open_frame(conn);
+                    put_status(&mut conn.frame, h.req_id, code, st, &m);
+                }
+            }
+        }
     }
-    Ok(())
+
+    /// Pieces in flight.
+    pub(super) fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// The whole range landed.
+    pub(super) fn ready(&self, h: &JobHead) -> bool {
+        !self.failed && self.landed == h.len
+    }
 }
 
 impl Worker<'_> {
-    /// A λ job's chunk read could not be submitted: answer the error once; the job is released
-    /// now if none of its reads is in flight, else when the last one completes.
-    pub(super) fn lambda_submit_failed(&mut self, ji: u32, e: &storefn_io::SubmitError) {
+    pub(super) fn queue_lambda(
+        &mut self,
+        ci: u32,
+        req_id: u64,
+        t: Target<'_>,
+        hash: &ProgHash,
+        out_cap: u32,
+    ) {
+        let prog = Some((hash, ProgType::Lambda));
+        self.queue(ci, req_id, op::LAMBDA, t, prog, |_, inst| {
+            let inst = inst.expect("LAMBDA holds its program");
+            JobKind::Lambda(LambdaJob {
+                inst,
+                out_cap,
+                buf: None,
+                at: 0,
+                submitted: 0,
+                landed: 0,
+                in_flight: 0,
+                reaped_now: 0,
+                failed: false,
+            })
+        });
+    }
+
+    /// Admitted: takes the range's buffer and submits the first pieces.
+    pub(super) fn submit_lambda(&mut self, ji: u32) -> Result<(), FileFail> {
         let j = self.jobs[ji as usize].as_mut().expect("job");
-        if j.reads_in_flight == 0 {
-            return self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
-        }
-        j.failed = true;
-        let (conn, gen, req_id) = (j.conn, j.conn_gen, j.req_id);
-        if self.conns[conn as usize].as_ref().is_some_and(|c| c.gen == gen) {
-            self.respond_err(conn, req_id, op::LAMBDA, StatusCode::Io, &format!("submit: {e}"));
-        }
+        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
+        let (at, need) = place(j.head.offset, j.head.len, 0);
+        let b = self.ranges.take(need).map_err(|e| (StatusCode::Io, format!("λ buffer: {e}")))?;
+        l.buf = Some(b);
+        l.at = at;
+        self.submit_pieces(ji, LAMBDA_READS_PER_JOB)
     }
 
-    /// Submits the next chunk reads of the λ jobs waiting for them, oldest first, while the
-    /// engine has free slots; returns how many reads went out. A job stays queued until it has
-    /// a read in flight (its completion asks again) or nothing left to submit; a job whose
-    /// connection went away leaves, released once none of its reads is in flight.
-    pub(super) fn resume_lambdas(&mut self) -> usize {
+    /// Submits up to `most` of the job's next pieces (fewer when the engine has no room).
+    fn submit_pieces(&mut self, ji: u32, most: u32) -> Result<(), FileFail> {
+        let j = self.jobs[ji as usize].as_mut().expect("job");
+        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
+        let h = &j.head;
+        let buf = l.buf.as_mut().expect("admitted");
         let mut sent = 0;
-        while self.engine.free_slots() > 0 {
-            let Some(&ji) = self.lambda_more.front() else { break };
-            let Some(j) = self.jobs[ji as usize].as_mut().filter(|j| j.more_queued) else {
-                self.lambda_more.pop_front(); // stale: the job was answered meanwhile
-                continue;
-            };
-            let live = self.conns[j.conn as usize].as_ref().is_some_and(|c| c.gen == j.conn_gen);
-            if !live || j.failed {
-                j.more_queued = false;
-                self.lambda_more.pop_front();
-                if j.reads_in_flight == 0 {
-                    self.release_job(ji);
-                }
-                continue;
-            }
-            let before = j.reads_in_flight;
-            if let Err(e) = submit_lambda_chunks(&mut self.engine, j, ji) {
-                j.more_queued = false;
-                self.lambda_more.pop_front();
-                self.lambda_submit_failed(ji, &e);
-                continue;
-            }
-            sent += (j.reads_in_flight - before) as usize;
-            if j.reads_in_flight == 0 {
-                break; // the engine is full: it waits at the front
-            }
-            j.more_queued = false;
-            self.lambda_more.pop_front();
+        while l.submitted < h.len && sent < most && self.engine.free_range_reads() > 0 {
+            let start = h.offset + u64::from(l.submitted);
+            let piece = u64::from(LAMBDA_PIECE_BYTES);
+            let end = (start / piece + 1) * piece;
+            let n = (end - start).min(u64::from(h.len - l.submitted));
+            let at = l.at + l.submitted as usize;
+            // SAFETY: the buffer is the job's (`l.buf`) while any piece is in flight: the job
+            // is released only once none is, and the engine, dropped before the jobs, waits for
+            // every read in flight; pieces cover disjoint aligned blocks, and nothing else
+            // touches the buffer meanwhile.
+            let r = unsafe { self.engine.submit_range(h.file, start, n, buf, at, u64::from(ji)) };
+            r.map_err(|e| (StatusCode::Io, format!("submit: {e}")))?;
+            l.submitted += u32::try_from(n).expect("<= a piece");
+            l.in_flight += 1;
+            sent += 1;
         }
-        sent
+        Ok(())
     }
 
-    /// Runs a λ job's program over its input, writing the output straight into the response.
-    pub(super) fn run_lambda(&mut self, ji: u32) {
-        let j = self.jobs[ji as usize].as_ref().expect("job");
-        let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
-        if !live {
-            return;
+    /// After the reap that completed some of a λ job's pieces: runs the function once the whole
+    /// range landed, else replaces each completed piece by the next one. Returns whether the
+    /// job is done (answered, nothing in flight).
+    pub(super) fn finish_lambda(&mut self, ji: u32, live: bool) -> bool {
+        let j = self.jobs[ji as usize].as_mut().expect("job");
+        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
+        let more = std::mem::take(&mut l.reaped_now);
+        if l.ready(&j.head) {
+            if live {
+                self.run_lambda(ji);
+            }
+            return true;
         }
-        let (conn, req_id, version, cap) = (j.conn, j.req_id, j.version, j.out_len);
-        let inst = j.inst.expect("a λ job holds its program");
+        if !live || l.failed {
+            return l.in_flight == 0;
+        }
+        match self.submit_pieces(ji, more) {
+            Ok(()) => false,
+            Err(e) => self.fail_lambda(ji, e),
+        }
+    }
+
+    /// A piece could not be submitted: answers the error once (the connection is live);
+    /// returns whether the job is done (no piece in flight).
+    pub(super) fn fail_lambda(&mut self, ji: u32, (st, m): FileFail) -> bool {
+        let j = self.jobs[ji as usize].as_mut().expect("job");
+        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
+        l.failed = true;
+        let (conn, req_id, idle) = (j.head.conn, j.head.req_id, l.in_flight == 0);
+        self.respond_err(conn, req_id, op::LAMBDA, st, &m);
+        idle
+    }
+
+    /// Runs a λ job's program over its range in place, writing the output straight into the
+    /// response.
+    pub(super) fn run_lambda(&mut self, ji: u32) {
         let Self { jobs, conns, progs, .. } = self;
         let j = jobs[ji as usize].as_ref().expect("job");
-        let c = conns[conn as usize].as_mut().expect("live");
+        let JobKind::Lambda(l) = &j.kind else { unreachable!("a LAMBDA job") };
+        let (h, cap) = (&j.head, l.out_cap);
+        let input = &l.buf.as_ref().expect("a landed λ holds its buffer").as_slice()
+            [l.at..l.at + h.len as usize];
+        let c = conns[h.conn as usize].as_mut().expect("checked live");
         open_frame(c);
-        let start = c.frame.begin_msg(req_id, op::LAMBDA, StatusCode::Ok as u16);
+        let start = c.frame.begin_msg(h.req_id, op::LAMBDA, StatusCode::Ok as u16);
         let hdr = c.frame.buf.len();
-        c.frame.buf.extend_from_slice(&version.dev.to_le_bytes());
-        c.frame.buf.extend_from_slice(&version.ino.to_le_bytes());
-        c.frame.buf.extend_from_slice(&version.change.to_le_bytes());
+        c.frame.buf.extend_from_slice(&h.version.to_bytes());
         c.frame.buf.extend_from_slice(&0u64.to_le_bytes());
         let out_at = c.frame.buf.len();
         c.frame.buf.resize(out_at + cap as usize, 0);
-        let s = progs.slots[inst as usize].as_mut().expect("held");
+        let s = progs.slots[l.inst as usize].as_mut().expect("held");
         s.inst.set_insn_budget(progs.job_budget[ji as usize]);
         let t0 = std::time::Instant::now();
-        let res = s.inst.run_lambda(&j.input, &mut c.frame.buf[out_at..]);
+        let res = s.inst.run_lambda(input, &mut c.frame.buf[out_at..]);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         progs.job_cpu[ji as usize] = progs.job_cpu[ji as usize].saturating_add(ns);
         match res {
@@ -142,29 +204,9 @@ impl Worker<'_> {
             }
             Err(e) => {
                 c.frame.buf.truncate(start);
-                put_status(
-                    &mut c.frame,
-                    req_id,
-                    op::LAMBDA,
-                    StatusCode::ChainFailed,
-                    &e.to_string(),
-                );
+                let m = e.to_string();
+                put_status(&mut c.frame, h.req_id, op::LAMBDA, StatusCode::ChainFailed, &m);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunk_tokens_carry_the_job_and_the_chunk() {
-        for (ji, chunk) in [(0u32, 0u64), (7, 255), (u32::MAX, 1), (u32::MAX, 255)] {
-            let t = chunk_token(ji, chunk);
-            assert_eq!((token_job(t), u64::from(token_chunk(t))), (ji, chunk));
-        }
-        // A plain job's token (READ, XRP: the job index) is its own chunk 0.
-        assert_eq!((token_job(42), token_chunk(42)), (42, 0));
     }
 }

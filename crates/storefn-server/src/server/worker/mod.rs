@@ -6,7 +6,7 @@
 //! frames; run λ programs over their completed reads; send. Buffers (receive, frames, job
 //! scratch) are reused, so a request allocates nothing once the buffers have grown.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -16,73 +16,34 @@ use std::time::Instant;
 
 use storefn_io::{Completion, Engine, EngineConfig};
 
-use super::files::{FileFail, Files};
+use super::files::Files;
 use super::progs::Progs;
+mod job;
 mod lambda;
 mod offload;
+mod out;
+mod ranges;
+mod read;
 mod requests;
 mod tenants;
 mod writes;
+mod xrp;
 use super::sched::Sched;
 use super::{
     ServerError, Shared, CONN_KEEP_BYTES, CONN_RX_START_BYTES, ENGINE_CHAINS, MAX_CONN_OUT_BYTES,
-    MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
-    MAX_SPARE_LAMBDA_INPUTS, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES, POLL_INTERVAL,
+    SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
 use crate::proto::{
-    decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
-    StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES, MAX_TENANT_BYTES,
+    decode_header, FrameBuf, ProtoError, StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST,
+    MAX_FRAME_BYTES, MAX_TENANT_BYTES,
 };
-use lambda::{submit_lambda_chunks, token_chunk, token_job};
+use job::Job;
 use offload::OffloadState;
+pub(crate) use ranges::{LARGEST_RANGE_BUF, SPARE_RANGE_BUF_BYTES};
 
 /// Connections accepted per pass, so a connection storm cannot stall the served ones.
 const ACCEPTS_PER_PASS: usize = 64;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum JobKind {
-    Read,
-    Xrp,
-    Lambda,
-}
-
-/// A request waiting for or running on the engine. `buf` holds the XRP scratch going in, and a
-/// λ's input coming out of the read.
-#[derive(Debug)]
-pub(super) struct Job {
-    pub(super) conn: u32,
-    pub(super) conn_gen: u32,
-    pub(super) tenant: u32,
-    pub(super) req_id: u64,
-    pub(super) kind: JobKind,
-    pub(super) file_slot: u32,
-    pub(super) file: storefn_io::FileId,
-    pub(super) version: FileVersion,
-    pub(super) offset: u64,
-    pub(super) len: u32,
-    /// The program instance (XRP and λ; `None` for READ).
-    pub(super) inst: Option<u32>,
-    pub(super) out_len: u32,
-    pub(super) scratch_len: u32,
-    pub(super) buf: Box<[u8]>,
-    /// λ: the range, `len` bytes, filled as its chunk reads land (staging buffer taken from
-    /// the thread's pool when the job is admitted, so at most `ENGINE_CHAINS` exist per
-    /// thread; empty for other kinds).
-    pub(super) input: Vec<u8>,
-    /// λ: a read of the range failed (its error is already answered).
-    pub(super) failed: bool,
-    /// λ: bytes of the range whose reads were submitted, and that landed.
-    pub(super) submitted: u32,
-    pub(super) landed: u32,
-    /// λ: chunk reads in flight (the job is released only when none is: each carries its
-    /// index in the token).
-    pub(super) reads_in_flight: u32,
-    /// Admitted to the engine by the scheduler (counts against the tenant's share).
-    pub(super) admitted: bool,
-    /// λ: in the worker's `lambda_more` queue (chunks left to submit).
-    pub(super) more_queued: bool,
-}
 
 /// A tenant name as HELLO sent it (at most `MAX_TENANT_BYTES`), kept in the connection.
 #[derive(Debug, Clone, Copy)]
@@ -120,7 +81,7 @@ pub(super) struct Conn {
     pub(super) tx_pos: usize,
     /// DDS: whole response frames an offloaded read filled in place, sent from their own
     /// buffers after (or between) `tx`'s bytes; `out_pos` bytes of the front one are sent.
-    pub(super) out_frames: std::collections::VecDeque<FrameBuf>,
+    out_frames: std::collections::VecDeque<out::OutFrame>,
     pub(super) out_pos: usize,
     /// Sent frames kept for the next offloaded reads (at most `MAX_SPARE_FRAMES`).
     pub(super) spare_frames: Vec<FrameBuf>,
@@ -159,6 +120,8 @@ pub(super) enum PollSlot {
     Conn(u32),
 }
 
+/// Field order matters on drop: `engine` goes first and waits for every read in flight, so
+/// the range buffers those reads write (held by `jobs`) outlive them.
 pub(super) struct Worker<'a> {
     pub(super) id: usize,
     pub(super) shared: &'a Shared,
@@ -167,11 +130,11 @@ pub(super) struct Worker<'a> {
     pub(super) gens: Vec<u32>,
     pub(super) files: Files,
     pub(super) progs: Progs,
-    pub(super) jobs: Vec<Option<Job>>,
+    jobs: Vec<Option<Job>>,
     pub(super) free_jobs: Vec<u32>,
     pub(super) spare_bufs: Vec<Box<[u8]>>,
-    /// λ staging buffers of finished jobs, kept with their capacity (AIOS: reused, not freed).
-    pub(super) spare_inputs: Vec<Vec<u8>>,
+    /// Range buffers for READ answers and λ ranges (AIOS: reused, not freed).
+    ranges: ranges::RangePool,
     /// LAMBDA_WRITE: the program's output before it is written (grows to the largest
     /// `out_cap` asked, at most `MAX_LAMBDA_WRITE_OUT_BYTES`, and is reused).
     pub(super) write_staging: Vec<u8>,
@@ -181,9 +144,6 @@ pub(super) struct Worker<'a> {
     pub(super) poll_slots: Vec<PollSlot>,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
-    /// λ jobs with chunks of their range left to submit, in the order they asked: served
-    /// before new jobs are admitted, whenever the engine has a free slot.
-    pub(super) lambda_more: std::collections::VecDeque<u32>,
     /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
     /// requests forwarded to the host application, by token.
     offload: OffloadState,
@@ -203,6 +163,8 @@ pub(crate) fn run(
         chains: ENGINE_CHAINS,
         max_hops: SERVER_MAX_HOPS,
         hop_bytes: shared.cfg.hop_bytes,
+        // Every chain slot may hold a range read (READ, λ): the scheduler admits by slots.
+        range_reads: ENGINE_CHAINS,
         ..EngineConfig::default()
     };
     let engine = match Engine::new(cfg) {
@@ -234,14 +196,13 @@ pub(crate) fn run(
         jobs: Vec::new(),
         free_jobs: Vec::new(),
         spare_bufs: Vec::new(),
-        spare_inputs: Vec::new(),
+        ranges: ranges::RangePool::default(),
         write_staging: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
         tenants: tenants::Tenants::default(),
         pollfds: Vec::new(),
         poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
-        lambda_more: std::collections::VecDeque::with_capacity(ENGINE_CHAINS),
         offload: OffloadState::default(),
     };
     w.serve(listener)
@@ -358,19 +319,13 @@ impl Worker<'_> {
             }
         }
         // Completions free slots and shares: admit queued jobs again at once rather than after
-        // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight. A
-        // λ range's next chunk is queued after the reap that completed the previous one: reap
-        // again (which submits it) until no chunk was queued. Then admit what the reaps freed,
-        // and repeat while anything was admitted (each pass admits a queued job: bounded).
+        // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight: admit
+        // what the reap freed, and repeat while anything was admitted (each pass admits a
+        // queued job: bounded).
         // Regression: dispatching only before the reap left jobs beyond one tenant's share
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
-        // Regression: a λ job whose next chunks found the engine full (other jobs' chunks of the
-        // same reap took the slots) and that had no read in flight was never revisited.
         loop {
             self.reap()?;
-            if self.resume_lambdas() > 0 {
-                continue; // reap again: it submits them and may complete them at once
-            }
             if self.dispatch() == 0 {
                 break;
             }
@@ -558,47 +513,15 @@ impl Worker<'_> {
     /// Admits queued jobs while the engine has free slots; returns how many.
     fn dispatch(&mut self) -> usize {
         let mut n = 0;
-        while self.engine.free_slots() > 0 {
+        while self.engine.free_slots() > 0 && self.engine.free_range_reads() > 0 {
             let Some((_, ji)) = self.sched.admit() else { break };
             n += 1;
-            let j = self.jobs[ji as usize].as_mut().expect("queued job exists");
-            j.admitted = true;
-            let token = u64::from(ji);
-            let r = match j.kind {
-                JobKind::Read => self.engine.submit_read(j.file, j.offset, u64::from(j.len), token),
-                JobKind::Lambda => {
-                    j.input = self.spare_inputs.pop().unwrap_or_default();
-                    debug_assert!(j.input.is_empty());
-                    j.input.resize(j.len as usize, 0);
-                    let r = submit_lambda_chunks(&mut self.engine, j, ji);
-                    if r.is_ok() && j.reads_in_flight == 0 {
-                        j.more_queued = true;
-                        self.lambda_more.push_back(ji);
-                    }
-                    r
-                }
-                JobKind::Xrp => {
-                    let n = j.scratch_len as usize;
-                    let src = &j.buf[..n];
-                    self.engine.submit_chain(j.file, j.offset, u64::from(j.len), token, |s| {
-                        s[..n].copy_from_slice(src);
-                    })
-                }
-            };
-            if let Err(e) = r {
-                if j.kind == JobKind::Lambda {
-                    self.lambda_submit_failed(ji, &e);
-                } else {
-                    self.finish_job(ji, Err((StatusCode::Io, format!("submit: {e}"))));
-                }
-            } else if j.kind == JobKind::Xrp {
-                self.shared.stats.chains.fetch_add(1, Ordering::Relaxed);
-            }
+            self.submit_job(ji);
         }
         n
     }
 
-    /// Reaps completed chains and reads; builds their responses.
+    /// Reaps completed chains and reads; answers them.
     fn reap(&mut self) -> std::io::Result<()> {
         if self.engine.live() == 0 {
             return Ok(());
@@ -607,85 +530,23 @@ impl Worker<'_> {
         finished.clear();
         engine
             .reap(progs, |c: Completion<'_>| {
-                let ji = token_job(c.token);
+                let ji = u32::try_from(c.token).expect("tokens are job indices");
                 let j = jobs[ji as usize].as_mut().expect("completed job exists");
-                if j.kind == JobKind::Lambda {
-                    j.reads_in_flight -= 1;
-                }
-                let live = conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
-                if live {
-                    complete_into(j, &c, conns[j.conn as usize].as_mut().expect("live"));
-                }
+                let (ci, gen) = (j.head.conn as usize, j.head.conn_gen);
+                j.complete(&c, conns[ci].as_mut().filter(|cn| cn.gen == gen));
                 finished.push(ji);
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        // λ programs run here, outside the reap (their input was copied out of the buffer),
-        // once the whole range is staged; until then the job asks for more chunk reads
-        // (`resume_lambdas`). A job with reads in flight is never released: their tokens name
-        // it. One reap may hold several completions of the same job.
+        // READ answers and λ programs go out here, outside the reap: the completion's borrow
+        // of their buffer has ended, the buffer is the job's again.
+        // A λ job with several pieces completed in this reap is listed once per piece.
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            let Some(j) = self.jobs[ji as usize].as_mut() else { continue };
-            let live = self.conns[j.conn as usize].as_ref().is_some_and(|cn| cn.gen == j.conn_gen);
-            if j.kind == JobKind::Lambda {
-                if !j.failed && live && j.landed < j.len {
-                    if j.submitted < j.len && !j.more_queued {
-                        j.more_queued = true;
-                        self.lambda_more.push_back(ji);
-                    }
-                    continue;
-                }
-                if j.reads_in_flight > 0 || j.more_queued {
-                    continue;
-                }
-                if !j.failed && live {
-                    self.run_lambda(ji);
-                }
+            if self.jobs[ji as usize].is_some() && self.finish_landed(ji) {
+                self.release_job(ji);
             }
-            self.release_job(ji);
         }
         Ok(())
-    }
-
-    fn finish_job(&mut self, ji: u32, r: Result<(), FileFail>) {
-        if let Err((st, m)) = r {
-            let j = self.jobs[ji as usize].as_ref().expect("job");
-            let (conn, gen, req_id, kind) = (j.conn, j.conn_gen, j.req_id, j.kind);
-            let code = match kind {
-                JobKind::Read => op::READ,
-                JobKind::Xrp => op::XRP,
-                JobKind::Lambda => op::LAMBDA,
-            };
-            if self.conns[conn as usize].as_ref().is_some_and(|c| c.gen == gen) {
-                self.respond_err(conn, req_id, code, st, &m);
-            }
-        }
-        self.release_job(ji);
-    }
-
-    /// Returns a finished job's resources: file and program references, the buffer, the slot.
-    fn release_job(&mut self, ji: u32) {
-        let j = self.jobs[ji as usize].take().expect("job exists");
-        self.files.release(j.file_slot);
-        if let Some(i) = j.inst {
-            self.progs.release(i);
-        }
-        let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
-        if j.admitted {
-            self.sched.done(j.tenant);
-            self.sched.job_done(j.tenant, cpu);
-        }
-        self.tenants.release(j.tenant);
-        if let Some(c) = self.conns[j.conn as usize].as_mut().filter(|c| c.gen == j.conn_gen) {
-            c.in_flight -= 1;
-        }
-        self.spare_bufs.push(j.buf);
-        if j.input.capacity() > 0 && self.spare_inputs.len() < MAX_SPARE_LAMBDA_INPUTS {
-            let mut input = j.input;
-            input.clear();
-            self.spare_inputs.push(input);
-        }
-        self.free_jobs.push(ji);
     }
 
     /// Moves each connection's collected responses to its send buffer and sends what it can.
@@ -694,9 +555,9 @@ impl Worker<'_> {
             let ci = u32::try_from(ci).expect("bounded");
             let Some(c) = self.conns[ci as usize].as_mut() else { continue };
             if !c.frame.is_empty() {
-                move_frame_to_tx(c);
+                out::move_frame_to_tx(c);
             }
-            if let Err(why) = send(c) {
+            if let Err(why) = out::send(c, &mut self.ranges) {
                 self.close(ci, &why);
                 continue;
             }
@@ -760,178 +621,6 @@ impl Worker<'_> {
         }
         for ci in 0..self.conns.len() {
             self.close(u32::try_from(ci).expect("bounded"), "server stopped");
-        }
-    }
-}
-
-/// Writes a completed job's response into its connection's frame (λ: copies the input into
-/// the job, the program runs after the reap).
-fn complete_into(j: &mut Job, c: &Completion<'_>, conn: &mut Conn) {
-    let code = match j.kind {
-        JobKind::Read => op::READ,
-        JobKind::Xrp => op::XRP,
-        JobKind::Lambda => op::LAMBDA,
-    };
-    if j.kind == JobKind::Lambda && j.failed {
-        return; // an earlier chunk failed and was answered
-    }
-    open_frame(conn);
-    match &c.result {
-        Err(e) => {
-            j.failed = true;
-            let (st, m) = super::files::chain_fail(e);
-            put_status(&mut conn.frame, j.req_id, code, st, &m);
-        }
-        Ok(st) => match j.kind {
-            JobKind::Read => {
-                put_response(
-                    &mut conn.frame,
-                    j.req_id,
-                    code,
-                    &Response::Read { version: j.version, data: c.data },
-                );
-            }
-            JobKind::Xrp => {
-                let n = j.out_len as usize;
-                let r =
-                    Response::Xrp { version: j.version, hops: st.hops, scratch: &c.scratch[..n] };
-                put_response(&mut conn.frame, j.req_id, code, &r);
-            }
-            JobKind::Lambda => {
-                if j.failed {
-                    return; // an earlier chunk failed and was answered
-                }
-                let at = token_chunk(c.token) as usize * MAX_READ_BYTES as usize;
-                let want = (j.len as usize - at).min(MAX_READ_BYTES as usize);
-                if c.data.len() != want {
-                    // The range was checked against the file's size: a short read means the
-                    // file shrank under the request; never loop on it.
-                    j.failed = true;
-                    let m = format!(
-                        "short read at {}: {} of {want} bytes",
-                        j.offset + at as u64,
-                        c.data.len()
-                    );
-                    put_status(&mut conn.frame, j.req_id, code, StatusCode::Io, &m);
-                } else {
-                    j.input[at..at + want].copy_from_slice(c.data);
-                    j.landed += u32::try_from(want).expect("<= MAX_READ_BYTES");
-                }
-            }
-        },
-    }
-}
-
-/// A response frame is closed (moved to the send buffer) before it could pass
-/// `MAX_FRAME_BYTES` with the largest message or `MAX_MSGS_PER_FRAME` messages.
-const ROLL_FRAME_BYTES: usize = MAX_FRAME_BYTES - MAX_LAMBDA_OUT_BYTES as usize - 1024;
-
-/// Makes the connection's response frame ready for one more message of any size.
-pub(super) fn open_frame(c: &mut Conn) {
-    if !c.frame.is_empty()
-        && (c.frame.len() > ROLL_FRAME_BYTES || c.frame.count() >= MAX_MSGS_PER_FRAME)
-    {
-        move_frame_to_tx(c);
-    }
-    if c.frame.is_empty() {
-        c.frame.begin(KIND_RESPONSE);
-    }
-}
-
-/// Appends the connection's finished response frame to its send buffer, dropping the bytes
-/// already sent first once they are half of it: the buffer holds unsent bytes (and at most as
-/// many sent ones), never everything since it was last empty. A client that reads steadily
-/// but never drains its responses fully used to grow it without bound, as only the unsent
-/// bytes were counted against `MAX_CONN_OUT_BYTES`.
-fn move_frame_to_tx(c: &mut Conn) {
-    if c.tx_pos > 0 && c.tx_pos * 2 >= c.tx.len() {
-        c.tx.drain(..c.tx_pos);
-        c.tx_pos = 0;
-    }
-    let bytes = c.frame.finish();
-    c.tx.extend_from_slice(bytes);
-    c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
-    if c.frame.buf.capacity() > CONN_KEEP_BYTES {
-        c.frame.buf.shrink_to(CONN_KEEP_BYTES);
-    }
-}
-
-/// Sent offloaded-read frames a connection keeps for reuse.
-const MAX_SPARE_FRAMES: usize = 16;
-
-impl Conn {
-    /// Bytes waiting to be sent: `tx`'s and the queued frames'.
-    pub(super) fn out_backlog(&self) -> usize {
-        let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
-        self.tx.len() - self.tx_pos + frames - self.out_pos
-    }
-
-    /// Response bytes the connection holds, sent or not: what `MAX_CONN_OUT_BYTES` bounds.
-    pub(super) fn out_held(&self) -> usize {
-        let frames: usize = self.out_frames.iter().map(|f| f.buf.len()).sum();
-        self.tx.len() + frames + self.frame.len()
-    }
-
-    /// Bytes of memory the connection's buffers hold (their capacities).
-    pub(super) fn held_bytes(&self) -> usize {
-        let frames: usize = self.out_frames.iter().map(|f| f.buf.capacity()).sum();
-        let spare: usize = self.spare_frames.iter().map(|f| f.buf.capacity()).sum();
-        self.rx.capacity() + self.tx.capacity() + self.frame.buf.capacity() + frames + spare
-    }
-}
-
-/// Writes `bytes[*pos..]`; Ok(true) when all of it went out, Ok(false) when the socket is full.
-fn write_some(stream: &mut TcpStream, bytes: &[u8], pos: &mut usize) -> Result<bool, String> {
-    while *pos < bytes.len() {
-        match stream.write(&bytes[*pos..]) {
-            Ok(0) => return Err("write returned 0".into()),
-            Ok(n) => *pos += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("write: {e}")),
-        }
-    }
-    Ok(true)
-}
-
-/// Sends what the socket takes; `Err` = the connection is broken. A frame is never split by
-/// another: a partly sent queued frame finishes before `tx` resumes, and `tx` (once started)
-/// before the next queued frame.
-fn send(c: &mut Conn) -> Result<(), String> {
-    loop {
-        let frame_first = c.out_pos > 0 || (c.tx_pos == c.tx.len() && !c.out_frames.is_empty());
-        let before = c.out_backlog();
-        let done = if frame_first {
-            let f = c.out_frames.front().expect("checked");
-            let done = write_some(&mut c.stream, &f.buf, &mut c.out_pos)?;
-            if done {
-                let f = c.out_frames.pop_front().expect("checked");
-                c.out_pos = 0;
-                if c.spare_frames.len() < MAX_SPARE_FRAMES {
-                    c.spare_frames.push(f);
-                }
-            }
-            done
-        } else if c.tx_pos < c.tx.len() {
-            let done = write_some(&mut c.stream, &c.tx, &mut c.tx_pos)?;
-            if done {
-                c.tx.clear();
-                c.tx_pos = 0;
-                if c.tx.capacity() > CONN_KEEP_BYTES {
-                    c.tx.shrink_to(CONN_KEEP_BYTES);
-                }
-            }
-            done
-        } else {
-            c.tx_stalled_since = None;
-            return Ok(());
-        };
-        if c.out_backlog() < before {
-            c.tx_stalled_since = None;
-        }
-        if !done {
-            c.tx_stalled_since = Some(c.tx_stalled_since.unwrap_or_else(Instant::now));
-            return Ok(());
         }
     }
 }

@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{open_frame, Worker};
+use super::out::{open_frame, OutFrame};
+use super::Worker;
 use crate::proto::msg::{
     MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
 };
@@ -279,7 +280,7 @@ impl Worker<'_> {
                 s.frame.finish();
                 let c = self.conn(s.conn);
                 c.in_flight -= 1;
-                c.out_frames.push_back(std::mem::take(&mut s.frame));
+                c.out_frames.push_back(OutFrame::Frame(std::mem::take(&mut s.frame)));
             }
             if s.frame.buf.capacity() > 0 && o.spare_frames.len() < MAX_SPARE_READ_FRAMES {
                 o.spare_frames.push(std::mem::take(&mut s.frame));

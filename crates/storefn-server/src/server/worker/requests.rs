@@ -5,14 +5,16 @@ use std::sync::atomic::Ordering;
 
 use storefn_vm::ProgType;
 
+use super::job::Target;
+use super::out::open_frame;
 use super::writes::{charge_write, open_for_write};
-use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
+use super::{Conn, TenantName, Worker};
 use crate::access::Intent;
 use crate::auth;
 use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
 use crate::proto::{
     op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
-    MAX_FRAME_BYTES, SCRATCH_BYTES,
+    MAX_FRAME_BYTES,
 };
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
@@ -273,15 +275,14 @@ impl Worker<'_> {
     fn handle_queued(&mut self, ci: u32, req_id: u64, r: &Request<'_>) {
         match *r {
             Request::Read { path, offset, len } => {
-                self.queue(ci, req_id, JobKind::Read, path, offset, len, None, &[], 0);
+                self.queue_read(ci, req_id, Target { path, offset, len });
             }
             Request::Xrp { path, offset, len, hash, scratch, out_len } => {
-                let h = Some(hash);
-                self.queue(ci, req_id, JobKind::Xrp, path, offset, len, h, scratch, out_len);
+                let t = Target { path, offset, len };
+                self.queue_xrp(ci, req_id, t, hash, scratch, out_len);
             }
             Request::Lambda { path, offset, len, hash, out_cap } => {
-                let h = Some(hash);
-                self.queue(ci, req_id, JobKind::Lambda, path, offset, len, h, &[], out_cap);
+                self.queue_lambda(ci, req_id, Target { path, offset, len }, hash, out_cap);
             }
             Request::Offload { msg } => self.queue_offload(ci, req_id, msg),
             _ => unreachable!("every other request is answered at once"),
@@ -347,116 +348,5 @@ impl Worker<'_> {
         self.submit_write(ci, req_id, op::LAMBDA_WRITE, f, charge, offset, &staged[..n], ret);
         self.write_staging = staged;
         Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn queue(
-        &mut self,
-        ci: u32,
-        req_id: u64,
-        kind: JobKind,
-        path: &[u8],
-        offset: u64,
-        len: u32,
-        hash: Option<&ProgHash>,
-        scratch: &[u8],
-        out_len: u32,
-    ) {
-        let code = match kind {
-            JobKind::Read => op::READ,
-            JobKind::Xrp => op::XRP,
-            JobKind::Lambda => op::LAMBDA,
-        };
-        if self.stopping() {
-            return self.respond_err(
-                ci,
-                req_id,
-                code,
-                StatusCode::ShuttingDown,
-                "server is stopping",
-            );
-        }
-        let c = self.conn(ci);
-        if c.in_flight >= MAX_IN_FLIGHT_PER_CONN {
-            return self.respond_err(
-                ci,
-                req_id,
-                code,
-                StatusCode::Limit,
-                "too many requests in flight",
-            );
-        }
-        let (conn_gen, tenant, scope) = (c.gen, c.tenant.expect("HELLO checked"), c.scope);
-        let inst = match hash {
-            None => None,
-            Some(h) => {
-                let ty = if kind == JobKind::Xrp { ProgType::Xrp } else { ProgType::Lambda };
-                match self.progs.acquire(self.shared, h, ty) {
-                    Ok(i) => Some(i),
-                    Err((st, m)) => return self.respond_err(ci, req_id, code, st, &m),
-                }
-            }
-        };
-        let sh = self.shared;
-        let at = sh.policy.resolve(&sh.root, scope, path, Intent::Read);
-        let f = match at.and_then(|at| self.files.acquire(&mut self.engine, at, &sh.stats)) {
-            Ok(f) => f,
-            Err((st, m)) => {
-                if let Some(i) = inst {
-                    self.progs.release(i);
-                }
-                return self.respond_err(ci, req_id, code, st, &m);
-            }
-        };
-        if offset.checked_add(u64::from(len)).is_none_or(|e| e > f.size) {
-            self.files.release(f.slot);
-            if let Some(i) = inst {
-                self.progs.release(i);
-            }
-            let m = format!("[{offset}, +{len}) is outside the file ({} bytes)", f.size);
-            return self.respond_err(ci, req_id, code, StatusCode::OutOfRange, &m);
-        }
-        let mut buf =
-            self.spare_bufs.pop().unwrap_or_else(|| vec![0u8; SCRATCH_BYTES].into_boxed_slice());
-        buf[..scratch.len()].copy_from_slice(scratch);
-        let job = Job {
-            conn: ci,
-            conn_gen,
-            tenant,
-            req_id,
-            kind,
-            file_slot: f.slot,
-            file: f.id,
-            version: f.version,
-            offset,
-            len,
-            inst,
-            out_len,
-            scratch_len: u32::try_from(scratch.len()).expect("<= 4096"),
-            buf,
-            input: Vec::new(),
-            failed: false,
-            submitted: 0,
-            landed: 0,
-            reads_in_flight: 0,
-            admitted: false,
-            more_queued: false,
-        };
-        let ji = match self.free_jobs.pop() {
-            Some(j) => j,
-            None => {
-                self.jobs.push(None);
-                self.progs.job_inst.push(0);
-                self.progs.job_budget.push(0);
-                self.progs.job_cpu.push(0);
-                u32::try_from(self.jobs.len() - 1).expect("bounded by connections x in-flight")
-            }
-        };
-        self.progs.job_inst[ji as usize] = inst.unwrap_or(0);
-        self.progs.job_budget[ji as usize] = self.tenants.budget(tenant);
-        self.jobs[ji as usize] = Some(job);
-        self.conn(ci).in_flight += 1;
-        self.tenants.hold(tenant);
-        self.sched.push(tenant, ji);
     }
 }
