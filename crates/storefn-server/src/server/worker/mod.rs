@@ -231,6 +231,39 @@ impl Worker<'_> {
 
     /// One pass of the loop.
     fn poll_once(&mut self, listener: Option<&TcpListener>) -> std::io::Result<()> {
+        let timeout = self.fill_pollfds(listener);
+        let nfds = libc::nfds_t::try_from(self.pollfds.len()).expect("bounded");
+        // SAFETY: pollfds is a valid array of nfds entries that lives across the call.
+        let n = unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, timeout) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        self.on_poll_events(listener);
+        // Completions free slots and shares: admit queued jobs again at once rather than after
+        // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight: admit
+        // what the reap freed, and repeat while anything was admitted (each pass admits a
+        // queued job: bounded).
+        // Regression: dispatching only before the reap left jobs beyond one tenant's share
+        // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
+        loop {
+            self.reap()?;
+            if self.dispatch() == 0 {
+                break;
+            }
+        }
+        self.poll_writes();
+        self.poll_forwarded();
+        self.poll_offload_reads();
+        self.flush_all();
+        self.check_timeouts();
+        Ok(())
+    }
+
+    /// Fills the poll array (what each entry watches in `poll_slots`); returns the timeout.
+    fn fill_pollfds(&mut self, listener: Option<&TcpListener>) -> i32 {
         self.pollfds.clear();
         self.poll_slots.clear();
         if let Some(l) = listener {
@@ -279,20 +312,15 @@ impl Worker<'_> {
         }
         // Without a wake fd, host answers arrive over shared memory only: while any are
         // awaited, poll without sleeping.
-        let timeout = if self.offload.forwarded_live > 0 && wake.is_none() {
+        if self.offload.forwarded_live > 0 && wake.is_none() {
             0
         } else {
             i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
-        };
-        let nfds = libc::nfds_t::try_from(self.pollfds.len()).expect("bounded");
-        // SAFETY: pollfds is a valid array of nfds entries that lives across the call.
-        let n = unsafe { libc::poll(self.pollfds.as_mut_ptr(), nfds, timeout) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
         }
+    }
+
+    /// Acts on what `poll` reported: accepts, resets the host-answer eventfd, reads.
+    fn on_poll_events(&mut self, listener: Option<&TcpListener>) {
         for k in 0..self.pollfds.len() {
             let re = self.pollfds[k].revents;
             if re == 0 {
@@ -318,24 +346,6 @@ impl Worker<'_> {
                 }
             }
         }
-        // Completions free slots and shares: admit queued jobs again at once rather than after
-        // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight: admit
-        // what the reap freed, and repeat while anything was admitted (each pass admits a
-        // queued job: bounded).
-        // Regression: dispatching only before the reap left jobs beyond one tenant's share
-        // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
-        loop {
-            self.reap()?;
-            if self.dispatch() == 0 {
-                break;
-            }
-        }
-        self.poll_writes();
-        self.poll_forwarded();
-        self.poll_offload_reads();
-        self.flush_all();
-        self.check_timeouts();
-        Ok(())
     }
 
     fn accept(&mut self, l: &TcpListener) {
@@ -379,38 +389,51 @@ impl Worker<'_> {
                 }
             };
             self.gens[ci] = self.gens[ci].wrapping_add(1);
-            let c = Conn {
+            let c = Conn::new(
                 stream,
                 peer,
-                id: self.shared.next_conn.fetch_add(1, Ordering::Relaxed),
-                gen: self.gens[ci],
-                rx: vec![0; CONN_RX_START_BYTES],
-                rx_len: 0,
-                frames_in: 0,
-                frame: FrameBuf::default(),
-                tx: Vec::new(),
-                tx_pos: 0,
-                out_frames: std::collections::VecDeque::new(),
-                out_pos: 0,
-                spare_frames: Vec::new(),
-                in_flight: 0,
-                hello: None,
-                tenant: None,
-                scope: 0,
-                challenge: [0; HASH_BYTES],
-                authed: false,
-                last_rx: Instant::now(),
-                accepted: Instant::now(),
-                partial_since: None,
-                tx_stalled_since: None,
-                closing: None,
-            };
+                self.shared.next_conn.fetch_add(1, Ordering::Relaxed),
+                self.gens[ci],
+            );
             self.shared.stats.connections.fetch_add(1, Ordering::Relaxed);
             self.log(&c, "connected");
             self.conns[ci] = Some(c);
         }
     }
+}
 
+impl Conn {
+    fn new(stream: TcpStream, peer: SocketAddr, id: u64, gen: u32) -> Self {
+        Self {
+            stream,
+            peer,
+            id,
+            gen,
+            rx: vec![0; CONN_RX_START_BYTES],
+            rx_len: 0,
+            frames_in: 0,
+            frame: FrameBuf::default(),
+            tx: Vec::new(),
+            tx_pos: 0,
+            out_frames: std::collections::VecDeque::new(),
+            out_pos: 0,
+            spare_frames: Vec::new(),
+            in_flight: 0,
+            hello: None,
+            tenant: None,
+            scope: 0,
+            challenge: [0; HASH_BYTES],
+            authed: false,
+            last_rx: Instant::now(),
+            accepted: Instant::now(),
+            partial_since: None,
+            tx_stalled_since: None,
+            closing: None,
+        }
+    }
+}
+
+impl Worker<'_> {
     fn close(&mut self, ci: u32, why: &str) {
         if let Some(c) = self.conns[ci as usize].take() {
             self.log(&c, &format!("closed: {why}"));
