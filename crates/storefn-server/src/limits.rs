@@ -5,13 +5,13 @@
 
 pub use crate::auth::MIN_SECRET_BYTES;
 pub use crate::registry::{DEFAULT_REGISTRY_BYTES, SERVER_INSN_BUDGET};
-pub use crate::server::offload_reads::MAX_OFFLOAD_READS;
 pub use crate::server::sched::RESERVE_DIV;
 pub use crate::server::{
-    ENGINE_CHAINS, FORWARD_TIMEOUT, IDLE_TIMEOUT, LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB,
-    MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES, MAX_INSTANCES_PER_THREAD, MAX_IN_FLIGHT_PER_CONN,
-    MAX_OPEN_FILES_PER_THREAD, MAX_TENANTS_PER_THREAD, MAX_THREADS, POLL_INTERVAL,
-    SERVER_HOP_BYTES, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT, SLOW_CLIENT_TIMEOUT,
+    DDS_ENGINE_FILES, ENGINE_CHAINS, FORWARD_TIMEOUT, IDLE_TIMEOUT, LAMBDA_PIECE_BYTES,
+    LAMBDA_READS_PER_JOB, MAX_CONNS_PER_THREAD, MAX_CONN_OUT_BYTES, MAX_INSTANCES_PER_THREAD,
+    MAX_IN_FLIGHT_PER_CONN, MAX_OFFLOAD_READS, MAX_OPEN_FILES_PER_THREAD, MAX_TENANTS_PER_THREAD,
+    MAX_THREADS, POLL_INTERVAL, SERVER_HOP_BYTES, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
+    SLOW_CLIENT_TIMEOUT,
 };
 
 use storefn_io::limits as io;
@@ -34,7 +34,8 @@ const _: () = assert!(LAMBDA_READS_PER_JOB as usize <= ENGINE_CHAINS);
 const _: () = assert!(ENGINE_CHAINS <= io::MAX_CHAINS && ENGINE_CHAINS <= io::MAX_BUFFERS);
 const _: () = assert!(SERVER_MAX_HOPS == io::DEFAULT_MAX_HOPS);
 const _: () = assert!(SERVER_HOP_BYTES <= io::MAX_HOP_BYTES);
-// Each open file is one of the engine's registered files.
-const _: () = assert!(MAX_OPEN_FILES_PER_THREAD <= io::MAX_FILES);
+// Each open file, and each DDS file registered for offloaded reads, is one of the engine's
+// registered files.
+const _: () = assert!(MAX_OPEN_FILES_PER_THREAD + DDS_ENGINE_FILES <= io::MAX_FILES);
 // The in-flight bound the HELLO response advertises fits in one frame's messages.
 const _: () = assert!(MAX_IN_FLIGHT_PER_CONN <= wire::MAX_MSGS_PER_FRAME);

@@ -1,6 +1,6 @@
 //! The server's side of DDS with a scripted `OffloadHook` (no offload functions): offloaded
-//! reads go through the worker's io_uring straight into the response frame that is sent, and
-//! come back byte-exact (short at the end of the file); a read during which the hook reports a
+//! reads are range reads of the worker's engine straight into the buffer the answer is sent
+//! from, and come back byte-exact (short at the end of the file); a read during which the hook reports a
 //! change (its epoch moved: a host write may have torn the page) is forwarded to the host
 //! instead; forwarded requests are answered by the host.
 
@@ -144,6 +144,28 @@ fn a_read_that_raced_a_change_is_forwarded_not_served() {
     hook.stable.store(true, Ordering::SeqCst);
     let r = c.one(&Request::Offload { msg: &msg }).unwrap();
     assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn a_file_that_grew_is_read_to_its_new_end() {
+    // The engine registers the hook's file once and keeps its size: a host append after the
+    // first offloaded read must still be served (not refused or cut at the old end).
+    let (dir, _hook, server) = start("offload-grown");
+    let mut c = Client::connect(&server.local_addr().to_string(), ClientConfig::default()).unwrap();
+    let first = read_msg(0, 4096);
+    let r = c.one(&Request::Offload { msg: &first }).unwrap();
+    assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+    let more = 50_000;
+    let tail: Vec<u8> = (FILE_BYTES..FILE_BYTES + more).map(content).collect();
+    let mut f = std::fs::OpenOptions::new().append(true).open(dir.join("pages")).unwrap();
+    std::io::Write::write_all(&mut f, &tail).unwrap();
+    let (off, size) = (FILE_BYTES as u64 - 1000, 20_000u32);
+    let r = c.one(&Request::Offload { msg: &read_msg(off, size) }).unwrap();
+    assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD));
+    let want: Vec<u8> = (off as usize..off as usize + size as usize).map(content).collect();
+    assert!(r.data == want, "{} bytes, the grown range differs", r.data.len());
     server.stop();
     server.join().unwrap();
 }

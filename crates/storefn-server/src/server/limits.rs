@@ -26,6 +26,12 @@ pub const LAMBDA_PIECE_BYTES: u32 = 64 * 1024;
 /// while one request holds at most 1/16 of the engine's `ENGINE_CHAINS` slots (the scheduler
 /// counts the request once).
 pub const LAMBDA_READS_PER_JOB: u32 = 16;
+/// DDS: offloaded reads in flight per server thread (each also takes one of the engine's chain
+/// slots); more are forwarded to the host.
+pub const MAX_OFFLOAD_READS: usize = 256;
+/// DDS: the offload hook's files a server thread keeps registered with its engine (beside
+/// `MAX_OPEN_FILES_PER_THREAD` served files); the least recently read is closed for another.
+pub const DDS_ENGINE_FILES: usize = 8;
 /// Chain slots (and registered buffers) per server thread's engine.
 pub const ENGINE_CHAINS: usize = 256;
 /// Connections per server thread; more are refused at accept (closed at once).

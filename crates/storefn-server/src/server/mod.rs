@@ -8,7 +8,6 @@ mod conns;
 mod files;
 pub mod limits;
 pub mod offload;
-pub mod offload_reads;
 mod progs;
 pub mod sched;
 mod scopes;

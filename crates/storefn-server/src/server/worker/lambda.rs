@@ -10,7 +10,7 @@ use storefn_vm::ProgType;
 use super::job::{JobHead, JobKind, Target};
 use super::out::open_frame;
 use super::ranges::place;
-use super::{Conn, Worker};
+use super::{Conn, Token, Worker};
 use crate::proto::{op, put_status, StatusCode, MAX_LAMBDA_IN_BYTES};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
@@ -130,7 +130,9 @@ impl Worker<'_> {
             // is released only once none is, and the engine, dropped before the jobs, waits for
             // every read in flight; pieces cover disjoint aligned blocks, and nothing else
             // touches the buffer meanwhile.
-            let r = unsafe { self.engine.submit_range(h.file, start, n, buf, at, u64::from(ji)) };
+            let r = unsafe {
+                self.engine.submit_range(h.file, start, n, buf, at, Token::Job(ji).encode())
+            };
             r.map_err(|e| (StatusCode::Io, format!("submit: {e}")))?;
             l.submitted += u32::try_from(n).expect("<= a piece");
             l.in_flight += 1;

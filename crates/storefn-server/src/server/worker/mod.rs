@@ -21,6 +21,7 @@ use super::progs::Progs;
 mod job;
 mod lambda;
 mod offload;
+mod offloaded;
 mod out;
 mod ranges;
 mod read;
@@ -79,12 +80,11 @@ pub(super) struct Conn {
     /// Bytes ready to send, and how many of them went out.
     pub(super) tx: Vec<u8>,
     pub(super) tx_pos: usize,
-    /// DDS: whole response frames an offloaded read filled in place, sent from their own
-    /// buffers after (or between) `tx`'s bytes; `out_pos` bytes of the front one are sent.
+    /// Whole response frames in the range buffers their data was read into (READ, DDS's
+    /// offloaded reads), sent after (or between) `tx`'s bytes; `out_pos` bytes of the front one
+    /// are sent.
     out_frames: std::collections::VecDeque<out::OutFrame>,
     pub(super) out_pos: usize,
-    /// Sent frames kept for the next offloaded reads (at most `MAX_SPARE_FRAMES`).
-    pub(super) spare_frames: Vec<FrameBuf>,
     pub(super) in_flight: u32,
     /// The name HELLO gave (once HELLO was received).
     pub(super) hello: Option<TenantName>,
@@ -105,6 +105,34 @@ pub(super) struct Conn {
     pub(super) closing: Option<&'static str>,
 }
 
+/// What an engine request's token names. A job's token is its index (the XRP programs'
+/// `StorageFn` reads it as such); an offloaded read's has bit 32 set above its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Token {
+    Job(u32),
+    Offloaded(u32),
+}
+
+impl Token {
+    const OFFLOADED: u64 = 1 << 32;
+
+    pub(super) fn encode(self) -> u64 {
+        match self {
+            Self::Job(ji) => u64::from(ji),
+            Self::Offloaded(slot) => Self::OFFLOADED | u64::from(slot),
+        }
+    }
+
+    fn decode(token: u64) -> Self {
+        let low = u32::try_from(token & 0xFFFF_FFFF).expect("masked");
+        if token & Self::OFFLOADED == 0 {
+            Self::Job(low)
+        } else {
+            Self::Offloaded(low)
+        }
+    }
+}
+
 /// What one entry of the poll array watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PollSlot {
@@ -113,8 +141,6 @@ pub(super) enum PollSlot {
     Engine,
     /// DDS: the hook's eventfd (host answers may be ready).
     HostAnswers,
-    /// DDS: the offloaded-read ring's fd.
-    OffloadReads,
     /// The writer thread's eventfd: writes were synced and wait for their answers.
     Writes,
     Conn(u32),
@@ -256,7 +282,6 @@ impl Worker<'_> {
         }
         self.poll_writes();
         self.poll_forwarded();
-        self.poll_offload_reads();
         self.flush_all();
         self.check_timeouts();
         Ok(())
@@ -287,10 +312,6 @@ impl Worker<'_> {
             let fd = self.writes.fd();
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::Writes);
-        }
-        if let Some(fd) = self.offload.reads_fd() {
-            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-            self.poll_slots.push(PollSlot::OffloadReads);
         }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
@@ -338,7 +359,7 @@ impl Worker<'_> {
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                PollSlot::Engine | PollSlot::OffloadReads | PollSlot::Writes => {}
+                PollSlot::Engine | PollSlot::Writes => {}
                 PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.on_readable(ci);
@@ -417,7 +438,6 @@ impl Conn {
             tx_pos: 0,
             out_frames: std::collections::VecDeque::new(),
             out_pos: 0,
-            spare_frames: Vec::new(),
             in_flight: 0,
             hello: None,
             tenant: None,
@@ -549,17 +569,20 @@ impl Worker<'_> {
         if self.engine.live() == 0 {
             return Ok(());
         }
-        let Self { engine, progs, jobs, conns, finished, .. } = self;
+        let Self { engine, progs, jobs, conns, finished, offload, .. } = self;
         finished.clear();
         engine
-            .reap(progs, |c: Completion<'_>| {
-                let ji = u32::try_from(c.token).expect("tokens are job indices");
-                let j = jobs[ji as usize].as_mut().expect("completed job exists");
-                let (ci, gen) = (j.head.conn as usize, j.head.conn_gen);
-                j.complete(&c, conns[ci].as_mut().filter(|cn| cn.gen == gen));
-                finished.push(ji);
+            .reap(progs, |c: Completion<'_>| match Token::decode(c.token) {
+                Token::Job(ji) => {
+                    let j = jobs[ji as usize].as_mut().expect("completed job exists");
+                    let (ci, gen) = (j.head.conn as usize, j.head.conn_gen);
+                    j.complete(&c, conns[ci].as_mut().filter(|cn| cn.gen == gen));
+                    finished.push(ji);
+                }
+                Token::Offloaded(slot) => offload.reads.complete(slot, &c),
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        self.finish_offloaded();
         // READ answers and λ programs go out here, outside the reap: the completion's borrow
         // of their buffer has ended, the buffer is the job's again.
         // A λ job with several pieces completed in this reap is listed once per piece.
@@ -633,7 +656,7 @@ impl Worker<'_> {
             let pending = self.engine.live() > 0
                 || self.writes.pending > 0
                 || self.offload.forwarded_live > 0
-                || self.offload.reads_live() > 0
+                || self.offload.reads.live > 0
                 || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);
             if !pending {
                 break;

@@ -1,21 +1,19 @@
 //! The worker's DDS path: a frame's OFFLOAD requests are judged as one batch by the
-//! [`OffloadHook`]; offloaded reads are io_uring reads straight into the response frame that is
-//! sent (`offload_reads`); the rest are forwarded to the host application and answered when its
-//! reply comes back.
+//! [`OffloadHook`]; offloaded reads are range reads of the thread's engine straight into the
+//! buffer their answer is sent from (`offloaded`); the rest are forwarded to the host
+//! application and answered when its reply comes back.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::out::{open_frame, OutFrame};
+use super::offloaded::{OffloadedReads, ReadReq};
+use super::out::open_frame;
 use super::Worker;
-use crate::proto::msg::{
-    MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
-};
-use crate::proto::{op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE};
+use crate::proto::msg::{MAX_OFFLOAD_DATA_BYTES, SERVED_BY_HOST};
+use crate::proto::{op, put_response, Response, StatusCode};
 use crate::server::offload::{
     HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
 };
-use crate::server::offload_reads::{OffloadReads, ReadSlot};
 use crate::server::MAX_IN_FLIGHT_PER_CONN;
 
 /// A request waiting for the host application's answer.
@@ -63,37 +61,9 @@ pub(super) struct OffloadState {
     answer_bytes: Vec<u8>,
     /// Hosts reported gone by the last poll, with why.
     gone: Vec<(u64, String)>,
-    /// The thread's offloaded reads (created at the first one).
-    reads: Option<OffloadReads>,
-    done_reads: Vec<(ReadSlot, i32)>,
-    spare_frames: Vec<FrameBuf>,
-    spare_msgs: Vec<Vec<u8>>,
-}
-
-impl OffloadState {
-    /// Offloaded reads in flight.
-    pub(super) fn reads_live(&self) -> usize {
-        self.reads.as_ref().map_or(0, |r| r.live)
-    }
-
-    /// The offload read ring's fd while reads are in flight (readable with completions).
-    pub(super) fn reads_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.reads.as_ref().filter(|r| r.live > 0).map(OffloadReads::fd)
-    }
-}
-
-/// Frames and message buffers the thread keeps for offloaded reads.
-const MAX_SPARE_READ_FRAMES: usize = 64;
-
-/// One offloaded read as decided.
-#[derive(Debug, Clone, Copy)]
-struct ReadReq {
-    ci: u32,
-    req_id: u64,
-    file: u32,
-    offset: u64,
-    size: u32,
-    epoch: u64,
+    /// The thread's offloaded reads.
+    pub(super) reads: OffloadedReads,
+    pub(super) spare_msgs: Vec<Vec<u8>>,
 }
 
 impl Worker<'_> {
@@ -148,11 +118,6 @@ impl Worker<'_> {
                 OffloadDecision::Forward => self.forward_one(&mut o, &*hook, ci, req_id, msg),
             }
         }
-        if let Some(r) = o.reads.as_mut() {
-            if let Err(e) = r.submit() {
-                eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
-            }
-        }
         o.reqs = reqs;
         o.reqs.clear();
         o.msgs = msgs;
@@ -162,7 +127,7 @@ impl Worker<'_> {
 
     /// Forwards one request to the host application (its in-flight count stays until the
     /// answer, the timeout or a refusal answers it).
-    fn forward_one(
+    pub(super) fn forward_one(
         &mut self,
         o: &mut OffloadState,
         hook: &dyn OffloadHook,
@@ -196,9 +161,9 @@ impl Worker<'_> {
         }
     }
 
-    /// An offloaded read: an io_uring read straight into the data bytes of the response frame
-    /// that will be sent (module `offload_reads`). Forwarded instead when the hook no longer
-    /// has the file or every read slot is busy.
+    /// An offloaded read: a range read of the engine straight into the buffer its answer is
+    /// sent from (module `offloaded`). Forwarded instead when the hook no longer has the file,
+    /// every read slot is busy or the engine cannot take it.
     fn serve_offloaded(
         &mut self,
         o: &mut OffloadState,
@@ -212,85 +177,17 @@ impl Worker<'_> {
             let m = format!("offload read of {size} bytes is over MAX_OFFLOAD_DATA_BYTES");
             return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Limit, &m);
         }
-        if o.reads.is_none() {
-            match OffloadReads::new() {
-                Ok(r) => o.reads = Some(r),
-                Err(e) => {
-                    self.conn(ci).in_flight -= 1;
-                    let m = format!("offload read ring: {e}");
-                    return self.respond_err(ci, req_id, op::OFFLOAD, StatusCode::Io, &m);
-                }
-            }
-        }
-        let reads = o.reads.as_mut().expect("created above");
-        let Some((f, stamp)) = hook.file(file, offset, size).filter(|_| reads.has_room()) else {
+        let room = o.reads.has_room() && self.engine.free_range_reads() > 0;
+        let Some((f, stamp)) = hook.file(file, offset, size).filter(|_| room) else {
             return self.forward_one(o, hook, ci, req_id, msg);
         };
         let check = ReadCheck { file, offset, size, epoch, stamp };
-        let c = self.conn(ci);
-        let conn_gen = c.gen;
-        let mut frame = c.spare_frames.pop().or_else(|| o.spare_frames.pop()).unwrap_or_default();
-        frame.begin(KIND_RESPONSE);
-        let msg_start = frame.begin_msg(req_id, op::OFFLOAD, StatusCode::Ok as u16);
-        frame.buf.push(SERVED_BY_OFFLOAD);
-        frame.buf.extend_from_slice(&[0; OFFLOAD_R_OFF_DATA - 1]);
-        let data_at = frame.buf.len();
-        frame.buf.resize(data_at + size as usize, 0);
-        let mut m = o.spare_msgs.pop().unwrap_or_default();
-        m.clear();
-        m.extend_from_slice(msg);
-        let reads = o.reads.as_mut().expect("created above");
-        reads.queue(ci, conn_gen, req_id, f, offset, frame, msg_start, data_at, check, m);
-    }
-
-    /// Answers the offloaded reads that completed: the frame they filled is queued on the
-    /// connection as it is; a read that may have overlapped a host change (the hook's epoch or
-    /// the range's change stamp moved) is forwarded to the host instead; an error is answered
-    /// `IO` with the errno.
-    pub(super) fn poll_offload_reads(&mut self) {
-        if self.offload.reads_live() == 0 {
-            return;
+        match self.submit_offloaded(o, r, &f, check, msg) {
+            Ok(true) => {}
+            Ok(false) => self.answer_empty_offloaded(ci, req_id),
+            // The engine could not take it (its file table is full, ...): the host can.
+            Err(_) => self.forward_one(o, hook, ci, req_id, msg),
         }
-        let Some(hook) = self.shared.cfg.offload.clone() else { return };
-        let mut o = std::mem::take(&mut self.offload);
-        let mut done = std::mem::take(&mut o.done_reads);
-        let reads = o.reads.as_mut().expect("live reads");
-        // Reads a failed submit left queued go out now (else they would never complete).
-        if let Err(e) = reads.submit() {
-            eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
-        }
-        reads.reap(|s, res| done.push((s, res)));
-        for (mut s, res) in done.drain(..) {
-            hook.offloaded_read_time(
-                u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            );
-            let live = self.conns[s.conn as usize].as_ref().is_some_and(|c| c.gen == s.conn_gen);
-            if live && res >= 0 && !hook.unchanged_since(&s.check) {
-                self.shared.stats.offload_raced.fetch_add(1, Ordering::Relaxed);
-                self.forward_one(&mut o, &*hook, s.conn, s.req_id, &s.msg);
-            } else if live && res < 0 {
-                self.conn(s.conn).in_flight -= 1;
-                let e = std::io::Error::from_raw_os_error(-res);
-                let m = format!("offload read: {e}");
-                self.respond_err(s.conn, s.req_id, op::OFFLOAD, StatusCode::Io, &m);
-            } else if live {
-                let n = usize::try_from(res).expect("non-negative");
-                s.frame.buf.truncate(s.data_at + n.min(s.frame.buf.len() - s.data_at));
-                s.frame.end_msg(s.msg_start);
-                s.frame.finish();
-                let c = self.conn(s.conn);
-                c.in_flight -= 1;
-                c.out_frames.push_back(OutFrame::Frame(std::mem::take(&mut s.frame)));
-            }
-            if s.frame.buf.capacity() > 0 && o.spare_frames.len() < MAX_SPARE_READ_FRAMES {
-                o.spare_frames.push(std::mem::take(&mut s.frame));
-            }
-            if o.spare_msgs.len() < MAX_SPARE_READ_FRAMES {
-                o.spare_msgs.push(std::mem::take(&mut s.msg));
-            }
-        }
-        o.done_reads = done;
-        self.offload = o;
     }
 
     /// Relays the host application's answers to their clients.

@@ -1,6 +1,6 @@
 //! A connection's output: the response frame being collected, the send buffer, and whole
-//! frames sent from the buffers they were built in (a READ's answer from the range buffer its
-//! data was read into, a DDS offloaded read's frame), several per `writev`.
+//! frames sent from the range buffers their data was read into (a READ's answer, a DDS
+//! offloaded read's), several per `writev`.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -11,42 +11,30 @@ use storefn_io::RangeBuf;
 
 use super::ranges::RangePool;
 use super::Conn;
-use crate::proto::{
-    FrameBuf, KIND_RESPONSE, MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME,
-};
+use crate::proto::{KIND_RESPONSE, MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME};
 use crate::server::CONN_KEEP_BYTES;
 
-/// A whole response frame queued on a connection, sent from its own buffer.
+/// A whole response frame queued on a connection: `buf[bytes]`, an answer's head and the data
+/// read right behind it.
 #[derive(Debug)]
-pub(super) enum OutFrame {
-    /// Built in a frame buffer (DDS's offloaded reads).
-    Frame(FrameBuf),
-    /// `buf[bytes]`: a READ answer's head and the data read right behind it.
-    Range { buf: RangeBuf, bytes: std::ops::Range<usize> },
+pub(super) struct OutFrame {
+    pub(super) buf: RangeBuf,
+    pub(super) bytes: std::ops::Range<usize>,
 }
 
 impl OutFrame {
     fn bytes(&self) -> &[u8] {
-        match self {
-            Self::Frame(f) => &f.buf,
-            Self::Range { buf, bytes } => &buf.as_slice()[bytes.clone()],
-        }
+        &self.buf.as_slice()[self.bytes.clone()]
     }
 
     fn capacity(&self) -> usize {
-        match self {
-            Self::Frame(f) => f.buf.capacity(),
-            Self::Range { buf, .. } => buf.capacity(),
-        }
+        self.buf.capacity()
     }
 }
 
 /// A response frame is closed (moved to the send buffer) before it could pass
 /// `MAX_FRAME_BYTES` with the largest message or `MAX_MSGS_PER_FRAME` messages.
 const ROLL_FRAME_BYTES: usize = MAX_FRAME_BYTES - MAX_LAMBDA_OUT_BYTES as usize - 1024;
-
-/// Sent offloaded-read frames a connection keeps for reuse.
-const MAX_SPARE_FRAMES: usize = 16;
 
 /// Queued frames one `writev` sends at most.
 const FRAMES_PER_WRITEV: usize = 64;
@@ -98,8 +86,7 @@ impl Conn {
     /// Bytes of memory the connection's buffers hold (their capacities).
     pub(super) fn held_bytes(&self) -> usize {
         let frames: usize = self.out_frames.iter().map(OutFrame::capacity).sum();
-        let spare: usize = self.spare_frames.iter().map(|f| f.buf.capacity()).sum();
-        self.rx.capacity() + self.tx.capacity() + self.frame.buf.capacity() + frames + spare
+        self.rx.capacity() + self.tx.capacity() + self.frame.buf.capacity() + frames
     }
 }
 
@@ -156,13 +143,7 @@ fn send_frames(c: &mut Conn, ranges: &mut RangePool) -> Result<bool, String> {
         }
         left -= rest;
         c.out_pos = 0;
-        match c.out_frames.pop_front().expect("checked") {
-            OutFrame::Frame(f) if c.spare_frames.len() < MAX_SPARE_FRAMES => {
-                c.spare_frames.push(f);
-            }
-            OutFrame::Frame(_) => {}
-            OutFrame::Range { buf, .. } => ranges.give(buf),
-        }
+        ranges.give(c.out_frames.pop_front().expect("checked").buf);
     }
     Ok(wrote == offered)
 }

@@ -7,7 +7,7 @@ use storefn_io::{Completion, RangeBuf};
 use super::job::{JobHead, JobKind, Target};
 use super::out::{open_frame, OutFrame};
 use super::ranges::place;
-use super::{Conn, Worker};
+use super::{Conn, Token, Worker};
 use crate::proto::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES, READ_R_OFF_DATA};
 use crate::proto::{op, put_answer_head, put_status, StatusCode};
 use crate::server::files::FileFail;
@@ -66,7 +66,14 @@ impl Worker<'_> {
         // with no read in flight), and the engine, dropped before the jobs, waits for every
         // read in flight; nothing touches the buffer meanwhile.
         let res = unsafe {
-            self.engine.submit_range(h.file, h.offset, u64::from(h.len), buf, at, u64::from(ji))
+            self.engine.submit_range(
+                h.file,
+                h.offset,
+                u64::from(h.len),
+                buf,
+                at,
+                Token::Job(ji).encode(),
+            )
         };
         res.map_err(|e| (StatusCode::Io, format!("submit: {e}")))
     }
@@ -88,6 +95,6 @@ impl Worker<'_> {
         debug_assert_eq!(n, READ_HEAD_BYTES);
         let bytes = start..at + h.len as usize;
         let c = self.conns[h.conn as usize].as_mut().expect("checked live");
-        c.out_frames.push_back(OutFrame::Range { buf, bytes });
+        c.out_frames.push_back(OutFrame { buf, bytes });
     }
 }

@@ -7,7 +7,7 @@ use storefn_vm::ProgType;
 
 use super::job::{JobHead, JobKind, Target};
 use super::out::open_frame;
-use super::{Conn, Worker};
+use super::{Conn, Token, Worker};
 use crate::proto::{op, put_response, put_status, Response, StatusCode, SCRATCH_BYTES};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
@@ -72,7 +72,7 @@ impl Worker<'_> {
         let h = &j.head;
         let src = &x.scratch[..x.scratch_len as usize];
         self.engine
-            .submit_chain(h.file, h.offset, u64::from(h.len), u64::from(ji), |s| {
+            .submit_chain(h.file, h.offset, u64::from(h.len), Token::Job(ji).encode(), |s| {
                 s[..src.len()].copy_from_slice(src);
             })
             .map_err(|e| (StatusCode::Io, format!("submit: {e}")))?;
