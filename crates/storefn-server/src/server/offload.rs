@@ -1,10 +1,9 @@
 //! DDS's offload engine, as seen from the server: the server does not know the application's
 //! messages or the offload functions (they live in storefn-dds, above this crate); it hands each
 //! frame's OFFLOAD requests to an [`OffloadHook`] as one batch, serves the reads the hook
-//! returns next to the data (an io_uring read straight into the response frame that is sent),
-//! and forwards the rest to the
-//! host application through the hook, relaying its answers back (docs/design/dds.md, "DDS over the
-//! network").
+//! returns next to the data (a range read of the worker's engine straight into the buffer the
+//! answer is sent from), and forwards the rest to the host application through the hook,
+//! relaying its answers back (docs/design/dds.md, "DDS over the network").
 
 /// What the offload functions decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +62,7 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
     /// it cannot judge is `Forward` (always correct).
     fn decide(&self, bytes: &[u8], bounds: &[(usize, usize)], out: &mut Vec<OffloadDecision>);
     /// The open file behind the hook's file id, for the server to read `[offset, +size)` from
-    /// with its own io_uring (the caller holds the `Arc` until the read completes), and the
+    /// with its engine (which registers the file through its descriptor), and the
     /// change stamp of that range now; `None` (unknown file, or a change of the range running)
     /// forwards the request.
     fn file(
