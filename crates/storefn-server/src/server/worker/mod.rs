@@ -670,3 +670,17 @@ impl Worker<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Token;
+
+    #[test]
+    fn tokens_name_a_job_or_an_offloaded_read() {
+        for t in [Token::Job(0), Token::Job(u32::MAX), Token::Offloaded(0), Token::Offloaded(7)] {
+            assert_eq!(Token::decode(t.encode()), t);
+        }
+        // A job's token is its index: the XRP programs' `StorageFn` reads it so.
+        assert_eq!(Token::Job(42).encode(), 42);
+    }
+}
