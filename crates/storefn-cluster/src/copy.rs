@@ -160,6 +160,9 @@ pub fn copy_to(
         }
         add
     })?;
+    if !s.replicas.contains(&target.id) && !s.pending.contains(&target.id) {
+        return Err(ClusterError::Conflict(key));
+    }
     if s.replicas.contains(&target.id) {
         return Ok(s);
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use storefn_kv::format::{bpfkv_value, meta_path, NodeSize};
 
-use crate::copy::{copy_to, ShardBytes};
+use crate::copy::{copy_to, update_shard, ShardBytes};
 use crate::etcd::{Etcd, Guard, Op};
 use crate::layout::{
     check_name, coll_key, encode, shard_file, shard_key, CollectionRecord, NodeRecord, Routing,
@@ -140,10 +140,16 @@ pub fn create(etcd: &Etcd, spec: &CreateSpec, work: &Path) -> Result<Vec<ShardRe
     let live: Vec<&NodeRecord> = nodes.values().collect();
     let mut out = Vec::new();
     for (id, b) in built.iter().enumerate() {
+        let targets: Vec<&NodeRecord> =
+            (0..spec.replicas as usize).map(|k| live[(id + k) % live.len()]).collect();
+        // Every target pending at once: the leader counts copies under way and adds none.
+        update_shard(etcd, &shard_key(c, id as u32), &[], |s| {
+            s.pending.extend(targets.iter().map(|t| t.id.clone()));
+            true
+        })?;
         let mut last = None;
-        for k in 0..spec.replicas as usize {
-            let target = live[(id + k) % live.len()];
-            last = Some(copy_to(etcd, c, id as u32, target, b)?);
+        for t in targets {
+            last = Some(copy_to(etcd, c, id as u32, t, b)?);
         }
         out.extend(last);
     }

@@ -108,8 +108,10 @@ fn plan_collection(
         let key = shard_key(c, s.id);
         let usable = |r: &String| p.nodes.contains_key(r) && !drained.contains(r);
         let good: Vec<&String> = s.replicas.iter().filter(|r| usable(r)).collect();
+        // Copies under way count: the leader never races a copier past R.
+        let underway = s.pending.iter().filter(|r| usable(r)).count();
         // A copy first, while a drained server can still be a source.
-        if good.len() < want {
+        if good.len() + underway < want {
             let held = |n: &&str| s.replicas.iter().any(|r| r == n) || s.pending.iter().any(|r| r == n);
             let target = load
                 .iter()
