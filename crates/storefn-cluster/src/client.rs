@@ -17,7 +17,7 @@ use storefn_kv::{RemoteKv, RemotePath};
 use crate::copy::connect;
 use crate::etcd::Etcd;
 use crate::layout::ROOT;
-use crate::limits::{MAX_ATTEMPTS, RETRY_BUDGET, SUSPECT_FOR};
+use crate::limits::{MAX_ATTEMPTS, RETRY_BACKOFF, RETRY_BACKOFF_MAX, RETRY_BUDGET, SUSPECT_FOR};
 use crate::placement::Placement;
 use crate::ClusterError;
 
@@ -135,7 +135,8 @@ impl ClusterClient {
             if attempt > 0 {
                 self.stats.retries += 1;
                 // Give the watch a moment to bring the placement that routes around the failure.
-                std::thread::sleep(Duration::from_millis(20 * u64::from(attempt)));
+                let pause = RETRY_BACKOFF.saturating_mul(1 << (attempt - 1).min(16));
+                std::thread::sleep(pause.min(RETRY_BACKOFF_MAX));
             }
             if t0.elapsed() > RETRY_BUDGET {
                 break;

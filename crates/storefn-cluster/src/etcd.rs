@@ -10,7 +10,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
 };
 
-use crate::limits::ETCD_CALL_TIMEOUT;
+use crate::limits::{ETCD_CALL_TIMEOUT, RENEW_TIMEOUT};
 use crate::ClusterError;
 
 /// One key's value and its modification revision (the guard of a compare-and-swap).
@@ -191,11 +191,16 @@ impl Etcd {
     /// # Errors
     /// As [`Etcd::get_prefix`].
     pub fn lease_renew(&self, lease: i64) -> Result<bool, ClusterError> {
-        self.run("lease keepalive", |mut c| async move {
+        let mut c = self.client.clone();
+        let f = async move {
             let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
             keeper.keep_alive().await?;
-            Ok(stream.message().await?.is_some_and(|r| r.ttl() > 0))
-        })
+            Ok::<_, etcd_client::Error>(stream.message().await?.is_some_and(|r| r.ttl() > 0))
+        };
+        self.rt
+            .block_on(async { tokio::time::timeout(RENEW_TIMEOUT, f).await })
+            .map_err(|e| err(&self.endpoints, "lease keepalive", e))?
+            .map_err(|e| err(&self.endpoints, "lease keepalive", e))
     }
 
     /// Revokes `lease`: every key bound to it is deleted now.

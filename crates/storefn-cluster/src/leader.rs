@@ -41,7 +41,10 @@ pub(crate) fn leader_loop(endpoints: &str, id: &str, lease: &AtomicI64, stop: &A
                 continue;
             }
             match etcd.campaign(ELECTION, id, l, Duration::from_secs(2)) {
-                Ok(true) => lead(&etcd, id, l, lease, stop),
+                Ok(true) => {
+                    eprintln!("cluster leader {id}: elected");
+                    lead(&etcd, id, l, lease, stop);
+                }
                 Ok(false) => {}
                 Err(_) => break, // reconnect
             }
@@ -56,7 +59,20 @@ fn lead(etcd: &Etcd, id: &str, my_lease: i64, lease: &AtomicI64, stop: &AtomicBo
             Ok(Some(l)) if l == id => {}
             _ => return,
         }
-        let _ = plan(etcd, &[]);
+        match plan(etcd, &[]) {
+            Ok(r) => {
+                for (c, s, n) in &r.copied {
+                    eprintln!("cluster leader {id}: copied {c} shard {s} to {n}");
+                }
+                for (c, s, n) in &r.dropped {
+                    eprintln!("cluster leader {id}: dropped {c} shard {s} from {n}");
+                }
+                for p in &r.problems {
+                    eprintln!("cluster leader {id}: {p}");
+                }
+            }
+            Err(e) => eprintln!("cluster leader {id}: {e}"),
+        }
         std::thread::sleep(LEADER_TICK);
     }
 }

@@ -17,8 +17,19 @@ pub const SELF_FENCE_AFTER: Duration = Duration::from_millis(2500);
 /// lookup, a command or a server's agent.
 pub const ETCD_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of one lookup batch on the replicas of its shard (a connection error or a fencing
-/// refusal moves it to the next replica): the retry budget.
-pub const MAX_ATTEMPTS: u32 = 6;
+/// refusal moves it to the next replica): the retry budget. Spaced by [`RETRY_BACKOFF`]
+/// doubling up to [`RETRY_BACKOFF_MAX`], they span about 4.6 s: more than a lease TTL, so a
+/// batch outlasts the moment every replica of its shard is briefly fenced (etcd restarting).
+pub const MAX_ATTEMPTS: u32 = 10;
+/// The pause before the second attempt; it doubles with each further one.
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(25);
+/// The longest pause between two attempts.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// One lease renewal gives up after this (a renewal that cannot reach etcd is retried soon,
+/// instead of holding the agent past the next one).
+pub const RENEW_TIMEOUT: Duration = Duration::from_millis(800);
+/// The pause before retrying a renewal that failed.
+pub const RENEW_RETRY: Duration = Duration::from_millis(200);
 /// Wall-clock budget of one lookup batch over all its attempts.
 pub const RETRY_BUDGET: Duration = Duration::from_secs(8);
 /// A replica that failed is tried last for this long.

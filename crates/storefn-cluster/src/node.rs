@@ -16,7 +16,7 @@ use crate::copy::meta_of;
 use crate::etcd::Etcd;
 use crate::fence::{Holding, NodeFence};
 use crate::layout::{check_name, encode, member_key, node_key, ready_key, shard_file, NodeRecord, ROOT};
-use crate::limits::{KEEPALIVE_INTERVAL, LEASE_TTL_SECS, SELF_FENCE_AFTER};
+use crate::limits::{KEEPALIVE_INTERVAL, LEASE_TTL_SECS, RENEW_RETRY, SELF_FENCE_AFTER};
 use crate::placement::{collections, Placement};
 use crate::ClusterError;
 
@@ -150,8 +150,8 @@ fn agent_loop(etcd: &Etcd, sh: &Shared, mut st: AgentState) {
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(KEEPALIVE_INTERVAL),
         }
         if Instant::now() >= next_renew {
-            renew(etcd, sh, &mut st);
-            next_renew = Instant::now() + KEEPALIVE_INTERVAL;
+            let ok = renew(etcd, sh, &mut st);
+            next_renew = Instant::now() + if ok { KEEPALIVE_INTERVAL } else { RENEW_RETRY };
         }
     }
     let lease = sh.lease.swap(0, Ordering::Relaxed);
@@ -163,22 +163,28 @@ fn agent_loop(etcd: &Etcd, sh: &Shared, mut st: AgentState) {
 
 /// One renewal: extends the self-fence deadline on success; on an expired lease, fences
 /// everything and registers anew (which re-reads the placement before answering again).
-fn renew(etcd: &Etcd, sh: &Shared, st: &mut AgentState) {
+fn renew(etcd: &Etcd, sh: &Shared, st: &mut AgentState) -> bool {
     let lease = sh.lease.load(Ordering::Relaxed);
     let sent = Instant::now();
     match etcd.lease_renew(lease) {
-        Ok(true) => sh.fence.live_until(sent + SELF_FENCE_AFTER),
+        Ok(true) => {
+            sh.fence.live_until(sent + SELF_FENCE_AFTER);
+            true
+        }
         Ok(false) => {
             sh.fence.lost();
             sh.lease.store(0, Ordering::Relaxed);
-            let _ = register(etcd, sh, st);
+            register(etcd, sh, st).is_ok()
         }
-        // etcd unreachable: the deadline runs out on its own (the self-fence).
-        Err(_) => {
-            if lease == 0 {
-                let _ = register(etcd, sh, st);
-            }
+        // etcd unreachable: the deadline runs out on its own (the self-fence). Once it has,
+        // the lease may be gone too (etcd answers an unknown lease with an error, not a zero
+        // TTL): register anew as soon as etcd can be reached.
+        Err(_) if lease == 0 || !sh.fence.is_live() => {
+            sh.fence.lost();
+            sh.lease.store(0, Ordering::Relaxed);
+            register(etcd, sh, st).is_ok()
         }
+        Err(_) => false,
     }
 }
 

@@ -168,39 +168,56 @@ impl Drop for ServerProc {
 }
 
 /// Namespaces `sfc<pid>-<i>`, each joined to the root namespace by two veth pairs: a data link
-/// (clients reach the server at 10.231.i.2) and a control link (the server reaches etcd at
-/// 10.232.i.1), so a test can cut a server off etcd while clients still reach it.
+/// on one bridge (clients and the other servers reach server i at 10.231.0.(10+i)) and a
+/// control link (server i reaches etcd at 10.232.i.1), so a test can cut a server off etcd while
+/// clients still reach it.
 pub struct Netns {
     pub names: Vec<String>,
     links: Vec<String>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+/// Netns tests share addresses: one at a time.
+static NET_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Netns {
     pub fn new(n: usize) -> Netns {
         let id = std::process::id() % 10_000;
-        let mut net = Netns { names: Vec::new(), links: Vec::new() };
+        let lock = NET_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut net = Netns { names: Vec::new(), links: Vec::new(), _one_at_a_time: lock };
+        let br = format!("sfc{id}br");
+        ip(&["link", "add", &br, "type", "bridge"]);
+        net.links.push(br.clone());
+        ip(&["addr", "add", "10.231.0.1/24", "dev", &br]);
+        ip(&["link", "set", &br, "up"]);
         for i in 1..=n {
             let ns = format!("sfc{id}-{i}");
             ip(&["netns", "add", &ns]);
             net.names.push(ns.clone());
             ip(&["-n", &ns, "link", "set", "lo", "up"]);
-            for (k, net_ip) in [("d", "10.231"), ("c", "10.232")] {
-                let (host, inner) = (format!("sfc{id}{k}{i}h"), format!("sfc{id}{k}{i}n"));
-                ip(&["link", "add", &host, "type", "veth", "peer", "name", &inner]);
-                net.links.push(host.clone());
-                ip(&["link", "set", &inner, "netns", &ns]);
-                ip(&["addr", "add", &format!("{net_ip}.{i}.1/24"), "dev", &host]);
-                ip(&["-n", &ns, "addr", "add", &format!("{net_ip}.{i}.2/24"), "dev", &inner]);
-                ip(&["link", "set", &host, "up"]);
-                ip(&["-n", &ns, "link", "set", &inner, "up"]);
-            }
+            let (host, inner) = (format!("sfc{id}d{i}h"), format!("sfc{id}d{i}n"));
+            ip(&["link", "add", &host, "type", "veth", "peer", "name", &inner]);
+            net.links.push(host.clone());
+            ip(&["link", "set", &inner, "netns", &ns]);
+            ip(&["link", "set", &host, "master", &br]);
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::data_ip(i)), "dev", &inner]);
+            ip(&["link", "set", &host, "up"]);
+            ip(&["-n", &ns, "link", "set", &inner, "up"]);
+            let (host, inner) = (format!("sfc{id}c{i}h"), format!("sfc{id}c{i}n"));
+            ip(&["link", "add", &host, "type", "veth", "peer", "name", &inner]);
+            net.links.push(host.clone());
+            ip(&["link", "set", &inner, "netns", &ns]);
+            ip(&["addr", "add", &format!("10.232.{i}.1/24"), "dev", &host]);
+            ip(&["-n", &ns, "addr", "add", &format!("10.232.{i}.2/24"), "dev", &inner]);
+            ip(&["link", "set", &host, "up"]);
+            ip(&["-n", &ns, "link", "set", &inner, "up"]);
         }
         net
     }
 
     /// Clients reach server i (1-based) here.
     pub fn data_ip(i: usize) -> String {
-        format!("10.231.{i}.2")
+        format!("10.231.0.{}", 10 + i)
     }
     /// Server i reaches etcd here (the root namespace's end of its control link).
     pub fn control_ip(i: usize) -> String {
@@ -216,11 +233,12 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        for l in &self.links {
-            let _ = Command::new("ip").args(["link", "del", l]).status();
-        }
         for ns in &self.names {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        for l in &self.links {
+            // The veths went with their namespaces; only the bridge is left (quietly).
+            let _ = Command::new("ip").args(["link", "del", l]).stderr(Stdio::null()).status();
         }
     }
 }
