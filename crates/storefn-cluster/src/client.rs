@@ -127,7 +127,12 @@ impl ClusterClient {
     }
 
     /// One shard's batch, moved between replicas until one answers or the budget is spent.
-    fn shard_batch(&mut self, id: u32, keys: &[u64], path: RemotePath) -> Result<Vec<Value>, ClusterError> {
+    fn shard_batch(
+        &mut self,
+        id: u32,
+        keys: &[u64],
+        path: RemotePath,
+    ) -> Result<Vec<Value>, ClusterError> {
         let t0 = Instant::now();
         let mut errors = Vec::new();
         self.rr = self.rr.wrapping_add(1);
@@ -172,7 +177,12 @@ impl ClusterClient {
     }
 
     /// The replica of attempt `attempt`: round robin from the batch's turn, suspects last.
-    fn pick(&self, p: &Placement, s: &crate::layout::ShardRecord, attempt: u32) -> Option<(String, String)> {
+    fn pick(
+        &self,
+        p: &Placement,
+        s: &crate::layout::ShardRecord,
+        attempt: u32,
+    ) -> Option<(String, String)> {
         let mut live = p.live_replicas(s);
         if live.is_empty() {
             return None;

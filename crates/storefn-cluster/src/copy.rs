@@ -10,7 +10,7 @@ use storefn_wire::{Client, ClientConfig, Request};
 
 use crate::etcd::{Etcd, Guard, Op};
 use crate::layout::{decode, encode, ready_key, shard_key, NodeRecord, ShardRecord};
-use crate::limits::{COPY_CHUNK_BYTES, READ_CHUNK_BYTES, READY_WAIT, SERVER_TIMEOUT};
+use crate::limits::{COPY_CHUNK_BYTES, READY_WAIT, READ_CHUNK_BYTES, SERVER_TIMEOUT};
 use crate::ClusterError;
 
 /// A shard's bytes: the tree file and its sidecar.

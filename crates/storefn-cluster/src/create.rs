@@ -90,7 +90,11 @@ pub fn build_shard(dir: &Path, lo: u64, hi: u64) -> Result<ShardBytes, ClusterEr
 /// # Errors
 /// Bad arguments, fewer live servers than replicas, a collection that exists, etcd or copy
 /// failures (the records written stay: `cluster place` finishes them).
-pub fn create(etcd: &Etcd, spec: &CreateSpec, work: &Path) -> Result<Vec<ShardRecord>, ClusterError> {
+pub fn create(
+    etcd: &Etcd,
+    spec: &CreateSpec,
+    work: &Path,
+) -> Result<Vec<ShardRecord>, ClusterError> {
     let keys = spec.check()?;
     let (nodes, _) = load_nodes(etcd)?;
     if (nodes.len() as u32) < spec.replicas {

@@ -49,7 +49,11 @@ impl std::fmt::Debug for Etcd {
 }
 
 fn err(endpoints: &str, what: &str, e: impl std::fmt::Display) -> ClusterError {
-    ClusterError::Etcd { endpoints: endpoints.to_string(), what: what.to_string(), why: e.to_string() }
+    ClusterError::Etcd {
+        endpoints: endpoints.to_string(),
+        what: what.to_string(),
+        why: e.to_string(),
+    }
 }
 
 /// `http://`-prefixed endpoints from a comma-separated list (`host:port` or URLs).

@@ -128,16 +128,19 @@ fn plan_collection(
         let underway = s.pending.iter().filter(|r| usable(r)).count();
         // A copy first, while a drained server can still be a source.
         if good.len() + underway < want {
-            let held = |n: &&str| s.replicas.iter().any(|r| r == n) || s.pending.iter().any(|r| r == n);
+            let held =
+                |n: &&str| s.replicas.iter().any(|r| r == n) || s.pending.iter().any(|r| r == n);
             let target = load
                 .iter()
                 .filter(|(n, _)| !held(n) && !drained.iter().any(|d| d == *n))
                 .min_by_key(|(_, l)| **l)
                 .map(|(n, _)| (*n).to_string());
-            let sources: Vec<&String> = s.replicas.iter().filter(|r| p.nodes.contains_key(*r)).collect();
+            let sources: Vec<&String> =
+                s.replicas.iter().filter(|r| p.nodes.contains_key(*r)).collect();
             if let (Some(t), false) = (target, sources.is_empty()) {
                 let src = &p.nodes[sources[s.id as usize % sources.len()]];
-                let res = fetch(&src.addr, s).and_then(|b| copy_to(etcd, c, s.id, &p.nodes[&t], &b));
+                let res =
+                    fetch(&src.addr, s).and_then(|b| copy_to(etcd, c, s.id, &p.nodes[&t], &b));
                 match res {
                     Ok(_) => {
                         rep.copied.push((c.clone(), s.id, t.clone()));

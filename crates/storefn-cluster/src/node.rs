@@ -15,7 +15,9 @@ use std::time::Instant;
 use crate::copy::meta_of;
 use crate::etcd::Etcd;
 use crate::fence::{Holding, NodeFence};
-use crate::layout::{check_name, encode, member_key, node_key, ready_key, shard_file, NodeRecord, ROOT};
+use crate::layout::{
+    check_name, encode, member_key, node_key, ready_key, shard_file, NodeRecord, ROOT,
+};
 use crate::limits::{KEEPALIVE_INTERVAL, LEASE_TTL_SECS, RENEW_RETRY, SELF_FENCE_AFTER};
 use crate::placement::{collections, Placement};
 use crate::ClusterError;
@@ -60,12 +62,8 @@ impl NodeAgent {
     pub fn start(cfg: NodeConfig) -> Result<NodeAgent, ClusterError> {
         check_name("--node", &cfg.id)?;
         let fence = Arc::new(NodeFence::new(&cfg.id));
-        let shared = Arc::new(Shared {
-            cfg,
-            fence,
-            lease: AtomicI64::new(0),
-            stop: AtomicBool::new(false),
-        });
+        let shared =
+            Arc::new(Shared { cfg, fence, lease: AtomicI64::new(0), stop: AtomicBool::new(false) });
         let etcd = Etcd::connect(&shared.cfg.endpoints)?;
         let mut st = AgentState { prepared: HashSet::new(), prev: HashMap::new() };
         register(&etcd, &shared, &mut st)?;
@@ -77,7 +75,9 @@ impl NodeAgent {
         let s = Arc::clone(&shared);
         let leader = std::thread::Builder::new()
             .name(format!("cluster-leader-{}", shared.cfg.id))
-            .spawn(move || crate::leader::leader_loop(&s.cfg.endpoints, &s.cfg.id, &s.lease, &s.stop))
+            .spawn(move || {
+                crate::leader::leader_loop(&s.cfg.endpoints, &s.cfg.id, &s.lease, &s.stop);
+            })
             .map_err(|e| ClusterError::Invalid(format!("leader thread: {e}")))?;
         Ok(NodeAgent { shared, threads: vec![agent, leader] })
     }
@@ -198,10 +198,7 @@ fn refresh(etcd: &Etcd, sh: &Shared, st: &mut AgentState, lease: i64) -> Result<
         if check_name("collection", &c).is_err() {
             continue;
         }
-        let p = match Placement::load(etcd, &c, st.prev.get(&c)) {
-            Ok(p) => p,
-            Err(_) => continue,
-        };
+        let Ok(p) = Placement::load(etcd, &c, st.prev.get(&c)) else { continue };
         for s in p.shards.iter().flatten() {
             // Only the file name the layout gives: a record cannot point the server elsewhere.
             let file = shard_file(&c, s.id);

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::etcd::Etcd;
 use crate::layout::{
-    coll_key, decode, member_key, node_key, shard_key, CollectionRecord, NodeRecord,
-    ShardRecord, ROOT,
+    coll_key, decode, member_key, node_key, shard_key, CollectionRecord, NodeRecord, ShardRecord,
+    ROOT,
 };
 use crate::ClusterError;
 
@@ -27,13 +27,14 @@ pub struct Placement {
     pub problems: Vec<String>,
 }
 
+/// Servers by id.
+pub type Nodes = BTreeMap<String, NodeRecord>;
+
 /// Live servers and every member, from etcd.
 ///
 /// # Errors
 /// etcd unreachable.
-pub fn load_nodes(
-    etcd: &Etcd,
-) -> Result<(BTreeMap<String, NodeRecord>, BTreeMap<String, NodeRecord>), ClusterError> {
+pub fn load_nodes(etcd: &Etcd) -> Result<(Nodes, Nodes), ClusterError> {
     let mut out = (BTreeMap::new(), BTreeMap::new());
     for (prefix, map) in [(node_key(""), &mut out.0), (member_key(""), &mut out.1)] {
         for kv in etcd.get_prefix(&prefix)? {

@@ -45,7 +45,8 @@ fn a_server_registers_renews_its_lease_and_leaves() {
     // A clean stop revokes the lease: the record goes at once, not after the TTL.
     a.stop_clean();
     assert!(
-        wait_for(Duration::from_millis(900), || et.get(&node_key("a")).unwrap().is_none()).is_some(),
+        wait_for(Duration::from_millis(900), || et.get(&node_key("a")).unwrap().is_none())
+            .is_some(),
         "node record outlived a clean stop"
     );
     assert!(et.get(&member_key("a")).unwrap().is_some(), "membership history stays");

@@ -36,9 +36,8 @@ fn world(tag: &str) -> Option<World> {
         return None;
     }
     let net = Netns::new(3);
-    let ips: Vec<String> = std::iter::once("127.0.0.1".to_string())
-        .chain((1..=3).map(Netns::control_ip))
-        .collect();
+    let ips: Vec<String> =
+        std::iter::once("127.0.0.1".to_string()).chain((1..=3).map(Netns::control_ip)).collect();
     let ipr: Vec<&str> = ips.iter().map(String::as_str).collect();
     let etcd = EtcdProc::start_at(&ipr, free_port(), free_port(), None);
     let port = etcd.client_addr.rsplit(':').next().unwrap().to_string();
@@ -47,7 +46,13 @@ fn world(tag: &str) -> Option<World> {
             // Each namespace is the test's own: a fixed port cannot collide.
             let listen = format!("{}:7070", Netns::data_ip(i));
             let ep = format!("{}:{port}", Netns::control_ip(i));
-            ServerProc::start("child_serve", &format!("{tag}{i}"), &listen, &ep, Some(&net.names[i - 1]))
+            ServerProc::start(
+                "child_serve",
+                &format!("{tag}{i}"),
+                &listen,
+                &ep,
+                Some(&net.names[i - 1]),
+            )
         })
         .collect();
     Some(World { servers, etcd, net })
@@ -102,7 +107,10 @@ fn kill_nine_under_load_loses_nothing_and_rereplicates() {
     assert!(rep.lookups > 100, "the load ran");
     assert_eq!(rep.wrong, 0, "wrong answers");
     assert_eq!(rep.failed, 0, "lookups lost: {:?}", rep.errors);
-    assert!(rep.latency_us(1.0) <= RETRY_BUDGET.as_secs_f64() * 1e6, "a lookup over the retry budget");
+    assert!(
+        rep.latency_us(1.0) <= RETRY_BUDGET.as_secs_f64() * 1e6,
+        "a lookup over the retry budget"
+    );
     let logs: Vec<String> = w.servers.iter().map(ServerProc::log).collect();
     assert!(
         healed.is_some(),
@@ -130,9 +138,10 @@ fn a_partitioned_server_serves_nothing_stale() {
     w.net.control_link(2, false);
     let cut = Instant::now();
     // Refused within the lease (before etcd could have handed its shards to anyone else).
-    let refused = wait_for(Duration::from_secs(LEASE_TTL_SECS as u64 + 2), || {
-        matches!(c.one(&read), Err(e) if e.status() == Some(StatusCode::StalePlacement as u16))
-    });
+    let refused = wait_for(
+        Duration::from_secs(LEASE_TTL_SECS as u64 + 2),
+        || matches!(c.one(&read), Err(e) if e.status() == Some(StatusCode::StalePlacement as u16)),
+    );
     let refused = refused.expect("the partitioned server kept answering");
     assert!(refused < Duration::from_secs(LEASE_TTL_SECS as u64), "refused only after {refused:?}");
     // Still refused while cut off, at any version.
@@ -157,7 +166,12 @@ fn a_partitioned_server_serves_nothing_stale() {
     .is_some());
     c.set_fence(Some(s0.version + 1));
     let e = c.one(&read).unwrap_err();
-    assert_eq!(e.status(), Some(StatusCode::StalePlacement as u16), "{e} (cut {:?} ago)", cut.elapsed());
+    assert_eq!(
+        e.status(),
+        Some(StatusCode::StalePlacement as u16),
+        "{e} (cut {:?} ago)",
+        cut.elapsed()
+    );
 }
 
 /// etcd stopped mid-load: lookups continue from the cached placement; after the restart

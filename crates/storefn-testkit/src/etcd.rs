@@ -55,7 +55,8 @@ impl Etcd {
     #[must_use]
     pub fn start_at(ips: &[&str], client: u16, peer: u16, netns: Option<&str>) -> Etcd {
         let ip = ips[0];
-        let dir = std::env::temp_dir().join(format!("storefn-etcd-{}-{client}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("storefn-etcd-{}-{client}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("etcd temp dir");
         let mut e = Etcd {
@@ -89,7 +90,9 @@ impl Etcd {
             .arg(format!("--initial-advertise-peer-urls={p}"))
             .arg(format!("--initial-cluster=t={p}"))
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join("etcd.log")).map_or(Stdio::null(), Stdio::from));
+            .stderr(
+                std::fs::File::create(self.dir.join("etcd.log")).map_or(Stdio::null(), Stdio::from),
+            );
         self.child = Some(cmd.spawn().expect("spawn etcd"));
         self.wait_ready();
     }

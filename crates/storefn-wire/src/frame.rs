@@ -293,7 +293,11 @@ impl<'a> Iterator for Messages<'a> {
         if fenced && len < FENCE_BYTES {
             self.failed = true;
             let at = MsgAt { frame, msg, offset: self.pos };
-            return Some(Err(at.bad(MSG_OFF_LEN, "len", "a fenced message holds its 8-byte fence")));
+            return Some(Err(at.bad(
+                MSG_OFF_LEN,
+                "len",
+                "a fenced message holds its 8-byte fence",
+            )));
         }
         if rest.len() - MSG_HEADER_BYTES < len {
             self.failed = true;

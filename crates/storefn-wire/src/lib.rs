@@ -33,7 +33,7 @@ pub use auth::{challenge, mac, verify};
 pub use client::{read_response_frame, Client, ClientConfig, ClientError, Reply, DEFAULT_TIMEOUT};
 pub use frame::{
     decode_frame, decode_header, op, FrameBuf, FrameHeader, Messages, Msg, MsgAt, ProtoError,
-    FENCE_BYTES, HASH_BYTES, MSG_FLAG_FENCED, KIND_REQUEST, KIND_RESPONSE, MAGIC, VERSION,
+    FENCE_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAGIC, MSG_FLAG_FENCED, VERSION,
 };
 pub use hash::{prog_hash, ProgHash};
 pub use msg::{

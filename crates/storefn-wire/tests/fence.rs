@@ -3,8 +3,8 @@
 
 use storefn_wire::layout::{MSG_HEADER_BYTES, MSG_OFF_FLAGS, MSG_OFF_LEN};
 use storefn_wire::{
-    decode_frame, put_request, put_response, FrameBuf, ProtoError, Request, Response,
-    FENCE_BYTES, KIND_REQUEST, KIND_RESPONSE, MSG_FLAG_FENCED,
+    decode_frame, put_request, put_response, FrameBuf, ProtoError, Request, Response, FENCE_BYTES,
+    KIND_REQUEST, KIND_RESPONSE, MSG_FLAG_FENCED,
 };
 
 fn frame(fence: Option<u64>) -> Vec<u8> {
@@ -32,7 +32,10 @@ fn fenced_requests_carry_their_version_and_the_same_request() {
     // The first message's flags byte and the fence bytes where FORMAT.md puts them.
     let body = &fenced[16..];
     assert_eq!(body[MSG_OFF_FLAGS], MSG_FLAG_FENCED);
-    assert_eq!(body[MSG_HEADER_BYTES..MSG_HEADER_BYTES + 8], 0x0102_0304_0506_0708u64.to_le_bytes());
+    assert_eq!(
+        body[MSG_HEADER_BYTES..MSG_HEADER_BYTES + 8],
+        0x0102_0304_0506_0708u64.to_le_bytes()
+    );
 }
 
 #[test]
@@ -40,7 +43,10 @@ fn unknown_flag_bits_and_short_fences_are_refused() {
     let mut bad = frame(None);
     bad[16 + MSG_OFF_FLAGS] = 2;
     let (_, mut m) = decode_frame(&bad, 5, KIND_REQUEST).unwrap();
-    assert!(matches!(m.next().unwrap(), Err(ProtoError::BadField { frame: 5, field: "flags", .. })));
+    assert!(matches!(
+        m.next().unwrap(),
+        Err(ProtoError::BadField { frame: 5, field: "flags", .. })
+    ));
 
     // A fenced message whose payload is shorter than the fence.
     let mut f = FrameBuf::default();

@@ -71,7 +71,8 @@ pub fn run(c: &ClusterCmd) -> CmdResult {
                 shards: *shards,
                 replicas: *replicas,
             };
-            let work = std::env::temp_dir().join(format!("storefn-cluster-create-{}", std::process::id()));
+            let work =
+                std::env::temp_dir().join(format!("storefn-cluster-create-{}", std::process::id()));
             std::fs::create_dir_all(&work)?;
             let res = create(&e, &spec, &work);
             let _ = std::fs::remove_dir_all(&work);

@@ -374,7 +374,13 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         }
         KvCmd::Multiget { db, keys, random, seed, opts } if opts.remote.cluster.is_some() => {
             let path = opts.path.as_deref().unwrap_or("pushdown");
-            crate::kv_remote::cluster_multiget(db, keys, random.map(|n| (n, *seed)), path, &opts.remote)
+            crate::kv_remote::cluster_multiget(
+                db,
+                keys,
+                random.map(|n| (n, *seed)),
+                path,
+                &opts.remote,
+            )
         }
         KvCmd::Bench(a) if a.remote.cluster.is_some() => crate::kv_remote::cluster_bench(a),
         KvCmd::Get { db, key, opts } if opts.remote.remote.is_some() => {

@@ -63,11 +63,10 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "storefn-cluster-{tag}-{}-{:?}",
-            std::process::id(),
-            Instant::now()
-        ).replace([' ', '{', '}', ':', ','], ""));
+        let p = std::env::temp_dir().join(
+            format!("storefn-cluster-{tag}-{}-{:?}", std::process::id(), Instant::now())
+                .replace([' ', '{', '}', ':', ','], ""),
+        );
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -91,7 +90,13 @@ pub struct ServerProc {
 impl ServerProc {
     /// Starts server `node` serving a fresh directory, listening on `listen` (`ip:port`), in
     /// namespace `netns` when given; waits for its ready line.
-    pub fn start(test: &str, node: &str, listen: &str, etcd: &str, netns: Option<&str>) -> ServerProc {
+    pub fn start(
+        test: &str,
+        node: &str,
+        listen: &str,
+        etcd: &str,
+        netns: Option<&str>,
+    ) -> ServerProc {
         let dir = TempDir::new(node);
         let exe = std::env::current_exe().unwrap();
         let mut cmd = match netns {
