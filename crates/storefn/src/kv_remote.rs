@@ -168,7 +168,8 @@ pub fn cluster_bench(a: &crate::kv::BenchArgs) -> CmdResult {
         endpoints: o.cluster.clone().expect("checked"),
         collection,
         threads: a.threads,
-        requests: Some(a.requests),
+        // `--requests` counts all lookups; the load counts per thread.
+        requests: Some(a.requests.div_ceil(a.threads.max(1) as u64)),
         batch: a.batch.unwrap_or(1),
         path: a.path.parse()?,
         seed: a.seed,
