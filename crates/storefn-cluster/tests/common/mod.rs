@@ -137,6 +137,11 @@ impl ServerProc {
         panic!("server {} not ready", self.node);
     }
 
+    /// The child's pid (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// kill -9.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
