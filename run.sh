@@ -14,7 +14,8 @@ cd "$(dirname "$0")"
 # 3.4 for the cluster's membership and placement; pkg-config, which the C API's tests build an
 # example through (its storefn.pc).
 APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux fonts-dejavu-core
-    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client pkgconf)
+    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client pkgconf
+    protobuf-compiler)
 
 need_install() {
     local p
