@@ -76,10 +76,27 @@ impl NodeFence {
     }
 }
 
+/// `p` with empty and `.` components dropped and `..` applied; `None` when it leaves the root.
+fn normalize(p: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            c => parts.push(c),
+        }
+    }
+    Some(parts.join("/"))
+}
+
 impl Fence for NodeFence {
     fn admit(&self, path: &[u8], fence: Option<u64>) -> Result<(), String> {
-        let Ok(path) = std::str::from_utf8(path) else { return Ok(()) };
-        let path = path.trim_start_matches("./");
+        // The file a path names, lexically (`a/../cluster//x` is `cluster/x`): an alias of a
+        // shard file is fenced like the file. A path leaving the root is the server's to refuse.
+        let Some(path) = std::str::from_utf8(path).ok().and_then(normalize) else { return Ok(()) };
+        let path = path.as_str();
         if !path.starts_with(SHARD_DIR) || !path[SHARD_DIR.len()..].starts_with('/') {
             return Ok(()); // not a cluster file: the server's usual rules apply
         }
@@ -99,5 +116,29 @@ impl Fence for NodeFence {
             }
             (None, _) => Err(format!("node {}: not a current replica of {base}", self.node)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_of_shard_files_are_fenced_like_the_files() {
+        let f = NodeFence::new("n");
+        let file = "cluster/c/shard-00000.kv".to_string();
+        f.set_files([(file.clone(), Holding::Replica { version: 4 })].into_iter().collect());
+        // Not live: every alias refused; other files untouched.
+        for p in [&file[..], "./cluster/c/shard-00000.kv", "x/../cluster//c/./shard-00000.kv"] {
+            assert!(f.admit(p.as_bytes(), Some(4)).is_err(), "{p}");
+        }
+        assert!(f.admit(b"plain/file", None).is_ok());
+        f.live_until(Instant::now() + std::time::Duration::from_secs(60));
+        assert!(f.admit(b"x/../cluster/c/shard-00000.kv", Some(4)).is_ok());
+        assert!(f.admit(b"cluster/c/shard-00000.kv.meta", Some(3)).is_ok());
+        assert!(f.admit(b"cluster/c/shard-00000.kv", Some(5)).is_err(), "newer than known");
+        assert!(f.admit(b"cluster/c/shard-00001.kv", None).is_err(), "not a replica");
+        f.lost();
+        assert!(f.admit(file.as_bytes(), Some(4)).is_err());
     }
 }
