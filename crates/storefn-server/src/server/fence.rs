@@ -44,3 +44,32 @@ pub(crate) fn refusal(
     let (plugin, path) = (plugin?, request_path(r)?);
     plugin.admit(path, fence).err().map(|why| (StatusCode::StalePlacement, why))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refuses `held` at any fence above 3; admits everything else.
+    #[derive(Debug)]
+    struct Upto3;
+    impl Fence for Upto3 {
+        fn admit(&self, path: &[u8], fence: Option<u64>) -> Result<(), String> {
+            match fence {
+                Some(v) if path == b"held" && v > 3 => Err(format!("fence {v}")),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    #[test]
+    fn only_requests_naming_a_file_reach_the_plugin() {
+        let p: &dyn Fence = &Upto3;
+        let read = Request::Read { path: b"held", offset: 0, len: 8 };
+        assert_eq!(refusal(Some(p), &read, Some(3)), None);
+        let (st, why) = refusal(Some(p), &read, Some(4)).unwrap();
+        assert_eq!((st, why.as_str()), (StatusCode::StalePlacement, "fence 4"));
+        assert_eq!(refusal(None, &read, Some(4)), None, "no plug-in: fences are ignored");
+        assert_eq!(refusal(Some(p), &Request::Hello { tenant: b"t" }, Some(4)), None);
+        assert_eq!(request_path(&Request::Stat { path: b"held" }), Some(&b"held"[..]));
+    }
+}
