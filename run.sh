@@ -12,9 +12,10 @@ cd "$(dirname "$0")"
 # real engines whose files storage functions read and whose own reads are the baselines: WiredTiger
 # 3.2.1 (the `wt` tool and its C API), RocksDB 7.8.3 (`ldb`, `sst_dump` and its C API), and etcd
 # 3.4 for the cluster's membership and placement; pkg-config, which the C API's tests build an
-# example through (its storefn.pc).
+# example through (its storefn.pc); protoc, which the etcd client crate's build runs.
 APT_PACKAGES=(clang-19 libbpf-dev linux-libc-dev xfsprogs e2fsprogs util-linux fonts-dejavu-core
-    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client pkgconf)
+    wiredtiger libwiredtiger-dev rocksdb-tools librocksdb-dev etcd-server etcd-client pkgconf
+    protobuf-compiler)
 
 need_install() {
     local p

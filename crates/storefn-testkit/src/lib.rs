@@ -3,7 +3,10 @@
 //!   [`REQUIRE_PRIVILEGED`];
 //! - [`CountingAlloc`]: the global allocator of the no-allocation tests (AIOS: no allocation
 //!   per request in steady state), counting per thread and per process;
-//! - [`dir_names`]: what a directory holds, for tests that check a command left nothing behind.
+//! - [`dir_names`]: what a directory holds, for tests that check a command left nothing behind;
+//! - [`etcd`]: a real etcd member for the cluster tests, stopped and removed on drop.
+
+pub mod etcd;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

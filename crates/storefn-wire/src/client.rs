@@ -225,6 +225,19 @@ impl Client {
         Ok(c)
     }
 
+    /// Names `fence` (a cluster's placement version) in every request sent from now on, so a
+    /// server that is no longer a replica at that version refuses it (`STALE_PLACEMENT`);
+    /// `None` sends plain requests.
+    pub fn set_fence(&mut self, fence: Option<u64>) {
+        self.frame.set_fence(fence);
+    }
+
+    /// The server this client talks to.
+    #[must_use]
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
     /// Drops the connection (the next call reconnects).
     pub fn disconnect(&mut self) {
         self.conn = None;

@@ -30,6 +30,12 @@ pub const MSG_OFF_FLAGS: usize = 9;
 pub const MSG_OFF_STATUS: usize = 10;
 pub const MSG_OFF_LEN: usize = 12;
 
+/// Message `flags` bit 0 (requests only): the payload opens with a `u64` placement version the
+/// client routed the request by (a cluster's fencing); the op's own payload follows it.
+pub const MSG_FLAG_FENCED: u8 = 1;
+/// Bytes of the fence a [`MSG_FLAG_FENCED`] message's payload opens with.
+pub const FENCE_BYTES: usize = 8;
+
 /// Bytes of an HMAC-SHA256 tag, an auth challenge and a program hash (SHA-256).
 pub const HASH_BYTES: usize = 32;
 
@@ -189,6 +195,9 @@ pub struct Msg<'a> {
     pub req_id: u64,
     pub op: u8,
     pub status: u16,
+    /// The placement version the request was routed by ([`MSG_FLAG_FENCED`]); `None` in
+    /// frames without the flag (every frame before fencing existed).
+    pub fence: Option<u64>,
     pub payload: &'a [u8],
     /// Where the message sits, for errors: frame number, index, body offset of its payload.
     pub at: MsgAt,
@@ -274,10 +283,21 @@ impl<'a> Iterator for Messages<'a> {
             }));
         }
         let len = le_u32(rest, MSG_OFF_LEN) as usize;
-        if rest[MSG_OFF_FLAGS] != 0 {
+        let flags = rest[MSG_OFF_FLAGS];
+        if flags & !MSG_FLAG_FENCED != 0 {
             self.failed = true;
             let at = MsgAt { frame, msg, offset: self.pos };
-            return Some(Err(at.bad(MSG_OFF_FLAGS, "flags", "must be 0")));
+            return Some(Err(at.bad(MSG_OFF_FLAGS, "flags", "only bit 0 (fenced) is defined")));
+        }
+        let fenced = flags & MSG_FLAG_FENCED != 0;
+        if fenced && len < FENCE_BYTES {
+            self.failed = true;
+            let at = MsgAt { frame, msg, offset: self.pos };
+            return Some(Err(at.bad(
+                MSG_OFF_LEN,
+                "len",
+                "a fenced message holds its 8-byte fence",
+            )));
         }
         if rest.len() - MSG_HEADER_BYTES < len {
             self.failed = true;
@@ -289,12 +309,14 @@ impl<'a> Iterator for Messages<'a> {
                 have: rest.len() - MSG_HEADER_BYTES,
             }));
         }
+        let skip = if fenced { FENCE_BYTES } else { 0 };
         let m = Msg {
             req_id: le_u64(rest, MSG_OFF_REQ_ID),
             op: rest[MSG_OFF_OP],
             status: le_u16(rest, MSG_OFF_STATUS),
-            payload: &rest[MSG_HEADER_BYTES..MSG_HEADER_BYTES + len],
-            at: MsgAt { frame, msg, offset: self.pos + MSG_HEADER_BYTES },
+            fence: fenced.then(|| le_u64(rest, MSG_HEADER_BYTES)),
+            payload: &rest[MSG_HEADER_BYTES + skip..MSG_HEADER_BYTES + len],
+            at: MsgAt { frame, msg, offset: self.pos + MSG_HEADER_BYTES + skip },
         };
         self.pos += MSG_HEADER_BYTES + len;
         self.index += 1;
@@ -307,18 +329,22 @@ impl<'a> Iterator for Messages<'a> {
 pub struct FrameBuf {
     pub buf: Vec<u8>,
     count: u32,
+    /// Stamped on every request message begun while set ([`FrameBuf::set_fence`]).
+    fence: Option<u64>,
+    kind: u8,
 }
 
 impl FrameBuf {
     #[must_use]
     pub fn with_capacity(bytes: usize) -> Self {
-        Self { buf: Vec::with_capacity(bytes), count: 0 }
+        Self { buf: Vec::with_capacity(bytes), count: 0, fence: None, kind: KIND_REQUEST }
     }
 
     /// Starts a frame of `kind`, dropping whatever the buffer held.
     pub fn begin(&mut self, kind: u8) {
         self.buf.clear();
         self.count = 0;
+        self.kind = kind;
         self.buf.extend_from_slice(&MAGIC);
         self.buf.push(VERSION);
         self.buf.push(kind);
@@ -343,14 +369,24 @@ impl FrameBuf {
         self.count == 0
     }
 
+    /// Stamps `fence` (a cluster's placement version) on every request message begun from now
+    /// on ([`MSG_FLAG_FENCED`]); `None` = plain messages, as before fencing existed.
+    pub fn set_fence(&mut self, fence: Option<u64>) {
+        self.fence = fence;
+    }
+
     /// Opens a message; returns its start for [`FrameBuf::end_msg`].
     pub fn begin_msg(&mut self, req_id: u64, op: u8, status: u16) -> usize {
         let start = self.buf.len();
+        let fence = self.fence.filter(|_| self.kind == KIND_REQUEST);
         self.buf.extend_from_slice(&req_id.to_le_bytes());
         self.buf.push(op);
-        self.buf.push(0);
+        self.buf.push(if fence.is_some() { MSG_FLAG_FENCED } else { 0 });
         self.buf.extend_from_slice(&status.to_le_bytes());
         self.buf.extend_from_slice(&[0; 4]);
+        if let Some(v) = fence {
+            self.buf.extend_from_slice(&v.to_le_bytes());
+        }
         start
     }
 

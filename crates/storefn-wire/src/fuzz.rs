@@ -57,7 +57,7 @@ pub fn check_offload(data: &[u8]) {
         _ => panic!("OFFLOAD payload error of an unexpected kind: {e}"),
     };
     for (kind, status) in [(KIND_REQUEST, 0u16), (KIND_RESPONSE, 0)] {
-        let m = Msg { req_id: 42, op: op::OFFLOAD, status, payload: data, at };
+        let m = Msg { req_id: 42, op: op::OFFLOAD, status, fence: None, payload: data, at };
         let mut f = FrameBuf::default();
         f.begin(kind);
         if kind == KIND_REQUEST {

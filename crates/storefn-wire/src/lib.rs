@@ -33,7 +33,8 @@ pub use auth::{challenge, mac, verify};
 pub use client::{read_response_frame, Client, ClientConfig, ClientError, Reply, DEFAULT_TIMEOUT};
 pub use frame::{
     decode_frame, decode_header, op, put_answer_head, FrameBuf, FrameHeader, Messages, Msg, MsgAt,
-    ProtoError, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAGIC, VERSION,
+    ProtoError, FENCE_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAGIC, MSG_FLAG_FENCED,
+    VERSION,
 };
 pub use hash::{prog_hash, ProgHash};
 pub use msg::{

@@ -365,9 +365,24 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             let d = Db::open_opts(db, write.db_options(*memtable_bytes)?)?;
             put_stream(&d, *count, *seed, *batch)
         }
-        KvCmd::Get { opts, .. } if opts.remote.remote.is_some() && opts.prog.prog.is_some() => {
+        KvCmd::Get { opts, .. } if opts.remote.any() && opts.prog.prog.is_some() => {
             Err("--prog runs a program locally; with --remote use --path pushdown".into())
         }
+        KvCmd::Get { db, key, opts } if opts.remote.cluster.is_some() => {
+            let path = opts.path.as_deref().unwrap_or("pushdown");
+            crate::kv_remote::cluster_get(db, *key, path, &opts.remote)
+        }
+        KvCmd::Multiget { db, keys, random, seed, opts } if opts.remote.cluster.is_some() => {
+            let path = opts.path.as_deref().unwrap_or("pushdown");
+            crate::kv_remote::cluster_multiget(
+                db,
+                keys,
+                random.map(|n| (n, *seed)),
+                path,
+                &opts.remote,
+            )
+        }
+        KvCmd::Bench(a) if a.remote.cluster.is_some() => crate::kv_remote::cluster_bench(a),
         KvCmd::Get { db, key, opts } if opts.remote.remote.is_some() => {
             let addr = opts.remote.remote.as_deref().expect("checked");
             let path = opts.path.as_deref().unwrap_or("pushdown");

@@ -24,6 +24,20 @@ pub struct RemoteOpts {
     /// bench: the server's pid on this machine, to report its CPU per lookup.
     #[arg(long, requires = "remote")]
     pub server_pid: Option<u32>,
+    /// etcd endpoints (`host:port,...`) of a cluster: instead of `--remote ADDR`, each lookup
+    /// goes to a live replica of its shard (collection from --collection, else DB).
+    #[arg(long, conflicts_with = "remote")]
+    pub cluster: Option<String>,
+    /// The cluster's collection (with --cluster) [default: DB].
+    #[arg(long, requires = "cluster")]
+    pub collection: Option<String>,
+}
+
+impl RemoteOpts {
+    /// `--remote` or `--cluster` given.
+    pub fn any(&self) -> bool {
+        self.remote.is_some() || self.cluster.is_some()
+    }
 }
 
 fn client_cfg(o: &RemoteOpts) -> Result<ClientConfig, Box<dyn std::error::Error>> {
@@ -105,4 +119,75 @@ pub fn bench(a: &crate::kv::BenchArgs, addr: &str) -> CmdResult {
         crate::kv::append_line(p, &obj)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--cluster`: the collection and a client of it.
+fn cluster_client(
+    db: &Path,
+    o: &RemoteOpts,
+) -> Result<storefn_cluster::ClusterClient, Box<dyn std::error::Error>> {
+    let ep = o.cluster.as_deref().expect("checked");
+    let c = match &o.collection {
+        Some(c) => c.clone(),
+        None => db_name(db)?,
+    };
+    Ok(storefn_cluster::ClusterClient::connect(ep, &c)?)
+}
+
+/// `kv get --cluster`.
+pub fn cluster_get(db: &Path, key: u64, path: &str, o: &RemoteOpts) -> CmdResult {
+    let p: RemotePath = path.parse()?;
+    let found = cluster_client(db, o)?.get(key, p)?;
+    Ok(crate::kv::print_get(found.as_ref()))
+}
+
+/// `kv multiget --cluster`.
+pub fn cluster_multiget(
+    db: &Path,
+    keys: &[u64],
+    random: Option<(u64, u64)>,
+    path: &str,
+    o: &RemoteOpts,
+) -> CmdResult {
+    let p: RemotePath = path.parse()?;
+    let mut c = cluster_client(db, o)?;
+    let n = storefn_cluster::keyspace(c.placement().collection.layers)?;
+    let keys = crate::kv::pick_keys(keys, random, n)?;
+    let got = c.get_many(&keys, p)?;
+    Ok(crate::kv::print_multiget(&keys, &got))
+}
+
+/// `kv bench --cluster`: a checked lookup load over the collection.
+pub fn cluster_bench(a: &crate::kv::BenchArgs) -> CmdResult {
+    let o = &a.remote;
+    let collection = match &o.collection {
+        Some(c) => c.clone(),
+        None => db_name(&a.db)?,
+    };
+    let spec = storefn_cluster::LoadSpec {
+        endpoints: o.cluster.clone().expect("checked"),
+        collection,
+        threads: a.threads,
+        // `--requests` counts all lookups; the load counts per thread.
+        requests: Some(a.requests.div_ceil(a.threads.max(1) as u64)),
+        batch: a.batch.unwrap_or(1),
+        path: a.path.parse()?,
+        seed: a.seed,
+        max_time: std::time::Duration::from_secs(3600),
+    };
+    let r = storefn_cluster::run_load(&spec, &std::sync::atomic::AtomicBool::new(false))?;
+    println!(
+        "Average throughput: {:.6} op/s latency: {:.6} usec",
+        r.throughput(),
+        r.latency_us(0.5)
+    );
+    println!("99%   latency: {:.6} us", r.latency_us(0.99));
+    println!(
+        "cluster lookups={} wrong={} failed_batches={} retries={} refusals={}",
+        r.lookups, r.wrong, r.failed, r.retries, r.refusals
+    );
+    for e in r.errors.iter().take(3) {
+        eprintln!("error: {e}");
+    }
+    Ok(if r.wrong == 0 && r.failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

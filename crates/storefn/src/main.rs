@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cluster_cmd;
 mod dds_cmd;
 mod demo;
 mod digest_cmd;
@@ -68,6 +69,9 @@ enum Cmd {
     /// WiredTiger: point lookups in a database's own B-tree files, read-only.
     #[command(subcommand)]
     Wt(wt::WtCmd),
+    /// Many servers on etcd: collections, shards, replicas, their status; drain a server.
+    #[command(subcommand)]
+    Cluster(cluster_cmd::ClusterCmd),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Cmd::Pageserver(c) => pageserver_cmd::run(&c),
         Cmd::Rocks(c) => rocks::run(&c),
         Cmd::Wt(c) => wt::run(&c),
+        Cmd::Cluster(c) => cluster_cmd::run(&c),
     };
     match result {
         Ok(code) => code,

@@ -41,6 +41,16 @@ pub struct ServeArgs {
     /// 4096 (default 65536, so real engines' pages are one hop).
     #[arg(long)]
     pub hop_bytes: Option<usize>,
+    /// etcd endpoints (`host:port,...`): join that cluster (a lease, fencing of shard files,
+    /// re-replication when a server leaves); needs --node and --advertise.
+    #[arg(long, requires_all = ["node", "advertise"])]
+    pub cluster: Option<String>,
+    /// This server's id in the cluster.
+    #[arg(long, requires = "cluster")]
+    pub node: Option<String>,
+    /// The address clients reach this server at.
+    #[arg(long, requires = "cluster")]
+    pub advertise: Option<String>,
 }
 
 fn parse_tenant_budget(s: &str) -> Result<(String, u64), String> {
@@ -81,6 +91,19 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
+    let agent = match &a.cluster {
+        Some(ep) => {
+            let agent = storefn_cluster::NodeAgent::start(storefn_cluster::NodeConfig {
+                endpoints: ep.clone(),
+                id: a.node.clone().expect("clap requires it"),
+                advertise: a.advertise.clone().expect("clap requires it"),
+                dir: a.dir.clone(),
+            })?;
+            cfg.fence = Some(agent.fence());
+            Some(agent)
+        }
+        None => None,
+    };
     let server = Server::start(&a.listen, cfg)?;
     eprintln!(
         "storefn serve: listening on {} (dir {}, {} thread(s), auth {})",
@@ -93,6 +116,11 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("storefn serve: stopping");
+    if let Some(agent) = agent {
+        // Leave first: the lease is revoked, so clients route elsewhere before we stop.
+        agent.leave();
+        eprintln!("storefn serve: left the cluster");
+    }
     server.stop();
     server.join()?;
     eprintln!("storefn serve: stopped");

@@ -5,6 +5,7 @@
 //! "Server").
 
 mod conns;
+pub mod fence;
 mod files;
 pub mod limits;
 pub mod offload;
@@ -62,6 +63,9 @@ pub struct ServerConfig {
     /// Largest block one hop of a pushed-down chain may read ([`SERVER_HOP_BYTES`] by
     /// default, so real engines' pages fit; a program still asks for each hop's size).
     pub hop_bytes: usize,
+    /// A cluster's fencing of shard files ([`fence::Fence`]); `None` = every request for an
+    /// existing file is answered, fenced or not.
+    pub fence: Option<std::sync::Arc<dyn fence::Fence>>,
 }
 
 impl ServerConfig {
@@ -94,6 +98,7 @@ impl ServerConfig {
             insn_budget: DEFAULT_TENANT_INSN_BUDGET,
             tenant_insn_budgets: Vec::new(),
             hop_bytes: SERVER_HOP_BYTES,
+            fence: None,
         }
     }
 }

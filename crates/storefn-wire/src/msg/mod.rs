@@ -176,11 +176,15 @@ pub enum StatusCode {
     /// The path names something other than a regular file (FIFO, device, directory, socket):
     /// it was not opened for reading or writing.
     NotRegular = 16,
+    /// Fencing: the server is not a current replica of the file's shard at the placement
+    /// version the request was routed by (or lost its cluster lease): try another replica
+    /// after refreshing the placement.
+    StalePlacement = 17,
 }
 
 impl StatusCode {
     /// Every code with its name, for the document check.
-    pub const ALL: [(StatusCode, &'static str); 17] = [
+    pub const ALL: [(StatusCode, &'static str); 18] = [
         (Self::Ok, "OK"),
         (Self::BadRequest, "BAD_REQUEST"),
         (Self::AuthRequired, "AUTH_REQUIRED"),
@@ -198,6 +202,7 @@ impl StatusCode {
         (Self::Forbidden, "FORBIDDEN"),
         (Self::QuotaExceeded, "QUOTA_EXCEEDED"),
         (Self::NotRegular, "NOT_REGULAR"),
+        (Self::StalePlacement, "STALE_PLACEMENT"),
     ];
 
     /// The code for a wire value; `None` for values this build does not know.

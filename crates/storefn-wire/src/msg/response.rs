@@ -69,6 +69,9 @@ impl<'a> Response<'a> {
         if !op::ALL.iter().any(|(o, _)| *o == m.op) {
             return Err(ProtoError::UnknownOp { frame: at.frame, msg: at.msg, op: m.op });
         }
+        if m.fence.is_some() {
+            return Err(at.bad(0, "flags", "a response carries no fence"));
+        }
         if m.status != StatusCode::Ok as u16 {
             return Ok(Self::Error {
                 status: m.status,

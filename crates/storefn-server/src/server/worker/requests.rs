@@ -36,7 +36,13 @@ impl Worker<'_> {
             let m = m.expect("validated");
             let r = Request::parse(&m).expect("validated");
             self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-            self.handle_request(ci, m.req_id, &r);
+            let fence = self.shared.cfg.fence.as_deref();
+            match crate::server::fence::refusal(fence, &r, m.fence) {
+                Some((st, why)) if self.conn(ci).authed => {
+                    self.respond_err(ci, m.req_id, r.op(), st, &why);
+                }
+                _ => self.handle_request(ci, m.req_id, &r),
+            }
             if self.conns[ci as usize].as_ref().is_none_or(|c| c.closing.is_some()) {
                 break;
             }

@@ -1,0 +1,126 @@
+//! `storefn cluster create|place|status|drain --etcd ENDPOINTS ...`: a collection's placement
+//! in etcd (crates/storefn-cluster).
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use storefn_cluster::{create, drain, plan, status, CreateSpec, Etcd, PlanReport};
+
+use crate::CmdResult;
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCmd {
+    /// Split a BPF-KV keyspace (keys 0..31^L) into S key-range shards, each a BPF-KV tree,
+    /// and copy each to R live servers (checksummed, synced, then published).
+    Create {
+        collection: String,
+        #[arg(long)]
+        etcd: String,
+        #[arg(long)]
+        layers: u32,
+        #[arg(long)]
+        shards: u32,
+        #[arg(long, default_value_t = 1)]
+        replicas: u32,
+    },
+    /// One planning pass, as the leader makes them: drop gone servers' replicas, copy shards
+    /// with fewer than R live copies.
+    Place {
+        #[arg(long)]
+        etcd: String,
+    },
+    /// The collection's shards (range, live replicas, version) and the servers.
+    Status {
+        #[arg(long)]
+        etcd: String,
+        #[arg(long)]
+        collection: String,
+        /// One JSON object: `shards` [{id, range, replicas, version}], `nodes` [{id, addr,
+        /// alive}], `problems`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move every shard off a server (keeping R copies), then drop it from the placement.
+    Drain {
+        #[arg(long)]
+        etcd: String,
+        #[arg(long)]
+        node: String,
+    },
+}
+
+fn print_plan(r: &PlanReport) {
+    for (c, s, n) in &r.copied {
+        println!("copied {c} shard {s} to {n}");
+    }
+    for (c, s, n) in &r.dropped {
+        println!("dropped {c} shard {s} from {n}");
+    }
+    for p in &r.problems {
+        eprintln!("problem: {p}");
+    }
+}
+
+pub fn run(c: &ClusterCmd) -> CmdResult {
+    match c {
+        ClusterCmd::Create { collection, etcd, layers, shards, replicas } => {
+            let e = Etcd::connect(etcd)?;
+            let spec = CreateSpec {
+                collection: collection.clone(),
+                layers: *layers,
+                shards: *shards,
+                replicas: *replicas,
+            };
+            let work =
+                std::env::temp_dir().join(format!("storefn-cluster-create-{}", std::process::id()));
+            std::fs::create_dir_all(&work)?;
+            let res = create(&e, &spec, &work);
+            let _ = std::fs::remove_dir_all(&work);
+            for s in res? {
+                println!(
+                    "shard {} keys {}..={} on {} (version {})",
+                    s.id,
+                    s.lo,
+                    s.hi,
+                    s.replicas.join(","),
+                    s.version
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCmd::Place { etcd } => {
+            let r = plan(&Etcd::connect(etcd)?, &[])?;
+            print_plan(&r);
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCmd::Status { etcd, collection, json } => {
+            let s = status(&Etcd::connect(etcd)?, collection)?;
+            if *json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                for sh in &s.shards {
+                    println!(
+                        "shard {} keys {}..={} version {} replicas {}",
+                        sh.id,
+                        sh.range[0],
+                        sh.range[1],
+                        sh.version,
+                        sh.replicas.join(",")
+                    );
+                }
+                for n in &s.nodes {
+                    println!("node {} {} {}", n.id, n.addr, if n.alive { "alive" } else { "gone" });
+                }
+                for p in &s.problems {
+                    println!("problem: {p}");
+                }
+            }
+            Ok(if s.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        ClusterCmd::Drain { etcd, node } => {
+            let r = drain(&Etcd::connect(etcd)?, node)?;
+            print_plan(&r);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
