@@ -19,6 +19,7 @@ use storefn_io::{Completion, Engine, EngineConfig};
 use super::files::{FileFail, Files};
 use super::progs::Progs;
 mod lambda;
+mod meter;
 mod offload;
 mod requests;
 mod tenants;
@@ -142,6 +143,8 @@ pub(super) struct Conn {
     pub(super) tx_stalled_since: Option<Instant>,
     /// Close once the output is sent (auth failure, protocol error).
     pub(super) closing: Option<&'static str>,
+    /// Its tenant's metrics (the unauthenticated ones until AUTH).
+    pub(super) meter: crate::metrics::ConnMeter,
 }
 
 /// What one entry of the poll array watches.
@@ -248,10 +251,8 @@ pub(crate) fn run(
 }
 
 impl Worker<'_> {
-    pub(super) fn log(&self, conn: &Conn, what: &str) {
-        if self.shared.cfg.log {
-            eprintln!("storefn serve: [t{}] conn {} {}: {what}", self.id, conn.id, conn.peer);
-        }
+    pub(super) fn log(&self, conn: &Conn, event: &str, reason: &str) {
+        self.log_conn(conn, event, reason);
     }
 
     pub(super) fn stopping(&self) -> bool {
@@ -380,6 +381,7 @@ impl Worker<'_> {
         self.poll_offload_reads();
         self.flush_all();
         self.check_timeouts();
+        self.publish_metrics();
         Ok(())
     }
 
@@ -389,9 +391,7 @@ impl Worker<'_> {
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    if self.shared.cfg.log {
-                        eprintln!("storefn serve: [t{}] accept: {e}", self.id);
-                    }
+                    self.log_thread("accept_failed", None, &e.to_string());
                     return;
                 }
             };
@@ -406,9 +406,7 @@ impl Worker<'_> {
             if let Err(why) = admitted {
                 // Relaxed: a statistic.
                 self.shared.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-                if self.shared.cfg.log {
-                    eprintln!("storefn serve: [t{}] {peer}: refused by {why}", self.id);
-                }
+                self.log_thread("refused_connection", Some(peer), why);
                 continue;
             }
             if stream.set_nonblocking(true).is_err() {
@@ -449,16 +447,17 @@ impl Worker<'_> {
                 partial_since: None,
                 tx_stalled_since: None,
                 closing: None,
+                meter: crate::metrics::ConnMeter::new(self.shared.metrics.anonymous(), self.id),
             };
             self.shared.stats.connections.fetch_add(1, Ordering::Relaxed);
-            self.log(&c, "connected");
+            self.log(&c, "connected", "");
             self.conns[ci] = Some(c);
         }
     }
 
     fn close(&mut self, ci: u32, why: &str) {
         if let Some(c) = self.conns[ci as usize].take() {
-            self.log(&c, &format!("closed: {why}"));
+            self.log(&c, "closed", why);
             if let Some(t) = c.tenant {
                 self.tenants.release(t);
             }
@@ -671,6 +670,7 @@ impl Worker<'_> {
             self.progs.release(i);
         }
         let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
+        self.meter_job(ji, &j, cpu);
         if j.admitted {
             self.sched.done(j.tenant);
             self.sched.job_done(j.tenant, cpu);
@@ -849,6 +849,7 @@ fn move_frame_to_tx(c: &mut Conn) {
         c.tx_pos = 0;
     }
     let bytes = c.frame.finish();
+    c.meter.count_frame(bytes, c.id, c.peer);
     c.tx.extend_from_slice(bytes);
     c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
     if c.frame.buf.capacity() > CONN_KEEP_BYTES {

@@ -149,7 +149,7 @@ impl Worker<'_> {
         }
         if let Some(r) = o.reads.as_mut() {
             if let Err(e) = r.submit() {
-                eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
+                self.log_thread("offload_submit_failed", None, &e.to_string());
             }
         }
         o.reqs = reqs;
@@ -180,6 +180,7 @@ impl Worker<'_> {
         let tok = token(self.id, slot, o.slot_gens[slot as usize]);
         match hook.forward(tok, msg) {
             Ok(host) => {
+                self.shared.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                 let conn_gen = self.conn(ci).gen;
                 let deadline = Instant::now() + self.shared.cfg.forward_timeout;
                 o.forwarded[slot as usize] = Some(Forwarded { conn: ci, conn_gen, req_id, host });
@@ -256,7 +257,7 @@ impl Worker<'_> {
         let reads = o.reads.as_mut().expect("live reads");
         // Reads a failed submit left queued go out now (else they would never complete).
         if let Err(e) = reads.submit() {
-            eprintln!("storefn serve: [t{}] offload reads: submit: {e}", self.id);
+            self.log_thread("offload_submit_failed", None, &e.to_string());
         }
         reads.reap(|s, res| done.push((s, res)));
         for (mut s, res) in done.drain(..) {
@@ -279,6 +280,7 @@ impl Worker<'_> {
                 s.frame.finish();
                 let c = self.conn(s.conn);
                 c.in_flight -= 1;
+                c.meter.count_frame(&s.frame.buf, c.id, c.peer);
                 c.out_frames.push_back(std::mem::take(&mut s.frame));
             }
             if s.frame.buf.capacity() > 0 && o.spare_frames.len() < MAX_SPARE_READ_FRAMES {
