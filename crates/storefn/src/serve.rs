@@ -41,6 +41,12 @@ pub struct ServeArgs {
     /// 4096 (default 65536, so real engines' pages are one hop).
     #[arg(long)]
     pub hop_bytes: Option<usize>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`), e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// Connection and refused-request log lines: text, or one JSON object per line.
+    #[arg(long, default_value = "text")]
+    pub log_format: storefn_server::LogFormat,
 }
 
 fn parse_tenant_budget(s: &str) -> Result<(String, u64), String> {
@@ -64,6 +70,8 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     let mut cfg = ServerConfig::new(&a.dir);
     cfg.threads = a.threads;
     cfg.log = true;
+    cfg.log_format = a.log_format;
+    cfg.metrics.clone_from(&a.metrics);
     cfg.fair = !a.unfair;
     if let Some(b) = a.insn_budget {
         cfg.insn_budget = b;
@@ -89,6 +97,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         a.threads,
         if a.token_file.is_some() { "on" } else { "off" }
     );
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("storefn serve: metrics on http://{m}/metrics");
+    }
     while !STOP.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
