@@ -17,6 +17,8 @@ pub mod auth;
 pub mod confine;
 #[cfg(feature = "bench")]
 pub mod fairness;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 pub mod limits;
 mod log;
 pub mod metrics;

@@ -339,14 +339,21 @@ fn make_meter(
     let t: TenantLabel = [("tenant", Arc::from(name))];
     let kv = |k: &'static str| ([("work", k)], t.clone());
     let dir = |k: &'static str| ([("dir", k)], t.clone());
+    // One statement per handle: a family's guard lives to the end of its statement, and a
+    // second get_or_create on the same family inside it would wait for itself.
+    let cpu_program = cpu.get_or_create(&kv("program")).clone();
+    let cpu_request = cpu.get_or_create(&kv("request")).clone();
+    let bytes_read = bytes.get_or_create(&dir("read")).clone();
+    let bytes_written = bytes.get_or_create(&dir("written")).clone();
+    let chains = chains.get_or_create(&t).clone();
     Arc::new(TenantMeter {
         name: Arc::clone(&t[0].1),
         requests: requests.clone(),
-        cpu_program: cpu.get_or_create(&kv("program")).clone(),
-        cpu_request: cpu.get_or_create(&kv("request")).clone(),
-        bytes_read: bytes.get_or_create(&dir("read")).clone(),
-        bytes_written: bytes.get_or_create(&dir("written")).clone(),
-        chains: chains.get_or_create(&t).clone(),
+        cpu_program,
+        cpu_request,
+        bytes_read,
+        bytes_written,
+        chains,
         log,
     })
 }
