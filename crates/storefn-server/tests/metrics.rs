@@ -171,3 +171,44 @@ fn without_a_token_file_tenant_labels_are_bounded() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn program_cpu_and_chains_are_charged_to_the_tenant_that_ran_them() {
+    let dir = TempDir::new("metrics-cpu");
+    let mut loop_file = vec![0u8; 1024];
+    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
+    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    let server = start(&dir);
+    let mut burner = connect(&server, "alice", SECRET_A);
+    let mut reader = connect(&server, "bob", SECRET_B);
+    let spin = burner.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+    let reqs: Vec<Request<'_>> = (0..8)
+        .map(|_| Request::Xrp {
+            path: b"loop",
+            offset: 0,
+            len: 512,
+            hash: &spin,
+            scratch: &[],
+            out_len: 0,
+        })
+        .collect();
+    let replies = burner.call(&reqs).unwrap();
+    assert!(replies.iter().all(|r| r.status == storefn_wire::StatusCode::ChainFailed as u16));
+    for _ in 0..20 {
+        reader.one(&Request::Read { path: b"loop", offset: 0, len: 512 }).unwrap();
+    }
+    let m = scrape(&server);
+    let cpu = |t: &str| {
+        metric(&m, "storefn_tenant_cpu_seconds_total", &[("work", "program"), ("tenant", t)])
+    };
+    println!("program CPU: alice {:.6} s, bob {:.6} s", cpu("alice"), cpu("bob"));
+    assert!(cpu("alice") > 0.0, "eight chains ran to their budget on alice's account");
+    assert_eq!(cpu("bob"), 0.0, "reads run no program");
+    assert_eq!(metric(&m, "storefn_tenant_chains_total", &[("tenant", "alice")]), 8.0);
+    let failed = &[("op", "XRP"), ("status", "CHAIN_FAILED"), ("tenant", "alice")];
+    assert_eq!(metric(&m, "storefn_requests_total", failed), 8.0);
+    let read = metric(&m, "storefn_tenant_bytes_total", &[("dir", "read"), ("tenant", "bob")]);
+    assert_eq!(read, 20.0 * 512.0);
+    server.stop();
+    server.join().unwrap();
+}
