@@ -4,6 +4,9 @@
 //! crates' own limits at compile time, never typed twice.
 
 pub use crate::auth::MIN_SECRET_BYTES;
+pub use crate::metrics::{
+    MAX_METRICS_CONNS, MAX_METRICS_REQUEST_BYTES, MAX_METRIC_TENANTS, METRICS_IO_TIMEOUT,
+};
 pub use crate::registry::{DEFAULT_REGISTRY_BYTES, SERVER_INSN_BUDGET};
 pub use crate::server::offload_reads::MAX_OFFLOAD_READS;
 pub use crate::server::sched::RESERVE_DIV;
