@@ -24,6 +24,14 @@ use crate::{Server, ServerConfig};
 
 const TENANT: &str = "fuzz";
 const SECRET: &str = "fuzz-secret-0123456789abcdef";
+/// The other client: read-only over the whole directory (the fuzzed tenant may write only
+/// beneath `w/`, so it cannot change what the victim checks).
+const VICTIM: &str = "victim";
+const VICTIM_SECRET: &str = "victim-secret-0123456789abc";
+/// Paths a structured message names: the fuzzed tenant's file, files outside its scope, a
+/// missing one, escapes.
+const PATHS: [&[u8]; 8] =
+    [b"w/f", b"w/f", b"f", b"w/missing", b"../f", b"/etc/passwd", b"w/../f", b""];
 /// Bytes of the served file `f` (its content is `FILE_BYTE`).
 const FILE_BYTES: usize = 64 * 1024;
 const FILE_BYTE: u8 = 0x5a;
@@ -52,7 +60,10 @@ impl AuthedTarget {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         std::fs::write(dir.join("f"), vec![FILE_BYTE; FILE_BYTES]).expect("served file");
-        std::fs::write(dir.join("tokens"), format!("{TENANT} {SECRET}\n")).expect("token file");
+        std::fs::create_dir_all(dir.join("w")).expect("tenant dir");
+        std::fs::write(dir.join("w/f"), vec![1u8; FILE_BYTES]).expect("tenant file");
+        let tokens = format!("{TENANT} {SECRET} rw dir=w\n{VICTIM} {VICTIM_SECRET} ro\n");
+        std::fs::write(dir.join("tokens"), tokens).expect("token file");
         let mut cfg = ServerConfig::new(&dir);
         cfg.tokens = Some(crate::auth::load_tokens(&dir.join("tokens")).expect("tokens"));
         cfg.slow_client_timeout = Duration::from_secs(2);
@@ -92,7 +103,7 @@ impl AuthedTarget {
             drain(&mut s);
         }
         drop(s);
-        let cfg = ClientConfig::with_secret(TENANT, SECRET);
+        let cfg = ClientConfig::with_secret(VICTIM, VICTIM_SECRET);
         let mut c = Client::connect(&addr.to_string(), cfg).expect("another client connects");
         let r = c.one(&Request::Read { path: b"f", offset: 4096, len: 512 });
         let r = r.expect("another client is served");
@@ -147,7 +158,9 @@ fn drain(s: &mut TcpStream) {
 }
 
 /// The frames an input describes. Each starts with a control byte: `0` = raw bytes (the next
-/// byte says how many, up to 255, sent as they are); otherwise a request frame of
+/// byte says how many, up to 255, sent as they are); `1..=63` = a frame of `1 + ctl % 4`
+/// structured requests (every op, well-formed, with fields from the input: see
+/// [`structured`]); otherwise a request frame of
 /// `1 + ctl % 4` messages, each `op u8 | req_id u8 | len u16 | payload`, with a correct header
 /// (magic, version, kind, lengths) — unless `ctl & 0x80`, when the header's body length is
 /// the input's next u16 instead (frames that lie about their size).
@@ -167,6 +180,16 @@ impl Iterator for Frames<'_> {
         }
         let mut f = FrameBuf::default();
         f.begin(KIND_REQUEST);
+        if ctl < 64 {
+            for i in 0..=(ctl % 4) {
+                let Some(rest) = structured(self.0, |r| put_request(&mut f, u64::from(i), r))
+                else {
+                    break;
+                };
+                self.0 = rest;
+            }
+            return (!f.is_empty()).then(|| f.finish().to_vec());
+        }
         let mut count = 0u32;
         for _ in 0..=(ctl % 4) {
             let [op, id, l0, l1, ..] = *self.0 else { break };
@@ -195,4 +218,42 @@ impl Iterator for Frames<'_> {
         bytes[FRAME_OFF_COUNT..FRAME_OFF_COUNT + 4].copy_from_slice(&count.to_le_bytes());
         Some(bytes)
     }
+}
+
+/// One well-formed request of any op, its fields taken from `d`: `op u8 | path u8 | a u64 |
+/// b u32 | n u8 | bytes[n % 64]` (`a`: offset; `b`: length, out_len or out_cap; the bytes:
+/// scratch, data, ELF, message, tenant or hash seed). Hands it to `put` and returns the rest
+/// of the input; `None` when too little is left.
+fn structured<'a>(d: &'a [u8], put: impl FnOnce(&Request<'_>)) -> Option<&'a [u8]> {
+    const HEAD: usize = 1 + 1 + 8 + 4 + 1;
+    if d.len() < HEAD {
+        return None;
+    }
+    let (op, path) = (d[0], PATHS[usize::from(d[1]) % PATHS.len()]);
+    let a = u64::from_le_bytes(d[2..10].try_into().expect("8"));
+    let b = u32::from_le_bytes(d[10..14].try_into().expect("4"));
+    let n = (usize::from(d[14]) % 64).min(d.len() - HEAD);
+    let bytes = &d[HEAD..HEAD + n];
+    let mut hash = [0u8; storefn_wire::HASH_BYTES];
+    for (h, x) in hash.iter_mut().zip(bytes) {
+        *h = *x;
+    }
+    // Offsets mostly inside the files, sometimes anywhere; lengths up to the wire's bounds.
+    let offset = if a & 1 == 0 { (a >> 1) % (2 * FILE_BYTES as u64) } else { a };
+    let len = b % (storefn_wire::limits::MAX_READ_BYTES + 1);
+    let small = b % (storefn_wire::limits::SCRATCH_BYTES as u32 + 1);
+    let r = match op % 10 {
+        0 => Request::Hello { tenant: &bytes[..n.min(storefn_wire::limits::MAX_TENANT_BYTES)] },
+        1 => Request::Auth { mac: &hash },
+        2 => Request::LoadProg { prog_type: 1 + (op >> 7), section: &[], elf: bytes },
+        3 => Request::Read { path, offset, len },
+        4 => Request::Xrp { path, offset, len, hash: &hash, scratch: bytes, out_len: small },
+        5 => Request::Lambda { path, offset, len: b, hash: &hash, out_cap: small },
+        6 => Request::Write { path, offset, data: bytes },
+        7 => Request::Stat { path },
+        8 => Request::Offload { msg: bytes },
+        _ => Request::LambdaWrite { path, offset, hash: &hash, input: bytes, out_cap: small },
+    };
+    put(&r);
+    Some(&d[HEAD + n..])
 }

@@ -141,7 +141,7 @@ fn the_endpoint_answers_only_get_metrics_in_prometheus_text() {
     // A scraper that connects and says nothing costs the endpoint its timeout, then the
     // next scrape is answered.
     let silent = std::net::TcpStream::connect(addr).unwrap();
-    assert_eq!(scrape(&server).is_empty(), false);
+    assert!(!scrape(&server).is_empty(), "answered after the silent one timed out");
     drop(silent);
     server.stop();
     server.join().unwrap();
