@@ -410,7 +410,9 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     // 600 sockets from 127.0.0.2 that never send a byte.
+    let t_flood = Instant::now();
     let mut flood: Vec<TcpStream> = (0..600).map(|_| connect_from("127.0.0.2", addr)).collect();
+    println!("flood connected in {:?}", t_flood.elapsed());
     std::thread::sleep(Duration::from_millis(300));
     let attacked = victim_p99(&mut victim, 300);
     // A new client from another address still gets in and authenticates.
@@ -426,11 +428,23 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     );
     check_victim("next to 600 silent sockets", idle, attacked);
     assert_eq!(refused, 600 - 16, "all but the address's 16 pre-auth slots refused");
-    let m = scrape(&server);
+    // The endpoint's view: the address's 16 pre-auth slots taken (less those the auth timeout
+    // closed already: this VM may be slow enough for it), the rest refused. A scrape may fall
+    // between a close's two counts: bounded retries.
     let gauge = |m: &str, st: &str| metric(m, "storefn_connections", &[("state", st)]);
-    assert_eq!(gauge(&m, "unauthenticated"), 16.0, "the address's pre-auth slots, no more");
-    assert_eq!(gauge(&m, "authenticated"), 2.0, "the victim and the late client");
-    assert_eq!(metric(&m, "storefn_events_total", &[("event", "refused_connection")]), 584.0);
+    let ev = |m: &str, e: &str| metric(m, "storefn_events_total", &[("event", e)]);
+    let consistent = (0..20).any(|_| {
+        let m = scrape(&server);
+        let held = gauge(&m, "unauthenticated") + ev(&m, "closed_unauthenticated");
+        let ok = held == 16.0
+            && gauge(&m, "authenticated") == 2.0
+            && ev(&m, "refused_connection") == 584.0;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    });
+    assert!(consistent, "pre-auth gauge + closed = 16, 2 authenticated, 584 refused");
     // The 16 admitted are closed when they do not authenticate in time.
     let mut open = 0;
     for s in &mut flood {
