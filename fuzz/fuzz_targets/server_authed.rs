@@ -13,5 +13,5 @@ use storefn_server::fuzz::AuthedTarget;
 static TARGET: OnceLock<AuthedTarget> = OnceLock::new();
 
 fuzz_target!(|data: &[u8]| {
-    TARGET.get_or_init(|| AuthedTarget::start("cargo-fuzz")).check(data);
+    let _ = TARGET.get_or_init(|| AuthedTarget::start("cargo-fuzz")).check(data);
 });

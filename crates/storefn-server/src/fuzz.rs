@@ -82,11 +82,12 @@ impl AuthedTarget {
         r.expect("server threads ended cleanly");
     }
 
-    /// The property for one input (see the module's note).
+    /// The property for one input (see the module's note); returns what the fuzzed
+    /// connection got.
     ///
     /// # Panics
     /// When it does not hold (the fuzzer's finding).
-    pub fn check(&self, data: &[u8]) {
+    pub fn check(&self, data: &[u8]) -> Outcome {
         let addr = self.server.local_addr();
         let mut s = TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(CASE_TIMEOUT)).expect("timeout");
@@ -99,15 +100,14 @@ impl AuthedTarget {
             }
             sent += 1;
         }
-        if sent > 0 {
-            drain(&mut s);
-        }
+        let outcome = if sent > 0 { drain(&mut s) } else { Outcome::default() };
         drop(s);
         let cfg = ClientConfig::with_secret(VICTIM, VICTIM_SECRET);
         let mut c = Client::connect(&addr.to_string(), cfg).expect("another client connects");
         let r = c.one(&Request::Read { path: b"f", offset: 4096, len: 512 });
         let r = r.expect("another client is served");
         assert_eq!(r.data, [FILE_BYTE; 512], "another client reads the right bytes");
+        outcome
     }
 }
 
@@ -132,26 +132,43 @@ fn authenticate(s: &mut TcpStream) {
     assert_eq!(m.status, 0, "AUTH accepted");
 }
 
+/// What the fuzzed connection got after its frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Response bytes received.
+    pub answered_bytes: usize,
+    /// The server closed the connection.
+    pub closed: bool,
+}
+
 /// Reads until the server closes the connection or stays quiet; bounded by `CASE_TIMEOUT`
 /// per read and twice that in all (a server that neither answers nor closes within it hangs).
-fn drain(s: &mut TcpStream) {
+fn drain(s: &mut TcpStream) -> Outcome {
     let t0 = Instant::now();
     let mut buf = [0u8; 16 * 1024];
     s.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
     let mut quiet = 0;
+    let mut o = Outcome::default();
     while t0.elapsed() < CASE_TIMEOUT * 2 {
         match s.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => quiet = 0,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            Ok(0) => return Outcome { closed: true, ..o },
+            Ok(n) => {
+                o.answered_bytes += n;
+                quiet = 0;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 quiet += 1;
                 // Answers came (or none were due) and the connection stays usable.
                 if quiet >= 2 {
-                    return;
+                    return o;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return,
-            Err(_) => return, // reset by the server: closed
+            Err(_) => return Outcome { closed: true, ..o }, // reset by the server
         }
     }
     panic!("the connection neither went quiet nor closed within {:?}", CASE_TIMEOUT * 2);
