@@ -155,6 +155,7 @@ fn the_table_gives_the_values_of_the_code() {
         ("MAX_METRIC_TENANTS", srv::MAX_METRIC_TENANTS as u64),
         ("MAX_METRICS_CONNS", srv::MAX_METRICS_CONNS as u64),
         ("MAX_METRICS_REQUEST_BYTES", srv::MAX_METRICS_REQUEST_BYTES as u64),
+        ("MAX_REFUSED_LOG_LINES_PER_SEC", u64::from(srv::MAX_REFUSED_LOG_LINES_PER_SEC)),
     ];
     for &(name, v) in sizes {
         check(name, v);

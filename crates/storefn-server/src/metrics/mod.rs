@@ -44,6 +44,12 @@ pub use http::{MAX_METRICS_CONNS, MAX_METRICS_REQUEST_BYTES, METRICS_IO_TIMEOUT}
 /// tenant of the file has its label and no other name can get one).
 pub const MAX_METRIC_TENANTS: usize = 64;
 
+/// Refused-request log lines per tenant (the unauthenticated ones share one budget) per
+/// second; the rest are counted and the next line written says how many were left out. The
+/// log is written on the worker thread: without it one client's frames of bad requests could
+/// fill a slow stderr and stall every connection of the thread.
+pub const MAX_REFUSED_LOG_LINES_PER_SEC: u32 = 100;
+
 /// The label of requests before authentication and of tenants past [`MAX_METRIC_TENANTS`].
 pub const UNAUTHENTICATED_TENANT: &str = "-";
 pub const OTHER_TENANT: &str = "_other";
@@ -99,7 +105,16 @@ pub struct TenantMeter {
     bytes_written: Counter,
     chains: Counter,
     log: Logger,
+    /// The refused-line budget: the second it counts (since `LOG_EPOCH`), lines written in
+    /// it, lines left out since the last one written. Relaxed: an approximate rate limit;
+    /// two threads racing at a second's turn may write a few lines more, never fewer.
+    log_second: AtomicU64,
+    log_lines: std::sync::atomic::AtomicU32,
+    log_dropped: AtomicU64,
 }
+
+/// The start of the log budget's seconds.
+static LOG_EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
 impl std::fmt::Debug for TenantMeter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,6 +131,19 @@ fn ns_to_s(ns: u64) -> f64 {
 }
 
 impl TenantMeter {
+    /// Whether one more refused-request line fits this second's budget (else it is counted).
+    fn log_allowed(&self) -> bool {
+        let now = LOG_EPOCH.get_or_init(std::time::Instant::now).elapsed().as_secs();
+        if self.log_second.swap(now, Ordering::Relaxed) != now {
+            self.log_lines.store(0, Ordering::Relaxed);
+        }
+        if self.log_lines.fetch_add(1, Ordering::Relaxed) < MAX_REFUSED_LOG_LINES_PER_SEC {
+            return true;
+        }
+        self.log_dropped.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
     /// CPU time of this tenant's program runs (XRP chains, λ over staged ranges).
     pub(crate) fn program_cpu(&self, ns: u64) {
         self.cpu_program.inc_by(ns_to_s(ns));
@@ -151,14 +179,20 @@ impl TenantMeter {
             let status = StatusCode::from_u16(st).map_or("?", StatusCode::name);
             let labels = ([("op", op), ("status", status)], [("tenant", Arc::clone(&self.name))]);
             self.requests.get_or_create(&labels).inc();
-            if st != StatusCode::Ok as u16 && self.log.on {
+            if st != StatusCode::Ok as u16 && self.log.on && self.log_allowed() {
                 let text = m.get(MSG_HEADER_BYTES..MSG_HEADER_BYTES + len).unwrap_or(&[]);
                 let reason = String::from_utf8_lossy(text);
                 let tenant =
                     (&*self.name != UNAUTHENTICATED_TENANT).then_some(self.name.as_bytes());
                 let e =
                     Event { event: "refused", op: Some(op), status: Some(status), tenant, ..*who };
-                self.log.log(&Event { reason: &reason, ..e });
+                let dropped = self.log_dropped.swap(0, Ordering::Relaxed);
+                if dropped > 0 {
+                    let why = format!("{reason} ({dropped} refused requests not logged before)");
+                    self.log.log(&Event { reason: &why, ..e });
+                } else {
+                    self.log.log(&Event { reason: &reason, ..e });
+                }
             }
             at += MSG_HEADER_BYTES + len;
         }
@@ -355,6 +389,9 @@ fn make_meter(
         bytes_written,
         chains,
         log,
+        log_second: AtomicU64::new(0),
+        log_lines: std::sync::atomic::AtomicU32::new(0),
+        log_dropped: AtomicU64::new(0),
     })
 }
 
@@ -389,5 +426,24 @@ impl ConnMeter {
         let who =
             Event { thread: self.thread, conn: Some(conn), peer: Some(peer), ..Event::default() };
         self.tenant.count_frame(frame, &who);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_request_lines_are_limited_per_tenant_and_second() {
+        let log = Logger { on: true, format: crate::log::LogFormat::Json };
+        let m = Metrics::new(1, Some(vec!["a".into()]), log);
+        let a = m.tenant(b"a");
+        let allowed = (0..3 * MAX_REFUSED_LOG_LINES_PER_SEC).filter(|_| a.log_allowed()).count();
+        // One second's budget, or two if the second turned during the loop.
+        let n = MAX_REFUSED_LOG_LINES_PER_SEC as usize;
+        assert!((n..=2 * n).contains(&allowed), "{allowed}");
+        assert!(a.log_dropped.load(Ordering::Relaxed) >= u64::from(MAX_REFUSED_LOG_LINES_PER_SEC));
+        // Another tenant has its own budget.
+        assert!(m.anonymous().log_allowed());
     }
 }
