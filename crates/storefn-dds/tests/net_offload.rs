@@ -470,8 +470,12 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
     use storefn_dds::host::{DEFAULT_CHANNEL_RING_BYTES, HOST_HEARTBEAT_TIMEOUT};
     let dir = temp_dir("reattach");
     let elf = storefn_progs::must("dds/pageserver");
-    let d =
-        Deployment::start_opts("127.0.0.1:0", &dir, elf, &DeployOptions::new(4096, true)).unwrap();
+    let mut opts = DeployOptions::new(4096, true);
+    opts.metrics = Some("127.0.0.1:0".into());
+    let d = Deployment::start_opts("127.0.0.1:0", &dir, elf, &opts).unwrap();
+    // The operator's view of the host (the metrics endpoint), as it changes below.
+    let maddr = d.server.metrics_addr().unwrap();
+    let sample = |name: &str| scrape_value(maddr, name);
     let addr = d.server.local_addr().to_string();
     let mut c = Client::connect(&addr, d.client_config()).unwrap();
     let forwarded = |c: &mut Client, page: u64, lsn: u64| {
@@ -491,6 +495,8 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
         let (r, _) = forwarded(&mut c, 1, 1_000_000);
         assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
         check(1, 1_000_000, &r.data);
+        assert_eq!(sample("storefn_dds_host_alive"), 1.0);
+        assert!(sample(r#"storefn_events_total{event="dds_forwarded"}"#) >= 1.0);
         stop.store(true, Ordering::Release);
         host.join().unwrap();
     });
@@ -506,6 +512,7 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
     );
     let r = c.one(&Request::Offload { msg: &get_page(7, 8) }).unwrap();
     assert_eq!(r.value, u64::from(SERVED_BY_OFFLOAD), "offloaded GetPages are still served");
+    assert_eq!(sample("storefn_dds_host_alive"), 0.0, "the dead host shows as dead");
     // A new host attaches to the running server with fresh channels.
     let create = || HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
     let (files, fwd) = (create(), create());
@@ -532,6 +539,7 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
         let (r, _) = forwarded(&mut c, 4, 2_000_000);
         assert_eq!((r.status, r.value), (0, u64::from(SERVED_BY_HOST)), "{}", r.message);
         check(4, 2_000_000, &r.data);
+        assert_eq!(sample("storefn_dds_host_alive"), 1.0, "the new host shows as alive");
         // A third host is refused while this one is alive.
         let e = d.attach_host(create(), create()).unwrap_err();
         assert!(e.to_string().contains("alive"), "{e}");
@@ -605,4 +613,20 @@ fn an_lsn_past_the_bound_is_refused_and_the_counter_never_wraps() {
         assert!(check(6, got + 1, &r.data) > got);
     });
     assert_eq!(host.bad_requests, 2);
+}
+
+/// The value of the sample line `series` (name and labels exactly as written) in a scrape of
+/// the metrics endpoint at `addr` (loopback).
+fn scrape_value(addr: std::net::SocketAddr, series: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let line = body
+        .lines()
+        .find(|l| l.strip_prefix(series).is_some_and(|v| v.starts_with(' ')))
+        .unwrap_or_else(|| panic!("no {series} in {body}"));
+    line[series.len()..].trim().parse().unwrap()
 }

@@ -6,6 +6,7 @@
 //! - [`confine`]: every path opened beneath the served directory (`openat2` `RESOLVE_BENEATH`).
 //! - `fairness` (feature `bench`): the fairness measurement (one tenant's long chains against another's reads).
 //! - [`registry`]: verified programs by content hash, bounded by bytes (LRU).
+//! - [`metrics`]: the `--metrics` endpoint's families; [`LogFormat`]: `--log-format`.
 //! - [`limits`]: every bound of the server, and the wire's and engine's it must agree with.
 //!
 //! The protocol and the client are storefn-wire's: an application reaches the server through
@@ -16,7 +17,11 @@ pub mod auth;
 pub mod confine;
 #[cfg(feature = "bench")]
 pub mod fairness;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 pub mod limits;
+mod log;
+pub mod metrics;
 pub mod registry;
 pub mod server;
 
@@ -33,4 +38,5 @@ mod proto {
     }
 }
 
+pub use log::LogFormat;
 pub use server::{Server, ServerConfig, ServerError};

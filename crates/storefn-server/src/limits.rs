@@ -4,6 +4,10 @@
 //! crates' own limits at compile time, never typed twice.
 
 pub use crate::auth::MIN_SECRET_BYTES;
+pub use crate::metrics::{
+    MAX_METRICS_CONNS, MAX_METRICS_REQUEST_BYTES, MAX_METRIC_TENANTS,
+    MAX_REFUSED_LOG_LINES_PER_SEC, METRICS_IO_TIMEOUT,
+};
 pub use crate::registry::{DEFAULT_REGISTRY_BYTES, SERVER_INSN_BUDGET};
 pub use crate::server::sched::RESERVE_DIV;
 pub use crate::server::{

@@ -32,6 +32,9 @@ pub struct Registry {
     bytes: usize,
     max_bytes: usize,
     clock: u64,
+    /// Programs verified and added, and programs evicted to make room (the metrics').
+    loaded: u64,
+    evicted: u64,
 }
 
 /// Why LOAD_PROG failed.
@@ -49,7 +52,7 @@ pub enum LoadError {
 impl Registry {
     #[must_use]
     pub fn new(max_bytes: usize) -> Self {
-        Self { map: HashMap::new(), bytes: 0, max_bytes, clock: 0 }
+        Self { map: HashMap::new(), bytes: 0, max_bytes, clock: 0, loaded: 0, evicted: 0 }
     }
 
     /// Loads and verifies a program (once per hash), with the server's instruction budget.
@@ -91,7 +94,9 @@ impl Registry {
                 self.map.iter().min_by_key(|(_, e)| e.last_used).expect("bytes > 0 means entries");
             let e = self.map.remove(&victim).expect("present");
             self.bytes -= e.bytes;
+            self.evicted += 1;
         }
+        self.loaded += 1;
         self.bytes += bytes;
         self.map.insert(hash, Entry { prog: Arc::clone(&prog), bytes, last_used: self.clock });
         Ok((hash, prog))
@@ -109,6 +114,12 @@ impl Registry {
     #[must_use]
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Programs verified and added since the start, and programs evicted to make room.
+    #[must_use]
+    pub fn churn(&self) -> (u64, u64) {
+        (self.loaded, self.evicted)
     }
 
     /// Programs held.

@@ -152,6 +152,10 @@ fn the_table_gives_the_values_of_the_code() {
         ("MIN_SECRET_BYTES", srv::MIN_SECRET_BYTES as u64),
         ("MAX_OFFLOAD_READS", srv::MAX_OFFLOAD_READS as u64),
         ("RESERVE_DIV", u64::from(srv::RESERVE_DIV)),
+        ("MAX_METRIC_TENANTS", srv::MAX_METRIC_TENANTS as u64),
+        ("MAX_METRICS_CONNS", srv::MAX_METRICS_CONNS as u64),
+        ("MAX_METRICS_REQUEST_BYTES", srv::MAX_METRICS_REQUEST_BYTES as u64),
+        ("MAX_REFUSED_LOG_LINES_PER_SEC", u64::from(srv::MAX_REFUSED_LOG_LINES_PER_SEC)),
     ];
     for &(name, v) in sizes {
         check(name, v);
@@ -162,6 +166,7 @@ fn the_table_gives_the_values_of_the_code() {
         ("FORWARD_TIMEOUT", srv::FORWARD_TIMEOUT),
         ("POLL_INTERVAL", srv::POLL_INTERVAL),
         ("SHUTDOWN_FLUSH_TIMEOUT", srv::SHUTDOWN_FLUSH_TIMEOUT),
+        ("METRICS_IO_TIMEOUT", srv::METRICS_IO_TIMEOUT),
         ("RAW_RETRY_INTERVAL", io::RAW_RETRY_INTERVAL),
     ] {
         check_time(name, d);

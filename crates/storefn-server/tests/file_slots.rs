@@ -50,8 +50,14 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
     }
     std::fs::write(dir.join("target"), b"through the link").unwrap();
     std::os::unix::fs::symlink("target", dir.join("link")).unwrap();
-    let server = serve(dir.path(), 1);
+    let mut cfg = storefn_server::ServerConfig::new(dir.path());
+    cfg.metrics = Some("127.0.0.1:0".into());
+    let server = storefn_server::Server::start("127.0.0.1:0", cfg).unwrap();
     let stats = server.stats();
+    let slots = |s: &storefn_server::Server| {
+        common::metric(&common::scrape(s), "storefn_engine_files", &[("kind", "slots")])
+    };
+    let mut scraped_begin = None;
     let stop = Arc::new(AtomicBool::new(false));
     let loader = {
         let (addr, stop) = (server.local_addr().to_string(), Arc::clone(&stop));
@@ -87,6 +93,7 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
         if b == 10 {
             // The table is full by now: this is the steady state the run must keep.
             begin = Some(stats.engine_files.load(Ordering::Relaxed));
+            scraped_begin = Some(slots(&server));
         }
     }
     assert_eq!(renamed, RENAMES);
@@ -100,6 +107,9 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
     assert_eq!(engine, cached, "every engine slot in use belongs to an open file");
     assert_eq!(Some(engine), begin, "the engine's slot count is where the steady state began");
     assert!(engine <= storefn_server::server::MAX_OPEN_FILES_PER_THREAD as u64);
+    // The operator's view (the metrics endpoint) says the same.
+    assert_eq!(Some(slots(&server)), scraped_begin, "engine slots as scraped");
+    assert_eq!(scraped_begin, begin.map(|b| b as f64));
     server.stop();
     server.join().unwrap();
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::TempDir;
+use common::{metric, scrape, TempDir};
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::layout::*;
 use storefn_wire::limits::*;
@@ -85,6 +85,21 @@ fn check_victim(what: &str, idle: f64, attacked: f64) {
     );
 }
 
+/// A server configuration with its metrics endpoint on loopback (the suite reads what it
+/// measures from there, as an operator would).
+fn metered(dir: &std::path::Path) -> ServerConfig {
+    let mut cfg = ServerConfig::new(dir);
+    cfg.metrics = Some("127.0.0.1:0".into());
+    cfg
+}
+
+/// Connection buffer bytes of every thread, as the metrics endpoint reports them.
+fn buffer_bytes(server: &Server) -> f64 {
+    let m = scrape(server);
+    metric(&m, "storefn_thread", &[("kind", "rx_buffer_bytes")])
+        + metric(&m, "storefn_thread", &[("kind", "tx_buffer_bytes")])
+}
+
 fn tenant(name: &str) -> ClientConfig {
     ClientConfig { tenant: name.into(), ..ClientConfig::default() }
 }
@@ -98,7 +113,7 @@ fn a_client_that_never_drains_its_responses_holds_a_bounded_send_buffer() {
     let dir = TempDir::new("drain");
     victim_file(&dir);
     std::fs::write(dir.join("f"), vec![1u8; 4096 * 64]).unwrap();
-    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let server = Server::start("127.0.0.1:0", metered(dir.path())).unwrap();
     let mut victim = Client::connect(&server.local_addr().to_string(), tenant("victim")).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
@@ -132,6 +147,11 @@ fn a_client_that_never_drains_its_responses_holds_a_bounded_send_buffer() {
     let attacked = victim_p99(&mut victim, 300);
     std::thread::sleep(Duration::from_millis(2000));
     let grown = rss().saturating_sub(before);
+    // The victim's and the greedy client's buffers, within two connections' stated bound.
+    let held = buffer_bytes(&server);
+    let conn_bound = storefn_server::server::CONN_MEMORY_BOUND as f64;
+    println!("non-draining client: connection buffers {:.1} MiB", held / MIB as f64);
+    assert!(held > 0.0 && held <= 2.0 * conn_bound, "buffers {held} bytes");
     stop.store(true, Ordering::Relaxed);
     s.shutdown(Shutdown::Both).unwrap();
     writer.join().unwrap();
@@ -153,7 +173,7 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
     victim_file(&dir);
     let tok = dir.join("tokens");
     std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
-    let mut cfg = ServerConfig::new(dir.path());
+    let mut cfg = metered(dir.path());
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
@@ -161,6 +181,11 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
         Client::connect(&addr, storefn_server::auth::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
+    let refused_before = {
+        let m = scrape(&server);
+        let ev = |e: &str| metric(&m, "storefn_events_total", &[("event", e)]);
+        ev("protocol_error") + ev("refused_connection")
+    };
     let mut header = frame_of(&[Request::Hello { tenant: b"x" }]);
     header.truncate(FRAME_HEADER_BYTES);
     header[FRAME_OFF_BODY_BYTES..FRAME_OFF_BODY_BYTES + 4]
@@ -185,6 +210,15 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
         let mut b = [0u8; 64];
         assert!(matches!(s.read(&mut b), Ok(0) | Err(_)), "closed at the header");
     }
+    // The endpoint saw each refused and the buffers are back to the victim's alone.
+    let m = scrape(&server);
+    let ev = |e: &str| metric(&m, "storefn_events_total", &[("event", e)]);
+    let refused = ev("protocol_error") + ev("refused_connection");
+    // Each closed at its header, or refused at accept by the address's pre-auth limit.
+    assert_eq!(refused - refused_before, 200.0, "each oversized pre-AUTH frame counted");
+    assert_eq!(metric(&m, "storefn_connections", &[("state", "unauthenticated")]), 0.0);
+    let held = buffer_bytes(&server);
+    assert!(held <= storefn_server::server::CONN_MEMORY_BOUND as f64, "buffers {held} bytes");
     server.stop();
     server.join().unwrap();
 }
@@ -364,7 +398,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     victim_file(&dir);
     let tok = dir.join("tokens");
     std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
-    let mut cfg = ServerConfig::new(dir.path());
+    let mut cfg = metered(dir.path());
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
     cfg.conn_limits.preauth_per_peer = 16;
     cfg.conn_limits.auth_timeout = Duration::from_secs(2);
@@ -376,7 +410,9 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     // 600 sockets from 127.0.0.2 that never send a byte.
+    let t_flood = Instant::now();
     let mut flood: Vec<TcpStream> = (0..600).map(|_| connect_from("127.0.0.2", addr)).collect();
+    println!("flood connected in {:?}", t_flood.elapsed());
     std::thread::sleep(Duration::from_millis(300));
     let attacked = victim_p99(&mut victim, 300);
     // A new client from another address still gets in and authenticates.
@@ -392,6 +428,23 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     );
     check_victim("next to 600 silent sockets", idle, attacked);
     assert_eq!(refused, 600 - 16, "all but the address's 16 pre-auth slots refused");
+    // The endpoint's view: the address's 16 pre-auth slots taken (less those the auth timeout
+    // closed already: this VM may be slow enough for it), the rest refused. A scrape may fall
+    // between a close's two counts: bounded retries.
+    let gauge = |m: &str, st: &str| metric(m, "storefn_connections", &[("state", st)]);
+    let ev = |m: &str, e: &str| metric(m, "storefn_events_total", &[("event", e)]);
+    let consistent = (0..20).any(|_| {
+        let m = scrape(&server);
+        let held = gauge(&m, "unauthenticated") + ev(&m, "closed_unauthenticated");
+        let ok = held == 16.0
+            && gauge(&m, "authenticated") == 2.0
+            && ev(&m, "refused_connection") == 584.0;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    });
+    assert!(consistent, "pre-auth gauge + closed = 16, 2 authenticated, 584 refused");
     // The 16 admitted are closed when they do not authenticate in time.
     let mut open = 0;
     for s in &mut flood {
@@ -403,6 +456,9 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     }
     assert_eq!(open, 0);
     assert_eq!(server.stats().closed_unauthenticated.load(Ordering::Relaxed), 16);
+    let m = scrape(&server);
+    assert_eq!(metric(&m, "storefn_events_total", &[("event", "closed_unauthenticated")]), 16.0);
+    assert_eq!(gauge(&m, "unauthenticated"), 0.0);
     flood.clear();
     server.stop();
     server.join().unwrap();
@@ -416,7 +472,7 @@ fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
     let _g = serial();
     let dir = TempDir::new("membound");
     std::fs::write(dir.join("f"), vec![1u8; 4096 * 256]).unwrap();
-    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let server = Server::start("127.0.0.1:0", metered(dir.path())).unwrap();
     let before = rss();
     let reads: Vec<Request<'_>> =
         (0..256u64).map(|i| Request::Read { path: b"f", offset: i * 4096, len: 4096 }).collect();
@@ -469,6 +525,12 @@ fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
         "the connections reached their send bound ({peak} bytes)"
     );
     assert!(peak <= storefn_server::server::CONN_MEMORY_BOUND as u64);
+    // What the endpoint reports of the same buffers: at their bound, within the formula.
+    let held = buffer_bytes(&server);
+    let conn_bound = storefn_server::server::CONN_MEMORY_BOUND as f64;
+    println!("endpoint: connection buffers {:.1} MiB", held / MIB as f64);
+    assert!(held >= storefn_server::server::MAX_CONN_OUT_BYTES as f64, "{held} bytes");
+    assert!(held <= conns as f64 * conn_bound, "{held} bytes");
     assert!(grown <= bound, "RSS grew {grown} bytes, over the formula's {bound}");
     drop(socks);
     server.stop();

@@ -66,6 +66,12 @@ pub struct ServeArgs {
     /// Serve without authentication: anyone who can connect reads, writes, loads programs.
     #[arg(long, conflicts_with = "token_file")]
     insecure_no_auth: bool,
+    /// Serve Prometheus metrics on this address (`GET /metrics`), e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Connection and refused-request log lines: text, or one JSON object per line.
+    #[arg(long, default_value = "text")]
+    log_format: storefn_server::LogFormat,
 }
 
 #[derive(Debug, Args)]
@@ -170,6 +176,9 @@ fn serve(a: &ServeArgs) -> CmdResult {
     let on = a.offload == OnOff::On;
     let mut opts = DeployOptions::new(a.table_items, on);
     opts.threads = a.threads;
+    opts.metrics.clone_from(&a.metrics);
+    opts.log_format = a.log_format;
+    opts.log = true;
     opts.auth = match &a.token_file {
         Some(t) => PageServerAuth::from_token_file(t)?,
         None => PageServerAuth::InsecureNoAuth,
@@ -183,6 +192,9 @@ fn serve(a: &ServeArgs) -> CmdResult {
         a.threads,
         if a.token_file.is_some() { "on" } else { "off" }
     );
+    if let Some(m) = d.server.metrics_addr() {
+        eprintln!("storefn pageserver serve: metrics on http://{m}/metrics");
+    }
     while !STOP.load(Ordering::Relaxed) {
         // A new host application may attach once the current one is gone.
         if let Err(e) = reattach(&l, &d) {

@@ -51,6 +51,12 @@ pub struct ServeArgs {
     /// The address clients reach this server at.
     #[arg(long, requires = "cluster")]
     pub advertise: Option<String>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`), e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// Connection and refused-request log lines: text, or one JSON object per line.
+    #[arg(long, default_value = "text")]
+    pub log_format: storefn_server::LogFormat,
 }
 
 fn parse_tenant_budget(s: &str) -> Result<(String, u64), String> {
@@ -74,6 +80,8 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     let mut cfg = ServerConfig::new(&a.dir);
     cfg.threads = a.threads;
     cfg.log = true;
+    cfg.log_format = a.log_format;
+    cfg.metrics.clone_from(&a.metrics);
     cfg.fair = !a.unfair;
     if let Some(b) = a.insn_budget {
         cfg.insn_budget = b;
@@ -112,6 +120,9 @@ pub fn run(a: &ServeArgs) -> CmdResult {
         a.threads,
         if a.token_file.is_some() { "on" } else { "off" }
     );
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("storefn serve: metrics on http://{m}/metrics");
+    }
     while !STOP.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -326,6 +326,7 @@ fn pageserver_serve_authenticates_and_takes_a_new_host_after_the_first_dies() {
         .arg(&sock)
         .arg("--token-file")
         .arg(&tokens)
+        .args(["--metrics", "127.0.0.1:0", "--log-format", "json"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -362,6 +363,20 @@ fn pageserver_serve_authenticates_and_takes_a_new_host_after_the_first_dies() {
     procs.0.push(host("1"));
     let line = wait_for("listening on ");
     let addr = line.split("listening on ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let line = wait_for("metrics on http://");
+    let metrics = line.split("http://").nth(1).unwrap().trim_end_matches("/metrics").to_string();
+    // One sample of the metrics endpoint (loopback), by its exact series.
+    let sample = |series: &str| -> f64 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .map_or(0.0, |v| v.parse().unwrap())
+    };
     let bench = |token: bool| {
         let mut c = storefn();
         c.args(["pageserver", "bench", "--remote", &addr, "--requests", "300", "--warmup", "20"]);
@@ -375,11 +390,20 @@ fn pageserver_serve_authenticates_and_takes_a_new_host_after_the_first_dies() {
     let out = bench(true);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("stale_pages=0"));
+    // The bench as the operator sees it: JSON log lines and metrics.
+    let authed = wait_for(r#""event":"authenticated""#);
+    let v: serde_json::Value = serde_json::from_str(&authed).unwrap();
+    assert_eq!(v["tenant"], "tenant1", "{authed}");
+    assert!(v["peer"].as_str().unwrap().starts_with("127.0.0.1:"), "{authed}");
+    assert_eq!(sample("storefn_dds_host_alive"), 1.0);
+    let offload = r#"storefn_requests_total{op="OFFLOAD",status="OK",tenant="tenant1"}"#;
+    assert!(sample(offload) >= 300.0, "the bench's GetPages under its tenant");
     // The first host dies; once its heartbeat has been still for a second, a new one attaches.
     let mut first = procs.0.remove(1);
     first.kill().unwrap();
     first.wait().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(sample("storefn_dds_host_alive"), 0.0, "the dead host shows as dead");
     procs.0.push(host("2"));
     wait_for("a new host application attached");
     let out = bench(true);

@@ -31,8 +31,13 @@ struct Serve {
 
 impl Serve {
     fn start(dir: &std::path::Path, addr: &str) -> Serve {
+        Self::start_with(dir, addr, &[])
+    }
+
+    fn start_with(dir: &std::path::Path, addr: &str, extra: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_storefn"))
             .args(["serve", "--dir", dir.to_str().unwrap(), "--listen", addr, "--threads", "2"])
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -208,4 +213,47 @@ fn server_killed_mid_request_then_restarted() {
     let v = kv.get(5, RemotePath::Pushdown).unwrap().unwrap();
     assert_eq!(v, storefn_kv::format::bpfkv_value(5));
     assert!(kv.client().connects >= 2);
+}
+
+#[test]
+fn metrics_endpoint_and_json_log_lines() {
+    use std::io::{Read, Write};
+    let d = dir("metrics");
+    std::fs::write(d.0.join("f"), [3u8; 64]).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut s = Serve::start_with(&d.0, &addr, &["--metrics", &metrics, "--log-format", "json"]);
+    s.wait_for("metrics on http://", Duration::from_secs(10));
+    let cfg = ClientConfig { tenant: "cli-tenant".into(), ..ClientConfig::default() };
+    let mut c = Client::connect(&addr, cfg).unwrap();
+    let read = storefn_wire::Request::Read { path: b"f", offset: 0, len: 8 };
+    assert_eq!(c.one(&read).unwrap().data, [3u8; 8]);
+    let missing = storefn_wire::Request::Read { path: b"nope", offset: 0, len: 8 };
+    assert!(c.one(&missing).is_err());
+    // Prometheus text over HTTP: the READ is counted under its tenant.
+    let mut h = std::net::TcpStream::connect(&metrics).unwrap();
+    h.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    h.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    h.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body:.60}");
+    let want = r#"storefn_requests_total{op="READ",status="OK",tenant="cli-tenant"} 1"#;
+    assert!(body.lines().any(|l| l == want), "{want} in {body}");
+    // One JSON object per line: the connection's events and the refused READ.
+    let seen = s.wait_for("NOT_FOUND", Duration::from_secs(10));
+    let events: Vec<serde_json::Value> = seen
+        .iter()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let has = |ev: &str| events.iter().any(|e| e["event"] == ev);
+    assert!(has("connected") && has("hello"), "{seen:?}");
+    let refused = events.iter().find(|e| e["event"] == "refused").expect("a refused line");
+    assert_eq!(refused["tenant"], "cli-tenant");
+    assert_eq!(refused["op"], "READ");
+    assert_eq!(refused["status"], "NOT_FOUND");
+    assert!(refused["peer"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(!refused["reason"].as_str().unwrap().is_empty());
+    s.signal(libc::SIGTERM);
+    assert!(s.wait_exit(Duration::from_secs(10)).success());
 }

@@ -352,6 +352,10 @@ impl OffloadHook for FrontEnd {
         Some((self.files.file(file)?, stamp))
     }
 
+    fn host_alive(&self) -> Option<bool> {
+        Some(self.link.host_alive())
+    }
+
     fn wake_fd(&self, thread: usize) -> Option<std::os::fd::RawFd> {
         self.link.wake_fd(thread)
     }

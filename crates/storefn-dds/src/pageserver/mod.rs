@@ -371,6 +371,12 @@ pub struct DeployOptions {
     /// Who may connect (by default one tenant with a fresh random secret:
     /// [`Deployment::client_config`]).
     pub auth: PageServerAuth,
+    /// Serve Prometheus metrics on this address (`None`: no endpoint).
+    pub metrics: Option<String>,
+    /// How the server's connection and refused-request lines are written (when `log`).
+    pub log_format: storefn_server::LogFormat,
+    /// One line per connection event and refused request on stderr.
+    pub log: bool,
 }
 
 impl DeployOptions {
@@ -383,6 +389,9 @@ impl DeployOptions {
             forward_timeout: storefn_server::server::FORWARD_TIMEOUT,
             threads: 1,
             auth: PageServerAuth::generated(),
+            metrics: None,
+            log_format: storefn_server::LogFormat::Text,
+            log: false,
         }
     }
 }
@@ -493,6 +502,9 @@ impl Deployment {
         let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
         cfg.offload = Some(hook);
         cfg.forward_timeout = opts.forward_timeout;
+        cfg.metrics.clone_from(&opts.metrics);
+        cfg.log_format = opts.log_format;
+        cfg.log = opts.log;
         let server = match storefn_server::Server::start(listen, cfg) {
             Ok(s) => s,
             Err(e) => {

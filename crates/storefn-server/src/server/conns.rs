@@ -56,6 +56,11 @@ impl ConnCounts {
         Ok(())
     }
 
+    /// Connections open, and of them not yet authenticated (the metrics' gauges).
+    pub(crate) fn totals(&self) -> (usize, usize) {
+        (self.total, self.preauth)
+    }
+
     /// A connection from `peer` authenticated.
     pub(crate) fn authenticated(&mut self, peer: IpAddr) {
         self.preauth -= 1;

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use crate::auth::Token;
 use crate::confine::Root;
+use crate::log::Logger;
+use crate::metrics::Metrics;
 use crate::registry::{Registry, DEFAULT_REGISTRY_BYTES};
 pub use scopes::PolicyError;
 
@@ -37,8 +39,12 @@ pub struct ServerConfig {
     pub threads: usize,
     /// Tenants and secrets; `None` = no authentication (any tenant name is accepted).
     pub tokens: Option<Vec<Token>>,
-    /// One line per connection event on stderr.
+    /// One line per connection event and per refused request on stderr.
     pub log: bool,
+    /// How those lines are written (text, or one JSON object per line).
+    pub log_format: crate::log::LogFormat,
+    /// Serve Prometheus metrics on this address (`GET /metrics`); `None` = no endpoint.
+    pub metrics: Option<String>,
     /// Program registry bound, bytes.
     pub registry_bytes: usize,
     /// Fair admission between tenants (default); `false` = one FIFO (the baseline).
@@ -87,6 +93,8 @@ impl ServerConfig {
             threads: 1,
             tokens: None,
             log: false,
+            log_format: crate::log::LogFormat::Text,
+            metrics: None,
             registry_bytes: DEFAULT_REGISTRY_BYTES,
             fair: true,
             idle_timeout: IDLE_TIMEOUT,
@@ -103,12 +111,22 @@ impl ServerConfig {
     }
 }
 
+fn bind_metrics(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let err = |source| ServerError::Metrics { addr: addr.to_string(), source };
+    let l = TcpListener::bind(addr).map_err(err)?;
+    l.set_nonblocking(true).map_err(err)?;
+    let a = l.local_addr().map_err(err)?;
+    Ok((l, a))
+}
+
 /// Why the server could not start or a thread failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
     #[error("served directory {path}: {source}")]
     Dir { path: PathBuf, source: std::io::Error },
+    #[error("metrics endpoint on {addr}: {source}")]
+    Metrics { addr: String, source: std::io::Error },
     #[error("listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
     #[error("--threads {0}: expected 1..={MAX_THREADS}")]
@@ -135,6 +153,8 @@ pub struct ServerStats {
     pub auth_failures: AtomicU64,
     pub closed_idle: AtomicU64,
     pub closed_slow: AtomicU64,
+    /// DDS: requests forwarded to the host application.
+    pub forwarded: AtomicU64,
     /// DDS: forwarded requests answered `HOST_TIMEOUT`.
     pub forward_timeouts: AtomicU64,
     /// DDS: host answers that arrived after their request timed out (dropped).
@@ -169,9 +189,30 @@ pub(crate) struct Shared {
     pub stats: ServerStats,
     pub next_conn: AtomicU64,
     pub conn_counts: Mutex<conns::ConnCounts>,
+    pub metrics: Metrics,
 }
 
 impl Shared {
+    /// The logger every log line of the server goes through.
+    pub(crate) fn logger(&self) -> Logger {
+        Logger { on: self.cfg.log, format: self.cfg.log_format }
+    }
+
+    /// What a scrape of the metrics endpoint answers.
+    pub(crate) fn metrics_text(&self) -> String {
+        let registry = self.registry.lock().ok().map(|r| {
+            let (loaded, evicted) = r.churn();
+            (loaded, evicted, r.len())
+        });
+        let inputs = crate::metrics::ScrapeInputs {
+            stats: &self.stats,
+            conns: self.conn_counts().totals(),
+            registry,
+            host_alive: self.cfg.offload.as_ref().and_then(|h| h.host_alive()),
+        };
+        self.metrics.encode(&inputs)
+    }
+
     /// The connection counts (a poisoned lock still holds consistent counts: every update is
     /// one call that cannot panic halfway).
     pub(crate) fn conn_counts(&self) -> std::sync::MutexGuard<'_, conns::ConnCounts> {
@@ -185,6 +226,8 @@ pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<Result<(), ServerError>>>,
+    /// The metrics endpoint's address and thread (`ServerConfig::metrics`).
+    metrics: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 impl Server {
@@ -207,7 +250,15 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|source| ServerError::Listen { addr: listen.to_string(), source })?;
+        let metrics_listener = match &cfg.metrics {
+            Some(a) => Some(bind_metrics(a)?),
+            None => None,
+        };
+        let log = Logger { on: cfg.log, format: cfg.log_format };
+        let names = cfg.tokens.as_ref().map(|t| t.iter().map(|t| t.tenant.clone()).collect());
+        let metrics = Metrics::new(cfg.threads, names, log);
         let shared = Arc::new(Shared {
+            metrics,
             root,
             policy,
             registry: Mutex::new(Registry::new(cfg.registry_bytes)),
@@ -233,7 +284,18 @@ impl Server {
             );
         }
         drop(ready_tx);
-        let server = Self { addr, shared, threads };
+        let metrics = match metrics_listener {
+            Some((l, a)) => {
+                let sh = Arc::clone(&shared);
+                let t = std::thread::Builder::new()
+                    .name("storefn-metrics".into())
+                    .spawn(move || crate::metrics::serve_http(&l, &sh))
+                    .map_err(|source| ServerError::Metrics { addr: a.to_string(), source })?;
+                Some((a, t))
+            }
+            None => None,
+        };
+        let server = Self { addr, shared, threads, metrics };
         for _ in 0..server.threads.len() {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
@@ -261,6 +323,18 @@ impl Server {
         self.shared.stop.store(true, Ordering::Release);
     }
 
+    /// The metrics endpoint's bound address (`ServerConfig::metrics`).
+    #[must_use]
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.0)
+    }
+
+    /// What the metrics endpoint answers now (Prometheus text format), without HTTP.
+    #[must_use]
+    pub fn metrics_text(&self) -> String {
+        self.shared.metrics_text()
+    }
+
     /// Counters.
     #[must_use]
     pub fn stats(&self) -> &ServerStats {
@@ -279,6 +353,9 @@ impl Server {
     /// The first thread's error.
     pub fn join(self) -> Result<(), ServerError> {
         let mut first = Ok(());
+        if let Some((_, t)) = self.metrics {
+            let _ = t.join();
+        }
         for (i, t) in self.threads.into_iter().enumerate() {
             let r = t.join().unwrap_or(Err(ServerError::Panicked(i)));
             if first.is_ok() {

@@ -94,6 +94,11 @@ pub trait OffloadHook: Send + Sync + std::fmt::Debug {
         let _ = thread;
         None
     }
+    /// Whether the host application behind the hook is alive (`None`: the hook cannot tell);
+    /// the metrics endpoint reads it at each scrape.
+    fn host_alive(&self) -> Option<bool> {
+        None
+    }
     /// An offloaded read took `ns` from submission to its reaped completion (the device's
     /// share of the request, for the hook's time split). Default: ignored.
     fn offloaded_read_time(&self, ns: u64) {

@@ -33,6 +33,8 @@ pub(super) struct Progs {
     pub(super) job_budget: Vec<u64>,
     /// CPU time each job's program runs took so far, ns (charged to its tenant at the end).
     pub(super) job_cpu: Vec<u64>,
+    /// When each job was queued (its answer's latency, for the metrics).
+    pub(super) job_started: Vec<std::time::Instant>,
     pub(super) clock: u64,
 }
 

@@ -171,6 +171,7 @@ impl Worker<'_> {
         self.progs.job_inst[ji as usize] = inst.unwrap_or(0);
         self.progs.job_budget[ji as usize] = self.tenants.budget(tenant);
         self.jobs[ji as usize] = Some(job);
+        self.job_queued(ji);
         self.conn(ci).in_flight += 1;
         self.tenants.hold(tenant);
         self.sched.push(tenant, ji);
@@ -235,6 +236,7 @@ impl Worker<'_> {
             self.progs.release(i);
         }
         let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
+        self.meter_job(ji, &head, &kind, cpu);
         if head.admitted {
             self.sched.done(head.tenant);
             self.sched.job_done(head.tenant, cpu);

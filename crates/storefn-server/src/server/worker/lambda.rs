@@ -42,6 +42,15 @@ pub(super) struct LambdaJob {
 }
 
 impl LambdaJob {
+    /// Bytes of the range that landed, 0 once a piece failed (its error was the answer).
+    pub(super) fn landed_ok(&self) -> u32 {
+        if self.failed {
+            0
+        } else {
+            self.landed
+        }
+    }
+
     pub(super) fn complete(
         &mut self,
         h: &JobHead,

@@ -20,6 +20,7 @@ use super::files::Files;
 use super::progs::Progs;
 mod job;
 mod lambda;
+mod meter;
 mod offload;
 mod offloaded;
 mod out;
@@ -103,6 +104,8 @@ pub(super) struct Conn {
     pub(super) tx_stalled_since: Option<Instant>,
     /// Close once the output is sent (auth failure, protocol error).
     pub(super) closing: Option<&'static str>,
+    /// Its tenant's metrics (the unauthenticated ones until AUTH).
+    pub(super) meter: crate::metrics::ConnMeter,
 }
 
 /// What an engine request's token names. A job's token is its index (the XRP programs'
@@ -235,10 +238,8 @@ pub(crate) fn run(
 }
 
 impl Worker<'_> {
-    pub(super) fn log(&self, conn: &Conn, what: &str) {
-        if self.shared.cfg.log {
-            eprintln!("storefn serve: [t{}] conn {} {}: {what}", self.id, conn.id, conn.peer);
-        }
+    pub(super) fn log(&self, conn: &Conn, event: &str, reason: &str) {
+        self.log_conn(conn, event, reason);
     }
 
     pub(super) fn stopping(&self) -> bool {
@@ -284,6 +285,7 @@ impl Worker<'_> {
         self.poll_forwarded();
         self.flush_all();
         self.check_timeouts();
+        self.publish_metrics();
         Ok(())
     }
 
@@ -375,9 +377,7 @@ impl Worker<'_> {
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    if self.shared.cfg.log {
-                        eprintln!("storefn serve: [t{}] accept: {e}", self.id);
-                    }
+                    self.log_thread("accept_failed", None, &e.to_string());
                     return;
                 }
             };
@@ -392,9 +392,7 @@ impl Worker<'_> {
             if let Err(why) = admitted {
                 // Relaxed: a statistic.
                 self.shared.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-                if self.shared.cfg.log {
-                    eprintln!("storefn serve: [t{}] {peer}: refused by {why}", self.id);
-                }
+                self.log_thread("refused_connection", Some(peer), why);
                 continue;
             }
             if stream.set_nonblocking(true).is_err() {
@@ -415,16 +413,23 @@ impl Worker<'_> {
                 peer,
                 self.shared.next_conn.fetch_add(1, Ordering::Relaxed),
                 self.gens[ci],
+                crate::metrics::ConnMeter::new(self.shared.metrics.anonymous(), self.id),
             );
             self.shared.stats.connections.fetch_add(1, Ordering::Relaxed);
-            self.log(&c, "connected");
+            self.log(&c, "connected", "");
             self.conns[ci] = Some(c);
         }
     }
 }
 
 impl Conn {
-    fn new(stream: TcpStream, peer: SocketAddr, id: u64, gen: u32) -> Self {
+    fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        id: u64,
+        gen: u32,
+        meter: crate::metrics::ConnMeter,
+    ) -> Self {
         Self {
             stream,
             peer,
@@ -449,6 +454,7 @@ impl Conn {
             partial_since: None,
             tx_stalled_since: None,
             closing: None,
+            meter,
         }
     }
 }
@@ -456,7 +462,7 @@ impl Conn {
 impl Worker<'_> {
     fn close(&mut self, ci: u32, why: &str) {
         if let Some(c) = self.conns[ci as usize].take() {
-            self.log(&c, &format!("closed: {why}"));
+            self.log(&c, "closed", why);
             if let Some(t) = c.tenant {
                 self.tenants.release(t);
             }

@@ -146,6 +146,7 @@ impl Worker<'_> {
         let tok = token(self.id, slot, o.slot_gens[slot as usize]);
         match hook.forward(tok, msg) {
             Ok(host) => {
+                self.shared.stats.forwarded.fetch_add(1, Ordering::Relaxed); // a statistic
                 let conn_gen = self.conn(ci).gen;
                 let deadline = Instant::now() + self.shared.cfg.forward_timeout;
                 o.forwarded[slot as usize] = Some(Forwarded { conn: ci, conn_gen, req_id, host });

@@ -247,7 +247,7 @@ impl Worker<'_> {
                 put_answer_head(head, req_id, op::OFFLOAD, &prefix, len);
                 let c = self.conn(conn);
                 c.in_flight -= 1;
-                c.out_frames.push_back(OutFrame { buf, bytes: start..at + len });
+                c.push_out(OutFrame { buf, bytes: start..at + len });
                 return msg;
             }
         }

@@ -62,6 +62,7 @@ pub(super) fn move_frame_to_tx(c: &mut Conn) {
         c.tx_pos = 0;
     }
     let bytes = c.frame.finish();
+    c.meter.count_frame(bytes, c.id, c.peer);
     c.tx.extend_from_slice(bytes);
     c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
     if c.frame.buf.capacity() > CONN_KEEP_BYTES {
@@ -70,6 +71,13 @@ pub(super) fn move_frame_to_tx(c: &mut Conn) {
 }
 
 impl Conn {
+    /// Queues a whole answer frame held in a range buffer (counted as it is queued, as
+    /// `move_frame_to_tx` counts the others).
+    pub(super) fn push_out(&mut self, f: OutFrame) {
+        self.meter.count_frame(f.bytes(), self.id, self.peer);
+        self.out_frames.push_back(f);
+    }
+
     /// Bytes waiting to be sent: `tx`'s and the queued frames'.
     pub(super) fn out_backlog(&self) -> usize {
         let frames: usize = self.out_frames.iter().map(|f| f.bytes().len()).sum();

@@ -95,6 +95,6 @@ impl Worker<'_> {
         debug_assert_eq!(n, READ_HEAD_BYTES);
         let bytes = start..at + h.len as usize;
         let c = self.conns[h.conn as usize].as_mut().expect("checked live");
-        c.out_frames.push_back(OutFrame { buf, bytes });
+        c.push_out(OutFrame { buf, bytes });
     }
 }

@@ -120,9 +120,8 @@ impl Worker<'_> {
         if !auth_needed {
             self.authenticated(ci);
         }
-        let name = String::from_utf8_lossy(tenant).into_owned();
         let c = self.conns[ci as usize].as_ref().expect("live");
-        self.log(c, &format!("hello, tenant {name:?}"));
+        self.log(c, "hello", "");
         let flags = if auth_needed { HELLO_FLAG_AUTH_REQUIRED } else { 0 };
         let resp = Response::Hello {
             challenge: &challenge,
@@ -138,6 +137,7 @@ impl Worker<'_> {
         let c = self.conns[ci as usize].as_mut().expect("live connection");
         c.authed = true;
         let peer = c.peer.ip();
+        c.meter.tenant = self.shared.metrics.tenant(c.hello.as_ref().expect("HELLO").as_bytes());
         let mut counts = self.shared.conn_counts();
         counts.authenticated(peer);
     }
@@ -147,6 +147,7 @@ impl Worker<'_> {
         let (t, fresh) = self.tenants.hold_name(name, self.shared.cfg.insn_budget_of(name))?;
         if fresh {
             self.sched.forget(t);
+            self.tenants.set_meter(t, self.shared.metrics.tenant(name));
         }
         Some(t)
     }
@@ -156,6 +157,7 @@ impl Worker<'_> {
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         if let Some(t) = self.conns[ci as usize].as_ref().and_then(|c| c.tenant) {
             self.sched.charge(t, ns);
+            self.meter_request_cpu(t, ns);
         }
     }
 
@@ -196,7 +198,7 @@ impl Worker<'_> {
         self.conn(ci).tenant = Some(t);
         self.authenticated(ci);
         let c = self.conns[ci as usize].as_ref().expect("live");
-        self.log(c, "authenticated");
+        self.log(c, "authenticated", "");
         self.respond(ci, req_id, code, &Response::Auth);
     }
 
@@ -207,6 +209,7 @@ impl Worker<'_> {
         let handled = self.immediate(ci, req_id, r);
         if handled {
             self.charge_conn(ci, t0);
+            self.meter_inline(r.op(), t0);
         }
         handled
     }

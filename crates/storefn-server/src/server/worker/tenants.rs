@@ -12,6 +12,8 @@ pub(super) struct Tenants {
     refs: Vec<u32>,
     /// Each entry's instruction budget per program invocation.
     budgets: Vec<u64>,
+    /// Each entry's metrics (set when the entry is given to a name).
+    meters: Vec<Option<std::sync::Arc<crate::metrics::TenantMeter>>>,
 }
 
 impl Tenants {
@@ -45,6 +47,20 @@ impl Tenants {
     /// The instruction budget of tenant `t`'s program invocations.
     pub(super) fn budget(&self, t: u32) -> u64 {
         self.budgets[t as usize]
+    }
+
+    /// Entry `t`'s metrics from now on (it was just given to a name).
+    pub(super) fn set_meter(&mut self, t: u32, m: std::sync::Arc<crate::metrics::TenantMeter>) {
+        let t = t as usize;
+        if self.meters.len() <= t {
+            self.meters.resize(t + 1, None);
+        }
+        self.meters[t] = Some(m);
+    }
+
+    /// Entry `t`'s metrics.
+    pub(super) fn meter(&self, t: u32) -> Option<&crate::metrics::TenantMeter> {
+        self.meters.get(t as usize).and_then(Option::as_deref)
     }
 
     /// One more holder of an entry already held.

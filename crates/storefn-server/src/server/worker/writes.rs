@@ -277,6 +277,7 @@ impl Worker<'_> {
             self.writes.pending -= 1;
             self.writes.pending_bytes -= d.data.len();
             self.sched.charge(d.tenant, d.ns);
+            self.meter_write(d.tenant, d.ns, d.result.is_ok().then_some(d.written));
             self.tenants.release(d.tenant);
             if d.result.is_err() {
                 let c = d.charge;
