@@ -18,9 +18,11 @@ mod xrp;
 
 pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
-pub use lookup::{Answer, LookupStats, Lookups, ReadPath};
+pub use lookup::{Answer, LookupStats, Lookups, ReadPath, STALE_CHECK};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
 pub use tree::{Outcome, Tree};
-pub use xrp::{abi as xrp_abi, XrpTree, HOP_BYTES, PROGRAM};
+pub use xrp::{
+    abi as xrp_abi, ChainEnd, ChainStart, XrpTree, BATCH_CHAINS, FLAG_VERIFY, HOP_BYTES, PROGRAM,
+};
 #[cfg(feature = "native")]
 pub mod native;
