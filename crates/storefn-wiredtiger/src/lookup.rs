@@ -63,8 +63,8 @@ struct TurtleId {
     size: u64,
 }
 
-fn turtle_id(dir: &Path) -> Option<TurtleId> {
-    let m = std::fs::metadata(dir.join("WiredTiger.turtle")).ok()?;
+fn turtle_id(turtle: &Path) -> Option<TurtleId> {
+    let m = std::fs::metadata(turtle).ok()?;
     Some(TurtleId {
         ino: m.ino(),
         mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
@@ -80,6 +80,8 @@ pub struct Lookups {
     xrp: Option<crate::xrp::XrpTree>,
     batch: bool,
     name: String,
+    /// `WiredTiger.turtle` in `dir` (joined once: a staleness check allocates nothing).
+    turtle_path: PathBuf,
     turtle: Option<TurtleId>,
     checked: Instant,
     /// Keys a batch handed back (reused: no allocation per batch in steady state).
@@ -98,7 +100,8 @@ impl Lookups {
     /// # Errors
     /// As [`Table::open`].
     pub fn open(dir: &Path, table: &str, path: ReadPath) -> Result<Self, WtError> {
-        let turtle = turtle_id(dir);
+        let turtle_path = dir.join(crate::db::TURTLE);
+        let turtle = turtle_id(&turtle_path);
         let t = Table::open(dir, table)?;
         let xrp = match path {
             ReadPath::Read => None,
@@ -110,6 +113,7 @@ impl Lookups {
             xrp,
             batch: path == ReadPath::XrpBatch,
             name: table.into(),
+            turtle_path,
             turtle,
             checked: Instant::now(),
             pending: Vec::new(),
@@ -136,7 +140,7 @@ impl Lookups {
     /// replacing it).
     pub fn refresh(&mut self) -> Result<bool, WtError> {
         self.checked = Instant::now();
-        let now = turtle_id(&self.dir);
+        let now = turtle_id(&self.turtle_path);
         if now == self.turtle {
             return Ok(false);
         }
@@ -188,7 +192,7 @@ impl Lookups {
                 // be a checkpoint WiredTiger dropped meanwhile.
                 Err(e @ (WtError::Corrupt { .. } | WtError::Chain { .. })) => {
                     tries += 1;
-                    if tries > MAX_STALE_RETRIES || !self.reload(turtle_id(&self.dir))? {
+                    if tries > MAX_STALE_RETRIES || !self.reload(turtle_id(&self.turtle_path))? {
                         return Err(e);
                     }
                     self.stats.retries += 1;
