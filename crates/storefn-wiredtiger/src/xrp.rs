@@ -337,6 +337,19 @@ impl XrpTree {
                     (Some((offset, what)), _) => {
                         Err(WtError::Corrupt { path: path.clone(), offset, what })
                     }
+                    // A page whose scan costs more than an invocation's instruction budget (a
+                    // 32 KiB leaf of tiny items): the plain reader answers, as for anything
+                    // else the function does not handle.
+                    (
+                        None,
+                        Err(storefn_io::ChainError::Fault {
+                            fault: VmError::BudgetExhausted { .. },
+                            ..
+                        }),
+                    ) => {
+                        *fallbacks += 1;
+                        Ok(Outcome::Fallback(Fallback::Function))
+                    }
                     (None, Err(e)) => Err(chain_err(path, e.to_string())),
                     (None, Ok(_)) => match ChainEnd::parse(c.scratch) {
                         Ok(ChainEnd::Found(v)) => return each(i, Ok(Outcome::Found), v),

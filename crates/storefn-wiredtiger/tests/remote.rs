@@ -13,6 +13,8 @@ use storefn_wiredtiger::{Answer, RemotePath, RemoteTable, WtError};
 fn server(root: &std::path::Path) -> Server {
     let mut cfg = ServerConfig::new(root);
     cfg.threads = 1;
+    // A 32 KiB leaf's scan and checksum take more than the default tenant budget per hop.
+    cfg.insn_budget = 1 << 20;
     Server::start("127.0.0.1:0", cfg).unwrap()
 }
 
@@ -58,7 +60,7 @@ fn remote_paths_answer_as_wiredtiger_does() {
             if name != "ovfl" {
                 assert_eq!(unsupported, 0);
             }
-            if path == RemotePath::Pushdown && name != "ovfl" {
+            if path == RemotePath::Pushdown && name != "ovfl" && name != "empty" {
                 assert_eq!(st.fallbacks, 0, "{name}: {st:?}");
                 // One round trip per lookup, plus the staleness STATs (one per 100 ms).
                 let stats_sent = st.round_trips - st.lookups;

@@ -12,7 +12,10 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-/* The data view the function reads: WiredTiger's default leaf_page_max (32 KiB). The runtime
+/* Loops run to data-dependent bounds (each bounded before it starts): the runtime charges a
+ * loop with a constant trip count in full before it runs, early exits or not.
+ *
+ * The data view the function reads: WiredTiger's default leaf_page_max (32 KiB). The runtime
  * gives a hop at least the block requested (data_len says how much); every access is masked
  * into the view and bounded by the block's size before it is made. */
 #define VIEW 32768
@@ -85,11 +88,8 @@ static __always_inline int unpack(const __u8 *d, __u32 *pos, __u32 end, __u64 *o
 	if (len > 8 || p + 1 + len > end)
 		return -1;
 	__u64 v = 0;
-	for (__u32 i = 0; i < 8; i++) {
-		if (i >= len)
-			break;
+	for (__u32 i = 0; i < len; i++)
 		v = (v << 8) | d[(p + 1 + i) & VMASK];
-	}
 	*out = v + 8256;
 	*pos = p + 1 + len;
 	return 0;
@@ -102,7 +102,7 @@ struct cell {
 	__u64 copy;
 };
 
-static __always_inline int parse_cell(const __u8 *d, __u32 at, __u32 end, struct cell *c)
+static __noinline int parse_cell(const __u8 *d, __u32 at, __u32 end, struct cell *c)
 {
 	if (at >= end)
 		return -1;
@@ -182,17 +182,15 @@ static __always_inline int cmp_key(struct wt_scratch *s, const __u8 *d, struct c
 	o->len = p + c->len;
 	if (p > o->match)
 		return -1;
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= c->len || p + i >= k)
-			break;
+	__u32 rest = k - p, n = c->len < rest ? c->len : rest;
+	for (__u32 i = 0; i < n; i++) {
 		__u8 a = d[(c->data + i) & VMASK], b = s->key[(p + i) & (KEY_MAX - 1)];
 		if (a != b) {
 			o->match = p + i;
 			return a < b ? -1 : 1;
 		}
 	}
-	__u32 rest = k - p;
-	o->match = p + (c->len < rest ? c->len : rest);
+	o->match = p + n;
 	if (c->len == rest)
 		return 0;
 	return c->len < rest ? -1 : 1;
@@ -201,11 +199,8 @@ static __always_inline int cmp_key(struct wt_scratch *s, const __u8 *d, struct c
 /* One CRC-32C step per byte of d[from..to). */
 static __always_inline __u32 crc_bytes(const __u8 *d, __u32 from, __u32 to, __u32 c)
 {
-	for (__u32 i = 0; i < 8; i++) {
-		if (from + i >= to)
-			break;
-		c = crc_tab[0][(c ^ d[(from + i) & VMASK]) & 0xff] ^ (c >> 8);
-	}
+	for (__u32 p = from; p < to; p++)
+		c = crc_tab[0][(c ^ d[p & VMASK]) & 0xff] ^ (c >> 8);
 	return c;
 }
 
@@ -213,16 +208,13 @@ static __always_inline __u32 crc_bytes(const __u8 *d, __u32 from, __u32 to, __u3
 static __always_inline __u32 crc_run(const __u8 *d, __u32 from, __u32 to, __u32 c)
 {
 	__u32 p = from;
-	for (__u32 i = 0; i < VIEW / 8; i++) {
-		if (p + 8 > to)
-			break;
+	for (; p + 8 <= to; p += 8) {
 		__u32 lo = *(const __u32 *)(d + (p & (VMASK & ~7))) ^ c;
 		__u32 hi = *(const __u32 *)(d + ((p + 4) & (VMASK & ~3)));
 		c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^
 		    crc_tab[5][(lo >> 16) & 0xff] ^ crc_tab[4][lo >> 24] ^
 		    crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff] ^
 		    crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
-		p += 8;
 	}
 	return crc_bytes(d, p, to, c);
 }
@@ -239,44 +231,15 @@ static __always_inline __u32 block_crc(const __u8 *d, __u32 size)
 	return ~crc_run(d, 40, covered, c);
 }
 
-/* Internal page: (key, address) pairs; the child is the last whose key is at most the search
- * key (the first key stands for everything below the second). Requests it, or stops. */
-static __always_inline int internal(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
-				    __u32 mem, __u32 entries)
+/* The address cell at `child` of an internal page: requests the child's block, or stops. Not
+ * inlined: the runtime charges each loop iteration the longest path to the next charge point,
+ * and a function start is one, so the scan's iterations are not charged for this tail. */
+static __noinline int internal_child(struct bpf_xrp *ctx, __u32 child, __u32 mem)
 {
-	struct cell c = {}, a = {};
-	struct order o = {};
-	__u32 at = 40, child = 0;
-	int kind;
-
-	for (__u32 i = 0; i < MAX_CELLS / 2; i++) {
-		if (i * 2 >= entries)
-			break;
-		kind = parse_cell(d, at, mem, &c);
-		int cmp = -1;
-		if (kind == 6 && i == 0)
-			o.len = 0; /* an overflow first key: never compared */
-		else if (kind == 6)
-			STOP(FALLBACK);
-		else if (kind != 1)
-			STOP(CORRUPT);
-		else
-			cmp = cmp_key(s, d, &c, &o);
-		if (cmp == -2)
-			STOP(CORRUPT);
-		if (i > 0 && cmp > 0)
-			break;
-		child = c.end;
-		kind = parse_cell(d, child, mem, &a);
-		if (kind < 0)
-			STOP(CORRUPT);
-		at = a.end;
-		if (i == 0 && cmp >= 0)
-			break; /* every later key is larger still */
-	}
-	if (child == 0)
-		STOP(CORRUPT);
-	kind = parse_cell(d, child, mem, &a);
+	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
+	const __u8 *d = (const __u8 *)ctx->data;
+	struct cell a = {};
+	int kind = parse_cell(d, child, mem, &a);
 	if (kind == 6)
 		STOP(FALLBACK);
 	if (kind != 4 && kind != 5)
@@ -301,6 +264,74 @@ static __always_inline int internal(struct bpf_xrp *ctx, struct wt_scratch *s, c
 	return 0;
 }
 
+
+/* Internal page: (key, address) pairs; the child is the last whose key is at most the search
+ * key (the first key stands for everything below the second). Requests it, or stops. */
+static __always_inline int internal(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
+				    __u32 mem, __u32 entries)
+{
+	struct cell c = {}, a = {};
+	struct order o = {};
+	__u32 at = 40, child = 0;
+	int kind;
+
+	for (__u32 i = 0; i * 2 < entries; i++) {
+		kind = parse_cell(d, at, mem, &c);
+		int cmp = -1;
+		if (kind == 6 && i == 0)
+			o.len = 0; /* an overflow first key: never compared */
+		else if (kind == 6)
+			STOP(FALLBACK);
+		else if (kind != 1)
+			STOP(CORRUPT);
+		else
+			cmp = cmp_key(s, d, &c, &o);
+		if (cmp == -2)
+			STOP(CORRUPT);
+		if (i > 0 && cmp > 0)
+			break;
+		child = c.end;
+		kind = parse_cell(d, child, mem, &a);
+		if (kind < 0)
+			STOP(CORRUPT);
+		at = a.end;
+		if (i == 0 && cmp >= 0)
+			break; /* every later key is larger still */
+	}
+	if (child == 0)
+		STOP(CORRUPT);
+	return internal_child(ctx, child, mem);
+}
+
+/* The value of the key found: cell a of kind vk (0 = none: an empty value), the key cell ending
+ * at vat. Not inlined, as internal_child. */
+static __noinline int leaf_value(struct bpf_xrp *ctx, struct cell *ap, int vk, __u32 vat, __u32 mem)
+{
+	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
+	const __u8 *d = (const __u8 *)ctx->data;
+	struct cell a = *ap;
+	if (vk == 6)
+		STOP(FALLBACK);
+	if (vk == 3) {
+		if (a.copy >= vat || vat - a.copy < 40)
+			STOP(CORRUPT);
+		vk = parse_cell(d, vat - a.copy, mem, &a);
+		if (vk == 6)
+			STOP(FALLBACK);
+		if (vk != 2)
+			STOP(CORRUPT);
+	}
+	__u32 n = vk == 0 ? 0 : a.len;
+	if (vk != 0 && vk != 2)
+		STOP(CORRUPT);
+	if (n > VALUE_MAX)
+		STOP(FALLBACK);
+	for (__u32 j = 0; j < n; j++)
+		s->value[j] = d[(a.data + j) & VMASK];
+	s->value_len = n;
+	STOP(FOUND);
+}
+
 /* Leaf page: key cells, each followed by its value cell unless the next cell is a key. */
 static __always_inline int leaf(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
 				__u32 mem, __u32 entries)
@@ -310,9 +341,7 @@ static __always_inline int leaf(struct bpf_xrp *ctx, struct wt_scratch *s, const
 	__u32 at = 40, left = entries;
 	int kind;
 
-	for (__u32 i = 0; i < MAX_CELLS; i++) {
-		if (left == 0)
-			break;
+	while (left > 0) {
 		kind = parse_cell(d, at, mem, &c);
 		left--;
 		if (kind == 6)
@@ -340,29 +369,7 @@ static __always_inline int leaf(struct bpf_xrp *ctx, struct wt_scratch *s, const
 			continue;
 		if (cmp > 0)
 			break;
-		if (vk == 6)
-			STOP(FALLBACK);
-		if (vk == 3) {
-			if (a.copy >= vat || vat - a.copy < 40)
-				STOP(CORRUPT);
-			vk = parse_cell(d, vat - a.copy, mem, &a);
-			if (vk == 6)
-				STOP(FALLBACK);
-			if (vk != 2)
-				STOP(CORRUPT);
-		}
-		__u32 n = vk == 0 ? 0 : a.len;
-		if (vk != 0 && vk != 2)
-			STOP(CORRUPT);
-		if (n > VALUE_MAX)
-			STOP(FALLBACK);
-		for (__u32 j = 0; j < VALUE_MAX; j++) {
-			if (j >= n)
-				break;
-			s->value[j] = d[(a.data + j) & VMASK];
-		}
-		s->value_len = n;
-		STOP(FOUND);
+		return leaf_value(ctx, &a, vk, vat, mem);
 	}
 	STOP(NOT_FOUND);
 }
