@@ -7,6 +7,8 @@
 //! (the `native` feature) to answer. Nothing in the database directory is written or locked.
 //! Layouts: docs/FORMAT.md, "WiredTiger".
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod db;
 mod error;
 pub mod format;
