@@ -182,7 +182,7 @@ fn run_thread(cfg: &BenchConfig, t: usize, cdf: &[f64]) -> Result<Thread, WtErro
             let t0 = Instant::now();
             let mut found = 0;
             l.get_many(&keys[..n], &mut stored, &mut value, |_, a, _| {
-                found += u64::from(a == Answer::Found)
+                found += u64::from(a == Answer::Found);
             })?;
             // A batch's lookups overlap: each is charged the batch's time over its size.
             let per = t0.elapsed().as_nanos() as u64 / n as u64;

@@ -152,13 +152,16 @@ fn checksum_fault(data: &[u8]) -> Option<String> {
         .then(|| format!("checksum mismatch: stored {:#010x}, computed {sum:#010x}", h.checksum))
 }
 
+/// Per chain (its token): the first block whose checksum failed, with why.
+type Faults = Rc<RefCell<Vec<Option<(u64, String)>>>>;
+
 /// The function plus the host's checksum check of every block a chain reads.
 struct Checked {
     inst: storefn_vm::Instance,
     /// Per chain (its token): the first block whose checksum failed. Shared with the
     /// completion callback of the same `wait` (never borrowed by both at once: the engine calls
     /// one, then the other).
-    bad: Rc<RefCell<Vec<Option<(u64, String)>>>>,
+    bad: Faults,
 }
 
 impl StorageFn for Checked {

@@ -21,11 +21,8 @@ fn chain_lookups_allocate_nothing_per_lookup() {
         wt.create("table:t", "key_format=S,value_format=S").unwrap();
         let mut c = wt.cursor("table:t").unwrap();
         for i in 0..20_000 {
-            c.insert(
-                format!("key{i:06}\0").as_bytes(),
-                format!("value {i} {:>40}\0", i).as_bytes(),
-            )
-            .unwrap();
+            c.insert(format!("key{i:06}\0").as_bytes(), format!("value {i} {i:>40}\0").as_bytes())
+                .unwrap();
         }
     }
     let keys: Vec<Vec<u8>> = (0..32).map(|i| format!("key{:06}\0", i * 611).into_bytes()).collect();

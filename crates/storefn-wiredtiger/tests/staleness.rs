@@ -15,7 +15,7 @@ const LOOKUPS: u64 = 100_000;
 /// Whether round `r` of the writer (tests/support/writer.c) wrote key `i`.
 fn wrote(i: u64, r: u64) -> bool {
     let start = (r * 7919) % 1000;
-    r == 0 || (i >= start && (i - start) % (1 + r % 7) == 0)
+    r == 0 || (i >= start && (i - start).is_multiple_of(1 + r % 7))
 }
 
 /// `None` when `v` is a value key `i` had; else why not.
