@@ -23,7 +23,7 @@ pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
 pub use lookup::{Answer, LookupStats, Lookups, ReadPath, STALE_CHECK};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
-pub use remote::{RemotePath, RemoteStats, RemoteTable, REMOTE_STALE_CHECK};
+pub use remote::{RemotePath, RemoteStats, RemoteTable};
 pub use tree::{Outcome, Tree};
 pub use xrp::{
     abi as xrp_abi, ChainEnd, ChainStart, XrpTree, BATCH_CHAINS, FLAG_VERIFY, HOP_BYTES, PROGRAM,

@@ -4,10 +4,13 @@
 //! request: one round trip per lookup; it checks every block's CRC-32C itself, since no host
 //! here sees the blocks). The turtle and metadata are read with the same READs.
 //!
-//! Staleness: as locally, a lookup reads one checkpoint; the turtle's version (from a STAT) is
-//! looked at at most every [`REMOTE_STALE_CHECK`], and a lookup that meets a block that is not
-//! the one its address named (a dropped checkpoint's reused block) is redone on the newest
-//! checkpoint.
+//! Staleness: as locally, a lookup reads one checkpoint. Every reply names the version of the
+//! table's file it was served from; WiredTiger writes the file whenever a checkpoint changes the
+//! table, so a reply from another version than the one seen when the checkpoint was read makes
+//! the next lookup move to the newest checkpoint (no extra round trip while nothing changes: a
+//! checkpoint that does not touch the table leaves its old checkpoint valid). A lookup that meets
+//! a block that is not the one its address named (a dropped checkpoint's reused block) is redone
+//! on the newest checkpoint.
 
 use crate::db::{table_meta, turtle_metadata, Format, TableMeta, METADATA, TURTLE};
 use crate::error::WtError;
@@ -16,13 +19,9 @@ use crate::lookup::Answer;
 use crate::tree::{Outcome, Walk};
 use crate::xrp::{abi, ChainEnd, ChainStart, FLAG_VERIFY, PROGRAM};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
-
-/// How often a remote reader looks for a newer checkpoint: a STAT is a round trip, so less
-/// often than locally (WiredTiger's default checkpoints are minutes apart).
-pub const REMOTE_STALE_CHECK: Duration = Duration::from_millis(100);
 
 /// Which remote path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +36,7 @@ pub enum RemotePath {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RemoteStats {
     pub lookups: u64,
-    /// Request frames sent for lookups (each one network round trip), staleness STATs included.
+    /// Request frames sent for lookups (each one network round trip), reloads included.
     pub round_trips: u64,
     /// Pages read on the server (a chain's hops, or the pages READ).
     pub pages: u64,
@@ -54,8 +53,10 @@ pub struct RemoteTable {
     name: String,
     meta: TableMeta,
     file: String,
-    turtle: FileVersion,
-    checked: Instant,
+    /// The table file's version when its checkpoint was read (`None`: not yet seen).
+    version: Option<FileVersion>,
+    /// A reply came from another version: move to the newest checkpoint first.
+    stale: bool,
     hash: Option<ProgHash>,
     page: Vec<u8>,
     key: Vec<u8>,
@@ -87,7 +88,13 @@ fn rel(dir: &str, file: &str) -> String {
 }
 
 /// Reads `buf.len()` bytes of `path` at `offset` in one frame of READs (one round trip).
-fn read_frame(c: &mut Client, path: &str, offset: u64, buf: &mut [u8]) -> Result<(), WtError> {
+/// Returns the version of the file the first READ was served from.
+fn read_frame(
+    c: &mut Client,
+    path: &str,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<FileVersion, WtError> {
     let step = MAX_READ_BYTES as usize;
     let mut reqs = [Request::Stat { path: b"" }; 16];
     let n = buf.len().div_ceil(step);
@@ -99,6 +106,7 @@ fn read_frame(c: &mut Client, path: &str, offset: u64, buf: &mut [u8]) -> Result
         *r = Request::Read { path: path.as_bytes(), offset: offset + (i * step) as u64, len };
     }
     let replies = c.call(&reqs[..n]).map_err(|e| wire(path, e))?;
+    let version = replies.first().map(|r| r.version).unwrap_or_default();
     for (i, r) in replies.into_iter().enumerate() {
         let r = r.ok("READ").map_err(|e| wire(path, e))?;
         let total = buf.len();
@@ -112,7 +120,7 @@ fn read_frame(c: &mut Client, path: &str, offset: u64, buf: &mut [u8]) -> Result
         }
         want.copy_from_slice(&r.data);
     }
-    Ok(())
+    Ok(version)
 }
 
 impl RemoteTable {
@@ -134,8 +142,8 @@ impl RemoteTable {
                 alloc: 4096,
             },
             file: String::new(),
-            turtle: FileVersion::default(),
-            checked: Instant::now(),
+            version: None,
+            stale: false,
             hash: None,
             page: Vec::new(),
             key: Vec::new(),
@@ -158,19 +166,19 @@ impl RemoteTable {
         &mut self.client
     }
 
-    fn stat_turtle(&mut self) -> Result<(FileVersion, u64), WtError> {
-        let path = rel(&self.dir, TURTLE);
-        let r = self
-            .client
-            .one(&Request::Stat { path: path.as_bytes() })
-            .map_err(|e| wire(&path, e))?;
+    fn stat(&mut self, path: &str) -> Result<(FileVersion, u64), WtError> {
+        let r =
+            self.client.one(&Request::Stat { path: path.as_bytes() }).map_err(|e| wire(path, e))?;
         Ok((r.version, r.value))
     }
 
     /// Reads the turtle, the metadata and the table's newest checkpoint.
     fn load(&mut self) -> Result<(), WtError> {
-        let (version, size) = self.stat_turtle()?;
+        // The file's version before its checkpoint is read: a change after it shows in a reply.
+        let before =
+            if self.file.is_empty() { None } else { Some(self.stat(&self.file.clone())?.0) };
         let turtle_path = rel(&self.dir, TURTLE);
+        let (_, size) = self.stat(&turtle_path)?;
         if size > MAX_TURTLE_BYTES {
             return Err(WtError::Corrupt {
                 path: turtle_path.into(),
@@ -201,8 +209,9 @@ impl RemoteTable {
             Format::String.encode(uri.as_bytes(), &mut stored)?;
             let mut w =
                 Walk { path: Path::new(&meta_path), alloc: malloc, ckpt: &mckpt, page, key };
-            let o =
-                w.get(&stored, &mut value, |off, buf| read_frame(client, &meta_path, off, buf))?;
+            let o = w.get(&stored, &mut value, |off, buf| {
+                read_frame(client, &meta_path, off, buf).map(drop)
+            })?;
             match o {
                 Outcome::NotFound => Ok(None),
                 Outcome::Found => Format::String
@@ -220,25 +229,26 @@ impl RemoteTable {
                 }),
             }
         })?;
-        self.file = rel(&self.dir, &meta.file);
+        let file = rel(&self.dir, &meta.file);
+        self.version = match before {
+            Some(v) if file == self.file => Some(v),
+            _ => Some(self.stat(&file)?.0),
+        };
+        self.file = file;
         self.meta = meta;
-        self.turtle = version;
-        self.checked = Instant::now();
+        self.stale = false;
         Ok(())
     }
 
-    /// Moves to the newest checkpoint if the turtle changed; whether it moved.
-    fn refresh(&mut self, force: bool) -> Result<bool, WtError> {
-        self.checked = Instant::now();
-        let (v, _) = self.stat_turtle()?;
-        self.stats.round_trips += 1;
-        if v == self.turtle && !force {
-            return Ok(false);
-        }
+    /// Reads the newest checkpoint; whether it differs from the one read so far.
+    fn refresh(&mut self) -> Result<bool, WtError> {
         let old = (self.meta.order, self.meta.ckpt);
         let mut last = None;
         for _ in 0..MAX_STALE_RETRIES {
-            match self.load() {
+            let sent = self.client.round_trips;
+            let r = self.load();
+            self.stats.round_trips += self.client.round_trips - sent;
+            match r {
                 Ok(()) => {
                     let moved = (self.meta.order, self.meta.ckpt) != old;
                     self.stats.reloads += u64::from(moved);
@@ -264,8 +274,8 @@ impl RemoteTable {
         value: &mut Vec<u8>,
     ) -> Result<Answer, WtError> {
         self.stats.lookups += 1;
-        if self.checked.elapsed() >= REMOTE_STALE_CHECK {
-            self.refresh(false)?;
+        if self.stale {
+            self.refresh()?;
         }
         self.meta.key_format.encode(user_key, &mut self.stored)?;
         let mut tries = 0;
@@ -277,7 +287,7 @@ impl RemoteTable {
             match r {
                 Err(e @ WtError::Corrupt { .. }) => {
                     tries += 1;
-                    if tries > MAX_STALE_RETRIES || !self.refresh(true)? {
+                    if tries > MAX_STALE_RETRIES || !self.refresh()? {
                         return Err(e);
                     }
                     self.stats.retries += 1;
@@ -307,10 +317,13 @@ impl RemoteTable {
             page: &mut self.page,
             key: &mut self.key,
         };
+        let (known, stale) = (self.version, &mut self.stale);
         w.get(&self.stored, value, |off, buf| {
             stats.round_trips += 1;
             stats.pages += 1;
-            read_frame(client, file, off, buf)
+            let v = read_frame(client, file, off, buf)?;
+            *stale |= known != Some(v);
+            Ok(())
         })
     }
 
@@ -367,6 +380,7 @@ impl RemoteTable {
             }
         };
         self.stats.pages += u64::from(r.hops);
+        self.stale |= self.version != Some(r.version);
         match ChainEnd::parse(&r.data).map_err(|w| wire(&self.file, w))? {
             ChainEnd::Found(v) => {
                 value.clear();
