@@ -141,7 +141,7 @@ fn a_newer_checkpoint_is_followed_remotely() {
         {
             let wt = storefn_wiredtiger::native::Native::open(&db, "").unwrap();
             let mut c = wt.cursor("table:t").unwrap();
-            c.insert(format!("k00042\0").as_bytes(), format!("{path:?}\0").as_bytes()).unwrap();
+            c.insert(b"k00042\0", format!("{path:?}\0").as_bytes()).unwrap();
             drop(c);
             wt.checkpoint().unwrap();
         }
