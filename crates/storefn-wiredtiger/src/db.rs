@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 /// Releases whose files this reader knows: Debian's libwiredtiger (bookworm).
 pub const SUPPORTED_VERSIONS: &[(u32, u32, u32)] = &[(3, 2, 1)];
 const SUPPORTED_TEXT: &str = "3.2.1";
-const TURTLE: &str = "WiredTiger.turtle";
-const METADATA: &str = "WiredTiger.wt";
+pub(crate) const TURTLE: &str = "WiredTiger.turtle";
+pub(crate) const METADATA: &str = "WiredTiger.wt";
 
 /// How a table stores keys or values (`key_format`, `value_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,43 +82,14 @@ impl Table {
     pub fn open(dir: &Path, name: &str) -> Result<Self, WtError> {
         let meta = open_metadata(dir)?;
         let mut meta = MetaReader { tree: meta, key: Vec::new(), value: Vec::new() };
-        let table_cfg = meta
-            .get(&format!("table:{name}"))?
-            .ok_or_else(|| WtError::NoTable { path: dir.join(METADATA), table: name.into() })?;
-        let meta_path = dir.join(METADATA);
-        let unsupported = |what: String| WtError::Unsupported { path: meta_path.clone(), what };
-        let kf = cfg_get(&meta_path, &table_cfg, "key_format")?;
-        let vf = cfg_get(&meta_path, &table_cfg, "value_format")?;
-        let (Some(key_format), Some(value_format)) = (Format::parse(kf), Format::parse(vf)) else {
-            return Err(unsupported(format!(
-                "table {name:?}: key_format={kf}, value_format={vf} (this reader serves S and u)"
-            )));
-        };
-        let colgroup = meta.get(&format!("colgroup:{name}"))?.unwrap_or_default();
-        let source = cfg_get(&meta_path, &colgroup, "source")?;
-        let Some(file) = source.strip_prefix("file:") else {
-            return Err(unsupported(format!(
-                "table {name:?}: source {source:?} is not a file (LSM or column groups)"
-            )));
-        };
-        if file.contains('/') || file.contains("..") {
-            return Err(unsupported(format!(
-                "table {name:?}: file {file:?} outside the database directory"
-            )));
-        }
-        let file_cfg = meta.get(&format!("file:{file}"))?.ok_or_else(|| WtError::NoTable {
-            path: meta_path.clone(),
-            table: format!("file:{file}"),
-        })?;
-        check_file_config(&file_cfg, &meta_path)?;
-        let (order, ckpt, alloc) = newest_checkpoint(&file_cfg, &meta_path)?;
-        let tree = Tree::open(&dir.join(file), alloc, ckpt)?;
+        let m = table_meta(&dir.join(METADATA), name, |uri| meta.get(uri))?;
+        let tree = Tree::open(&dir.join(&m.file), m.alloc, m.ckpt)?;
         Ok(Table {
             dir: dir.into(),
             name: name.into(),
-            key_format,
-            value_format,
-            checkpoint_order: order,
+            key_format: m.key_format,
+            value_format: m.value_format,
+            checkpoint_order: m.order,
             tree,
             key: Vec::new(),
         })
@@ -154,6 +125,56 @@ impl Table {
     }
 }
 
+/// What the metadata says of a table: its formats, its file (inside the database directory)
+/// and the newest checkpoint of that file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TableMeta {
+    pub key_format: Format,
+    pub value_format: Format,
+    pub order: u64,
+    pub file: String,
+    pub ckpt: CheckpointCookie,
+    pub alloc: u64,
+}
+
+/// Table `name` from the metadata entries `get(uri)` answers (`meta_path` names the metadata
+/// in errors). Shared by the local reader and the remote one (entries read over the wire).
+pub(crate) fn table_meta(
+    meta_path: &Path,
+    name: &str,
+    mut get: impl FnMut(&str) -> Result<Option<String>, WtError>,
+) -> Result<TableMeta, WtError> {
+    let table_cfg = get(&format!("table:{name}"))?
+        .ok_or_else(|| WtError::NoTable { path: meta_path.into(), table: name.into() })?;
+    let unsupported = |what: String| WtError::Unsupported { path: meta_path.into(), what };
+    let kf = cfg_get(meta_path, &table_cfg, "key_format")?;
+    let vf = cfg_get(meta_path, &table_cfg, "value_format")?;
+    let (Some(key_format), Some(value_format)) = (Format::parse(kf), Format::parse(vf)) else {
+        return Err(unsupported(format!(
+            "table {name:?}: key_format={kf}, value_format={vf} (this reader serves S and u)"
+        )));
+    };
+    let colgroup = get(&format!("colgroup:{name}"))?.unwrap_or_default();
+    let source = cfg_get(meta_path, &colgroup, "source")?;
+    let Some(file) = source.strip_prefix("file:") else {
+        return Err(unsupported(format!(
+            "table {name:?}: source {source:?} is not a file (LSM or column groups)"
+        )));
+    };
+    if file.contains('/') || file.contains("..") {
+        return Err(unsupported(format!(
+            "table {name:?}: file {file:?} outside the database directory"
+        )));
+    }
+    let file_cfg = get(&format!("file:{file}"))?.ok_or_else(|| WtError::NoTable {
+        path: meta_path.into(),
+        table: format!("file:{file}"),
+    })?;
+    check_file_config(&file_cfg, meta_path)?;
+    let (order, ckpt, alloc) = newest_checkpoint(&file_cfg, meta_path)?;
+    Ok(TableMeta { key_format, value_format, order, file: file.into(), ckpt, alloc })
+}
+
 fn cfg_get<'a>(path: &Path, s: &'a str, k: &str) -> Result<&'a str, WtError> {
     config_get(s, k).map_err(|m| corrupt_config(path, &m)).map(Option::unwrap_or_default)
 }
@@ -176,22 +197,32 @@ fn open_metadata(dir: &Path) -> Result<Tree, WtError> {
         .take(MAX_TURTLE_BYTES)
         .read_to_string(&mut text)
         .map_err(|e| io("read", e))?;
-    let turtle = Turtle::parse(&text).map_err(|m| WtError::Corrupt {
-        path: turtle_path.clone(),
+    let (ckpt, alloc) = turtle_metadata(&text, &turtle_path)?;
+    Tree::open(&dir.join(METADATA), alloc, ckpt)
+}
+
+/// The metadata file's checkpoint and allocation size from the turtle's text, after checking
+/// the release that wrote it.
+pub(crate) fn turtle_metadata(
+    text: &str,
+    turtle_path: &Path,
+) -> Result<(CheckpointCookie, u64), WtError> {
+    let turtle = Turtle::parse(text).map_err(|m| WtError::Corrupt {
+        path: turtle_path.into(),
         offset: 0,
         what: m.what,
     })?;
     if !SUPPORTED_VERSIONS.contains(&turtle.version) {
         let (a, b, c) = turtle.version;
         return Err(WtError::Version {
-            path: turtle_path,
+            path: turtle_path.into(),
             found: format!("{a}.{b}.{c}"),
             supported: SUPPORTED_TEXT,
         });
     }
-    check_file_config(&turtle.metadata_config, &turtle_path)?;
-    let (_, ckpt, alloc) = newest_checkpoint(&turtle.metadata_config, &turtle_path)?;
-    Tree::open(&dir.join(METADATA), alloc, ckpt)
+    check_file_config(&turtle.metadata_config, turtle_path)?;
+    let (_, ckpt, alloc) = newest_checkpoint(&turtle.metadata_config, turtle_path)?;
+    Ok((ckpt, alloc))
 }
 
 /// Refuses files whose layout this reader does not parse at all.

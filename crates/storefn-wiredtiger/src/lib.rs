@@ -7,20 +7,26 @@
 //! (the `native` feature) to answer. Nothing in the database directory is written or locked.
 //! Layouts: docs/FORMAT.md, "WiredTiger".
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod db;
 mod error;
 pub mod format;
 pub mod limits;
 mod lookup;
 mod page;
+mod remote;
 mod tree;
 mod xrp;
 
 pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
-pub use lookup::{Answer, LookupStats, Lookups, ReadPath};
+pub use lookup::{Answer, LookupStats, Lookups, ReadPath, STALE_CHECK};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
+pub use remote::{RemotePath, RemoteStats, RemoteTable};
 pub use tree::{Outcome, Tree};
-pub use xrp::{abi as xrp_abi, XrpTree, HOP_BYTES, PROGRAM};
+pub use xrp::{
+    abi as xrp_abi, ChainEnd, ChainStart, XrpTree, BATCH_CHAINS, FLAG_VERIFY, HOP_BYTES, PROGRAM,
+};
 #[cfg(feature = "native")]
 pub mod native;

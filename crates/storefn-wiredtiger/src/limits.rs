@@ -19,3 +19,7 @@ pub const MAX_TURTLE_BYTES: u64 = 1 << 20;
 /// Deepest nesting of `( )`/`[ ]` in a configuration string WiredTiger wrote (checkpoint lists
 /// nest three deep).
 pub const MAX_CONFIG_NESTING: usize = 16;
+
+/// Times one lookup is redone on a newer checkpoint (or the metadata re-read while WiredTiger
+/// replaces it) before the damage it met is reported as such.
+pub const MAX_STALE_RETRIES: u32 = 8;

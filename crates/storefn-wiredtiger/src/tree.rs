@@ -77,39 +77,7 @@ impl Tree {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), WtError> {
-        self.file.read_exact_at(buf, offset).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                WtError::Corrupt {
-                    path: self.path.clone(),
-                    offset,
-                    what: format!("block of {} bytes runs past the end of the file", buf.len()),
-                }
-            } else {
-                WtError::Io { path: self.path.clone(), op: "read", source: e }
-            }
-        })
-    }
-
-    /// Reads and verifies the block at `addr` into the page buffer; returns its page header.
-    pub(crate) fn read_block(&mut self, addr: BlockAddr) -> Result<PageHeader, WtError> {
-        let end = addr.offset.checked_add(addr.size);
-        if addr.size > MAX_BLOCK_BYTES || end.is_none_or(|e| e > self.ckpt.file_size) {
-            return Err(WtError::Corrupt {
-                path: self.path.clone(),
-                offset: addr.offset,
-                what: format!(
-                    "block of {} bytes lies outside the checkpoint's {} bytes",
-                    addr.size, self.ckpt.file_size
-                ),
-            });
-        }
-        let mut page = std::mem::take(&mut self.page);
-        page.resize(addr.size as usize, 0);
-        let r = self.read_at(addr.offset, &mut page);
-        self.page = page;
-        r?;
-        BlockHeader::verify(&self.page, addr).map_err(|m| self.corrupt(addr.offset, &m))?;
-        PageHeader::parse(&self.page).map_err(|m| self.corrupt(addr.offset, &m))
+        read_exact(&self.file, &self.path, offset, buf)
     }
 
     /// Looks `key` (as stored: an `S` key with its NUL) up, copying the value as stored into
@@ -118,10 +86,86 @@ impl Tree {
     /// # Errors
     /// A read failure, or damage on the path (named with the file and byte offset).
     pub fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<Outcome, WtError> {
+        let (file, path) = (&self.file, &self.path);
+        let mut w = Walk {
+            path,
+            alloc: self.alloc,
+            ckpt: &self.ckpt,
+            page: &mut self.page,
+            key: &mut self.key,
+        };
+        w.get(key, value, |offset, buf| read_exact(file, path, offset, buf))
+    }
+}
+
+fn read_exact(file: &File, path: &Path, offset: u64, buf: &mut [u8]) -> Result<(), WtError> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            WtError::Corrupt {
+                path: path.into(),
+                offset,
+                what: format!("block of {} bytes runs past the end of the file", buf.len()),
+            }
+        } else {
+            WtError::Io { path: path.into(), op: "read", source: e }
+        }
+    })
+}
+
+/// One lookup's walk from a checkpoint's root with plain block reads, wherever the blocks come
+/// from (this process's file, or a server's READs): every block is checked against the address
+/// that named it (size, checksum) before a byte of it is parsed.
+pub(crate) struct Walk<'a> {
+    pub path: &'a Path,
+    pub alloc: u64,
+    pub ckpt: &'a CheckpointCookie,
+    pub page: &'a mut Vec<u8>,
+    pub key: &'a mut Vec<u8>,
+}
+
+impl Walk<'_> {
+    fn corrupt(&self, base: u64, m: &Malformed) -> WtError {
+        WtError::Corrupt {
+            path: self.path.into(),
+            offset: base + m.at as u64,
+            what: m.what.clone(),
+        }
+    }
+
+    /// Reads (by `read(offset, buf)`) and verifies the block at `addr`; returns its header.
+    fn read_block(
+        &mut self,
+        addr: BlockAddr,
+        read: &mut impl FnMut(u64, &mut [u8]) -> Result<(), WtError>,
+    ) -> Result<PageHeader, WtError> {
+        let end = addr.offset.checked_add(addr.size);
+        if addr.size > MAX_BLOCK_BYTES || end.is_none_or(|e| e > self.ckpt.file_size) {
+            return Err(WtError::Corrupt {
+                path: self.path.into(),
+                offset: addr.offset,
+                what: format!(
+                    "block of {} bytes lies outside the checkpoint's {} bytes",
+                    addr.size, self.ckpt.file_size
+                ),
+            });
+        }
+        self.page.resize(addr.size as usize, 0);
+        read(addr.offset, self.page)?;
+        BlockHeader::verify(self.page, addr).map_err(|m| self.corrupt(addr.offset, &m))?;
+        PageHeader::parse(self.page).map_err(|m| self.corrupt(addr.offset, &m))
+    }
+
+    /// Looks `key` (as stored) up, copying the value as stored into `value`.
+    pub(crate) fn get(
+        &mut self,
+        key: &[u8],
+        value: &mut Vec<u8>,
+        mut read: impl FnMut(u64, &mut [u8]) -> Result<(), WtError>,
+    ) -> Result<Outcome, WtError> {
         let Some(mut addr) = self.ckpt.root else { return Ok(Outcome::NotFound) };
         let mut expect = PageType::RowInternal;
         for _ in 0..MAX_DEPTH {
-            let hdr = self.read_block(addr)?;
+            let hdr = self.read_block(addr, &mut read)?;
             if hdr.flags & PAGE_COMPRESSED != 0 {
                 return Ok(Outcome::Fallback(Fallback::CompressedPage));
             }
@@ -132,13 +176,13 @@ impl Tree {
             let root_leaf = addr == self.ckpt.root.unwrap() && hdr.page_type == PageType::RowLeaf;
             if hdr.page_type != expect && !root_leaf {
                 return Err(WtError::Corrupt {
-                    path: self.path.clone(),
+                    path: self.path.into(),
                     offset: addr.offset + 24,
                     what: format!("page type {:?}, expected {expect:?}", hdr.page_type),
                 });
             }
             if hdr.page_type == PageType::RowLeaf {
-                let hit = search_leaf(&self.page, &hdr, key, &mut self.key)
+                let hit = search_leaf(self.page, &hdr, key, self.key)
                     .map_err(|m| self.corrupt(addr.offset, &m))?;
                 return Ok(match hit {
                     LeafHit::Found(r) => {
@@ -150,7 +194,7 @@ impl Tree {
                     LeafHit::Fallback(f) => Outcome::Fallback(f),
                 });
             }
-            let child = search_internal(&self.page, &hdr, key, self.alloc, &mut self.key)
+            let child = search_internal(self.page, &hdr, key, self.alloc, self.key)
                 .map_err(|m| self.corrupt(addr.offset, &m))?;
             (addr, expect) = match child {
                 Child::Internal(a) => (a, PageType::RowInternal),
@@ -160,7 +204,7 @@ impl Tree {
             };
         }
         Err(WtError::Corrupt {
-            path: self.path.clone(),
+            path: self.path.into(),
             offset: addr.offset,
             what: format!("tree deeper than {MAX_DEPTH} levels (a cycle?)"),
         })

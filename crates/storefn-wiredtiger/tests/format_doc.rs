@@ -193,7 +193,8 @@ fn scratch_abi_matches_code_and_program() {
         ("value_len", a::VALUE_LEN, 4),
         ("reason", a::REASON, 4),
         ("key", a::KEY, a::KEY_MAX),
-        ("prev", a::KEY + a::KEY_MAX, a::KEY_MAX),
+        ("flags", a::FLAGS, 4),
+        ("reserved", a::KEY + a::KEY_MAX, a::KEY_MAX),
         ("value", a::VALUE, a::VALUE_MAX),
     ];
     for (name, off, size) in code {

@@ -1,5 +1,6 @@
 //! The storage function (progs/engines/wiredtiger/lookup.bpf.c) as a chain on the io engine:
-//! every key of the 4 KiB-page tables, present and absent, against WiredTiger's own cursor.
+//! every key of every table (4 KiB pages and WiredTiger's defaults: 32 KiB leaves), present and
+//! absent, against WiredTiger's own cursor, one chain at a time and batched.
 
 mod common;
 
@@ -11,9 +12,10 @@ fn chains_answer_as_wiredtiger_does() {
     let dir = TempDir::new("xrp");
     build(&dir.0);
     let mut value = Vec::new();
-    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty"] {
+    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty", "big", "pfx32"] {
         let rows = native_rows(&dir.0, name);
         let mut l = Lookups::open(&dir.0, name, ReadPath::Xrp).unwrap();
+        let leaf = l.table().tree().checkpoint().root.map_or(0, |r| r.size);
         let f = l.table().key_format;
         for (k, v) in rows.iter().step_by(3) {
             assert_eq!(l.get(&user(f, k), &mut value).unwrap(), Answer::Found, "{name}: {k:?}");
@@ -23,7 +25,9 @@ fn chains_answer_as_wiredtiger_does() {
             assert_eq!(l.get(&k, &mut value).unwrap(), Answer::NotFound, "{name}: {k:?}");
         }
         let s = l.stats;
-        eprintln!("{name}: {s:?}");
+        eprintln!("{name}: {s:?} (root block {leaf} bytes)");
+        // Hop count bounded: these trees are at most three levels deep.
+        assert!(s.hops <= 3 * s.lookups, "{name}: {s:?}");
         if name == "ovfl" {
             assert!(s.function_fallbacks > 0, "overflow items go back to the plain reader");
         } else {
@@ -69,4 +73,39 @@ fn damaged_pages_stop_the_chain_with_a_named_error() {
         }
     }
     assert!(errors > 0);
+}
+
+#[test]
+fn batched_chains_answer_as_wiredtiger_does() {
+    let dir = TempDir::new("xrp-batch");
+    build(&dir.0);
+    let (mut value, mut stored) = (Vec::new(), Vec::new());
+    for name in ["big", "pfx32", "ovfl", "raw", "empty"] {
+        let rows = native_rows(&dir.0, name);
+        let mut l = Lookups::open(&dir.0, name, ReadPath::XrpBatch).unwrap();
+        let f = l.table().key_format;
+        let mut keys: Vec<Vec<u8>> = rows.keys().step_by(2).map(|k| user(f, k)).collect();
+        let absent = absent_keys(f, &rows);
+        keys.extend(absent.iter().cloned());
+        let mut seen = vec![false; keys.len()];
+        for (c, chunk) in keys.chunks(100).enumerate() {
+            l.get_many(chunk, &mut stored, &mut value, |i, a, v| {
+                let k = &chunk[i];
+                let mut sk = Vec::new();
+                f.encode(k, &mut sk).unwrap();
+                match rows.get(&sk) {
+                    Some(want) => {
+                        assert_eq!(a, Answer::Found, "{name}: {k:?}");
+                        assert_eq!(v, &want[..], "{name}: {k:?}");
+                    }
+                    None => assert_eq!(a, Answer::NotFound, "{name}: {k:?}"),
+                }
+                assert!(!seen[c * 100 + i], "{name}: answered twice");
+                seen[c * 100 + i] = true;
+            })
+            .unwrap();
+        }
+        assert!(seen.iter().all(|&s| s), "{name}: every key answered");
+        eprintln!("{name}: {:?}", l.stats);
+    }
 }

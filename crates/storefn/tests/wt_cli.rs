@@ -102,3 +102,75 @@ fn get_and_multiget_answer_as_wiredtiger_does() {
     assert_eq!(code, 1);
     assert!(err.contains("no table \"nope\""), "{err}");
 }
+
+#[test]
+fn batch_remote_paths_and_bench_answer_as_the_plain_reader() {
+    let d = common::temp_dir("storefn-wt", "paths");
+    let db = d.0.join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    build(&db);
+    let dbs = db.to_str().unwrap();
+    let keys = d.0.join("keys");
+    std::fs::write(&keys, "k00007\nk00102\nnope\nk01500\nk00000\n").unwrap();
+    let kf = keys.to_str().unwrap();
+    let mg = |extra: &[&str]| {
+        let mut a = vec!["wt", "multiget", "--table", "s", "--keys-file", kf];
+        a.extend_from_slice(extra);
+        storefn(&a)
+    };
+    let (code, want, _) = mg(&[dbs]);
+    assert_eq!(code, 1);
+    let (code, out, err) = mg(&[dbs, "--path", "xrp-batch"]);
+    assert_eq!((code, &out), (1, &want), "{err}");
+
+    let mut cfg = storefn_server::ServerConfig::new(&d.0);
+    cfg.threads = 1;
+    cfg.insn_budget = 1 << 20;
+    let s = storefn_server::Server::start("127.0.0.1:0", cfg).unwrap();
+    let addr = s.local_addr().to_string();
+    for path in ["rpc-read", "pushdown"] {
+        let (code, out, err) = mg(&["db", "--remote", &addr, "--path", path]);
+        assert_eq!((code, &out), (1, &want), "{path}: {err}");
+        assert!(err.contains("5 lookups, 1 not found"), "{err}");
+        let (code, out, err) = storefn(&[
+            "wt", "get", "db", "--table", "s", "--key", "k01999", "--remote", &addr, "--path", path,
+        ]);
+        assert_eq!((code, out.as_str()), (0, "v1999\n"), "{err}");
+    }
+    let (code, _, err) =
+        storefn(&["wt", "get", dbs, "--table", "s", "--key", "k1", "--path", "pushdown"]);
+    assert_eq!(code, 1, "pushdown without --remote: {err}");
+    assert!(err.contains("needs --remote"), "{err}");
+
+    let json = d.0.join("bench.json");
+    for args in
+        [vec![dbs, "--path", "xrp-batch"], vec!["db", "--remote", &addr, "--path", "pushdown"]]
+    {
+        let mut a = vec![
+            "wt",
+            "bench",
+            "--table",
+            "s",
+            "--keys-file",
+            kf,
+            "--ops",
+            "300",
+            "--warmup",
+            "20",
+        ];
+        a.extend(args.iter().copied());
+        a.extend(["--workload", "zipfian", "--json", json.to_str().unwrap()]);
+        let (code, out, err) = storefn(&a);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.starts_with("wt bench ") && out.contains("ops/s"), "{out}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(v["lookups"], 300);
+        assert!(v["p99_us"].as_f64().unwrap() > 0.0);
+        if args.contains(&"pushdown") {
+            let rt = v["round_trips_per_lookup"].as_f64().unwrap();
+            assert!((1.0..1.1).contains(&rt), "one round trip per lookup: {rt}");
+        }
+    }
+    s.stop();
+    s.join().unwrap();
+}

@@ -1,21 +1,38 @@
 /* WiredTiger point lookup as a storage-function chain: one hop per page, from a checkpoint's
  * root through row-store internal pages to the leaf (docs/FORMAT.md, "WiredTiger", and its
- * "WiredTiger lookup scratch ABI"). The host submits the root's block and fills the scratch; the
- * host also checks each block's CRC-32C as it arrives (on_block); this function checks that the
- * block is the one its parent's address named (size and checksum in the block header).
- * Anything it does not read (overflow items, compressed pages, blocks longer than a hop, keys
- * or values larger than the scratch holds) ends the chain with status FALLBACK.
+ * "WiredTiger lookup scratch ABI"). Pages at WiredTiger's default sizes (internal 4 KiB, leaf up
+ * to 32 KiB) are one hop each. The host submits the root's block and fills the scratch. Each
+ * block's CRC-32C is checked by whoever sees the block: the local host as it arrives (on_block),
+ * or this function itself when the scratch asks (FLAG_VERIFY: a remote server runs the chain and
+ * no host sees the blocks). The function also checks each block is the one its parent's address
+ * named (size and checksum in the block header). Anything it does not read (overflow items,
+ * compressed pages, blocks longer than a hop, keys or values larger than the scratch holds,
+ * pages with more cells than it scans) ends the chain with status FALLBACK.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-/* The data view the function may read (the XRP ABI's window); hop_bytes must not exceed it. */
-#define VIEW 4096
+/* Loops run to data-dependent bounds (each bounded before it starts): the runtime charges a
+ * loop with a constant trip count in full before it runs, early exits or not.
+ *
+ * The data view the function reads: WiredTiger's default leaf_page_max (32 KiB). The runtime
+ * gives a hop at least the block requested (data_len says how much); every access is masked
+ * into the view and bounded by the block's size before it is made. */
+#define VIEW 32768
 #define VMASK (VIEW - 1)
 #define KEY_MAX 512
 #define VALUE_MAX 3008
 #define MAX_HOPS 32
-#define MAX_CELLS 2048
+/* Cells one page may hold that the function scans (a 32 KiB leaf of tiny items holds more:
+ * those pages are a fallback, not damage). */
+#define MAX_CELLS 16384
+/* Scratch flags. */
+#define FLAG_VERIFY 1
+/* Block header (after the 28-byte page header): disk_size@28, checksum@32, flags@36. */
+#define BLOCK_DATA_CKSUM 0x01
+#define CHECKSUM_SKIP 64
+
+#include "crc32c_tab.h"
 
 enum { RUNNING = 0, FOUND = 1, NOT_FOUND = 2, FALLBACK = 3, CORRUPT = 4 };
 
@@ -31,9 +48,10 @@ struct wt_scratch {
 	__u32 cur_checksum; /*  44 in (root) / state */
 	__u32 value_len;    /*  48 out */
 	__u32 reason;       /*  52 out: where it stopped (a line of this file) */
-	__u8 pad[8];        /*  56 */
+	__u32 flags;        /*  56 in: FLAG_VERIFY */
+	__u8 pad[4];        /*  60 */
 	__u8 key[KEY_MAX];  /*  64 in */
-	__u8 prev[KEY_MAX]; /* 576 state: the page's previous key, rebuilt */
+	__u8 reserved[KEY_MAX]; /* 576 */
 	__u8 value[VALUE_MAX]; /* 1088 out */
 };
 
@@ -70,11 +88,8 @@ static __always_inline int unpack(const __u8 *d, __u32 *pos, __u32 end, __u64 *o
 	if (len > 8 || p + 1 + len > end)
 		return -1;
 	__u64 v = 0;
-	for (__u32 i = 0; i < 8; i++) {
-		if (i >= len)
-			break;
+	for (__u32 i = 0; i < len; i++)
 		v = (v << 8) | d[(p + 1 + i) & VMASK];
-	}
 	*out = v + 8256;
 	*pos = p + 1 + len;
 	return 0;
@@ -87,7 +102,7 @@ struct cell {
 	__u64 copy;
 };
 
-static __always_inline int parse_cell(const __u8 *d, __u32 at, __u32 end, struct cell *c)
+static __noinline int parse_cell(const __u8 *d, __u32 at, __u32 end, struct cell *c)
 {
 	if (at >= end)
 		return -1;
@@ -148,122 +163,193 @@ static __always_inline int parse_cell(const __u8 *d, __u32 at, __u32 end, struct
 	return -1;
 }
 
-/* Rebuilds the key of cell c into s->prev (prev_len in/out); -1 damage, -2 too long. */
-static __always_inline int rebuild(struct wt_scratch *s, const __u8 *d, struct cell *c, __u32 *prev_len)
+/* Where a page's keys stand against the search key while a page is scanned in order. Every key
+ * before the current one was smaller than the search key (the scan stops at the first that is not)
+ * and the last one shared `match` leading bytes with it; `len` is that key's length. A key that
+ * shares more than `match` bytes with a smaller key is itself smaller, so prefix-compressed keys
+ * are compared without rebuilding them: only the suffix past the shared prefix is read. */
+struct order {
+	__u32 match, len;
+};
+
+/* The key of cell c against the search key: <0, 0, >0; -2 damage (a prefix longer than the
+ * previous key). */
+static __always_inline int cmp_key(struct wt_scratch *s, const __u8 *d, struct cell *c, struct order *o)
 {
-	if (c->prefix > *prev_len)
-		return -1;
-	__u32 n = c->prefix + c->len;
-	if (n > KEY_MAX)
+	__u32 k = s->key_len, p = c->prefix;
+	if (p > o->len)
 		return -2;
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= c->len)
-			break;
-		s->prev[(c->prefix + i) & (KEY_MAX - 1)] = d[(c->data + i) & VMASK];
-	}
-	*prev_len = n;
-	return 0;
-}
-
-/* memcmp-then-length order of s->prev[0..n) against the search key: <0, 0, >0. */
-static __always_inline int compare(struct wt_scratch *s, __u32 n)
-{
-	__u32 k = s->key_len;
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= n || i >= k)
-			break;
-		__u8 a = s->prev[i & (KEY_MAX - 1)], b = s->key[i & (KEY_MAX - 1)];
-		if (a != b)
+	o->len = p + c->len;
+	if (p > o->match)
+		return -1;
+	__u32 rest = k - p, n = c->len < rest ? c->len : rest;
+	for (__u32 i = 0; i < n; i++) {
+		__u8 a = d[(c->data + i) & VMASK], b = s->key[(p + i) & (KEY_MAX - 1)];
+		if (a != b) {
+			o->match = p + i;
 			return a < b ? -1 : 1;
+		}
 	}
-	return n == k ? 0 : (n < k ? -1 : 1);
+	o->match = p + n;
+	if (c->len == rest)
+		return 0;
+	return c->len < rest ? -1 : 1;
 }
 
-SEC("xrp")
-__u32 wt_lookup(struct bpf_xrp *ctx)
+/* One CRC-32C step per byte of d[from..to). */
+static __always_inline __u32 crc_bytes(const __u8 *d, __u32 from, __u32 to, __u32 c)
+{
+	for (__u32 p = from; p < to; p++)
+		c = crc_tab[0][(c ^ d[p & VMASK]) & 0xff] ^ (c >> 8);
+	return c;
+}
+
+/* CRC-32C of d[from..to) (from a multiple of 8), eight bytes a step. */
+static __always_inline __u32 crc_run(const __u8 *d, __u32 from, __u32 to, __u32 c)
+{
+	__u32 p = from;
+	for (; p + 8 <= to; p += 8) {
+		__u32 lo = *(const __u32 *)(d + (p & (VMASK & ~7))) ^ c;
+		__u32 hi = *(const __u32 *)(d + ((p + 4) & (VMASK & ~3)));
+		c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^
+		    crc_tab[5][(lo >> 16) & 0xff] ^ crc_tab[4][lo >> 24] ^
+		    crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff] ^
+		    crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
+	}
+	return crc_bytes(d, p, to, c);
+}
+
+/* The block's checksum as WiredTiger computes it: the checksum field read as zeros, the whole
+ * block when BLOCK_DATA_CKSUM is set, else its first 64 bytes. */
+static __always_inline __u32 block_crc(const __u8 *d, __u32 size)
+{
+	__u32 covered = (d[36] & BLOCK_DATA_CKSUM) ? size : (size < CHECKSUM_SKIP ? size : CHECKSUM_SKIP);
+	__u32 c = crc_run(d, 0, 32, 0xffffffff);
+	for (__u32 i = 0; i < 4; i++)
+		c = crc_tab[0][c & 0xff] ^ (c >> 8);
+	c = crc_bytes(d, 36, 40, c);
+	return ~crc_run(d, 40, covered, c);
+}
+
+/* The address cell at `child` of an internal page: requests the child's block, or stops. Not
+ * inlined: the runtime charges each loop iteration the longest path to the next charge point,
+ * and a function start is one, so the scan's iterations are not charged for this tail. */
+static __noinline int internal_child(struct bpf_xrp *ctx, __u32 child, __u32 mem)
 {
 	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
 	const __u8 *d = (const __u8 *)ctx->data;
+	struct cell a = {};
+	int kind = parse_cell(d, child, mem, &a);
+	if (kind == 6)
+		STOP(FALLBACK);
+	if (kind != 4 && kind != 5)
+		STOP(CORRUPT);
+	__u64 off, sz, ck;
+	__u32 p = a.data, e = a.data + a.len;
+	if (unpack(d, &p, e, &off) || unpack(d, &p, e, &sz) || unpack(d, &p, e, &ck) || p != e)
+		STOP(CORRUPT);
+	if (sz == 0) /* an empty child */
+		STOP(NOT_FOUND);
+	off = (off + 1) * s->alloc;
+	sz = sz * s->alloc;
+	if (sz > s->hop_bytes)
+		STOP(FALLBACK);
+	if (off + sz > s->file_size || ck > 0xffffffffULL)
+		STOP(CORRUPT);
+	s->cur_offset = off;
+	s->cur_size = sz;
+	s->cur_checksum = ck;
+	ctx->next_addr[0] = off;
+	ctx->size[0] = sz;
+	return 0;
+}
+
+
+/* Internal page: (key, address) pairs; the child is the last whose key is at most the search
+ * key (the first key stands for everything below the second). Requests it, or stops. */
+static __always_inline int internal(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
+				    __u32 mem, __u32 entries)
+{
 	struct cell c = {}, a = {};
-	__u32 prev_len = 0, at = 40, child = 0;
+	struct order o = {};
+	__u32 at = 40, child = 0;
 	int kind;
 
-	if (++s->hops > MAX_HOPS)
-		STOP(CORRUPT);
-	if (s->key_len > KEY_MAX || s->hop_bytes > VIEW || s->cur_size > s->hop_bytes || s->cur_size < 64)
-		STOP(FALLBACK);
-	if (rd32(d, 28) != s->cur_size || rd32(d, 32) != s->cur_checksum)
-		STOP(CORRUPT);
-	if (d[25] & 0x09)
-		STOP(FALLBACK);
-	__u32 mem = rd32(d, 16), entries = rd32(d, 20);
-	if (mem < 40 || mem > s->cur_size || entries > MAX_CELLS)
-		STOP(CORRUPT);
-
-	if (d[24] == 6) {
-		/* (key, address) pairs: the last whose key is at most the search key. */
-		for (__u32 i = 0; i < MAX_CELLS / 2; i++) {
-			if (i * 2 >= entries)
-				break;
-			kind = parse_cell(d, at, mem, &c);
-			if (kind == 6 && i == 0)
-				prev_len = 0;
-			else if (kind == 6)
-				STOP(FALLBACK);
-			else if (kind != 1 || rebuild(s, d, &c, &prev_len))
-				STOP(CORRUPT);
-			if (i > 0 && compare(s, prev_len) > 0)
-				break;
-			child = c.end;
-			kind = parse_cell(d, child, mem, &a);
-			if (kind < 0)
-				STOP(CORRUPT);
-			at = a.end;
-		}
-		if (child == 0)
-			STOP(CORRUPT);
-		kind = parse_cell(d, child, mem, &a);
-		if (kind == 6)
+	for (__u32 i = 0; i * 2 < entries; i++) {
+		kind = parse_cell(d, at, mem, &c);
+		int cmp = -1;
+		if (kind == 6 && i == 0)
+			o.len = 0; /* an overflow first key: never compared */
+		else if (kind == 6)
 			STOP(FALLBACK);
-		if (kind != 4 && kind != 5)
+		else if (kind != 1)
 			STOP(CORRUPT);
-		__u64 o, sz, ck;
-		__u32 p = a.data, e = a.data + a.len;
-		if (unpack(d, &p, e, &o) || unpack(d, &p, e, &sz) || unpack(d, &p, e, &ck) || p != e)
+		else
+			cmp = cmp_key(s, d, &c, &o);
+		if (cmp == -2)
 			STOP(CORRUPT);
-		if (sz == 0) /* an empty child */
-			STOP(NOT_FOUND);
-		o = (o + 1) * s->alloc;
-		sz = sz * s->alloc;
-		if (sz > s->hop_bytes)
-			STOP(FALLBACK);
-		if (o + sz > s->file_size || ck > 0xffffffffULL)
-			STOP(CORRUPT);
-		s->cur_offset = o;
-		s->cur_size = sz;
-		s->cur_checksum = ck;
-		ctx->next_addr[0] = o;
-		ctx->size[0] = sz;
-		return 0;
-	}
-	if (d[24] != 7)
-		STOP(CORRUPT);
-
-	/* Leaf: key cells, each followed by its value cell unless the next cell is a key. */
-	__u32 left = entries;
-	for (__u32 i = 0; i < MAX_CELLS; i++) {
-		if (left == 0)
+		if (i > 0 && cmp > 0)
 			break;
+		child = c.end;
+		kind = parse_cell(d, child, mem, &a);
+		if (kind < 0)
+			STOP(CORRUPT);
+		at = a.end;
+		if (i == 0 && cmp >= 0)
+			break; /* every later key is larger still */
+	}
+	if (child == 0)
+		STOP(CORRUPT);
+	return internal_child(ctx, child, mem);
+}
+
+/* The value of the key found: cell a of kind vk (0 = none: an empty value), the key cell ending
+ * at vat. Not inlined, as internal_child. */
+static __noinline int leaf_value(struct bpf_xrp *ctx, struct cell *ap, int vk, __u32 vat, __u32 mem)
+{
+	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
+	const __u8 *d = (const __u8 *)ctx->data;
+	struct cell a = *ap;
+	if (vk == 6)
+		STOP(FALLBACK);
+	if (vk == 3) {
+		if (a.copy >= vat || vat - a.copy < 40)
+			STOP(CORRUPT);
+		vk = parse_cell(d, vat - a.copy, mem, &a);
+		if (vk == 6)
+			STOP(FALLBACK);
+		if (vk != 2)
+			STOP(CORRUPT);
+	}
+	__u32 n = vk == 0 ? 0 : a.len;
+	if (vk != 0 && vk != 2)
+		STOP(CORRUPT);
+	if (n > VALUE_MAX)
+		STOP(FALLBACK);
+	for (__u32 j = 0; j < n; j++)
+		s->value[j] = d[(a.data + j) & VMASK];
+	s->value_len = n;
+	STOP(FOUND);
+}
+
+/* Leaf page: key cells, each followed by its value cell unless the next cell is a key. */
+static __always_inline int leaf(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
+				__u32 mem, __u32 entries)
+{
+	struct cell c = {}, a = {};
+	struct order o = {};
+	__u32 at = 40, left = entries;
+	int kind;
+
+	while (left > 0) {
 		kind = parse_cell(d, at, mem, &c);
 		left--;
 		if (kind == 6)
 			STOP(FALLBACK);
 		if (kind != 1)
 			STOP(CORRUPT);
-		int r = rebuild(s, d, &c, &prev_len);
-		if (r == -2)
-			STOP(FALLBACK);
-		if (r)
+		int cmp = cmp_key(s, d, &c, &o);
+		if (cmp == -2)
 			STOP(CORRUPT);
 		at = c.end;
 		int vk = 0;
@@ -279,36 +365,42 @@ __u32 wt_lookup(struct bpf_xrp *ctx)
 				at = a.end;
 			}
 		}
-		int cmp = compare(s, prev_len);
 		if (cmp < 0)
 			continue;
 		if (cmp > 0)
 			break;
-		if (vk == 6)
-			STOP(FALLBACK);
-		if (vk == 3) {
-			if (a.copy >= vat || vat - a.copy < 40)
-				STOP(CORRUPT);
-			vk = parse_cell(d, vat - a.copy, mem, &a);
-			if (vk == 6)
-				STOP(FALLBACK);
-			if (vk != 2)
-				STOP(CORRUPT);
-		}
-		__u32 n = vk == 0 ? 0 : a.len;
-		if (vk != 0 && vk != 2)
-			STOP(CORRUPT);
-		if (n > VALUE_MAX)
-			STOP(FALLBACK);
-		for (__u32 j = 0; j < VALUE_MAX; j++) {
-			if (j >= n)
-				break;
-			s->value[j] = d[(a.data + j) & VMASK];
-		}
-		s->value_len = n;
-		STOP(FOUND);
+		return leaf_value(ctx, &a, vk, vat, mem);
 	}
 	STOP(NOT_FOUND);
+}
+
+SEC("xrp")
+__u32 wt_lookup(struct bpf_xrp *ctx)
+{
+	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
+	const __u8 *d = (const __u8 *)ctx->data;
+
+	if (++s->hops > MAX_HOPS)
+		STOP(CORRUPT);
+	if (s->key_len > KEY_MAX || s->hop_bytes > VIEW || s->cur_size > s->hop_bytes ||
+	    s->cur_size < 64 || s->cur_size > ctx->data_len)
+		STOP(FALLBACK);
+	if (rd32(d, 28) != s->cur_size || rd32(d, 32) != s->cur_checksum)
+		STOP(CORRUPT);
+	if ((s->flags & FLAG_VERIFY) && block_crc(d, s->cur_size) != s->cur_checksum)
+		STOP(CORRUPT);
+	if (d[25] & 0x09)
+		STOP(FALLBACK);
+	__u32 mem = rd32(d, 16), entries = rd32(d, 20);
+	if (mem < 40 || mem > s->cur_size)
+		STOP(CORRUPT);
+	if (entries > MAX_CELLS)
+		STOP(FALLBACK);
+	if (d[24] == 6)
+		return internal(ctx, s, d, mem, entries);
+	if (d[24] != 7)
+		STOP(CORRUPT);
+	return leaf(ctx, s, d, mem, entries);
 }
 
 char LICENSE[] SEC("license") = "GPL";

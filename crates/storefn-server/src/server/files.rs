@@ -138,6 +138,11 @@ impl Files {
             Some(_) => (change, size),
             None => identity(&s._fd).map_or((change, size), |v| (v.2, v.3)),
         };
+        // A cached file that grew or shrank in place (same inode: WiredTiger appends blocks at
+        // every checkpoint) gets the engine's range checks moved to its size now.
+        if found.is_some() && engine.file_size(s.id) != Some(size) {
+            engine.refresh_size(s.id).map_err(|e| (StatusCode::Io, format!("engine: {e}")))?;
+        }
         Ok(Opened {
             slot: u32::try_from(si).expect("small table"),
             id: s.id,

@@ -222,8 +222,10 @@ impl BlockHeader {
     }
 }
 
-/// CRC-32C of `bytes` with the 4-byte field at `hole` read as zeros, as WiredTiger computes it.
-fn checksum_with_hole(bytes: &[u8], hole: usize) -> u32 {
+/// CRC-32C of `bytes` with the 4-byte field at `hole` read as zeros, as WiredTiger computes it
+/// (no copy: the hole is fed as four zero bytes).
+#[must_use]
+pub fn checksum_with_hole(bytes: &[u8], hole: usize) -> u32 {
     let c = crc32c::update(!0, &bytes[..hole]);
     let c = crc32c::update(c, &[0; 4]);
     !crc32c::update(c, &bytes[hole + 4..])

@@ -12,8 +12,8 @@ mod crc32c;
 mod intpack;
 
 pub use block::{
-    BlockAddr, BlockHeader, CheckpointCookie, FileDesc, PageHeader, PageType, BLOCK_DATA_CKSUM,
-    BLOCK_DESC_BYTES, BLOCK_HEADER_BYTES, BLOCK_MAGIC, BLOCK_MAJOR, BLOCK_MINOR,
+    checksum_with_hole, BlockAddr, BlockHeader, CheckpointCookie, FileDesc, PageHeader, PageType,
+    BLOCK_DATA_CKSUM, BLOCK_DESC_BYTES, BLOCK_HEADER_BYTES, BLOCK_MAGIC, BLOCK_MAJOR, BLOCK_MINOR,
     CHECKPOINT_VERSION, CHECKSUM_SKIP_BYTES, PAGE_COMPRESSED, PAGE_ENCRYPTED, PAGE_HEADER_BYTES,
     PAGE_PREFIX_BYTES,
 };

@@ -28,7 +28,7 @@ impl Drop for TempDir {
     }
 }
 
-/// Small pages so small tables have several levels (and hops fit the chain engine's 4 KiB).
+/// Small pages so small tables have several levels.
 pub const SMALL_PAGES: &str = "internal_page_max=4KB,leaf_page_max=4KB,allocation_size=4KB";
 
 /// One table of the test database.
@@ -62,6 +62,8 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
         ("dict", format!("{sf},{SMALL_PAGES},dictionary=1000")),
         ("empty", format!("{sf},{SMALL_PAGES}")),
         ("deep", format!("{sf},{SMALL_PAGES}")),
+        // WiredTiger's default page sizes (internal 4 KiB, leaf 32 KiB), prefix-compressed.
+        ("pfx32", format!("{sf},prefix_compression=true,prefix_compression_min=1")),
     ];
     for (name, cfg) in &tables {
         wt.create(&format!("table:{name}"), cfg).unwrap();
@@ -116,6 +118,12 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
         "deep",
         &mut (0..25000u64).map(|i| {
             (s(&format!("{:08}-{}", i * 7919 % 1_000_003, text(i, 20))), s(&text(i, 100)))
+        }),
+    );
+    put(
+        "pfx32",
+        &mut (0..30000u64).map(|i| {
+            (s(&format!("tenant/{:03}/object/{i:09}", i % 7)), s(&text(i, (i as usize * 5) % 70)))
         }),
     );
     wt.checkpoint().unwrap();

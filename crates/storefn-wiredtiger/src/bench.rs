@@ -1,0 +1,280 @@
+//! `storefn wt bench`: lookups of a table's keys on one path, db_bench style: a named workload,
+//! a seed, threads, a warm-up, p50/p99/p99.9, one summary line and JSON. Remote paths also
+//! report round trips and pages per lookup and the RTT a STAT probe measures.
+
+use crate::error::WtError;
+use crate::lookup::{Answer, Lookups, ReadPath};
+use crate::remote::{RemotePath, RemoteTable};
+use std::path::PathBuf;
+use std::time::Instant;
+use storefn_stats::Tail;
+use storefn_wire::{Client, ClientConfig, Request};
+
+/// Which keys the lookups ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Uniformly over the key list.
+    Uniform,
+    /// Zipfian (θ = 0.99, YCSB's) over the key list: a few hot keys.
+    Zipfian,
+    /// Keys of the list with a byte appended: absent (not-found lookups).
+    Absent,
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uniform" => Ok(Self::Uniform),
+            "zipfian" => Ok(Self::Zipfian),
+            "absent" => Ok(Self::Absent),
+            _ => Err(format!("--workload {s}: expected uniform, zipfian or absent")),
+        }
+    }
+}
+
+/// Where the lookups run.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Local { dir: PathBuf, path: ReadPath },
+    Remote { addr: String, cfg: ClientConfig, dir: String, path: RemotePath },
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub target: Target,
+    pub table: String,
+    /// The key population (users' keys).
+    pub keys: Vec<Vec<u8>>,
+    pub workload: Workload,
+    pub seed: u64,
+    pub threads: usize,
+    /// Lookups per thread, timed.
+    pub ops: u64,
+    /// Lookups per thread before timing.
+    pub warmup: u64,
+    /// `xrp-batch`: lookups per batch.
+    pub batch: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct BenchResult {
+    pub lookups: u64,
+    pub found: u64,
+    pub secs: f64,
+    pub ops_per_sec: f64,
+    pub mean_us: f64,
+    pub tail: Tail,
+    /// Lookups the storefn reader handed to WiredTiger's API (local) or to READs (pushdown).
+    pub fallbacks: u64,
+    /// Remote: request frames per lookup.
+    pub round_trips_per_lookup: f64,
+    /// Pages read per lookup (chains' hops, READ pages).
+    pub pages_per_lookup: f64,
+    /// Remote: median STAT round trip before the run, µs.
+    pub rtt_us: f64,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The cumulative weights of a zipfian over `n` ranks.
+fn zipf_cdf(n: usize) -> Vec<f64> {
+    let mut c = Vec::with_capacity(n);
+    let mut sum = 0.0;
+    for i in 1..=n {
+        sum += 1.0 / (i as f64).powf(0.99);
+        c.push(sum);
+    }
+    c.iter_mut().for_each(|x| *x /= sum);
+    c
+}
+
+fn pick(cfg: &BenchConfig, cdf: &[f64], rng: &mut Rng, out: &mut Vec<u8>) {
+    let n = cfg.keys.len();
+    let i = match cfg.workload {
+        Workload::Zipfian => {
+            let u = rng.unit();
+            // Ranks scattered over the list so hot keys are not neighbours.
+            let r = cdf.partition_point(|&c| c < u).min(n - 1);
+            (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize % n
+        }
+        _ => rng.next() as usize % n,
+    };
+    out.clear();
+    out.extend_from_slice(&cfg.keys[i]);
+    if cfg.workload == Workload::Absent {
+        out.push(b'~');
+    }
+}
+
+enum Reader {
+    Local(Box<Lookups>),
+    Remote(Box<RemoteTable>, RemotePath),
+}
+
+impl Reader {
+    fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<Answer, WtError> {
+        match self {
+            Reader::Local(l) => l.get(key, value),
+            Reader::Remote(t, p) => t.get(key, *p, value),
+        }
+    }
+}
+
+fn open(cfg: &BenchConfig) -> Result<Reader, WtError> {
+    Ok(match &cfg.target {
+        Target::Local { dir, path } => {
+            Reader::Local(Box::new(Lookups::open(dir, &cfg.table, *path)?))
+        }
+        Target::Remote { addr, cfg: c, dir, path } => {
+            let client = Client::connect(addr, c.clone())
+                .map_err(|e| WtError::Invalid(format!("{addr}: {e}")))?;
+            Reader::Remote(Box::new(RemoteTable::open(client, dir, &cfg.table)?), *path)
+        }
+    })
+}
+
+struct Thread {
+    lat: Vec<u64>,
+    found: u64,
+    fallbacks: u64,
+    round_trips: u64,
+    pages: u64,
+}
+
+fn run_thread(cfg: &BenchConfig, t: usize, cdf: &[f64]) -> Result<Thread, WtError> {
+    let mut r = open(cfg)?;
+    let mut rng = Rng(cfg.seed.wrapping_mul(2 * t as u64 + 1) | 1);
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    for _ in 0..cfg.warmup {
+        pick(cfg, cdf, &mut rng, &mut key);
+        r.get(&key, &mut value)?;
+    }
+    let before = counters(&r);
+    let mut out = Thread {
+        lat: Vec::with_capacity(cfg.ops as usize),
+        found: 0,
+        fallbacks: 0,
+        round_trips: 0,
+        pages: 0,
+    };
+    if let (Reader::Local(l), true) = (&mut r, cfg.batch > 1) {
+        let mut keys: Vec<Vec<u8>> = vec![Vec::new(); cfg.batch];
+        let mut stored = Vec::new();
+        let mut done = 0;
+        while done < cfg.ops {
+            let n = (cfg.ops - done).min(cfg.batch as u64) as usize;
+            for k in &mut keys[..n] {
+                pick(cfg, cdf, &mut rng, k);
+            }
+            let t0 = Instant::now();
+            let mut found = 0;
+            l.get_many(&keys[..n], &mut stored, &mut value, |_, a, _| {
+                found += u64::from(a == Answer::Found);
+            })?;
+            // A batch's lookups overlap: each is charged the batch's time over its size.
+            let per = t0.elapsed().as_nanos() as u64 / n as u64;
+            out.lat.extend(std::iter::repeat_n(per, n));
+            out.found += found;
+            done += n as u64;
+        }
+    } else {
+        for _ in 0..cfg.ops {
+            pick(cfg, cdf, &mut rng, &mut key);
+            let t0 = Instant::now();
+            let a = r.get(&key, &mut value)?;
+            out.lat.push(t0.elapsed().as_nanos() as u64);
+            out.found += u64::from(a == Answer::Found);
+        }
+    }
+    let after = counters(&r);
+    out.fallbacks = after.0 - before.0;
+    out.round_trips = after.1 - before.1;
+    out.pages = after.2 - before.2;
+    Ok(out)
+}
+
+/// (fallbacks, round trips, pages) so far.
+fn counters(r: &Reader) -> (u64, u64, u64) {
+    match r {
+        Reader::Local(l) => (l.stats.fallbacks + l.stats.function_fallbacks, 0, l.stats.hops),
+        Reader::Remote(t, _) => (t.stats.fallbacks, t.stats.round_trips, t.stats.pages),
+    }
+}
+
+/// Median STAT round trip over `n` probes, µs.
+fn probe_rtt(addr: &str, cfg: &ClientConfig, dir: &str, n: usize) -> Result<f64, WtError> {
+    let err = |e: storefn_wire::ClientError| WtError::Invalid(format!("{addr}: {e}"));
+    let mut c = Client::connect(addr, cfg.clone()).map_err(err)?;
+    let path = if dir.is_empty() {
+        "WiredTiger.turtle".to_string()
+    } else {
+        format!("{dir}/WiredTiger.turtle")
+    };
+    let mut v: Vec<f64> = (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            c.one(&Request::Stat { path: path.as_bytes() }).map_err(err)?;
+            Ok(t0.elapsed().as_secs_f64() * 1e6)
+        })
+        .collect::<Result<_, WtError>>()?;
+    Ok(storefn_stats::median(&mut v).unwrap_or(0.0))
+}
+
+/// Runs the bench.
+///
+/// # Errors
+/// An empty key list, no thread, or a lookup's error.
+pub fn run(cfg: &BenchConfig) -> Result<BenchResult, WtError> {
+    if cfg.keys.is_empty() || cfg.threads == 0 || cfg.ops == 0 {
+        return Err(WtError::Invalid("bench needs keys, threads >= 1 and ops >= 1".into()));
+    }
+    let rtt_us = match &cfg.target {
+        Target::Remote { addr, cfg: c, dir, .. } => probe_rtt(addr, c, dir, 50)?,
+        Target::Local { .. } => 0.0,
+    };
+    let cdf = if cfg.workload == Workload::Zipfian { zipf_cdf(cfg.keys.len()) } else { Vec::new() };
+    let t0 = Instant::now();
+    let results: Vec<Result<Thread, WtError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cfg.threads)
+            .map(|t| {
+                let cdf = &cdf;
+                s.spawn(move || run_thread(cfg, t, cdf))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("bench thread")).collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    let mut r = BenchResult { rtt_us, ..BenchResult::default() };
+    let (mut rt, mut pages) = (0u64, 0u64);
+    for t in results {
+        let t = t?;
+        r.found += t.found;
+        r.fallbacks += t.fallbacks;
+        rt += t.round_trips;
+        pages += t.pages;
+        lat.extend(t.lat);
+    }
+    lat.sort_unstable();
+    r.lookups = lat.len() as u64;
+    r.secs = secs;
+    r.ops_per_sec = r.lookups as f64 / secs;
+    r.mean_us = lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1e3;
+    r.tail = Tail::of(&lat);
+    r.round_trips_per_lookup = rt as f64 / r.lookups as f64;
+    r.pages_per_lookup = pages as f64 / r.lookups as f64;
+    Ok(r)
+}
