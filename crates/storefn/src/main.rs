@@ -21,6 +21,7 @@ mod prog_bench;
 mod rocks;
 mod serve;
 mod wt;
+mod ycsb;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]
@@ -68,6 +69,9 @@ enum Cmd {
     /// WiredTiger: point lookups in a database's own B-tree files, read-only.
     #[command(subcommand)]
     Wt(wt::WtCmd),
+    /// YCSB's core workloads A-F against BPF-KV, WiredTiger through storefn, WiredTiger alone.
+    #[command(subcommand)]
+    Ycsb(ycsb::YcsbCmd),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Cmd::Pageserver(c) => pageserver_cmd::run(&c),
         Cmd::Rocks(c) => rocks::run(&c),
         Cmd::Wt(c) => wt::run(&c),
+        Cmd::Ycsb(c) => ycsb::run(&c),
     };
     match result {
         Ok(code) => code,

@@ -205,6 +205,7 @@ struct Shared {
     dirty_reads: AtomicU64,
     fallbacks: AtomicU64,
     retries: AtomicU64,
+    engine_opens: AtomicU64,
     failure: Mutex<Option<String>>,
 }
 
@@ -344,6 +345,8 @@ struct Reader {
     epoch: u64,
     table: Table,
     xrp: XrpTree,
+    /// The file's length when the chain engine opened it.
+    xrp_size: u64,
 }
 
 struct FnSession<'a> {
@@ -362,15 +365,27 @@ impl FnSession<'_> {
         let p = self.store.shared.published.load(Ordering::Acquire);
         if force || self.reader.as_ref().is_none_or(|r| r.epoch < p) {
             let table = Table::open(&self.store.dir, &self.store.table)?;
-            // The chain engine and its verified function outlive checkpoints: a lookup takes
-            // the checkpoint's root from the table it is given, and the file is the same.
-            let xrp = match self.reader.take() {
-                Some(r) => r.xrp,
-                None => XrpTree::open(table.tree())?,
+            // The chain engine and its verified function outlive checkpoints (a lookup takes
+            // the checkpoint's root from the table it is given), unless the file grew past
+            // the size the engine opened it at: its reads stop at that size.
+            let size = table.tree().checkpoint().file_size;
+            let (xrp, xrp_size) = match self.reader.take() {
+                Some(r) if size <= r.xrp_size => (r.xrp, r.xrp_size),
+                _ => {
+                    let len = std::fs::metadata(table.tree().path())
+                        .map_err(|source| YcsbError::Io {
+                            path: table.tree().path().into(),
+                            op: "stat",
+                            source,
+                        })?
+                        .len();
+                    self.store.shared.engine_opens.fetch_add(1, Ordering::Relaxed);
+                    (XrpTree::open(table.tree())?, len)
+                }
             };
             // Relaxed: only the pruner reads it, and a lower value keeps more entries.
             self.slot.store(p, Ordering::Relaxed);
-            self.reader = Some(Reader { epoch: p, table, xrp });
+            self.reader = Some(Reader { epoch: p, table, xrp, xrp_size });
         }
         Ok(self.reader.as_mut().expect("opened above"))
     }
@@ -485,6 +500,7 @@ impl Store for FnStore {
             ("fallbacks", c(&sh.fallbacks)),
             ("retries", c(&sh.retries)),
             ("checkpoints", c(&sh.checkpoints)),
+            ("engine_opens", c(&sh.engine_opens)),
         ]
     }
 }
