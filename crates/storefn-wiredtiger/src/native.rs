@@ -45,12 +45,7 @@ extern "C" {
         config: *const c_char,
         c: *mut *mut c_void,
     ) -> c_int;
-    fn sfwt_search_near(
-        c: *mut c_void,
-        key: *const u8,
-        klen: usize,
-        exact: *mut c_int,
-    ) -> c_int;
+    fn sfwt_search_near(c: *mut c_void, key: *const u8, klen: usize, exact: *mut c_int) -> c_int;
     fn sfwt_current(
         c: *mut c_void,
         key: *mut *const u8,
@@ -231,7 +226,9 @@ impl Session<'_> {
         let (u, cfg) = (cstring(uri)?, cstring(config)?);
         let mut c = std::ptr::null_mut();
         // SAFETY: the session is open; both strings outlive the call; `c` is an out-pointer.
-        check("open_cursor", unsafe { sfwt_cursor_config(self.s, u.as_ptr(), cfg.as_ptr(), &mut c) })?;
+        check("open_cursor", unsafe {
+            sfwt_cursor_config(self.s, u.as_ptr(), cfg.as_ptr(), &mut c)
+        })?;
         Ok(Cursor { c, _session: PhantomData })
     }
 }
@@ -343,7 +340,9 @@ impl Cursor<'_> {
         }
         let (mut k, mut kn, mut v, mut vn) = (std::ptr::null(), 0, std::ptr::null(), 0);
         // SAFETY: the cursor is positioned; all four are out-pointers.
-        check("get_key/get_value", unsafe { sfwt_current(self.c, &mut k, &mut kn, &mut v, &mut vn) })?;
+        check("get_key/get_value", unsafe {
+            sfwt_current(self.c, &mut k, &mut kn, &mut v, &mut vn)
+        })?;
         // SAFETY: the items stay valid until the cursor's next operation.
         unsafe {
             copy(k, kn, out_key);

@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn zipfian_first_item_has_its_probability() {
-        let (n, draws) = (1000u64, 200_000);
+        let (n, draws) = (1000u64, 200_000u32);
         let mut z = Zipfian::new(0, n);
         let mut rng = SmallRng::seed_from_u64(7);
         let mut counts = vec![0u64; n as usize];
@@ -221,12 +221,12 @@ mod tests {
         // Gray et al.'s method is exact for the two most popular items, approximate after.
         for (i, &c) in counts.iter().enumerate().take(2) {
             let p = 1.0 / ((i + 1) as f64).powf(ZIPFIAN_CONSTANT) / zetan;
-            let got = c as f64 / draws as f64;
+            let got = c as f64 / f64::from(draws);
             assert!((got - p).abs() < 0.1 * p + 0.002, "item {i}: {got} vs {p}");
         }
         // The head dominates: the top 10% of items draw well over half.
         let head: u64 = counts[..100].iter().sum();
-        assert!(head as f64 / draws as f64 > 0.6, "head share {head}");
+        assert!(head as f64 / f64::from(draws) > 0.6, "head share {head}");
     }
 
     #[test]
@@ -263,7 +263,8 @@ mod tests {
             newest += u32::from(v > 989);
         }
         // v > 989 when the zipfian distance is below 10: zeta(10) / zeta(999) of the draws.
-        let want = zeta_from(0, 10, ZIPFIAN_CONSTANT, 0.0) / zeta_from(0, 999, ZIPFIAN_CONSTANT, 0.0);
+        let want =
+            zeta_from(0, 10, ZIPFIAN_CONSTANT, 0.0) / zeta_from(0, 999, ZIPFIAN_CONSTANT, 0.0);
         let got = f64::from(newest) / 10_000.0;
         assert!((got - want).abs() < 0.1 * want, "{got} vs {want}");
     }

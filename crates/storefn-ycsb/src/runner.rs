@@ -174,11 +174,10 @@ fn thread_body(
         record: Vec::with_capacity(cfg.shape.bytes()),
         read: Vec::with_capacity(cfg.shape.bytes()),
     };
-    let warm = (0..share(cfg.warmup, cfg.threads, t))
-        .try_for_each(|_| {
-            let kind = cfg.workload.choose(&mut w.rng);
-            w.op(session.as_mut(), kind).map(drop)
-        });
+    let warm = (0..share(cfg.warmup, cfg.threads, t)).try_for_each(|_| {
+        let kind = cfg.workload.choose(&mut w.rng);
+        w.op(session.as_mut(), kind).map(drop)
+    });
     barrier.wait();
     warm?;
     let n = share(cfg.operations, cfg.threads, t);

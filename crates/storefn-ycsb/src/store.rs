@@ -120,7 +120,9 @@ impl std::fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreSpec::BpfKv { db } => write!(f, "bpfkv:{}", db.display()),
-            StoreSpec::WiredTiger { dir, table } => write!(f, "wiredtiger:{}:{table}", dir.display()),
+            StoreSpec::WiredTiger { dir, table } => {
+                write!(f, "wiredtiger:{}:{table}", dir.display())
+            }
             StoreSpec::WiredTigerNative { dir, table } => {
                 write!(f, "wiredtiger-native:{}:{table}", dir.display())
             }
@@ -174,12 +176,12 @@ impl Default for OpenOptions {
 pub fn open(spec: &StoreSpec, opts: &OpenOptions) -> Result<Box<dyn Store>, YcsbError> {
     match spec {
         StoreSpec::BpfKv { db } => Ok(Box::new(crate::stores::bpfkv::BpfKvStore::open(db)?)),
-        StoreSpec::WiredTiger { dir, table } => Ok(Box::new(
-            crate::stores::wiredtiger::FnStore::open(dir, table, opts)?,
-        )),
-        StoreSpec::WiredTigerNative { dir, table } => Ok(Box::new(
-            crate::stores::wiredtiger::NativeStore::open(dir, table, opts)?,
-        )),
+        StoreSpec::WiredTiger { dir, table } => {
+            Ok(Box::new(crate::stores::wiredtiger::FnStore::open(dir, table, opts)?))
+        }
+        StoreSpec::WiredTigerNative { dir, table } => {
+            Ok(Box::new(crate::stores::wiredtiger::NativeStore::open(dir, table, opts)?))
+        }
     }
 }
 

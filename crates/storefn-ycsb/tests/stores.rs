@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use storefn_wiredtiger::native::Connection;
 use storefn_ycsb::{
-    load, open, run, Key, OpKind, OpenOptions, RecordShape, RunConfig, Store, StoreSpec,
-    Workload,
+    load, open, run, Key, OpKind, OpenOptions, RecordShape, RunConfig, Store, StoreSpec, Workload,
 };
 
 const SHAPE: RecordShape = RecordShape { fields: 4, field_length: 30 };

@@ -171,10 +171,18 @@ fn render(runs: &[YcsbRun], out: &Path) -> Result<(), String> {
             if r.threads == 1 { r.store.clone() } else { format!("{} x{}", r.store, r.threads) };
         cells.insert((r.workload.clone(), label), r.ops_per_sec);
     }
-    let workloads: Vec<String> =
-        cells.keys().map(|k| k.0.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    let series: Vec<String> =
-        cells.keys().map(|k| k.1.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let workloads: Vec<String> = cells
+        .keys()
+        .map(|k| k.0.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let series: Vec<String> = cells
+        .keys()
+        .map(|k| k.1.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let ymax = cells.values().copied().fold(0.0, f64::max) * 1.15;
     crate::plot::load_font()?;
     let e = |e: &dyn std::fmt::Display| format!("{}: {e}", out.display());

@@ -6,8 +6,16 @@ use common::{is_root, skip, storefn, temp_dir};
 
 fn load(store: &str) {
     let (code, out, err) = storefn(&[
-        "ycsb", "load", "--store", store, "--records", "2000", "--fields", "2",
-        "--field-length", "50",
+        "ycsb",
+        "load",
+        "--store",
+        store,
+        "--records",
+        "2000",
+        "--fields",
+        "2",
+        "--field-length",
+        "50",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("loaded 2000 records of 100 bytes"), "{out}");
@@ -15,9 +23,26 @@ fn load(store: &str) {
 
 fn run(store: &str, workload: &str, json: &std::path::Path, extra: &[&str]) -> String {
     let mut args = vec![
-        "ycsb", "run", "--workload", workload, "--store", store, "--records", "2000",
-        "--fields", "2", "--field-length", "50", "--operations", "600", "--threads", "2",
-        "--checkpoint-ms", "100", "--json", json.to_str().unwrap(),
+        "ycsb",
+        "run",
+        "--workload",
+        workload,
+        "--store",
+        store,
+        "--records",
+        "2000",
+        "--fields",
+        "2",
+        "--field-length",
+        "50",
+        "--operations",
+        "600",
+        "--threads",
+        "2",
+        "--checkpoint-ms",
+        "100",
+        "--json",
+        json.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
     let (code, out, err) = storefn(&args);
@@ -66,8 +91,7 @@ fn ycsb_cli_runs_every_store_and_writes_json() {
 
 #[test]
 fn ycsb_cli_memory_limit_runs_in_a_group_it_removes() {
-    if !is_root() || !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
-    {
+    if !is_root() || !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
         skip("needs root and the cgroup v1 memory controller");
         return;
     }
@@ -90,9 +114,8 @@ fn ycsb_cli_memory_limit_runs_in_a_group_it_removes() {
             assert!(std::path::Path::new("/proc").join(pid).exists(), "{name} left behind");
         }
     }
-    let (code, _, err) = storefn(&[
-        "ycsb", "run", "--store", &store, "--records", "2000", "--memory-limit", "1000",
-    ]);
+    let (code, _, err) =
+        storefn(&["ycsb", "run", "--store", &store, "--records", "2000", "--memory-limit", "1000"]);
     assert_ne!(code, 0);
     assert!(err.contains("--memory-limit 1000"), "{err}");
 }

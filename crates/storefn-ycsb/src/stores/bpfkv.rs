@@ -75,7 +75,11 @@ impl Session for BpfKvSession<'_> {
             .db
             .get_with(key.num, |store, k| {
                 if slot.as_ref().is_none_or(|(s, _)| !Arc::ptr_eq(s, store)) {
-                    let x = XrpPath::new(Arc::clone(store), &ProgSource::BuiltIn, ChainOptions::default())?;
+                    let x = XrpPath::new(
+                        Arc::clone(store),
+                        &ProgSource::BuiltIn,
+                        ChainOptions::default(),
+                    )?;
                     *slot = Some((Arc::clone(store), x));
                 }
                 slot.as_mut().expect("built above").1.get(k)

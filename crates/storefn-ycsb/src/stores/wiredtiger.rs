@@ -110,8 +110,11 @@ impl Drop for Handle<'_> {
 /// # Errors
 /// The table exists and holds data, or WiredTiger's error.
 pub fn load(dir: &Path, table: &str, records: u64, shape: RecordShape) -> Result<(), YcsbError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|source| YcsbError::Io { path: dir.into(), op: "create_dir", source })?;
+    std::fs::create_dir_all(dir).map_err(|source| YcsbError::Io {
+        path: dir.into(),
+        op: "create_dir",
+        source,
+    })?;
     let conn = Connection::open(dir, "create,cache_size=256MB,log=(enabled=true)")?;
     let session = conn.session()?;
     let uri = format!("table:{table}");
@@ -120,7 +123,10 @@ pub fn load(dir: &Path, table: &str, records: u64, shape: RecordShape) -> Result
     keys.sort_unstable();
     {
         let mut c = session.cursor(&uri, "bulk").map_err(|e| {
-            YcsbError::Invalid(format!("{}: table {table:?}: {e} (load into a new table)", dir.display()))
+            YcsbError::Invalid(format!(
+                "{}: table {table:?}: {e} (load into a new table)",
+                dir.display()
+            ))
         })?;
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for (name, n) in keys {
@@ -319,7 +325,8 @@ fn checkpoint_loop(
     };
     let mut stopped = stop.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     loop {
-        let (g, _) = stop.1.wait_timeout(stopped, every).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (g, _) =
+            stop.1.wait_timeout(stopped, every).unwrap_or_else(std::sync::PoisonError::into_inner);
         stopped = g;
         if *stopped {
             return;
