@@ -260,3 +260,19 @@ fn memory_group_is_removed_after_a_run_even_on_error() {
     assert!(!path.exists(), "removed after a failed run");
     assert!(storefn_ycsb::MemoryGroup::enter(1 << 20).is_err(), "too small a budget");
 }
+
+#[test]
+fn function_store_reads_through_frequent_checkpoints() {
+    // Regression: a checkpoint frees the blocks of the one before it, and WiredTiger reused
+    // them before the new checkpoint was published; a reader on the old one saw a checksum
+    // mismatch and failed the run instead of moving to the new checkpoint.
+    let dir = temp("wt-ckpt");
+    let spec: StoreSpec = format!("wiredtiger:{}:usertable", dir.display()).parse().unwrap();
+    load(&spec, RECORDS, SHAPE).unwrap();
+    let fast = OpenOptions { checkpoint_interval: Duration::from_millis(20), ..opts() };
+    let store = open(&spec, &fast).unwrap();
+    let report = run(store.as_ref(), spec.kind(), &cfg('b', 3000, 2)).unwrap();
+    assert_eq!(report.read_misses, 0, "{}", report.summary());
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

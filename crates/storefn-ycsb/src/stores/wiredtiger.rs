@@ -17,6 +17,9 @@ use storefn_wiredtiger::{Outcome, Table, WtError, XrpTree};
 
 /// WiredTiger's cache when no budget is given: its own default.
 const DEFAULT_CACHE_BYTES: u64 = 100 << 20;
+/// Longest a reader waits for a checkpoint in progress to be published before it reports the
+/// damage it saw: checkpoints of a run's writes take well under this.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(60);
 /// The table every store creates: string keys (`user<hash>`), raw records, WiredTiger's
 /// default page sizes (internal 4 KiB, leaf 32 KiB), which the storefn function reads.
 const TABLE_CONFIG: &str = "key_format=S,value_format=u";
@@ -299,8 +302,9 @@ impl FnStore {
 fn checkpoint_once(s: &WtSession<'_>, shared: &Shared) -> Result<(), WtError> {
     let e = {
         let _g = shared.gate.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Relaxed: the gate's lock orders this against every writer's tag.
-        shared.epoch.fetch_add(1, Ordering::Relaxed) + 1
+        // Release: the gate's lock orders this against every writer's tag; a reader that
+        // sees the bump (Acquire) knows a checkpoint is under way.
+        shared.epoch.fetch_add(1, Ordering::Release) + 1
     };
     s.checkpoint()?;
     // Release: a reader that sees e opens the metadata after the checkpoint was written.
@@ -397,6 +401,20 @@ impl FnSession<'_> {
         Ok(self.reader.as_mut().expect("opened above"))
     }
 
+    /// Waits until checkpoint `epoch` is published; `Err` when the checkpointer stopped.
+    fn wait_published(&self, epoch: u64) -> Result<(), ()> {
+        let sh = &self.store.shared;
+        let give_up = std::time::Instant::now() + CHECKPOINT_WAIT;
+        // Acquire: the metadata the caller reads next is at least that checkpoint's.
+        while sh.published.load(Ordering::Acquire) < epoch {
+            if std::time::Instant::now() > give_up || self.store.failure().is_some() {
+                return Err(());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
     fn dirty_since(&self, num: u64, epoch: u64) -> bool {
         let d = self.store.shared.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         d.get(&num).is_some_and(|&e| e >= epoch)
@@ -438,10 +456,13 @@ impl Session for FnSession<'_> {
         }
         let answer = match self.by_function(key, out) {
             Ok(a) => a,
-            // A checkpoint dropped after this reader opened may have had its blocks reused:
-            // the checksum check caught it; the newest checkpoint answers.
-            Err(_) if sh.published.load(Ordering::Acquire) > epoch => {
+            // A checkpoint that began after this reader opened frees the blocks of the one it
+            // reads, and WiredTiger may reuse them before the new one is published: the
+            // checksum check caught that. The new checkpoint, once published, answers.
+            // Acquire: pairs with the Release of the epoch bump's gate.
+            Err(e) if sh.epoch.load(Ordering::Acquire) > epoch => {
                 sh.retries.fetch_add(1, Ordering::Relaxed);
+                self.wait_published(epoch + 1).map_err(|()| e)?;
                 let epoch = self.refresh(true)?.epoch;
                 if self.dirty_since(key.num, epoch) {
                     sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
