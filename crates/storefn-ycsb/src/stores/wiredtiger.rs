@@ -20,6 +20,8 @@ const DEFAULT_CACHE_BYTES: u64 = 100 << 20;
 /// Longest a reader waits for a checkpoint in progress to be published before it reports the
 /// damage it saw: checkpoints of a run's writes take well under this.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(60);
+/// Retries of one read while checkpoints move under it, before its error is reported.
+const MAX_RETRIES: u32 = 16;
 /// The table every store creates: string keys (`user<hash>`), raw records, WiredTiger's
 /// default page sizes (internal 4 KiB, leaf 32 KiB), which the storefn function reads.
 const TABLE_CONFIG: &str = "key_format=S,value_format=u";
@@ -356,7 +358,7 @@ struct Reader {
     epoch: u64,
     table: Table,
     xrp: XrpTree,
-    /// The file's length when the chain engine opened it.
+    /// The file size of the checkpoint the chain engine was opened on.
     xrp_size: u64,
 }
 
@@ -377,21 +379,15 @@ impl FnSession<'_> {
         if force || self.reader.as_ref().is_none_or(|r| r.epoch < p) {
             let table = Table::open(&self.store.dir, &self.store.table)?;
             // The chain engine and its verified function outlive checkpoints (a lookup takes
-            // the checkpoint's root from the table it is given), unless the file grew past
-            // the size the engine opened it at: its reads stop at that size.
+            // the checkpoint's root from the table it is given) while the file is no longer
+            // than the checkpoint the engine was opened on says: its reads stop there.
+            // `force` (after an error) opens a new one.
             let size = table.tree().checkpoint().file_size;
             let (xrp, xrp_size) = match self.reader.take() {
-                Some(r) if size <= r.xrp_size => (r.xrp, r.xrp_size),
+                Some(r) if !force && size <= r.xrp_size => (r.xrp, r.xrp_size),
                 _ => {
-                    let len = std::fs::metadata(table.tree().path())
-                        .map_err(|source| YcsbError::Io {
-                            path: table.tree().path().into(),
-                            op: "stat",
-                            source,
-                        })?
-                        .len();
                     self.store.shared.engine_opens.fetch_add(1, Ordering::Relaxed);
-                    (XrpTree::open(table.tree())?, len)
+                    (XrpTree::open(table.tree())?, size)
                 }
             };
             // Relaxed: only the pruner reads it, and a lower value keeps more entries.
@@ -454,23 +450,33 @@ impl Session for FnSession<'_> {
             sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
             return self.wt.get(key, out);
         }
-        let answer = match self.by_function(key, out) {
-            Ok(a) => a,
+        let mut epoch = epoch;
+        let mut attempts = 0;
+        let answer = loop {
+            let e = match self.by_function(key, out) {
+                Ok(a) => break a,
+                Err(e) => e,
+            };
             // A checkpoint that began after this reader opened frees the blocks of the one it
             // reads, and WiredTiger may reuse them before the new one is published: the
-            // checksum check caught that. The new checkpoint, once published, answers.
-            // Acquire: pairs with the Release of the epoch bump's gate.
-            Err(e) if sh.epoch.load(Ordering::Acquire) > epoch => {
-                sh.retries.fetch_add(1, Ordering::Relaxed);
-                self.wait_published(epoch + 1).map_err(|()| e)?;
-                let epoch = self.refresh(true)?.epoch;
-                if self.dirty_since(key.num, epoch) {
-                    sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
-                    return self.wt.get(key, out);
-                }
-                self.by_function(key, out)?
+            // checksum check caught that. Or the file grew past what the engine knows. Retry
+            // on a new engine and the newest checkpoint while checkpoints keep moving (a slow
+            // lookup can straddle several); damage that persists is reported.
+            sh.retries.fetch_add(1, Ordering::Relaxed);
+            attempts += 1;
+            // Acquire: pairs with the Release of the checkpointer's epoch bump.
+            let moved = sh.epoch.load(Ordering::Acquire) > epoch;
+            if attempts > MAX_RETRIES || (attempts > 1 && !moved) {
+                return Err(e.into());
             }
-            Err(e) => return Err(e.into()),
+            if moved {
+                self.wait_published(epoch + 1).map_err(|()| e)?;
+            }
+            epoch = self.refresh(true)?.epoch;
+            if self.dirty_since(key.num, epoch) {
+                sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
+                return self.wt.get(key, out);
+            }
         };
         match answer {
             Some(found) => {
