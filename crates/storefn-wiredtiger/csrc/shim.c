@@ -101,3 +101,25 @@ int sfwt_remove(WT_CURSOR *c, const uint8_t *key, size_t klen) {
 }
 
 int sfwt_notfound(void) { return WT_NOTFOUND; }
+
+int sfwt_cursor_config(WT_SESSION *s, const char *uri, const char *config, WT_CURSOR **c) {
+    return s->open_cursor(s, uri, NULL, config, c);
+}
+
+int sfwt_session_close(WT_SESSION *s) { return s->close(s, NULL); }
+
+int sfwt_search_near(WT_CURSOR *c, const uint8_t *key, size_t klen, int *exact) {
+    WT_ITEM item;
+    set_key(c, &item, key, klen);
+    return c->search_near(c, exact);
+}
+
+int sfwt_current(WT_CURSOR *c, const uint8_t **key, size_t *klen, const uint8_t **val,
+                 size_t *vlen) {
+    int ret;
+    if ((ret = get_item(c, 0, key, klen)) != 0)
+        return ret;
+    return get_item(c, 1, val, vlen);
+}
+
+int sfwt_reset(WT_CURSOR *c) { return c->reset(c); }

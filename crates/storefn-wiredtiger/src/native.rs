@@ -39,6 +39,22 @@ extern "C" {
     ) -> c_int;
     fn sfwt_remove(c: *mut c_void, key: *const u8, klen: usize) -> c_int;
     fn sfwt_notfound() -> c_int;
+    fn sfwt_cursor_config(
+        s: *mut c_void,
+        uri: *const c_char,
+        config: *const c_char,
+        c: *mut *mut c_void,
+    ) -> c_int;
+    fn sfwt_search_near(c: *mut c_void, key: *const u8, klen: usize, exact: *mut c_int) -> c_int;
+    fn sfwt_current(
+        c: *mut c_void,
+        key: *mut *const u8,
+        klen: *mut usize,
+        val: *mut *const u8,
+        vlen: *mut usize,
+    ) -> c_int;
+    fn sfwt_reset(c: *mut c_void) -> c_int;
+    fn sfwt_session_close(s: *mut c_void) -> c_int;
 }
 
 fn check(op: &'static str, code: c_int) -> Result<(), WtError> {
@@ -125,6 +141,105 @@ impl Native {
     }
 }
 
+/// A connection shared by threads, each with its own [`Session`] (WiredTiger's connection
+/// handle is thread-safe; its sessions and cursors are not).
+#[derive(Debug)]
+pub struct Connection {
+    conn: *mut c_void,
+}
+
+// SAFETY: WT_CONNECTION's methods may be called from any thread concurrently (WiredTiger's
+// documented threading model); sessions, which are single-threaded, are separate values.
+unsafe impl Send for Connection {}
+// SAFETY: as above: the only shared use is `open_session`, which WiredTiger makes thread-safe.
+unsafe impl Sync for Connection {}
+
+impl Connection {
+    /// `wiredtiger_open(dir, config)`, without a session.
+    ///
+    /// # Errors
+    /// WiredTiger's error (a locked or missing database, a bad configuration).
+    pub fn open(dir: &Path, config: &str) -> Result<Self, WtError> {
+        let home = cstring(&dir.to_string_lossy())?;
+        let cfg = cstring(config)?;
+        let mut conn = std::ptr::null_mut();
+        // SAFETY: both strings are NUL-terminated and live across the call; conn is an out-pointer.
+        check("wiredtiger_open", unsafe { sfwt_open(home.as_ptr(), cfg.as_ptr(), &mut conn) })?;
+        Ok(Connection { conn })
+    }
+
+    /// A new session of this connection, for one thread at a time.
+    ///
+    /// # Errors
+    /// WiredTiger's error.
+    pub fn session(&self) -> Result<Session<'_>, WtError> {
+        let mut session = std::ptr::null_mut();
+        // SAFETY: the connection is open; open_session is thread-safe; session is an out-pointer.
+        check("open_session", unsafe { sfwt_session(self.conn, &mut session) })?;
+        Ok(Session { s: session, _conn: PhantomData })
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // SAFETY: every Session borrows self, so none outlives this; close frees what is left.
+        unsafe { sfwt_close(self.conn) };
+    }
+}
+
+/// One session of a [`Connection`]: movable to another thread, never shared.
+#[derive(Debug)]
+pub struct Session<'c> {
+    s: *mut c_void,
+    _conn: PhantomData<&'c Connection>,
+}
+
+// SAFETY: a WiredTiger session may be used by one thread at a time, whichever thread that is;
+// `Session` is not Sync, so two threads never use it at once.
+unsafe impl Send for Session<'_> {}
+
+impl Session<'_> {
+    /// `session->create(uri, config)`.
+    ///
+    /// # Errors
+    /// WiredTiger's error.
+    pub fn create(&self, uri: &str, config: &str) -> Result<(), WtError> {
+        let (u, c) = (cstring(uri)?, cstring(config)?);
+        // SAFETY: the session is open; the strings are NUL-terminated and outlive the call.
+        check("create", unsafe { sfwt_create(self.s, u.as_ptr(), c.as_ptr()) })
+    }
+
+    /// `session->checkpoint()`.
+    ///
+    /// # Errors
+    /// WiredTiger's error.
+    pub fn checkpoint(&self) -> Result<(), WtError> {
+        // SAFETY: the session is open; its cursors borrow it, so none is mid-operation here.
+        check("checkpoint", unsafe { sfwt_checkpoint(self.s) })
+    }
+
+    /// A cursor on `uri` opened with `config` (e.g. `bulk` for a sorted load into a new table).
+    ///
+    /// # Errors
+    /// WiredTiger's error (no such table, a bulk cursor on a table that is not empty).
+    pub fn cursor(&self, uri: &str, config: &str) -> Result<Cursor<'_>, WtError> {
+        let (u, cfg) = (cstring(uri)?, cstring(config)?);
+        let mut c = std::ptr::null_mut();
+        // SAFETY: the session is open; both strings outlive the call; `c` is an out-pointer.
+        check("open_cursor", unsafe {
+            sfwt_cursor_config(self.s, u.as_ptr(), cfg.as_ptr(), &mut c)
+        })?;
+        Ok(Cursor { c, _session: PhantomData })
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // SAFETY: every Cursor borrows the session, so none outlives it; closed once.
+        unsafe { sfwt_session_close(self.s) };
+    }
+}
+
 impl Drop for Native {
     fn drop(&mut self) {
         // SAFETY: every Cursor borrows self, so none outlives this; close frees the session too.
@@ -136,7 +251,8 @@ impl Drop for Native {
 #[derive(Debug)]
 pub struct Cursor<'s> {
     c: *mut c_void,
-    _session: PhantomData<&'s Native>,
+    /// A [`Native`] or a [`Session`]: the cursor must not outlive it.
+    _session: PhantomData<&'s ()>,
 }
 
 /// Copies WiredTiger's item out before the cursor moves on.
@@ -199,6 +315,49 @@ impl Cursor<'_> {
         check("insert", unsafe {
             sfwt_insert(self.c, key.as_ptr(), key.len(), value.as_ptr(), value.len())
         })
+    }
+
+    /// Positions on the first key `>= key` (WiredTiger's `search_near`, then a step forward
+    /// when it landed below), copying that item out; `false` when no key is `>= key`.
+    ///
+    /// # Errors
+    /// WiredTiger's error.
+    pub fn seek_ge(
+        &mut self,
+        key: &[u8],
+        out_key: &mut Vec<u8>,
+        value: &mut Vec<u8>,
+    ) -> Result<bool, WtError> {
+        let mut exact: c_int = 0;
+        // SAFETY: the cursor is open; `key` outlives the call; `exact` is an out-pointer.
+        let r = unsafe { sfwt_search_near(self.c, key.as_ptr(), key.len(), &mut exact) };
+        if r == not_found() {
+            return Ok(false);
+        }
+        check("search_near", r)?;
+        if exact < 0 {
+            return self.next(out_key, value);
+        }
+        let (mut k, mut kn, mut v, mut vn) = (std::ptr::null(), 0, std::ptr::null(), 0);
+        // SAFETY: the cursor is positioned; all four are out-pointers.
+        check("get_key/get_value", unsafe {
+            sfwt_current(self.c, &mut k, &mut kn, &mut v, &mut vn)
+        })?;
+        // SAFETY: the items stay valid until the cursor's next operation.
+        unsafe {
+            copy(k, kn, out_key);
+            copy(v, vn, value);
+        }
+        Ok(true)
+    }
+
+    /// Releases the cursor's position (and the pages it pins).
+    ///
+    /// # Errors
+    /// WiredTiger's error.
+    pub fn reset(&mut self) -> Result<(), WtError> {
+        // SAFETY: the cursor is open.
+        check("reset", unsafe { sfwt_reset(self.c) })
     }
 
     /// Removes a stored-form key; `false` if it was absent.

@@ -22,6 +22,7 @@ mod prog_bench;
 mod rocks;
 mod serve;
 mod wt;
+mod ycsb;
 
 /// Run small, verified eBPF storage functions where the data is.
 #[derive(Debug, Parser)]
@@ -72,6 +73,9 @@ enum Cmd {
     /// Many servers on etcd: collections, shards, replicas, their status; drain a server.
     #[command(subcommand)]
     Cluster(cluster_cmd::ClusterCmd),
+    /// YCSB's core workloads A-F against BPF-KV, WiredTiger through storefn, WiredTiger alone.
+    #[command(subcommand)]
+    Ycsb(ycsb::YcsbCmd),
 }
 
 fn main() -> ExitCode {
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Rocks(c) => rocks::run(&c),
         Cmd::Wt(c) => wt::run(&c),
         Cmd::Cluster(c) => cluster_cmd::run(&c),
+        Cmd::Ycsb(c) => ycsb::run(&c),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,32 @@
+//! The driver's named bounds, each with its reason.
+
+/// YCSB's scrambled zipfian draws from this many items and folds them onto the key space by
+/// hashing (YCSB's `ScrambledZipfianGenerator.ITEM_COUNT`).
+pub const SCRAMBLED_ITEM_COUNT: u64 = 10_000_000_000;
+
+/// zeta(`SCRAMBLED_ITEM_COUNT`, 0.99), YCSB's precomputed constant: summing 10^10 terms per
+/// run would take minutes.
+pub const SCRAMBLED_ZETAN: f64 = 26.469_028_201_783_02;
+
+/// YCSB's zipfian constant.
+pub const ZIPFIAN_CONSTANT: f64 = 0.99;
+
+/// Largest record a run accepts (fields x length): WiredTiger and BPF-KV values are held in
+/// one buffer per thread, and YCSB's default record is 1 KB.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// Most threads a run starts: each holds a store session (a WiredTiger session, an io engine)
+/// and one latency sample per operation.
+pub const MAX_THREADS: usize = 1024;
+
+/// Most operations one run measures: every operation keeps one 8-byte latency sample.
+pub const MAX_OPERATIONS: u64 = 1 << 30;
+
+/// Smallest memory budget: WiredTiger refuses a cache under 1 MB, and the process itself
+/// (binary, io engine rings, per-thread buffers) needs some megabytes beside it.
+pub const MIN_MEMORY_LIMIT: u64 = 16 << 20;
+
+/// The share of the budget given to WiredTiger's cache (per mille): the rest is the process
+/// itself and the page cache, which the cgroup counts too and which must not push the group
+/// into the OOM killer.
+pub const WT_CACHE_PER_MILLE: u64 = 600;

@@ -1,0 +1,4 @@
+//! The stores a run drives.
+
+pub mod bpfkv;
+pub mod wiredtiger;
