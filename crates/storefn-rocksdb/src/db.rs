@@ -162,23 +162,34 @@ impl Db {
     /// level, each file's filter (in memory) asked before its blocks are read; the first entry
     /// found decides.
     pub fn get(&self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
-        if let Some(e) = self.memtable.get(key) {
-            return Ok((decide(e.kind, &e.value), Source::Memtable));
+        if let Some(l) = self.from_memtable(key) {
+            return Ok((l, Source::Memtable));
         }
         for f in self.candidates(key).filter(|f| f.table.may_contain(key)) {
-            match f.table.get(key)? {
-                Found::Absent => continue,
-                Found::Entry { kind, value, .. } => {
-                    return Ok((decide(kind, &value), Source::File(f.meta.level, f.meta.number)))
-                }
-                Found::Compressed { offset, compression } => {
-                    let file = f.table.path().to_path_buf();
-                    let r = FallbackReason::Compressed { file, offset, compression };
-                    return Ok((Lookup::Fallback(r), Source::File(f.meta.level, f.meta.number)));
-                }
+            if let Some(answer) = settle(f, f.table.get(key)?) {
+                return Ok(answer);
             }
         }
         Ok((Lookup::NotFound, Source::Nowhere))
+    }
+
+    /// The memtable's answer for `key`, if the WALs wrote it.
+    pub fn from_memtable(&self, key: &[u8]) -> Option<Lookup> {
+        self.memtable.get(key).map(|e| decide(e.kind, &e.value))
+    }
+}
+
+/// What one file's entry means for a Get: `None` (not in this file: ask the next one), or the
+/// answer and where it came from.
+pub fn settle(f: &LiveFile, found: Found) -> Option<(Lookup, Source)> {
+    let src = Source::File(f.meta.level, f.meta.number);
+    match found {
+        Found::Absent => None,
+        Found::Entry { kind, value, .. } => Some((decide(kind, &value), src)),
+        Found::Compressed { offset, compression } => {
+            let file = f.table.path().to_path_buf();
+            Some((Lookup::Fallback(FallbackReason::Compressed { file, offset, compression }), src))
+        }
     }
 }
 

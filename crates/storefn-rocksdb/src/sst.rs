@@ -236,6 +236,26 @@ impl Table {
         self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))
     }
 
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// What the footer says (checksum type, index and metaindex handles).
+    pub fn footer(&self) -> &Footer {
+        &self.footer
+    }
+
+    /// Whether index keys are user keys (`rocksdb.index.key.is.user.key`), not internal keys.
+    pub fn index_key_is_user_key(&self) -> bool {
+        self.index_key_is_user_key
+    }
+
+    /// Whether index values are delta-encoded handles (`rocksdb.index.value.is.delta.encoded`).
+    pub fn index_value_is_delta(&self) -> bool {
+        self.index_values == Values::DeltaHandles
+    }
+
     /// Whether the file has a filter this reader applies.
     pub fn has_filter(&self) -> bool {
         self.filter.is_some()
