@@ -14,6 +14,7 @@ mod format;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod limits;
+mod source;
 mod sst;
 mod xrp;
 
@@ -22,6 +23,7 @@ pub use error::RocksError;
 pub use format::edit::NewFile;
 pub use format::table::{ChecksumType, Footer, FORMAT_VERSIONS};
 pub use format::{BlockHandle, Malformed, ValueType};
+pub use source::{Files, LocalDir};
 pub use sst::{Found, Table};
 pub use xrp::{XrpConfig, XrpDb, XrpStats};
 

@@ -24,7 +24,7 @@ use crate::sst::Found;
 pub struct XrpConfig {
     /// Start at the data block the cached index names (one hop), not at the index block.
     pub index_cached: bool,
-    /// The function checks CRC-32C block checksums (the host checks every block anyway).
+    /// The function checks CRC-32C block checksums (then the host checks only other types).
     pub verify_in_function: bool,
     /// Largest hop: a block and its trailer longer than this is answered by plain reads.
     pub hop_bytes: usize,
@@ -296,7 +296,9 @@ impl XrpDb {
             self.stats.fallbacks += 1;
             return t.get(j.key).map(Some);
         }
-        self.func.check[i] = t.footer().checksum;
+        // The function checks CRC-32C itself when asked to; the host checks everything else.
+        let by_function = self.cfg.verify_in_function && t.footer().checksum == ChecksumType::Crc32c;
+        self.func.check[i] = if by_function { ChecksumType::None } else { t.footer().checksum };
         let id = self.file_id(j.file)?;
         let (verify, hop) = (self.cfg.verify_in_function, self.cfg.hop_bytes as u32);
         self.engine
