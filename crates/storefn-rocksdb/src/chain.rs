@@ -56,7 +56,7 @@ pub struct ChainStart {
 
 impl ChainStart {
     /// Bytes of the first hop: the block and its trailer.
-    pub fn len(&self) -> u64 {
+    pub fn hop_len(&self) -> u64 {
         self.block.size + BLOCK_TRAILER_BYTES as u64
     }
 }
@@ -64,13 +64,22 @@ impl ChainStart {
 /// What a chain answered for one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainAnswer {
-    Entry { kind: ValueType, sequence: u64, value: Vec<u8> },
+    Entry {
+        kind: ValueType,
+        sequence: u64,
+        value: Vec<u8>,
+    },
     Absent,
     /// The function does not read this (a compressed block, a block past the hop, a key or
     /// value larger than the scratch): plain reads answer it. `line` is the function's.
-    Fallback { line: u32 },
+    Fallback {
+        line: u32,
+    },
     /// The function found the block damaged: the block it was reading and its line.
-    Corrupt { offset: u64, line: u32 },
+    Corrupt {
+        offset: u64,
+        line: u32,
+    },
 }
 
 /// Whether the function can check this table's checksums itself (CRC-32C only).

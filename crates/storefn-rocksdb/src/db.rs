@@ -11,7 +11,8 @@ use crate::format::edit::{for_each_op, NewFile, VersionEdit};
 use crate::format::log::{LogEnd, LogReader};
 use crate::format::{cmp_internal, InternalKey, ValueType};
 use crate::limits::{
-    MAX_CURRENT_BYTES, MAX_LEVELS, MAX_MANIFEST_BYTES, MAX_WAL_BYTES, MAX_WAL_PROBES, WAL_PROBE_SLACK,
+    MAX_CURRENT_BYTES, MAX_LEVELS, MAX_MANIFEST_BYTES, MAX_WAL_BYTES, MAX_WAL_PROBES,
+    WAL_PROBE_SLACK,
 };
 use crate::source::{Files, LocalDir};
 use crate::sst::{Found, Table, BYTEWISE_COMPARATOR};
@@ -87,6 +88,17 @@ impl Db {
         Self::open_from(&mut LocalDir(dir.to_path_buf()))
     }
 
+    /// A database of nothing (a placeholder while a client borrows its own).
+    pub(crate) fn empty() -> Self {
+        Db {
+            dir: PathBuf::new(),
+            manifest: PathBuf::new(),
+            levels: Vec::new(),
+            memtable: BTreeMap::new(),
+            last_sequence: 0,
+        }
+    }
+
     /// Opens the database `src` holds (a local directory, or a server's through the wire).
     pub fn open_from(src: &mut dyn Files) -> Result<Self, RocksError> {
         let dir = src.path("");
@@ -107,7 +119,7 @@ impl Db {
                     ),
                 ));
             }
-        let l = level as usize;
+            let l = level as usize;
             if levels.len() <= l {
                 levels.resize_with(l + 1, Vec::new);
             }
@@ -126,13 +138,7 @@ impl Db {
             p => p.min(version.log_number),
         };
         let memtable = replay_wals(src, min_log, version.next_file_number)?;
-        Ok(Db {
-            dir,
-            manifest,
-            levels,
-            memtable,
-            last_sequence: version.last_sequence,
-        })
+        Ok(Db { dir, manifest, levels, memtable, last_sequence: version.last_sequence })
     }
 
     pub fn dir(&self) -> &Path {

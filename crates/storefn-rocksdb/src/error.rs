@@ -18,6 +18,9 @@ pub enum RocksError {
     /// A storage-function chain could not run (the program, the engine, the server).
     #[error("{}: storage-function chain: {what}", file.display())]
     Chain { file: PathBuf, what: String },
+    /// A remote file is gone or was replaced since the database was opened: reopen it.
+    #[error("{}: {what} since the database was opened (a compaction replaced it)", file.display())]
+    Stale { file: PathBuf, what: String },
     /// A format or feature this reader does not read (a version, a comparator, a table type).
     #[error("{}: {what}", file.display())]
     Unsupported { file: PathBuf, what: String },

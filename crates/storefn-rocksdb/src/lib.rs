@@ -14,6 +14,7 @@ mod format;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod limits;
+pub mod remote;
 mod source;
 mod sst;
 mod xrp;

@@ -30,3 +30,8 @@ pub const WAL_PROBE_SLACK: u64 = 16;
 
 /// Most WAL numbers a remote open asks the server about (one STAT each, in one frame).
 pub const MAX_WAL_PROBES: u64 = 1024;
+
+/// Reopens one remote Get may make when files change under it (each a compaction finishing
+/// between the open and the Get); more means the database is changing faster than it can be
+/// read.
+pub const MAX_STALE_REOPENS: u32 = 8;

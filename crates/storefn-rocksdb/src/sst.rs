@@ -62,6 +62,8 @@ pub struct Table {
     decompressed: AtomicU64,
     /// Meta block bytes read at open.
     meta_bytes: u64,
+    /// Where the full filter block is.
+    filter_handle: Option<BlockHandle>,
 }
 
 fn t_path(src: &dyn Files, name: &str) -> PathBuf {
@@ -120,6 +122,7 @@ impl Table {
             filter: None,
             decompressed: AtomicU64::new(0),
             meta_bytes: 0,
+            filter_handle: None,
         };
         let mut fetch = |h: BlockHandle| -> Result<Vec<u8>, RocksError> {
             t_check_handle(&t_path(src, name), h, size)?;
@@ -218,6 +221,21 @@ impl Table {
     /// The cached index block's bytes (its size without the trailer).
     pub fn index_bytes(&self) -> usize {
         self.index.len()
+    }
+
+    /// Where the full filter block is (a filter this reader applies or not).
+    pub fn filter_handle(&self) -> Option<BlockHandle> {
+        self.filter_handle.filter(|_| self.filter.is_some())
+    }
+
+    /// A copy of the filter (a client cache's).
+    pub(crate) fn filter_copy(&self) -> Option<Bloom> {
+        self.filter.clone()
+    }
+
+    /// The index block's contents as read at open (a client cache's copy).
+    pub fn index_block(&self) -> &[u8] {
+        &self.index
     }
 
     /// The filter block's bytes, 0 without one.
@@ -325,6 +343,7 @@ impl Table {
         };
         let fh =
             BlockHandle::decode(&mut Cursor::new(v)).map_err(|m| self.malformed(mh.offset, m))?;
+        self.filter_handle = Some(fh);
         let raw = fetch(fh)?;
         self.meta_bytes += raw.len() as u64;
         Ok(self.decode_block(fh, raw)?.ok().and_then(Bloom::parse))
@@ -366,9 +385,19 @@ impl Table {
         user_key: &[u8],
         key: &mut Vec<u8>,
     ) -> Result<Option<BlockHandle>, RocksError> {
+        self.data_block_in(&self.index, user_key, key)
+    }
+
+    /// The data block that may hold `user_key`, from `index` (this table's index block's
+    /// contents, as a client cache or a READ holds them).
+    pub fn data_block_in(
+        &self,
+        index: &[u8],
+        user_key: &[u8],
+        key: &mut Vec<u8>,
+    ) -> Result<Option<BlockHandle>, RocksError> {
         let ih = self.footer.index;
-        let b = Block::parse(&self.index, self.index_values)
-            .map_err(|m| self.malformed(ih.offset, m))?;
+        let b = Block::parse(index, self.index_values).map_err(|m| self.malformed(ih.offset, m))?;
         let found = if self.index_key_is_user_key {
             b.seek(user_key, <[u8]>::cmp, key)
         } else {

@@ -30,6 +30,8 @@ pub struct XrpConfig {
     pub hop_bytes: usize,
     /// Chains in flight at once (a batch's keys beyond it wait for the next round).
     pub chains: usize,
+    /// Instructions per invocation (`None`: the VM's default).
+    pub insn_budget: Option<u64>,
 }
 
 impl Default for XrpConfig {
@@ -39,6 +41,7 @@ impl Default for XrpConfig {
             verify_in_function: false,
             hop_bytes: storefn_io::limits::MAX_HOP_BYTES,
             chains: 64,
+            insn_budget: None,
         }
     }
 }
@@ -128,9 +131,12 @@ impl XrpDb {
             storefn_vm::ProgType::Xrp,
         )
         .map_err(|e| err(&e))?;
-        let inst = storefn_vm::Instance::new(Arc::clone(&prog), storefn_vm::Engine::Jit)
+        let mut inst = storefn_vm::Instance::new(Arc::clone(&prog), storefn_vm::Engine::Jit)
             .or_else(|_| storefn_vm::Instance::new(prog, storefn_vm::Engine::Interp))
             .map_err(|e| err(&e))?;
+        if let Some(b) = cfg.insn_budget {
+            inst.set_insn_budget(b);
+        }
         let chains = cfg.chains.clamp(1, storefn_io::limits::MAX_CHAINS);
         let hop = cfg.hop_bytes.clamp(4096, storefn_io::limits::MAX_HOP_BYTES) & !4095;
         let ecfg = EngineConfig {
@@ -292,17 +298,18 @@ impl XrpDb {
         };
         self.func.check.resize(i + 1, ChecksumType::None);
         self.func.bad.resize(i + 1, None);
-        if start.len() > self.cfg.hop_bytes as u64 || j.key.len() > abi::KEY_MAX {
+        if start.hop_len() > self.cfg.hop_bytes as u64 || j.key.len() > abi::KEY_MAX {
             self.stats.fallbacks += 1;
             return t.get(j.key).map(Some);
         }
         // The function checks CRC-32C itself when asked to; the host checks everything else.
-        let by_function = self.cfg.verify_in_function && t.footer().checksum == ChecksumType::Crc32c;
+        let by_function =
+            self.cfg.verify_in_function && t.footer().checksum == ChecksumType::Crc32c;
         self.func.check[i] = if by_function { ChecksumType::None } else { t.footer().checksum };
         let id = self.file_id(j.file)?;
         let (verify, hop) = (self.cfg.verify_in_function, self.cfg.hop_bytes as u32);
         self.engine
-            .submit_chain(id, start.block.offset, start.len(), i as u64, |s| {
+            .submit_chain(id, start.block.offset, start.hop_len(), i as u64, |s| {
                 chain::fill(s, t, j.key, start, verify, hop).expect("key length checked");
             })
             .map_err(|e| RocksError::chain(t.path(), e))?;

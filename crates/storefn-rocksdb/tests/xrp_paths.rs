@@ -5,7 +5,7 @@
 mod support;
 
 use storefn_rocksdb::{Db, Lookup, XrpConfig, XrpDb};
-use support::{build, key, rocksdb_gets, TempDir};
+use support::{build, build_with, key, rocksdb_gets, TempDir};
 
 fn lookup_value(l: Lookup, k: &[u8]) -> Option<Vec<u8>> {
     match l {
@@ -38,7 +38,7 @@ fn check(dir: &std::path::Path, n: u64, cfg: XrpConfig) -> storefn_rocksdb::XrpS
 #[test]
 fn chains_equal_rocksdb_with_the_index_cached_or_read_by_the_function() {
     let d = TempDir::new("rocks-xrp-4k");
-    build(&d.0, 11, 8_000, 4096, "no");
+    build_with(&d.0, 11, 8_000, 4096, "no", "crc32c");
     for index_cached in [true, false] {
         for verify_in_function in [false, true] {
             let cfg = XrpConfig { index_cached, verify_in_function, ..XrpConfig::default() };
@@ -56,9 +56,17 @@ fn chains_equal_rocksdb_with_the_index_cached_or_read_by_the_function() {
 fn chains_read_16_and_32_kib_blocks_in_one_hop() {
     for bs in [16 * 1024, 32 * 1024] {
         let d = TempDir::new(&format!("rocks-xrp-{bs}"));
-        build(&d.0, 5, 4_000, bs, "no");
-        let cfg =
-            XrpConfig { index_cached: false, verify_in_function: true, ..XrpConfig::default() };
+        build_with(&d.0, 5, 4_000, bs, "no", "crc32c");
+        // The server's default per-hop budget covers the function's CRC-32C over a 16 KiB
+        // block; a 32 KiB one needs the VM's default (`storefn serve --insn-budget 1048576`).
+        let server_default = storefn_server::ServerConfig::new(&d.0).insn_budget;
+        let budget = if bs <= 16 * 1024 { server_default } else { 1 << 20 };
+        let cfg = XrpConfig {
+            index_cached: false,
+            verify_in_function: true,
+            insn_budget: Some(budget),
+            ..XrpConfig::default()
+        };
         let st = check(&d.0, 4_000, cfg);
         assert!(st.chains > 4_000 && st.fallbacks * 4 < st.chains, "{bs}: {st:?}");
     }

@@ -40,14 +40,18 @@ struct rk_scratch {
 	__u64 trailer;   /*   48 out: the entry's (sequence << 8 | type) */
 	__u32 hop_max;   /*   56 in: longest hop the host allows */
 	__u32 cur_len;   /*   60 state: bytes of cur */
-	__u8 pad[64];    /*   64 */
+	__u32 e_after;   /*   64 state: the decoded entry's value offset */
+	__u32 e_vlen;    /*   68 state: its value length (plain values) */
+	__u32 e_shared;  /*   72 state: its shared key bytes */
+	__u32 e_mode;    /*   76 state: 1 plain values, 2 internal keys */
+	__u8 pad[48];    /*   80 */
 	__u8 key[KEY_MAX];     /*  128 in */
 	__u8 cur[CUR_MAX];     /*  640 state: the entry key being rebuilt */
 	__u8 value[VALUE_MAX]; /* 1168 out */
 };
 
-/* CRC-32C (Castagnoli, reflected 0x82f63b78), four tables: slicing by four bytes. */
-static const __u32 crc_tab[4][256] = {
+/* CRC-32C (Castagnoli, reflected 0x82f63b78), eight tables: slicing by eight bytes. */
+static const __u32 crc_tab[8][256] = {
 #include "rocksdb_crc32c.h"
 };
 
@@ -79,18 +83,22 @@ static __always_inline int varint(const __u8 *d, __u32 *pos, __u32 end, __u64 *o
 }
 
 /* RocksDB's stored checksum of block contents d[0..n) and the compression byte d[n]. */
-static __always_inline __u32 masked_crc(const __u8 *d, __u32 n)
+/* Not inlined: the VM charges a loop header the longest path to the next charge point, and
+ * inlined here the loop's way out would run through the whole lookup on every iteration. */
+static __attribute__((noinline)) __u32 masked_crc(const __u8 *d, __u32 n)
 {
 	__u32 c = 0xffffffffu, i = 0;
-	for (__u32 k = 0; k < MAX_BLOCK / 4; k++) {
-		if (i + 4 > n)
+	for (__u32 k = 0; k < MAX_BLOCK / 8; k++) {
+		if (i + 8 > n)
 			break;
-		c ^= rd32(d, i);
-		c = crc_tab[3][c & 0xff] ^ crc_tab[2][(c >> 8) & 0xff] ^ crc_tab[1][(c >> 16) & 0xff] ^
-		    crc_tab[0][c >> 24];
-		i += 4;
+		__u64 w = *(const __u64 *)(d + i) ^ c; /* little-endian, any alignment */
+		__u32 lo = (__u32)w, hi = (__u32)(w >> 32);
+		c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^ crc_tab[5][(lo >> 16) & 0xff] ^
+		    crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^ crc_tab[2][(hi >> 8) & 0xff] ^
+		    crc_tab[1][(hi >> 16) & 0xff] ^ crc_tab[0][hi >> 24];
+		i += 8;
 	}
-	for (__u32 k = 0; k < 5; k++) {
+	for (__u32 k = 0; k < 9; k++) {
 		if (i > n)
 			break;
 		c = crc_tab[0][(c ^ d[i]) & 0xff] ^ (c >> 8);
@@ -122,16 +130,19 @@ static __always_inline int restarts(const __u8 *d, __u32 n, __u32 *at, __u32 *co
 	return 0;
 }
 
-/* The entry at pos: its key rebuilt into s->cur (shared bytes kept), *after = where its value
- * (or handle) starts. -1 damage, -2 a key longer than CUR_MAX. */
-static __always_inline int entry_key(struct rk_scratch *s, const __u8 *d, __u32 pos, __u32 end,
-				     int plain, __u32 *after, __u32 *vlen, __u32 *shared_out)
+/* The entry at pos: its key rebuilt into s->cur (shared bytes kept); where its value (or
+ * handle) starts, its value length and shared bytes in s->e_*. -1 damage, -2 a key longer
+ * than CUR_MAX. Not inlined (nor the other loops' functions): the VM charges a loop header
+ * the longest path to the next charge point, and inlined, a loop's way out would run through
+ * the rest of the lookup on every iteration. */
+static __attribute__((noinline)) int entry_key(struct rk_scratch *s, const __u8 *d, __u32 pos,
+					       __u32 end)
 {
 	__u64 shared, non_shared, vl = 0;
 	__u32 p = pos;
 	if (varint(d, &p, end, &shared, 5) || varint(d, &p, end, &non_shared, 5))
 		return -1;
-	if (plain && varint(d, &p, end, &vl, 5))
+	if ((s->e_mode & 1) && varint(d, &p, end, &vl, 5))
 		return -1;
 	if (shared > s->cur_len || non_shared > end - p)
 		return -1;
@@ -143,17 +154,17 @@ static __always_inline int entry_key(struct rk_scratch *s, const __u8 *d, __u32 
 		s->cur[(shared + i) & 1023] = d[p + i];
 	}
 	s->cur_len = shared + non_shared;
-	*after = p + non_shared;
-	*vlen = vl;
-	*shared_out = shared;
+	s->e_after = p + non_shared;
+	s->e_vlen = vl;
+	s->e_shared = shared;
 	return 0;
 }
 
 /* s->cur's user key (minus the 8-byte trailer when `internal`) against the search key. */
-static __always_inline int compare(struct rk_scratch *s, int internal)
+static __attribute__((noinline)) int compare(struct rk_scratch *s)
 {
 	__u32 n = s->cur_len, k = s->key_len;
-	if (internal) {
+	if (s->e_mode & 2) {
 		if (n < 8)
 			return -2;
 		n -= 8;
@@ -168,11 +179,12 @@ static __always_inline int compare(struct rk_scratch *s, int internal)
 	return n == k ? 0 : (n < k ? -1 : 1);
 }
 
-/* Binary search over restart points: the last whose key is below the target (or 0). */
-static __always_inline int last_restart_below(struct rk_scratch *s, const __u8 *d, __u32 ra,
-					      __u32 rn, int plain, int internal, __u32 *out)
+/* Binary search over restart points: the last whose key is below the target (or 0), or -1
+ * damage, -2 a key too long. */
+static __attribute__((noinline)) int last_restart_below(struct rk_scratch *s, const __u8 *d,
+							__u32 ra, __u32 rn)
 {
-	__u32 lo = 0, hi = rn - 1, after, vlen, sh;
+	__u32 lo = 0, hi = rn - 1;
 	for (__u32 it = 0; it < 32; it++) {
 		if (lo >= hi)
 			break;
@@ -181,10 +193,10 @@ static __always_inline int last_restart_below(struct rk_scratch *s, const __u8 *
 		if (at >= ra)
 			return -1;
 		s->cur_len = 0;
-		int r = entry_key(s, d, at, ra, plain, &after, &vlen, &sh);
+		int r = entry_key(s, d, at, ra);
 		if (r)
 			return r;
-		int c = compare(s, internal);
+		int c = compare(s);
 		if (c == -2)
 			return -1;
 		if (c < 0)
@@ -192,8 +204,7 @@ static __always_inline int last_restart_below(struct rk_scratch *s, const __u8 *
 		else
 			hi = mid - 1;
 	}
-	*out = lo;
-	return 0;
+	return lo;
 }
 
 SEC("xrp")
@@ -202,7 +213,7 @@ __u32 rocksdb_get(struct bpf_xrp *ctx)
 	struct rk_scratch *s = (struct rk_scratch *)ctx->scratch;
 	const __u8 *d = (const __u8 *)ctx->data;
 	__u64 len = ctx->data_len;
-	__u32 n = s->cur_size, ra, rn, start, after, vlen, pos;
+	__u32 n = s->cur_size, ra, rn, after, vlen, pos;
 	int r;
 
 	if (++s->hops > MAX_HOPS)
@@ -228,24 +239,27 @@ __u32 rocksdb_get(struct bpf_xrp *ctx)
 	int index = s->phase == 0;
 	int plain = !index || !(s->flags & INDEX_DELTA);
 	int internal = !index || !(s->flags & INDEX_USER_KEYS);
-	r = last_restart_below(s, d, ra, rn, plain, internal, &start);
+	s->e_mode = (plain ? 1 : 0) | (internal ? 2 : 0);
+	r = last_restart_below(s, d, ra, rn);
 	if (r == -2)
 		STOP(FALLBACK);
-	if (r)
+	if (r < 0)
 		STOP(CORRUPT);
-	pos = rd32(d, ra + start * 4);
+	pos = rd32(d, ra + (__u32)r * 4);
 	s->cur_len = 0;
 	__u64 prev_off = 0, prev_size = 0, ho = 0, hs = 0;
 	int have_prev = 0;
 	for (__u32 i = 0; i < MAX_BLOCK / 3; i++) {
 		if (pos >= ra)
 			break;
-		__u32 shared;
-		r = entry_key(s, d, pos, ra, plain, &after, &vlen, &shared);
+		r = entry_key(s, d, pos, ra);
 		if (r == -2)
 			STOP(FALLBACK);
 		if (r)
 			STOP(CORRUPT);
+		after = s->e_after;
+		vlen = s->e_vlen;
+		__u32 shared = s->e_shared;
 		__u32 vend = after + vlen;
 		if (plain) {
 			if (vlen > ra - after)
@@ -272,7 +286,7 @@ __u32 rocksdb_get(struct bpf_xrp *ctx)
 			if (!plain)
 				vend = p;
 		}
-		int c = compare(s, internal);
+		int c = compare(s);
 		if (c == -2)
 			STOP(CORRUPT);
 		if (c >= 0 && index) {

@@ -2,12 +2,14 @@
  * the reader's tests compare against RocksDB's own reads. Built by the tests with the system C
  * compiler (`cc rocks_tool.c -lrocksdb`).
  *
- *   rocks_tool build DIR SEED KEYS BLOCK_SIZE COMPRESSION(no|snappy|lz4|zstd) BLOOM_BITS
+ *   rocks_tool build DIR SEED KEYS BLOCK_SIZE COMPRESSION(no|snappy|lz4|zstd) BLOOM_BITS [CHECKSUM]
+ *       CHECKSUM: xxh3 (7.8's default) or crc32c
  *       several levels: two generations of puts, overwrites and deletes compacted over L1..L3
  *       with small level sizes, two L0 files that overlap, and puts/deletes left in the WAL only
  *       (the database is closed without a flush)
  *   rocks_tool get DIR < keys        one key per line; prints "key\tvalue" or "key\t<absent>"
  *   rocks_tool put DIR KEY VALUE | delete DIR KEY | flush DIR
+ *   rocks_tool compact DIR          flush, then compact every level into one (files replaced)
  */
 #include <rocksdb/c.h>
 #include <stdint.h>
@@ -54,6 +56,9 @@ static int compression_of(const char *s) {
     exit(2);
 }
 
+/* The block checksum type new tables get (rocksdb's ChecksumType: 1 crc32c, 4 xxh3). */
+static char checksum_type = 4;
+
 static rocksdb_options_t *options(int block_size, const char *compression, int bloom_bits) {
     rocksdb_options_t *o = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(o, 1);
@@ -62,6 +67,7 @@ static rocksdb_options_t *options(int block_size, const char *compression, int b
     rocksdb_options_set_compression(o, compression_of(compression));
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_size(t, (size_t)block_size);
+    rocksdb_block_based_options_set_checksum(t, checksum_type);
     if (bloom_bits > 0)
         rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_bloom_full(bloom_bits));
     rocksdb_options_set_block_based_table_factory(o, t);
@@ -167,6 +173,10 @@ static int single(char **argv, int argc) {
         rocksdb_delete(db, w, argv[3], strlen(argv[3]), &err);
     else if (!strcmp(argv[1], "flush"))
         flush(db);
+    else if (!strcmp(argv[1], "compact")) {
+        flush(db);
+        rocksdb_compact_range(db, NULL, 0, NULL, 0);
+    }
     else {
         fprintf(stderr, "rocks_tool: bad arguments\n");
         return 2;
@@ -177,7 +187,13 @@ static int single(char **argv, int argc) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 8 && !strcmp(argv[1], "build")) return build(argv);
+    if ((argc == 8 || argc == 9) && !strcmp(argv[1], "build")) {
+        if (argc == 9) {
+            if (!strcmp(argv[8], "crc32c")) checksum_type = 1;
+            else if (strcmp(argv[8], "xxh3")) { fprintf(stderr, "rocks_tool: checksum %s\n", argv[8]); return 2; }
+        }
+        return build(argv);
+    }
     if (argc == 3 && !strcmp(argv[1], "get")) return get(argv);
     if (argc >= 3) return single(argv, argc);
     fprintf(stderr, "usage: see the comment at the top of rocks_tool.c\n");
