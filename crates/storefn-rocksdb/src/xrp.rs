@@ -152,15 +152,39 @@ impl XrpDb {
         Ok(XrpDb { engine, func, files: HashMap::new(), cfg, stats: XrpStats::default() })
     }
 
-    fn file_id(&mut self, f: &LiveFile) -> Result<FileId, RocksError> {
+    /// The engine's id of `f`, opening it (`None` when the engine's file table is full of
+    /// files this round needs: the caller reads that file plainly).
+    fn file_id(&mut self, f: &LiveFile) -> Result<Option<FileId>, RocksError> {
         if let Some(id) = self.files.get(&f.meta.number) {
-            return Ok(*id);
+            return Ok(Some(*id));
+        }
+        if self.files.len() >= storefn_io::limits::MAX_FILES {
+            return Ok(None);
         }
         let path = f.table.path();
         let id =
             self.engine.open(path, IoMode::Buffered).map_err(|e| RocksError::chain(path, e))?;
         self.files.insert(f.meta.number, id);
-        Ok(id)
+        Ok(Some(id))
+    }
+
+    /// Closes files no job of this round needs when the round's new files would not fit the
+    /// engine's file table (a database may hold more tables than it registers).
+    fn make_room(&mut self, jobs: &[Job<'_>]) {
+        let needed: std::collections::HashSet<u64> =
+            jobs.iter().map(|j| j.file.meta.number).collect();
+        let new = needed.iter().filter(|n| !self.files.contains_key(n)).count();
+        if self.files.len() + new <= storefn_io::limits::MAX_FILES {
+            return;
+        }
+        let idle: Vec<u64> = self.files.keys().filter(|n| !needed.contains(n)).copied().collect();
+        for n in idle {
+            if let Some(id) = self.files.remove(&n) {
+                // The engine is idle between rounds: the slot is released now. A refused
+                // unregistration still frees the slot (storefn-io), so it is not an error here.
+                let _ = self.engine.close(id);
+            }
+        }
     }
 
     /// One Get: the in-memory phase, then one chain per candidate file, newest first, until
@@ -238,6 +262,7 @@ impl XrpDb {
 
     /// Runs `jobs`' chains, at most `chains` in flight, and fills every answer.
     fn run(&mut self, jobs: &mut [Job<'_>]) -> Result<(), RocksError> {
+        self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
         let mut results: Vec<Option<Result<ChainAnswer, String>>> = vec![None; jobs.len()];
@@ -298,15 +323,21 @@ impl XrpDb {
         };
         self.func.check.resize(i + 1, ChecksumType::None);
         self.func.bad.resize(i + 1, None);
-        if start.hop_len() > self.cfg.hop_bytes as u64 || j.key.len() > abi::KEY_MAX {
-            self.stats.fallbacks += 1;
-            return t.get(j.key).map(Some);
-        }
+        let id = match self.file_id(j.file)? {
+            Some(id)
+                if start.hop_len() <= self.cfg.hop_bytes as u64 && j.key.len() <= abi::KEY_MAX =>
+            {
+                id
+            }
+            _ => {
+                self.stats.fallbacks += 1;
+                return t.get(j.key).map(Some);
+            }
+        };
         // The function checks CRC-32C itself when asked to; the host checks everything else.
         let by_function =
             self.cfg.verify_in_function && t.footer().checksum == ChecksumType::Crc32c;
         self.func.check[i] = if by_function { ChecksumType::None } else { t.footer().checksum };
-        let id = self.file_id(j.file)?;
         let (verify, hop) = (self.cfg.verify_in_function, self.cfg.hop_bytes as u32);
         self.engine
             .submit_chain(id, start.block.offset, start.hop_len(), i as u64, |s| {

@@ -19,6 +19,7 @@ mod plot_rtt;
 mod prog;
 mod prog_bench;
 mod rocks;
+mod rocks_bench;
 mod serve;
 mod wt;
 

@@ -7,6 +7,10 @@
  *       several levels: two generations of puts, overwrites and deletes compacted over L1..L3
  *       with small level sizes, two L0 files that overlap, and puts/deletes left in the WAL only
  *       (the database is closed without a flush)
+ *   rocks_tool load DIR KEYS VALUE_BYTES BLOCK_SIZE CHECKSUM
+ *       db_bench's shape for benchmarks: KEYS keys (key%08d) put in random order with values of
+ *       VALUE_BYTES, no compression, 10 bloom bits, leveled compaction (L0 and several levels),
+ *       a last flush and 1% of the keys overwritten in the WAL only
  *   rocks_tool get DIR < keys        one key per line; prints "key\tvalue" or "key\t<absent>"
  *   rocks_tool put DIR KEY VALUE | delete DIR KEY | flush DIR
  *   rocks_tool compact DIR          flush, then compact every level into one (files replaced)
@@ -138,6 +142,46 @@ static int build(char **argv) {
     return 0;
 }
 
+static int load(char **argv) {
+    const char *dir = argv[2];
+    uint64_t keys = strtoull(argv[3], NULL, 10);
+    size_t vbytes = strtoull(argv[4], NULL, 10);
+    if (!strcmp(argv[6], "crc32c")) checksum_type = 1;
+    rocksdb_options_t *o = options(atoi(argv[5]), "no", 10);
+    rocksdb_options_set_disable_auto_compactions(o, 0);
+    rocksdb_options_set_write_buffer_size(o, 4 << 20);
+    rocksdb_options_set_target_file_size_base(o, 4 << 20);
+    rocksdb_options_set_max_bytes_for_level_base(o, 16 << 20);
+    char *err = NULL, key[32], *val = malloc(vbytes + 1);
+    rocksdb_t *db = rocksdb_open(o, dir, &err);
+    check(err, "open");
+    rocksdb_writeoptions_t *w = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(w, 1);
+    rng = 88172645463325252ull;
+    /* A permutation of 0..keys: i * a + b mod keys with a odd and coprime enough here. */
+    uint64_t a = 2654435761u % keys | 1;
+    while (keys % a == 0 || (keys % 2 == 0 && a % 2 == 0)) a += 2;
+    for (uint64_t n = 0; n < keys; n++) {
+        uint64_t i = (n * a + 12345) % keys;
+        key_of(i, key);
+        for (size_t j = 0; j < vbytes; j++) val[j] = (char)('a' + (i + j) % 26);
+        snprintf(val, vbytes + 1 < 24 ? vbytes + 1 : 24, "v-%llu-", (unsigned long long)i);
+        rocksdb_put(db, w, key, strlen(key), val, vbytes, &err);
+        check(err, "put");
+    }
+    flush(db);
+    rocksdb_writeoptions_disable_WAL(w, 0);
+    for (uint64_t i = 0; i < keys; i += 100) {
+        key_of(i, key);
+        rocksdb_put(db, w, key, strlen(key), "wal", 3, &err);
+        check(err, "put");
+    }
+    rocksdb_cancel_all_background_work(db, 1);
+    rocksdb_close(db);
+    free(val);
+    return 0;
+}
+
 static int get(char **argv) {
     rocksdb_options_t *o = rocksdb_options_create();
     char *err = NULL, line[4096];
@@ -195,6 +239,7 @@ int main(int argc, char **argv) {
         return build(argv);
     }
     if (argc == 3 && !strcmp(argv[1], "get")) return get(argv);
+    if (argc == 7 && !strcmp(argv[1], "load")) return load(argv);
     if (argc >= 3) return single(argv, argc);
     fprintf(stderr, "usage: see the comment at the top of rocks_tool.c\n");
     return 2;
