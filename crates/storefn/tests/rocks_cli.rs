@@ -15,7 +15,7 @@ fn ldb(args: &[&str]) -> (i32, String) {
 
 /// Every path's arguments: local ones, and the remote ones through `addr` (DIR relative to the
 /// served directory).
-fn paths<'a>(addr: &'a str) -> Vec<Vec<&'a str>> {
+fn paths(addr: &str) -> Vec<Vec<&str>> {
     vec![
         vec!["--path", "read"],
         vec!["--path", "xrp"],
