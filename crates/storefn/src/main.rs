@@ -20,6 +20,7 @@ mod prog;
 mod prog_bench;
 mod rocks;
 mod rocks_bench;
+mod rocks_plot;
 mod serve;
 mod wt;
 

@@ -22,6 +22,8 @@ pub enum RocksCmd {
     Multiget(MultigetArgs),
     /// Gets/s and latency of a path over keys sampled from a file (db_bench's readrandom).
     Bench(BenchArgs),
+    /// Remote Gets/s and p99 against RTT from a `bench --remote --rtt-us ... --json` run.
+    Plot(crate::rocks_plot::PlotArgs),
 }
 
 /// How a Get reads the files.
@@ -83,6 +85,7 @@ pub fn run(c: &RocksCmd) -> CmdResult {
         RocksCmd::Get(a) => get(a),
         RocksCmd::Multiget(a) => multiget(a),
         RocksCmd::Bench(a) => crate::rocks_bench::run(a),
+        RocksCmd::Plot(a) => crate::rocks_plot::run(a),
     }
 }
 

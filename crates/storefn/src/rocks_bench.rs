@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use storefn_netdelay::DelayProxy;
 use storefn_rocksdb::Lookup;
 
@@ -218,7 +218,7 @@ fn report(a: &BenchArgs, configs: &mut [Config]) -> CmdResult {
             Getter::Xrp(_, x, _) => (None, x.stats.fallbacks, x.stats.chains, None, x.stats.hops),
             Getter::Read(_) => (None, 0, 0, None, 0),
         };
-        let path = format!("{:?}", c.path).to_lowercase();
+        let path = c.path.to_possible_value().map_or("?".into(), |v| v.get_name().to_string());
         if !a.json {
             println!(
                 "readrandom : {:10.3} micros/op {:9.0} ops/sec; path={path}{}{} p50={:.1}us p99={:.1}us found={}/{}{} fallbacks={fallbacks}/{}",
