@@ -53,6 +53,19 @@ impl RemoteFiles {
         RocksError::chain(&self.path(name), e)
     }
 
+    /// Sends `reqs` and waits for their replies. Reads and STATs are idempotent, so a
+    /// connection that broke since the last call (a server's idle timeout) is tried once more:
+    /// the client reconnects on the call after a failure.
+    pub(crate) fn call(
+        &mut self,
+        reqs: &[Request<'_>],
+    ) -> Result<Vec<Reply>, storefn_wire::ClientError> {
+        match self.client.call(reqs) {
+            Err(storefn_wire::ClientError::Io(_)) => self.client.call(reqs),
+            r => r,
+        }
+    }
+
     /// Records `v` for `name`; false when another version was recorded before.
     pub(crate) fn same_version(&mut self, name: &str, v: FileVersion) -> bool {
         *self.versions.entry(name.to_string()).or_insert(v) == v
@@ -82,7 +95,7 @@ impl RemoteFiles {
                 });
                 p += n;
             }
-            let replies = self.client.call(&reqs).map_err(|e| self.wire_err(name, e))?;
+            let replies = self.call(&reqs).map_err(|e| self.wire_err(name, e))?;
             for (r, q) in replies.into_iter().zip(&reqs) {
                 let r = self.checked(name, r)?;
                 let Request::Read { len: want, .. } = q else { unreachable!("reads only") };
@@ -138,7 +151,6 @@ impl Files for RemoteFiles {
     fn size(&mut self, name: &str) -> Result<Option<u64>, RocksError> {
         let wp = self.wire_path(name);
         let r = self
-            .client
             .call(&[Request::Stat { path: wp.as_bytes() }])
             .map_err(|e| self.wire_err(name, e))?
             .remove(0);
@@ -160,7 +172,7 @@ impl Files for RemoteFiles {
         for chunk in wps.chunks(MAX_READS_PER_FRAME) {
             let reqs: Vec<Request<'_>> =
                 chunk.iter().map(|p| Request::Stat { path: p.as_bytes() }).collect();
-            let replies = self.client.call(&reqs).map_err(|e| self.wire_err("", e))?;
+            let replies = self.call(&reqs).map_err(|e| self.wire_err("", e))?;
             for r in replies {
                 if r.status == StatusCode::NotFound as u16 {
                     out.push(false);

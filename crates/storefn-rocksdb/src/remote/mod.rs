@@ -262,7 +262,7 @@ impl RemoteDb {
         } else {
             self.stats.chains += reqs.len() as u64;
             let addr = self.files.path_of("");
-            self.files.client.call(&reqs).map_err(|e| RocksError::chain(&addr, e))?
+            self.files.call(&reqs).map_err(|e| RocksError::chain(&addr, e))?
         };
         let mut answers: Vec<Option<Result<ChainAnswer, String>>> = vec![None; asked.len()];
         for (r, &i) in replies.into_iter().zip(&which) {

@@ -165,7 +165,9 @@ static int load(char **argv) {
         uint64_t i = (n * a + 12345) % keys;
         key_of(i, key);
         for (size_t j = 0; j < vbytes; j++) val[j] = (char)('a' + (i + j) % 26);
-        snprintf(val, vbytes + 1 < 24 ? vbytes + 1 : 24, "v-%llu-", (unsigned long long)i);
+        char pre[32];
+        int np = snprintf(pre, sizeof pre, "v-%llu-", (unsigned long long)i);
+        memcpy(val, pre, (size_t)np < vbytes ? (size_t)np : vbytes);
         rocksdb_put(db, w, key, strlen(key), val, vbytes, &err);
         check(err, "put");
     }
