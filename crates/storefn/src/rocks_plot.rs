@@ -1,7 +1,7 @@
 //! `storefn rocks plot BENCH.json -o FIG.png`: remote Gets/s and p99 against round-trip time,
 //! one line per (path, client cache) from a `storefn rocks bench --remote --rtt-us ... --json`
-//! run, and the bound of a pushed-down Get drawn dashed: one round trip plus the server's work,
-//! R + (pushdown's p99 at the smallest RTT minus that RTT) for p99, its inverse for Gets/s.
+//! run, and on the p99 panel the bound of a pushed-down Get drawn dashed: one round trip plus the
+//! server's work, R + (the best pushdown p99 at the smallest RTT minus that RTT).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -100,6 +100,10 @@ pub fn run(a: &PlotArgs) -> CmdResult {
             .draw()
             .map_err(|e| err(&e))?;
         for (i, (name, pts, dashed)) in lines.iter().enumerate() {
+            // The bound is a latency bound: drawn on the p99 panel only.
+            if *dashed && k == 0 {
+                continue;
+            }
             let c = colour(i);
             let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, y(p))).collect();
             let s = if *dashed {
