@@ -4,15 +4,17 @@
 //! locked or repaired.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::RocksError;
 use crate::format::edit::{for_each_op, NewFile, VersionEdit};
 use crate::format::log::{LogEnd, LogReader};
 use crate::format::{cmp_internal, InternalKey, ValueType};
-use crate::limits::{MAX_CURRENT_BYTES, MAX_LEVELS, MAX_MANIFEST_BYTES, MAX_WAL_BYTES};
+use crate::limits::{
+    MAX_CURRENT_BYTES, MAX_LEVELS, MAX_MANIFEST_BYTES, MAX_WAL_BYTES, MAX_WAL_PROBES,
+    WAL_PROBE_SLACK,
+};
+use crate::source::{Files, LocalDir};
 use crate::sst::{Found, Table, BYTEWISE_COMPARATOR};
 
 /// The answer to a Get.
@@ -78,16 +80,36 @@ struct Version {
     log_number: u64,
     prev_log_number: u64,
     last_sequence: u64,
+    next_file_number: u64,
 }
 
 impl Db {
     pub fn open(dir: &Path) -> Result<Self, RocksError> {
-        let manifest = dir.join(read_current(dir)?);
-        let version = replay_manifest(&manifest)?;
+        Self::open_from(&mut LocalDir(dir.to_path_buf()))
+    }
+
+    /// A database of nothing (a placeholder while a client borrows its own).
+    pub(crate) fn empty() -> Self {
+        Db {
+            dir: PathBuf::new(),
+            manifest: PathBuf::new(),
+            levels: Vec::new(),
+            memtable: BTreeMap::new(),
+            last_sequence: 0,
+        }
+    }
+
+    /// Opens the database `src` holds (a local directory, or a server's through the wire).
+    pub fn open_from(src: &mut dyn Files) -> Result<Self, RocksError> {
+        let dir = src.path("");
+        let manifest_name = read_current(src)?;
+        let manifest = src.path(&manifest_name);
+        let version = replay_manifest(src, &manifest_name)?;
         let mut levels: Vec<Vec<LiveFile>> = Vec::new();
-        for ((level, number), meta) in version.files {
-            let path = dir.join(format!("{number:06}.sst"));
-            let table = Table::open(&path)?;
+        for ((level, number), meta) in version.files.clone() {
+            let name = format!("{number:06}.sst");
+            let path = src.path(&name);
+            let table = Table::open_from(src, &name)?;
             if table.range_deletions() > 0 {
                 return Err(RocksError::unsupported(
                     &path,
@@ -115,14 +137,8 @@ impl Db {
             0 => version.log_number,
             p => p.min(version.log_number),
         };
-        let memtable = replay_wals(dir, min_log)?;
-        Ok(Db {
-            dir: dir.to_path_buf(),
-            manifest,
-            levels,
-            memtable,
-            last_sequence: version.last_sequence,
-        })
+        let memtable = replay_wals(src, min_log, version.next_file_number)?;
+        Ok(Db { dir, manifest, levels, memtable, last_sequence: version.last_sequence })
     }
 
     pub fn dir(&self) -> &Path {
@@ -162,23 +178,34 @@ impl Db {
     /// level, each file's filter (in memory) asked before its blocks are read; the first entry
     /// found decides.
     pub fn get(&self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
-        if let Some(e) = self.memtable.get(key) {
-            return Ok((decide(e.kind, &e.value), Source::Memtable));
+        if let Some(l) = self.from_memtable(key) {
+            return Ok((l, Source::Memtable));
         }
         for f in self.candidates(key).filter(|f| f.table.may_contain(key)) {
-            match f.table.get(key)? {
-                Found::Absent => continue,
-                Found::Entry { kind, value, .. } => {
-                    return Ok((decide(kind, &value), Source::File(f.meta.level, f.meta.number)))
-                }
-                Found::Compressed { offset, compression } => {
-                    let file = f.table.path().to_path_buf();
-                    let r = FallbackReason::Compressed { file, offset, compression };
-                    return Ok((Lookup::Fallback(r), Source::File(f.meta.level, f.meta.number)));
-                }
+            if let Some(answer) = settle(f, f.table.get(key)?) {
+                return Ok(answer);
             }
         }
         Ok((Lookup::NotFound, Source::Nowhere))
+    }
+
+    /// The memtable's answer for `key`, if the WALs wrote it.
+    pub fn from_memtable(&self, key: &[u8]) -> Option<Lookup> {
+        self.memtable.get(key).map(|e| decide(e.kind, &e.value))
+    }
+}
+
+/// What one file's entry means for a Get: `None` (not in this file: ask the next one), or the
+/// answer and where it came from.
+pub fn settle(f: &LiveFile, found: Found) -> Option<(Lookup, Source)> {
+    let src = Source::File(f.meta.level, f.meta.number);
+    match found {
+        Found::Absent => None,
+        Found::Entry { kind, value, .. } => Some((decide(kind, &value), src)),
+        Found::Compressed { offset, compression } => {
+            let file = f.table.path().to_path_buf();
+            Some((Lookup::Fallback(FallbackReason::Compressed { file, offset, compression }), src))
+        }
     }
 }
 
@@ -203,21 +230,10 @@ fn user_key_in(f: &LiveFile, key: &[u8]) -> bool {
     user_key_of(&f.meta.smallest) <= key && key <= user_key_of(&f.meta.largest)
 }
 
-fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, RocksError> {
-    let f = File::open(path).map_err(|e| RocksError::io(path, e))?;
-    let len = f.metadata().map_err(|e| RocksError::io(path, e))?.len();
-    if len > limit {
-        return Err(RocksError::corrupt(path, limit, format!("{len} bytes: larger than {limit}")));
-    }
-    let mut buf = Vec::with_capacity(len as usize);
-    f.take(limit).read_to_end(&mut buf).map_err(|e| RocksError::io(path, e))?;
-    Ok(buf)
-}
-
 /// `CURRENT` names the MANIFEST: `MANIFEST-<number>\n`.
-fn read_current(dir: &Path) -> Result<String, RocksError> {
-    let path = dir.join("CURRENT");
-    let b = read_limited(&path, MAX_CURRENT_BYTES)?;
+fn read_current(src: &mut dyn Files) -> Result<String, RocksError> {
+    let path = src.path("CURRENT");
+    let b = src.read_all("CURRENT", MAX_CURRENT_BYTES)?;
     let name = std::str::from_utf8(&b).ok().and_then(|s| s.strip_suffix('\n'));
     match name {
         Some(n)
@@ -230,8 +246,9 @@ fn read_current(dir: &Path) -> Result<String, RocksError> {
     }
 }
 
-fn replay_manifest(path: &Path) -> Result<Version, RocksError> {
-    let bytes = read_limited(path, MAX_MANIFEST_BYTES)?;
+fn replay_manifest(src: &mut dyn Files, name: &str) -> Result<Version, RocksError> {
+    let bytes = src.read_all(name, MAX_MANIFEST_BYTES)?;
+    let path = &src.path(name);
     let mut log = LogReader::new(&bytes, None);
     let mut v = Version::default();
     let mut group: Vec<VersionEdit> = Vec::new();
@@ -268,6 +285,9 @@ fn apply(v: &mut Version, e: VersionEdit, path: &Path, at: usize) -> Result<(), 
     if let Some(s) = e.last_sequence {
         v.last_sequence = s;
     }
+    if let Some(n) = e.next_file_number {
+        v.next_file_number = n;
+    }
     if e.column_family != 0 {
         return Ok(());
     }
@@ -293,24 +313,46 @@ fn apply(v: &mut Version, e: VersionEdit, path: &Path, at: usize) -> Result<(), 
     Ok(())
 }
 
-/// Replays every WAL numbered `min_log` or later, oldest first, into the memtable.
-fn replay_wals(dir: &Path, min_log: u64) -> Result<BTreeMap<Vec<u8>, MemEntry>, RocksError> {
+/// Replays every WAL numbered `min_log` or later, oldest first, into the memtable. A local
+/// directory is listed; a remote one is asked for the numbers a WAL can have: from `min_log`
+/// up to the MANIFEST's next file number and [`WAL_PROBE_SLACK`] past it (the newest WAL's
+/// number may be taken after the MANIFEST last recorded the counter).
+fn replay_wals(
+    src: &mut dyn Files,
+    min_log: u64,
+    next_file: u64,
+) -> Result<BTreeMap<Vec<u8>, MemEntry>, RocksError> {
     let mut logs = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| RocksError::io(dir, e))? {
-        let name = entry.map_err(|e| RocksError::io(dir, e))?.file_name();
-        let name = name.to_string_lossy();
-        if let Some(n) = name.strip_suffix(".log").and_then(|d| d.parse::<u64>().ok()) {
-            if n >= min_log {
-                logs.push(n);
+    if let Some(dir) = src.local("") {
+        for entry in std::fs::read_dir(&dir).map_err(|e| RocksError::io(&dir, e))? {
+            let name = entry.map_err(|e| RocksError::io(&dir, e))?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(n) = name.strip_suffix(".log").and_then(|d| d.parse::<u64>().ok()) {
+                if n >= min_log {
+                    logs.push(n);
+                }
             }
         }
+    } else {
+        let end = next_file.max(min_log) + WAL_PROBE_SLACK;
+        if end - min_log > MAX_WAL_PROBES {
+            return Err(RocksError::unsupported(
+                &src.path(""),
+                format!("WAL numbers {min_log}..{end}: more than {MAX_WAL_PROBES} to ask for"),
+            ));
+        }
+        let nums: Vec<u64> = (min_log..end).collect();
+        let names: Vec<String> = nums.iter().map(|n| format!("{n:06}.log")).collect();
+        let there = src.existing(&names)?;
+        logs.extend(nums.iter().zip(there).filter(|(_, t)| *t).map(|(n, _)| *n));
     }
     logs.sort_unstable();
     let mut mem = BTreeMap::new();
     let mut total = 0u64;
     for n in logs {
-        let path = dir.join(format!("{n:06}.log"));
-        let bytes = read_limited(&path, MAX_WAL_BYTES - total)?;
+        let name = format!("{n:06}.log");
+        let path = src.path(&name);
+        let bytes = src.read_all(&name, MAX_WAL_BYTES - total)?;
         total += bytes.len() as u64;
         replay_wal(&path, &bytes, u32::try_from(n).ok(), &mut mem)?;
     }

@@ -7,20 +7,26 @@
 //!
 //! The byte layouts read are in docs/FORMAT.md, "RocksDB"; one module (`format`) knows them.
 
+pub mod chain;
 mod db;
 mod error;
 mod format;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod limits;
+pub mod remote;
+mod source;
 mod sst;
+mod xrp;
 
-pub use db::{Db, FallbackReason, LiveFile, Lookup, Source};
+pub use db::{settle, Db, FallbackReason, LiveFile, Lookup, Source};
 pub use error::RocksError;
 pub use format::edit::NewFile;
 pub use format::table::{ChecksumType, Footer, FORMAT_VERSIONS};
 pub use format::{BlockHandle, Malformed, ValueType};
+pub use source::{Files, LocalDir};
 pub use sst::{Found, Table};
+pub use xrp::{XrpConfig, XrpDb, XrpStats};
 
 /// The layout constants docs/FORMAT.md, "RocksDB", documents (its test checks them).
 pub mod layout {

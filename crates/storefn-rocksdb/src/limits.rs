@@ -23,3 +23,15 @@ pub const MAX_LEVELS: u32 = 64;
 
 /// Length of `CURRENT` (the MANIFEST's name and a newline).
 pub const MAX_CURRENT_BYTES: u64 = 4096;
+
+/// WAL numbers a remote open asks for past the MANIFEST's next file number: RocksDB takes a
+/// new WAL's number from the counter without always recording it first.
+pub const WAL_PROBE_SLACK: u64 = 16;
+
+/// Most WAL numbers a remote open asks the server about (one STAT each, in one frame).
+pub const MAX_WAL_PROBES: u64 = 1024;
+
+/// Reopens one remote Get may make when files change under it (each a compaction finishing
+/// between the open and the Get); more means the database is changing faster than it can be
+/// read.
+pub const MAX_STALE_REOPENS: u32 = 8;

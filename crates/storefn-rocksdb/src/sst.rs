@@ -15,6 +15,7 @@ use crate::format::{
     cmp_internal, seek_key, BlockHandle, Cursor, InternalKey, Malformed, ValueType,
 };
 use crate::limits::MAX_BLOCK_BYTES;
+use crate::source::{Files, LocalDir};
 
 /// Metaindex names this reader looks for.
 pub const PROPERTIES_BLOCK: &[u8] = b"rocksdb.properties";
@@ -46,7 +47,8 @@ pub enum Found {
 #[derive(Debug)]
 pub struct Table {
     path: PathBuf,
-    file: File,
+    /// The local file; `None` for a table opened through a remote source.
+    file: Option<File>,
     size: u64,
     footer: Footer,
     index_key_is_user_key: bool,
@@ -58,23 +60,58 @@ pub struct Table {
     filter: Option<Bloom>,
     /// Compressed blocks this table decompressed.
     decompressed: AtomicU64,
+    /// Meta block bytes read at open.
+    meta_bytes: u64,
+    /// Where the full filter block is.
+    filter_handle: Option<BlockHandle>,
+}
+
+fn t_path(src: &dyn Files, name: &str) -> PathBuf {
+    src.path(name)
+}
+
+/// A handle must name a block inside the file, of at most [`MAX_BLOCK_BYTES`].
+fn t_check_handle(path: &Path, h: BlockHandle, size: u64) -> Result<(), RocksError> {
+    let end = h.offset.checked_add(h.size).and_then(|e| e.checked_add(BLOCK_TRAILER_BYTES as u64));
+    if h.size > MAX_BLOCK_BYTES || end.is_none_or(|e| e > size) {
+        return Err(RocksError::corrupt(
+            path,
+            h.offset,
+            format!("block handle of {} bytes past the file's {size} bytes", h.size),
+        ));
+    }
+    Ok(())
 }
 
 impl Table {
     /// Opens `path` read-only and reads its footer, properties and index block.
     pub fn open(path: &Path) -> Result<Self, RocksError> {
-        let file = File::open(path).map_err(|e| RocksError::io(path, e))?;
-        let size = file.metadata().map_err(|e| RocksError::io(path, e))?.len();
-        let mut tail = [0u8; FOOTER_BYTES];
-        let tail_at = size.checked_sub(FOOTER_BYTES as u64).ok_or_else(|| {
-            RocksError::corrupt(path, 0, format!("{size} bytes: shorter than a table footer"))
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Self::open_from(&mut LocalDir(dir.to_path_buf()), &name)
+    }
+
+    /// Opens file `name` of `src`: its footer, properties, filter and index block are read
+    /// through `src` (one read each); the table's data blocks are read through the local file
+    /// when `src` has one, else by the caller's path (a remote client).
+    pub fn open_from(src: &mut dyn Files, name: &str) -> Result<Self, RocksError> {
+        let path = src.path(name);
+        let size = src.size(name)?.ok_or_else(|| {
+            RocksError::io(&path, std::io::Error::from(std::io::ErrorKind::NotFound))
         })?;
-        file.read_exact_at(&mut tail, tail_at).map_err(|e| RocksError::io(path, e))?;
+        let tail_at = size.checked_sub(FOOTER_BYTES as u64).ok_or_else(|| {
+            RocksError::corrupt(&path, 0, format!("{size} bytes: shorter than a table footer"))
+        })?;
+        let tail = src.read_at(name, tail_at, FOOTER_BYTES)?;
         let footer = Footer::parse(&tail)
-            .map_err(|m| RocksError::corrupt(path, tail_at + m.at as u64, m.what))?
-            .map_err(|what| RocksError::unsupported(path, what))?;
+            .map_err(|m| RocksError::corrupt(&path, tail_at + m.at as u64, m.what))?
+            .map_err(|what| RocksError::unsupported(&path, what))?;
+        let file = match src.local(name) {
+            Some(p) => Some(File::open(&p).map_err(|e| RocksError::io(&p, e))?),
+            None => None,
+        };
         let mut t = Table {
-            path: path.to_path_buf(),
+            path,
             file,
             size,
             footer,
@@ -84,9 +121,17 @@ impl Table {
             index: Vec::new(),
             filter: None,
             decompressed: AtomicU64::new(0),
+            meta_bytes: 0,
+            filter_handle: None,
         };
-        t.read_properties()?;
-        t.index = t.read_block(footer.index)?.map_err(|c| t.compressed(footer.index, c))?;
+        let mut fetch = |h: BlockHandle| -> Result<Vec<u8>, RocksError> {
+            t_check_handle(&t_path(src, name), h, size)?;
+            src.read_at(name, h.offset, h.size as usize + BLOCK_TRAILER_BYTES)
+        };
+        t.read_properties(&mut fetch)?;
+        let raw = fetch(footer.index)?;
+        t.meta_bytes += raw.len() as u64;
+        t.index = t.decode_block(footer.index, raw)?.map_err(|c| t.compressed(footer.index, c))?;
         Ok(t)
     }
 
@@ -115,21 +160,32 @@ impl Table {
         RocksError::corrupt(&self.path, base + m.at as u64, m.what)
     }
 
-    /// Reads a block, checks its trailer and decompresses it: its contents, or the compression
-    /// byte of a codec this reader does not decode.
+    /// Reads a block through the local file, checks its trailer and decompresses it: its
+    /// contents, or the compression byte of a codec this reader does not decode.
     pub fn read_block(&self, h: BlockHandle) -> Result<Result<Vec<u8>, u8>, RocksError> {
-        let end =
-            h.offset.checked_add(h.size).and_then(|e| e.checked_add(BLOCK_TRAILER_BYTES as u64));
-        if h.size > MAX_BLOCK_BYTES || end.is_none_or(|e| e > self.size) {
-            return Err(RocksError::corrupt(
+        t_check_handle(&self.path, h, self.size)?;
+        let Some(file) = &self.file else {
+            return Err(RocksError::unsupported(
                 &self.path,
-                h.offset,
-                format!("block handle of {} bytes past the file's {} bytes", h.size, self.size),
+                "a remote table's data blocks are read by the remote client",
             ));
-        }
+        };
         let mut buf = vec![0u8; h.size as usize + BLOCK_TRAILER_BYTES];
-        self.file.read_exact_at(&mut buf, h.offset).map_err(|e| RocksError::io(&self.path, e))?;
+        file.read_exact_at(&mut buf, h.offset).map_err(|e| RocksError::io(&self.path, e))?;
+        self.decode_block(h, buf)
+    }
+
+    /// Checks a block's trailer (`buf` = contents and trailer, as read from `h`) and
+    /// decompresses it.
+    pub fn decode_block(
+        &self,
+        h: BlockHandle,
+        mut buf: Vec<u8>,
+    ) -> Result<Result<Vec<u8>, u8>, RocksError> {
         let n = h.size as usize;
+        if buf.len() != n + BLOCK_TRAILER_BYTES {
+            return Err(RocksError::corrupt(&self.path, h.offset, "block read short"));
+        }
         let kind = buf[n];
         let stored = u32::from_le_bytes([buf[n + 1], buf[n + 2], buf[n + 3], buf[n + 4]]);
         let computed = self.footer.checksum.compute(&buf[..n], kind);
@@ -156,12 +212,64 @@ impl Table {
         }
     }
 
-    fn read_properties(&mut self) -> Result<(), RocksError> {
+    /// Bytes of the meta blocks read at open (properties, metaindex, filter, index), with
+    /// trailers: what a client cache of index and filter blocks holds for this file.
+    pub fn meta_bytes(&self) -> u64 {
+        self.meta_bytes
+    }
+
+    /// The cached index block's bytes (its size without the trailer).
+    pub fn index_bytes(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Where the full filter block is (a filter this reader applies or not).
+    pub fn filter_handle(&self) -> Option<BlockHandle> {
+        self.filter_handle.filter(|_| self.filter.is_some())
+    }
+
+    /// A copy of the filter (a client cache's).
+    pub(crate) fn filter_copy(&self) -> Option<Bloom> {
+        self.filter.clone()
+    }
+
+    /// The index block's contents as read at open (a client cache's copy).
+    pub fn index_block(&self) -> &[u8] {
+        &self.index
+    }
+
+    /// The filter block's bytes, 0 without one.
+    pub fn filter_bytes(&self) -> usize {
+        self.filter.as_ref().map_or(0, Bloom::len)
+    }
+
+    /// The entry for `user_key` in the data block `h` whose raw bytes (contents and trailer)
+    /// the caller read: the remote paths' and the fallback's walk.
+    pub fn get_in_raw_block(
+        &self,
+        h: BlockHandle,
+        raw: Vec<u8>,
+        user_key: &[u8],
+    ) -> Result<Found, RocksError> {
+        let data = match self.decode_block(h, raw)? {
+            Ok(d) => d,
+            Err(compression) => return Ok(Found::Compressed { offset: h.offset, compression }),
+        };
+        let mut key = Vec::new();
+        self.search_data_block(h, user_key, &data, &mut key)
+    }
+
+    fn read_properties(
+        &mut self,
+        fetch: &mut dyn FnMut(BlockHandle) -> Result<Vec<u8>, RocksError>,
+    ) -> Result<(), RocksError> {
         let mh = self.footer.metaindex;
-        let meta = self.read_block(mh)?.map_err(|c| self.compressed(mh, c))?;
+        let raw = fetch(mh)?;
+        self.meta_bytes += raw.len() as u64;
+        let meta = self.decode_block(mh, raw)?.map_err(|c| self.compressed(mh, c))?;
         let mut key = Vec::new();
         let b = Block::parse(&meta, Values::Plain).map_err(|m| self.malformed(mh.offset, m))?;
-        self.filter = self.read_filter(&b, mh)?;
+        self.filter = self.read_filter(&b, mh, fetch)?;
         let v = b
             .seek(PROPERTIES_BLOCK, <[u8]>::cmp, &mut key)
             .map_err(|m| self.malformed(mh.offset, m))?;
@@ -174,7 +282,9 @@ impl Table {
         };
         let ph =
             BlockHandle::decode(&mut Cursor::new(v)).map_err(|m| self.malformed(mh.offset, m))?;
-        let props = self.read_block(ph)?.map_err(|c| self.compressed(ph, c))?;
+        let raw = fetch(ph)?;
+        self.meta_bytes += raw.len() as u64;
+        let props = self.decode_block(ph, raw)?.map_err(|c| self.compressed(ph, c))?;
         let b = Block::parse(&props, Values::Plain).map_err(|m| self.malformed(ph.offset, m))?;
         let prop = |name: &[u8], key: &mut Vec<u8>| -> Result<Option<Vec<u8>>, RocksError> {
             match b.seek(name, <[u8]>::cmp, key).map_err(|m| self.malformed(ph.offset, m))? {
@@ -218,7 +328,12 @@ impl Table {
     }
 
     /// The full filter named in the metaindex `b`, if there is one of a kind this reader reads.
-    fn read_filter(&self, b: &Block<'_>, mh: BlockHandle) -> Result<Option<Bloom>, RocksError> {
+    fn read_filter(
+        &mut self,
+        b: &Block<'_>,
+        mh: BlockHandle,
+        fetch: &mut dyn FnMut(BlockHandle) -> Result<Vec<u8>, RocksError>,
+    ) -> Result<Option<Bloom>, RocksError> {
         let mut key = Vec::new();
         let found = b
             .seek(FULL_FILTER_PREFIX, <[u8]>::cmp, &mut key)
@@ -228,12 +343,35 @@ impl Table {
         };
         let fh =
             BlockHandle::decode(&mut Cursor::new(v)).map_err(|m| self.malformed(mh.offset, m))?;
-        Ok(self.read_block(fh)?.ok().and_then(Bloom::parse))
+        self.filter_handle = Some(fh);
+        let raw = fetch(fh)?;
+        self.meta_bytes += raw.len() as u64;
+        Ok(self.decode_block(fh, raw)?.ok().and_then(Bloom::parse))
     }
 
     /// Whether the file may hold `user_key`: false only when its filter says it does not.
     pub fn may_contain(&self, user_key: &[u8]) -> bool {
         self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))
+    }
+
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// What the footer says (checksum type, index and metaindex handles).
+    pub fn footer(&self) -> &Footer {
+        &self.footer
+    }
+
+    /// Whether index keys are user keys (`rocksdb.index.key.is.user.key`), not internal keys.
+    pub fn index_key_is_user_key(&self) -> bool {
+        self.index_key_is_user_key
+    }
+
+    /// Whether index values are delta-encoded handles (`rocksdb.index.value.is.delta.encoded`).
+    pub fn index_value_is_delta(&self) -> bool {
+        self.index_values == Values::DeltaHandles
     }
 
     /// Whether the file has a filter this reader applies.
@@ -247,9 +385,19 @@ impl Table {
         user_key: &[u8],
         key: &mut Vec<u8>,
     ) -> Result<Option<BlockHandle>, RocksError> {
+        self.data_block_in(&self.index, user_key, key)
+    }
+
+    /// The data block that may hold `user_key`, from `index` (this table's index block's
+    /// contents, as a client cache or a READ holds them).
+    pub fn data_block_in(
+        &self,
+        index: &[u8],
+        user_key: &[u8],
+        key: &mut Vec<u8>,
+    ) -> Result<Option<BlockHandle>, RocksError> {
         let ih = self.footer.index;
-        let b = Block::parse(&self.index, self.index_values)
-            .map_err(|m| self.malformed(ih.offset, m))?;
+        let b = Block::parse(index, self.index_values).map_err(|m| self.malformed(ih.offset, m))?;
         let found = if self.index_key_is_user_key {
             b.seek(user_key, <[u8]>::cmp, key)
         } else {

@@ -114,3 +114,42 @@ fn a_file_rocksdb_wrote_has_the_documented_footer() {
     let current = std::fs::read_to_string(d.0.join("CURRENT")).unwrap();
     assert!(current.starts_with("MANIFEST-") && current.ends_with('\n'));
 }
+
+#[test]
+fn get_scratch_abi_table_matches_the_code() {
+    use storefn_rocksdb::chain::abi;
+    const H: &str = "### RocksDB Get scratch ABI";
+    for (name, at, size) in [
+        ("key_len", abi::KEY_LEN, 4),
+        ("flags", abi::FLAGS, 4),
+        ("file_size", abi::FILE_SIZE, 8),
+        ("cur_off", abi::CUR_OFF, 8),
+        ("cur_size", abi::CUR_SIZE, 4),
+        ("phase", abi::PHASE, 4),
+        ("status", abi::STATUS, 4),
+        ("hops", abi::HOPS, 4),
+        ("value_len", abi::VALUE_LEN, 4),
+        ("reason", abi::REASON, 4),
+        ("trailer", abi::TRAILER, 8),
+        ("hop_max", abi::HOP_MAX, 4),
+        ("cur_len", abi::CUR_LEN, 4),
+        ("key", abi::KEY, abi::KEY_MAX),
+        ("cur", abi::CUR, abi::VALUE - abi::CUR),
+        ("value", abi::VALUE, abi::VALUE_MAX),
+    ] {
+        assert_eq!(row(H, name), (at.to_string(), size.to_string()), "{name}");
+    }
+    let s = section(H);
+    for (n, v) in [
+        ("1 ENTRY", abi::ENTRY),
+        ("2 ABSENT", abi::ABSENT),
+        ("3 FALLBACK", abi::FALLBACK),
+        ("4 CORRUPT", abi::CORRUPT),
+        ("1 verify", abi::FLAG_VERIFY),
+        ("2 index keys", abi::FLAG_INDEX_USER_KEYS),
+        ("4 index values", abi::FLAG_INDEX_DELTA),
+    ] {
+        assert!(s.contains(n) && n.starts_with(&v.to_string()), "{n}");
+    }
+    assert_eq!(abi::VALUE + abi::VALUE_MAX, 4096);
+}

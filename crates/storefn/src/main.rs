@@ -20,6 +20,8 @@ mod plot_rtt;
 mod prog;
 mod prog_bench;
 mod rocks;
+mod rocks_bench;
+mod rocks_plot;
 mod serve;
 mod wt;
 mod ycsb;

@@ -1,13 +1,16 @@
-//! `storefn rocks ...`: Gets in RocksDB's own files (crates/storefn-rocksdb), read-only. This
-//! module parses and prints.
+//! `storefn rocks ...`: Gets in RocksDB's own files (crates/storefn-rocksdb), read-only, locally
+//! or through a server. This module parses and prints.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
-use storefn_rocksdb::{Db, FallbackReason, Lookup};
+use storefn_rocksdb::remote::{RemoteConfig, RemoteDb, RemotePath};
+use storefn_rocksdb::{Db, FallbackReason, Lookup, Source, XrpConfig, XrpDb};
+use storefn_wire::{Client, ClientConfig};
 
+use crate::rocks_bench::BenchArgs;
 use crate::CmdResult;
 
 #[derive(Debug, Subcommand)]
@@ -17,6 +20,10 @@ pub enum RocksCmd {
     Get(GetArgs),
     /// Gets for the keys of a file (one per line): one `key<TAB>value` line per key found.
     Multiget(MultigetArgs),
+    /// Gets/s and latency of a path over keys sampled from a file (db_bench's readrandom).
+    Bench(BenchArgs),
+    /// Remote Gets/s and p99 against RTT from a `bench --remote --rtt-us ... --json` run.
+    Plot(crate::rocks_plot::PlotArgs),
 }
 
 /// How a Get reads the files.
@@ -24,33 +31,141 @@ pub enum RocksCmd {
 pub enum RocksPath {
     /// Plain reads: index block (cached) -> data block, decompressed where compressed.
     Read,
+    /// One storage-function chain per candidate file (progs/engines/rocksdb/get.bpf.c).
+    Xrp,
+    /// Chains for many keys at once (multiget: rounds of one chain per open key).
+    XrpBatch,
+    /// --remote: every block read over the network through the client's block cache.
+    RpcRead,
+    /// --remote: one XRP request per candidate file, a Get's in one frame, run on the server.
+    Pushdown,
+}
+
+/// Where the database is, and how the client reaches it.
+#[derive(Debug, Args)]
+pub struct Where {
+    /// The database directory (nothing in it is written or locked); with --remote, relative
+    /// to the server's served directory.
+    pub dir: PathBuf,
+    #[arg(long, value_enum, default_value = "read")]
+    pub path: RocksPath,
+    /// Server address (`storefn serve`); --path is then rpc-read or pushdown.
+    #[arg(long)]
+    pub remote: Option<String>,
+    /// Token file (`TENANT SECRET`; the first line is used).
+    #[arg(long, requires = "remote")]
+    pub token_file: Option<PathBuf>,
+    /// The client cache's budget, as a fraction of the database's index and filter bytes.
+    #[arg(long, default_value_t = 0.01, requires = "remote")]
+    pub cache_fraction: f64,
+    /// xrp: start chains at the index block in the file instead of the cached index.
+    #[arg(long)]
+    pub index_in_file: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// The database directory (nothing in it is written or locked).
-    dir: PathBuf,
+    #[command(flatten)]
+    pub at: Where,
     #[arg(long)]
     key: String,
-    #[arg(long, value_enum, default_value = "read")]
-    path: RocksPath,
 }
 
 #[derive(Debug, Args)]
 pub struct MultigetArgs {
-    dir: PathBuf,
+    #[command(flatten)]
+    pub at: Where,
     /// One key per line.
     #[arg(long)]
     keys_file: PathBuf,
-    #[arg(long, value_enum, default_value = "read")]
-    path: RocksPath,
 }
 
 pub fn run(c: &RocksCmd) -> CmdResult {
     match c {
         RocksCmd::Get(a) => get(a),
         RocksCmd::Multiget(a) => multiget(a),
+        RocksCmd::Bench(a) => crate::rocks_bench::run(a),
+        RocksCmd::Plot(a) => crate::rocks_plot::run(a),
     }
+}
+
+/// An open database on one of the paths.
+pub enum Getter {
+    Read(Db),
+    Xrp(Db, Box<XrpDb>, bool),
+    Remote(Box<RemoteDb>),
+}
+
+impl Getter {
+    pub fn open(w: &Where) -> Result<Self, Box<dyn std::error::Error>> {
+        match (&w.remote, w.path) {
+            (Some(addr), p @ (RocksPath::RpcRead | RocksPath::Pushdown)) => {
+                Ok(Getter::Remote(Box::new(open_remote(w, addr, p, w.cache_fraction)?)))
+            }
+            (Some(_), p) => {
+                Err(format!("--remote takes --path rpc-read or pushdown, not {p:?}").into())
+            }
+            (None, RocksPath::RpcRead | RocksPath::Pushdown) => {
+                Err("--path rpc-read and pushdown need --remote ADDR".into())
+            }
+            (None, RocksPath::Read) => Ok(Getter::Read(Db::open(&w.dir)?)),
+            (None, p) => {
+                let db = Db::open(&w.dir)?;
+                let cfg = XrpConfig { index_cached: !w.index_in_file, ..XrpConfig::default() };
+                let x = XrpDb::new(&db, cfg)?;
+                Ok(Getter::Xrp(db, Box::new(x), p == RocksPath::XrpBatch))
+            }
+        }
+    }
+
+    pub fn get(&mut self, key: &[u8]) -> Result<(Lookup, Source), storefn_rocksdb::RocksError> {
+        match self {
+            Getter::Read(db) => db.get(key),
+            Getter::Xrp(db, x, false) => x.get(db, key),
+            Getter::Xrp(db, x, true) => {
+                let mut out = Vec::with_capacity(1);
+                x.multi_get(db, &[key], &mut out)?;
+                Ok(out.remove(0))
+            }
+            Getter::Remote(r) => r.get(key),
+        }
+    }
+
+    /// Gets for `keys` (one round of chains per candidate level on xrp-batch).
+    pub fn multi_get(
+        &mut self,
+        keys: &[&[u8]],
+        out: &mut Vec<(Lookup, Source)>,
+    ) -> Result<(), storefn_rocksdb::RocksError> {
+        if let Getter::Xrp(db, x, true) = self {
+            return x.multi_get(db, keys, out);
+        }
+        out.clear();
+        for k in keys {
+            out.push(self.get(k)?);
+        }
+        Ok(())
+    }
+}
+
+pub fn open_remote(
+    w: &Where,
+    addr: &str,
+    p: RocksPath,
+    cache_fraction: f64,
+) -> Result<RemoteDb, Box<dyn std::error::Error>> {
+    let ccfg = match &w.token_file {
+        Some(t) => storefn_server::auth::client_config(t)?,
+        None => ClientConfig::default(),
+    };
+    let c = Client::connect(addr, ccfg)?;
+    let path = if p == RocksPath::Pushdown { RemotePath::Pushdown } else { RemotePath::RpcRead };
+    let cfg = RemoteConfig { path, cache_fraction, ..RemoteConfig::default() };
+    Ok(RemoteDb::open(c, addr, dir_str(&w.dir)?, cfg)?)
+}
+
+fn dir_str(d: &Path) -> Result<&str, Box<dyn std::error::Error>> {
+    d.to_str().ok_or_else(|| "DIR must be UTF-8 with --remote".into())
 }
 
 fn fallback_error(key: &[u8], r: &FallbackReason) -> Box<dyn std::error::Error> {
@@ -62,9 +177,9 @@ fn fallback_error(key: &[u8], r: &FallbackReason) -> Box<dyn std::error::Error> 
 }
 
 fn get(a: &GetArgs) -> CmdResult {
-    let db = Db::open(&a.dir)?;
+    let mut g = Getter::open(&a.at)?;
     let key = a.key.as_bytes();
-    match db.get(key)?.0 {
+    match g.get(key)?.0 {
         Lookup::Value(v) => {
             let mut out = std::io::stdout().lock();
             out.write_all(&v)?;
@@ -79,28 +194,35 @@ fn get(a: &GetArgs) -> CmdResult {
     }
 }
 
+/// Keys read per multi-get call (a round of chains on xrp-batch).
+const MULTIGET_BATCH: usize = 64;
+
 fn multiget(a: &MultigetArgs) -> CmdResult {
-    let db = Db::open(&a.dir)?;
+    let mut g = Getter::open(&a.at)?;
     let f =
         std::fs::File::open(&a.keys_file).map_err(|e| format!("{}: {e}", a.keys_file.display()))?;
+    let keys: Vec<Vec<u8>> = std::io::BufReader::new(f).split(b'\n').collect::<Result<_, _>>()?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let (mut asked, mut found) = (0u64, 0u64);
-    for line in std::io::BufReader::new(f).split(b'\n') {
-        let line = line?;
-        asked += 1;
-        match db.get(&line)?.0 {
-            Lookup::Value(v) => {
-                found += 1;
-                out.write_all(&line)?;
-                out.write_all(b"\t")?;
-                out.write_all(&v)?;
-                out.write_all(b"\n")?;
+    let mut found = 0u64;
+    let mut answers = Vec::new();
+    for chunk in keys.chunks(MULTIGET_BATCH) {
+        let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+        g.multi_get(&refs, &mut answers)?;
+        for (k, (l, _)) in chunk.iter().zip(answers.drain(..)) {
+            match l {
+                Lookup::Value(v) => {
+                    found += 1;
+                    out.write_all(k)?;
+                    out.write_all(b"\t")?;
+                    out.write_all(&v)?;
+                    out.write_all(b"\n")?;
+                }
+                Lookup::NotFound => {}
+                Lookup::Fallback(r) => return Err(fallback_error(k, &r)),
             }
-            Lookup::NotFound => {}
-            Lookup::Fallback(r) => return Err(fallback_error(&line, &r)),
         }
     }
     out.flush()?;
-    eprintln!("rocks multiget: {found} of {asked} keys found");
+    eprintln!("rocks multiget: {found} of {} keys found", keys.len());
     Ok(ExitCode::SUCCESS)
 }

@@ -13,11 +13,32 @@ fn ldb(args: &[&str]) -> (i32, String) {
     (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
+/// Every path's arguments: local ones, and the remote ones through `addr` (DIR relative to the
+/// served directory).
+fn paths(addr: &str) -> Vec<Vec<&str>> {
+    vec![
+        vec!["--path", "read"],
+        vec!["--path", "xrp"],
+        vec!["--path", "xrp", "--index-in-file"],
+        vec!["--path", "xrp-batch"],
+        vec!["--path", "pushdown", "--remote", addr],
+        vec!["--path", "rpc-read", "--remote", addr],
+        vec!["--path", "rpc-read", "--remote", addr, "--cache-fraction", "1"],
+    ]
+}
+
 #[test]
-fn get_and_multiget_answer_as_ldb_does() {
+fn get_and_multiget_answer_as_ldb_does_on_every_path() {
     let d = temp_dir("storefn-rocks-cli", "get");
-    let db = format!("--db={}", d.0.display());
-    let dir = d.0.to_str().unwrap();
+    let served = d.0.clone();
+    let dbdir = d.0.join("db");
+    std::fs::create_dir_all(&dbdir).unwrap();
+    let server =
+        storefn_server::Server::start("127.0.0.1:0", storefn_server::ServerConfig::new(&served))
+            .unwrap();
+    let addr = server.local_addr().to_string();
+    let db = format!("--db={}", dbdir.display());
+    let local = dbdir.to_str().unwrap();
     assert_eq!(
         ldb(&[
             &db,
@@ -38,20 +59,33 @@ fn get_and_multiget_answer_as_ldb_does() {
     assert_eq!(ldb(&[&db, "put", "b", "22"]).0, 0);
     assert_eq!(ldb(&[&db, "delete", "c"]).0, 0);
     let keys = ["a", "b", "c", "zz"];
-    let ours: Vec<(i32, String)> = keys
-        .iter()
-        .map(|k| {
-            let (code, out, err) = storefn(&["rocks", "get", dir, "--key", k]);
-            assert!(err.is_empty(), "{err}");
-            (code, out)
-        })
-        .collect();
     let keys_file = d.0.join("keys");
     std::fs::write(&keys_file, "a\nb\nc\nzz\n").unwrap();
-    let (code, multi, _) =
-        storefn(&["rocks", "multiget", dir, "--keys-file", keys_file.to_str().unwrap()]);
-    assert_eq!(code, 0);
-    assert_eq!(multi, "a\t1\nb\t22\n");
+    let mut ours: Vec<(i32, String)> = Vec::new();
+    for p in paths(&addr) {
+        let dir = if p.contains(&"--remote") { "db" } else { local };
+        let got: Vec<(i32, String)> = keys
+            .iter()
+            .map(|k| {
+                let mut args = vec!["rocks", "get", dir, "--key", k];
+                args.extend(&p);
+                let (code, out, err) = storefn(&args);
+                assert!(err.is_empty(), "{p:?}: {err}");
+                (code, out)
+            })
+            .collect();
+        if ours.is_empty() {
+            ours = got;
+        } else {
+            assert_eq!(got, ours, "{p:?}");
+        }
+        let mut args = vec!["rocks", "multiget", dir, "--keys-file", keys_file.to_str().unwrap()];
+        args.extend(&p);
+        let (code, multi, _) = storefn(&args);
+        assert_eq!(code, 0, "{p:?}");
+        assert_eq!(multi, "a\t1\nb\t22\n", "{p:?}");
+    }
+    server.stop();
     // RocksDB's answers, asked after ours: ldb opens the database for writing.
     for (k, (code, out)) in keys.iter().zip(&ours) {
         let (lcode, lout) = ldb(&[&db, "get", k]);
@@ -70,4 +104,43 @@ fn a_directory_that_is_not_a_database_is_a_clean_error() {
     let (code, _, err) = storefn(&["rocks", "get", d.0.to_str().unwrap(), "--key", "a"]);
     assert_eq!(code, 1);
     assert!(err.contains("CURRENT"), "{err}");
+}
+
+#[test]
+fn bench_reports_every_path_with_the_same_answers() {
+    let d = temp_dir("storefn-rocks-cli", "bench");
+    let db = format!("--db={}", d.0.display());
+    let mut put = vec![db.as_str(), "--create_if_missing", "--compression_type=no", "batchput"];
+    let kv: Vec<String> = (0..300).flat_map(|i| [format!("k{i:04}"), format!("v{i}")]).collect();
+    put.extend(kv.iter().map(String::as_str));
+    assert_eq!(ldb(&put).0, 0);
+    assert_eq!(ldb(&[&db, "compact"]).0, 0);
+    let keys_file = d.0.join("keys");
+    let keys: Vec<String> = (0..320).map(|i| format!("k{i:04}")).collect();
+    std::fs::write(&keys_file, keys.join("\n")).unwrap();
+    let dir = d.0.to_str().unwrap();
+    let (code, out, err) = storefn(&[
+        "rocks",
+        "bench",
+        dir,
+        "--paths",
+        "read,xrp,xrp-batch",
+        "--keys-file",
+        keys_file.to_str().unwrap(),
+        "--reads",
+        "400",
+        "--rounds",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let found: Vec<u64> = rows.iter().map(|r| r["found"].as_u64().unwrap()).collect();
+    assert!(found[0] > 300 && found.iter().all(|f| *f == found[0]), "{found:?}");
+    for r in rows {
+        assert_eq!(r["gets"].as_u64(), Some(800));
+        assert!(r["gets_per_s"].as_f64().unwrap() > 0.0);
+    }
 }

@@ -53,6 +53,7 @@ pub struct VersionEdit {
     pub log_number: Option<u64>,
     pub prev_log_number: Option<u64>,
     pub last_sequence: Option<u64>,
+    pub next_file_number: Option<u64>,
     pub column_family: u32,
     pub added_column_family: bool,
     pub dropped_column_family: bool,
@@ -88,7 +89,8 @@ impl VersionEdit {
             tag::LOG_NUMBER => self.log_number = Some(c.varint64("log number")?),
             tag::PREV_LOG_NUMBER => self.prev_log_number = Some(c.varint64("prev log number")?),
             tag::LAST_SEQUENCE => self.last_sequence = Some(c.varint64("last sequence")?),
-            tag::NEXT_FILE_NUMBER | tag::MIN_LOG_NUMBER_TO_KEEP => {
+            tag::NEXT_FILE_NUMBER => self.next_file_number = Some(c.varint64("file number")?),
+            tag::MIN_LOG_NUMBER_TO_KEEP => {
                 c.varint64("file number")?;
             }
             tag::MAX_COLUMN_FAMILY => {

@@ -43,6 +43,11 @@ impl Bloom {
         Some(Bloom { bits: block, probes: u32::from(probes) })
     }
 
+    /// Bytes of the filter's bit array.
+    pub(crate) fn len(&self) -> usize {
+        self.bits.len()
+    }
+
     pub(crate) fn may_contain(&self, user_key: &[u8]) -> bool {
         let Some(h) = super::xxph3::xxph3_64(user_key) else { return true };
         // The hash's halves: the line from the low one, the probes from the high one.

@@ -46,6 +46,18 @@ impl Drop for TempDir {
 
 /// Builds a database of `keys` keys over several levels, L0 and the WAL (rocks_tool.c, build).
 pub fn build(dir: &Path, seed: u64, keys: u64, block_size: u32, compression: &str) {
+    build_with(dir, seed, keys, block_size, compression, "xxh3");
+}
+
+/// [`build`] with the block checksum type (`xxh3`, 7.8's default, or `crc32c`).
+pub fn build_with(
+    dir: &Path,
+    seed: u64,
+    keys: u64,
+    block_size: u32,
+    compression: &str,
+    checksum: &str,
+) {
     let st = Command::new(tool())
         .arg("build")
         .arg(dir)
@@ -55,6 +67,7 @@ pub fn build(dir: &Path, seed: u64, keys: u64, block_size: u32, compression: &st
             block_size.to_string(),
             compression.into(),
             "10".into(),
+            checksum.into(),
         ])
         .status()
         .unwrap();
@@ -114,4 +127,10 @@ pub fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
         .collect();
     v.sort();
     v
+}
+
+/// Runs a single rocks_tool command (put, delete, flush, compact) on `dir`.
+pub fn tool_cmd(dir: &Path, args: &[&str]) {
+    let st = Command::new(tool()).arg(args[0]).arg(dir).args(&args[1..]).status().unwrap();
+    assert!(st.success(), "rocks_tool {args:?} failed");
 }

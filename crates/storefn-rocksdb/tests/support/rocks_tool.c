@@ -2,12 +2,18 @@
  * the reader's tests compare against RocksDB's own reads. Built by the tests with the system C
  * compiler (`cc rocks_tool.c -lrocksdb`).
  *
- *   rocks_tool build DIR SEED KEYS BLOCK_SIZE COMPRESSION(no|snappy|lz4|zstd) BLOOM_BITS
+ *   rocks_tool build DIR SEED KEYS BLOCK_SIZE COMPRESSION(no|snappy|lz4|zstd) BLOOM_BITS [CHECKSUM]
+ *       CHECKSUM: xxh3 (7.8's default) or crc32c
  *       several levels: two generations of puts, overwrites and deletes compacted over L1..L3
  *       with small level sizes, two L0 files that overlap, and puts/deletes left in the WAL only
  *       (the database is closed without a flush)
+ *   rocks_tool load DIR KEYS VALUE_BYTES BLOCK_SIZE CHECKSUM
+ *       db_bench's shape for benchmarks: KEYS keys (key%08d) put in random order with values of
+ *       VALUE_BYTES, no compression, 10 bloom bits, leveled compaction (L0 and several levels),
+ *       a last flush and 1% of the keys overwritten in the WAL only
  *   rocks_tool get DIR < keys        one key per line; prints "key\tvalue" or "key\t<absent>"
  *   rocks_tool put DIR KEY VALUE | delete DIR KEY | flush DIR
+ *   rocks_tool compact DIR          flush, then compact every level into one (files replaced)
  */
 #include <rocksdb/c.h>
 #include <stdint.h>
@@ -54,6 +60,9 @@ static int compression_of(const char *s) {
     exit(2);
 }
 
+/* The block checksum type new tables get (rocksdb's ChecksumType: 1 crc32c, 4 xxh3). */
+static char checksum_type = 4;
+
 static rocksdb_options_t *options(int block_size, const char *compression, int bloom_bits) {
     rocksdb_options_t *o = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(o, 1);
@@ -62,6 +71,7 @@ static rocksdb_options_t *options(int block_size, const char *compression, int b
     rocksdb_options_set_compression(o, compression_of(compression));
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_size(t, (size_t)block_size);
+    rocksdb_block_based_options_set_checksum(t, checksum_type);
     if (bloom_bits > 0)
         rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_bloom_full(bloom_bits));
     rocksdb_options_set_block_based_table_factory(o, t);
@@ -132,6 +142,48 @@ static int build(char **argv) {
     return 0;
 }
 
+static int load(char **argv) {
+    const char *dir = argv[2];
+    uint64_t keys = strtoull(argv[3], NULL, 10);
+    size_t vbytes = strtoull(argv[4], NULL, 10);
+    if (!strcmp(argv[6], "crc32c")) checksum_type = 1;
+    rocksdb_options_t *o = options(atoi(argv[5]), "no", 10);
+    rocksdb_options_set_disable_auto_compactions(o, 0);
+    rocksdb_options_set_write_buffer_size(o, 4 << 20);
+    rocksdb_options_set_target_file_size_base(o, 4 << 20);
+    rocksdb_options_set_max_bytes_for_level_base(o, 16 << 20);
+    char *err = NULL, key[32], *val = malloc(vbytes + 1);
+    rocksdb_t *db = rocksdb_open(o, dir, &err);
+    check(err, "open");
+    rocksdb_writeoptions_t *w = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(w, 1);
+    rng = 88172645463325252ull;
+    /* A permutation of 0..keys: i * a + b mod keys with a odd and coprime enough here. */
+    uint64_t a = 2654435761u % keys | 1;
+    while (keys % a == 0 || (keys % 2 == 0 && a % 2 == 0)) a += 2;
+    for (uint64_t n = 0; n < keys; n++) {
+        uint64_t i = (n * a + 12345) % keys;
+        key_of(i, key);
+        for (size_t j = 0; j < vbytes; j++) val[j] = (char)('a' + (i + j) % 26);
+        char pre[32];
+        int np = snprintf(pre, sizeof pre, "v-%llu-", (unsigned long long)i);
+        memcpy(val, pre, (size_t)np < vbytes ? (size_t)np : vbytes);
+        rocksdb_put(db, w, key, strlen(key), val, vbytes, &err);
+        check(err, "put");
+    }
+    flush(db);
+    rocksdb_writeoptions_disable_WAL(w, 0);
+    for (uint64_t i = 0; i < keys; i += 100) {
+        key_of(i, key);
+        rocksdb_put(db, w, key, strlen(key), "wal", 3, &err);
+        check(err, "put");
+    }
+    rocksdb_cancel_all_background_work(db, 1);
+    rocksdb_close(db);
+    free(val);
+    return 0;
+}
+
 static int get(char **argv) {
     rocksdb_options_t *o = rocksdb_options_create();
     char *err = NULL, line[4096];
@@ -167,6 +219,10 @@ static int single(char **argv, int argc) {
         rocksdb_delete(db, w, argv[3], strlen(argv[3]), &err);
     else if (!strcmp(argv[1], "flush"))
         flush(db);
+    else if (!strcmp(argv[1], "compact")) {
+        flush(db);
+        rocksdb_compact_range(db, NULL, 0, NULL, 0);
+    }
     else {
         fprintf(stderr, "rocks_tool: bad arguments\n");
         return 2;
@@ -177,8 +233,15 @@ static int single(char **argv, int argc) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 8 && !strcmp(argv[1], "build")) return build(argv);
+    if ((argc == 8 || argc == 9) && !strcmp(argv[1], "build")) {
+        if (argc == 9) {
+            if (!strcmp(argv[8], "crc32c")) checksum_type = 1;
+            else if (strcmp(argv[8], "xxh3")) { fprintf(stderr, "rocks_tool: checksum %s\n", argv[8]); return 2; }
+        }
+        return build(argv);
+    }
     if (argc == 3 && !strcmp(argv[1], "get")) return get(argv);
+    if (argc == 7 && !strcmp(argv[1], "load")) return load(argv);
     if (argc >= 3) return single(argv, argc);
     fprintf(stderr, "usage: see the comment at the top of rocks_tool.c\n");
     return 2;

@@ -1,0 +1,101 @@
+//! The client's block cache: filter, index and (for rpc-read) data blocks by (file, offset),
+//! held to a byte budget, least recently used evicted first.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::format::filter::Bloom;
+
+/// A cached block's contents (checked and decoded).
+#[derive(Debug, Clone)]
+pub(crate) enum Cached {
+    /// A filter block; `None` for a filter kind this reader does not apply.
+    Filter(Option<Bloom>),
+    Block(Vec<u8>),
+}
+
+/// (file number, block offset).
+type Key = (u64, u64);
+
+#[derive(Debug, Default)]
+pub(crate) struct BlockCache {
+    cap: u64,
+    used: u64,
+    tick: u64,
+    map: HashMap<Key, (Cached, u64, u64)>,
+    lru: BTreeMap<u64, Key>,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl BlockCache {
+    pub(crate) fn new(cap: u64) -> Self {
+        BlockCache { cap, ..Self::default() }
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.cap
+    }
+
+    pub(crate) fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub(crate) fn get(&mut self, k: Key) -> Option<&Cached> {
+        let Some(e) = self.map.get_mut(&k) else {
+            self.misses += 1;
+            return None;
+        };
+        self.hits += 1;
+        self.tick += 1;
+        self.lru.remove(&e.2);
+        e.2 = self.tick;
+        self.lru.insert(self.tick, k);
+        Some(&e.0)
+    }
+
+    /// Whether `bytes` more fit without evicting.
+    pub(crate) fn fits(&self, bytes: u64) -> bool {
+        self.used + bytes <= self.cap
+    }
+
+    /// Inserts `v` (`bytes` long), evicting the least recently used; nothing when it alone is
+    /// over the budget.
+    pub(crate) fn insert(&mut self, k: Key, v: Cached, bytes: u64) {
+        if bytes > self.cap {
+            return;
+        }
+        if let Some((_, b, t)) = self.map.remove(&k) {
+            self.used -= b;
+            self.lru.remove(&t);
+        }
+        while self.used + bytes > self.cap {
+            let Some((_, old)) = self.lru.pop_first() else { break };
+            if let Some((_, b, _)) = self.map.remove(&old) {
+                self.used -= b;
+            }
+        }
+        self.tick += 1;
+        self.used += bytes;
+        self.lru.insert(self.tick, k);
+        self.map.insert(k, (v, bytes, self.tick));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_recently_used_goes_first_and_the_budget_holds() {
+        let mut c = BlockCache::new(100);
+        c.insert((1, 0), Cached::Block(vec![0; 40]), 40);
+        c.insert((1, 40), Cached::Block(vec![0; 40]), 40);
+        assert!(c.get((1, 0)).is_some());
+        c.insert((2, 0), Cached::Block(vec![0; 40]), 40);
+        assert!(c.get((1, 40)).is_none(), "the least recently used was evicted");
+        assert!(c.get((1, 0)).is_some() && c.get((2, 0)).is_some());
+        assert!(c.used() <= c.capacity());
+        c.insert((3, 0), Cached::Block(vec![0; 200]), 200);
+        assert!(c.get((3, 0)).is_none(), "a block over the budget is not kept");
+    }
+}

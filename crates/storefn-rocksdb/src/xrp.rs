@@ -1,0 +1,378 @@
+//! Gets as storage-function chains on the storefn-io engine (`progs/engines/rocksdb/get.bpf.c`):
+//! one chain per candidate file, index block -> data block in one chain. The in-memory phase
+//! (memtable, filters, level choice, and the index block when it is cached) runs here first.
+//!
+//! Checksums: every block a local chain reads is checked on the host as it arrives
+//! ([`StorageFn::on_block`], any checksum type RocksDB writes) before the function's answer is
+//! used; with [`XrpConfig::verify_in_function`] the function checks CRC-32C itself (what a
+//! pushed-down chain relies on). What the function hands back (compressed blocks, large values)
+//! is answered by plain reads and the Rust walk, and counted in [`XrpStats::fallbacks`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use storefn_io::{Engine, EngineConfig, FileId, IoMode, StorageFn, VmError, XrpCtx};
+
+use crate::chain::{self, abi, ChainAnswer, ChainStart};
+use crate::db::{settle, Db, LiveFile, Lookup, Source};
+use crate::error::RocksError;
+use crate::format::table::{ChecksumType, BLOCK_TRAILER_BYTES};
+use crate::sst::Found;
+
+/// How chains run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XrpConfig {
+    /// Start at the data block the cached index names (one hop), not at the index block.
+    pub index_cached: bool,
+    /// The function checks CRC-32C block checksums (then the host checks only other types).
+    pub verify_in_function: bool,
+    /// Largest hop: a block and its trailer longer than this is answered by plain reads.
+    pub hop_bytes: usize,
+    /// Chains in flight at once (a batch's keys beyond it wait for the next round).
+    pub chains: usize,
+    /// Instructions per invocation (`None`: the VM's default).
+    pub insn_budget: Option<u64>,
+}
+
+impl Default for XrpConfig {
+    fn default() -> Self {
+        XrpConfig {
+            index_cached: true,
+            verify_in_function: false,
+            hop_bytes: storefn_io::limits::MAX_HOP_BYTES,
+            chains: 64,
+            insn_budget: None,
+        }
+    }
+}
+
+/// What the chains did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XrpStats {
+    /// Chains run (one per candidate file asked).
+    pub chains: u64,
+    /// Block reads the chains made.
+    pub hops: u64,
+    /// Files answered by plain reads instead (the function handed the lookup back, or the
+    /// block was longer than a hop, or the key longer than the scratch holds).
+    pub fallbacks: u64,
+}
+
+/// The function plus the host's check of every block's trailer checksum.
+struct Checked {
+    inst: storefn_vm::Instance,
+    /// Per token: the checksum type the host checks, and the first block that failed it.
+    check: Vec<ChecksumType>,
+    bad: Vec<Option<(u64, u32, u32)>>,
+}
+
+impl StorageFn for Checked {
+    fn invoke(
+        &mut self,
+        token: u64,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        if self.bad.get(token as usize).is_some_and(Option::is_some) {
+            ctx.done = 1;
+            return Ok(0);
+        }
+        self.inst.run_xrp(ctx, data, scratch)
+    }
+
+    fn on_block(&mut self, token: u64, addr: u64, data: &[u8]) {
+        let t = token as usize;
+        let (Some(kind), Some(None)) = (self.check.get(t), self.bad.get(t)) else { return };
+        let Some(n) = data.len().checked_sub(BLOCK_TRAILER_BYTES) else { return };
+        if *kind == ChecksumType::None {
+            return;
+        }
+        let stored = u32::from_le_bytes([data[n + 1], data[n + 2], data[n + 3], data[n + 4]]);
+        let computed = kind.compute(&data[..n], data[n]);
+        if stored != computed {
+            self.bad[t] = Some((addr, stored, computed));
+        }
+    }
+}
+
+/// One chain's work: a key in one file.
+struct Job<'a> {
+    file: &'a LiveFile,
+    key: &'a [u8],
+    answer: Option<Found>,
+}
+
+/// Gets by chains on one engine (one per thread).
+pub struct XrpDb {
+    engine: Engine,
+    func: Checked,
+    files: HashMap<u64, FileId>,
+    cfg: XrpConfig,
+    pub stats: XrpStats,
+}
+
+impl std::fmt::Debug for XrpDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XrpDb").field("cfg", &self.cfg).field("stats", &self.stats).finish()
+    }
+}
+
+impl XrpDb {
+    /// Loads and verifies the function and starts an engine for `db`'s files.
+    ///
+    /// # Errors
+    /// The program does not load or verify; the engine cannot start.
+    pub fn new(db: &Db, cfg: XrpConfig) -> Result<Self, RocksError> {
+        let err = |e: &dyn std::fmt::Display| RocksError::chain(db.dir(), e);
+        let prog = storefn_vm::load_verified(
+            storefn_progs::must(chain::PROGRAM),
+            None,
+            storefn_vm::ProgType::Xrp,
+        )
+        .map_err(|e| err(&e))?;
+        let mut inst = storefn_vm::Instance::new(Arc::clone(&prog), storefn_vm::Engine::Jit)
+            .or_else(|_| storefn_vm::Instance::new(prog, storefn_vm::Engine::Interp))
+            .map_err(|e| err(&e))?;
+        if let Some(b) = cfg.insn_budget {
+            inst.set_insn_budget(b);
+        }
+        let chains = cfg.chains.clamp(1, storefn_io::limits::MAX_CHAINS);
+        let hop = cfg.hop_bytes.clamp(4096, storefn_io::limits::MAX_HOP_BYTES) & !4095;
+        let ecfg = EngineConfig {
+            ring_depth: (chains as u32 * 2).max(8),
+            buffers: chains,
+            chains,
+            hop_bytes: hop,
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(ecfg).map_err(|e| err(&e))?;
+        let func = Checked { inst, check: Vec::new(), bad: Vec::new() };
+        let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
+        Ok(XrpDb { engine, func, files: HashMap::new(), cfg, stats: XrpStats::default() })
+    }
+
+    /// The engine's id of `f`, opening it (`None` when the engine's file table is full of
+    /// files this round needs: the caller reads that file plainly).
+    fn file_id(&mut self, f: &LiveFile) -> Result<Option<FileId>, RocksError> {
+        if let Some(id) = self.files.get(&f.meta.number) {
+            return Ok(Some(*id));
+        }
+        if self.files.len() >= storefn_io::limits::MAX_FILES {
+            return Ok(None);
+        }
+        let path = f.table.path();
+        let id =
+            self.engine.open(path, IoMode::Buffered).map_err(|e| RocksError::chain(path, e))?;
+        self.files.insert(f.meta.number, id);
+        Ok(Some(id))
+    }
+
+    /// Closes files no job of this round needs when the round's new files would not fit the
+    /// engine's file table (a database may hold more tables than it registers).
+    fn make_room(&mut self, jobs: &[Job<'_>]) {
+        let needed: std::collections::HashSet<u64> =
+            jobs.iter().map(|j| j.file.meta.number).collect();
+        let new = needed.iter().filter(|n| !self.files.contains_key(n)).count();
+        if self.files.len() + new <= storefn_io::limits::MAX_FILES {
+            return;
+        }
+        let idle: Vec<u64> = self.files.keys().filter(|n| !needed.contains(n)).copied().collect();
+        for n in idle {
+            if let Some(id) = self.files.remove(&n) {
+                // The engine is idle between rounds: the slot is released now. A refused
+                // unregistration still frees the slot (storefn-io), so it is not an error here.
+                let _ = self.engine.close(id);
+            }
+        }
+    }
+
+    /// One Get: the in-memory phase, then one chain per candidate file, newest first, until
+    /// one holds an entry for the key.
+    ///
+    /// # Errors
+    /// Damage found (by the host's checksum check, the function or the plain walk), or the
+    /// engine failing.
+    pub fn get(&mut self, db: &Db, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
+        if let Some(l) = db.from_memtable(key) {
+            return Ok((l, Source::Memtable));
+        }
+        for f in db.candidates(key).filter(|f| f.table.may_contain(key)) {
+            let mut jobs = [Job { file: f, key, answer: None }];
+            self.run(&mut jobs)?;
+            let found = jobs[0].answer.take().expect("every job answered");
+            if let Some(a) = settle(f, found) {
+                return Ok(a);
+            }
+        }
+        Ok((Lookup::NotFound, Source::Nowhere))
+    }
+
+    /// Gets for many keys, in rounds: each round runs, in parallel, one chain for every key
+    /// still open (its next candidate file), so a key costs the chains `get` would run.
+    ///
+    /// # Errors
+    /// As [`XrpDb::get`].
+    pub fn multi_get(
+        &mut self,
+        db: &Db,
+        keys: &[&[u8]],
+        out: &mut Vec<(Lookup, Source)>,
+    ) -> Result<(), RocksError> {
+        out.clear();
+        let mut cands: Vec<Vec<&LiveFile>> = Vec::with_capacity(keys.len());
+        for k in keys {
+            match db.from_memtable(k) {
+                Some(l) => {
+                    out.push((l, Source::Memtable));
+                    cands.push(Vec::new());
+                }
+                None => {
+                    out.push((Lookup::NotFound, Source::Nowhere));
+                    cands.push(db.candidates(k).filter(|f| f.table.may_contain(k)).collect());
+                }
+            }
+        }
+        let mut next = vec![0usize; keys.len()];
+        loop {
+            let mut jobs = Vec::new();
+            let mut owner = Vec::new();
+            for (i, c) in cands.iter().enumerate() {
+                if let Some(f) = c.get(next[i]) {
+                    jobs.push(Job { file: f, key: keys[i], answer: None });
+                    owner.push(i);
+                }
+            }
+            if jobs.is_empty() {
+                return Ok(());
+            }
+            self.run(&mut jobs)?;
+            for (j, i) in jobs.iter_mut().zip(owner) {
+                let found = j.answer.take().expect("every job answered");
+                match settle(j.file, found) {
+                    Some(a) => {
+                        out[i] = a;
+                        next[i] = usize::MAX;
+                    }
+                    None => next[i] += 1,
+                }
+            }
+        }
+    }
+
+    /// Runs `jobs`' chains, at most `chains` in flight, and fills every answer.
+    fn run(&mut self, jobs: &mut [Job<'_>]) -> Result<(), RocksError> {
+        self.make_room(jobs);
+        self.func.check.clear();
+        self.func.bad.clear();
+        let mut results: Vec<Option<Result<ChainAnswer, String>>> = vec![None; jobs.len()];
+        let mut submitted = 0;
+        let mut done = 0;
+        while done < jobs.len() {
+            while submitted < jobs.len() && self.engine.free_slots() > 0 {
+                let j = &mut jobs[submitted];
+                match self.submit(submitted, j)? {
+                    Some(found) => {
+                        j.answer = Some(found);
+                        done += 1;
+                    }
+                    None => self.stats.chains += 1,
+                }
+                submitted += 1;
+            }
+            if done == jobs.len() {
+                break;
+            }
+            let stats = &mut self.stats;
+            let n = self
+                .engine
+                .wait(1, &mut self.func, |c| {
+                    let r = match c.result {
+                        Ok(st) => {
+                            stats.hops += u64::from(st.hops);
+                            chain::answer(c.scratch)
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
+                    results[c.token as usize] = Some(r);
+                })
+                .map_err(|e| RocksError::chain(jobs[0].file.table.path(), e))?;
+            done += n;
+        }
+        for (i, j) in jobs.iter_mut().enumerate() {
+            if j.answer.is_some() {
+                continue;
+            }
+            let r = results[i].take().expect("a completion for every chain");
+            j.answer = Some(self.settle_chain(i, j, r)?);
+        }
+        Ok(())
+    }
+
+    /// Submits job `i`'s chain; `Some` when the job is answered without one.
+    fn submit(&mut self, i: usize, j: &Job<'_>) -> Result<Option<Found>, RocksError> {
+        let t = &j.file.table;
+        let start = if self.cfg.index_cached {
+            let mut k = Vec::new();
+            match t.data_block_for(j.key, &mut k)? {
+                None => return Ok(Some(Found::Absent)),
+                Some(h) => ChainStart { block: h, phase: abi::PHASE_DATA },
+            }
+        } else {
+            ChainStart { block: t.footer().index, phase: abi::PHASE_INDEX }
+        };
+        self.func.check.resize(i + 1, ChecksumType::None);
+        self.func.bad.resize(i + 1, None);
+        let id = match self.file_id(j.file)? {
+            Some(id)
+                if start.hop_len() <= self.cfg.hop_bytes as u64 && j.key.len() <= abi::KEY_MAX =>
+            {
+                id
+            }
+            _ => {
+                self.stats.fallbacks += 1;
+                return t.get(j.key).map(Some);
+            }
+        };
+        // The function checks CRC-32C itself when asked to; the host checks everything else.
+        let by_function =
+            self.cfg.verify_in_function && t.footer().checksum == ChecksumType::Crc32c;
+        self.func.check[i] = if by_function { ChecksumType::None } else { t.footer().checksum };
+        let (verify, hop) = (self.cfg.verify_in_function, self.cfg.hop_bytes as u32);
+        self.engine
+            .submit_chain(id, start.block.offset, start.hop_len(), i as u64, |s| {
+                chain::fill(s, t, j.key, start, verify, hop).expect("key length checked");
+            })
+            .map_err(|e| RocksError::chain(t.path(), e))?;
+        Ok(None)
+    }
+
+    fn settle_chain(
+        &mut self,
+        i: usize,
+        j: &Job<'_>,
+        r: Result<ChainAnswer, String>,
+    ) -> Result<Found, RocksError> {
+        let t = &j.file.table;
+        if let Some((offset, stored, computed)) = self.func.bad[i] {
+            let kind = t.footer().checksum.name();
+            let file = t.path().to_path_buf();
+            return Err(RocksError::Checksum { file, offset, kind, stored, computed });
+        }
+        match r.map_err(|e| RocksError::chain(t.path(), e))? {
+            ChainAnswer::Entry { kind, sequence, value } => {
+                Ok(Found::Entry { kind, sequence, value })
+            }
+            ChainAnswer::Absent => Ok(Found::Absent),
+            ChainAnswer::Fallback { .. } => {
+                self.stats.fallbacks += 1;
+                t.get(j.key)
+            }
+            ChainAnswer::Corrupt { offset, line } => Err(RocksError::corrupt(
+                t.path(),
+                offset,
+                format!("the storage function found this block damaged (get.bpf.c line {line})"),
+            )),
+        }
+    }
+}

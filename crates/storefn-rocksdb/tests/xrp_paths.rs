@@ -1,0 +1,81 @@
+//! The storage-function paths against RocksDB's own Get, on databases RocksDB wrote: one chain
+//! per candidate file (index cached or read by the function), rounds of chains for many keys,
+//! and the function's own CRC-32C check; compressed files through the fallback.
+
+mod support;
+
+use storefn_rocksdb::{Db, Lookup, XrpConfig, XrpDb};
+use support::{build, build_with, key, rocksdb_gets, TempDir};
+
+fn lookup_value(l: Lookup, k: &[u8]) -> Option<Vec<u8>> {
+    match l {
+        Lookup::Value(v) => Some(v),
+        Lookup::NotFound => None,
+        Lookup::Fallback(r) => panic!("{}: fallback {r:?}", String::from_utf8_lossy(k)),
+    }
+}
+
+fn check(dir: &std::path::Path, n: u64, cfg: XrpConfig) -> storefn_rocksdb::XrpStats {
+    let db = Db::open(dir).unwrap();
+    let keys: Vec<Vec<u8>> = (0..n + 50).map(key).collect();
+    let want = rocksdb_gets(dir, &keys);
+    let mut x = XrpDb::new(&db, cfg).unwrap();
+    for (k, w) in keys.iter().zip(&want) {
+        let (l, _) = x.get(&db, k).unwrap();
+        assert_eq!(&lookup_value(l, k), w, "get {}", String::from_utf8_lossy(k));
+    }
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    for (chunk, wants) in refs.chunks(32).zip(want.chunks(32)) {
+        x.multi_get(&db, chunk, &mut out).unwrap();
+        for ((l, _), (k, w)) in out.drain(..).zip(chunk.iter().zip(wants)) {
+            assert_eq!(&lookup_value(l, k), w, "multi_get {}", String::from_utf8_lossy(k));
+        }
+    }
+    x.stats
+}
+
+#[test]
+fn chains_equal_rocksdb_with_the_index_cached_or_read_by_the_function() {
+    let d = TempDir::new("rocks-xrp-4k");
+    build_with(&d.0, 11, 8_000, 4096, "no", "crc32c");
+    for index_cached in [true, false] {
+        for verify_in_function in [false, true] {
+            let cfg = XrpConfig { index_cached, verify_in_function, ..XrpConfig::default() };
+            let st = check(&d.0, 8_000, cfg);
+            assert!(st.chains > 8_000, "{cfg:?}: {st:?}");
+            // Only values larger than the scratch go back to plain reads (1 in 8 is > 5000 B).
+            assert!(st.fallbacks * 4 < st.chains, "{cfg:?}: {st:?}");
+            let per = if index_cached { 1 } else { 2 };
+            assert!(st.hops >= st.chains * per, "{cfg:?}: {st:?}");
+        }
+    }
+}
+
+#[test]
+fn chains_read_16_and_32_kib_blocks_in_one_hop() {
+    for bs in [16 * 1024, 32 * 1024] {
+        let d = TempDir::new(&format!("rocks-xrp-{bs}"));
+        build_with(&d.0, 5, 4_000, bs, "no", "crc32c");
+        // The server's default per-hop budget covers the function's CRC-32C over a 16 KiB
+        // block; a 32 KiB one needs the VM's default (`storefn serve --insn-budget 1048576`).
+        let server_default = storefn_server::ServerConfig::new(&d.0).insn_budget;
+        let budget = if bs <= 16 * 1024 { server_default } else { 1 << 20 };
+        let cfg = XrpConfig {
+            index_cached: false,
+            verify_in_function: true,
+            insn_budget: Some(budget),
+            ..XrpConfig::default()
+        };
+        let st = check(&d.0, 4_000, cfg);
+        assert!(st.chains > 4_000 && st.fallbacks * 4 < st.chains, "{bs}: {st:?}");
+    }
+}
+
+#[test]
+fn compressed_files_are_answered_through_the_fallback_and_counted() {
+    let d = TempDir::new("rocks-xrp-snappy");
+    build(&d.0, 3, 3_000, 4096, "snappy");
+    let st = check(&d.0, 3_000, XrpConfig { index_cached: false, ..XrpConfig::default() });
+    assert!(st.fallbacks > st.chains / 2, "{st:?}");
+}
