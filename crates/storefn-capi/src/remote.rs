@@ -47,7 +47,7 @@ pub(crate) fn client_err(e: &ClientError) -> Fail {
 /// Connects to `addr` with the token file's first `TENANT SECRET` line (or none).
 pub(crate) fn connect(addr: &str, token_file: Option<&str>, timeout_ms: u32) -> Res<WireClient> {
     let mut cfg = match token_file {
-        Some(t) => storefn_server::auth::client_config(std::path::Path::new(t))
+        Some(t) => storefn_server::client_config(std::path::Path::new(t))
             .map_err(|e| Fail::arg(format!("token file {t}: {e}")))?,
         None => ClientConfig::default(),
     };

@@ -26,6 +26,7 @@
 
 pub mod frontend;
 pub mod host;
+pub mod limits;
 pub mod offload;
 pub mod pageserver;
 pub mod ring;

@@ -26,6 +26,7 @@ pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod file;
+#[cfg(feature = "bench")]
 pub mod harness;
 pub mod limits;
 mod region;

@@ -7,9 +7,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::KvError;
+use crate::limits::IO_ALIGN;
 
-/// Alignment of every I/O buffer: a page, which covers 512 B and 4 KiB logical blocks.
-pub const IO_ALIGN: usize = 4096;
 
 /// A zeroed, `IO_ALIGN`-aligned byte buffer, as O_DIRECT requires.
 #[derive(Debug)]

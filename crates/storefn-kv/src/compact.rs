@@ -15,11 +15,8 @@ use crate::format::{NodeView, FILE_MASK, NODE_TYPE_LEAF, VALUE_BYTES};
 use crate::memtable::Memtable;
 use crate::store::Store;
 use crate::KvError;
+use crate::limits::COMPACT_READ_BYTES;
 
-/// Bytes per sequential read of either cursor: large enough that a sweep runs at disk bandwidth,
-/// a multiple of both node sizes so every read stays block-aligned for O_DIRECT.
-pub const COMPACT_READ_BYTES: usize = 1 << 20;
-const _: () = assert!(COMPACT_READ_BYTES.is_multiple_of(4096));
 
 /// A forward cursor over `[lo, hi)` of the store's file with one big aligned buffer.
 struct SeqReader<'s> {

@@ -53,6 +53,7 @@ pub mod format;
 pub mod fuzz;
 #[cfg(feature = "bench")]
 pub mod harness;
+pub mod limits;
 pub mod lock;
 pub mod memtable;
 pub mod path;

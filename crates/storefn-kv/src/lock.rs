@@ -17,9 +17,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use crate::limits::LOCK_RETRY_INTERVAL;
 
-/// How often a writer told to wait (`--wait-lock`) tries the lock again.
-pub const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Why the writer's lock was not taken.
 #[derive(Debug, thiserror::Error)]

@@ -4,9 +4,6 @@ use std::collections::BTreeMap;
 
 use crate::wal::VALUE_BYTES;
 
-/// Default memtable limit: 4 MiB of entries (~52 K puts) before a put triggers compaction.
-/// Small enough that compaction of a 3-layer tree stays sub-second; configurable per `Db`.
-pub const DEFAULT_MEMTABLE_LIMIT_BYTES: usize = 4 << 20;
 
 /// Accounted bytes per entry: key, sequence number, value (BTreeMap overhead not counted).
 pub const ENTRY_BYTES: usize = 8 + 8 + VALUE_BYTES;

@@ -9,7 +9,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::aligned::{open_direct, AlignedBuf, IO_ALIGN};
+use crate::aligned::{open_direct, AlignedBuf};
+use crate::limits::IO_ALIGN;
 use crate::format::{
     meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF,
     VALUE_BYTES,
@@ -54,7 +55,7 @@ pub fn infer_meta(path: &Path, layers: Option<u32>) -> Result<Meta, KvError> {
     use crate::format::{NODE_OFF_NEXT, NODE_OFF_TYPE};
     let file = File::open(path).map_err(|e| KvError::io(path, "open", e))?;
     let size = file.metadata().map_err(|e| KvError::io(path, "stat", e))?.len();
-    let depths = layers.map_or(1..=crate::builder::MAX_CREATE_LAYERS, |l| l..=l);
+    let depths = layers.map_or(1..=crate::limits::MAX_CREATE_LAYERS, |l| l..=l);
     let mut fits = Vec::new();
     for ns in [NodeSize::B512, NodeSize::B4096] {
         for l in depths.clone() {

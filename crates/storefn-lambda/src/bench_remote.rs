@@ -18,7 +18,7 @@ use storefn_io::IoMode;
 use storefn_netdelay::DelayProxy;
 
 use crate::bench::{
-    ensure_data, row, storefn_progs_elf, warm, BenchConfig, BenchRow, Condition, WARMUP_REQUESTS,
+    ensure_data, row, storefn_progs_elf, warm, BenchConfig, BenchRow, Condition,
 };
 use crate::cache::drop_cached;
 use crate::dispatch::{DispatchConfig, Dispatcher, Side, SideKind, Where};
@@ -27,6 +27,7 @@ use crate::local::{LocalFile, LocalSide};
 use crate::prog::LambdaProg;
 use crate::remote::{LambdaTransport, RemoteSide};
 use crate::workloads::Workload;
+use crate::limits::{ROUNDS_PER_HALF, WARMUP_REQUESTS};
 
 /// What to run against a server.
 #[derive(Debug, Clone)]
@@ -200,9 +201,6 @@ pub fn run_remote_with<T: LambdaTransport>(
     Ok(rows)
 }
 
-/// Stretches each half of a run is cut into for the per-round spread (`BenchRow::round_us`):
-/// the per-stretch ratio of auto to the better fixed side shows the run's noise.
-pub const ROUNDS_PER_HALF: u32 = 6;
 
 /// The orders of the sides (indices into local, server, auto): the three take turns request
 /// by request, each turn in the next of the six orders, so each side goes first, and follows
@@ -474,7 +472,7 @@ impl ClientSide for crate::RemoteReadSide {
         let size = self.size_bytes()?;
         let mut at = 0;
         while at < size {
-            let n = crate::server_transport::MAX_REMOTE_READ_BYTES.min(size - at);
+            let n = crate::limits::MAX_REMOTE_READ_BYTES.min(size - at);
             self.fetch(at, n)?;
             at += n;
         }

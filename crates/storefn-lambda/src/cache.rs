@@ -6,11 +6,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use crate::limits::MINCORE_PAGES;
 
 /// `cachestat(2)`'s number on x86-64 and aarch64 (the generic syscall table).
 const SYS_CACHESTAT: libc::c_long = 451;
-/// Pages `mincore` inspects per call (its result vector lives on the stack).
-const MINCORE_PAGES: usize = 4096;
 
 /// Set once cachestat returned ENOSYS: later probes go straight to mincore. Relaxed: a hint;
 /// a stale read only costs one more failing syscall.

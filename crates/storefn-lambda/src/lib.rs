@@ -20,6 +20,7 @@ pub mod cache;
 pub mod cpu_cap;
 pub mod dispatch;
 pub mod error;
+pub mod limits;
 pub mod local;
 pub mod location;
 pub mod prog;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::TempDir;
-use storefn_server::server::offload::{
+use storefn_server::{
     token_thread, HostAnswer, OffloadDecision, OffloadHook, ReadCheck,
 };
 use storefn_server::{Server, ServerConfig};

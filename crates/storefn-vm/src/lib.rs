@@ -30,12 +30,14 @@ pub mod cfg;
 pub mod disasm;
 pub mod elf;
 pub mod error;
+#[cfg(feature = "harness")]
 pub mod harness;
 pub mod helpers;
 pub mod insn;
 pub mod instance;
 pub mod interp;
 pub mod jit;
+pub mod limits;
 mod loops;
 pub mod mem;
 pub mod offload;

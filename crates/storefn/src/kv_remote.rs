@@ -28,7 +28,7 @@ pub struct RemoteOpts {
 
 fn client_cfg(o: &RemoteOpts) -> Result<ClientConfig, Box<dyn std::error::Error>> {
     Ok(match &o.token_file {
-        Some(t) => storefn_server::auth::client_config(t)?,
+        Some(t) => storefn_server::client_config(t)?,
         None => ClientConfig::default(),
     })
 }

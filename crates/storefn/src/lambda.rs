@@ -72,7 +72,7 @@ pub struct ReqOpts {
 /// The client's tenant and secret: the token file's first line, or none.
 fn client_config(token_file: Option<&PathBuf>) -> Result<ClientConfig, String> {
     token_file.map_or(Ok(ClientConfig::default()), |t| {
-        storefn_server::auth::client_config(t).map_err(|e| format!("{}: {e}", t.display()))
+        storefn_server::client_config(t).map_err(|e| format!("{}: {e}", t.display()))
     })
 }
 

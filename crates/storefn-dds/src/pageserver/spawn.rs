@@ -16,14 +16,8 @@ use storefn_wire::{Client, ClientConfig, ClientError, StatusCode};
 
 use super::bench::{add_time_split, host_stats, run, PageBenchConfig, PageBenchReport};
 use super::{DeployOptions, Deployment};
-use crate::host::{ChannelListener, DEFAULT_CHANNEL_RING_BYTES};
+use crate::host::ChannelListener;
 
-/// How long the host application may take to connect its two channels.
-pub const HOST_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long it may take to store its pages and start answering.
-pub const HOST_READY_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long it may take to exit after SIGTERM before it is killed.
-pub const HOST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The command that runs the host application (`storefn pageserver host`); the spawner appends
 /// `--channel SOCKET --file pages --pages N --updates-per-sec U --seed S`.
@@ -109,6 +103,8 @@ impl Drop for SocketDir {
 }
 
 use std::os::unix::fs::DirBuilderExt;
+use crate::limits::{HOST_CONNECT_TIMEOUT, HOST_READY_TIMEOUT, HOST_STOP_TIMEOUT};
+use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
 
 /// Waits until the host answers a stats request with all `pages` stored (a forwarded request
 /// may time out while it is still storing them: retried).

@@ -12,11 +12,8 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::{CacheTable, Item, TableError};
+use crate::limits::{MAX_DURATION, MAX_READERS};
 
-/// Most reader threads the bench starts.
-pub const MAX_READERS: usize = 256;
-/// Longest measured phase.
-pub const MAX_DURATION: Duration = Duration::from_secs(600);
 
 /// What to run.
 #[derive(Debug, Clone)]

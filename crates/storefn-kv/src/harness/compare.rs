@@ -15,11 +15,8 @@ use crate::harness::bench::{
 use crate::path::LookupPath;
 use crate::store::Store;
 use crate::KvError;
+use crate::limits::MAX_ROUNDS;
 
-/// Rounds when the caller does not say: enough for a stable median of per-round ratios.
-pub const DEFAULT_ROUNDS: u32 = 20;
-/// Most rounds (each round runs both modes once; more would make rounds too short to time).
-pub const MAX_ROUNDS: u32 = 10_000;
 
 /// The two modes compared, in the order of the even rounds.
 const MODES: [Mode; 2] = [Mode::File, Mode::Raw];

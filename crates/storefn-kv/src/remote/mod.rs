@@ -21,9 +21,8 @@ use crate::KvError;
 
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
+use crate::limits::MAX_STALE_RETRIES;
 
-/// Times one lookup is redone after a version change before giving up.
-pub const MAX_STALE_RETRIES: u32 = 16;
 /// Bytes of final scratch an XRP lookup returns: key, found, value and our program's state
 /// through its `err` word.
 pub const LOOKUP_OUT_BYTES: u32 = (LOOKUP_OFF_ERR + 8) as u32;

@@ -17,13 +17,10 @@ use crate::format::{LOOKUP_OFF_STATE, VALUE_BYTES};
 use crate::path::{redo_after_stale, walk_blocks, BlockFetch, BlockLru, LookupPath, PathStats};
 use crate::store::Store;
 use crate::KvError;
+use crate::limits::MAX_BATCH;
 
 /// Byte offset of our built-in programs' `err` word in the lookup scratch (docs/FORMAT.md).
 pub const LOOKUP_OFF_ERR: usize = LOOKUP_OFF_STATE + 24;
-/// Chains in flight per thread on `xrp-batch` when the caller does not say.
-pub const DEFAULT_BATCH: usize = 32;
-/// Most chains in flight per thread (the virtio disk has 128 tags in all).
-pub const MAX_BATCH: usize = 1024;
 
 pub(crate) fn engine_for(
     store: &Store,

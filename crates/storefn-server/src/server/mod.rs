@@ -6,7 +6,7 @@
 
 mod conns;
 mod files;
-pub mod limits;
+
 pub mod offload;
 pub mod offload_reads;
 mod progs;
@@ -23,10 +23,11 @@ use std::time::Duration;
 
 use crate::auth::Token;
 use crate::confine::Root;
-use crate::registry::{Registry, DEFAULT_REGISTRY_BYTES};
+use crate::registry::Registry;
 pub use scopes::PolicyError;
 
-pub use limits::*;
+// The server's modules name its bounds `super::X` and `crate::server::X`.
+pub(crate) use crate::limits::*;
 
 /// How to run a server.
 #[derive(Debug, Clone)]

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use io_uring::{opcode, types, IoUring};
 
 use super::offload::ReadCheck;
-use crate::proto::FrameBuf;
+use storefn_wire::FrameBuf;
 
-/// Offloaded reads in flight per server thread; more are forwarded to the host.
-pub const MAX_OFFLOAD_READS: usize = 256;
+use crate::limits::MAX_OFFLOAD_READS;
+
 
 /// One read in flight and what its answer needs.
 #[derive(Debug)]

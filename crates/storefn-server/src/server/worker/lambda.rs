@@ -6,7 +6,8 @@
 use storefn_io::Engine;
 
 use super::{open_frame, Job, Worker};
-use crate::proto::{op, put_status, StatusCode, MAX_READ_BYTES};
+use storefn_wire::limits::{MAX_LAMBDA_IN_BYTES, MAX_READ_BYTES};
+use storefn_wire::{op, put_status, StatusCode};
 
 /// Chunk reads one λ job keeps in flight: a 1 MiB range is 256 device reads, which in series
 /// cost 256 device latencies; 16 at a time overlap them while one job holds at most 1/16 of the
@@ -23,7 +24,7 @@ pub(super) fn token_job(token: u64) -> u32 {
 
 /// The token of chunk `chunk` of job `ji`'s range.
 fn chunk_token(ji: u32, chunk: u64) -> u64 {
-    debug_assert!(chunk < u64::from(crate::proto::MAX_LAMBDA_IN_BYTES / MAX_READ_BYTES));
+    debug_assert!(chunk < u64::from(MAX_LAMBDA_IN_BYTES / MAX_READ_BYTES));
     u64::from(ji) | (chunk << TOKEN_JOB_BITS)
 }
 

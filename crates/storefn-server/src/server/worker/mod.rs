@@ -29,10 +29,13 @@ use super::{
     MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
     MAX_SPARE_LAMBDA_INPUTS, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
-use crate::proto::{
+use storefn_wire::layout::FRAME_HEADER_BYTES;
+use storefn_wire::limits::{
+    MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES, MAX_TENANT_BYTES,
+};
+use storefn_wire::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
-    StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAX_FRAME_BYTES,
-    MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES, MAX_TENANT_BYTES,
+    StatusCode, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE,
 };
 use lambda::{submit_lambda_chunks, token_chunk, token_job};
 use offload::OffloadState;

@@ -7,10 +7,12 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{open_frame, Worker};
-use crate::proto::msg::{
-    MAX_OFFLOAD_DATA_BYTES, OFFLOAD_R_OFF_DATA, SERVED_BY_HOST, SERVED_BY_OFFLOAD,
+use storefn_wire::layout::OFFLOAD_R_OFF_DATA;
+use storefn_wire::limits::MAX_OFFLOAD_DATA_BYTES;
+use storefn_wire::{
+    op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE, SERVED_BY_HOST,
+    SERVED_BY_OFFLOAD,
 };
-use crate::proto::{op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE};
 use crate::server::offload::{
     HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
 };

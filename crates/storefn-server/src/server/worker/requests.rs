@@ -9,10 +9,10 @@ use super::writes::{charge_write, open_for_write};
 use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
 use crate::access::Intent;
 use crate::auth;
-use crate::proto::msg::HELLO_FLAG_AUTH_REQUIRED;
-use crate::proto::{
+use storefn_wire::limits::{MAX_FRAME_BYTES, SCRATCH_BYTES};
+use storefn_wire::{
     op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
-    MAX_FRAME_BYTES, SCRATCH_BYTES,
+    HELLO_FLAG_AUTH_REQUIRED,
 };
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;

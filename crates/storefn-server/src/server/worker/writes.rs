@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use super::{Worker, MAX_PENDING_WRITE_BYTES};
 use crate::access::Intent;
-use crate::proto::{op, FileVersion, Response, StatusCode};
+use storefn_wire::{op, FileVersion, Response, StatusCode};
 use crate::server::files::FileFail;
 
 /// A file of WRITE or LAMBDA_WRITE: a regular file (never a device or FIFO) opened beneath the
