@@ -240,7 +240,7 @@ fn host_channel_offsets_match_format_md() {
     assert_eq!(host::CHANNEL_HEADER_BYTES, 512);
     assert_eq!(wire::REQUEST_HEADER_BYTES, 32);
     assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);
-    assert_eq!(wire::MAX_IO_BYTES, 65536);
+    assert_eq!(storefn_dds::limits::MAX_IO_BYTES, 65536);
     assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
     assert_eq!(host::forward::ANSWER_HEADER_BYTES, 16);
     assert_eq!(host::forward::MAX_FORWARD_BYTES, 65552);

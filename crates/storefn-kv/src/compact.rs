@@ -279,7 +279,7 @@ impl<'s, M: Iterator<Item = (u64, &'s [u8; VALUE_BYTES])>> Iterator for MergeStr
 mod tests {
     use super::*;
     use crate::format::{bpfkv_value, NodeSize};
-    use crate::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+    use crate::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
     use std::os::unix::fs::FileExt;
     use std::path::PathBuf;
 

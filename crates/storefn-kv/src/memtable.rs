@@ -90,6 +90,7 @@ impl Memtable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
 
     fn val(b: u8) -> [u8; VALUE_BYTES] {
         [b; VALUE_BYTES]

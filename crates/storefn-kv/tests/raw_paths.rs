@@ -175,7 +175,7 @@ fn compare_says_when_raw_mode_was_not_in_use() {
     for (rounds, requests, want) in [
         (0, 50, "--rounds 0"),
         (26, 50, "fewer than one lookup per round"),
-        (storefn_kv::harness::compare::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
+        (storefn_kv::limits::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
     ] {
         let e = storefn_kv::harness::compare::run(&store, &compare_cfg("xrp", requests), rounds)
             .unwrap_err()

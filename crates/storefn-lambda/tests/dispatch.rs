@@ -497,7 +497,7 @@ fn a_loser_close_behind_is_probed_at_most_once_per_min_probe_interval() {
     // whole budget spent where a wrong choice costs little, and cold rows ran 3.5% over the
     // better side with only noise left for the margin.
     let o = simulate(adaptive(), &[(steady(100.0, 107.0), 20_000)], 0.0);
-    let interval = u64::from(storefn_lambda::dispatch::MIN_PROBE_INTERVAL);
+    let interval = u64::from(storefn_lambda::limits::MIN_PROBE_INTERVAL);
     assert!(o.stats.probes <= 20_000 / interval + 8, "{:?}", o.stats);
     assert!(o.stats.probes >= 20_000 / (2 * interval), "still probed: {:?}", o.stats);
     let ratio = o.auto_us / o.local_us;

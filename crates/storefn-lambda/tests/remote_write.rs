@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use storefn_lambda::remote_write::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
+use storefn_lambda::limits::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
 use storefn_lambda::{
     pwrite_lambda, LambdaError, LambdaProg, RemoteWriter, ServerTransport, Workload,
 };

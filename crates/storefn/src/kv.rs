@@ -67,7 +67,7 @@ pub enum KvCmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Memtable limit in bytes (small values force frequent compactions).
-        #[arg(long, default_value_t = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES)]
+        #[arg(long, default_value_t = storefn_kv::limits::DEFAULT_MEMTABLE_LIMIT_BYTES)]
         memtable_bytes: usize,
         /// Puts submitted together per group commit.
         #[arg(long, default_value_t = 1)]
@@ -349,12 +349,12 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         }
         KvCmd::Put { db, key, value, write } => {
             let v = put_value(value)?;
-            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            let limit = storefn_kv::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
             Db::open_opts(db, write.db_options(limit)?)?.put(*key, &v)?;
             Ok(ExitCode::SUCCESS)
         }
         KvCmd::Compact { db, write } => {
-            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            let limit = storefn_kv::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
             Db::open_opts(db, write.db_options(limit)?)?.compact()?;
             Ok(ExitCode::SUCCESS)
         }
@@ -476,7 +476,7 @@ fn bench_compare(a: &BenchArgs, store: &Arc<Store>, cfg: &BenchConfig) -> CmdRes
     let c = storefn_kv::harness::compare::run(
         store,
         cfg,
-        a.rounds.unwrap_or(storefn_kv::harness::compare::DEFAULT_ROUNDS),
+        a.rounds.unwrap_or(storefn_kv::limits::DEFAULT_ROUNDS),
     )?;
     for (r, io) in [(&c.file, "file"), (&c.raw, "raw")] {
         println!("== io={io}");
