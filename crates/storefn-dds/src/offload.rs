@@ -15,8 +15,8 @@ use storefn_vm::offload::{
 use storefn_vm::{Engine, Instance, ProgType, VmError};
 
 use crate::host::FileHooks;
-use crate::table::{CacheTable, Inserted, Item};
 use crate::limits::{MAX_BATCH_REQUESTS, MAX_CACHE_ITEMS, MAX_INVALIDATE_KEYS};
+use crate::table::{CacheTable, Inserted, Item};
 
 /// ELF sections of the four entry points.
 pub const ENTRY_SECTIONS: [&str; 4] =

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use storefn_dds::host::{FileService, HostChannel, HostFiles};
-use storefn_dds::limits::{DEFAULT_CHANNEL_RING_BYTES};
+use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::offload::{OffloadError, OffloadFunctions, OffloadHooks};
 use storefn_dds::table::{CacheTable, Item};
 use storefn_vm::offload::ReadOp;

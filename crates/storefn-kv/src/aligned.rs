@@ -6,9 +6,8 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::KvError;
 use crate::limits::IO_ALIGN;
-
+use crate::KvError;
 
 /// A zeroed, `IO_ALIGN`-aligned byte buffer, as O_DIRECT requires.
 #[derive(Debug)]

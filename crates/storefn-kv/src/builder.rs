@@ -17,11 +17,9 @@ use crate::format::{
     bpfkv_value, meta_path, put_node_header, put_slot, Meta, NodeSize, FILE_MASK, META_BYTES,
     NODE_TYPE_INTERNAL, NODE_TYPE_LEAF, UNUSED_KEY, UNUSED_LEAF_PTR, VALUE_BYTES,
 };
+use crate::limits::{BUILD_CHUNK_BYTES, MAX_CREATE_LAYERS};
 use crate::storage::{parent_dir, Storage, StorageFile};
 use crate::KvError;
-use crate::limits::{BUILD_CHUNK_BYTES, MAX_CREATE_LAYERS};
-
-
 
 /// A progress callback: `(bytes_written, total_bytes)`.
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);

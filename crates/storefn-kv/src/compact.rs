@@ -12,11 +12,10 @@ use std::iter::Peekable;
 
 use crate::aligned::AlignedBuf;
 use crate::format::{NodeView, FILE_MASK, NODE_TYPE_LEAF, VALUE_BYTES};
+use crate::limits::COMPACT_READ_BYTES;
 use crate::memtable::Memtable;
 use crate::store::Store;
 use crate::KvError;
-use crate::limits::COMPACT_READ_BYTES;
-
 
 /// A forward cursor over `[lo, hi)` of the store's file with one big aligned buffer.
 struct SeqReader<'s> {

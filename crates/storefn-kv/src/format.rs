@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::KvError;
 use crate::limits::SCRATCH_BYTES;
+use crate::KvError;
 
 /// Bit 63 of a pointer stored on disk: "this is a file offset" (BPF-KV's `FILE_MASK`). The cache
 /// of top levels rewrites cached children to memory indices with this bit clear.

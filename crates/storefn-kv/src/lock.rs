@@ -11,14 +11,13 @@
 //! flock locks belong to an open file description, so two `Db`s in one process exclude each
 //! other exactly as two processes do, and the kernel drops them when the holder dies.
 
+use crate::limits::LOCK_RETRY_INTERVAL;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use crate::limits::LOCK_RETRY_INTERVAL;
-
 
 /// Why the writer's lock was not taken.
 #[derive(Debug, thiserror::Error)]

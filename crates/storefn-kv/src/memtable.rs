@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use crate::wal::VALUE_BYTES;
 
-
 /// Accounted bytes per entry: key, sequence number, value (BTreeMap overhead not counted).
 pub const ENTRY_BYTES: usize = 8 + 8 + VALUE_BYTES;
 

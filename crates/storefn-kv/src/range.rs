@@ -9,10 +9,9 @@ use std::str::FromStr;
 
 use crate::aligned::AlignedBuf;
 use crate::format::{NodeView, FILE_MASK, VALUE_BYTES};
+use crate::limits::RANGE_BATCH;
 use crate::store::Store;
 use crate::KvError;
-use crate::limits::RANGE_BATCH;
-
 
 /// Aggregate operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,11 +10,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::aligned::{open_direct, AlignedBuf};
-use crate::limits::IO_ALIGN;
 use crate::format::{
     meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF,
     VALUE_BYTES,
 };
+use crate::limits::IO_ALIGN;
 use crate::KvError;
 
 thread_local! {

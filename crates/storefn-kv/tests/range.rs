@@ -5,8 +5,8 @@ mod common;
 use common::TempDir;
 use rand::{Rng, SeedableRng};
 use storefn_kv::format::{NodeView, FILE_MASK};
+use storefn_kv::limits::RANGE_BATCH;
 use storefn_kv::range::{aggregate, Agg, RangeScan};
-use storefn_kv::limits::{RANGE_BATCH};
 use storefn_kv::{build_tree, create_bpfkv, NodeSize, Store};
 
 /// Every (key, value) by walking the leaf level in file order: independent of `next` links.

@@ -16,11 +16,10 @@ use crate::cache::drop_cached;
 use crate::dispatch::Where;
 use crate::error::LambdaError;
 use crate::limits::MAX_RANGE_BYTES;
+use crate::limits::WARMUP_REQUESTS;
 use crate::local::{pwrite_lambda, LocalFile};
 use crate::prog::LambdaProg;
 use crate::workloads::Workload;
-use crate::limits::WARMUP_REQUESTS;
-
 
 /// The client's cache state a run is measured in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,17 +17,15 @@ use rand::{Rng, SeedableRng};
 use storefn_io::IoMode;
 use storefn_netdelay::DelayProxy;
 
-use crate::bench::{
-    ensure_data, row, storefn_progs_elf, warm, BenchConfig, BenchRow, Condition,
-};
+use crate::bench::{ensure_data, row, storefn_progs_elf, warm, BenchConfig, BenchRow, Condition};
 use crate::cache::drop_cached;
 use crate::dispatch::{DispatchConfig, Dispatcher, Side, SideKind, Where};
 use crate::error::LambdaError;
+use crate::limits::{ROUNDS_PER_HALF, WARMUP_REQUESTS};
 use crate::local::{LocalFile, LocalSide};
 use crate::prog::LambdaProg;
 use crate::remote::{LambdaTransport, RemoteSide};
 use crate::workloads::Workload;
-use crate::limits::{ROUNDS_PER_HALF, WARMUP_REQUESTS};
 
 /// What to run against a server.
 #[derive(Debug, Clone)]
@@ -200,7 +198,6 @@ pub fn run_remote_with<T: LambdaTransport>(
     }
     Ok(rows)
 }
-
 
 /// The orders of the sides (indices into local, server, auto): the three take turns request
 /// by request, each turn in the next of the six orders, so each side goes first, and follows

@@ -2,11 +2,11 @@
 //! uncached fraction λ-IO scales the host's I/O time by. `cachestat(2)` (Linux 6.5, syscall 451)
 //! answers with one call; where it is missing (ENOSYS) `mincore(2)` on a temporary mapping does.
 
+use crate::limits::MINCORE_PAGES;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use crate::limits::MINCORE_PAGES;
 
 /// `cachestat(2)`'s number on x86-64 and aarch64 (the generic syscall table).
 const SYS_CACHESTAT: libc::c_long = 451;

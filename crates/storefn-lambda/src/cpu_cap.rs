@@ -2,10 +2,10 @@
 //! `cpu.cfs_period_us`): the bench's "weak device core" for the storage server. Needs root.
 //! The group is removed on drop, after the process is moved back to the group it came from.
 
+use crate::limits::MIN_CFS_QUOTA_US;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use crate::limits::MIN_CFS_QUOTA_US;
 
 /// Where the cgroup v1 `cpu` controller is mounted.
 pub const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";

@@ -19,9 +19,8 @@ use storefn_vm::Instance;
 use crate::cache::{self, Probe};
 use crate::dispatch::{Run, Side, SideKind};
 use crate::error::LambdaError;
-use crate::prog::run_lambda;
 use crate::limits::MAX_RANGE_BYTES;
-
+use crate::prog::run_lambda;
 
 /// Time split of one local request, for the dispatcher's model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

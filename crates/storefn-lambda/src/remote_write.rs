@@ -6,10 +6,9 @@
 use storefn_wire::{ClientError, ProgHash, Request};
 
 use crate::error::LambdaError;
+use crate::limits::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
 use crate::prog::LambdaProg;
 use crate::server_transport::{ServerTransport, PROG_TYPE_LAMBDA};
-use crate::limits::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
-
 
 /// A served file that λ writes go to, with the program loaded on the server.
 #[derive(Debug)]

@@ -17,14 +17,12 @@ use storefn_wire::{Client, ClientConfig, ClientError, ProgHash, Request};
 
 use crate::dispatch::{DispatchConfig, Dispatcher, Run, Side, SideKind, Where};
 use crate::error::LambdaError;
+use crate::limits::{DEFAULT_CLIENT_CACHE_BYTES, MAX_REMOTE_RANGE_BYTES, MAX_REMOTE_READ_BYTES};
 use crate::prog::{run_lambda, LambdaProg};
 use crate::remote::{LambdaTransport, RemoteSide};
-use crate::limits::{DEFAULT_CLIENT_CACHE_BYTES, MAX_REMOTE_RANGE_BYTES, MAX_REMOTE_READ_BYTES};
 
 /// LOAD_PROG's `prog_type` for a λ program, as the wire module names it.
 pub use storefn_wire::PROG_TYPE_LAMBDA;
-
-
 
 fn remote_err(server: &str, file: &str, e: ClientError) -> LambdaError {
     LambdaError::Remote { server: server.to_string(), file: file.to_string(), source: e.into() }
@@ -116,7 +114,6 @@ impl LambdaTransport for ServerTransport {
         }
     }
 }
-
 
 /// Hashes a block number for the client cache: one multiply (Fibonacci hashing). The keys are
 /// block numbers the client picks, not input an attacker chooses, and every request looks up

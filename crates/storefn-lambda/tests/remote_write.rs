@@ -140,8 +140,7 @@ fn a_server_with_tokens_refuses_unauthenticated_lambda_writes() {
     let e = refused.unwrap_err();
     assert!(status(&e).contains("AUTH"), "{e}");
     assert_eq!(std::fs::read(d.0.join("f.out")).unwrap(), b"keep");
-    let t = ServerTransport::connect(&addr, storefn_server::client_config(&tok).unwrap())
-        .unwrap();
+    let t = ServerTransport::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
     let n =
         RemoteWriter::new(t, "f.out", &prog).unwrap().pwrite_lambda(0, &input, 1 << 20).unwrap();
     assert_eq!(std::fs::metadata(d.0.join("f.out")).unwrap().len(), n.max(4) as u64);

@@ -25,7 +25,6 @@ use storefn_wire::limits::MAX_PATH_BYTES;
 
 use crate::limits::{DEFAULT_GROW_QUOTA, MAX_SCOPE_DIRS};
 
-
 /// Read-only or read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Access {

@@ -15,7 +15,6 @@ use crate::limits::MIN_SECRET_BYTES;
 // The worker answers HELLO and AUTH with the wire's challenge-response.
 pub(crate) use storefn_wire::{challenge, verify};
 
-
 /// Why a token file cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

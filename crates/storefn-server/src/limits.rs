@@ -10,7 +10,6 @@ use storefn_vm::limits as vm;
 use storefn_wire as wire;
 use storefn_wire::limits as wl;
 
-
 /// Requests outstanding per connection (queued or running); more are answered `LIMIT`, and the
 /// connection is not read while it is at the limit.
 pub const MAX_IN_FLIGHT_PER_CONN: u32 = 256;
@@ -57,10 +56,7 @@ pub const CONN_KEEP_BYTES: usize = 64 * 1024;
 /// authentication): a HELLO and an AUTH with the longest tenant name. A frame header announcing
 /// more closes the connection before any of it is buffered.
 pub const MAX_PREAUTH_FRAME_BYTES: usize = wire::layout::FRAME_HEADER_BYTES
-    + 2 * (wire::layout::MSG_HEADER_BYTES
-        + 8
-        + wl::MAX_TENANT_BYTES
-        + wire::HASH_BYTES);
+    + 2 * (wire::layout::MSG_HEADER_BYTES + 8 + wl::MAX_TENANT_BYTES + wire::HASH_BYTES);
 /// WRITE and LAMBDA_WRITE bytes handed to a server thread's writer thread and not yet
 /// answered. Past it the thread reads no connection (each frame is handled whole) and a write
 /// that would pass it is answered `LIMIT`; one write of any allowed size always goes.

@@ -9,8 +9,6 @@ use std::sync::Arc;
 
 use storefn_vm::{ProgType, VerifiedProgram};
 
-
-
 pub use storefn_wire::{prog_hash, ProgHash};
 
 #[derive(Debug)]
@@ -69,11 +67,8 @@ impl Registry {
             Some(std::str::from_utf8(section).map_err(|_| LoadError::Section)?)
         };
         // The frame decoder admits only these two codes.
-        let ty = if prog_type == storefn_wire::PROG_TYPE_XRP {
-            ProgType::Xrp
-        } else {
-            ProgType::Lambda
-        };
+        let ty =
+            if prog_type == storefn_wire::PROG_TYPE_XRP { ProgType::Xrp } else { ProgType::Lambda };
         // The instruction budget is set on every instance the workers build
         // (SERVER_INSN_BUDGET), not on the shared program.
         let prog = storefn_vm::load_verified(elf, sel, ty).map_err(LoadError::Rejected)?;

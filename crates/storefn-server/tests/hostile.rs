@@ -157,8 +157,7 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
     cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
-    let mut victim =
-        Client::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
+    let mut victim = Client::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     let mut header = frame_of(&[Request::Hello { tenant: b"x" }]);
@@ -213,8 +212,7 @@ fn hellos_with_made_up_names_do_not_lock_out_real_tenants() {
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             assert!(s.read(&mut b).unwrap() > 0, "HELLO {i} answered");
         }
-        let cfg =
-            if auth { storefn_server::client_config(&tok).unwrap() } else { tenant("late") };
+        let cfg = if auth { storefn_server::client_config(&tok).unwrap() } else { tenant("late") };
         let mut c = Client::connect(&addr, cfg).unwrap();
         let r = c.one(&Request::Read { path: b"v", offset: 0, len: 4 }).unwrap();
         assert_eq!(r.data, [7u8; 4]);
@@ -371,8 +369,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr();
     let mut victim =
-        Client::connect(&addr.to_string(), storefn_server::client_config(&tok).unwrap())
-            .unwrap();
+        Client::connect(&addr.to_string(), storefn_server::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     // 600 sockets from 127.0.0.2 that never send a byte.
@@ -381,8 +378,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let attacked = victim_p99(&mut victim, 300);
     // A new client from another address still gets in and authenticates.
     let mut late =
-        Client::connect(&addr.to_string(), storefn_server::client_config(&tok).unwrap())
-            .unwrap();
+        Client::connect(&addr.to_string(), storefn_server::client_config(&tok).unwrap()).unwrap();
     assert_eq!(late.one(&Request::Read { path: b"v", offset: 0, len: 4 }).unwrap().data, [7; 4]);
     let grown = rss().saturating_sub(before);
     let refused = server.stats().refused_connections.load(Ordering::Relaxed);

@@ -27,7 +27,6 @@ use crate::host::{ForwardEnd, HostChannel, HostError, Side};
 use crate::limits::MAX_ROUTE_BYTES;
 use crate::limits::{HOST_HEARTBEAT_TIMEOUT, PARK_SLICE};
 
-
 /// Why requests waiting for a host fail.
 pub(super) const HOST_GONE: &str =
     "the host application is gone (its heartbeat stopped for 1 s); waiting for it to resume \

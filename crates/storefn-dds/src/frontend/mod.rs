@@ -29,9 +29,9 @@ use std::thread::JoinHandle;
 use storefn_server::{HostAnswer, OffloadDecision, OffloadHook, ReadCheck};
 
 use crate::host::{FileService, HostChannel, HostError};
-use crate::offload::OffloadFunctions;
-use crate::limits::MAX_TIMING_SAMPLES;
 use crate::limits::MAX_BATCH_REQUESTS;
+use crate::limits::MAX_TIMING_SAMPLES;
+use crate::offload::OffloadFunctions;
 
 /// Bytes before the index of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;

@@ -16,10 +16,9 @@ use serde::Serialize;
 
 use super::{FileService, HostChannel, HostError, HostFiles};
 use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
-use crate::ring::progressive::backoff;
-use crate::limits::{MAX_DEPTH, MAX_OPS};
 use crate::limits::MAX_IO_BYTES;
-
+use crate::limits::{MAX_DEPTH, MAX_OPS};
+use crate::ring::progressive::backoff;
 
 /// What to run.
 #[derive(Debug, Clone)]

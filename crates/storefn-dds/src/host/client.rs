@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::wire::{Op, RequestHeader, ResponseHeader};
 use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
-use crate::ring::progressive::Consumer;
 use crate::limits::{MAX_BATCH_RECORDS, MAX_IO_BYTES};
+use crate::ring::progressive::Consumer;
 
 /// One finished request, handed to [`HostFiles::poll`]'s callback.
 #[derive(Debug)]

@@ -19,10 +19,9 @@
 //! through a published record. A peer that scribbles on the words can only cause spurious
 //! wake-ups or a sleep of at most one [`PARK_SLICE`]; every sleep is bounded by it.
 
+use crate::limits::{PARK_SLICE, SPIN_POLLS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use crate::limits::{PARK_SLICE, SPIN_POLLS};
-
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("the doorbell futex is the low half of a little-endian u64");

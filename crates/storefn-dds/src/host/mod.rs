@@ -12,10 +12,10 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::ring::progressive::{ring_words, ProgressiveRing};
-use crate::ring::{RingError, SharedMemory, ShmError};
 use crate::limits::DEFAULT_TIMEOUT;
 use crate::limits::MAX_RING_BYTES;
+use crate::ring::progressive::{ring_words, ProgressiveRing};
+use crate::ring::{RingError, SharedMemory, ShmError};
 
 #[cfg(feature = "bench")]
 pub mod bench;

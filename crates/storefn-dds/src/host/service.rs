@@ -17,10 +17,9 @@ use std::time::Duration;
 
 use super::wire::{Op, RequestHeader, ResponseHeader};
 use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
-use crate::ring::progressive::Consumer;
-use crate::limits::{MAX_OPEN_FILES, STAMP_BUCKETS, STAMP_GRAIN_BYTES};
 use crate::limits::{MAX_BATCH_RECORDS, MAX_IO_BYTES, MAX_PATH_BYTES, PARK_SLICE, SPIN_POLLS};
-
+use crate::limits::{MAX_OPEN_FILES, STAMP_BUCKETS, STAMP_GRAIN_BYTES};
+use crate::ring::progressive::Consumer;
 
 /// Called by the service around file I/O: DDS's `cache` runs on writes, `invalidate` on reads
 /// and writes. Runs on the service's thread, after a successful write / before a read.

@@ -28,7 +28,6 @@ pub const RESP_DEVICE_NS: usize = 12;
 /// File id (create/open) or bytes transferred (read/write).
 pub const RESP_VALUE: usize = 16;
 
-
 /// Operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

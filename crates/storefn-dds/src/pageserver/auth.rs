@@ -3,10 +3,10 @@
 //! so, nobody is asked (`--insecure-no-auth`). The page server's only use of storefn-server's
 //! token API is here.
 
-use storefn_server::{load_tokens, Token, TokenError};
-use storefn_server::ServerConfig;
-use storefn_wire::ClientConfig;
 use crate::limits::GENERATED_SECRET_BYTES;
+use storefn_server::ServerConfig;
+use storefn_server::{load_tokens, Token, TokenError};
+use storefn_wire::ClientConfig;
 
 /// The tenant of a generated token.
 pub const GENERATED_TENANT: &str = "pageserver";

@@ -10,8 +10,8 @@
 
 use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
-use crate::limits::{MAX_LSN, PAGE_SERVER_BATCH};
 use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
+use crate::limits::{MAX_LSN, PAGE_SERVER_BATCH};
 
 mod auth;
 #[cfg(feature = "bench")]
@@ -25,7 +25,6 @@ pub use auth::{client_config_from_token_file, PageServerAuth};
 pub const STATS_PAGE: u64 = u64::MAX;
 /// Bytes of an encoded [`HostStats`].
 pub const HOST_STATS_BYTES: usize = 40;
-
 
 /// Page size (progs/include/pageserver.h `PS_PAGE_BYTES`).
 pub const PAGE_BYTES: usize = 8192;

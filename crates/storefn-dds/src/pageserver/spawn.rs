@@ -18,7 +18,6 @@ use super::bench::{add_time_split, host_stats, run, PageBenchConfig, PageBenchRe
 use super::{DeployOptions, Deployment};
 use crate::host::ChannelListener;
 
-
 /// The command that runs the host application (`storefn pageserver host`); the spawner appends
 /// `--channel SOCKET --file pages --pages N --updates-per-sec U --seed S`.
 #[derive(Debug, Clone)]
@@ -102,9 +101,9 @@ impl Drop for SocketDir {
     }
 }
 
-use std::os::unix::fs::DirBuilderExt;
-use crate::limits::{HOST_CONNECT_TIMEOUT, HOST_READY_TIMEOUT, HOST_STOP_TIMEOUT};
 use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
+use crate::limits::{HOST_CONNECT_TIMEOUT, HOST_READY_TIMEOUT, HOST_STOP_TIMEOUT};
+use std::os::unix::fs::DirBuilderExt;
 
 /// Waits until the host answers a stats request with all `pages` stored (a forwarded request
 /// may time out while it is still storing them: retried).

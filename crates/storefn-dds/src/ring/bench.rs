@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::progressive::{backoff, record_bytes, ring_words};
 use super::{FlagRing, MutexRing, ProgressiveRing, RingError, SharedMemory};
-use crate::limits::{MAX_CASE_TIME, MAX_PRODUCERS, MIN_MESSAGE_BYTES};
 use crate::limits::MAX_BATCH_RECORDS;
+use crate::limits::{MAX_CASE_TIME, MAX_PRODUCERS, MIN_MESSAGE_BYTES};
 
 /// Ring names, as `--ring` and the JSON key `ring` spell them.
 pub const RING_NAMES: &[&str] = &["progressive", "mutex", "flag"];

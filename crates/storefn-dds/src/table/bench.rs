@@ -14,7 +14,6 @@ use serde::Serialize;
 use super::{CacheTable, Item, TableError};
 use crate::limits::{MAX_DURATION, MAX_READERS};
 
-
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct TableBenchConfig {

@@ -27,9 +27,9 @@
 //! - A failed insert (no path within [`MAX_DISPLACEMENTS`] moves) leaves the table exactly as it
 //!   was: the search is read-only, so there is nothing to roll back.
 
+use crate::limits::{MAX_CAPACITY_ITEMS, MAX_DISPLACEMENTS, MAX_READ_RETRIES, MAX_SEARCH_SLOTS};
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use crate::limits::{MAX_CAPACITY_ITEMS, MAX_DISPLACEMENTS, MAX_READ_RETRIES, MAX_SEARCH_SLOTS};
 
 #[cfg(feature = "bench")]
 pub mod bench;

@@ -12,11 +12,10 @@ use crate::harness::bench::{
     chunk_len, cpu_seconds, draw, join_all, measure, open_path, path_options, summarize,
     thread_share, BenchConfig, BenchResult, KeyGen, ThreadOut,
 };
+use crate::limits::MAX_ROUNDS;
 use crate::path::LookupPath;
 use crate::store::Store;
 use crate::KvError;
-use crate::limits::MAX_ROUNDS;
-
 
 /// The two modes compared, in the order of the even rounds.
 const MODES: [Mode; 2] = [Mode::File, Mode::Raw];

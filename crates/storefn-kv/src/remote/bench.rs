@@ -13,7 +13,6 @@ use storefn_wire::{Client, ClientConfig, Request};
 use super::{RemoteKv, RemoteKvError, RemotePath};
 use crate::limits::{PIPELINE_FRAMES, RTT_PROBES};
 
-
 /// A remote benchmark's parameters.
 #[derive(Debug, Clone)]
 pub struct RemoteBenchConfig {

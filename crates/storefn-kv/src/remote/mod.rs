@@ -19,9 +19,9 @@ use crate::store::{Shape, Step};
 use crate::xrp_paths::LOOKUP_OFF_ERR;
 use crate::KvError;
 
+use crate::limits::MAX_STALE_RETRIES;
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
-use crate::limits::MAX_STALE_RETRIES;
 
 /// Bytes of final scratch an XRP lookup returns: key, found, value and our program's state
 /// through its `err` word.

@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 
 pub use writer::{Ticket, Wal};
 
-use crate::storage::Storage;
 use crate::limits::MAX_BATCH_RECORDS;
+use crate::storage::Storage;
 
 /// Bytes of a BPF-KV value.
 pub const VALUE_BYTES: usize = 64;

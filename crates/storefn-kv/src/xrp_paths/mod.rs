@@ -14,10 +14,10 @@ use storefn_io::{ChainError, ChainStats, Engine, EngineConfig, EngineError, File
 use storefn_vm::Instance;
 
 use crate::format::{LOOKUP_OFF_STATE, VALUE_BYTES};
+use crate::limits::MAX_BATCH;
 use crate::path::{redo_after_stale, walk_blocks, BlockFetch, BlockLru, LookupPath, PathStats};
 use crate::store::Store;
 use crate::KvError;
-use crate::limits::MAX_BATCH;
 
 /// Byte offset of our built-in programs' `err` word in the lookup scratch (docs/FORMAT.md).
 pub const LOOKUP_OFF_ERR: usize = LOOKUP_OFF_STATE + 24;

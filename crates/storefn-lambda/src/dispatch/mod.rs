@@ -53,7 +53,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::LambdaError;
-use crate::limits::{CACHE_SAMPLE_BUDGET, MAX_SAMPLES, MIN_PROBE_BUDGET, MIN_PROBE_INTERVAL, MIN_SAMPLES, OWN_COST_EVERY, SETTLED_RUN, TAIL_SAMPLES, TAIL_TRUSTED};
+use crate::limits::{
+    CACHE_SAMPLE_BUDGET, MAX_SAMPLES, MIN_PROBE_BUDGET, MIN_PROBE_INTERVAL, MIN_SAMPLES,
+    OWN_COST_EVERY, SETTLED_RUN, TAIL_SAMPLES, TAIL_TRUSTED,
+};
 
 mod dispatcher;
 mod ring;
@@ -76,8 +79,6 @@ const CACHE_SAMPLE_OUTLIER: f64 = 2.0;
 /// start therefore runs one request on each side first. Budgeted probes add the loser's
 /// remaining samples; a first sample that was an outlier is corrected by them.
 pub const FAR_BEHIND: f64 = 4.0;
-
-
 
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
 pub const CACHED_BELOW: f64 = 0.1;

@@ -26,7 +26,6 @@ use storefn_wire::FrameBuf;
 
 use crate::limits::MAX_OFFLOAD_READS;
 
-
 /// One read in flight and what its answer needs.
 #[derive(Debug)]
 pub(crate) struct ReadSlot {

@@ -6,8 +6,8 @@ use storefn_vm::{Instance, ProgType};
 
 use super::files::FileFail;
 use super::{Shared, MAX_INSTANCES_PER_THREAD};
-use storefn_wire::StatusCode;
 use crate::registry::ProgHash;
+use storefn_wire::StatusCode;
 
 pub(super) struct InstSlot {
     pub(super) hash: ProgHash,

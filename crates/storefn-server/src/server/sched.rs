@@ -12,8 +12,6 @@ use std::collections::VecDeque;
 
 use crate::limits::{PASS_CPU_NS, RESERVE_DIV};
 
-
-
 /// Queued jobs per tenant.
 #[derive(Debug)]
 pub struct Sched {

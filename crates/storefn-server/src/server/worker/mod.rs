@@ -29,6 +29,8 @@ use super::{
     MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES,
     MAX_SPARE_LAMBDA_INPUTS, POLL_INTERVAL, SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
+use lambda::{submit_lambda_chunks, token_chunk, token_job};
+use offload::OffloadState;
 use storefn_wire::layout::FRAME_HEADER_BYTES;
 use storefn_wire::limits::{
     MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME, MAX_READ_BYTES, MAX_TENANT_BYTES,
@@ -37,8 +39,6 @@ use storefn_wire::{
     decode_header, op, put_response, put_status, FileVersion, FrameBuf, ProtoError, Response,
     StatusCode, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE,
 };
-use lambda::{submit_lambda_chunks, token_chunk, token_job};
-use offload::OffloadState;
 
 /// Connections accepted per pass, so a connection storm cannot stall the served ones.
 const ACCEPTS_PER_PASS: usize = 64;

@@ -7,17 +7,17 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{open_frame, Worker};
+use crate::server::offload::{
+    HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
+};
+use crate::server::offload_reads::{OffloadReads, ReadSlot};
+use crate::server::MAX_IN_FLIGHT_PER_CONN;
 use storefn_wire::layout::OFFLOAD_R_OFF_DATA;
 use storefn_wire::limits::MAX_OFFLOAD_DATA_BYTES;
 use storefn_wire::{
     op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE, SERVED_BY_HOST,
     SERVED_BY_OFFLOAD,
 };
-use crate::server::offload::{
-    HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
-};
-use crate::server::offload_reads::{OffloadReads, ReadSlot};
-use crate::server::MAX_IN_FLIGHT_PER_CONN;
 
 /// A request waiting for the host application's answer.
 #[derive(Debug, Clone, Copy)]

@@ -9,14 +9,14 @@ use super::writes::{charge_write, open_for_write};
 use super::{open_frame, Conn, Job, JobKind, TenantName, Worker};
 use crate::access::Intent;
 use crate::auth;
+use crate::registry::ProgHash;
+use crate::server::files::FileFail;
+use crate::server::MAX_IN_FLIGHT_PER_CONN;
 use storefn_wire::limits::{MAX_FRAME_BYTES, SCRATCH_BYTES};
 use storefn_wire::{
     op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
     HELLO_FLAG_AUTH_REQUIRED,
 };
-use crate::registry::ProgHash;
-use crate::server::files::FileFail;
-use crate::server::MAX_IN_FLIGHT_PER_CONN;
 
 impl Worker<'_> {
     pub(super) fn handle_frame(
