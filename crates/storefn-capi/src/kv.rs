@@ -4,8 +4,8 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
-use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::memtable::Memtable;
+use storefn_kv::{open_path, PathOptions};
 use storefn_kv::{Abi, LookupPath};
 
 use crate::limits::VALUE_BYTES;

@@ -74,10 +74,13 @@ pub const MAX_LSN: u64 = 1 << 62;
 /// Most requests one `pred` call of the page server's functions judges (`PS_MAX_BATCH`).
 pub const PAGE_SERVER_BATCH: usize = 64;
 /// `pageserver --spawn`: how long the host application may take to connect its two channels.
+#[cfg(feature = "bench")]
 pub const HOST_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `pageserver --spawn`: how long the host may take to store its pages and start answering.
+#[cfg(feature = "bench")]
 pub const HOST_READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// `pageserver --spawn`: how long the host may take to exit after SIGTERM before it is killed.
+#[cfg(feature = "bench")]
 pub const HOST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of the page server's generated token secret (alphanumeric, ~190 bits).
 pub const GENERATED_SECRET_BYTES: usize = 32;

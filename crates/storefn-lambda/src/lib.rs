@@ -27,6 +27,7 @@ pub mod prog;
 pub mod remote;
 pub mod remote_write;
 pub mod server_transport;
+#[cfg(feature = "bench")]
 pub mod workloads;
 
 pub use dispatch::{
@@ -39,4 +40,5 @@ pub use prog::{run_lambda, LambdaProg};
 pub use remote::{LambdaTransport, RemoteSide};
 pub use remote_write::RemoteWriter;
 pub use server_transport::{run_remote_once, RemoteReadSide, RemoteRunReport, ServerTransport};
+#[cfg(feature = "bench")]
 pub use workloads::Workload;

@@ -16,6 +16,7 @@ use crate::limits::{MAX_LSN, PAGE_SERVER_BATCH};
 mod auth;
 #[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "bench")]
 pub mod spawn;
 
 pub use auth::{client_config_from_token_file, PageServerAuth};
