@@ -247,7 +247,7 @@ fn parse_offset(s: &str) -> Result<u64, String> {
 
 fn write(a: &WriteArgs) -> CmdResult {
     use storefn_lambda::limits::MAX_REMOTE_WRITE_OUT_BYTES;
-    use storefn_lambda::remote_write::{write_local_once, write_remote_once};
+    use storefn_lambda::{write_local_once, write_remote_once};
     let input = std::fs::read(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
     let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
     let out_cap = match (a.out_cap, workload) {
