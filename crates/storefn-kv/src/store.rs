@@ -39,7 +39,7 @@ fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize
 /// The O_DIRECT offset alignment statx reports for `file`; the I/O alignment when it reports
 /// none (the file opened with O_DIRECT, so some alignment works).
 fn dio_align(file: &File, path: &Path) -> Result<u64, KvError> {
-    let (_, align) = storefn_io::file::statx_size_align(file, path)
+    let (_, align) = storefn_io::statx_size_align(file, path)
         .map_err(|e| KvError::io(path, "statx", std::io::Error::other(e.to_string())))?;
     Ok(if align == 0 { IO_ALIGN as u64 } else { u64::from(align) })
 }
@@ -366,7 +366,7 @@ impl Store {
         if fits {
             return self.file.read_exact_at(buf, offset).map_err(|e| self.read_err(offset, &e));
         }
-        let (lo, hi) = storefn_io::file::widen(offset, len, a);
+        let (lo, hi) = storefn_io::widen(offset, len, a);
         let span = usize::try_from(hi - lo).expect("a window the caller's buffer bounds");
         WINDOW.with_borrow_mut(|w| {
             if w.as_ref().is_none_or(|w| w.len() < span) {
