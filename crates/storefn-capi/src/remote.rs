@@ -16,7 +16,7 @@ use crate::prog::{Prog, ProgType};
 use crate::ptr;
 use crate::status::{guard, Fail, Res, Status};
 
-pub(crate) use storefn_kv::remote::{RemoteKv, RemotePath};
+pub(crate) use storefn_kv::{RemoteKv, RemotePath};
 pub(crate) use storefn_wire::Client as WireClient;
 
 /// A connection to a storefn server (opaque). Owned by one thread at a time.

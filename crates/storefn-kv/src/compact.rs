@@ -206,6 +206,7 @@ impl<'s, M: Iterator<Item = (u64, &'s [u8; VALUE_BYTES])>> MergeStream<'s, M> {
     }
 
     /// (refills, backward positioned reads) of the value cursor.
+    #[cfg(test)]
     #[must_use]
     pub fn value_reads(&self) -> (u64, u64) {
         (self.values.refills, self.values.backward_reads)

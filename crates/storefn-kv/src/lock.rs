@@ -58,7 +58,6 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
 #[derive(Debug)]
 pub struct DbLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl DbLock {
@@ -98,13 +97,7 @@ impl DbLock {
         let pid = format!("{}\n", std::process::id());
         file.set_len(0).map_err(|e| io_err("truncate", e))?;
         file.write_all_at(pid.as_bytes(), 0).map_err(|e| io_err("write pid", e))?;
-        Ok(DbLock { _file: file, path })
-    }
-
-    /// The lock file.
-    #[must_use]
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(DbLock { _file: file })
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::TempDir;
 use storefn_kv::format::bpfkv_value;
 use storefn_kv::harness::bench::{open_path, PathOptions};
-use storefn_kv::path::Lookup;
+use storefn_kv::Lookup;
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -203,7 +203,7 @@ fn survive_a_writer(db: &Path, name: &str) {
     // A small LRU: exercised (cleared on Stale) but too small to hide the device reads.
     let opts = PathOptions { cache_bytes: 64 << 10, batch: 1, raw: true, ..Default::default() };
     let mut path = open_path(name, &store, &opts).unwrap();
-    let check = |path: &mut Box<dyn storefn_kv::path::LookupPath>, k: u64| {
+    let check = |path: &mut Box<dyn storefn_kv::LookupPath>, k: u64| {
         assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "key {k}");
     };
     for k in 0..50 {

@@ -322,12 +322,7 @@ fn the_local_estimate_follows_the_uncached_fraction_without_probes() {
         let io = c.hit_us * (1.0 - u) + c.miss_us * u;
         let run =
             Run { out_bytes: 32, wall_ns: ns(io + 50.0), io_ns: ns(io), compute_ns: ns(50.0) };
-        d.record(
-            storefn_lambda::Decision { side: SideKind::Local, probe: true },
-            LEN,
-            u,
-            &run,
-        );
+        d.record(storefn_lambda::Decision { side: SideKind::Local, probe: true }, LEN, u, &run);
     }
     let per_byte = |us: f64| us * 1000.0 / LEN as f64;
     let close = |a: f64, b: f64| (a - b).abs() < b * 1e-9 + 1e-12;

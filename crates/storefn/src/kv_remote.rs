@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use storefn_kv::remote::bench::{run as bench_run, RemoteBenchConfig};
+use storefn_kv::harness::remote::{run as bench_run, RemoteBenchConfig};
 use storefn_kv::{RemoteKv, RemotePath};
 use storefn_wire::{Client, ClientConfig};
 

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use storefn_kv::db::Db;
 use storefn_kv::format::value_text;
+use storefn_kv::Db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_storefn");
 /// Writer threads, each running this many `put-stream` processes one after another.

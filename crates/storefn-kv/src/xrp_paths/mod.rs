@@ -5,7 +5,7 @@
 
 mod xrp;
 
-pub use crate::program::{load_lookup, ProgSource};
+pub use crate::program::ProgSource;
 pub use xrp::{ChainOptions, XrpPath};
 
 use std::sync::Arc;
