@@ -356,7 +356,7 @@ pub struct GoalLine {
     pub met: bool,
 }
 
-/// Steady rows may be this much slower than the better fixed side (the 5%).
+/// Steady rows may be this much slower than the better fixed side (the goal: within 5%).
 pub const STEADY_GOAL_RATIO: f64 = 1.05;
 
 /// A changing run's answer flips when each half's better fixed side is ahead of the other by

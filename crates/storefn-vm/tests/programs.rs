@@ -247,7 +247,7 @@ fn previous_calls_buffers_are_not_granted() {
     }
 }
 
-/// Regression (issue 10): a loop-free program of seven functions, each calling the next 64
+/// Regression: a loop-free program of seven functions, each calling the next 64
 /// times, passed the verifier and then ran for minutes, because only backward jumps were
 /// charged. Every instruction is charged now: both engines stop on the default budget, at the
 /// same instruction, with the same error.

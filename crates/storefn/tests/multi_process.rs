@@ -1,4 +1,4 @@
-//! Several writer processes and reader processes on one database at once (issue 11): writers
+//! Several writer processes and reader processes on one database at once: writers
 //! take turns through the lock (`--wait-lock`), a writer that does not wait fails at once naming
 //! the holder's pid, readers never error and never see a key of the tree missing, and afterwards
 //! every acknowledged put is there with its exact value.

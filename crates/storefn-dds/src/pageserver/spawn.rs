@@ -1,5 +1,5 @@
 //! `storefn pageserver bench --spawn`: the whole page server on this machine, the host
-//! application in its own process as the issue has it. The storage server (with the DDS front
+//! application in its own process, as DDS deploys it. The storage server (with the DDS front
 //! end and the file service) runs in this process; the host application is started from
 //! [`HostCommand`] (the CLI re-executes itself as `storefn pageserver host`), connects to a
 //! Unix socket and receives its two channels; then the load runs over loopback. The child is

@@ -1,5 +1,5 @@
 //! The cache table: a concurrent cuckoo hash mapping a request key to where its answer lives on
-//! storage, `{key, version, file, offset, size}` (DDS's cache table, deliverable 2 of issue 13).
+//! storage, `{key, version, file, offset, size}` (DDS's cache table).
 //!
 //! Shape: a power-of-two array of buckets, [`SLOTS_PER_BUCKET`] slots each; a key lives in one of
 //! two buckets chosen by two independent hash functions. Writers (insert, remove) are serialised
