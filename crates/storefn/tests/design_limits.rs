@@ -156,7 +156,7 @@ fn forms(v: u64) -> Vec<String> {
 fn time_form(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{} s", d.as_secs())
-    } else if d.subsec_micros() % 1000 == 0 {
+    } else if d.subsec_micros().is_multiple_of(1000) {
         format!("{} ms", d.as_millis())
     } else {
         format!("{} µs", d.as_micros())
