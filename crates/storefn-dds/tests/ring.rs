@@ -292,7 +292,7 @@ proptest::proptest! {
 /// entry 0 and the first message where the table puts them.
 #[test]
 fn offload_batch_layout_matches_format_md() {
-    use storefn_dds::frontend::{encode_batch, BATCH_ENTRY_BYTES, BATCH_HEADER_BYTES};
+    use storefn_dds::{encode_batch, BATCH_ENTRY_BYTES, BATCH_HEADER_BYTES};
     common::assert_rows(
         "### DDS offload batch",
         &[(0, "count"), (4, "pad"), (BATCH_HEADER_BYTES, "msg_offset"), (12, "msg_bytes")],
