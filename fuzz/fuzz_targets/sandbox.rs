@@ -1,8 +1,9 @@
 //! Shared by the run targets: a sandbox of regions and a comparison of engine outcomes.
 
 use storefn_vm::insn::Insn;
-use storefn_vm::mem::{Region, RegionSet};
-use storefn_vm::program::{FaultInfo, STACK_BYTES};
+use storefn_vm::{Region, RegionSet};
+use storefn_vm::FaultInfo;
+use storefn_vm::limits::STACK_BYTES;
 use storefn_vm::{ProgType, Program, RunEnv, VmError};
 
 /// Instructions per fuzzed invocation: small, so loops end fast.

@@ -4,8 +4,8 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
-use storefn_kv::harness::bench::{open_path, PathOptions};
-use storefn_kv::memtable::Memtable;
+use storefn_kv::Memtable;
+use storefn_kv::{open_path, PathOptions};
 use storefn_kv::{Abi, LookupPath};
 
 use crate::limits::VALUE_BYTES;
@@ -37,16 +37,16 @@ fn kv_err(e: impl std::fmt::Display) -> Fail {
     Fail::new(Status::Kv, e.to_string())
 }
 
-fn remote_err(e: &storefn_kv::remote::RemoteKvError) -> Fail {
+fn remote_err(e: &storefn_kv::RemoteKvError) -> Fail {
     match e {
-        storefn_kv::remote::RemoteKvError::Client(c) => crate::remote::client_err(c),
+        storefn_kv::RemoteKvError::Client(c) => crate::remote::client_err(c),
         other => kv_err(other),
     }
 }
 
 impl Kv {
     fn open_local(db: &str, cache_levels: u32) -> Res<Self> {
-        let view = storefn_kv::db::open_read(std::path::Path::new(db), cache_levels, None)
+        let view = storefn_kv::open_read(std::path::Path::new(db), cache_levels, None)
             .map_err(|e| kv_err(format!("{db}: {e}")))?;
         let store = Arc::new(view.store);
         let opts = PathOptions {
@@ -62,7 +62,7 @@ impl Kv {
     fn multiget(&mut self, keys: &[u64]) -> Res<Vec<Option<[u8; VALUE_BYTES]>>> {
         match &mut self.inner {
             Inner::Local { mem, path } => {
-                storefn_kv::query::multiget(path.as_mut(), mem, keys).map_err(kv_err)
+                storefn_kv::multiget(path.as_mut(), mem, keys).map_err(kv_err)
             }
             Inner::Remote(r) => r.get_many(keys, RemotePath::Pushdown).map_err(|e| remote_err(&e)),
         }

@@ -16,7 +16,7 @@ use crate::prog::{Prog, ProgType};
 use crate::ptr;
 use crate::status::{guard, Fail, Res, Status};
 
-pub(crate) use storefn_kv::remote::{RemoteKv, RemotePath};
+pub(crate) use storefn_kv::{RemoteKv, RemotePath};
 pub(crate) use storefn_wire::Client as WireClient;
 
 /// A connection to a storefn server (opaque). Owned by one thread at a time.
@@ -47,7 +47,7 @@ pub(crate) fn client_err(e: &ClientError) -> Fail {
 /// Connects to `addr` with the token file's first `TENANT SECRET` line (or none).
 pub(crate) fn connect(addr: &str, token_file: Option<&str>, timeout_ms: u32) -> Res<WireClient> {
     let mut cfg = match token_file {
-        Some(t) => storefn_server::auth::client_config(std::path::Path::new(t))
+        Some(t) => storefn_server::client_config(std::path::Path::new(t))
             .map_err(|e| Fail::arg(format!("token file {t}: {e}")))?,
         None => ClientConfig::default(),
     };

@@ -9,11 +9,11 @@
 //! - [`host`]: the host file library (create/open/read/write/flush/poll) and the file service it
 //!   talks to over a pair of progressive rings.
 //!
-//! - [`offload`]: DDS's four offload functions (pred, func, cache, invalidate) as verified
+//! - offload functions ([`OffloadFunctions`]): DDS's four offload functions (pred, func, cache, invalidate) as verified
 //!   storefn-vm programs of type `offload`, reaching the cache table through the VM's
 //!   `OffloadTable` trait, and the file-service hooks that run `cache` and `invalidate`.
 //!
-//! - [`frontend`]: the offload engine inside storefn-server (its `OffloadHook`): batches a
+//! - the front end ([`FrontEnd`]): the offload engine inside storefn-server (its `OffloadHook`): batches a
 //!   frame's OFFLOAD requests through `pred`/`func`, reads offloaded ones next to the data,
 //!   forwards the rest to the host application and routes its answers back to the server
 //!   thread that forwarded each request; watches the host's heartbeat and lets a new host
@@ -24,11 +24,20 @@
 //!
 //! Layouts: docs/FORMAT.md ("DDS"); concurrency arguments: docs/design/dds.md.
 
-pub mod frontend;
+mod frontend;
 pub mod host;
-pub mod offload;
+pub mod limits;
+mod offload;
 pub mod pageserver;
 pub mod ring;
 pub mod table;
 
+pub use frontend::{
+    encode_batch, FrontEnd, FrontEndStats, LinkStats, TimingSamples, BATCH_ENTRY_BYTES,
+    BATCH_HEADER_BYTES,
+};
+pub use host::{FileService, HostChannel, HostError, HostFiles};
+pub use offload::{OffloadError, OffloadFunctions, OffloadHooks, Verdicts, ENTRY_SECTIONS};
+pub use pageserver::{Deployment, PageHost};
+pub use ring::{ProgressiveRing, RingError, SharedMemory};
 pub use table::{CacheTable, Inserted, Item, Lookup, TableError};

@@ -15,17 +15,12 @@ use storefn_vm::offload::{
 use storefn_vm::{Engine, Instance, ProgType, VmError};
 
 use crate::host::FileHooks;
+use crate::limits::{MAX_BATCH_REQUESTS, MAX_CACHE_ITEMS, MAX_INVALIDATE_KEYS};
 use crate::table::{CacheTable, Inserted, Item};
 
 /// ELF sections of the four entry points.
 pub const ENTRY_SECTIONS: [&str; 4] =
     ["offload/pred", "offload/func", "offload/cache", "offload/invalidate"];
-/// Most requests one `pred` call judges (verdict bytes offered).
-pub const MAX_BATCH_REQUESTS: usize = 256;
-/// Most items one `cache` call may return.
-pub const MAX_CACHE_ITEMS: usize = 64;
-/// Most keys one `invalidate` call may return.
-pub const MAX_INVALIDATE_KEYS: usize = 64;
 
 impl OffloadTable for CacheTable {
     fn lookup(&self, key: u64) -> Option<TableItem> {

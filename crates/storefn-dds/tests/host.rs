@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use storefn_dds::host::wire::MAX_IO_BYTES;
-use storefn_dds::host::{
-    FileHooks, FileService, HostChannel, HostError, HostFiles, DEFAULT_CHANNEL_RING_BYTES,
-};
+use storefn_dds::host::{FileHooks, FileService, HostChannel, HostError, HostFiles};
+use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
+use storefn_dds::limits::MAX_IO_BYTES;
 use storefn_dds::table::{CacheTable, Item};
 
 const CHILD_ENV: &str = "STOREFN_DDS_HOST_FD";

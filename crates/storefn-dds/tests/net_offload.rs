@@ -467,7 +467,7 @@ fn an_unauthenticated_client_cannot_read_write_load_programs_or_inject_pages() {
 #[test]
 fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
     let _one = one_at_a_time();
-    use storefn_dds::host::{DEFAULT_CHANNEL_RING_BYTES, HOST_HEARTBEAT_TIMEOUT};
+    use storefn_dds::limits::{DEFAULT_CHANNEL_RING_BYTES, HOST_HEARTBEAT_TIMEOUT};
     let dir = temp_dir("reattach");
     let elf = storefn_progs::must("dds/pageserver");
     let mut opts = DeployOptions::new(4096, true);
@@ -597,7 +597,7 @@ fn a_message_of_another_length_never_shifts_the_get_pages_after_it() {
 #[test]
 fn an_lsn_past_the_bound_is_refused_and_the_counter_never_wraps() {
     let _one = one_at_a_time();
-    use storefn_dds::pageserver::MAX_LSN;
+    use storefn_dds::limits::MAX_LSN;
     let ((), host) = run("lsn", 0, |d, addr, lsns, _| {
         let mut c = Client::connect(addr, d.client_config()).unwrap();
         for asked in [u64::MAX, MAX_LSN + 1] {

@@ -6,7 +6,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use storefn_dds::host::{FileService, HostChannel, HostFiles, DEFAULT_CHANNEL_RING_BYTES};
+use storefn_dds::host::{FileService, HostChannel, HostFiles};
+use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::ring::progressive::{ring_words, ProgressiveRing};
 use storefn_dds::table::{CacheTable, Item};
 use storefn_testkit::CountingAlloc;

@@ -240,7 +240,7 @@ fn host_channel_offsets_match_format_md() {
     assert_eq!(host::CHANNEL_HEADER_BYTES, 512);
     assert_eq!(wire::REQUEST_HEADER_BYTES, 32);
     assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);
-    assert_eq!(wire::MAX_IO_BYTES, 65536);
+    assert_eq!(storefn_dds::limits::MAX_IO_BYTES, 65536);
     assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
     assert_eq!(host::forward::ANSWER_HEADER_BYTES, 16);
     assert_eq!(host::forward::MAX_FORWARD_BYTES, 65552);
@@ -292,7 +292,7 @@ proptest::proptest! {
 /// entry 0 and the first message where the table puts them.
 #[test]
 fn offload_batch_layout_matches_format_md() {
-    use storefn_dds::frontend::{encode_batch, BATCH_ENTRY_BYTES, BATCH_HEADER_BYTES};
+    use storefn_dds::{encode_batch, BATCH_ENTRY_BYTES, BATCH_HEADER_BYTES};
     common::assert_rows(
         "### DDS offload batch",
         &[(0, "count"), (4, "pad"), (BATCH_HEADER_BYTES, "msg_offset"), (12, "msg_bytes")],

@@ -23,18 +23,15 @@ mod fiemap;
 mod lease;
 mod raw;
 
+use crate::limits::MAX_DIGEST_EXTENTS;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 pub use device::{find_block_device, BlockDeviceInfo, RawDevice};
 pub use fiemap::ExtentProblem;
-pub use lease::{lease_breaks_seen, LeaseGuard, LEASE_SIGNAL_OFFSET, MAX_LEASES};
+pub use lease::{lease_breaks_seen, LeaseGuard, LEASE_SIGNAL_OFFSET};
 pub use raw::{align_window, window_capacity, DeviceWindow, RawAccess, RetryGate};
-
-/// Largest number of extents one digest holds (24 B each: 24 MiB). A file more fragmented than
-/// this is refused rather than letting a pathological file eat memory.
-pub const MAX_DIGEST_EXTENTS: usize = 1 << 20;
 
 /// Errors from building, using or checking a metadata digest.
 ///

@@ -23,9 +23,10 @@
 //! bytes `data` holds.
 
 pub mod digest;
-pub mod engine;
-pub mod error;
-pub mod file;
+mod engine;
+mod error;
+mod file;
+#[cfg(feature = "bench")]
 pub mod harness;
 pub mod limits;
 mod region;
@@ -33,7 +34,7 @@ pub mod storage;
 
 pub use engine::{ChainStats, Completion, Engine, EngineConfig, NoFunction, RangeBuf};
 pub use error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
-pub use file::{FileId, IoMode, Target};
+pub use file::{statx_size_align, widen, FileId, IoMode, Target};
 pub use storefn_vm::{VmError, XrpCtx};
 
 /// A storage function as the engine calls it: one invocation per completed block.

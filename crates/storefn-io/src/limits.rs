@@ -104,3 +104,22 @@ const _: () = {
     assert!(MAX_RING_DEPTH as usize + MAX_RANGE_READS <= 32768);
     assert!(MAX_OUTSTANDING_PER_CHAIN <= u8::MAX as usize);
 };
+
+// Raw mode (the metadata digest and its leases).
+/// Largest number of extents one digest holds (24 B each: 24 MiB). A file more fragmented than
+/// this is refused rather than letting a pathological file eat memory.
+pub const MAX_DIGEST_EXTENTS: usize = 1 << 20;
+/// Read leases held at once by this process (raw mode) (the signal handler scans a fixed table; no allocation
+/// or locking is allowed there).
+pub const MAX_LEASES: usize = 64;
+/// Longest time between two `F_GETLEASE` polls of a held lease; must stay well below
+/// `lease-break-time` (whole seconds, 45 by default; the `digest::lease` module docs).
+pub const LEASE_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
+
+// The benchmark harness (feature `bench`).
+/// Smallest node size the pointer file takes: a node holds its next pointer and its index.
+#[cfg(feature = "bench")]
+pub const MIN_NODE_BYTES: u64 = 16;
+/// Largest node size: one engine block (a default hop).
+#[cfg(feature = "bench")]
+pub const MAX_NODE_BYTES: u64 = DEFAULT_HOP_BYTES as u64;

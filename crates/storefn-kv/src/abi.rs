@@ -12,7 +12,8 @@
 
 use std::str::FromStr;
 
-use crate::format::{SCRATCH_BYTES, VALUE_BYTES};
+use crate::format::VALUE_BYTES;
+use crate::limits::SCRATCH_BYTES;
 use crate::KvError;
 
 /// Which scratch layout a program expects.

@@ -6,10 +6,8 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use crate::limits::IO_ALIGN;
 use crate::KvError;
-
-/// Alignment of every I/O buffer: a page, which covers 512 B and 4 KiB logical blocks.
-pub const IO_ALIGN: usize = 4096;
 
 /// A zeroed, `IO_ALIGN`-aligned byte buffer, as O_DIRECT requires.
 #[derive(Debug)]

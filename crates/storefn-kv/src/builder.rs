@@ -17,16 +17,9 @@ use crate::format::{
     bpfkv_value, meta_path, put_node_header, put_slot, Meta, NodeSize, FILE_MASK, META_BYTES,
     NODE_TYPE_INTERNAL, NODE_TYPE_LEAF, UNUSED_KEY, UNUSED_LEAF_PTR, VALUE_BYTES,
 };
+use crate::limits::{BUILD_CHUNK_BYTES, MAX_CREATE_LAYERS};
 use crate::storage::{parent_dir, Storage, StorageFile};
 use crate::KvError;
-
-/// Bytes per write: large enough to reach the disk's sequential bandwidth, a multiple of both
-/// node sizes and of the 4 KiB alignment O_DIRECT needs.
-pub const BUILD_CHUNK_BYTES: usize = 4 << 20;
-
-/// Deepest database `create` makes (and the deepest sidecar-less file opening infers):
-/// 8 levels of 31 is 852 TB already.
-pub const MAX_CREATE_LAYERS: u32 = 8;
 
 /// A progress callback: `(bytes_written, total_bytes)`.
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);

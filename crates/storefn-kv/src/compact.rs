@@ -12,14 +12,10 @@ use std::iter::Peekable;
 
 use crate::aligned::AlignedBuf;
 use crate::format::{NodeView, FILE_MASK, NODE_TYPE_LEAF, VALUE_BYTES};
+use crate::limits::COMPACT_READ_BYTES;
 use crate::memtable::Memtable;
 use crate::store::Store;
 use crate::KvError;
-
-/// Bytes per sequential read of either cursor: large enough that a sweep runs at disk bandwidth,
-/// a multiple of both node sizes so every read stays block-aligned for O_DIRECT.
-pub const COMPACT_READ_BYTES: usize = 1 << 20;
-const _: () = assert!(COMPACT_READ_BYTES.is_multiple_of(4096));
 
 /// A forward cursor over `[lo, hi)` of the store's file with one big aligned buffer.
 struct SeqReader<'s> {
@@ -210,6 +206,7 @@ impl<'s, M: Iterator<Item = (u64, &'s [u8; VALUE_BYTES])>> MergeStream<'s, M> {
     }
 
     /// (refills, backward positioned reads) of the value cursor.
+    #[cfg(test)]
     #[must_use]
     pub fn value_reads(&self) -> (u64, u64) {
         (self.values.refills, self.values.backward_reads)
@@ -282,7 +279,7 @@ impl<'s, M: Iterator<Item = (u64, &'s [u8; VALUE_BYTES])>> Iterator for MergeStr
 mod tests {
     use super::*;
     use crate::format::{bpfkv_value, NodeSize};
-    use crate::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+    use crate::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
     use std::os::unix::fs::FileExt;
     use std::path::PathBuf;
 

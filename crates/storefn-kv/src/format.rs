@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::limits::SCRATCH_BYTES;
 use crate::KvError;
 
 /// Bit 63 of a pointer stored on disk: "this is a file offset" (BPF-KV's `FILE_MASK`). The cache
@@ -200,8 +201,6 @@ pub const META_OFF_FILE_BYTES: usize = 48;
 pub const META_OFF_CHECKSUM: usize = 56;
 /// Suffix appended to the database path to name its sidecar (`DB` -> `DB.meta`).
 pub const META_SUFFIX: &str = ".meta";
-/// Deepest tree accepted: 2^64 keys fit in 13 levels of fan-out 31, so more is corruption.
-pub const MAX_LAYERS: u32 = 14;
 
 /// The sidecar path of a database file.
 #[must_use]
@@ -371,8 +370,6 @@ fn level_counts(node_size: NodeSize, key_count: u64) -> Vec<u64> {
 // ---------------------------------------------------------------------------------------------
 // Scratch ABIs of the storage functions (docs/FORMAT.md; progs/include/bpfkv.h mirrors them).
 
-/// Scratch bytes lent to each chain: the VM's XRP scratch (the engine lends exactly that).
-pub const SCRATCH_BYTES: usize = storefn_vm::xrp::XRP_SCRATCH_BYTES;
 /// Lookup scratch: u64 key (set by the application).
 pub const LOOKUP_OFF_KEY: usize = 0;
 /// Lookup scratch: u8 found (set by the program).

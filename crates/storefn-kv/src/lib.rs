@@ -35,47 +35,57 @@
 //! # }
 //! ```
 //!
-//! Modules: [`format`] (node layout, constants, the `.meta` sidecar; docs/FORMAT.md),
-//! [`builder`] (bulk creation), [`store`] (an open tree and the lookup state machine every path
-//! drives), [`path`] / [`xrp_paths`] (lookup paths), [`range`] / [`xrp_range`] (ranges and
-//! aggregates), [`abi`] (scratch layouts), [`program`] (built-in and user storage functions),
-//! [`db`] / [`wal`] / [`memtable`] / [`compact`] (writes). The benchmark harness behind
-//! `storefn kv bench` lives in [`harness`], outside this API.
+//! The face: [`Db`] and its writes (a WAL, a memtable, compaction), [`Store`] (an open tree and
+//! the lookup state machine every path drives: [`Step`], [`Shape`]), the lookup paths
+//! ([`open_path`] by name, [`ReadPath`], [`UringPath`], [`XrpPath`]), ranges and aggregates
+//! ([`range`], [`range_xrp`]), programs ([`ProgSource`]) and BPF-KV's remote client
+//! ([`RemoteKv`]). Byte layouts are public modules checked against docs/FORMAT.md: [`format`]
+//! (node layout, the `.meta` sidecar), [`abi`] (scratch layouts), [`wal`] (the log); every
+//! bound is in [`limits`]. The benchmark harnesses behind `storefn kv bench` live in `harness`
+//! (feature `bench`), the fuzz properties in `fuzz` (feature `fuzz`).
 
 pub mod abi;
-pub mod aligned;
-pub mod builder;
-pub mod compact;
-pub mod db;
+mod aligned;
+mod builder;
+mod compact;
+mod db;
 mod error;
 pub mod format;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 #[cfg(feature = "bench")]
 pub mod harness;
-pub mod lock;
-pub mod memtable;
-pub mod path;
-pub mod program;
-pub mod query;
-pub mod range;
-pub mod remote;
-pub mod store;
+pub mod limits;
+mod lock;
+mod memtable;
+mod open;
+mod path;
+mod program;
+mod query;
+mod range;
+mod remote;
+mod store;
 // The write storage layer is the platform's (storefn-io); the store names it crate::storage.
 use storefn_io::storage;
 pub mod wal;
-pub mod xrp_paths;
-pub mod xrp_range;
+mod xrp_paths;
+mod xrp_range;
 
 pub use abi::Abi;
-pub use builder::{build_tree, create_bpfkv};
-pub use db::{Db, DbError};
+pub use builder::{build_tree, create_bpfkv, create_bpfkv_in};
+pub use db::{
+    create_db, logged_memtable, logged_value, open_read, recover, recover_db, Db, DbError,
+    DbOptions, MARKER_SUFFIX, NEW_SUFFIX,
+};
 pub use error::KvError;
 pub use format::{Meta, NodeSize};
-pub use path::{LookupPath, PathStats, ReadPath};
-pub use program::ProgSource;
-pub use query::RangeVia;
-pub use range::Agg;
+pub use memtable::{Memtable, ENTRY_BYTES};
+pub use open::{open_path, PathOptions, LOOKUP_PATHS};
+pub use path::{BlockLru, Lookup, LookupPath, PathStats, ReadPath};
+pub use program::{engine_used, instance, ProgSource};
+pub use query::{multiget, range, DbPath, RangeVia};
+pub use range::{aggregate, Agg, RangeScan};
 pub use remote::{RemoteKv, RemoteKvError, RemotePath};
 pub use store::{Shape, Step, Store};
-pub use xrp_range::RangeOutcome;
+pub use xrp_paths::{ChainOptions, EngineChain, UringPath, XrpPath};
+pub use xrp_range::{range_xrp, RangeOutcome};

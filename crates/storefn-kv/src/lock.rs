@@ -11,15 +11,13 @@
 //! flock locks belong to an open file description, so two `Db`s in one process exclude each
 //! other exactly as two processes do, and the kernel drops them when the holder dies.
 
+use crate::limits::LOCK_RETRY_INTERVAL;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// How often a writer told to wait (`--wait-lock`) tries the lock again.
-pub const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Why the writer's lock was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +58,6 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
 #[derive(Debug)]
 pub struct DbLock {
     _file: File,
-    path: PathBuf,
 }
 
 impl DbLock {
@@ -100,13 +97,7 @@ impl DbLock {
         let pid = format!("{}\n", std::process::id());
         file.set_len(0).map_err(|e| io_err("truncate", e))?;
         file.write_all_at(pid.as_bytes(), 0).map_err(|e| io_err("write pid", e))?;
-        Ok(DbLock { _file: file, path })
-    }
-
-    /// The lock file.
-    #[must_use]
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(DbLock { _file: file })
     }
 }
 

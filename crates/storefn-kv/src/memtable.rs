@@ -4,10 +4,6 @@ use std::collections::BTreeMap;
 
 use crate::wal::VALUE_BYTES;
 
-/// Default memtable limit: 4 MiB of entries (~52 K puts) before a put triggers compaction.
-/// Small enough that compaction of a 3-layer tree stays sub-second; configurable per `Db`.
-pub const DEFAULT_MEMTABLE_LIMIT_BYTES: usize = 4 << 20;
-
 /// Accounted bytes per entry: key, sequence number, value (BTreeMap overhead not counted).
 pub const ENTRY_BYTES: usize = 8 + 8 + VALUE_BYTES;
 
@@ -93,6 +89,7 @@ impl Memtable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
 
     fn val(b: u8) -> [u8; VALUE_BYTES] {
         [b; VALUE_BYTES]

@@ -9,11 +9,9 @@ use std::str::FromStr;
 
 use crate::aligned::AlignedBuf;
 use crate::format::{NodeView, FILE_MASK, VALUE_BYTES};
+use crate::limits::RANGE_BATCH;
 use crate::store::Store;
 use crate::KvError;
-
-/// Results per call (BPF-KV's range function returns when 32 are buffered).
-pub const RANGE_BATCH: usize = 32;
 
 /// Aggregate operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

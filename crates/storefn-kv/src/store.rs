@@ -9,11 +9,12 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::aligned::{open_direct, AlignedBuf, IO_ALIGN};
+use crate::aligned::{open_direct, AlignedBuf};
 use crate::format::{
     meta_path, put_ptr, Meta, NodeSize, NodeView, FILE_MASK, NODE_TYPE_INTERNAL, NODE_TYPE_LEAF,
     VALUE_BYTES,
 };
+use crate::limits::IO_ALIGN;
 use crate::KvError;
 
 thread_local! {
@@ -38,7 +39,7 @@ fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize
 /// The O_DIRECT offset alignment statx reports for `file`; the I/O alignment when it reports
 /// none (the file opened with O_DIRECT, so some alignment works).
 fn dio_align(file: &File, path: &Path) -> Result<u64, KvError> {
-    let (_, align) = storefn_io::file::statx_size_align(file, path)
+    let (_, align) = storefn_io::statx_size_align(file, path)
         .map_err(|e| KvError::io(path, "statx", std::io::Error::other(e.to_string())))?;
     Ok(if align == 0 { IO_ALIGN as u64 } else { u64::from(align) })
 }
@@ -54,7 +55,7 @@ pub fn infer_meta(path: &Path, layers: Option<u32>) -> Result<Meta, KvError> {
     use crate::format::{NODE_OFF_NEXT, NODE_OFF_TYPE};
     let file = File::open(path).map_err(|e| KvError::io(path, "open", e))?;
     let size = file.metadata().map_err(|e| KvError::io(path, "stat", e))?.len();
-    let depths = layers.map_or(1..=crate::builder::MAX_CREATE_LAYERS, |l| l..=l);
+    let depths = layers.map_or(1..=crate::limits::MAX_CREATE_LAYERS, |l| l..=l);
     let mut fits = Vec::new();
     for ns in [NodeSize::B512, NodeSize::B4096] {
         for l in depths.clone() {
@@ -365,7 +366,7 @@ impl Store {
         if fits {
             return self.file.read_exact_at(buf, offset).map_err(|e| self.read_err(offset, &e));
         }
-        let (lo, hi) = storefn_io::file::widen(offset, len, a);
+        let (lo, hi) = storefn_io::widen(offset, len, a);
         let span = usize::try_from(hi - lo).expect("a window the caller's buffer bounds");
         WINDOW.with_borrow_mut(|w| {
             if w.as_ref().is_none_or(|w| w.len() < span) {

@@ -12,13 +12,13 @@ use common::TempDir;
 use rand::{Rng, SeedableRng};
 use storefn_kv::abi::Abi;
 use storefn_kv::format::bpfkv_value;
-use storefn_kv::memtable::Memtable;
-use storefn_kv::path::Lookup;
-use storefn_kv::query::{range, RangeVia};
-use storefn_kv::xrp_paths::{ChainOptions, XrpPath};
+use storefn_kv::Lookup;
+use storefn_kv::Memtable;
 use storefn_kv::{
     build_tree, create_bpfkv, Agg, LookupPath, NodeSize, ProgSource, ReadPath, Store,
 };
+use storefn_kv::{range, RangeVia};
+use storefn_kv::{ChainOptions, XrpPath};
 
 fn user(name: &str) -> ProgSource {
     ProgSource::User { elf: storefn_progs::must(name).to_vec(), section: None }

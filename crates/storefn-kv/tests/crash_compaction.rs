@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use storefn_kv::db::{recover, Db, MARKER_SUFFIX, NEW_SUFFIX};
 use storefn_kv::format::{bpfkv_value, meta_path, VALUE_BYTES};
 use storefn_kv::{build_tree, create_bpfkv, NodeSize};
+use storefn_kv::{recover, Db, MARKER_SUFFIX, NEW_SUFFIX};
 
 fn fresh(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("crash_compaction").join(name);
@@ -55,7 +55,7 @@ fn puts_are_visible_survive_reopen_and_compaction() {
 #[test]
 fn full_memtable_triggers_compaction() {
     let db = fresh("auto");
-    let d = Db::open_with(&db, 10 * storefn_kv::memtable::ENTRY_BYTES).unwrap();
+    let d = Db::open_with(&db, 10 * storefn_kv::ENTRY_BYTES).unwrap();
     for k in 0..25u64 {
         d.put(10_000 + k, &val(&format!("k{k}"))).unwrap();
     }

@@ -6,9 +6,9 @@ mod common;
 
 use common::TempDir;
 use storefn_kv::format::bpfkv_value;
-use storefn_kv::query::DbPath;
-use storefn_kv::xrp_paths::{ChainOptions, XrpPath};
+use storefn_kv::DbPath;
 use storefn_kv::{create_bpfkv, Db, LookupPath, NodeSize, ProgSource};
+use storefn_kv::{ChainOptions, XrpPath};
 
 fn value(s: &str) -> [u8; 64] {
     let mut v = [0u8; 64];

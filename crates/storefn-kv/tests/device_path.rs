@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::TempDir;
 use storefn_kv::harness::device::DevicePath;
-use storefn_kv::path::Lookup;
+use storefn_kv::Lookup;
 use storefn_kv::{create_bpfkv, LookupPath, NodeSize, Store};
 
 #[test]

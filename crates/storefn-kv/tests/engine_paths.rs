@@ -8,9 +8,9 @@ use std::sync::Arc;
 use common::TempDir;
 use storefn_kv::format::bpfkv_value;
 use storefn_kv::harness::bench::{open_path, PathOptions};
-use storefn_kv::path::Lookup;
-use storefn_kv::xrp_paths::{ChainOptions, ProgSource, XrpPath};
+use storefn_kv::Lookup;
 use storefn_kv::{build_tree, create_bpfkv, LookupPath, NodeSize, Store};
+use storefn_kv::{ChainOptions, ProgSource, XrpPath};
 
 #[test]
 fn every_key_via_every_engine_path_and_cache_depth() {

@@ -63,7 +63,7 @@ fn node_4096_layout_has_fanout_255() {
 /// refused, reading writes nothing, and the first writer adds the sidecar `create` would write.
 #[test]
 fn bpfkv_files_without_a_sidecar_open_with_the_inferred_shape() {
-    use storefn_kv::db::{open_read, Db, DbOptions};
+    use storefn_kv::{open_read, Db, DbOptions};
     use storefn_kv::{KvError, LookupPath, Store};
     let dir = TempDir::new("nosidecar");
     for layers in 1..=3 {

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use storefn_kv::format::*;
+use storefn_kv::limits::{MAX_BATCH_RECORDS, SCRATCH_BYTES};
 
 const DOC: &str = include_str!("../../../docs/FORMAT.md");
 const HEADER: &str = include_str!("../../../progs/include/bpfkv.h");

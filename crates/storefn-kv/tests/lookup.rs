@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::TempDir;
 use storefn_kv::format::{bpfkv_value, meta_path, FILE_MASK};
-use storefn_kv::path::BlockLru;
+use storefn_kv::BlockLru;
 use storefn_kv::{build_tree, create_bpfkv, KvError, LookupPath, NodeSize, ReadPath, Store};
 
 fn paths(store: &Arc<Store>) -> Vec<Box<dyn LookupPath>> {

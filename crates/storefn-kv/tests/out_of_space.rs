@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use common::TempDir;
 use storefn_io::storage::{RealStorage, Storage, StorageFile};
-use storefn_kv::builder::create_bpfkv_in;
-use storefn_kv::db::{Db, DbOptions};
+use storefn_kv::create_bpfkv_in;
+use storefn_kv::{Db, DbOptions};
 use storefn_kv::{KvError, NodeSize};
 use storefn_testkit::dir_names;
 
@@ -144,7 +144,7 @@ fn a_failed_install_closes_the_handle_and_reopening_finishes_it() {
     let e = d.compact().unwrap_err().to_string();
     assert!(e.contains("rename"), "{e}");
     for e in [d.put(5001, &v).unwrap_err(), d.compact().unwrap_err()] {
-        assert!(matches!(e, storefn_kv::db::DbError::Closed { .. }), "{e}");
+        assert!(matches!(e, storefn_kv::DbError::Closed { .. }), "{e}");
         assert!(e.to_string().contains("reopen the database"), "{e}");
     }
     drop(d);

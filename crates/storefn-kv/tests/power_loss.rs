@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use common::TempDir;
 use storefn_io::storage::sim::CrashSim;
-use storefn_kv::db::{Db, DbOptions};
 use storefn_kv::format::{bpfkv_value, VALUE_BYTES};
-use storefn_kv::memtable::ENTRY_BYTES;
-use storefn_kv::range::RangeScan;
+use storefn_kv::RangeScan;
+use storefn_kv::ENTRY_BYTES;
 use storefn_kv::{create_bpfkv, NodeSize};
+use storefn_kv::{Db, DbOptions};
 
 type Value = [u8; VALUE_BYTES];
 

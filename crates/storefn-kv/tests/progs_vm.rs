@@ -116,7 +116,7 @@ fn kv_range_matches_scan_with_resume() {
 
 #[test]
 fn kv_range_aggregates_match_rust() {
-    use storefn_kv::range::{aggregate, Agg};
+    use storefn_kv::{aggregate, Agg};
     let dir = TempDir::new("prog-agg");
     let p = dir.join("db");
     let val = |k: u64| {

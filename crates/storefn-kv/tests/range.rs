@@ -5,7 +5,8 @@ mod common;
 use common::TempDir;
 use rand::{Rng, SeedableRng};
 use storefn_kv::format::{NodeView, FILE_MASK};
-use storefn_kv::range::{aggregate, Agg, RangeScan, RANGE_BATCH};
+use storefn_kv::limits::RANGE_BATCH;
+use storefn_kv::{aggregate, Agg, RangeScan};
 use storefn_kv::{build_tree, create_bpfkv, NodeSize, Store};
 
 /// Every (key, value) by walking the leaf level in file order: independent of `next` links.
@@ -43,15 +44,13 @@ fn check(p: &std::path::Path, seed: u64) {
         let got = scan.collect(a, b).unwrap();
         if store.node_size() == NodeSize::B512 && want.len() <= 1500 {
             // The kv_range storage function as engine chains (short ranges: slow in debug).
-            let inst =
-                storefn_kv::program::instance(storefn_progs::must("kv_range"), None).unwrap();
-            let mut ch = storefn_kv::xrp_paths::EngineChain::new(&store, inst, None).unwrap();
+            let inst = storefn_kv::instance(storefn_progs::must("kv_range"), None).unwrap();
+            let mut ch = storefn_kv::EngineChain::new(&store, inst, None).unwrap();
             let mut run = |start: u64, s: &mut [u8]| ch.run(start, 512, s);
-            let o = storefn_kv::xrp_range::range_xrp(&store, &mut run, a, b, None).unwrap();
+            let o = storefn_kv::range_xrp(&store, &mut run, a, b, None).unwrap();
             assert!(o.entries == want, "xrp [{a}, {b}] entries differ");
             for agg in [Agg::Sum, Agg::Min, Agg::Max, Agg::Count] {
-                let o =
-                    storefn_kv::xrp_range::range_xrp(&store, &mut run, a, b, Some(agg)).unwrap();
+                let o = storefn_kv::range_xrp(&store, &mut run, a, b, Some(agg)).unwrap();
                 assert_eq!(
                     o.agg,
                     aggregate(agg, want.iter().map(|(_, v)| v)),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::TempDir;
 use storefn_kv::format::bpfkv_value;
 use storefn_kv::harness::bench::{open_path, PathOptions};
-use storefn_kv::path::Lookup;
+use storefn_kv::Lookup;
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -175,7 +175,7 @@ fn compare_says_when_raw_mode_was_not_in_use() {
     for (rounds, requests, want) in [
         (0, 50, "--rounds 0"),
         (26, 50, "fewer than one lookup per round"),
-        (storefn_kv::harness::compare::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
+        (storefn_kv::limits::MAX_ROUNDS + 1, 1 << 20, "--rounds"),
     ] {
         let e = storefn_kv::harness::compare::run(&store, &compare_cfg("xrp", requests), rounds)
             .unwrap_err()
@@ -203,7 +203,7 @@ fn survive_a_writer(db: &Path, name: &str) {
     // A small LRU: exercised (cleared on Stale) but too small to hide the device reads.
     let opts = PathOptions { cache_bytes: 64 << 10, batch: 1, raw: true, ..Default::default() };
     let mut path = open_path(name, &store, &opts).unwrap();
-    let check = |path: &mut Box<dyn storefn_kv::path::LookupPath>, k: u64| {
+    let check = |path: &mut Box<dyn storefn_kv::LookupPath>, k: u64| {
         assert_eq!(path.get(k).unwrap(), Some(bpfkv_value(k)), "key {k}");
     };
     for k in 0..50 {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{client, make_db, serve, TempDir};
 use rand::{Rng, SeedableRng};
-use storefn_kv::db::Db;
 use storefn_kv::format::{bpfkv_value, value_text, VALUE_BYTES};
+use storefn_kv::Db;
 use storefn_kv::{RemoteKv, RemotePath};
 
 /// Compactions the writer runs (bounded), and the longest the test may take.

@@ -15,12 +15,11 @@ use storefn_vm::Engine;
 use crate::cache::drop_cached;
 use crate::dispatch::Where;
 use crate::error::LambdaError;
-use crate::local::{pwrite_lambda, LocalFile, MAX_RANGE_BYTES};
+use crate::limits::MAX_RANGE_BYTES;
+use crate::limits::WARMUP_REQUESTS;
+use crate::local::{pwrite_lambda, LocalFile};
 use crate::prog::LambdaProg;
 use crate::workloads::Workload;
-
-/// Untimed requests before the timed ones (JIT warm-up, first-touch of the buffers).
-pub const WARMUP_REQUESTS: u32 = 3;
 
 /// The client's cache state a run is measured in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

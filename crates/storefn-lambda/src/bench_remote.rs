@@ -17,12 +17,11 @@ use rand::{Rng, SeedableRng};
 use storefn_io::IoMode;
 use storefn_netdelay::DelayProxy;
 
-use crate::bench::{
-    ensure_data, row, storefn_progs_elf, warm, BenchConfig, BenchRow, Condition, WARMUP_REQUESTS,
-};
+use crate::bench::{ensure_data, row, storefn_progs_elf, warm, BenchConfig, BenchRow, Condition};
 use crate::cache::drop_cached;
 use crate::dispatch::{DispatchConfig, Dispatcher, Side, SideKind, Where};
 use crate::error::LambdaError;
+use crate::limits::{ROUNDS_PER_HALF, WARMUP_REQUESTS};
 use crate::local::{LocalFile, LocalSide};
 use crate::prog::LambdaProg;
 use crate::remote::{LambdaTransport, RemoteSide};
@@ -200,10 +199,6 @@ pub fn run_remote_with<T: LambdaTransport>(
     Ok(rows)
 }
 
-/// Stretches each half of a run is cut into for the per-round spread (`BenchRow::round_us`):
-/// the per-stretch ratio of auto to the better fixed side shows the run's noise.
-pub const ROUNDS_PER_HALF: u32 = 6;
-
 /// The orders of the sides (indices into local, server, auto): the three take turns request
 /// by request, each turn in the next of the six orders, so each side goes first, and follows
 /// each other side, equally often (requests right after the server's, whose thread shares the
@@ -361,7 +356,7 @@ pub struct GoalLine {
     pub met: bool,
 }
 
-/// Steady rows may be this much slower than the better fixed side (the 5%).
+/// Steady rows may be this much slower than the better fixed side (the goal: within 5%).
 pub const STEADY_GOAL_RATIO: f64 = 1.05;
 
 /// A changing run's answer flips when each half's better fixed side is ahead of the other by
@@ -474,7 +469,7 @@ impl ClientSide for crate::RemoteReadSide {
         let size = self.size_bytes()?;
         let mut at = 0;
         while at < size {
-            let n = crate::server_transport::MAX_REMOTE_READ_BYTES.min(size - at);
+            let n = crate::limits::MAX_REMOTE_READ_BYTES.min(size - at);
             self.fetch(at, n)?;
             at += n;
         }

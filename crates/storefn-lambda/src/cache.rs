@@ -2,6 +2,7 @@
 //! uncached fraction λ-IO scales the host's I/O time by. `cachestat(2)` (Linux 6.5, syscall 451)
 //! answers with one call; where it is missing (ENOSYS) `mincore(2)` on a temporary mapping does.
 
+use crate::limits::MINCORE_PAGES;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -9,8 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `cachestat(2)`'s number on x86-64 and aarch64 (the generic syscall table).
 const SYS_CACHESTAT: libc::c_long = 451;
-/// Pages `mincore` inspects per call (its result vector lives on the stack).
-const MINCORE_PAGES: usize = 4096;
 
 /// Set once cachestat returned ENOSYS: later probes go straight to mincore. Relaxed: a hint;
 /// a stale read only costs one more failing syscall.

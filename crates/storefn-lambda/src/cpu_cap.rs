@@ -2,14 +2,13 @@
 //! `cpu.cfs_period_us`): the bench's "weak device core" for the storage server. Needs root.
 //! The group is removed on drop, after the process is moved back to the group it came from.
 
+use crate::limits::MIN_CFS_QUOTA_US;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// Where the cgroup v1 `cpu` controller is mounted.
 pub const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";
-/// The kernel's smallest CFS quota, µs (`cpu.cfs_quota_us` refuses less).
-pub const MIN_CFS_QUOTA_US: u64 = 1_000;
 
 /// CFS period of a group capped to `percent` of one CPU, µs: the shortest whose quota is the
 /// kernel's minimum (5 ms at 20%). The cap plays a weak device core, one that is slow all the

@@ -19,10 +19,8 @@ use storefn_vm::Instance;
 use crate::cache::{self, Probe};
 use crate::dispatch::{Run, Side, SideKind};
 use crate::error::LambdaError;
+use crate::limits::MAX_RANGE_BYTES;
 use crate::prog::run_lambda;
-
-/// Largest range one λ request reads (the input buffer is at most this big).
-pub const MAX_RANGE_BYTES: u64 = 64 << 20;
 
 /// Time split of one local request, for the dispatcher's model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -55,7 +55,7 @@ impl LambdaProg {
 
 /// Runs `prog` over `input` into `out`; returns the output bytes (checked against `out`). The
 /// invocation's instruction budget is the instance's plus what storefn-vm adds per input and
-/// output byte (`storefn_vm::program::LAMBDA_INSNS_PER_INPUT_BYTE` / `_OUTPUT_BYTE`): a λ
+/// output byte (`storefn_vm::limits::LAMBDA_INSNS_PER_INPUT_BYTE` / `_OUTPUT_BYTE`): a λ
 /// function loops over its whole range, so its work grows with it.
 ///
 /// # Errors

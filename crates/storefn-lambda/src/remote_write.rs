@@ -3,17 +3,12 @@
 //! docs/FORMAT.md), durably before the server answers. The same function object as the local
 //! [`crate::pwrite_lambda`]: the server verifies the same ELF bytes (LOAD_PROG, type lambda).
 
-use storefn_wire::limits::{MAX_LAMBDA_WRITE_IN_BYTES, MAX_LAMBDA_WRITE_OUT_BYTES};
 use storefn_wire::{ClientError, ProgHash, Request};
 
 use crate::error::LambdaError;
+use crate::limits::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
 use crate::prog::LambdaProg;
 use crate::server_transport::{ServerTransport, PROG_TYPE_LAMBDA};
-
-/// Largest input one remote λ write carries, bytes.
-pub const MAX_REMOTE_WRITE_IN_BYTES: usize = MAX_LAMBDA_WRITE_IN_BYTES as usize;
-/// Largest output one remote λ write may write, bytes.
-pub const MAX_REMOTE_WRITE_OUT_BYTES: usize = MAX_LAMBDA_WRITE_OUT_BYTES as usize;
 
 /// A served file that λ writes go to, with the program loaded on the server.
 #[derive(Debug)]

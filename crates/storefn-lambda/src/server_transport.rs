@@ -12,23 +12,17 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use storefn_vm::Instance;
-use storefn_wire::limits::{MAX_LAMBDA_IN_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
+use storefn_wire::limits::{MAX_LAMBDA_OUT_BYTES, MAX_READ_BYTES};
 use storefn_wire::{Client, ClientConfig, ClientError, ProgHash, Request};
 
 use crate::dispatch::{DispatchConfig, Dispatcher, Run, Side, SideKind, Where};
 use crate::error::LambdaError;
+use crate::limits::{DEFAULT_CLIENT_CACHE_BYTES, MAX_REMOTE_RANGE_BYTES, MAX_REMOTE_READ_BYTES};
 use crate::prog::{run_lambda, LambdaProg};
 use crate::remote::{LambdaTransport, RemoteSide};
 
 /// LOAD_PROG's `prog_type` for a λ program, as the wire module names it.
 pub use storefn_wire::PROG_TYPE_LAMBDA;
-
-/// Largest range one remote λ request (LAMBDA frame) may cover, bytes.
-pub const MAX_REMOTE_RANGE_BYTES: u64 = MAX_LAMBDA_IN_BYTES as u64;
-
-/// Largest range [`RemoteReadSide`] reads for one request (READs of up to [`MAX_READ_BYTES`],
-/// each a run of missing cache blocks), bytes: bounds the client's input buffer.
-pub const MAX_REMOTE_READ_BYTES: u64 = 64 << 20;
 
 fn remote_err(server: &str, file: &str, e: ClientError) -> LambdaError {
     LambdaError::Remote { server: server.to_string(), file: file.to_string(), source: e.into() }
@@ -120,9 +114,6 @@ impl LambdaTransport for ServerTransport {
         }
     }
 }
-
-/// Default client block cache of a [`RemoteReadSide`], bytes.
-pub const DEFAULT_CLIENT_CACHE_BYTES: u64 = 64 << 20;
 
 /// Hashes a block number for the client cache: one multiply (Fibonacci hashing). The keys are
 /// block numbers the client picks, not input an attacker chooses, and every request looks up

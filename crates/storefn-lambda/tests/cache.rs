@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 
-use storefn_lambda::cache::{cachestat_fraction, drop_cached, mincore_fraction, uncached_fraction};
+use storefn_lambda::{cachestat_fraction, drop_cached, mincore_fraction, uncached_fraction};
 
 /// A way to measure the uncached fraction.
 type Probe = fn(&std::fs::File, u64, u64) -> std::io::Result<f64>;

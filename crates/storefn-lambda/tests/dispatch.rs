@@ -322,12 +322,7 @@ fn the_local_estimate_follows_the_uncached_fraction_without_probes() {
         let io = c.hit_us * (1.0 - u) + c.miss_us * u;
         let run =
             Run { out_bytes: 32, wall_ns: ns(io + 50.0), io_ns: ns(io), compute_ns: ns(50.0) };
-        d.record(
-            storefn_lambda::dispatch::Decision { side: SideKind::Local, probe: true },
-            LEN,
-            u,
-            &run,
-        );
+        d.record(storefn_lambda::Decision { side: SideKind::Local, probe: true }, LEN, u, &run);
     }
     let per_byte = |us: f64| us * 1000.0 / LEN as f64;
     let close = |a: f64, b: f64| (a - b).abs() < b * 1e-9 + 1e-12;
@@ -411,7 +406,7 @@ fn a_side_far_behind_stays_behind_while_the_winner_wobbles() {
     // Regression (lambda3): a cold 1 MiB range over READ frames (~5x the server's answer)
     // was judged far behind once, then measured again (40 ms each) whenever a noisy server
     // sample moved the ratio under FAR_BEHIND.
-    use storefn_lambda::dispatch::Decision;
+    use storefn_lambda::Decision;
     let mut d = Dispatcher::new(adaptive());
     let (local, server) = (local_run, server_run);
     let first = d.decide(LEN, 1.0);
@@ -432,7 +427,7 @@ fn a_loser_far_behind_needs_more_than_one_fast_sample_to_win_back() {
     // sample of a bimodal side (5 ms among 50 ms requests) made it "not far behind" again, and
     // it was measured (50 ms each) until it had three samples. Its preliminary estimate is now
     // the mean of the samples it has.
-    use storefn_lambda::dispatch::Decision;
+    use storefn_lambda::Decision;
     let mut d = local_far_behind(50_000.0, 6_000.0);
     let (local, server) = (local_run, server_run);
     // A probe of the local side hits its fast mode. Its confirmation may be asked for at once
@@ -477,7 +472,7 @@ fn a_local_side_behind_when_cold_is_judged_afresh_once_its_range_is_cached() {
     // The local side measured cold (405 µs, far behind the server's 100 µs) stays behind while
     // its preliminary estimate is above the server's; a probe of it after the cache warmed
     // (10 µs, u = 0) is a sample of another cache state, not one fast sample of the same side.
-    use storefn_lambda::dispatch::Decision;
+    use storefn_lambda::Decision;
     let mut d = local_far_behind(405.0, 100.0);
     d.record(Decision { side: SideKind::Local, probe: true }, LEN, 0.0, &local_run(10.0));
     // Measured in its new state until it has an estimate there, then it wins.
@@ -497,7 +492,7 @@ fn a_loser_close_behind_is_probed_at_most_once_per_min_probe_interval() {
     // whole budget spent where a wrong choice costs little, and cold rows ran 3.5% over the
     // better side with only noise left for the margin.
     let o = simulate(adaptive(), &[(steady(100.0, 107.0), 20_000)], 0.0);
-    let interval = u64::from(storefn_lambda::dispatch::MIN_PROBE_INTERVAL);
+    let interval = u64::from(storefn_lambda::limits::MIN_PROBE_INTERVAL);
     assert!(o.stats.probes <= 20_000 / interval + 8, "{:?}", o.stats);
     assert!(o.stats.probes >= 20_000 / (2 * interval), "still probed: {:?}", o.stats);
     let ratio = o.auto_us / o.local_us;

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use storefn_lambda::remote_write::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
+use storefn_lambda::limits::{MAX_REMOTE_WRITE_IN_BYTES, MAX_REMOTE_WRITE_OUT_BYTES};
 use storefn_lambda::{
     pwrite_lambda, LambdaError, LambdaProg, RemoteWriter, ServerTransport, Workload,
 };
@@ -129,7 +129,7 @@ fn a_server_with_tokens_refuses_unauthenticated_lambda_writes() {
     let tok = d.0.join("tokens");
     std::fs::write(&tok, "alice 0123456789abcdef0123\n").unwrap();
     let mut cfg = ServerConfig::new(&d.0);
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
     let prog = bitmap();
@@ -140,8 +140,7 @@ fn a_server_with_tokens_refuses_unauthenticated_lambda_writes() {
     let e = refused.unwrap_err();
     assert!(status(&e).contains("AUTH"), "{e}");
     assert_eq!(std::fs::read(d.0.join("f.out")).unwrap(), b"keep");
-    let t = ServerTransport::connect(&addr, storefn_server::auth::client_config(&tok).unwrap())
-        .unwrap();
+    let t = ServerTransport::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
     let n =
         RemoteWriter::new(t, "f.out", &prog).unwrap().pwrite_lambda(0, &input, 1 << 20).unwrap();
     assert_eq!(std::fs::metadata(d.0.join("f.out")).unwrap().len(), n.max(4) as u64);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use storefn_io::IoMode;
 use storefn_lambda::bench::ensure_data;
-use storefn_lambda::server_transport::MAX_REMOTE_RANGE_BYTES;
+use storefn_lambda::limits::MAX_REMOTE_RANGE_BYTES;
 use storefn_lambda::{
     DispatchConfig, Dispatcher, LambdaError, LambdaProg, LocalFile, LocalSide, Profiling,
     RemoteReadSide, RemoteSide, ServerTransport, Side, SideKind, Workload,

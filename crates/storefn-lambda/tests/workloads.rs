@@ -147,7 +147,7 @@ fn long_ranges_refill_the_engine_and_land_in_place() {
 fn the_work_budget_grows_with_the_range_and_still_stops_a_runaway_function() {
     // Regression: with the VM's fixed per-invocation budget, grep over 2 MiB (and knn over
     // 200 KiB through `lambda run`) failed with BudgetExhausted; a λ invocation's budget now
-    // grows with its buffers (storefn_vm::program::LAMBDA_INSNS_PER_INPUT_BYTE and
+    // grows with its buffers (storefn_vm::limits::LAMBDA_INSNS_PER_INPUT_BYTE and
     // LAMBDA_INSNS_PER_OUTPUT_BYTE), so it completes.
     let dir = tmpdir("budget");
     let path = ensure_data(&dir, Workload::Grep, 2 << 20, 9).unwrap();

@@ -21,14 +21,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::auth::Token;
-use crate::proto::MAX_PATH_BYTES;
+use storefn_wire::limits::MAX_PATH_BYTES;
 
-/// Growth quota of a scope that does not name one: enough for any file the tests and tools
-/// write, far below what a single WRITE at a huge offset would otherwise create (a sparse
-/// 1 TiB file from one request).
-pub const DEFAULT_GROW_QUOTA: u64 = 1 << 30;
-/// Most `dir=` options per tenant (each is a directory the server holds open).
-pub const MAX_SCOPE_DIRS: usize = 64;
+use crate::limits::{DEFAULT_GROW_QUOTA, MAX_SCOPE_DIRS};
 
 /// Read-only or read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

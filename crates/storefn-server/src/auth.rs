@@ -10,10 +10,10 @@
 use std::path::{Path, PathBuf};
 
 use storefn_wire::limits::MAX_TENANT_BYTES;
-pub use storefn_wire::{challenge, mac, verify};
 
-/// Shortest secret accepted, bytes: a guessable secret defeats the MAC.
-pub const MIN_SECRET_BYTES: usize = 16;
+use crate::limits::MIN_SECRET_BYTES;
+// The worker answers HELLO and AUTH with the wire's challenge-response.
+pub(crate) use storefn_wire::{challenge, verify};
 
 /// Why a token file cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,8 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
-use crate::proto::{StatusCode, MAX_PATH_BYTES};
+use storefn_wire::limits::MAX_PATH_BYTES;
+use storefn_wire::StatusCode;
 
 /// Why a path could not be opened beneath the root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,13 +9,6 @@ use std::sync::Arc;
 
 use storefn_vm::{ProgType, VerifiedProgram};
 
-/// Default bound on the registry, bytes (ELF bytes + linked instructions of every program).
-pub const DEFAULT_REGISTRY_BYTES: usize = 64 << 20;
-/// Instructions per invocation the server allows any program, whatever the client asks: every
-/// instance the server runs is capped at this (storefn-vm's default, which stops the worst
-/// verified program within about 10 ms on the JIT here); a chain is bounded by hops x this.
-pub const SERVER_INSN_BUDGET: u64 = storefn_vm::program::DEFAULT_INSN_BUDGET;
-
 pub use storefn_wire::{prog_hash, ProgHash};
 
 #[derive(Debug)]
@@ -77,11 +70,8 @@ impl Registry {
             Some(std::str::from_utf8(section).map_err(|_| LoadError::Section)?)
         };
         // The frame decoder admits only these two codes.
-        let ty = if prog_type == crate::proto::msg::PROG_TYPE_XRP {
-            ProgType::Xrp
-        } else {
-            ProgType::Lambda
-        };
+        let ty =
+            if prog_type == storefn_wire::PROG_TYPE_XRP { ProgType::Xrp } else { ProgType::Lambda };
         // The instruction budget is set on every instance the workers build
         // (SERVER_INSN_BUDGET), not on the shared program.
         let prog = storefn_vm::load_verified(elf, sel, ty).map_err(LoadError::Rejected)?;
@@ -126,10 +116,5 @@ impl Registry {
     #[must_use]
     pub fn len(&self) -> usize {
         self.map.len()
-    }
-
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 }

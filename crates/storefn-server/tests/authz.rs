@@ -15,7 +15,7 @@ fn start(dir: &TempDir, tokens: &str) -> Result<Server, ServerError> {
     let tok = dir.join("tokens");
     std::fs::write(&tok, tokens).unwrap();
     let mut cfg = ServerConfig::new(&dir.join("served"));
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     Server::start("127.0.0.1:0", cfg)
 }
 

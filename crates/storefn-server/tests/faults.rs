@@ -262,7 +262,7 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     server.join().unwrap();
 }
 
-use storefn_server::server;
+use storefn_server::limits as server;
 use storefn_wire::PROG_TYPE_XRP;
 
 #[test]

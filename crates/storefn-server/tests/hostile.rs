@@ -177,8 +177,7 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
     cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
-    let mut victim =
-        Client::connect(&addr, storefn_server::auth::client_config(&tok).unwrap()).unwrap();
+    let mut victim = Client::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     let refused_before = {
@@ -235,7 +234,7 @@ fn hellos_with_made_up_names_do_not_lock_out_real_tenants() {
     for auth in [true, false] {
         let mut cfg = ServerConfig::new(dir.path());
         if auth {
-            cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+            cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
         }
         let server = Server::start("127.0.0.1:0", cfg).unwrap();
         let addr = server.local_addr().to_string();
@@ -247,8 +246,7 @@ fn hellos_with_made_up_names_do_not_lock_out_real_tenants() {
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             assert!(s.read(&mut b).unwrap() > 0, "HELLO {i} answered");
         }
-        let cfg =
-            if auth { storefn_server::auth::client_config(&tok).unwrap() } else { tenant("late") };
+        let cfg = if auth { storefn_server::client_config(&tok).unwrap() } else { tenant("late") };
         let mut c = Client::connect(&addr, cfg).unwrap();
         let r = c.one(&Request::Read { path: b"v", offset: 0, len: 4 }).unwrap();
         assert_eq!(r.data, [7u8; 4]);
@@ -405,8 +403,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr();
     let mut victim =
-        Client::connect(&addr.to_string(), storefn_server::auth::client_config(&tok).unwrap())
-            .unwrap();
+        Client::connect(&addr.to_string(), storefn_server::client_config(&tok).unwrap()).unwrap();
     let idle = victim_p99(&mut victim, 300);
     let before = rss();
     // 600 sockets from 127.0.0.2 that never send a byte.
@@ -417,8 +414,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let attacked = victim_p99(&mut victim, 300);
     // A new client from another address still gets in and authenticates.
     let mut late =
-        Client::connect(&addr.to_string(), storefn_server::auth::client_config(&tok).unwrap())
-            .unwrap();
+        Client::connect(&addr.to_string(), storefn_server::client_config(&tok).unwrap()).unwrap();
     assert_eq!(late.one(&Request::Read { path: b"v", offset: 0, len: 4 }).unwrap().data, [7; 4]);
     let grown = rss().saturating_sub(before);
     let refused = server.stats().refused_connections.load(Ordering::Relaxed);
@@ -508,7 +504,7 @@ fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
     std::thread::sleep(Duration::from_millis(300));
     let grown = rss().saturating_sub(before);
     let peak = server.stats().peak_conn_bytes.load(Ordering::Relaxed);
-    let bound = storefn_server::server::worst_case_memory(1, conns, 0);
+    let bound = storefn_server::limits::worst_case_memory(1, conns, 0);
     println!(
         "{conns} connections at their bound: RSS grew {} MiB ({:.1} MiB per connection), \
          busiest connection {:.1} MiB; formula {} MiB ({:.1} MiB per connection + {} MiB per \
@@ -517,11 +513,11 @@ fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
         grown as f64 / conns as f64 / MIB as f64,
         peak as f64 / MIB as f64,
         bound / MIB,
-        storefn_server::server::CONN_MEMORY_BOUND as f64 / MIB as f64,
-        storefn_server::server::THREAD_MEMORY_BOUND as u64 / MIB
+        storefn_server::limits::CONN_MEMORY_BOUND as f64 / MIB as f64,
+        storefn_server::limits::THREAD_MEMORY_BOUND as u64 / MIB
     );
     assert!(
-        peak >= storefn_server::server::MAX_CONN_OUT_BYTES as u64,
+        peak >= storefn_server::limits::MAX_CONN_OUT_BYTES as u64,
         "the connections reached their send bound ({peak} bytes)"
     );
     assert!(peak <= storefn_server::server::CONN_MEMORY_BOUND as u64);
@@ -551,7 +547,7 @@ fn each_tenant_runs_under_its_own_instruction_budget() {
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
     for (name, budget) in
-        [("small", 5000), ("other", storefn_server::server::DEFAULT_TENANT_INSN_BUDGET)]
+        [("small", 5000), ("other", storefn_server::limits::DEFAULT_TENANT_INSN_BUDGET)]
     {
         let mut c = Client::connect(&addr, tenant(name)).unwrap();
         let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();

@@ -74,11 +74,10 @@ fn token_auth_accepts_the_secret_and_refuses_anything_else() {
     let tok = dir.join("tokens");
     std::fs::write(&tok, "alice 0123456789abcdef0123\nbob fedcba9876543210fedc\n").unwrap();
     let mut cfg = ServerConfig::new(dir.path());
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
-    let mut ok =
-        Client::connect(&addr, storefn_server::auth::client_config(&tok).unwrap()).unwrap();
+    let mut ok = Client::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
     assert_eq!(ok.one(&Request::Read { path: b"f", offset: 0, len: 4 }).unwrap().data, b"data");
     let wrong = ClientConfig {
         tenant: "alice".into(),

@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::TempDir;
-use storefn_server::server::offload::{
-    token_thread, HostAnswer, OffloadDecision, OffloadHook, ReadCheck,
-};
+use storefn_server::{token_thread, HostAnswer, OffloadDecision, OffloadHook, ReadCheck};
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::{Client, ClientConfig, Request};
 use storefn_wire::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};

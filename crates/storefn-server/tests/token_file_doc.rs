@@ -10,7 +10,8 @@ fn rows(heading: &str) -> Vec<Vec<String>> {
 
 #[test]
 fn the_token_file_example_and_options_parse_as_documented() {
-    use storefn_server::access::{Access, Scope, DEFAULT_GROW_QUOTA};
+    use storefn_server::limits::DEFAULT_GROW_QUOTA;
+    use storefn_server::{Access, Scope};
     let start = DOC.find("\n### Token file\n").expect("FORMAT.md documents the token file");
     let section = &DOC[start..];
     let section = &section[..section[1..].find("\n### ").unwrap_or(section.len())];
@@ -18,7 +19,7 @@ fn the_token_file_example_and_options_parse_as_documented() {
     let example = section.rsplit("```").nth(1).expect("an example block");
     let dir = std::env::temp_dir().join(format!("storefn-tokdoc-{}", std::process::id()));
     std::fs::write(&dir, example).unwrap();
-    let toks = storefn_server::auth::load_tokens(&dir);
+    let toks = storefn_server::load_tokens(&dir);
     std::fs::remove_file(&dir).unwrap();
     let scopes: Vec<Scope> = toks.unwrap().iter().map(|t| Scope::of(t).unwrap()).collect();
     assert_eq!(scopes[0], Scope::default());

@@ -1,6 +1,6 @@
 //! storefn-vm: run untrusted eBPF storage functions in user space, safely and fast.
 //!
-//! Pipeline: [`elf`] loads a clang-built object into a [`Program`]; [`verifier`] checks it
+//! Pipeline: [`load`] reads a clang-built object into a [`Program`]; [`verify`] checks it
 //! statically; [`jit`] (Cranelift) or [`interp`] (the reference) runs it against a [`RunEnv`]
 //! whose regions bound every memory access at run time (sBPF-style, docs/design/vm.md), and whose
 //! instruction budget bounds the work of every invocation.
@@ -10,7 +10,9 @@
 //! caller lends it. The lower-level entry points that take a caller-built [`RunEnv`]
 //! ([`interp::run`], [`jit::JitProgram::run`]) are `unsafe fn`: the regions are trusted.
 //!
-//! The benchmark harness behind `storefn prog bench` lives in [`harness`], outside this API.
+//! Public modules are the byte-level contracts: [`insn`] (the instruction encoding), [`xrp`]
+//! and [`offload`] (the program types' context layouts, docs/FORMAT.md) and [`limits`] (every
+//! bound). The benchmark harness behind `storefn prog bench` is `harness` (feature `harness`).
 //!
 //! ```compile_fail
 //! // A RunEnv granting arbitrary memory cannot be run from safe code.
@@ -26,31 +28,35 @@
 //! # }
 //! ```
 
-pub mod cfg;
-pub mod disasm;
-pub mod elf;
-pub mod error;
+mod cfg;
+mod disasm;
+mod elf;
+mod error;
+#[cfg(feature = "harness")]
 pub mod harness;
-pub mod helpers;
+mod helpers;
 pub mod insn;
-pub mod instance;
+mod instance;
 pub mod interp;
 pub mod jit;
+pub mod limits;
 mod loops;
-pub mod mem;
+mod mem;
 pub mod offload;
-pub mod program;
+mod program;
 mod proofs;
 mod ranges;
 #[cfg(test)]
 mod testutil;
-pub mod verifier;
+mod verifier;
 pub mod xrp;
 
-pub use elf::LoadError;
+pub use disasm::disassemble;
+pub use elf::{load, LoadError};
 pub use error::{Place, VmError};
 pub use helpers::HostState;
 pub use instance::{load_verified, Engine, Error, Instance};
-pub use program::{ProgType, Program, RunEnv};
+pub use mem::{Region, RegionName, RegionSet};
+pub use program::{FaultInfo, ProgType, Program, RunEnv};
 pub use verifier::{verify, VerifiedProgram, VerifyError, VerifyStats};
 pub use xrp::{LambdaCtx, XrpCtx};

@@ -1,4 +1,4 @@
-//! The `offload` program type (DDS's offload functions, issue 13): one context layout shared by
+//! The `offload` program type (DDS's offload functions): one context layout shared by
 //! the four entry points, and the cache-table helpers.
 //!
 //! Entry points (one ELF section each, all of type `offload`; docs/FORMAT.md, "Offload context"):

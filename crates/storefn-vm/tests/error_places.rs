@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use storefn_vm::insn::*;
-use storefn_vm::mem::RegionName;
+use storefn_vm::RegionName;
 use storefn_vm::{Engine, Instance, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
 
 /// r2 = ctx->data, r3 = ctx->scratch, then `body`.

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use storefn_vm::insn::*;
-use storefn_vm::program::STACK_FRAME_BYTES;
+use storefn_vm::limits::STACK_FRAME_BYTES;
 use storefn_vm::{Place, ProgType, VmError};
 
 /// r0 = a; r1 = b; r0 <op>= r1 (64- or 32-bit, off selects signed/movsx); exit.

@@ -349,7 +349,7 @@ fn corpus_programs_jit_equals_interp() {
     for (name, elf) in storefn_progs::ALL {
         let t = if name.contains("lambda") { ProgType::Lambda } else { ProgType::Xrp };
         {
-            let Ok(prog) = storefn_vm::elf::load(elf, None, t) else { continue };
+            let Ok(prog) = storefn_vm::load(elf, None, t) else { continue };
             let Ok(prog) = VerifiedProgram::new(prog) else { continue };
             // Context pointers into the sandbox: XRP data and scratch, or λ's buf_o/buf_i.
             let setup = |sb: &mut Sandbox| {

@@ -6,7 +6,7 @@ mod jit_support;
 use jit_support::*;
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::mem::RegionName;
+use storefn_vm::RegionName;
 use storefn_vm::{Place, VerifiedProgram, VmError};
 
 fn run_with(insns: Vec<Insn>, sb: &mut Sandbox) -> Result<u64, VmError> {

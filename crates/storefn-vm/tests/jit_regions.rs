@@ -6,8 +6,8 @@ mod jit_support;
 use jit_support::*;
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::mem::{Region, RegionSet};
 use storefn_vm::VmError;
+use storefn_vm::{Region, RegionSet};
 
 fn read_data_prog(sb: &Sandbox) -> JitProgram {
     let mut p = Vec::from(lddw(1, sb.data_addr()));

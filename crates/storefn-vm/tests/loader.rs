@@ -1,8 +1,8 @@
 //! Loader: every compiled program loads; malformed objects are errors, never panics.
 
-use storefn_vm::elf::{load, LoadError};
 use storefn_vm::insn::{BPF_CALL, BPF_JMP, BPF_PSEUDO_CALL};
 use storefn_vm::ProgType;
+use storefn_vm::{load, LoadError};
 
 fn type_of(name: &str) -> ProgType {
     if name.contains("lambda") {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use storefn_vm::mem::RegionName;
+use storefn_vm::RegionName;
 use storefn_vm::{
     load_verified, Engine, Instance, Place, ProgType, VerifiedProgram, VmError, XrpCtx,
 };
@@ -247,7 +247,7 @@ fn previous_calls_buffers_are_not_granted() {
     }
 }
 
-/// Regression (issue 10): a loop-free program of seven functions, each calling the next 64
+/// Regression: a loop-free program of seven functions, each calling the next 64
 /// times, passed the verifier and then ran for minutes, because only backward jumps were
 /// charged. Every instruction is charged now: both engines stop on the default budget, at the
 /// same instruction, with the same error.
@@ -258,11 +258,11 @@ fn call_fanout_stops_on_the_instruction_budget() {
     let mut stops = Vec::new();
     for engine in [Engine::Jit, Engine::Interp] {
         let mut inst = Instance::new(Arc::clone(&p), engine).unwrap();
-        assert_eq!(inst.insn_budget(), storefn_vm::program::DEFAULT_INSN_BUDGET);
+        assert_eq!(inst.insn_budget(), storefn_vm::limits::DEFAULT_INSN_BUDGET);
         let mut s = vec![0u8; 4096];
         let e = inst.run_xrp(&mut XrpCtx::default(), &block(&[0]), &mut s).unwrap_err();
         let VmError::BudgetExhausted { insn, budget } = e else { panic!("{engine:?}: {e}") };
-        assert_eq!(budget, storefn_vm::program::DEFAULT_INSN_BUDGET);
+        assert_eq!(budget, storefn_vm::limits::DEFAULT_INSN_BUDGET);
         stops.push(insn);
         // A smaller budget per instance stops it sooner, at a different point.
         inst.set_insn_budget(1000);
@@ -301,7 +301,7 @@ fn a_lambda_budget_grows_with_its_input_and_still_stops() {
     // A λ function runs once over its whole range, so its invocation may execute the
     // instance's budget plus LAMBDA_INSNS_PER_INPUT_BYTE per input byte and
     // LAMBDA_INSNS_PER_OUTPUT_BYTE per output byte, and no more.
-    use storefn_vm::program::{LAMBDA_INSNS_PER_INPUT_BYTE, LAMBDA_INSNS_PER_OUTPUT_BYTE};
+    use storefn_vm::limits::{LAMBDA_INSNS_PER_INPUT_BYTE, LAMBDA_INSNS_PER_OUTPUT_BYTE};
     for engine in [Engine::Interp, Engine::Jit] {
         let mut inst = match Instance::new(prog("test/lambda_spin", ProgType::Lambda), engine) {
             Ok(i) => i,

@@ -15,8 +15,8 @@ use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
-use storefn_vm::mem::RegionName;
 use storefn_vm::xrp::{XRP_DATA_VIEW_BYTES, XRP_SCRATCH_BYTES};
+use storefn_vm::RegionName;
 use storefn_vm::{Engine, Instance, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
 
 /// r2 = ctx->data, r3 = ctx->scratch for the whole program (the body never writes them).

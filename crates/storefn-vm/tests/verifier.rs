@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use storefn_vm::insn::*;
-use storefn_vm::program::{MAX_CALL_DEPTH, MAX_INSNS};
+use storefn_vm::limits::{MAX_CALL_DEPTH, MAX_INSNS};
 use storefn_vm::ProgType;
 
 fn v(insns: Vec<Insn>) -> String {
@@ -353,8 +353,7 @@ fn global_relocations_are_checked() {
 #[test]
 fn clang_reject_program() {
     let prog =
-        storefn_vm::elf::load(storefn_progs::must("test/reject_helper"), None, ProgType::Xrp)
-            .unwrap();
+        storefn_vm::load(storefn_progs::must("test/reject_helper"), None, ProgType::Xrp).unwrap();
     assert_eq!(
         storefn_vm::verify(&prog).unwrap_err().to_string(),
         "insn #1: unknown helper 5 for xrp programs"

@@ -15,14 +15,11 @@ use crate::frame::{
     KIND_RESPONSE,
 };
 use crate::hash::{prog_hash, ProgHash};
+use crate::limits::DEFAULT_TIMEOUT;
 use crate::limits::{MAX_FRAME_BYTES, MAX_MSGS_PER_FRAME};
 use crate::msg::{
     put_request, FileVersion, Request, Response, StatusCode, HELLO_FLAG_AUTH_REQUIRED,
 };
-
-/// Default time a call waits for its replies before failing (then the connection is dropped
-/// and the next call reconnects).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How to connect.
 #[derive(Clone)]

@@ -30,7 +30,7 @@ pub mod limits;
 mod msg;
 
 pub use auth::{challenge, mac, verify};
-pub use client::{read_response_frame, Client, ClientConfig, ClientError, Reply, DEFAULT_TIMEOUT};
+pub use client::{read_response_frame, Client, ClientConfig, ClientError, Reply};
 pub use frame::{
     decode_frame, decode_header, op, put_answer_head, FrameBuf, FrameHeader, Messages, Msg, MsgAt,
     ProtoError, FENCE_BYTES, HASH_BYTES, KIND_REQUEST, KIND_RESPONSE, MAGIC, MSG_FLAG_FENCED,

@@ -37,3 +37,7 @@ pub const MAX_LAMBDA_WRITE_OUT_BYTES: u32 = 4 << 20;
 pub const MAX_OFFLOAD_MSG_BYTES: u32 = 4096;
 /// Largest OFFLOAD answer (response data), bytes.
 pub const MAX_OFFLOAD_DATA_BYTES: u32 = 64 * 1024;
+
+/// The client's default time a call waits for its replies before failing (then the connection
+/// is dropped and the next call reconnects).
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use storefn_kv::db::{open_read, Db, DbOptions};
 use storefn_kv::format::value_text;
 use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, Load, PathOptions};
-use storefn_kv::query::RangeVia;
-use storefn_kv::range::Agg;
+use storefn_kv::Agg;
+use storefn_kv::RangeVia;
+use storefn_kv::{open_read, Db, DbOptions};
 use storefn_kv::{Abi, LookupPath, NodeSize, ProgSource, Store};
 
 use crate::CmdResult;
@@ -67,7 +67,7 @@ pub enum KvCmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Memtable limit in bytes (small values force frequent compactions).
-        #[arg(long, default_value_t = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES)]
+        #[arg(long, default_value_t = storefn_kv::limits::DEFAULT_MEMTABLE_LIMIT_BYTES)]
         memtable_bytes: usize,
         /// Puts submitted together per group commit.
         #[arg(long, default_value_t = 1)]
@@ -349,12 +349,12 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
         }
         KvCmd::Put { db, key, value, write } => {
             let v = put_value(value)?;
-            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            let limit = storefn_kv::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
             Db::open_opts(db, write.db_options(limit)?)?.put(*key, &v)?;
             Ok(ExitCode::SUCCESS)
         }
         KvCmd::Compact { db, write } => {
-            let limit = storefn_kv::memtable::DEFAULT_MEMTABLE_LIMIT_BYTES;
+            let limit = storefn_kv::limits::DEFAULT_MEMTABLE_LIMIT_BYTES;
             Db::open_opts(db, write.db_options(limit)?)?.compact()?;
             Ok(ExitCode::SUCCESS)
         }
@@ -416,7 +416,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
             let keys = pick_keys(keys, random.map(|n| (n, *seed)), store.meta().key_count)?;
             let kpc = opts.prog.abi.max_keys_per_chain();
             let mut path = make_path(&store, opts, kpc)?;
-            let found = storefn_kv::query::multiget(path.as_mut(), &mem, &keys)
+            let found = storefn_kv::multiget(path.as_mut(), &mem, &keys)
                 .map_err(|e| prog_err(&opts.prog, e))?;
             Ok(print_multiget(&keys, &found))
         }
@@ -435,7 +435,7 @@ pub fn run(cmd: &KvCmd) -> CmdResult {
                 Some("read") => return Err("--prog runs on --path xrp".into()),
                 Some(p) => return Err(format!("--path {p}: expected read|xrp").into()),
             };
-            let o = storefn_kv::query::range(&store, &mem, *begin, *end, agg, &via)
+            let o = storefn_kv::range(&store, &mem, *begin, *end, agg, &via)
                 .map_err(|e| prog_err(prog, e))?;
             let (entries, value) = (o.entries, o.agg);
             match agg {
@@ -491,7 +491,7 @@ fn bench_compare(a: &BenchArgs, store: &Arc<Store>, cfg: &BenchConfig) -> CmdRes
     let c = storefn_kv::harness::compare::run(
         store,
         cfg,
-        a.rounds.unwrap_or(storefn_kv::harness::compare::DEFAULT_ROUNDS),
+        a.rounds.unwrap_or(storefn_kv::limits::DEFAULT_ROUNDS),
     )?;
     for (r, io) in [(&c.file, "file"), (&c.raw, "raw")] {
         println!("== io={io}");
@@ -555,7 +555,7 @@ pub fn print_bench(r: &BenchResult, io: &str) {
     println!("Fallbacks: {}", r.fallbacks);
     println!("Device reads per lookup: {:.4}", r.device_ios_per_op);
     if r.path.starts_with("xrp") {
-        println!("VM engine: {}", storefn_kv::program::engine_used().unwrap_or("none"));
+        println!("VM engine: {}", storefn_kv::engine_used().unwrap_or("none"));
     }
     println!(
         "summary path={} layers={} threads={} batch={} requests={} ops_per_sec={:.1} mean_us={:.3} \
@@ -670,7 +670,7 @@ fn recover(
     point_in_time: bool,
     wait: Option<std::time::Duration>,
 ) -> CmdResult {
-    let (repaired, dropped) = storefn_kv::db::recover_db(db, point_in_time, wait)?;
+    let (repaired, dropped) = storefn_kv::recover_db(db, point_in_time, wait)?;
     if repaired {
         println!("finished an interrupted compaction of {}", db.display());
     }
@@ -708,7 +708,7 @@ fn create(
         .expect("valid template"),
     );
     let t0 = Instant::now();
-    let meta = storefn_kv::db::create_db(db, ns, layers, wait, &mut |done, total| {
+    let meta = storefn_kv::create_db(db, ns, layers, wait, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })?;

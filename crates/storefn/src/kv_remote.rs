@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use storefn_kv::remote::bench::{run as bench_run, RemoteBenchConfig};
+use storefn_kv::harness::remote::{run as bench_run, RemoteBenchConfig};
 use storefn_kv::{RemoteKv, RemotePath};
 use storefn_wire::{Client, ClientConfig};
 
@@ -42,7 +42,7 @@ impl RemoteOpts {
 
 fn client_cfg(o: &RemoteOpts) -> Result<ClientConfig, Box<dyn std::error::Error>> {
     Ok(match &o.token_file {
-        Some(t) => storefn_server::auth::client_config(t)?,
+        Some(t) => storefn_server::client_config(t)?,
         None => ClientConfig::default(),
     })
 }

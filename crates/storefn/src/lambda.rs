@@ -72,7 +72,7 @@ pub struct ReqOpts {
 /// The client's tenant and secret: the token file's first line, or none.
 fn client_config(token_file: Option<&PathBuf>) -> Result<ClientConfig, String> {
     token_file.map_or(Ok(ClientConfig::default()), |t| {
-        storefn_server::auth::client_config(t).map_err(|e| format!("{}: {e}", t.display()))
+        storefn_server::client_config(t).map_err(|e| format!("{}: {e}", t.display()))
     })
 }
 
@@ -246,9 +246,8 @@ fn parse_offset(s: &str) -> Result<u64, String> {
 }
 
 fn write(a: &WriteArgs) -> CmdResult {
-    use storefn_lambda::remote_write::{
-        write_local_once, write_remote_once, MAX_REMOTE_WRITE_OUT_BYTES,
-    };
+    use storefn_lambda::limits::MAX_REMOTE_WRITE_OUT_BYTES;
+    use storefn_lambda::{write_local_once, write_remote_once};
     let input = std::fs::read(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
     let (prog, workload) = resolve_prog(&a.opts.prog, a.opts.section.as_deref())?;
     let out_cap = match (a.out_cap, workload) {

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
-use storefn_dds::host::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::host::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
+use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::pageserver::bench::{self, PageBenchConfig};
 use storefn_dds::pageserver::spawn::{spawn_and_run, HostCommand};
 use storefn_dds::pageserver::{

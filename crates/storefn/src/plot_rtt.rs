@@ -1,5 +1,5 @@
 //! `storefn plot --rtt FILE.json... -o FIG.png`: remote lookup latency against round-trip time
-//! (issue 12's figure), from `storefn kv bench --remote --json` runs and one local `xrp` run.
+//! (BPF-oF's latency-vs-RTT figure), from `storefn kv bench --remote --json` runs and one local `xrp` run.
 //!
 //! One line per remote path (`rpc-read`, `pushdown` with batch 1) through the points
 //! (measured `rtt_us`, `mean_us`), and the physical bound of a pushed-down lookup,

@@ -126,7 +126,7 @@ fn read(path: &Path) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
 fn verify(file: &Path, section: Option<&str>, t: ProgType, proofs: bool) -> CmdResult {
     let elf = read(file)?;
     let prog =
-        storefn_vm::elf::load(&elf, section, t).map_err(|e| format!("{}: {e}", file.display()))?;
+        storefn_vm::load(&elf, section, t).map_err(|e| format!("{}: {e}", file.display()))?;
     match storefn_vm::VerifiedProgram::new(prog) {
         Ok(v) => {
             println!("ok: {} instructions", v.stats().insns);
@@ -155,7 +155,7 @@ fn verify(file: &Path, section: Option<&str>, t: ProgType, proofs: bool) -> CmdR
 
 fn dump(file: &Path, section: Option<&str>) -> CmdResult {
     let elf = read(file)?;
-    let prog = storefn_vm::elf::load(&elf, section, ProgType::Xrp)
+    let prog = storefn_vm::load(&elf, section, ProgType::Xrp)
         .map_err(|e| format!("{}: {e}", file.display()))?;
     println!(
         "; {} ({} slots, {} bytes of globals)",
@@ -163,7 +163,7 @@ fn dump(file: &Path, section: Option<&str>) -> CmdResult {
         prog.insns.len(),
         prog.globals.len()
     );
-    for (pc, text) in storefn_vm::disasm::disassemble(&prog) {
+    for (pc, text) in storefn_vm::disassemble(&prog) {
         println!("{pc:5}: {text}");
     }
     Ok(ExitCode::SUCCESS)

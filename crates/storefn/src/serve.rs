@@ -31,7 +31,7 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     pub unfair: bool,
     /// Instructions per program invocation for tenants without their own budget (default
-    /// storefn_server::server::DEFAULT_TENANT_INSN_BUDGET, a quarter of the VM's default).
+    /// storefn_server::limits::DEFAULT_TENANT_INSN_BUDGET, a quarter of the VM's default).
     #[arg(long)]
     pub insn_budget: Option<u64>,
     /// A tenant's own instruction budget, `TENANT=INSNS` (repeatable).
@@ -92,7 +92,7 @@ pub fn run(a: &ServeArgs) -> CmdResult {
     }
     if let Some(t) = &a.token_file {
         // Scopes checked here too, so a bad one is reported with the file's name.
-        let tokens = storefn_server::access::load_token_file(t)?;
+        let tokens = storefn_server::load_token_file(t)?;
         cfg.tokens = Some(tokens.into_iter().map(|(t, _)| t).collect());
     }
     for sig in [libc::SIGTERM, libc::SIGINT] {

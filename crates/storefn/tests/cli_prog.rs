@@ -143,7 +143,7 @@ fn run_faults_print_insn_and_exit_1() {
     assert_eq!(o.status.code(), Some(1));
     let want = format!(
         "instruction budget exhausted ({} instructions)",
-        storefn_vm::program::DEFAULT_INSN_BUDGET
+        storefn_vm::limits::DEFAULT_INSN_BUDGET
     );
     assert!(stderr(&o).contains(&want), "{}", stderr(&o));
     // `--budget` sets it per run; the loop-free call fan-out stops on it on both engines at

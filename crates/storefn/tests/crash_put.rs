@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use storefn_kv::db::{Db, MARKER_SUFFIX, NEW_SUFFIX};
 use storefn_kv::format::value_text;
+use storefn_kv::{Db, MARKER_SUFFIX, NEW_SUFFIX};
 
 /// Kill rounds.
 const ROUNDS: u64 = 6;

@@ -1,4 +1,4 @@
-//! `storefn kv recover DB --point-in-time` (issue 11): a WAL damaged before its last commit is an
+//! `storefn kv recover DB --point-in-time`: a WAL damaged before its last commit is an
 //! error naming the offset for every command; point-in-time recovery drops the damaged batch and
 //! every batch after it, printing what it dropped, and the database opens again.
 

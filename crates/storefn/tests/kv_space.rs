@@ -1,4 +1,4 @@
-//! Out of space (issue 11): `kv create` and compaction compare the bytes they will write with
+//! Out of space: `kv create` and compaction compare the bytes they will write with
 //! the file system's free space first, refuse with both figures, and leave nothing behind. On a
 //! small tmpfs this test mounts (root) and always unmounts.
 

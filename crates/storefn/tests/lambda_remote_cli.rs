@@ -40,7 +40,7 @@ fn token_server(tag: &str) -> (Dir, PathBuf, Server, PathBuf) {
     let tokens = d.0.join("tokens");
     std::fs::write(&tokens, "alice 0123456789abcdef0123456789abcdef\n").unwrap();
     let mut cfg = ServerConfig::new(&served);
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tokens).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tokens).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     (d, served, server, tokens)
 }

@@ -1,4 +1,4 @@
-//! Several writer processes and reader processes on one database at once (issue 11): writers
+//! Several writer processes and reader processes on one database at once: writers
 //! take turns through the lock (`--wait-lock`), a writer that does not wait fails at once naming
 //! the holder's pid, readers never error and never see a key of the tree missing, and afterwards
 //! every acknowledged put is there with its exact value.
@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use storefn_kv::db::Db;
 use storefn_kv::format::value_text;
+use storefn_kv::Db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_storefn");
 /// Writer threads, each running this many `put-stream` processes one after another.

@@ -66,7 +66,7 @@ fn a_read_only_tenant_reaches_only_its_directory() {
             _ => break,
         }
     }
-    let cfg = storefn_server::auth::client_config(&tok).unwrap();
+    let cfg = storefn_server::client_config(&tok).unwrap();
     let mut c = Client::connect(&addr, cfg).unwrap();
     let st = |c: &mut Client, r: Request<'_>| c.call(&[r]).unwrap()[0].status;
     let read = |p: &'static str| Request::Read { path: p.as_bytes(), offset: 0, len: 4 };

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use storefn_server::auth::load_tokens;
+use storefn_server::load_tokens;
 use storefn_server::{Server, ServerConfig};
 
 pub fn crate_dir() -> PathBuf {

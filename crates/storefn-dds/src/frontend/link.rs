@@ -20,16 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use storefn_server::server::offload::{token_thread, HostAnswer};
+use storefn_server::{token_thread, HostAnswer};
 
 use super::{Timing, TimingSamples};
-use crate::host::doorbell::PARK_SLICE;
-use crate::host::{ForwardEnd, HostChannel, HostError, Side, HOST_HEARTBEAT_TIMEOUT};
-
-/// Answer bytes one server thread's queue holds before further answers for it are dropped
-/// (a thread drains its queue whenever it has requests forwarded; a host answering requests
-/// nobody forwarded must not grow the server without bound).
-pub const MAX_ROUTE_BYTES: usize = 16 << 20;
+use crate::host::{ForwardEnd, HostChannel, HostError, Side};
+use crate::limits::MAX_ROUTE_BYTES;
+use crate::limits::{HOST_HEARTBEAT_TIMEOUT, PARK_SLICE};
 
 /// Why requests waiting for a host fail.
 pub(super) const HOST_GONE: &str =
@@ -55,7 +51,7 @@ pub struct LinkStats {
 /// One host application as the server threads see it.
 #[derive(Debug)]
 struct Attachment {
-    /// Numbers attachments; what [`OffloadHook::forward`](storefn_server::server::offload::OffloadHook::forward) returns.
+    /// Numbers attachments; what [`OffloadHook::forward`](storefn_server::OffloadHook::forward) returns.
     generation: u64,
     send: ForwardEnd,
     /// False while the heartbeat is stopped (after it began).

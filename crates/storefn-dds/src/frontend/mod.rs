@@ -20,16 +20,18 @@
 
 mod link;
 
-pub use link::{LinkStats, MAX_ROUTE_BYTES};
+pub use link::LinkStats;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use storefn_server::server::offload::{HostAnswer, OffloadDecision, OffloadHook, ReadCheck};
+use storefn_server::{HostAnswer, OffloadDecision, OffloadHook, ReadCheck};
 
 use crate::host::{FileService, HostChannel, HostError};
-use crate::offload::{OffloadFunctions, MAX_BATCH_REQUESTS};
+use crate::limits::MAX_BATCH_REQUESTS;
+use crate::limits::MAX_TIMING_SAMPLES;
+use crate::offload::OffloadFunctions;
 
 /// Bytes before the index of a batch: `count u32 | pad u32`.
 pub const BATCH_HEADER_BYTES: usize = 8;
@@ -60,8 +62,6 @@ pub fn encode_batch<'a>(msgs: impl ExactSizeIterator<Item = &'a [u8]> + Clone, b
         buf.resize(buf.len().next_multiple_of(8), 0);
     }
 }
-/// Samples of each kind the timing recorder keeps (later ones are dropped, and counted).
-pub const MAX_TIMING_SAMPLES: usize = 1 << 20;
 
 /// Where requests' time went (recorded only while [`FrontEnd::set_timing`] is on), ns.
 #[derive(Debug, Clone, Default)]

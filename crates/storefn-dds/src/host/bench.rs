@@ -14,14 +14,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::wire::MAX_IO_BYTES;
-use super::{FileService, HostChannel, HostError, HostFiles, DEFAULT_CHANNEL_RING_BYTES};
+use super::{FileService, HostChannel, HostError, HostFiles};
+use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
+use crate::limits::MAX_IO_BYTES;
+use crate::limits::{MAX_DEPTH, MAX_OPS};
 use crate::ring::progressive::backoff;
-
-/// Most requests in flight the async case keeps.
-pub const MAX_DEPTH: usize = 1024;
-/// Most reads per case.
-pub const MAX_OPS: usize = 10_000_000;
 
 /// What to run.
 #[derive(Debug, Clone)]

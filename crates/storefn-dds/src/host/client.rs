@@ -8,9 +8,10 @@
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use super::wire::{Op, RequestHeader, ResponseHeader, MAX_IO_BYTES};
+use super::wire::{Op, RequestHeader, ResponseHeader};
 use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
-use crate::ring::progressive::{Consumer, MAX_BATCH_RECORDS};
+use crate::limits::{MAX_BATCH_RECORDS, MAX_IO_BYTES};
+use crate::ring::progressive::Consumer;
 
 /// One finished request, handed to [`HostFiles::poll`]'s callback.
 #[derive(Debug)]

@@ -19,14 +19,9 @@
 //! through a published record. A peer that scribbles on the words can only cause spurious
 //! wake-ups or a sleep of at most one [`PARK_SLICE`]; every sleep is bounded by it.
 
+use crate::limits::{PARK_SLICE, SPIN_POLLS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Polls a waiter makes (with a CPU pause between) before it sleeps: an answer that comes
-/// within a few microseconds costs no system call; a longer wait costs no CPU.
-pub const SPIN_POLLS: u32 = 64;
-/// Longest one sleep: a lost or forged wake-up (or a stop flag) is noticed this late at worst.
-pub const PARK_SLICE: Duration = Duration::from_millis(10);
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("the doorbell futex is the low half of a little-endian u64");

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use super::{HostChannel, HostError, CHANNEL_MAX_MESSAGE, DEFAULT_TIMEOUT};
-use crate::ring::progressive::{Consumer, ProgressiveRing, MAX_BATCH_RECORDS};
+use crate::limits::MAX_BATCH_RECORDS;
+use crate::ring::progressive::{Consumer, ProgressiveRing};
 
 /// Bytes before the payload of a forwarded request.
 pub const FORWARD_HEADER_BYTES: usize = 8;

@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{HostChannel, HostError};
+use crate::limits::HANDOFF_TIMEOUT;
 
-/// Longest a handoff waits on the socket.
-pub const HANDOFF_TIMEOUT: Duration = Duration::from_secs(5);
 /// The byte message sent with the fd (and checked by the host).
 pub const HANDOFF_MAGIC: [u8; 8] = *b"SFDDSHC1";
 

@@ -12,9 +12,12 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::ring::progressive::{ring_words, ProgressiveRing, MAX_RING_BYTES};
+use crate::limits::DEFAULT_TIMEOUT;
+use crate::limits::MAX_RING_BYTES;
+use crate::ring::progressive::{ring_words, ProgressiveRing};
 use crate::ring::{RingError, SharedMemory, ShmError};
 
+#[cfg(feature = "bench")]
 pub mod bench;
 mod client;
 pub mod doorbell;
@@ -54,16 +57,8 @@ pub const CH_RESP_BELL_WAITERS: usize = 264;
 /// The host application's heartbeat: a counter it bumps whenever it looks for requests; the
 /// server judges the host gone when it stops moving ([`HOST_HEARTBEAT_TIMEOUT`]).
 pub const CH_HEARTBEAT: usize = 384;
-/// A host whose heartbeat (after its first) has not moved for this long is gone: requests
-/// forwarded to it fail at once rather than each waiting for the forward timeout. Well above
-/// the host's longest idle sleep ([`doorbell::PARK_SLICE`]) and a descheduled time slice.
-pub const HOST_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default data bytes per ring (a power of two; must hold two largest messages).
-pub const DEFAULT_CHANNEL_RING_BYTES: usize = 1 << 20;
 /// Largest message on either ring: a header plus [`wire::MAX_IO_BYTES`] (paths are shorter).
-pub const CHANNEL_MAX_MESSAGE: usize = wire::REQUEST_HEADER_BYTES + wire::MAX_IO_BYTES;
-/// How long a blocking call or a response push waits before giving up.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CHANNEL_MAX_MESSAGE: usize = wire::REQUEST_HEADER_BYTES + crate::limits::MAX_IO_BYTES;
 
 /// Host-path errors.
 #[derive(Debug, thiserror::Error)]

@@ -15,13 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::doorbell::{PARK_SLICE, SPIN_POLLS};
-use super::wire::{Op, RequestHeader, ResponseHeader, MAX_IO_BYTES, MAX_PATH_BYTES};
+use super::wire::{Op, RequestHeader, ResponseHeader};
 use super::{HostChannel, HostError, DEFAULT_TIMEOUT};
-use crate::ring::progressive::{Consumer, MAX_BATCH_RECORDS};
-
-/// Files one service keeps open (file ids are `0..MAX_OPEN_FILES`).
-pub const MAX_OPEN_FILES: usize = 1024;
+use crate::limits::{MAX_BATCH_RECORDS, MAX_IO_BYTES, MAX_PATH_BYTES, PARK_SLICE, SPIN_POLLS};
+use crate::limits::{MAX_OPEN_FILES, STAMP_BUCKETS, STAMP_GRAIN_BYTES};
+use crate::ring::progressive::Consumer;
 
 /// Called by the service around file I/O: DDS's `cache` runs on writes, `invalidate` on reads
 /// and writes. Runs on the service's thread, after a successful write / before a read.
@@ -32,10 +30,6 @@ pub trait FileHooks: Send {
     fn on_read(&mut self, file: u32, offset: u64, len: u32);
 }
 
-/// Change stamps cover the files in blocks of this many bytes.
-pub const STAMP_GRAIN_BYTES: u64 = 4096;
-/// Stamp buckets (blocks of every file hash into them).
-pub const STAMP_BUCKETS: usize = 4096;
 /// Most buckets one change bumps: a write of `MAX_IO_BYTES` spans at most 17 blocks.
 const MAX_WRITE_BUCKETS: usize = MAX_IO_BYTES / STAMP_GRAIN_BYTES as usize + 1;
 

@@ -28,11 +28,6 @@ pub const RESP_DEVICE_NS: usize = 12;
 /// File id (create/open) or bytes transferred (read/write).
 pub const RESP_VALUE: usize = 16;
 
-/// Largest read or write one request carries.
-pub const MAX_IO_BYTES: usize = 64 * 1024;
-/// Longest path (bytes) in a create/open.
-pub const MAX_PATH_BYTES: usize = 4096;
-
 /// Operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

@@ -3,12 +3,11 @@
 //! so, nobody is asked (`--insecure-no-auth`). The page server's only use of storefn-server's
 //! token API is here.
 
-use storefn_server::auth::{load_tokens, Token, TokenError};
+use crate::limits::GENERATED_SECRET_BYTES;
 use storefn_server::ServerConfig;
+use storefn_server::{load_tokens, Token, TokenError};
 use storefn_wire::ClientConfig;
 
-/// Bytes of a generated secret (alphanumeric, ~190 bits).
-pub const GENERATED_SECRET_BYTES: usize = 32;
 /// The tenant of a generated token.
 pub const GENERATED_TENANT: &str = "pageserver";
 
@@ -81,5 +80,5 @@ impl PageServerAuth {
 /// # Errors
 /// The token file's errors.
 pub fn client_config_from_token_file(path: &std::path::Path) -> Result<ClientConfig, TokenError> {
-    storefn_server::auth::client_config(path)
+    storefn_server::client_config(path)
 }

@@ -32,7 +32,7 @@ pub struct PageBenchConfig {
     /// How the clients authenticate (`--spawn` sets the spawned server's).
     pub client: ClientConfig,
     /// Share of requests that ask a version newer than the cached one (only the host can
-    /// answer them): 0.1 for the 90% offloadable mix.
+    /// answer them): 0.1 for a 90% offloadable mix.
     pub host_share: f64,
     pub seed: u64,
     /// Recorded in the report (what the server was started with).

@@ -10,9 +10,13 @@
 
 use crate::host::forward::AnswerTiming;
 use crate::host::{ForwardEnd, HostError, HostFiles};
+use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
+use crate::limits::{MAX_LSN, PAGE_SERVER_BATCH};
 
 mod auth;
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "bench")]
 pub mod spawn;
 
 pub use auth::{client_config_from_token_file, PageServerAuth};
@@ -23,18 +27,10 @@ pub const STATS_PAGE: u64 = u64::MAX;
 /// Bytes of an encoded [`HostStats`].
 pub const HOST_STATS_BYTES: usize = 40;
 
-/// Highest LSN a page may carry: a GetPage asking for a newer one is refused (answered
-/// empty, like any message that is no GetPage of a stored page), so a client cannot push the
-/// host's LSN counter to its end and make it wrap (2^62 updates at a billion a second take
-/// 146 years).
-pub const MAX_LSN: u64 = 1 << 62;
-
 /// Page size (progs/include/pageserver.h `PS_PAGE_BYTES`).
 pub const PAGE_BYTES: usize = 8192;
 /// A GetPage request: `page u64 | lsn u64`.
 pub const GET_PAGE_BYTES: usize = 16;
-/// Most requests one `pred` call of the page server's functions judges (`PS_MAX_BATCH`).
-pub const PAGE_SERVER_BATCH: usize = 64;
 
 /// Encodes a GetPage request.
 #[must_use]
@@ -324,7 +320,7 @@ pub fn host_loop(
             continue;
         }
         idle += 1;
-        if idle < crate::host::doorbell::SPIN_POLLS {
+        if idle < crate::limits::SPIN_POLLS {
             std::hint::spin_loop();
             continue;
         }
@@ -364,7 +360,7 @@ pub struct DeployOptions {
     /// `false`: every GetPage is forwarded (the baseline).
     pub offload: bool,
     /// How long a forwarded request waits for the host application
-    /// ([`storefn_server::server::FORWARD_TIMEOUT`] by default).
+    /// ([`storefn_server::limits::FORWARD_TIMEOUT`] by default).
     pub forward_timeout: std::time::Duration,
     /// Server threads (1 by default); each gets the answers to the requests it forwarded.
     pub threads: usize,
@@ -386,7 +382,7 @@ impl DeployOptions {
         Self {
             table_items,
             offload,
-            forward_timeout: storefn_server::server::FORWARD_TIMEOUT,
+            forward_timeout: storefn_server::limits::FORWARD_TIMEOUT,
             threads: 1,
             auth: PageServerAuth::generated(),
             metrics: None,
@@ -436,7 +432,7 @@ impl Deployment {
         elf: &[u8],
         opts: &DeployOptions,
     ) -> Result<Self, DeployError> {
-        use crate::host::{HostChannel, DEFAULT_CHANNEL_RING_BYTES};
+        use crate::host::HostChannel;
         let files = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
         let forward = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES)?;
         let host_files = HostChannel::attach(dup(&files)?)?;
@@ -499,7 +495,7 @@ impl Deployment {
         let mut cfg = storefn_server::ServerConfig::new(dir);
         cfg.threads = opts.threads;
         opts.auth.apply(&mut cfg);
-        let hook: Arc<dyn storefn_server::server::offload::OffloadHook> = front.clone();
+        let hook: Arc<dyn storefn_server::OffloadHook> = front.clone();
         cfg.offload = Some(hook);
         cfg.forward_timeout = opts.forward_timeout;
         cfg.metrics.clone_from(&opts.metrics);

@@ -1,5 +1,5 @@
 //! `storefn pageserver bench --spawn`: the whole page server on this machine, the host
-//! application in its own process as the issue has it. The storage server (with the DDS front
+//! application in its own process, as DDS deploys it. The storage server (with the DDS front
 //! end and the file service) runs in this process; the host application is started from
 //! [`HostCommand`] (the CLI re-executes itself as `storefn pageserver host`), connects to a
 //! Unix socket and receives its two channels; then the load runs over loopback. The child is
@@ -16,14 +16,7 @@ use storefn_wire::{Client, ClientConfig, ClientError, StatusCode};
 
 use super::bench::{add_time_split, host_stats, run, PageBenchConfig, PageBenchReport};
 use super::{DeployOptions, Deployment};
-use crate::host::{ChannelListener, DEFAULT_CHANNEL_RING_BYTES};
-
-/// How long the host application may take to connect its two channels.
-pub const HOST_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long it may take to store its pages and start answering.
-pub const HOST_READY_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long it may take to exit after SIGTERM before it is killed.
-pub const HOST_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::host::ChannelListener;
 
 /// The command that runs the host application (`storefn pageserver host`); the spawner appends
 /// `--channel SOCKET --file pages --pages N --updates-per-sec U --seed S`.
@@ -108,6 +101,8 @@ impl Drop for SocketDir {
     }
 }
 
+use crate::limits::DEFAULT_CHANNEL_RING_BYTES;
+use crate::limits::{HOST_CONNECT_TIMEOUT, HOST_READY_TIMEOUT, HOST_STOP_TIMEOUT};
 use std::os::unix::fs::DirBuilderExt;
 
 /// Waits until the host answers a stats request with all `pages` stored (a forwarded request

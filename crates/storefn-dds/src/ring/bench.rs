@@ -5,21 +5,17 @@
 //! message (per-producer FIFO order, no loss, no duplicate), so a fast wrong ring fails.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
-use super::progressive::{backoff, record_bytes, ring_words, MAX_BATCH_RECORDS};
+use super::progressive::{backoff, record_bytes, ring_words};
 use super::{FlagRing, MutexRing, ProgressiveRing, RingError, SharedMemory};
+use crate::limits::MAX_BATCH_RECORDS;
+use crate::limits::{MAX_CASE_TIME, MAX_PRODUCERS, MIN_MESSAGE_BYTES};
 
 /// Ring names, as `--ring` and the JSON key `ring` spell them.
 pub const RING_NAMES: &[&str] = &["progressive", "mutex", "flag"];
-/// Most producer threads per case.
-pub const MAX_PRODUCERS: usize = 1024;
-/// A case that has not finished after this long is abandoned with an error (bounded run).
-pub const MAX_CASE_TIME: Duration = Duration::from_secs(120);
-/// Smallest message: the 8-byte (producer, sequence) stamp the consumer checks.
-pub const MIN_MESSAGE_BYTES: usize = 8;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "bench")]
 pub mod bench;
 mod compare;
 pub mod progressive;

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::RingError;
+use crate::limits::{MAX_BATCH_RECORDS, MAX_RING_BYTES, MIN_RING_BYTES};
 
 /// Ring magic, "SFDDSRG1" little-endian.
 pub const RING_MAGIC: u64 = u64::from_le_bytes(*b"SFDDSRG1");
@@ -60,12 +61,6 @@ pub const DATA_OFFSET: usize = HEADER_BYTES;
 pub const RECORD_HEADER_BYTES: usize = 8;
 /// High half of every record header ("DDSM"): a record that lacks it is corrupt.
 pub const RECORD_TAG: u32 = u32::from_le_bytes(*b"DDSM");
-/// Smallest and largest data areas (a power of two in between).
-pub const MIN_RING_BYTES: usize = 4096;
-/// Largest data area.
-pub const MAX_RING_BYTES: usize = 1 << 28;
-/// Most records the consumer takes per batch (DDS bounds its batches the same way).
-pub const MAX_BATCH_RECORDS: usize = 256;
 
 /// Bytes a record with `payload` bytes occupies.
 pub const fn record_bytes(payload: usize) -> usize {

@@ -6,13 +6,12 @@
 //! through atomics, so whatever a peer writes, this process has no data race and no undefined
 //! behaviour; a misbehaving peer can only make ring records invalid, which the ring reports.
 
+use crate::limits::MAX_SHM_BYTES;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
-/// Largest region this type maps (rings are far smaller; the bound keeps sizes sane).
-pub const MAX_SHM_BYTES: usize = 1 << 30;
 /// Seals a region must carry before we map it.
 const REQUIRED_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 

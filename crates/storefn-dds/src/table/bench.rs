@@ -12,11 +12,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::{CacheTable, Item, TableError};
-
-/// Most reader threads the bench starts.
-pub const MAX_READERS: usize = 256;
-/// Longest measured phase.
-pub const MAX_DURATION: Duration = Duration::from_secs(600);
+use crate::limits::{MAX_DURATION, MAX_READERS};
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The cache table: a concurrent cuckoo hash mapping a request key to where its answer lives on
-//! storage, `{key, version, file, offset, size}` (DDS's cache table, deliverable 2 of issue 13).
+//! storage, `{key, version, file, offset, size}` (DDS's cache table).
 //!
 //! Shape: a power-of-two array of buckets, [`SLOTS_PER_BUCKET`] slots each; a key lives in one of
 //! two buckets chosen by two independent hash functions. Writers (insert, remove) are serialised
@@ -27,22 +27,15 @@
 //! - A failed insert (no path within [`MAX_DISPLACEMENTS`] moves) leaves the table exactly as it
 //!   was: the search is read-only, so there is nothing to roll back.
 
+use crate::limits::{MAX_CAPACITY_ITEMS, MAX_DISPLACEMENTS, MAX_READ_RETRIES, MAX_SEARCH_SLOTS};
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+#[cfg(feature = "bench")]
 pub mod bench;
 
 /// Slots per bucket (DDS and libcuckoo use 4: two hash functions x 4 slots reach ~95% load).
 pub const SLOTS_PER_BUCKET: usize = 4;
-/// Longest cuckoo path an insert tries (items moved to make room), as in libcuckoo's BFS.
-pub const MAX_DISPLACEMENTS: usize = 5;
-/// Slots the breadth-first path search may visit per insert (8 roots, 4 children per slot; the
-/// bound cuts the fifth level short). Preallocated once, so an insert never allocates.
-pub const MAX_SEARCH_SLOTS: usize = 2048;
-/// Times a reader re-reads one bucket whose `seq` changed under it before reporting a miss.
-pub const MAX_READ_RETRIES: usize = 64;
-/// Largest table, in items (buckets x slots); keeps bucket indices in `u32`.
-pub const MAX_CAPACITY_ITEMS: usize = 1 << 30;
 /// Occupancy the constructor sizes for: capacity / 0.9, rounded up to a power of two of buckets.
 const SIZING_LOAD_PERCENT: usize = 90;
 

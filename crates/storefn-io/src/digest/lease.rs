@@ -37,13 +37,10 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::DigestError;
-
-/// Leases held at once by this process (the signal handler scans a fixed table; no allocation
-/// or locking is allowed there).
-pub const MAX_LEASES: usize = 64;
+use crate::limits::{LEASE_POLL_INTERVAL, MAX_LEASES};
 
 /// The lease-break signal is `SIGRTMIN() + LEASE_SIGNAL_OFFSET`: a realtime signal (queued, and
 /// carrying the fd in `si_fd`), offset past the first few that threading libraries use.
@@ -51,10 +48,6 @@ pub const LEASE_SIGNAL_OFFSET: libc::c_int = 4;
 
 /// `F_SETSIG` (linux/fcntl.h; not exported by the libc crate for glibc targets).
 const F_SETSIG: libc::c_int = 10;
-
-/// Longest time between two `F_GETLEASE` polls in [`LeaseGuard::is_intact_recent`]; must stay
-/// well below `lease-break-time` (whole seconds, 45 by default; see the module docs).
-pub const LEASE_POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Where the kernel's lease break timer is configured (seconds).
 const LEASE_BREAK_TIME_SYSCTL: &str = "/proc/sys/fs/lease-break-time";

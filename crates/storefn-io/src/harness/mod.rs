@@ -19,14 +19,10 @@ mod flight;
 
 use std::path::PathBuf;
 
+use crate::limits::{MAX_NODE_BYTES, MIN_NODE_BYTES};
 use crate::{EngineConfig, EngineError, IoMode, StorageFn};
 
 pub use file::device_of;
-
-/// Smallest node size the pointer file takes: a node holds its next pointer and its index.
-pub const MIN_NODE_BYTES: u64 = 16;
-/// Largest node size: one engine block.
-pub const MAX_NODE_BYTES: u64 = 4096;
 
 /// The cases' names, in the order [`run`] measures them and the report lists them.
 pub const CASE_NAMES: [&str; 6] = [

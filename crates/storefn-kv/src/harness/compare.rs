@@ -12,14 +12,10 @@ use crate::harness::bench::{
     chunk_len, cpu_seconds, draw, join_all, measure, open_path, path_options, summarize,
     thread_share, BenchConfig, BenchResult, KeyGen, ThreadOut,
 };
+use crate::limits::MAX_ROUNDS;
 use crate::path::LookupPath;
 use crate::store::Store;
 use crate::KvError;
-
-/// Rounds when the caller does not say: enough for a stable median of per-round ratios.
-pub const DEFAULT_ROUNDS: u32 = 20;
-/// Most rounds (each round runs both modes once; more would make rounds too short to time).
-pub const MAX_ROUNDS: u32 = 10_000;
 
 /// The two modes compared, in the order of the even rounds.
 const MODES: [Mode; 2] = [Mode::File, Mode::Raw];

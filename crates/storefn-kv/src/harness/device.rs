@@ -15,13 +15,11 @@ use std::time::Instant;
 use storefn_io::{ChainError, Engine, FileId, NoFunction};
 
 use crate::format::VALUE_BYTES;
+use crate::limits::DEVICE_MAX_BATCH;
 use crate::path::{nanos_since, Lookup, LookupPath, PathStats};
 use crate::store::Store;
 use crate::xrp_paths::{chain_failed, engine_failed, engine_for, switch_to_raw};
 use crate::KvError;
-
-/// Most reads in flight per thread (the virtio disk has 128 tags in all).
-pub const DEVICE_MAX_BATCH: usize = 128;
 
 /// Random block reads; the key picks the block (`key % blocks`).
 pub struct DevicePath {

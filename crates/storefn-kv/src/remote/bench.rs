@@ -11,11 +11,7 @@ use crate::harness::bench::{BenchResult, KeyGen, Load};
 use storefn_wire::{Client, ClientConfig, Request};
 
 use super::{RemoteKv, RemoteKvError, RemotePath};
-
-/// `pushdown --batch B` keeps B lookups in flight in frames of B / PIPELINE_FRAMES lookups.
-pub const PIPELINE_FRAMES: usize = 4;
-/// Round trips timed to measure the RTT before a run (STAT of the database; median).
-pub const RTT_PROBES: usize = 200;
+use crate::limits::{PIPELINE_FRAMES, RTT_PROBES};
 
 /// A remote benchmark's parameters.
 #[derive(Debug, Clone)]

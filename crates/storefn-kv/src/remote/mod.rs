@@ -19,11 +19,10 @@ use crate::store::{Shape, Step};
 use crate::xrp_paths::LOOKUP_OFF_ERR;
 use crate::KvError;
 
+use crate::limits::MAX_STALE_RETRIES;
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, ClientError, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
 
-/// Times one lookup is redone after a version change before giving up.
-pub const MAX_STALE_RETRIES: u32 = 16;
 /// Bytes of final scratch an XRP lookup returns: key, found, value and our program's state
 /// through its `err` word.
 pub const LOOKUP_OUT_BYTES: u32 = (LOOKUP_OFF_ERR + 8) as u32;

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub use writer::{Ticket, Wal};
 
+use crate::limits::MAX_BATCH_RECORDS;
 use crate::storage::Storage;
 
 /// Bytes of a BPF-KV value.
@@ -51,8 +52,6 @@ pub const RECORD_BYTES: usize = 8 + VALUE_BYTES;
 pub const COMMIT_BYTES: usize = 16;
 pub const COMMIT_OFF_CRC: usize = 4;
 pub const COMMIT_OFF_LAST_SEQ: usize = 8;
-/// Most records one group commit carries; bounds the syncer's buffers.
-pub const MAX_BATCH_RECORDS: usize = 4096;
 /// Most bytes one batch occupies.
 pub const MAX_BATCH_BYTES: usize = HEADER_BYTES + MAX_BATCH_RECORDS * RECORD_BYTES + COMMIT_BYTES;
 

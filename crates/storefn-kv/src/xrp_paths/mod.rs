@@ -5,7 +5,7 @@
 
 mod xrp;
 
-pub use crate::program::{load_lookup, ProgSource};
+pub use crate::program::ProgSource;
 pub use xrp::{ChainOptions, XrpPath};
 
 use std::sync::Arc;
@@ -14,16 +14,13 @@ use storefn_io::{ChainError, ChainStats, Engine, EngineConfig, EngineError, File
 use storefn_vm::Instance;
 
 use crate::format::{LOOKUP_OFF_STATE, VALUE_BYTES};
+use crate::limits::MAX_BATCH;
 use crate::path::{redo_after_stale, walk_blocks, BlockFetch, BlockLru, LookupPath, PathStats};
 use crate::store::Store;
 use crate::KvError;
 
 /// Byte offset of our built-in programs' `err` word in the lookup scratch (docs/FORMAT.md).
 pub const LOOKUP_OFF_ERR: usize = LOOKUP_OFF_STATE + 24;
-/// Chains in flight per thread on `xrp-batch` when the caller does not say.
-pub const DEFAULT_BATCH: usize = 32;
-/// Most chains in flight per thread (the virtio disk has 128 tags in all).
-pub const MAX_BATCH: usize = 1024;
 
 pub(crate) fn engine_for(
     store: &Store,

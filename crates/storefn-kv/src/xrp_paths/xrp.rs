@@ -19,9 +19,8 @@ use super::{
     retry_raw_quietly, switch_to_raw, LOOKUP_OFF_ERR,
 };
 use crate::abi::{fill_sg_query, get_u32, sg_value, Abi, SG_FLAG_FAILED, SG_OFF_STATE_FLAGS};
-use crate::format::{
-    LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, SCRATCH_BYTES, VALUE_BYTES,
-};
+use crate::format::{LOOKUP_OFF_FOUND, LOOKUP_OFF_KEY, LOOKUP_OFF_VALUE, VALUE_BYTES};
+use crate::limits::SCRATCH_BYTES;
 use crate::path::{nanos_since, BlockLru, Lookup, LookupPath, PathStats, ReadPath};
 use crate::program::{load_lookup, ProgSource};
 use crate::store::{Step, Store};

@@ -53,6 +53,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::LambdaError;
+use crate::limits::{
+    CACHE_SAMPLE_BUDGET, MAX_SAMPLES, MIN_PROBE_BUDGET, MIN_PROBE_INTERVAL, MIN_SAMPLES,
+    OWN_COST_EVERY, SETTLED_RUN, TAIL_SAMPLES, TAIL_TRUSTED,
+};
 
 mod dispatcher;
 mod ring;
@@ -60,23 +64,8 @@ mod side_model;
 
 pub use dispatcher::Dispatcher;
 
-/// Most samples kept per quantity (a fixed ring: no allocation per request).
-pub const MAX_SAMPLES: usize = 32;
-/// Samples a side needs before its estimate is trusted (cold start probes until then).
-pub const MIN_SAMPLES: usize = 3;
-/// Share of the winner's time always left for probing the loser, even when the dispatcher's
-/// own per-request cost uses up the budget: without probes a recovered loser is never seen.
-pub const MIN_PROBE_BUDGET: f64 = 0.005;
 /// Weight of the newest measurement in the running mean of the dispatcher's own cost.
 const OVERHEAD_EWMA: f64 = 1.0 / 8.0;
-/// The dispatcher times its own work (deciding, recording) on one request in this many: four
-/// clock reads on every request were a visible share of a 1 µs warm request.
-pub const OWN_COST_EVERY: u64 = 32;
-/// Share of the requests' time spent sampling the client's cache state (`cachestat(2)` for a
-/// local file, the block cache's lookups for a remote one) when nothing signals a change. The
-/// uncached fraction last sampled stands for the file's cache state in between: a local
-/// sample off its level, a local probe, or this credit sampling it again.
-pub const CACHE_SAMPLE_BUDGET: f64 = 0.01;
 /// Weight of the newest sample in the running mean of a cache-state sample's cost.
 const CACHE_SAMPLE_EWMA: f64 = 1.0 / 4.0;
 /// A cache-state sample's measured cost counts at most this many times the running cost (a
@@ -91,33 +80,9 @@ const CACHE_SAMPLE_OUTLIER: f64 = 2.0;
 /// remaining samples; a first sample that was an outlier is corrected by them.
 pub const FAR_BEHIND: f64 = 4.0;
 
-/// Fewest requests between two budgeted probes of the loser. Where the sides are close the
-/// budget alone would probe very often (a loser 7% behind, every second request: the whole
-/// budget spent where a wrong choice costs little, and a cold row's auto 3.5% over the better
-/// side with only noise left for the margin). Once in 32 requests keeps the loser's level
-/// (the median of its last [`MAX_SAMPLES`]) fresh over 1,024 requests and costs at most
-/// `(loser/winner - 1) / 32`: 1% for a loser 1.33x behind (every 16 requests: 2%, and
-/// 1.031x instead of 1.022x the better side for sides with rare stalls, in virtual time). A
-/// loser more than `1 + 32 x budget` behind (2.1x at 3.5%) is probed less often anyway.
-pub const MIN_PROBE_INTERVAL: u32 = 32;
-
-/// Requests the local side runs without the model after one it decided, while it wins with
-/// the server more than [`FAR_BEHIND`] behind (a warm client cache): they check only that
-/// their time is within the bounds the model would not react to (its level, the change
-/// threshold, the side's spread), and one off them goes through the model at once. Deciding
-/// and recording, with the model's state out of the CPU cache after the function streamed
-/// its range, cost 0.3-0.6 µs: 3-6% of a warm 64 KiB request. The estimates then follow one
-/// request in eight, and probes and confirmations wait at most this many requests.
-pub const SETTLED_RUN: u32 = 7;
-
 /// An uncached fraction at or below this makes a local sample a "cached" I/O sample.
 pub const CACHED_BELOW: f64 = 0.1;
 
-/// Samples the tail factor of a side averages over (the weight of the newest is at least
-/// `1 / TAIL_SAMPLES`).
-pub const TAIL_SAMPLES: u32 = 128;
-/// Samples a side's tail factor needs before it is trusted beyond the other side's.
-pub const TAIL_TRUSTED: u32 = 16;
 /// After a confirmed change the tail factor keeps its value but weighs the next samples as
 /// if it had only this many: a change of level often comes with a change of shape (a server
 /// capped midway starts to stall).

@@ -34,8 +34,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::log::{Event, Logger};
-use crate::proto::{op, StatusCode, FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
-use crate::proto::{MSG_OFF_LEN, MSG_OFF_OP, MSG_OFF_STATUS};
+use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
+use storefn_wire::layout::{MSG_OFF_LEN, MSG_OFF_OP, MSG_OFF_STATUS};
+use storefn_wire::{op, StatusCode};
 
 pub(crate) use http::serve as serve_http;
 pub use http::{MAX_METRICS_CONNS, MAX_METRICS_REQUEST_BYTES, METRICS_IO_TIMEOUT};

@@ -4,7 +4,7 @@
 //! [`Fence`] plug-in decides whether this server may answer it. A refusal is answered
 //! `STALE_PLACEMENT` and the request is not run.
 
-use crate::proto::{Request, StatusCode};
+use storefn_wire::{Request, StatusCode};
 
 /// The server's side of a cluster's fencing. Implemented by storefn-cluster; shared by every
 /// server thread, so [`Fence::admit`] must be cheap and never block on the network.

@@ -16,7 +16,7 @@ use storefn_io::{Engine, EngineError, FileId, IoMode};
 use super::scopes::Resolved;
 use super::{ServerStats, MAX_OPEN_FILES_PER_THREAD};
 use crate::confine::{identity, ConfineError};
-use crate::proto::{FileVersion, StatusCode};
+use storefn_wire::{FileVersion, StatusCode};
 
 #[derive(Debug)]
 struct Slot {

@@ -7,7 +7,7 @@
 mod conns;
 pub mod fence;
 mod files;
-pub mod limits;
+
 pub mod offload;
 mod progs;
 pub mod sched;
@@ -25,10 +25,12 @@ use crate::auth::Token;
 use crate::confine::Root;
 use crate::log::Logger;
 use crate::metrics::Metrics;
-use crate::registry::{Registry, DEFAULT_REGISTRY_BYTES};
+use crate::registry::Registry;
 pub use scopes::PolicyError;
 
-pub use limits::*;
+// The server's modules name its bounds `super::X` and `crate::server::X`.
+pub(crate) use crate::limits::*;
+pub(crate) use worker::{LARGEST_RANGE_BUF, SPARE_RANGE_BUF_BYTES};
 
 /// How to run a server.
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use storefn_vm::{Instance, ProgType};
 
 use super::files::FileFail;
 use super::{Shared, MAX_INSTANCES_PER_THREAD};
-use crate::proto::StatusCode;
 use crate::registry::ProgHash;
+use storefn_wire::StatusCode;
 
 pub(super) struct InstSlot {
     pub(super) hash: ProgHash,
@@ -85,7 +85,7 @@ impl Progs {
                 Err(_) => Instance::new(prog, storefn_vm::Engine::Interp)
                     .map_err(|e| (StatusCode::ProgRejected, e.to_string()))?,
             };
-            inst.set_insn_budget(inst.insn_budget().min(crate::registry::SERVER_INSN_BUDGET));
+            inst.set_insn_budget(inst.insn_budget().min(crate::limits::SERVER_INSN_BUDGET));
             let si = match self.slots.iter().position(Option::is_none) {
                 Some(i) => i,
                 None if self.slots.len() < MAX_INSTANCES_PER_THREAD => {

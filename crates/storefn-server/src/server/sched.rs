@@ -10,17 +10,7 @@
 
 use std::collections::VecDeque;
 
-/// A tenant alone may hold all but `slots / RESERVE_DIV` slots, so a tenant that arrives finds
-/// a slot free at once instead of waiting for a long chain to finish.
-pub const RESERVE_DIV: u32 = 8;
-
-/// The program time one tenant's admitted jobs may add to a pass of the worker, ns: a tenant
-/// whose jobs cost `c` each (its programs' runs, averaged over its recent jobs) holds at most
-/// `PASS_CPU_NS / c` jobs (at least one) on the engine. The worker runs every completed hop's
-/// program inline, so each admitted chain delays every other connection of the thread by its
-/// cost: a tenant of cheap jobs keeps its share of slots, one of costly jobs keeps the thread
-/// busy without queueing a long pass of program runs ahead of everyone else's completions.
-pub const PASS_CPU_NS: u64 = 1_000_000;
+use crate::limits::{PASS_CPU_NS, RESERVE_DIV};
 
 /// Queued jobs per tenant.
 #[derive(Debug)]
@@ -84,12 +74,6 @@ impl Sched {
             self.active.push_back(tenant);
         }
         self.queues[tenant as usize].push_back(job);
-    }
-
-    /// Jobs queued and not yet admitted.
-    #[must_use]
-    pub fn queued(&self) -> usize {
-        self.queued
     }
 
     /// The most slots one tenant may hold while `waiting` tenants have queued work.
@@ -161,6 +145,7 @@ impl Sched {
         self.job_cost[tenant as usize] = 0;
     }
 
+    #[cfg(test)]
     /// CPU time `tenant` was charged, ns (virtual: raised to the least usage of the waiting
     /// tenants when it becomes active).
     #[must_use]

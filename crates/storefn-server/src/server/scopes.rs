@@ -6,7 +6,7 @@
 use crate::access::{Denied, Intent, Quota, Scope};
 use crate::auth::Token;
 use crate::confine::Root;
-use crate::proto::StatusCode;
+use storefn_wire::StatusCode;
 
 use super::files::FileFail;
 

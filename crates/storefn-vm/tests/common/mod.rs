@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use storefn_vm::insn::*;
-use storefn_vm::program::DEFAULT_INSN_BUDGET;
+use storefn_vm::limits::DEFAULT_INSN_BUDGET;
 use storefn_vm::{Engine, Instance, ProgType, Program, VerifiedProgram, VmError, XrpCtx};
 
 #[path = "../asm/mod.rs"]

@@ -3,11 +3,12 @@
 
 use storefn_vm::insn::*;
 use storefn_vm::jit::JitProgram;
-use storefn_vm::mem::{Region, RegionSet};
-pub use storefn_vm::program::DEFAULT_INSN_BUDGET;
-use storefn_vm::program::{FaultInfo, STACK_BYTES};
+pub use storefn_vm::limits::DEFAULT_INSN_BUDGET;
+use storefn_vm::limits::STACK_BYTES;
 use storefn_vm::xrp::{XRP_OFF_DONE, XRP_OFF_SCRATCH};
+use storefn_vm::FaultInfo;
 use storefn_vm::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
+use storefn_vm::{Region, RegionSet};
 
 #[path = "../asm/mod.rs"]
 mod asm;

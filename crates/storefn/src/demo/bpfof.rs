@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 
 use storefn_kv::harness::bench::{Dist, Load};
-use storefn_kv::remote::bench::{run as remote_run, RemoteBenchConfig};
-use storefn_kv::remote::RemotePath;
+use storefn_kv::harness::remote::{run as remote_run, RemoteBenchConfig};
+use storefn_kv::RemotePath;
 use storefn_netdelay::DelayProxy;
 use storefn_wire::ClientConfig;
 

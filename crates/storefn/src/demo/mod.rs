@@ -127,7 +127,7 @@ pub fn run(args: &DemoArgs) -> CmdResult {
         );
     }
     println!("(device = random single-block reads, the physical reference; 1 thread each)");
-    if let Some(e) = storefn_kv::program::engine_used() {
+    if let Some(e) = storefn_kv::engine_used() {
         println!("(storage functions ran on the VM's {e} engine)");
     }
     served(&dir.0, args.seed)?;

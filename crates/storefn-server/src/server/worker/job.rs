@@ -11,10 +11,10 @@ use super::read::ReadJob;
 use super::xrp::XrpJob;
 use super::{Conn, Worker};
 use crate::access::Intent;
-use crate::proto::{op, FileVersion, StatusCode};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
 use crate::server::MAX_IN_FLIGHT_PER_CONN;
+use storefn_wire::{op, FileVersion, StatusCode};
 
 /// What every engine job carries: who asked, the file range, its scheduling state.
 #[derive(Debug)]

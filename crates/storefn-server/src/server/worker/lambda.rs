@@ -11,13 +11,14 @@ use super::job::{JobHead, JobKind, Target};
 use super::out::open_frame;
 use super::ranges::place;
 use super::{Conn, Token, Worker};
-use crate::proto::{op, put_status, StatusCode, MAX_LAMBDA_IN_BYTES};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
 use crate::server::{LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB};
+use storefn_wire::limits::MAX_LAMBDA_IN_BYTES;
+use storefn_wire::{op, put_status, StatusCode};
 
 // The whole range fits the largest range buffer.
-const _: () = assert!(MAX_LAMBDA_IN_BYTES <= crate::proto::MAX_READ_BYTES);
+const _: () = assert!(MAX_LAMBDA_IN_BYTES <= storefn_wire::limits::MAX_READ_BYTES);
 
 /// A LAMBDA request's own state.
 #[derive(Debug)]

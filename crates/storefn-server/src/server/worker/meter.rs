@@ -8,8 +8,8 @@ use super::job::{JobHead, JobKind};
 use super::{Conn, Worker};
 use crate::log::Event;
 use crate::metrics::ThreadValues;
-use crate::proto::op;
 use crate::server::ENGINE_CHAINS;
+use storefn_wire::op;
 
 impl Worker<'_> {
     /// A connection event (connected, hello, authenticated, closed).

@@ -36,13 +36,12 @@ use super::{
     MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES, POLL_INTERVAL,
     SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
-use crate::proto::{
-    decode_header, FrameBuf, ProtoError, StatusCode, FRAME_HEADER_BYTES, HASH_BYTES, KIND_REQUEST,
-    MAX_FRAME_BYTES, MAX_TENANT_BYTES,
-};
 use job::Job;
 use offload::OffloadState;
 pub(crate) use ranges::{LARGEST_RANGE_BUF, SPARE_RANGE_BUF_BYTES};
+use storefn_wire::layout::FRAME_HEADER_BYTES;
+use storefn_wire::limits::{MAX_FRAME_BYTES, MAX_TENANT_BYTES};
+use storefn_wire::{decode_header, FrameBuf, ProtoError, StatusCode, HASH_BYTES, KIND_REQUEST};
 
 /// Connections accepted per pass, so a connection storm cannot stall the served ones.
 const ACCEPTS_PER_PASS: usize = 64;

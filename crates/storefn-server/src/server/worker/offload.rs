@@ -9,12 +9,19 @@ use std::time::Instant;
 use super::offloaded::{OffloadedReads, ReadReq};
 use super::out::open_frame;
 use super::Worker;
-use crate::proto::msg::{MAX_OFFLOAD_DATA_BYTES, SERVED_BY_HOST};
-use crate::proto::{op, put_response, Response, StatusCode};
 use crate::server::offload::{
     HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
 };
 use crate::server::MAX_IN_FLIGHT_PER_CONN;
+use storefn_wire::layout::OFFLOAD_R_OFF_DATA;
+use storefn_wire::limits::MAX_OFFLOAD_DATA_BYTES;
+use storefn_wire::limits::MAX_OFFLOAD_DATA_BYTES;
+use storefn_wire::SERVED_BY_HOST;
+use storefn_wire::{
+    op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE, SERVED_BY_HOST,
+    SERVED_BY_OFFLOAD,
+};
+use storefn_wire::{op, put_response, Response, StatusCode};
 
 /// A request waiting for the host application's answer.
 #[derive(Debug, Clone, Copy)]

@@ -15,11 +15,12 @@ use storefn_io::{Completion, FileId, IoMode, RangeBuf};
 use super::out::OutFrame;
 use super::ranges::place;
 use super::{OffloadState, Token, Worker};
-use crate::proto::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
-use crate::proto::msg::{OFFLOAD_R_OFF_DATA, SERVED_BY_OFFLOAD};
-use crate::proto::{op, put_answer_head, Response, StatusCode};
 use crate::server::offload::{OffloadHook, ReadCheck};
 use crate::server::{DDS_ENGINE_FILES, MAX_OFFLOAD_READS};
+use storefn_wire::layout::OFFLOAD_R_OFF_DATA;
+use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
+use storefn_wire::SERVED_BY_OFFLOAD;
+use storefn_wire::{op, put_answer_head, Response, StatusCode};
 
 /// Bytes of an OFFLOAD answer in front of its data: frame header, message header, prefix.
 const OFFLOAD_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + OFFLOAD_R_OFF_DATA;

@@ -11,8 +11,9 @@ use storefn_io::RangeBuf;
 
 use super::ranges::RangePool;
 use super::Conn;
-use crate::proto::{KIND_RESPONSE, MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME};
 use crate::server::CONN_KEEP_BYTES;
+use storefn_wire::limits::{MAX_FRAME_BYTES, MAX_LAMBDA_OUT_BYTES, MAX_MSGS_PER_FRAME};
+use storefn_wire::KIND_RESPONSE;
 
 /// A whole response frame queued on a connection: `buf[bytes]`, an answer's head and the data
 /// read right behind it.

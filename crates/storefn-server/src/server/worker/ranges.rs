@@ -7,7 +7,7 @@
 use storefn_io::limits::{range_buf_bytes, MAX_BLOCK_ALIGN};
 use storefn_io::{EngineError, RangeBuf};
 
-use crate::proto::MAX_READ_BYTES;
+use storefn_wire::limits::MAX_READ_BYTES;
 
 /// The largest buffer a request needs: a whole READ with its answer's head in front.
 pub(crate) const LARGEST_RANGE_BUF: usize =

@@ -8,9 +8,9 @@ use super::job::{JobHead, JobKind, Target};
 use super::out::{open_frame, OutFrame};
 use super::ranges::place;
 use super::{Conn, Token, Worker};
-use crate::proto::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES, READ_R_OFF_DATA};
-use crate::proto::{op, put_answer_head, put_status, StatusCode};
 use crate::server::files::FileFail;
+use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES, READ_R_OFF_DATA};
+use storefn_wire::{op, put_answer_head, put_status, StatusCode};
 
 /// Bytes of a READ answer in front of its data: frame header, message header, file version.
 const READ_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + READ_R_OFF_DATA;

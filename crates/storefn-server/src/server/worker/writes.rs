@@ -16,8 +16,8 @@ use std::thread::JoinHandle;
 
 use super::{Worker, MAX_PENDING_WRITE_BYTES};
 use crate::access::Intent;
-use crate::proto::{op, FileVersion, Response, StatusCode};
 use crate::server::files::FileFail;
+use storefn_wire::{op, FileVersion, Response, StatusCode};
 
 /// A file of WRITE or LAMBDA_WRITE: a regular file (never a device or FIFO) opened beneath the
 /// tenant's scope directory (confined; it must exist: the server never creates files), then

@@ -8,9 +8,10 @@ use storefn_vm::ProgType;
 use super::job::{JobHead, JobKind, Target};
 use super::out::open_frame;
 use super::{Conn, Token, Worker};
-use crate::proto::{op, put_response, put_status, Response, StatusCode, SCRATCH_BYTES};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
+use storefn_wire::limits::SCRATCH_BYTES;
+use storefn_wire::{op, put_response, put_status, Response, StatusCode};
 
 /// An XRP request's own state.
 #[derive(Debug)]
