@@ -21,10 +21,10 @@ use crate::ClusterError;
 /// # Errors
 /// `layers` outside 1..=the builder's maximum.
 pub fn keyspace(layers: u32) -> Result<u64, ClusterError> {
-    if !(1..=storefn_kv::builder::MAX_CREATE_LAYERS).contains(&layers) {
+    if !(1..=storefn_kv::limits::MAX_CREATE_LAYERS).contains(&layers) {
         return Err(ClusterError::Invalid(format!(
             "--layers {layers}: must be 1..={}",
-            storefn_kv::builder::MAX_CREATE_LAYERS
+            storefn_kv::limits::MAX_CREATE_LAYERS
         )));
     }
     Ok(31u64.pow(layers))

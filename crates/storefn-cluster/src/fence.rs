@@ -1,4 +1,4 @@
-//! The server's fencing plug-in ([`storefn_server::server::fence::Fence`]) as the node agent
+//! The server's fencing plug-in ([`storefn_server::Fence`]) as the node agent
 //! keeps it: which shard files this server may answer for, at which placement version, and
 //! until when its lease is known to hold.
 
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Instant;
 
-use storefn_server::server::fence::Fence;
+use storefn_server::Fence;
 
 use crate::copy::meta_of;
 use crate::layout::SHARD_DIR;

@@ -100,12 +100,6 @@ impl Registry {
         Some(Arc::clone(&e.prog))
     }
 
-    /// Bytes held.
-    #[must_use]
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// Programs verified and added since the start, and programs evicted to make room.
     #[must_use]
     pub fn churn(&self) -> (u64, u64) {

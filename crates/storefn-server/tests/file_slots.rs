@@ -106,7 +106,7 @@ fn ten_thousand_files_and_a_thousand_renames_under_load_leave_no_engine_slot_beh
         (stats.engine_files.load(Ordering::Relaxed), stats.cached_files.load(Ordering::Relaxed));
     assert_eq!(engine, cached, "every engine slot in use belongs to an open file");
     assert_eq!(Some(engine), begin, "the engine's slot count is where the steady state began");
-    assert!(engine <= storefn_server::server::MAX_OPEN_FILES_PER_THREAD as u64);
+    assert!(engine <= storefn_server::limits::MAX_OPEN_FILES_PER_THREAD as u64);
     // The operator's view (the metrics endpoint) says the same.
     assert_eq!(Some(slots(&server)), scraped_begin, "engine slots as scraped");
     assert_eq!(scraped_begin, begin.map(|b| b as f64));

@@ -149,7 +149,7 @@ fn a_client_that_never_drains_its_responses_holds_a_bounded_send_buffer() {
     let grown = rss().saturating_sub(before);
     // The victim's and the greedy client's buffers, within two connections' stated bound.
     let held = buffer_bytes(&server);
-    let conn_bound = storefn_server::server::CONN_MEMORY_BOUND as f64;
+    let conn_bound = storefn_server::limits::CONN_MEMORY_BOUND as f64;
     println!("non-draining client: connection buffers {:.1} MiB", held / MIB as f64);
     assert!(held > 0.0 && held <= 2.0 * conn_bound, "buffers {held} bytes");
     stop.store(true, Ordering::Relaxed);
@@ -174,7 +174,7 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
     let tok = dir.join("tokens");
     std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
     let mut cfg = metered(dir.path());
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
     let addr = server.local_addr().to_string();
     let mut victim = Client::connect(&addr, storefn_server::client_config(&tok).unwrap()).unwrap();
@@ -217,7 +217,7 @@ fn unauthenticated_connections_cannot_pin_memory_with_announced_frames() {
     assert_eq!(refused - refused_before, 200.0, "each oversized pre-AUTH frame counted");
     assert_eq!(metric(&m, "storefn_connections", &[("state", "unauthenticated")]), 0.0);
     let held = buffer_bytes(&server);
-    assert!(held <= storefn_server::server::CONN_MEMORY_BOUND as f64, "buffers {held} bytes");
+    assert!(held <= storefn_server::limits::CONN_MEMORY_BOUND as f64, "buffers {held} bytes");
     server.stop();
     server.join().unwrap();
 }
@@ -397,7 +397,7 @@ fn a_connection_flood_from_one_address_is_refused_and_others_keep_their_service(
     let tok = dir.join("tokens");
     std::fs::write(&tok, "victim 0123456789abcdef0123\n").unwrap();
     let mut cfg = metered(dir.path());
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     cfg.conn_limits.preauth_per_peer = 16;
     cfg.conn_limits.auth_timeout = Duration::from_secs(2);
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
@@ -520,12 +520,12 @@ fn connections_driven_to_their_bound_stay_within_the_stated_memory() {
         peak >= storefn_server::limits::MAX_CONN_OUT_BYTES as u64,
         "the connections reached their send bound ({peak} bytes)"
     );
-    assert!(peak <= storefn_server::server::CONN_MEMORY_BOUND as u64);
+    assert!(peak <= storefn_server::limits::CONN_MEMORY_BOUND as u64);
     // What the endpoint reports of the same buffers: at their bound, within the formula.
     let held = buffer_bytes(&server);
-    let conn_bound = storefn_server::server::CONN_MEMORY_BOUND as f64;
+    let conn_bound = storefn_server::limits::CONN_MEMORY_BOUND as f64;
     println!("endpoint: connection buffers {:.1} MiB", held / MIB as f64);
-    assert!(held >= storefn_server::server::MAX_CONN_OUT_BYTES as f64, "{held} bytes");
+    assert!(held >= storefn_server::limits::MAX_CONN_OUT_BYTES as f64, "{held} bytes");
     assert!(held <= conns as f64 * conn_bound, "{held} bytes");
     assert!(grown <= bound, "RSS grew {grown} bytes, over the formula's {bound}");
     drop(socks);

@@ -172,7 +172,7 @@ fn offload_without_an_engine_is_a_bad_request() {
 #[test]
 fn reads_beyond_one_tenants_share_are_admitted_without_waiting_for_the_poll() {
     use std::time::{Duration, Instant};
-    use storefn_server::server::{ENGINE_CHAINS, POLL_INTERVAL};
+    use storefn_server::limits::{ENGINE_CHAINS, POLL_INTERVAL};
     // BPF-KV's remote reads: 4 KiB blocks.
     const BLOCK: u32 = 4096;
     let dir = TempDir::new("share");

@@ -15,7 +15,7 @@ fn start(dir: &TempDir) -> Server {
     let tok = dir.join("tokens");
     std::fs::write(&tok, format!("alice {SECRET_A}\nbob {SECRET_B} ro\n")).unwrap();
     let mut cfg = ServerConfig::new(dir.path());
-    cfg.tokens = Some(storefn_server::auth::load_tokens(&tok).unwrap());
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
     cfg.metrics = Some("127.0.0.1:0".into());
     Server::start("127.0.0.1:0", cfg).unwrap()
 }

@@ -155,7 +155,7 @@ pub fn open_remote(
     cache_fraction: f64,
 ) -> Result<RemoteDb, Box<dyn std::error::Error>> {
     let ccfg = match &w.token_file {
-        Some(t) => storefn_server::auth::client_config(t)?,
+        Some(t) => storefn_server::client_config(t)?,
         None => ClientConfig::default(),
     };
     let c = Client::connect(addr, ccfg)?;

@@ -134,7 +134,7 @@ type Dyn = Box<dyn std::error::Error>;
 
 fn client_cfg(t: &TableArgs) -> Result<storefn_wire::ClientConfig, Dyn> {
     Ok(match &t.token_file {
-        Some(f) => storefn_server::auth::client_config(f)?,
+        Some(f) => storefn_server::client_config(f)?,
         None => storefn_wire::ClientConfig::default(),
     })
 }

@@ -360,7 +360,6 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
             v(storefn_server::limits::MAX_PREAUTH_CONNS_PER_PEER),
         ),
         ("server", "AUTH_TIMEOUT", v(storefn_server::limits::AUTH_TIMEOUT)),
-        ("server", "MAX_SPARE_LAMBDA_INPUTS", v(storefn_server::limits::MAX_SPARE_LAMBDA_INPUTS)),
         ("server", "MAX_RESPONSE_MSG_BYTES", v(storefn_server::limits::MAX_RESPONSE_MSG_BYTES)),
         ("server", "CONN_MEMORY_BOUND", v(storefn_server::limits::CONN_MEMORY_BOUND)),
         ("server", "THREAD_MEMORY_BOUND", v(storefn_server::limits::THREAD_MEMORY_BOUND)),

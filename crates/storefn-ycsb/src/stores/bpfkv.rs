@@ -11,7 +11,7 @@ use crate::workload::{Key, RecordShape};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use storefn_kv::format::VALUE_BYTES;
-use storefn_kv::xrp_paths::{ChainOptions, XrpPath};
+use storefn_kv::{ChainOptions, XrpPath};
 use storefn_kv::{Db, LookupPath, NodeSize, ProgSource, RangeVia};
 
 fn err(db: &Path, e: impl std::fmt::Display) -> YcsbError {

@@ -13,15 +13,8 @@ use crate::server::offload::{
     HostAnswer, OffloadDecision, OffloadHook, ReadCheck, TOKEN_THREAD_SHIFT,
 };
 use crate::server::MAX_IN_FLIGHT_PER_CONN;
-use storefn_wire::layout::OFFLOAD_R_OFF_DATA;
 use storefn_wire::limits::MAX_OFFLOAD_DATA_BYTES;
-use storefn_wire::limits::MAX_OFFLOAD_DATA_BYTES;
-use storefn_wire::SERVED_BY_HOST;
-use storefn_wire::{
-    op, put_response, FrameBuf, Response, StatusCode, KIND_RESPONSE, SERVED_BY_HOST,
-    SERVED_BY_OFFLOAD,
-};
-use storefn_wire::{op, put_response, Response, StatusCode};
+use storefn_wire::{op, put_response, Response, StatusCode, SERVED_BY_HOST};
 
 /// A request waiting for the host application's answer.
 #[derive(Debug, Clone, Copy)]

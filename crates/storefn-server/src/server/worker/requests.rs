@@ -15,11 +15,6 @@ use crate::registry::ProgHash;
 use crate::server::files::FileFail;
 use crate::server::MAX_IN_FLIGHT_PER_CONN;
 use storefn_wire::limits::MAX_FRAME_BYTES;
-use storefn_wire::limits::{MAX_FRAME_BYTES, SCRATCH_BYTES};
-use storefn_wire::HELLO_FLAG_AUTH_REQUIRED;
-use storefn_wire::{
-    op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
-};
 use storefn_wire::{
     op, put_response, put_status, Messages, ProtoError, Request, Response, StatusCode, HASH_BYTES,
     HELLO_FLAG_AUTH_REQUIRED,
