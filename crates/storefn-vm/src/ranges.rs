@@ -461,7 +461,7 @@ fn scalar_op(op: u8, a: Scal, b: Scal) -> Val {
         BPF_RSH => match shift_amount(b, 63) {
             Some(k) => {
                 let k = k.lo as u32;
-                let m = if a.m >= k { a.m - k } else { 0 };
+                let m = a.m.saturating_sub(k);
                 scalar_m(a.lo >> k, a.hi >> k, m)
             }
             None => scalar(0, a.hi),
