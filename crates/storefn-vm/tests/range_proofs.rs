@@ -239,9 +239,14 @@ fn stack_array(rng: &mut SmallRng, t: u8, ptr: u8, p: &mut Vec<Insn>) {
     let shift = rng.gen_range(0..4);
     let span = (mask << shift) + (1 << shift);
     let below = span + [0, 0, -1, -(1 << shift), 8, 512 - span][rng.gen_range(0..6)];
-    p.push(ldx(BPF_B, t, DATA, rng.gen_range(0..64)));
-    p.push(ldx(BPF_DW, TEMPS[0], SCRATCH, 0));
-    p.push(alu64_reg(BPF_XOR, t, TEMPS[0]));
+    if rng.gen_bool(0.5) {
+        p.push(ldx(BPF_B, t, DATA, rng.gen_range(0..64)));
+        p.push(ldx(BPF_DW, TEMPS[0], SCRATCH, 0));
+        p.push(alu64_reg(BPF_XOR, t, TEMPS[0]));
+    } else {
+        // The last element itself: the edge of the proof every time.
+        p.push(mov64_imm(t, -1));
+    }
     p.push(alu64_imm(BPF_AND, t, mask));
     p.push(alu64_imm(BPF_LSH, t, shift));
     p.push(mov64_reg(ptr, 10));
