@@ -39,6 +39,10 @@ use crate::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH};
 pub(crate) const STATES_PER_SLOT: usize = 40;
 /// Growths of a slot's summary before its moving bounds are widened to their extremes.
 const WIDEN_AFTER: u32 = 8;
+/// Widenings of one summary that may stop at a compare constant; later ones go to the
+/// extremes. Without this bound a loop in a program with many constants would climb through
+/// them one by one, re-running its body each time (verification time quadratic in size).
+const THRESHOLD_STEPS: u32 = 4;
 /// States queued in all before the analysis gives up: bounds verification time and memory (the
 /// queue and the kept states hold at most this many 240-byte states, ~48 MB, transiently).
 /// BPF-KV's fan-out lookup (`progs/bpfkv_get_fanout`) needs between 100 000 and 200 000.
@@ -264,8 +268,10 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
             // Summary mode: one state, grown (and eventually widened) by every arrival.
             let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
             growths[pc - start] += 1;
-            let new: State = if widens[pc - start] && growths[pc - start] > WIDEN_AFTER {
-                std::array::from_fn(|r| old[r].widen(st[r], &thresholds))
+            let g = growths[pc - start];
+            let new: State = if widens[pc - start] && g > WIDEN_AFTER {
+                let t: &[u64] = if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { &thresholds };
+                std::array::from_fn(|r| old[r].widen(st[r], t))
             } else {
                 join_states(&old, &st)
             };
