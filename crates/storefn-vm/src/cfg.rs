@@ -19,7 +19,7 @@
 //! by the charge point before it ([`Cfg::precharge`]), and its header charges nothing.
 
 use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
-pub use crate::loops::{CountedLoop, MAX_LOOP_PRECHARGE_INSNS};
+pub use crate::loops::{CountedLoop, MAX_EXACT_LOOP_PRECHARGE_INSNS, MAX_LOOP_PRECHARGE_INSNS};
 use crate::verifier::VerifyError;
 
 fn err<T>(insn: usize, reason: impl Into<String>) -> Result<T, VerifyError> {
@@ -65,14 +65,17 @@ impl Cfg {
     /// it: its header stops being a charge point, and a path through the loop counts
     /// `(trips - 1)` times its longest iteration (header to back edge) plus its longest pass
     /// (an iteration, or the way out). A loop whose `(trips - 1)` extra iterations would
-    /// charge more than [`MAX_LOOP_PRECHARGE_INSNS`] stays charged per iteration; if the
+    /// charge more than [`MAX_LOOP_PRECHARGE_INSNS`] ([`MAX_EXACT_LOOP_PRECHARGE_INSNS`] for a
+    /// loop that leaves only through its counter's test) stays charged per iteration; if the
     /// charges would not fit the table, nothing changes.
     pub(crate) fn precharge(&mut self, insns: &[Insn], loops: &[CountedLoop]) {
         let keep: Vec<CountedLoop> = loops
             .iter()
             .filter(|l| {
                 let extra = (l.trips - 1).checked_mul(self.longest_iteration(insns, l));
-                extra.is_some_and(|x| x <= MAX_LOOP_PRECHARGE_INSNS)
+                let most =
+                    if l.exact { MAX_EXACT_LOOP_PRECHARGE_INSNS } else { MAX_LOOP_PRECHARGE_INSNS };
+                extra.is_some_and(|x| x <= most)
             })
             .copied()
             .collect();

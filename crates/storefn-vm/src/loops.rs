@@ -10,7 +10,9 @@
 //!   path that has passed a charge point), no slot of the body jumps backward except `l` to
 //!   `h` (so the body holds no other loop and no charge point), and the body makes no call;
 //! - one register `r` is written exactly once in the body, by `r += c` (`c >= 1`, a constant),
-//!   in the latch's basic block (so every iteration that takes the back edge runs it once);
+//!   in the latch's basic block (so every iteration that takes the back edge runs it once),
+//!   or, in clang's shape `r += c; if r == N goto out; goto header`, in the block of the
+//!   conditional jump that alone falls into an unconditional latch, before that jump;
 //! - on every state the range analysis sees at `h`, `r` is a scalar in `[a, b]`, and `b + c`
 //!   does not wrap (at 32 bits for `w` += c).
 //!
@@ -21,8 +23,8 @@
 
 use crate::cfg::{is_pseudo_call, Cfg};
 use crate::insn::{
-    Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_ATOMIC, BPF_CALL, BPF_JMP, BPF_K, BPF_LD, BPF_LDX,
-    BPF_STX,
+    Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_ATOMIC, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32,
+    BPF_K, BPF_LD, BPF_LDX, BPF_STX,
 };
 use crate::program::Program;
 use crate::ranges::{State, Val};
@@ -34,6 +36,12 @@ use crate::ranges::{State, Val};
 /// needs 216.
 pub const MAX_LOOP_PRECHARGE_INSNS: u64 = 4096;
 
+/// The same bound for a loop whose only way out is its counter's test ([`CountedLoop::exact`]):
+/// it overcharges only when entered with the counter past its lowest value, so a long array
+/// scan (`for (i = 0; i < 2048; i++)`) is paid once instead of once per element. A charge this
+/// large is still one compare; it bounds how much a loop entered late may be overcharged.
+pub const MAX_EXACT_LOOP_PRECHARGE_INSNS: u64 = 1 << 16;
+
 /// A loop whose header runs at most `trips` times per entry (module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CountedLoop {
@@ -43,6 +51,9 @@ pub struct CountedLoop {
     pub latch: usize,
     /// Most times `header` runs per entry of the loop.
     pub trips: u64,
+    /// The only edge out of the body is the counter's test: entered with the counter at its
+    /// lowest value, the loop runs exactly `trips` times.
+    pub exact: bool,
 }
 
 /// The registers `i` may write (at most two; `None` for none). Calls write r0-r5, reported
@@ -109,14 +120,63 @@ pub(crate) fn counted_loops(
             continue;
         };
         let trips = (0..10u8).filter_map(|r| trips_for(insns, cfg, header, latch, r, reaching));
-        if let Some(trips) = trips.min() {
-            out.push(CountedLoop { header, latch, trips });
+        if let Some((trips, exact)) = trips.min_by_key(|&(t, exact)| (t, !exact)) {
+            out.push(CountedLoop { header, latch, trips, exact });
         }
     }
     out
 }
 
-/// The trip bound if `r` is the loop's induction register (module documentation).
+/// The slot that tests whether to go round again: the latch itself when it is a conditional
+/// jump, or in clang's shape (`r += c; if r == N goto out; goto header`) the conditional jump
+/// just before an unconditional latch that only it falls into.
+fn latch_test(insns: &[Insn], cfg: &Cfg, header: usize, latch: usize) -> usize {
+    let i = insns[latch];
+    let prev = latch.checked_sub(1).filter(|&p| p > header && !cfg.is_second_half(p));
+    let only_fallen_into = |p: usize| {
+        (header..=latch)
+            .filter(|&q| q != p && !cfg.is_second_half(q))
+            .all(|q| !cfg.successors(insns, q).contains(&Some(latch)))
+    };
+    match prev {
+        Some(p)
+            if i.op == BPF_JMP | BPF_JA
+                && is_cond_jump(insns[p])
+                && only_fallen_into(p)
+                && cfg.is_block_start(latch) =>
+        {
+            p
+        }
+        _ => latch,
+    }
+}
+
+fn is_cond_jump(i: Insn) -> bool {
+    matches!(i.class(), BPF_JMP | BPF_JMP32) && !matches!(i.op & 0xf0, BPF_JA | BPF_CALL | BPF_EXIT)
+}
+
+/// Whether every edge out of `[header, latch]` leaves from `test`, which compares `r` with a
+/// constant (module documentation of [`CountedLoop::exact`]).
+fn exits_only_at_test(
+    insns: &[Insn],
+    cfg: &Cfg,
+    (header, latch): (usize, usize),
+    test: usize,
+    r: u8,
+) -> bool {
+    let t = insns[test];
+    if !is_cond_jump(t) || t.dst != r || t.op & 0x08 != BPF_K {
+        return false;
+    }
+    (header..=latch).filter(|&pc| !cfg.is_second_half(pc) && pc != test).all(|pc| {
+        let succ = cfg.successors(insns, pc);
+        insns[pc].op != BPF_JMP | BPF_EXIT
+            && succ.iter().flatten().all(|&s| (header..=latch).contains(&s))
+    })
+}
+
+/// The trip bound if `r` is the loop's induction register (module documentation), and
+/// whether the loop leaves only through `r`'s test.
 fn trips_for(
     insns: &[Insn],
     cfg: &Cfg,
@@ -124,16 +184,17 @@ fn trips_for(
     latch: usize,
     r: u8,
     reaching: &[State],
-) -> Option<u64> {
+) -> Option<(u64, bool)> {
     let writes: Vec<usize> = (header..=latch)
         .filter(|&pc| !cfg.is_second_half(pc) && written(insns[pc]).contains(&Some(r)))
         .collect();
     let [at] = writes[..] else { return None };
-    let latch_block = (header..=latch).rev().find(|&pc| cfg.is_block_start(pc))?;
+    let test = latch_test(insns, cfg, header, latch);
+    let latch_block = (header..=test).rev().find(|&pc| cfg.is_block_start(pc))?;
     let i = insns[at];
     let is64 = i.class() == BPF_ALU64;
     let add_k = (is64 || i.class() == BPF_ALU) && i.op & 0xf0 == BPF_ADD && i.op & 0x08 == BPF_K;
-    if at < latch_block || !add_k || i.off != 0 || i.imm < 1 {
+    if at < latch_block || at > test || !add_k || i.off != 0 || i.imm < 1 {
         return None;
     }
     let step = u64::from(i.imm.unsigned_abs());
@@ -147,7 +208,8 @@ fn trips_for(
     if hi.checked_add(step)? > limit {
         return None;
     }
-    Some((hi - lo) / step + 1)
+    let exact = exits_only_at_test(insns, cfg, (header, latch), test, r);
+    Some(((hi - lo) / step + 1, exact))
 }
 
 #[cfg(test)]
@@ -185,7 +247,10 @@ mod tests {
             crate::load_verified(storefn_progs::must("bench_node512"), Some("xrp"), ProgType::Xrp)
                 .unwrap();
         // r3 runs 1..=30 at the header (#5); the latch is `if r3 != 31 goto -7` (#11).
-        assert_eq!(p.cfg().counted_loops(), &[CountedLoop { header: 5, latch: 11, trips: 30 }]);
+        assert_eq!(
+            p.cfg().counted_loops(),
+            &[CountedLoop { header: 5, latch: 11, trips: 30, exact: false }]
+        );
         // #0..#4, then 29 iterations of the 7-slot body, then the longest pass: the body up
         // to the latch and out through #12..#17 (13).
         assert_eq!(p.cfg().charge(0), 5 + 29 * 7 + 13);
@@ -195,7 +260,10 @@ mod tests {
     #[test]
     fn trips_follow_the_counter_range() {
         let p = verified(counted(0, 1, 10, None));
-        assert_eq!(p.cfg().counted_loops(), &[CountedLoop { header: 2, latch: 4, trips: 10 }]);
+        assert_eq!(
+            p.cfg().counted_loops(),
+            &[CountedLoop { header: 2, latch: 4, trips: 10, exact: true }]
+        );
         // #0, #1, then 9 iterations of 3 and a last pass of 4 (the latch and the exit).
         assert_eq!(p.cfg().charge(0), 2 + 9 * 3 + 4);
         let p = verified(counted(5, 3, 20, None));
@@ -250,9 +318,41 @@ mod tests {
     }
 
     #[test]
+    fn clangs_loop_shape_is_counted_and_a_single_exit_loop_is_charged_whole() {
+        // sum64: `r2 += 8; if r2 == 4096 goto out; goto header`, 512 trips of 8 slots,
+        // leaving only through the counter's test.
+        let p =
+            crate::load_verified(storefn_progs::must("bench/sum64"), None, ProgType::Xrp).unwrap();
+        assert_eq!(
+            p.cfg().counted_loops(),
+            &[CountedLoop { header: 4, latch: 11, trips: 512, exact: true }]
+        );
+        assert_eq!(p.cfg().charge(4), 0);
+        // #0..#3, 511 iterations of #4..#11, then #4..#10 and the way out (#12..#16).
+        assert_eq!(p.cfg().charge(0), 4 + 511 * 8 + 7 + 5);
+        // The histogram's 2048 bytes: 13 slots an iteration, more than the ordinary bound.
+        let p = crate::load_verified(storefn_progs::must("bench/histogram"), None, ProgType::Xrp)
+            .unwrap();
+        let l = p.cfg().counted_loops();
+        assert!(l.iter().any(|l| l.trips == 2048 && l.exact), "{l:?}");
+    }
+
+    #[test]
+    fn a_loop_with_a_second_exit_is_not_exact() {
+        // `counted` with a forward jump out of the body at #3.
+        let v = counted(0, 1, 10, Some(ins(BPF_JMP | BPF_JNE | BPF_K, 0, 0, 2, 3)));
+        let p = verified(v);
+        assert_eq!(p.cfg().counted_loops().len(), 1);
+        assert!(!p.cfg().counted_loops()[0].exact);
+        // 3000 trips of an exact loop: charged whole (under MAX_EXACT_LOOP_PRECHARGE_INSNS).
+        let p = verified(counted(0, 1, 3000, None));
+        assert_eq!(p.cfg().counted_loops()[0].trips, 3000);
+    }
+
+    #[test]
     fn a_loop_too_long_to_charge_at_once_stays_per_iteration() {
-        // 3 slots x 2000 trips: more than MAX_LOOP_PRECHARGE_INSNS.
-        let p = verified(counted(0, 1, 2000, None));
+        // 3 slots x 30000 trips: more than MAX_EXACT_LOOP_PRECHARGE_INSNS.
+        let p = verified(counted(0, 1, 30000, None));
         assert!(p.cfg().counted_loops().is_empty());
         assert_eq!(p.cfg().charge(2), 4);
     }
@@ -262,8 +362,8 @@ mod tests {
 #[cfg(test)]
 mod random {
     use crate::insn::{
-        Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_DW, BPF_EXIT, BPF_JLE, BPF_JLT, BPF_JMP, BPF_JNE,
-        BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
+        Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JLE, BPF_JLT,
+        BPF_JMP, BPF_JNE, BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
     };
     use crate::jit::JitProgram;
     use crate::program::STACK_BYTES;
@@ -274,7 +374,8 @@ mod random {
 
     /// Constants in r0-r9, `r = a`, a loop whose body mixes arithmetic (on the counter too,
     /// now and then), stack traffic and forward jumps (inside the body, onto the latch
-    /// block, out of the loop), a latch block `r += c; if r <op> K goto header`, a tail.
+    /// block, out of the loop), a latch block `r += c; if r <op> K goto header` (or clang's
+    /// `r += c; if r == K goto out; goto header`), a tail.
     fn gen(seed: u64) -> Vec<Insn> {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut v: Vec<Insn> = (0..10)
@@ -286,7 +387,9 @@ mod random {
         let header = v.len();
         let body = rng.gen_range(1..10usize);
         let inc = header + body;
-        let (latch, tail) = (inc + 1, 2usize);
+        // clang's shape: `r += c; if r == K goto out; goto header`.
+        let clang = rng.gen_bool(0.3);
+        let (latch, tail) = (inc + 1 + usize::from(clang), 2usize);
         let exit = latch + 1 + tail;
         for pc in header..inc {
             let q = if rng.gen_bool(0.1) { r } else { rng.gen_range(0..10u8) };
@@ -308,7 +411,15 @@ mod random {
             1 => (BPF_JLT, rng.gen_range(0..200)),
             _ => (BPF_JLE, rng.gen_range(0..200)),
         };
-        v.push(ins(BPF_JMP | op | BPF_K, r, 0, (header as i16) - (latch as i16) - 1, k));
+        let back = (header as i16) - (latch as i16) - 1;
+        if clang {
+            // Sometimes off the counter's class (never met: the budget stops it).
+            let k = a + step * rng.gen_range(1..60) + i32::from(rng.gen_bool(0.1));
+            v.push(ins(BPF_JMP | BPF_JEQ | BPF_K, r, 0, 1, k));
+            v.push(ins(BPF_JMP | BPF_JA, 0, 0, back, 0));
+        } else {
+            v.push(ins(BPF_JMP | op | BPF_K, r, 0, back, k));
+        }
         for _ in 0..tail {
             v.push(ins(BPF_ALU64 | BPF_ADD | BPF_K, rng.gen_range(0..10), 0, 0, 1));
         }

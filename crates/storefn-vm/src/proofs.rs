@@ -18,13 +18,17 @@
 //!   contract is that `data` / `scratch` are at least that long, and `run_xrp` runs a call
 //!   whose buffers are shorter on the interpreter (which checks every access) instead.
 //!
+//! - **stack through a copy**: on every path the base register is the entry function's r10
+//!   plus an offset range such that the access lies inside its 512-byte frame (the entry
+//!   runs in frame 0; the whole stack block is in both region sets).
+//!
 //! Anything else (atomics outside the stack, globals, pointers the analysis lost, anything in
 //! a BPF-to-BPF callee) keeps the run-time check.
 
 use crate::cfg::Cfg;
 use crate::insn::{BPF_LDX, BPF_MEM, BPF_ST, BPF_STX};
 use crate::interp::size_bytes;
-use crate::program::{ProgType, Program};
+use crate::program::{ProgType, Program, STACK_FRAME_BYTES};
 use crate::ranges::{self, Base, Val};
 use crate::xrp::{
     LAMBDA_CTX_BYTES, XRP_CTX_BYTES, XRP_DATA_VIEW_BYTES, XRP_OFF_DONE, XRP_OFF_NEXT_ADDR,
@@ -120,6 +124,9 @@ pub(crate) fn in_bounds(
                     need.1 = need.1.max(hi.unsigned_abs());
                     true
                 }
+                // The entry's frame, reached through a copy of r10 moved by a bounded
+                // offset (a stack array indexed by data).
+                Base::Stack => lo >= -(STACK_FRAME_BYTES as i64) && hi <= 0,
                 Base::Data | Base::Scratch => false,
             }
         });
@@ -138,8 +145,8 @@ pub(crate) fn in_bounds(
 mod tests {
     use super::*;
     use crate::insn::{
-        Insn, BPF_ADD, BPF_ALU64, BPF_AND, BPF_B, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JGE,
-        BPF_JLT, BPF_JMP, BPF_JNE, BPF_K, BPF_LSH, BPF_MEM, BPF_MOV, BPF_W, BPF_X,
+        Insn, BPF_ADD, BPF_ALU64, BPF_AND, BPF_B, BPF_DW, BPF_EXIT, BPF_H, BPF_JA, BPF_JEQ,
+        BPF_JGE, BPF_JLT, BPF_JMP, BPF_JNE, BPF_K, BPF_LSH, BPF_MEM, BPF_MOV, BPF_W, BPF_X,
     };
     use crate::VerifiedProgram;
 
@@ -298,5 +305,85 @@ mod tests {
         assert!(!big.access_in_bounds(n - 3));
         assert!(big.access_in_bounds(n - 2), "r10 accesses are proved without the analysis");
         assert_eq!(big.xrp_min_bytes(), (0, 0));
+    }
+
+    /// clang's loop over an index: `i = 0; header: r0 = *(data + i); i += step;
+    /// if i == end goto out; goto header`, `trips` past the analysis' per-slot states.
+    fn clang_loop(size: u8, step: i32, end: i32) -> VerifiedProgram {
+        xrp(&[
+            mov(4, 0),                                       // 2
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0),    // 3: header
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 5, 4, 0, 0),    // 4
+            ins(BPF_LDX | BPF_MEM | size, 0, 5, 0, 0),       // 5: the access
+            ins(BPF_ALU64 | BPF_ADD | BPF_K, 4, 0, 0, step), // 6
+            ins(JMP_K | BPF_JEQ, 4, 0, 1, end),              // 7: -> out
+            ins(BPF_JMP | BPF_JA, 0, 0, -6, 0),              // 8: -> 3
+        ])
+    }
+
+    #[test]
+    fn a_long_counted_index_is_bounded_by_its_exit_test_and_step() {
+        // 512 words: the last ends at 4096.
+        assert!(clang_loop(BPF_DW, 8, 4096).access_in_bounds(5));
+        assert_eq!(clang_loop(BPF_DW, 8, 4096).xrp_min_bytes(), (4096, 0));
+        // 1024 u32 words, 4096 bytes one at a time.
+        assert!(clang_loop(BPF_W, 4, 4096).access_in_bounds(5));
+        assert!(clang_loop(BPF_B, 1, 4096).access_in_bounds(5));
+        // One step further: the last word ends at 4104.
+        assert!(!clang_loop(BPF_DW, 8, 4104).access_in_bounds(5));
+        // An end off the counter's class is never met: the counter runs past the view.
+        assert!(!clang_loop(BPF_DW, 8, 4097).access_in_bounds(5));
+        assert!(!clang_loop(BPF_W, 8, 4092).access_in_bounds(5));
+        // A 2-byte load stepping by one up to 4096 reads 4095..4097 last.
+        assert!(!clang_loop(BPF_H, 1, 4096).access_in_bounds(5));
+    }
+
+    #[test]
+    fn a_stack_array_indexed_by_a_bounded_value_is_proved_inside_the_frame_only() {
+        // r6 = r10 - below + ((scratch byte & 15) << 2); a u32 load and store there.
+        let array = |below: i32| {
+            xrp(&[
+                ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),        // 2
+                ins(BPF_ALU64 | BPF_AND | BPF_K, 4, 0, 0, 15),     // 3
+                ins(BPF_ALU64 | BPF_LSH | BPF_K, 4, 0, 0, 2),      // 4: 0..=60
+                ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 10, 0, 0),     // 5
+                ins(BPF_ALU64 | BPF_ADD | BPF_K, 6, 0, 0, -below), // 6
+                ins(BPF_ALU64 | BPF_ADD | BPF_X, 6, 4, 0, 0),      // 7
+                ins(BPF_LDX | BPF_MEM | BPF_W, 0, 6, 0, 0),        // 8
+                ins(BPF_STX | BPF_MEM | BPF_W, 6, 0, 0, 0),        // 9
+            ])
+        };
+        let p = array(64); // the last element ends at the frame's top
+        assert!(p.access_in_bounds(8) && p.access_in_bounds(9));
+        let p = array(63); // one byte above the frame
+        assert!(!p.access_in_bounds(8) && !p.access_in_bounds(9));
+        let p = array(512); // the first element at the frame's bottom
+        assert!(p.access_in_bounds(8));
+        let p = array(513); // one byte below it (below lie the callees' frames)
+        assert!(!p.access_in_bounds(8));
+    }
+
+    #[test]
+    fn the_bench_loops_are_proved() {
+        for name in [
+            "bench/sum64",
+            "bench/sum32",
+            "bench/be32",
+            "bench/stats64",
+            "bench/histogram",
+            "bench/crc32",
+            "bench/fnv1a",
+            "bench/classify",
+            "bench/knn",
+        ] {
+            let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
+            let unproved: Vec<usize> = (0..p.insns.len())
+                .filter(|&pc| {
+                    matches!(p.insns[pc].class(), BPF_LDX | BPF_ST | BPF_STX)
+                        && !p.access_in_bounds(pc)
+                })
+                .collect();
+            assert!(unproved.is_empty(), "{name}: accesses checked: {unproved:?}");
+        }
     }
 }

@@ -6,7 +6,11 @@
 //! [`STATES_PER_SLOT`] distinct states (a loop with a constant trip count is followed iteration
 //! by iteration, so a pointer stepping in lockstep with its counter keeps an exact offset);
 //! past that the slot's states are joined into one summary, and after [`WIDEN_AFTER`] growths
-//! of a summary every bound still moving is widened to its extreme, so the analysis ends. A
+//! of a summary at a backward jump's target every bound still moving is widened, to the next
+//! of the program's compare constants (or one below it, in the value's congruence class) or
+//! else its extreme, so the analysis ends (every cycle passes such a target). Scalars carry a
+//! power-of-two congruence ([`Scal`]), so a counter stepping by `c` up to an exit test
+//! `== N` is bounded by `N - c` inside the loop. A
 //! state arriving at a slot is dropped when one already kept there contains it (its
 //! continuations are covered). Branches refine the ranges they compare on each edge; an edge
 //! whose refined range is empty is not followed. More than [`MAX_ARRIVALS`] arrivals in all
@@ -35,6 +39,10 @@ use crate::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH};
 pub(crate) const STATES_PER_SLOT: usize = 40;
 /// Growths of a slot's summary before its moving bounds are widened to their extremes.
 const WIDEN_AFTER: u32 = 8;
+/// Widenings of one summary that may stop at a compare constant; later ones go to the
+/// extremes. Without this bound a loop in a program with many constants would climb through
+/// them one by one, re-running its body each time (verification time quadratic in size).
+const THRESHOLD_STEPS: u32 = 4;
 /// States queued in all before the analysis gives up: bounds verification time and memory (the
 /// queue and the kept states hold at most this many 240-byte states, ~48 MB, transiently).
 /// BPF-KV's fan-out lookup (`progs/bpfkv_get_fanout`) needs between 100 000 and 200 000.
@@ -49,6 +57,8 @@ pub(crate) enum Base {
     Data,
     /// The xrp `scratch` buffer (`ctx.scratch`).
     Scratch,
+    /// The entry function's frame: offsets from its r10 (the top of the frame).
+    Stack,
 }
 
 /// An inclusive range; unsigned for scalars, signed byte offsets for pointers.
@@ -58,19 +68,84 @@ pub(crate) struct Span<T> {
     pub(crate) hi: T,
 }
 
+/// A scalar's values: `lo <= v <= hi` (unsigned) and `v == lo (mod 2^m)` (`m` = 0: any
+/// value in the range; `m` >= 64: only `lo`). Both ends are in the congruence class, so a
+/// counter stepping by 8 from 0 is `[0, 4088]` with `m` = 3, and its exit test `!= 4096`
+/// right after `+= 8` leaves it there (the class's last value below 4096 is 4088).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scal {
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+    pub(crate) m: u32,
+}
+
 /// The abstract value of one register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Val {
-    Scalar(Span<u64>),
+    Scalar(Scal),
     Ptr(Base, Span<i64>),
 }
 
-const FULL: Val = Val::Scalar(Span { lo: 0, hi: u64::MAX });
+const FULL: Val = Val::Scalar(Scal { lo: 0, hi: u64::MAX, m: 0 });
 const U32_MAX: u64 = u32::MAX as u64;
+/// `m` of a constant.
+const EXACT: u32 = 64;
+
+/// The low `m` bits set (all of them for `m` >= 64).
+fn low_mask(m: u32) -> u64 {
+    if m >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << m) - 1
+    }
+}
+
+impl Scal {
+    /// `[lo, hi]` in the class of `lo` mod 2^m (`hi` rounded down into it).
+    fn new(lo: u64, hi: u64, m: u32) -> Scal {
+        debug_assert!(lo <= hi);
+        let m = m.min(EXACT);
+        let hi = hi - ((hi - lo) & low_mask(m));
+        if lo == hi {
+            Scal { lo, hi, m: EXACT }
+        } else {
+            Scal { lo, hi, m }
+        }
+    }
+
+    /// The values of `self` inside `[lo, hi]` (ends moved into the class); `None`: none.
+    fn clamp(self, lo: u64, hi: u64) -> Option<Scal> {
+        let mask = low_mask(self.m);
+        let lo = lo.max(self.lo);
+        let hi = hi.min(self.hi);
+        if lo > hi {
+            return None;
+        }
+        // Round `lo` up into the class: it may pass `hi` (no value left) or wrap (none).
+        let up = self.lo.wrapping_sub(lo) & mask;
+        let lo = lo.checked_add(up).filter(|&l| l <= hi)?;
+        Some(Scal::new(lo, hi, self.m))
+    }
+
+    fn join(self, o: Scal) -> Scal {
+        let diff = self.lo.wrapping_sub(o.lo).trailing_zeros();
+        Scal::new(self.lo.min(o.lo), self.hi.max(o.hi), self.m.min(o.m).min(diff))
+    }
+
+    fn contains(self, o: Scal) -> bool {
+        self.lo <= o.lo
+            && o.hi <= self.hi
+            && o.m >= self.m
+            && o.lo.wrapping_sub(self.lo) & low_mask(self.m) == 0
+    }
+}
 
 fn scalar(lo: u64, hi: u64) -> Val {
-    debug_assert!(lo <= hi);
-    Val::Scalar(Span { lo, hi })
+    Val::Scalar(Scal::new(lo, hi, 0))
+}
+
+fn scalar_m(lo: u64, hi: u64, m: u32) -> Val {
+    Val::Scalar(Scal::new(lo, hi, m))
 }
 
 fn konst(v: u64) -> Val {
@@ -78,7 +153,7 @@ fn konst(v: u64) -> Val {
 }
 
 impl Val {
-    fn span(self) -> Option<Span<u64>> {
+    fn span(self) -> Option<Scal> {
         match self {
             Val::Scalar(s) => Some(s),
             Val::Ptr(..) => None,
@@ -87,8 +162,8 @@ impl Val {
 
     fn contains(self, other: Val) -> bool {
         match (self, other) {
-            (Val::Scalar(a), _) if a.lo == 0 && a.hi == u64::MAX => true,
-            (Val::Scalar(a), Val::Scalar(b)) => a.lo <= b.lo && b.hi <= a.hi,
+            (Val::Scalar(a), _) if a.lo == 0 && a.hi == u64::MAX && a.m == 0 => true,
+            (Val::Scalar(a), Val::Scalar(b)) => a.contains(b),
             (Val::Ptr(x, a), Val::Ptr(y, b)) => x == y && a.lo <= b.lo && b.hi <= a.hi,
             _ => false,
         }
@@ -96,7 +171,7 @@ impl Val {
 
     fn join(self, other: Val) -> Val {
         match (self, other) {
-            (Val::Scalar(a), Val::Scalar(b)) => scalar(a.lo.min(b.lo), a.hi.max(b.hi)),
+            (Val::Scalar(a), Val::Scalar(b)) => Val::Scalar(a.join(b)),
             (Val::Ptr(x, a), Val::Ptr(y, b)) if x == y => {
                 Val::Ptr(x, Span { lo: a.lo.min(b.lo), hi: a.hi.max(b.hi) })
             }
@@ -104,18 +179,51 @@ impl Val {
         }
     }
 
-    /// `self` joined with `new`, every bound `new` moved outward pushed to its extreme.
-    fn widen(self, new: Val) -> Val {
+    /// `self` joined with `new`, every bound `new` moved outward pushed to the next of
+    /// `thresholds` (sorted; the program's compare constants) or its extreme.
+    fn widen(self, new: Val, thresholds: &[u64]) -> Val {
         match (self, self.join(new)) {
-            (Val::Scalar(a), Val::Scalar(b)) => scalar(
-                if b.lo < a.lo { 0 } else { b.lo },
-                if b.hi > a.hi { u64::MAX } else { b.hi },
-            ),
+            (Val::Scalar(a), Val::Scalar(b)) => {
+                let mask = low_mask(b.m);
+                let lo = if b.lo < a.lo { b.lo & mask } else { b.lo };
+                let hi = if b.hi > a.hi { widen_hi(b, thresholds) } else { b.hi };
+                scalar_m(lo, hi, b.m)
+            }
             (Val::Ptr(_, a), Val::Ptr(x, b)) if a == b => Val::Ptr(x, b),
             // A pointer whose offset keeps moving: nothing provable remains.
             _ => FULL,
         }
     }
+}
+
+/// The smallest value of `s`'s class at or above `s.hi` that is a threshold `t` or `t - 1`
+/// rounded down into the class (the last value a loop test `!= t`, `< t` or `<= t - 1`
+/// lets through), else the class' largest value.
+fn widen_hi(s: Scal, thresholds: &[u64]) -> u64 {
+    let mask = low_mask(s.m);
+    let down = |v: u64| v.checked_sub(s.lo).map(|d| v - (d & mask));
+    let from = thresholds.partition_point(|&t| t < s.hi);
+    thresholds[from..]
+        .iter()
+        .flat_map(|&t| [t.checked_sub(1).and_then(down), down(t)])
+        .flatten()
+        .filter(|&v| v >= s.hi)
+        .min()
+        .or_else(|| down(u64::MAX))
+        .unwrap_or(u64::MAX)
+}
+
+/// The constants the program's conditional jumps compare with (64- and 32-bit readings),
+/// sorted: where [`Val::widen`] stops a growing bound before giving up on it.
+fn compare_constants(insns: &[Insn]) -> Vec<u64> {
+    let mut v: Vec<u64> = insns
+        .iter()
+        .filter(|i| matches!(i.class(), BPF_JMP | BPF_JMP32) && i.op & BPF_X == 0)
+        .flat_map(|i| [i64::from(i.imm).cast_unsigned(), u64::from(i.imm.cast_unsigned())])
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// Registers r0-r9 (r10 is the frame pointer; its accesses are proved syntactically).
@@ -133,6 +241,18 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
     let mut growths = vec![0u32; end - start];
     let mut entry = [FULL; 10];
     entry[1] = Val::Ptr(Base::Ctx, Span { lo: 0, hi: 0 });
+    let thresholds = compare_constants(&prog.insns);
+    // Widening only where a backward jump lands: every cycle passes one, so the analysis
+    // still ends, and the slots of a loop body keep the exact offsets derived from the
+    // header's (widened) ranges instead of widening them again.
+    let mut widens = vec![false; end - start];
+    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
+        for t in cfg.successors(&prog.insns, pc).into_iter().flatten() {
+            if t <= pc && t >= start {
+                widens[t - start] = true;
+            }
+        }
+    }
     let mut work = vec![(start, entry)];
     // Counted when queued, so the queue and the kept states both stay within the bound.
     let mut arrivals = 1usize;
@@ -148,8 +268,10 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
             // Summary mode: one state, grown (and eventually widened) by every arrival.
             let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
             growths[pc - start] += 1;
-            let new: State = if growths[pc - start] > WIDEN_AFTER {
-                std::array::from_fn(|r| old[r].widen(st[r]))
+            let g = growths[pc - start];
+            let new: State = if widens[pc - start] && g > WIDEN_AFTER {
+                let t: &[u64] = if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { &thresholds };
+                std::array::from_fn(|r| old[r].widen(st[r], t))
             } else {
                 join_states(&old, &st)
             };
@@ -219,7 +341,11 @@ fn step(prog: &Program, cfg: &Cfg, pc: usize, mut st: State) -> Vec<(usize, Stat
 /// The second operand of an ALU or jump instruction, as a value.
 fn operand(i: Insn, st: &State, is64: bool) -> Val {
     if i.op & BPF_X != 0 {
-        if i.src >= 10 {
+        if i.src == 10 {
+            // The entry's frame pointer (the analysis covers the entry function only).
+            return Val::Ptr(Base::Stack, Span { lo: 0, hi: 0 });
+        }
+        if i.src > 10 {
             return FULL;
         }
         st[usize::from(i.src)]
@@ -265,7 +391,7 @@ fn alu64(op: u8, i: Insn, dst: Val, src: Val) -> Val {
         (_, Val::Scalar(a), Val::Scalar(s)) => {
             if neg_k && op == BPF_ADD {
                 let c = i64::from(i.imm).unsigned_abs();
-                return sub_span(a, Span { lo: c, hi: c });
+                return sub_span(a, Scal { lo: c, hi: c, m: EXACT });
             }
             scalar_op(op, a, s)
         }
@@ -293,27 +419,39 @@ fn trunc32(v: Val) -> Val {
 }
 
 /// A constant shift amount masked as the ISA masks it; `None` when it is not a constant.
-fn shift_amount(b: Span<u64>, mask: u64) -> Option<Span<u64>> {
-    (b.lo == b.hi).then_some(Span { lo: b.lo & mask, hi: b.lo & mask })
+fn shift_amount(b: Scal, mask: u64) -> Option<Scal> {
+    (b.lo == b.hi).then_some(Scal { lo: b.lo & mask, hi: b.lo & mask, m: EXACT })
 }
 
-fn sub_span(a: Span<u64>, b: Span<u64>) -> Val {
+/// `a - b`. Without wrap every difference is `a.lo - b.lo` plus multiples of the coarser of
+/// the two moduli.
+fn sub_span(a: Scal, b: Scal) -> Val {
     if a.lo >= b.hi {
-        scalar(a.lo - b.hi, a.hi - b.lo)
+        let d = a.lo - b.lo;
+        let lo = a.lo - b.hi;
+        let m = a.m.min(b.m).min(lo.wrapping_sub(d).trailing_zeros());
+        scalar_m(lo, a.hi - b.lo, m)
     } else {
         FULL
     }
 }
 
-fn scalar_op(op: u8, a: Span<u64>, b: Span<u64>) -> Val {
+// Congruences: `a + b`, `a * b` keep the coarser modulus (the representatives are `a.lo`
+// and `b.lo`, whose sum and product are the new low ends); a multiplier or shift by a
+// constant `2^k * odd` refines it by `k`; `>> k` keeps `m - k` bits (the low `k` bits of every
+// value are those of `lo`, so no carry crosses); everything else forgets it.
+fn scalar_op(op: u8, a: Scal, b: Scal) -> Val {
     match op {
         BPF_ADD => match (a.lo.checked_add(b.lo), a.hi.checked_add(b.hi)) {
-            (Some(lo), Some(hi)) => scalar(lo, hi),
+            (Some(lo), Some(hi)) => scalar_m(lo, hi, a.m.min(b.m)),
             _ => FULL,
         },
         BPF_SUB => sub_span(a, b),
         BPF_MUL => match (a.lo.checked_mul(b.lo), a.hi.checked_mul(b.hi)) {
-            (Some(lo), Some(hi)) => scalar(lo, hi),
+            (Some(lo), Some(hi)) if b.m >= EXACT => {
+                scalar_m(lo, hi, a.m.saturating_add(b.lo.trailing_zeros()))
+            }
+            (Some(lo), Some(hi)) => scalar_m(lo, hi, a.m.min(b.m)),
             _ => FULL,
         },
         BPF_AND => scalar(0, a.hi.min(b.hi)),
@@ -321,12 +459,17 @@ fn scalar_op(op: u8, a: Span<u64>, b: Span<u64>) -> Val {
         BPF_MOD if b.lo > 0 => scalar(0, a.hi.min(b.hi - 1)),
         BPF_LSH => match shift_amount(b, 63) {
             Some(k) if u64::from(a.hi.leading_zeros()) >= k.lo => {
-                scalar(a.lo << k.lo, a.hi << k.lo)
+                let k = k.lo as u32;
+                scalar_m(a.lo << k, a.hi << k, a.m.saturating_add(k))
             }
             _ => FULL,
         },
         BPF_RSH => match shift_amount(b, 63) {
-            Some(k) => scalar(a.lo >> k.lo, a.hi >> k.lo),
+            Some(k) => {
+                let k = k.lo as u32;
+                let m = a.m.saturating_sub(k);
+                scalar_m(a.lo >> k, a.hi >> k, m)
+            }
             None => scalar(0, a.hi),
         },
         _ => FULL,
@@ -342,7 +485,7 @@ fn ptr_off(b: Base, o: Span<i64>, delta: i64) -> Val {
 }
 
 /// `ptr ± s` for a scalar range `s`.
-fn ptr_add(b: Base, o: Span<i64>, s: Span<u64>, sub: bool) -> Val {
+fn ptr_add(b: Base, o: Span<i64>, s: Scal, sub: bool) -> Val {
     let (Ok(lo), Ok(hi)) = (i64::try_from(s.lo), i64::try_from(s.hi)) else { return FULL };
     let r = if sub {
         o.lo.checked_sub(hi).zip(o.hi.checked_sub(lo))
@@ -390,8 +533,8 @@ fn branch(i: Insn, mut st: State, taken: bool) -> Option<State> {
     };
     // A 32-bit compare is the 64-bit one when both sides fit in 32 bits; a signed compare is
     // the unsigned one when both are non-negative.
-    let fits = |s: Span<u64>| is64 || s.hi <= U32_MAX;
-    let nonneg = |s: Span<u64>| s.hi <= if is64 { i64::MAX as u64 } else { i32::MAX as u64 };
+    let fits = |s: Scal| is64 || s.hi <= U32_MAX;
+    let nonneg = |s: Scal| s.hi <= if is64 { i64::MAX as u64 } else { i32::MAX as u64 };
     let signed = matches!(op, BPF_JSGT | BPF_JSGE | BPF_JSLT | BPF_JSLE);
     if !fits(a) || !fits(b) || (signed && (!nonneg(a) || !nonneg(b))) {
         return Some(st);
@@ -408,12 +551,9 @@ fn branch(i: Insn, mut st: State, taken: bool) -> Option<State> {
     };
     match op {
         BPF_JEQ => {
-            let (lo, hi) = (a.lo.max(b.lo), a.hi.min(b.hi));
-            if lo > hi {
-                return None;
-            }
-            a = Span { lo, hi };
-            b = a;
+            a = a.clamp(b.lo, b.hi)?;
+            b = b.clamp(a.lo, a.hi)?;
+            a = a.clamp(b.lo, b.hi)?;
         }
         BPF_JNE => {
             if a.lo == a.hi && b.lo == b.hi && a.lo == b.lo {
@@ -440,11 +580,10 @@ fn branch(i: Insn, mut st: State, taken: bool) -> Option<State> {
 }
 
 /// Refines `x + gap <= y` (gap 1: `x < y`; 0: `x <= y`); `None` when impossible.
-fn less(x: Span<u64>, y: Span<u64>, gap: u64) -> Option<(Span<u64>, Span<u64>)> {
-    let x_hi = y.hi.checked_sub(gap)?.min(x.hi);
-    let y_lo = x.lo.checked_add(gap)?.max(y.lo);
-    (x.lo <= x_hi && y_lo <= y.hi)
-        .then_some((Span { lo: x.lo, hi: x_hi }, Span { lo: y_lo, hi: y.hi }))
+fn less(x: Scal, y: Scal, gap: u64) -> Option<(Scal, Scal)> {
+    let x_hi = y.hi.checked_sub(gap)?;
+    let y_lo = x.lo.checked_add(gap)?;
+    Some((x.clamp(x.lo, x_hi)?, y.clamp(y_lo, y.hi)?))
 }
 
 trait Swap {
@@ -457,14 +596,15 @@ impl<T> Swap for (T, T) {
     }
 }
 
-/// `s` without the value `v` when `v` is one of its ends.
-fn shave(s: Span<u64>, v: u64) -> Option<Span<u64>> {
+/// `s` without the value `v` when `v` is one of its ends (the next value of its class
+/// becomes the end).
+fn shave(s: Scal, v: u64) -> Option<Scal> {
     if s.lo == v && s.hi == v {
         None
     } else if s.lo == v {
-        Some(Span { lo: v + 1, hi: s.hi })
+        s.clamp(v + 1, s.hi)
     } else if s.hi == v {
-        Some(Span { lo: s.lo, hi: v - 1 })
+        s.clamp(s.lo, v - 1)
     } else {
         Some(s)
     }

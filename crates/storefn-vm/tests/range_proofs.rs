@@ -69,7 +69,9 @@ fn gen(seed: u64) -> Vec<Insn> {
         let n = 8;
         let t = TEMPS[rng.gen_range(0..3)];
         let ptr = TEMPS[3 + rng.gen_range(0..2)];
-        match rng.gen_range(0..6) {
+        match rng.gen_range(0..9) {
+            6 | 7 => clang_counted_loop(&mut rng, base, view, t, ptr, &mut p),
+            8 => stack_array(&mut rng, t, ptr, &mut p),
             // A loaded value through random ALU ops and compares (every transfer rule of
             // ranges.rs, 32- and 64-bit, immediate and register), then used as an index.
             5 => {
@@ -186,6 +188,77 @@ fn gen(seed: u64) -> Vec<Insn> {
     p.push(alu64_reg(BPF_ADD, 0, TEMPS[0]));
     p.push(exit());
     p
+}
+
+/// clang's counted loop over an index (`i = start; do { *(base + i + off); i += step; }
+/// while (i != end)`, the test `if i == end goto out; goto header`), many trips past the
+/// analysis' per-slot states so the index range comes from widening and its congruence: the
+/// last access ends exactly at the view's end, or one byte (or one step) past it, or `end`
+/// is off the index's class (the loop never meets it and runs until the budget stops it).
+fn clang_counted_loop(
+    rng: &mut SmallRng,
+    base: u8,
+    view: usize,
+    t: u8,
+    ptr: u8,
+    p: &mut Vec<Insn>,
+) {
+    let step = [1, 2, 4, 8][rng.gen_range(0..4)];
+    let n = [1, 2, 4, 8][rng.gen_range(0..4)];
+    let view = view as i32;
+    let trips = rng.gen_range(41..=view / step).min(700);
+    let start = view - n - step * (trips - 1);
+    let start = start + [0, 0, 0, 1, step][rng.gen_range(0..5)];
+    let end = start + step * trips + [0, 0, 0, 1, -1][rng.gen_range(0..5)];
+    let size = match n {
+        1 => BPF_B,
+        2 => BPF_H,
+        4 => BPF_W,
+        _ => BPF_DW,
+    };
+    let wide = rng.gen_bool(0.7);
+    p.push(mov64_imm(t, start));
+    p.push(mov64_reg(ptr, base)); // header
+    p.push(alu64_reg(BPF_ADD, ptr, t));
+    p.push(if rng.gen_bool(0.5) {
+        ldx(size, TEMPS[0], ptr, 0)
+    } else {
+        st(size, ptr, 0, rng.gen())
+    });
+    p.push(if wide { alu64_imm(BPF_ADD, t, step) } else { alu32_imm(BPF_ADD, t, step) });
+    let class = if wide { BPF_JMP } else { BPF_JMP32 };
+    p.push(ins(class | BPF_JEQ | BPF_K, t, 0, 1, end));
+    p.push(ja(-6));
+}
+
+/// A stack array indexed by a loaded value (a histogram's `h[d[i] >> 4]++`): the index masked
+/// and scaled, the array placed so the last element ends at the frame's top, one element
+/// past it, or wholly below the frame (sometimes).
+fn stack_array(rng: &mut SmallRng, t: u8, ptr: u8, p: &mut Vec<Insn>) {
+    let mask = [15, 63, 511][rng.gen_range(0..3)];
+    let shift = rng.gen_range(0..4);
+    let span = (mask << shift) + (1 << shift);
+    let below = span + [0, 0, -1, -(1 << shift), 8, 512 - span][rng.gen_range(0..6)];
+    if rng.gen_bool(0.5) {
+        p.push(ldx(BPF_B, t, DATA, rng.gen_range(0..64)));
+        p.push(ldx(BPF_DW, TEMPS[0], SCRATCH, 0));
+        p.push(alu64_reg(BPF_XOR, t, TEMPS[0]));
+    } else {
+        // The last element itself: the edge of the proof every time.
+        p.push(mov64_imm(t, -1));
+    }
+    p.push(alu64_imm(BPF_AND, t, mask));
+    p.push(alu64_imm(BPF_LSH, t, shift));
+    p.push(mov64_reg(ptr, 10));
+    p.push(alu64_imm(BPF_ADD, ptr, -below));
+    p.push(alu64_reg(BPF_ADD, ptr, t));
+    let size = [BPF_B, BPF_H, BPF_W, BPF_DW][rng.gen_range(0..=shift.min(3)) as usize];
+    p.push(ldx(size, TEMPS[1], ptr, 0));
+    p.push(alu64_imm(BPF_ADD, TEMPS[1], 1));
+    p.push(stx(size, ptr, TEMPS[1], 0));
+    // The two instances' stacks lie at different addresses: no stack address may flow into
+    // what the engines' outputs are compared on.
+    p.push(mov64_imm(ptr, 0));
 }
 
 /// Bytes around each buffer that no instance is granted: the generated offsets (at most

@@ -106,14 +106,6 @@ pub(super) const OFF_FAULT_ADDR: i32 =
     env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, addr));
 pub(super) const OFF_FAULT_LEN: i32 =
     env_off(offset_of!(RunEnv, fault) + offset_of!(FaultInfo, len));
-pub(super) const OFF_READ_REGIONS: i32 =
-    env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, regions));
-pub(super) const OFF_WRITE_REGIONS: i32 =
-    env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, regions));
-pub(super) const OFF_READ_LEN: i32 = env_off(offset_of!(RunEnv, read) + offset_of!(RegionSet, len));
-pub(super) const OFF_WRITE_LEN: i32 =
-    env_off(offset_of!(RunEnv, write) + offset_of!(RegionSet, len));
-const _: () = assert!(std::mem::size_of::<Region>() == 16, "hint path scales the index by 16");
 pub(super) const OFF_AUX_ENV: i32 = env_off(offset_of!(RunAux, env));
 pub(super) const OFF_AUX_FOUND: i32 = env_off(offset_of!(RunAux, found));
 pub(super) const OFF_AUX_WR_LO: i32 = env_off(offset_of!(RunAux, wr_lo));
@@ -139,19 +131,25 @@ pub(super) extern "C" fn resolve_region(aux: *mut RunAux, addr: u64, site: u64) 
     let set: &RegionSet = if write { &env.write } else { &env.read };
     // A corrupt `len` must not make us index out of bounds (that would abort the process).
     let count = usize::try_from(set.len).unwrap_or(MAX_REGIONS).min(MAX_REGIONS);
-    if let Some((i, r)) =
-        set.regions[..count].iter().enumerate().find(|(_, r)| r.contains(addr, len))
-    {
+    let slot = usize::try_from(pc * 2).unwrap_or(0) + usize::from(write);
+    // SAFETY: `aux.hints` is the owning JitProgram's hint table (alive: `run` borrows it),
+    // which has 2 entries per instruction and `pc` is an instruction index of the program;
+    // the table is only accessed from the thread running this invocation.
+    let hint = usize::from(unsafe { (*aux.hints.add(slot)).get() });
+    // The hint first (the region this site matched last), re-validated like any other: an
+    // index past `count` is stale and grants nothing.
+    let hinted =
+        set.regions[..count].get(hint).filter(|r| r.contains(addr, len)).map(|r| (hint, r));
+    let found = hinted
+        .or_else(|| set.regions[..count].iter().enumerate().find(|(_, r)| r.contains(addr, len)));
+    if let Some((i, r)) = found {
         let span = (r.end - r.start).saturating_sub(MAX_ACCESS_BYTES - 1);
         if write {
             (aux.wr_lo, aux.wr_span) = (r.start, span);
         } else {
             (aux.hot_lo, aux.hot_span) = (r.start, span);
         }
-        let slot = usize::try_from(pc * 2).unwrap_or(0) + usize::from(write);
-        // SAFETY: `aux.hints` is the owning JitProgram's hint table (alive: `run` borrows it),
-        // which has 2 entries per instruction and `pc` is an instruction index of the program;
-        // the table is only accessed from the thread running this invocation.
+        // SAFETY: as for the read of the hint above.
         unsafe { (*aux.hints.add(slot)).set(u8::try_from(i).unwrap_or(0)) };
         return 1;
     }

@@ -23,10 +23,12 @@ impl Tx<'_, '_> {
     }
 
     /// Emits the region check for `len` bytes at `addr`; on return the builder is positioned
-    /// where the access may be performed. Three tiers: (1) the window variables (last region
-    /// this function matched for this access kind); (2) the site's hint, a region index that
-    /// persists across invocations, re-validated against the current RunEnv; (3) a call to
-    /// [`resolve_region`], which scans every region and updates the hint.
+    /// where the access may be performed. Inline, only the window (last region this function
+    /// matched for this access kind: one subtract, one compare); on a miss a cold call to
+    /// [`resolve_region`], which tries the site's hint (a region index that persists across
+    /// invocations, re-validated against the current RunEnv) and then scans every region.
+    /// Keeping the hint out of line makes each check three small blocks, so programs with many
+    /// unproved accesses compile several times faster; a window miss costs a call instead.
     pub(super) fn check(&mut self, pc: usize, addr: Value, len: u64, access: Access) {
         debug_assert!((1..=MAX_ACCESS_BYTES).contains(&len));
         let (lo_v, span_v) = self.win_read;
@@ -42,75 +44,14 @@ impl Tx<'_, '_> {
         let off = self.b.ins().isub(addr, lo);
         let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, off, span);
         let cont = self.b.create_block();
-        let hinted = self.b.create_block();
-        let refill = self.b.create_block();
         let miss = self.b.create_block();
         let refill_aux = self.b.create_block();
-        for blk in [hinted, refill, miss, refill_aux] {
+        for blk in [miss, refill_aux] {
             self.b.set_cold_block(blk);
         }
-        self.b.append_block_param(refill, I64);
-        self.b.append_block_param(refill, I64);
-        self.b.ins().brif(inside, cont, &[], hinted, &[]);
+        self.b.ins().brif(inside, cont, &[], miss, &[]);
 
-        // Tier 2: regions[hint], exactly as Region::contains, as a chain of compare-and-branch
-        // (each test needs no temporaries, so the cold path does not push the function into
-        // saving more callee-saved registers): idx < len, start <= addr, addr <= end and
-        // end - addr >= len, the last two being `addr + len <= end` without overflow.
-        self.b.switch_to_block(hinted);
-        let slot = pc * 2 + usize::from(access == Access::Write);
-        let hint_addr = self.hints_addr + u64::try_from(slot).unwrap_or(0);
-        let hint = self.iconst(hint_addr.cast_signed());
-        let idx = self.b.ins().uload8(I64, fl, hint, 0);
-        let env = self.env();
-        let (base, count_off) = match access {
-            Access::Read => (OFF_READ_REGIONS, OFF_READ_LEN),
-            Access::Write => (OFF_WRITE_REGIONS, OFF_WRITE_LEN),
-        };
-        // Entries past `len` are stale: a hint pointing there grants nothing.
-        let count = self.b.ins().load(I64, fl, env, count_off);
-        let live = self.b.ins().icmp(IntCC::UnsignedLessThan, idx, count);
-        let in_use = self.cold_block();
-        self.b.ins().brif(live, in_use, &[], miss, &[]);
-        self.b.switch_to_block(in_use);
-        let scaled = self.b.ins().ishl_imm_u(idx, 4);
-        let rptr = self.b.ins().iadd(env, scaled);
-        let start = self.b.ins().load(I64, fl, rptr, base);
-        let end = self.b.ins().load(I64, fl, rptr, base + 8);
-        let above_start = self.cold_block();
-        let ge = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
-        self.b.ins().brif(ge, above_start, &[], miss, &[]);
-        self.b.switch_to_block(above_start);
-        let below_end = self.cold_block();
-        let le = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, end);
-        self.b.ins().brif(le, below_end, &[], miss, &[]);
-        self.b.switch_to_block(below_end);
-        let room = self.b.ins().isub(end, addr);
-        // Immediates only on this path: constants would be hoisted and occupy registers.
-        let fits =
-            self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, room, len.cast_signed());
-        let size = self.b.ins().isub(end, start);
-        self.b.ins().brif(fits, refill, &[start.into(), size.into()], miss, &[]);
-
-        self.b.switch_to_block(refill);
-        let p = self.b.block_params(refill).to_vec();
-        let z = self.iconst(0);
-        let big = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, p[1], 7i64);
-        let span = self.b.ins().iadd_imm_s(p[1], -i64::try_from(MAX_ACCESS_BYTES - 1).unwrap_or(0));
-        let span = self.b.ins().select(big, span, z);
-        match access {
-            Access::Read => {
-                self.b.def_var(lo_v, p[0]);
-                self.b.def_var(span_v, span);
-            }
-            Access::Write => {
-                self.b.ins().store(fl, p[0], self.aux, OFF_AUX_WR_LO);
-                self.b.ins().store(fl, span, self.aux, OFF_AUX_WR_SPAN);
-            }
-        }
-        self.b.ins().jump(cont, &[]);
-
-        // Tier 3: full scan in Rust.
+        // Tiers 2 and 3 in Rust: the site's hint, then every region.
         self.b.switch_to_block(miss);
         let site =
             (u64::try_from(pc).unwrap_or(0) << 8) | (u64::from(access == Access::Write) << 4) | len;

@@ -48,7 +48,7 @@ use crate::insn::{
     BPF_MEM, BPF_MEMSX, BPF_MOD, BPF_MOV, BPF_MUL, BPF_NEG, BPF_OR, BPF_PSEUDO_CALL, BPF_RSH,
     BPF_ST, BPF_STX, BPF_SUB, BPF_W, BPF_X, BPF_XOR,
 };
-use crate::mem::{Region, RegionSet, MAX_REGIONS};
+use crate::mem::{RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
 use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
@@ -152,12 +152,9 @@ impl JitProgram {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
         }
         let mut code = CodeMemory(None);
-        // Region hints, one byte per (instruction, access kind); the code addresses them
-        // directly, `resolve_region` through `aux.hints`.
+        // Region hints, one byte per (instruction, access kind), read and written by
+        // `resolve_region` through `aux.hints`.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
-        // Baked into the code as an immediate: the boxed table never moves and lives as long
-        // as the code (both owned by the JitProgram), and the hint load needs no `aux` load.
-        let hints_addr = hints.as_ptr() as u64;
         let sig = bpf_signature(&module);
         let mut ids = Vec::with_capacity(funcs.len());
         // Declaring allocates no code memory, so an early return here leaks nothing; from the
@@ -185,7 +182,6 @@ impl JitProgram {
                 verified,
                 (start, end),
                 shim,
-                hints_addr,
                 &ids,
                 &mut module,
                 &mut ctx,

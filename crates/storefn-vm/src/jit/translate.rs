@@ -33,8 +33,6 @@ pub(super) struct Tx<'a, 'f> {
     /// (function start, FuncRef) for every BPF function.
     pub(super) callees: Vec<(usize, FuncRef)>,
     pub(super) func_range: (usize, usize),
-    /// Address of the program's hint table (`JitProgram::hints`), a code immediate.
-    pub(super) hints_addr: u64,
     /// Counted loops ([`crate::cfg::Cfg::counted_loops`]): the short ones are unrolled.
     pub(super) counted: &'a [CountedLoop],
     /// Body slots this function may still emit as unrolled copies.
@@ -56,7 +54,6 @@ pub(super) fn translate_function(
     verified: &VerifiedProgram,
     (start, end): (usize, usize),
     shim: FuncId,
-    hints_addr: u64,
     ids: &[(usize, FuncId)],
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
@@ -132,7 +129,6 @@ pub(super) fn translate_function(
         helper_sig,
         callees,
         func_range: (start, end),
-        hints_addr,
         counted: cfg.counted_loops(),
         unroll_left: UNROLL_MAX_FUNCTION_SLOTS,
     };
