@@ -50,10 +50,8 @@ struct rk_scratch {
 	__u8 value[VALUE_MAX]; /* 1168 out */
 };
 
-/* CRC-32C (Castagnoli, reflected 0x82f63b78), eight tables: slicing by eight bytes. */
-static const __u32 crc_tab[8][256] = {
-#include "rocksdb_crc32c.h"
-};
+/* CRC-32C (Castagnoli), eight tables: slicing by eight bytes. */
+#include "storefn_crc32c.h"
 
 #define STOP(st) do { s->status = (st); s->reason = __LINE__; ctx->done = 1; return 0; } while (0)
 

@@ -32,7 +32,7 @@
 #define BLOCK_DATA_CKSUM 0x01
 #define CHECKSUM_SKIP 64
 
-#include "crc32c_tab.h"
+#include "storefn_crc32c.h"
 
 enum { RUNNING = 0, FOUND = 1, NOT_FOUND = 2, FALLBACK = 3, CORRUPT = 4 };
 

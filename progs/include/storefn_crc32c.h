@@ -1,6 +1,11 @@
-/* CRC-32C (Castagnoli, reflected 0x82F63B78) slicing-by-8 tables: crc_tab[0] is the byte
- * table; crc_tab[k][i] = crc_tab[k-1][i] >> 8 ^ crc_tab[0][crc_tab[k-1][i] & 0xff]. Generated;
- * the host's tests check the function's checksums against WiredTiger's files. */
+/* CRC-32C (Castagnoli, reflected 0x82F63B78) slicing-by-8 tables, shared by the engines'
+ * functions that verify blocks in place (WiredTiger's blocks, RocksDB's block trailers):
+ * crc_tab[0] is the byte table; crc_tab[k][i] = crc_tab[k-1][i] >> 8 ^
+ * crc_tab[0][crc_tab[k-1][i] & 0xff]. Generated; the hosts' tests check the functions'
+ * checksums against files the engines wrote. */
+#ifndef STOREFN_CRC32C_H
+#define STOREFN_CRC32C_H
+
 static const __u32 crc_tab[8][256] = {
 	{
 		0x00000000, 0xf26b8303, 0xe13b70f7, 0x1350f3f4, 0xc79a971f, 0x35f1141c,
@@ -363,3 +368,5 @@ static const __u32 crc_tab[8][256] = {
 		0xc451b7cc, 0x8d6dcaeb, 0x56294d82, 0x1f1530a5,
 	},
 };
+
+#endif
