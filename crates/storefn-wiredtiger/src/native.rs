@@ -87,7 +87,8 @@ pub fn library_version() -> (i32, i32, i32) {
 /// A connection with one session (WiredTiger sessions are single-threaded; so is this).
 #[derive(Debug)]
 pub struct Native {
-    conn: *mut c_void,
+    /// Held for its drop, which closes the session too.
+    _conn: Connection,
     session: *mut c_void,
 }
 
@@ -97,16 +98,11 @@ impl Native {
     /// # Errors
     /// WiredTiger's error (a locked or missing database, a bad configuration).
     pub fn open(dir: &Path, config: &str) -> Result<Self, WtError> {
-        let home = cstring(&dir.to_string_lossy())?;
-        let cfg = cstring(config)?;
-        let mut conn = std::ptr::null_mut();
-        // SAFETY: both strings are NUL-terminated and live across the call; conn is an out-pointer.
-        check("wiredtiger_open", unsafe { sfwt_open(home.as_ptr(), cfg.as_ptr(), &mut conn) })?;
+        let conn = Connection::open(dir, config)?;
         let mut session = std::ptr::null_mut();
-        // SAFETY: conn is the open connection just returned.
-        let r = check("open_session", unsafe { sfwt_session(conn, &mut session) });
-        let n = Native { conn, session };
-        r.map(|()| n)
+        // SAFETY: conn is the open connection just returned; session is an out-pointer.
+        check("open_session", unsafe { sfwt_session(conn.conn, &mut session) })?;
+        Ok(Native { _conn: conn, session })
     }
 
     /// `session->create(uri, config)`.
@@ -237,13 +233,6 @@ impl Drop for Session<'_> {
     fn drop(&mut self) {
         // SAFETY: every Cursor borrows the session, so none outlives it; closed once.
         unsafe { sfwt_session_close(self.s) };
-    }
-}
-
-impl Drop for Native {
-    fn drop(&mut self) {
-        // SAFETY: every Cursor borrows self, so none outlives this; close frees the session too.
-        unsafe { sfwt_close(self.conn) };
     }
 }
 
