@@ -201,8 +201,8 @@ pub const PASS_CPU_NS: u64 = 1_000_000;
 
 // A READ is one range read of the engine.
 const _: () = assert!(wl::MAX_READ_BYTES as usize == io::MAX_RANGE_BYTES);
-// An XRP request's first read is the data view its programs are verified against.
-const _: () = assert!(wl::MAX_XRP_READ_BYTES as usize == io::DATA_VIEW_BYTES);
+// An XRP request's first read is one hop of the engine at its largest.
+const _: () = assert!(wl::MAX_XRP_READ_BYTES as usize == io::MAX_HOP_BYTES);
 // An XRP request's scratch is the chain's scratch page.
 const _: () = assert!(wl::SCRATCH_BYTES == io::SCRATCH_BYTES);
 // A LAMBDA range is staged with one range read.

@@ -14,9 +14,11 @@ pub const MAX_TENANT_BYTES: usize = 64;
 /// from (storefn-server asserts it equals storefn-io's `MAX_RANGE_BYTES` at compile time; this
 /// crate does not depend on the engine).
 pub const MAX_READ_BYTES: u32 = 1 << 20;
-/// Largest first read of an XRP request, bytes: the 4 KiB data view XRP's programs are
-/// verified against (storefn-server asserts it equals the engine's).
-pub const MAX_XRP_READ_BYTES: u32 = 4096;
+/// Largest first read of an XRP request, bytes: the engine's largest hop, so a real engine's
+/// block (a 32 KiB WiredTiger leaf, an overflowing RocksDB block) is one hop from the start
+/// (storefn-server asserts it equals storefn-io's `MAX_HOP_BYTES`; a server built for smaller
+/// hops refuses a longer first read with an error status, not a protocol error).
+pub const MAX_XRP_READ_BYTES: u32 = 64 << 10;
 /// Largest WRITE payload, bytes.
 pub const MAX_WRITE_BYTES: u32 = 64 * 1024;
 /// XRP scratch, bytes: the chain's scratch page (checked against the engine's in

@@ -20,7 +20,7 @@ mod files;
 
 pub use files::{RemoteFiles, MAX_READS_PER_FRAME};
 
-use storefn_wire::limits::MAX_READ_BYTES;
+use storefn_wire::limits::MAX_XRP_READ_BYTES;
 use storefn_wire::{Client, ProgHash, Request, PROG_TYPE_XRP};
 
 use crate::chain::{self, abi, ChainAnswer, ChainStart};
@@ -251,7 +251,7 @@ impl RemoteDb {
             reqs.push(Request::Xrp {
                 path: paths[i].as_bytes(),
                 offset: start.block.offset,
-                len: (start.hop_len() as u32).min(MAX_READ_BYTES),
+                len: (start.hop_len() as u32).min(MAX_XRP_READ_BYTES),
                 hash: &self.prog,
                 scratch: &scratches[i][..abi::KEY + key.len()],
                 out_len: abi::OUT_BYTES as u32,
