@@ -113,19 +113,19 @@ fn analyze(prog: &Program) -> Result<(VerifyStats, Cfg), VerifyError> {
 ///
 /// ```compile_fail
 /// // An unverified Program is not accepted by Instance::new.
-/// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
+/// let prog = storefn_vm::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
 /// let _ = storefn_vm::Instance::new(std::sync::Arc::new(prog), storefn_vm::Engine::Jit);
 /// ```
 ///
 /// ```compile_fail
 /// // Nor can a VerifiedProgram be assembled around an unverified one.
-/// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
+/// let prog = storefn_vm::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
 /// let _ = storefn_vm::VerifiedProgram { prog, cfg: todo!(), stats: todo!(), in_bounds: todo!() };
 /// ```
 ///
 /// ```no_run
 /// // The accepted shape.
-/// let prog = storefn_vm::elf::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
+/// let prog = storefn_vm::load(&[], None, storefn_vm::ProgType::Xrp).unwrap();
 /// let prog = storefn_vm::VerifiedProgram::new(prog).unwrap();
 /// let _ = storefn_vm::Instance::new(std::sync::Arc::new(prog), storefn_vm::Engine::Jit);
 /// ```
