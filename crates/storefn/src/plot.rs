@@ -278,6 +278,37 @@ pub(crate) fn format_si(v: f64) -> String {
     }
 }
 
+/// A linear chart of the RTT figures (`plot --rtt`, `rocks plot`).
+pub(crate) type LinearChart<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Draws one labelled line of `pts` (dashed for a bound) with a dot at each point.
+///
+/// # Errors
+/// A drawing failure, as text.
+pub(crate) fn draw_line(
+    chart: &mut LinearChart<'_, '_>,
+    name: &str,
+    pts: &[(f64, f64)],
+    dashed: bool,
+    c: RGBColor,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let s = if dashed {
+        chart.draw_series(DashedLineSeries::new(pts.iter().copied(), 8, 6, c.stroke_width(2)))
+    } else {
+        chart.draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+    };
+    s.map_err(|e| err(&e))?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(|e| err(&e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

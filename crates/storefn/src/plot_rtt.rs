@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Deserialize;
 
-use crate::plot::{colour, format_si, load_font};
+use crate::plot::{colour, draw_line, format_si, load_font};
 
 /// Figure size in pixels: one panel.
 const FIGURE_PX: (u32, u32) = (1000, 700);
@@ -91,18 +91,7 @@ pub fn render(runs: &[RttRun], out: &Path) -> Result<(), String> {
         .draw()
         .map_err(|e| err(&e))?;
     for (i, (name, pts, dashed)) in lines.iter().enumerate() {
-        let c = colour(i);
-        let s = if *dashed {
-            chart.draw_series(DashedLineSeries::new(pts.iter().copied(), 8, 6, c.stroke_width(2)))
-        } else {
-            chart.draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-        };
-        s.map_err(|e| err(&e))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
-            .map_err(|e| err(&e))?;
+        draw_line(&mut chart, name, pts, *dashed, colour(i)).map_err(|e| err(&e))?;
     }
     chart
         .configure_series_labels()

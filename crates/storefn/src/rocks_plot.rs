@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use plotters::prelude::*;
 
-use crate::plot::{colour, format_si, load_font};
+use crate::plot::{colour, draw_line, format_si, load_font};
 use crate::CmdResult;
 
 #[derive(Debug, Args)]
@@ -104,19 +104,8 @@ pub fn run(a: &PlotArgs) -> CmdResult {
             if *dashed && k == 0 {
                 continue;
             }
-            let c = colour(i);
             let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, y(p))).collect();
-            let s = if *dashed {
-                chart.draw_series(DashedLineSeries::new(xy.clone(), 8, 6, c.stroke_width(2)))
-            } else {
-                chart.draw_series(LineSeries::new(xy.clone(), c.stroke_width(2)))
-            };
-            s.map_err(|e| err(&e))?.label(name.clone()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-            });
-            chart
-                .draw_series(xy.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(|e| err(&e))?;
+            draw_line(&mut chart, name, &xy, *dashed, colour(i)).map_err(|e| err(&e))?;
         }
         chart
             .configure_series_labels()
