@@ -24,6 +24,9 @@ pub enum RocksError {
     /// A format or feature this reader does not read (a version, a comparator, a table type).
     #[error("{}: {what}", file.display())]
     Unsupported { file: PathBuf, what: String },
+    /// RocksDB's own C API reported an error (the `native` feature).
+    #[error("{}: RocksDB {op}: {what}", file.display())]
+    Native { file: PathBuf, op: &'static str, what: String },
 }
 
 impl RocksError {

@@ -14,6 +14,8 @@ mod format;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod limits;
+#[cfg(feature = "native")]
+mod native;
 pub mod remote;
 mod source;
 mod sst;
@@ -24,6 +26,8 @@ pub use error::RocksError;
 pub use format::edit::NewFile;
 pub use format::table::{ChecksumType, Footer, FORMAT_VERSIONS};
 pub use format::{BlockHandle, Malformed, ValueType};
+#[cfg(feature = "native")]
+pub use native::{Native, NativeOptions};
 pub use source::{Files, LocalDir};
 pub use sst::{Found, Table};
 pub use xrp::{XrpConfig, XrpDb, XrpStats};
