@@ -139,6 +139,17 @@ impl Table {
         &self.path
     }
 
+    /// A path that opens the very file this table read, even after RocksDB deleted it (a
+    /// compaction since the database was opened): the descriptor the table holds, through
+    /// /proc/self/fd. The file's own path when the table holds none (a remote table).
+    pub(crate) fn open_path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        match &self.file {
+            Some(f) => PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
+            None => self.path.clone(),
+        }
+    }
+
     /// Compressed blocks read and decompressed so far.
     pub fn blocks_decompressed(&self) -> u64 {
         self.decompressed.load(Ordering::Relaxed)

@@ -162,8 +162,10 @@ impl XrpDb {
             return Ok(None);
         }
         let path = f.table.path();
-        let id =
-            self.engine.open(path, IoMode::Buffered).map_err(|e| RocksError::chain(path, e))?;
+        let id = self
+            .engine
+            .open(&f.table.open_path(), IoMode::Buffered)
+            .map_err(|e| RocksError::chain(path, e))?;
         self.files.insert(f.meta.number, id);
         Ok(Some(id))
     }

@@ -10,6 +10,8 @@ pub enum YcsbError {
     BpfKv { db: std::path::PathBuf, what: String },
     #[error(transparent)]
     WiredTiger(#[from] storefn_wiredtiger::WtError),
+    #[error(transparent)]
+    RocksDb(#[from] storefn_rocksdb::RocksError),
     /// A memory cgroup could not be set up or removed.
     #[error("memory cgroup {path}: {op}: {source}")]
     Cgroup { path: std::path::PathBuf, op: &'static str, source: std::io::Error },

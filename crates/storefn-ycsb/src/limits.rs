@@ -30,3 +30,7 @@ pub const MIN_MEMORY_LIMIT: u64 = 16 << 20;
 /// itself and the page cache, which the cgroup counts too and which must not push the group
 /// into the OOM killer.
 pub const WT_CACHE_PER_MILLE: u64 = 600;
+
+/// The share of the budget given to RocksDB's block cache (per mille), index and filter
+/// blocks charged to it: the same split as WiredTiger's cache, for the same reason.
+pub const ROCKS_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE;

@@ -1,8 +1,7 @@
 //! What the driver needs of a store, and the `--store` specifications.
 //!
 //! A store is opened once per run ([`open`]) and hands each driver thread its own
-//! [`Session`]. To add a store (RocksDB's `rocksdb:DIR` and `rocksdb-native:DIR` are next):
-//! implement [`Store`] and [`Session`] in `stores/`, add a [`StoreSpec`] variant with its
+//! [`Session`]. To add a store: implement [`Store`] and [`Session`] in `stores/`, add a [`StoreSpec`] variant with its
 //! parse rule, and route it in [`open`] and [`load`]. Every read must see every write the
 //! store acknowledged, whatever path serves it.
 
@@ -87,6 +86,11 @@ pub enum StoreSpec {
     WiredTiger { dir: PathBuf, table: String },
     /// `wiredtiger-native:DIR:TABLE`: WiredTiger alone, through its C API.
     WiredTigerNative { dir: PathBuf, table: String },
+    /// `rocksdb:DIR`: reads by the storefn function over RocksDB's own files, writes, scans
+    /// and keys written since the reader's snapshot by RocksDB's C API.
+    RocksDb { dir: PathBuf },
+    /// `rocksdb-native:DIR`: RocksDB alone, through its C API.
+    RocksDbNative { dir: PathBuf },
 }
 
 impl std::str::FromStr for StoreSpec {
@@ -95,7 +99,8 @@ impl std::str::FromStr for StoreSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |why: &str| YcsbError::Invalid(format!("--store {s:?}: {why}"));
         let (kind, rest) = s.split_once(':').ok_or_else(|| {
-            bad("expected bpfkv:DB, wiredtiger:DIR:TABLE or wiredtiger-native:DIR:TABLE")
+            bad("expected bpfkv:DB, wiredtiger:DIR:TABLE, wiredtiger-native:DIR:TABLE, \
+                 rocksdb:DIR or rocksdb-native:DIR")
         })?;
         let dir_table = || -> Result<(PathBuf, String), YcsbError> {
             let (dir, table) = rest.rsplit_once(':').ok_or_else(|| bad("expected DIR:TABLE"))?;
@@ -111,6 +116,11 @@ impl std::str::FromStr for StoreSpec {
             "wiredtiger-native" => {
                 dir_table().map(|(dir, table)| StoreSpec::WiredTigerNative { dir, table })
             }
+            "rocksdb" if !rest.is_empty() => Ok(StoreSpec::RocksDb { dir: rest.into() }),
+            "rocksdb-native" if !rest.is_empty() => {
+                Ok(StoreSpec::RocksDbNative { dir: rest.into() })
+            }
+            "rocksdb" | "rocksdb-native" => Err(bad("expected rocksdb:DIR or rocksdb-native:DIR")),
             other => Err(bad(&format!("unknown store kind {other:?}"))),
         }
     }
@@ -126,6 +136,8 @@ impl std::fmt::Display for StoreSpec {
             StoreSpec::WiredTigerNative { dir, table } => {
                 write!(f, "wiredtiger-native:{}:{table}", dir.display())
             }
+            StoreSpec::RocksDb { dir } => write!(f, "rocksdb:{}", dir.display()),
+            StoreSpec::RocksDbNative { dir } => write!(f, "rocksdb-native:{}", dir.display()),
         }
     }
 }
@@ -138,6 +150,8 @@ impl StoreSpec {
             StoreSpec::BpfKv { .. } => "bpfkv",
             StoreSpec::WiredTiger { .. } => "wiredtiger",
             StoreSpec::WiredTigerNative { .. } => "wiredtiger-native",
+            StoreSpec::RocksDb { .. } => "rocksdb",
+            StoreSpec::RocksDbNative { .. } => "rocksdb-native",
         }
     }
 
@@ -150,6 +164,7 @@ impl StoreSpec {
             StoreSpec::WiredTiger { dir, .. } | StoreSpec::WiredTigerNative { dir, .. } => {
                 dir.clone()
             }
+            StoreSpec::RocksDb { dir } | StoreSpec::RocksDbNative { dir } => dir.clone(),
         }
     }
 }
@@ -182,6 +197,12 @@ pub fn open(spec: &StoreSpec, opts: &OpenOptions) -> Result<Box<dyn Store>, Ycsb
         StoreSpec::WiredTigerNative { dir, table } => {
             Ok(Box::new(crate::stores::wiredtiger::NativeStore::open(dir, table, opts)?))
         }
+        StoreSpec::RocksDb { dir } => {
+            Ok(Box::new(crate::stores::rocksdb::RocksFnStore::open(dir, opts)?))
+        }
+        StoreSpec::RocksDbNative { dir } => {
+            Ok(Box::new(crate::stores::rocksdb::RocksNativeStore::open(dir, opts)?))
+        }
     }
 }
 
@@ -195,6 +216,9 @@ pub fn load(spec: &StoreSpec, records: u64, shape: RecordShape) -> Result<(), Yc
         StoreSpec::BpfKv { db } => crate::stores::bpfkv::load(db, records, shape),
         StoreSpec::WiredTiger { dir, table } | StoreSpec::WiredTigerNative { dir, table } => {
             crate::stores::wiredtiger::load(dir, table, records, shape)
+        }
+        StoreSpec::RocksDb { dir } | StoreSpec::RocksDbNative { dir } => {
+            crate::stores::rocksdb::load(dir, records, shape)
         }
     }
 }

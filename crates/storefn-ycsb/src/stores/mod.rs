@@ -1,4 +1,5 @@
 //! The stores a run drives.
 
 pub mod bpfkv;
+pub mod rocksdb;
 pub mod wiredtiger;

@@ -1,0 +1,428 @@
+//! RocksDB two ways: alone through its C API ([`RocksNativeStore`]), and with reads by the
+//! storefn function over RocksDB's own files ([`RocksFnStore`]): writes and scans stay with
+//! RocksDB, and the keys written since the reader's snapshot are read from RocksDB, so every
+//! read sees every acknowledged write.
+
+use crate::error::YcsbError;
+use crate::limits::ROCKS_CACHE_PER_MILLE;
+use crate::store::{OpenOptions, Session, Store};
+use crate::workload::{Key, RecordShape};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+use storefn_rocksdb::{Db, Lookup, Native, NativeOptions, RocksError, XrpConfig, XrpDb};
+
+/// RocksDB's block cache when no budget is given (RocksDB's own default is 8 MiB too... but
+/// the C API's default table options have none configured: this is that default made explicit).
+const DEFAULT_CACHE_BYTES: u64 = 8 << 20;
+/// Opens of a snapshot tried while RocksDB's background work changes the MANIFEST under it.
+const SNAPSHOT_TRIES: u32 = 32;
+/// Records per write batch during a load.
+const LOAD_BATCH: usize = 1000;
+
+/// The options a run opens RocksDB with: the block cache a share of the budget (index and
+/// filter blocks charged to it), no compression, 4 KiB blocks, 10 bloom bits per key, writes
+/// synced to the WAL before they return (durable, as the other stores' are).
+#[must_use]
+pub fn run_options(opts: &OpenOptions) -> NativeOptions {
+    let cache = opts.memory_limit.map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * ROCKS_CACHE_PER_MILLE);
+    NativeOptions {
+        create: false,
+        read_only: false,
+        block_cache_bytes: cache.max(1 << 20) as usize,
+        ..NativeOptions::default()
+    }
+}
+
+/// Loads `records` records into a new database in `dir`: sorted batches without the WAL, then
+/// a flush (RocksDB's own compactions shape the levels).
+///
+/// # Errors
+/// A database exists there already, or RocksDB's error.
+pub fn load(dir: &Path, records: u64, shape: RecordShape) -> Result<(), YcsbError> {
+    if dir.join("CURRENT").exists() {
+        return Err(YcsbError::Invalid(format!(
+            "{}: a RocksDB database exists already (load into a new directory)",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|source| YcsbError::Io {
+        path: dir.into(),
+        op: "create_dir",
+        source,
+    })?;
+    let o = NativeOptions { create: true, read_only: false, ..NativeOptions::default() };
+    let n = Native::open(dir, &o)?;
+    let mut keys: Vec<(String, u64)> = (0..records).map(|k| (Key::new(k).name, k)).collect();
+    keys.sort_unstable();
+    let mut vals: Vec<Vec<u8>> = vec![Vec::new(); LOAD_BATCH];
+    for chunk in keys.chunks(LOAD_BATCH) {
+        for ((_, k), v) in chunk.iter().zip(vals.iter_mut()) {
+            shape.fill(*k, 0, v);
+        }
+        n.put_unlogged(chunk.iter().zip(&vals).map(|((name, _), v)| (name.as_bytes(), &v[..])))?;
+    }
+    n.flush()?;
+    Ok(())
+}
+
+/// RocksDB alone (`rocksdb-native:DIR`).
+#[derive(Debug)]
+pub struct RocksNativeStore {
+    spec: String,
+    native: Native,
+}
+
+impl RocksNativeStore {
+    /// # Errors
+    /// RocksDB's error (no database, the directory locked by another process).
+    pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Self, YcsbError> {
+        let native = Native::open(dir, &run_options(opts))?;
+        Ok(RocksNativeStore { spec: format!("rocksdb-native:{}", dir.display()), native })
+    }
+}
+
+struct NativeSession<'a>(&'a Native);
+
+impl Session for NativeSession<'_> {
+    fn get(&mut self, key: &Key, out: &mut Vec<u8>) -> Result<bool, YcsbError> {
+        Ok(self.0.get(key.name.as_bytes(), out)?)
+    }
+    fn get_batch(
+        &mut self,
+        keys: &[Key],
+        out: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<(), YcsbError> {
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.name.as_bytes()).collect();
+        Ok(self.0.multi_get(&refs, out, found)?)
+    }
+    fn update(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
+        Ok(self.0.put(key.name.as_bytes(), record)?)
+    }
+    fn insert(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
+        Ok(self.0.put(key.name.as_bytes(), record)?)
+    }
+    fn scan(&mut self, start: &Key, count: usize) -> Result<usize, YcsbError> {
+        Ok(self.0.scan(start.name.as_bytes(), count)?)
+    }
+}
+
+impl Store for RocksNativeStore {
+    fn spec(&self) -> String {
+        self.spec.clone()
+    }
+    fn session(&self) -> Result<Box<dyn Session + '_>, YcsbError> {
+        Ok(Box::new(NativeSession(&self.native)))
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("block_cache_bytes", self.native.cache_usage() as u64)]
+    }
+}
+
+/// The reader's view of the database, opened from RocksDB's files: every write tagged below
+/// `epoch` is in it.
+#[derive(Debug)]
+struct Snapshot {
+    epoch: u64,
+    db: Db,
+}
+
+/// What the writers, the refresher and the readers of a [`RocksFnStore`] share.
+///
+/// Epochs: every write is tagged with the current `epoch`. The refresher flushes RocksDB's
+/// memtable (so the WAL the reader replays stays short), bumps `epoch` to e under the write
+/// side of `gate` (so every write tagged below e has returned, its WAL record synced), opens a
+/// snapshot from the files and publishes it as e. A reader on snapshot e asks RocksDB for
+/// every key whose newest tag is >= e.
+#[derive(Debug)]
+struct Shared {
+    epoch: AtomicU64,
+    gate: RwLock<()>,
+    snapshot: RwLock<Arc<Snapshot>>,
+    /// Key number -> the epoch of its newest write.
+    dirty: Mutex<HashMap<u64, u64>>,
+    /// The snapshot epoch each live reader reads at; entries older than all are pruned.
+    readers: Mutex<Vec<Arc<AtomicU64>>>,
+    refreshes: AtomicU64,
+    function_reads: AtomicU64,
+    dirty_reads: AtomicU64,
+    fallbacks: AtomicU64,
+    failure: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn published(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.snapshot.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Forgets writes every live reader's snapshot holds. The readers' lock is held across
+    /// the whole decision: a session registers its slot and reads the published snapshot
+    /// under it, so no reader can start on a snapshot older than the one pruned for.
+    fn prune(&self) {
+        let readers = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: a reader's slot only grows, and a stale (smaller) value prunes less.
+        let oldest = readers.iter().map(|r| r.load(Ordering::Relaxed)).min();
+        let oldest = oldest.unwrap_or_else(|| self.published().epoch);
+        self.dirty.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, e| *e >= oldest);
+        drop(readers);
+    }
+}
+
+/// Opens a snapshot of `dir`, again while the MANIFEST changes during the open: RocksDB may
+/// finish a flush (and delete the WAL it replaces) or a compaction between the reader's read of
+/// the MANIFEST and of the files it names.
+fn open_snapshot(dir: &Path) -> Result<Db, YcsbError> {
+    let manifest_len = || -> Option<(String, u64)> {
+        let cur = std::fs::read_to_string(dir.join("CURRENT")).ok()?;
+        let name = cur.trim_end().to_string();
+        let len = std::fs::metadata(dir.join(&name)).ok()?.len();
+        Some((name, len))
+    };
+    let mut last: Option<RocksError> = None;
+    for _ in 0..SNAPSHOT_TRIES {
+        let before = manifest_len();
+        match Db::open(dir) {
+            Ok(db) if before.is_some() && manifest_len() == before => return Ok(db),
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err(match last {
+        Some(e) => e.into(),
+        None => YcsbError::Invalid(format!(
+            "{}: the MANIFEST changed under every one of {SNAPSHOT_TRIES} opens",
+            dir.display()
+        )),
+    })
+}
+
+/// RocksDB with reads by the storefn function (`rocksdb:DIR`).
+pub struct RocksFnStore {
+    spec: String,
+    dir: PathBuf,
+    native: Arc<Native>,
+    shared: Arc<Shared>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    refresher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RocksFnStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksFnStore").field("spec", &self.spec).finish_non_exhaustive()
+    }
+}
+
+impl RocksFnStore {
+    /// Opens RocksDB for writes, the reader's first snapshot, and starts the refresher (every
+    /// `opts.checkpoint_interval`).
+    ///
+    /// # Errors
+    /// RocksDB's error, or the reader refusing the database.
+    pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Self, YcsbError> {
+        let native = Arc::new(Native::open(dir, &run_options(opts))?);
+        let db = open_snapshot(dir)?;
+        let shared = Arc::new(Shared {
+            epoch: AtomicU64::new(1),
+            gate: RwLock::new(()),
+            snapshot: RwLock::new(Arc::new(Snapshot { epoch: 1, db })),
+            dirty: Mutex::new(HashMap::new()),
+            readers: Mutex::new(Vec::new()),
+            refreshes: AtomicU64::new(0),
+            function_reads: AtomicU64::new(0),
+            dirty_reads: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            failure: Mutex::new(None),
+        });
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let refresher = {
+            let (n, sh, st) = (Arc::clone(&native), Arc::clone(&shared), Arc::clone(&stop));
+            let (dir, every) = (dir.to_path_buf(), opts.checkpoint_interval);
+            std::thread::spawn(move || refresh_loop(&n, &dir, &sh, &st, every))
+        };
+        Ok(RocksFnStore {
+            spec: format!("rocksdb:{}", dir.display()),
+            dir: dir.into(),
+            native,
+            shared,
+            stop,
+            refresher: Some(refresher),
+        })
+    }
+
+    /// A new snapshot now (tests use it to move readers back to the function's path).
+    ///
+    /// # Errors
+    /// RocksDB's or the reader's error.
+    pub fn refresh_now(&self) -> Result<(), YcsbError> {
+        refresh_once(&self.native, &self.dir, &self.shared)
+    }
+
+    /// The refresher's error, if it stopped on one.
+    #[must_use]
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failure.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+fn refresh_once(native: &Native, dir: &Path, shared: &Shared) -> Result<(), YcsbError> {
+    native.flush()?;
+    let e = {
+        let _g = shared.gate.write().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: the gate's lock orders the bump against every writer's tag.
+        shared.epoch.fetch_add(1, Ordering::Relaxed) + 1
+    };
+    let db = open_snapshot(dir)?;
+    *shared.snapshot.write().unwrap_or_else(PoisonError::into_inner) =
+        Arc::new(Snapshot { epoch: e, db });
+    shared.refreshes.fetch_add(1, Ordering::Relaxed);
+    shared.prune();
+    Ok(())
+}
+
+fn refresh_loop(
+    native: &Native,
+    dir: &Path,
+    shared: &Shared,
+    stop: &(Mutex<bool>, Condvar),
+    every: Duration,
+) {
+    let mut stopped = stop.0.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        let (g, _) = stop.1.wait_timeout(stopped, every).unwrap_or_else(PoisonError::into_inner);
+        stopped = g;
+        if *stopped {
+            return;
+        }
+        if let Err(e) = refresh_once(native, dir, shared) {
+            *shared.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+            return;
+        }
+    }
+}
+
+impl Drop for RocksFnStore {
+    fn drop(&mut self) {
+        *self.stop.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.refresher.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct FnSession<'a> {
+    store: &'a RocksFnStore,
+    snapshot: Arc<Snapshot>,
+    xrp: XrpDb,
+    slot: Arc<AtomicU64>,
+}
+
+impl FnSession<'_> {
+    /// Moves to the newest snapshot when one was published since this reader's.
+    fn refresh(&mut self) -> Result<(), YcsbError> {
+        let p = self.store.shared.published();
+        if p.epoch > self.snapshot.epoch {
+            self.xrp = XrpDb::new(&p.db, XrpConfig::default())?;
+            // Relaxed: only the pruner reads it, and a lower value keeps more entries.
+            self.slot.store(p.epoch, Ordering::Relaxed);
+            self.snapshot = p;
+        }
+        Ok(())
+    }
+
+    fn dirty_since(&self, num: u64) -> bool {
+        let d = self.store.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner);
+        d.get(&num).is_some_and(|&e| e >= self.snapshot.epoch)
+    }
+
+    fn write(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
+        let sh = &self.store.shared;
+        let _g = sh.gate.read().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: the gate orders the tag against the refresher's bump.
+        let e = sh.epoch.load(Ordering::Relaxed);
+        self.store.native.put(key.name.as_bytes(), record)?;
+        sh.dirty.lock().unwrap_or_else(PoisonError::into_inner).insert(key.num, e);
+        Ok(())
+    }
+}
+
+impl Session for FnSession<'_> {
+    fn get(&mut self, key: &Key, out: &mut Vec<u8>) -> Result<bool, YcsbError> {
+        self.refresh()?;
+        let sh = &self.store.shared;
+        if self.dirty_since(key.num) {
+            sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
+            return Ok(self.store.native.get(key.name.as_bytes(), out)?);
+        }
+        match self.xrp.get(&self.snapshot.db, key.name.as_bytes())?.0 {
+            Lookup::Value(v) => {
+                sh.function_reads.fetch_add(1, Ordering::Relaxed);
+                *out = v;
+                Ok(true)
+            }
+            Lookup::NotFound => {
+                sh.function_reads.fetch_add(1, Ordering::Relaxed);
+                out.clear();
+                Ok(false)
+            }
+            Lookup::Fallback(_) => {
+                sh.fallbacks.fetch_add(1, Ordering::Relaxed);
+                Ok(self.store.native.get(key.name.as_bytes(), out)?)
+            }
+        }
+    }
+    fn update(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
+        self.write(key, record)
+    }
+    fn insert(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
+        self.write(key, record)
+    }
+    fn scan(&mut self, start: &Key, count: usize) -> Result<usize, YcsbError> {
+        Ok(self.store.native.scan(start.name.as_bytes(), count)?)
+    }
+}
+
+impl Drop for FnSession<'_> {
+    fn drop(&mut self) {
+        let mut r = self.store.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        r.retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
+}
+
+impl Store for RocksFnStore {
+    fn spec(&self) -> String {
+        self.spec.clone()
+    }
+    fn session(&self) -> Result<Box<dyn Session + '_>, YcsbError> {
+        let (snapshot, slot) = {
+            let mut r = self.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
+            let snapshot = self.shared.published();
+            let slot = Arc::new(AtomicU64::new(snapshot.epoch));
+            r.push(Arc::clone(&slot));
+            (snapshot, slot)
+        };
+        match XrpDb::new(&snapshot.db, XrpConfig::default()) {
+            Ok(xrp) => Ok(Box::new(FnSession { store: self, snapshot, xrp, slot })),
+            Err(e) => {
+                let mut r = self.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
+                r.retain(|s| !Arc::ptr_eq(s, &slot));
+                Err(e.into())
+            }
+        }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let sh = &self.shared;
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("function_reads", c(&sh.function_reads)),
+            ("dirty_reads", c(&sh.dirty_reads)),
+            ("fallbacks", c(&sh.fallbacks)),
+            ("refreshes", c(&sh.refreshes)),
+            ("block_cache_bytes", self.native.cache_usage() as u64),
+        ]
+    }
+}
