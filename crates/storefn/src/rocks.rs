@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use storefn_rocksdb::remote::{RemoteConfig, RemoteDb, RemotePath};
-use storefn_rocksdb::{Db, FallbackReason, Lookup, Source, XrpConfig, XrpDb};
+use storefn_rocksdb::{
+    Db, FallbackReason, Lookup, Native, NativeOptions, Source, XrpConfig, XrpDb,
+};
 use storefn_wire::{Client, ClientConfig};
 
 use crate::rocks_bench::BenchArgs;
@@ -39,6 +41,10 @@ pub enum RocksPath {
     RpcRead,
     /// --remote: one XRP request per candidate file, a Get's in one frame, run on the server.
     Pushdown,
+    /// RocksDB itself through its C API (librocksdb), read-only: Get per key.
+    Native,
+    /// RocksDB itself: batched MultiGet (multiget, and bench's --batch keys per call).
+    NativeMultiget,
 }
 
 /// Where the database is, and how the client reaches it.
@@ -61,6 +67,9 @@ pub struct Where {
     /// xrp: start chains at the index block in the file instead of the cached index.
     #[arg(long)]
     pub index_in_file: bool,
+    /// native: RocksDB's block cache (index and filter blocks charged to it), bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub native_cache_bytes: usize,
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +103,8 @@ pub enum Getter {
     Read(Db),
     Xrp(Db, Box<XrpDb>, bool),
     Remote(Box<RemoteDb>),
+    /// RocksDB itself; `true`: batched MultiGet.
+    Native(Box<Native>, bool, Vec<u8>),
 }
 
 impl Getter {
@@ -109,6 +120,14 @@ impl Getter {
                 Err("--path rpc-read and pushdown need --remote ADDR".into())
             }
             (None, RocksPath::Read) => Ok(Getter::Read(Db::open(&w.dir)?)),
+            (None, p @ (RocksPath::Native | RocksPath::NativeMultiget)) => {
+                let o = NativeOptions {
+                    block_cache_bytes: w.native_cache_bytes,
+                    ..NativeOptions::default()
+                };
+                let n = Native::open(&w.dir, &o)?;
+                Ok(Getter::Native(Box::new(n), p == RocksPath::NativeMultiget, Vec::new()))
+            }
             (None, p) => {
                 let db = Db::open(&w.dir)?;
                 let cfg = XrpConfig { index_cached: !w.index_in_file, ..XrpConfig::default() };
@@ -128,6 +147,14 @@ impl Getter {
                 Ok(out.remove(0))
             }
             Getter::Remote(r) => r.get(key),
+            Getter::Native(n, _, buf) => {
+                let l = if n.get(key, buf)? {
+                    Lookup::Value(std::mem::take(buf))
+                } else {
+                    Lookup::NotFound
+                };
+                Ok((l, Source::Nowhere))
+            }
         }
     }
 
@@ -137,8 +164,19 @@ impl Getter {
         keys: &[&[u8]],
         out: &mut Vec<(Lookup, Source)>,
     ) -> Result<(), storefn_rocksdb::RocksError> {
-        if let Getter::Xrp(db, x, true) = self {
-            return x.multi_get(db, keys, out);
+        match self {
+            Getter::Xrp(db, x, true) => return x.multi_get(db, keys, out),
+            Getter::Native(n, true, _) => {
+                let mut vals = vec![Vec::new(); keys.len()];
+                let mut found = vec![false; keys.len()];
+                n.multi_get(keys, &mut vals, &mut found)?;
+                out.clear();
+                out.extend(vals.into_iter().zip(found).map(|(v, f)| {
+                    (if f { Lookup::Value(v) } else { Lookup::NotFound }, Source::Nowhere)
+                }));
+                return Ok(());
+            }
+            _ => {}
         }
         out.clear();
         for k in keys {

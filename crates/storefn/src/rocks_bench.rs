@@ -42,6 +42,11 @@ pub struct BenchArgs {
     /// Remote: client cache fractions to run (default: --cache-fraction).
     #[arg(long, value_delimiter = ',', requires = "remote")]
     cache: Vec<f64>,
+    /// Run the whole bench (every path) in a cgroup v1 memory group of this many bytes (it
+    /// counts the page cache; the database's cached pages are dropped first); RocksDB's block
+    /// cache (native paths) gets storefn-ycsb's share of it unless --native-cache-bytes is given.
+    #[arg(long)]
+    memory_limit: Option<u64>,
     #[arg(long)]
     json: bool,
 }
@@ -56,6 +61,7 @@ struct Config {
     found: u64,
     gets: u64,
     rt0: u64,
+    cpu_ns: u64,
 }
 
 fn xorshift(s: &mut u64) -> u64 {
@@ -72,6 +78,15 @@ fn round_trips(g: &Getter) -> u64 {
     }
 }
 
+/// CPU time this thread has used (user + system), ns: the thread's CPU clock, exact where
+/// getrusage counts in scheduler ticks.
+fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn run_round(
     c: &mut Config,
     keys: &[Vec<u8>],
@@ -81,7 +96,11 @@ fn run_round(
 ) -> CmdResult {
     let mut out = Vec::new();
     let t0 = Instant::now();
-    if let (RocksPath::XrpBatch, Getter::Xrp(..)) = (c.path, &c.getter) {
+    let cpu0 = cpu_ns();
+    if matches!(
+        (c.path, &c.getter),
+        (RocksPath::XrpBatch, Getter::Xrp(..)) | (RocksPath::NativeMultiget, Getter::Native(..))
+    ) {
         let mut done = 0;
         while done < reads {
             let n = batch.min(reads - done);
@@ -106,6 +125,7 @@ fn run_round(
         }
     }
     c.gets += reads as u64;
+    c.cpu_ns += cpu_ns().saturating_sub(cpu0);
     c.rounds_gets_per_s.push(reads as f64 / t0.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
 }
@@ -118,6 +138,17 @@ pub fn run(a: &BenchArgs) -> CmdResult {
         return Err(format!("{}: no keys", a.keys_file.display()).into());
     }
     let paths = if a.paths.is_empty() { vec![a.at.path] } else { a.paths.clone() };
+    let group = match a.memory_limit {
+        Some(m) => {
+            storefn_ycsb::drop_cache(&a.at.dir)?;
+            Some(storefn_ycsb::MemoryGroup::enter(m)?)
+        }
+        None => None,
+    };
+    let mut at = clone_where(&a.at);
+    if let (Some(m), false) = (a.memory_limit, native_cache_given()) {
+        at.native_cache_bytes = (m / 1000 * storefn_ycsb::limits::ROCKS_CACHE_PER_MILLE) as usize;
+    }
     let caches = if a.cache.is_empty() { vec![a.at.cache_fraction] } else { a.cache.clone() };
     let mut proxies: Vec<(u64, DelayProxy)> = Vec::new();
     let mut configs = Vec::new();
@@ -127,7 +158,7 @@ pub fn run(a: &BenchArgs) -> CmdResult {
                 path,
                 None,
                 0.0,
-                Getter::open(&Where { path, ..clone_where(&a.at) })?,
+                Getter::open(&Where { path, ..clone_where(&at) })?,
             )),
             Some(addr) => {
                 let rtts: Vec<Option<u64>> = if a.rtt_us.is_empty() {
@@ -158,7 +189,16 @@ pub fn run(a: &BenchArgs) -> CmdResult {
             run_round(c, &keys, a.reads, a.batch.max(1), &mut seed)?;
         }
     }
-    report(a, &mut configs)
+    let max_usage = group.as_ref().and_then(storefn_ycsb::MemoryGroup::max_usage);
+    if let Some(g) = group {
+        g.remove()?;
+    }
+    report(a, &at, max_usage, &mut configs)
+}
+
+/// Whether --native-cache-bytes was given (clap's default otherwise).
+fn native_cache_given() -> bool {
+    std::env::args().any(|a| a.starts_with("--native-cache-bytes"))
 }
 
 fn clone_where(w: &Where) -> Where {
@@ -169,6 +209,7 @@ fn clone_where(w: &Where) -> Where {
         token_file: w.token_file.clone(),
         cache_fraction: w.cache_fraction,
         index_in_file: w.index_in_file,
+        native_cache_bytes: w.native_cache_bytes,
     }
 }
 
@@ -183,6 +224,7 @@ fn config(path: RocksPath, rtt_us: Option<u64>, cache: f64, getter: Getter) -> C
         found: 0,
         gets: 0,
         rt0: 0,
+        cpu_ns: 0,
     }
 }
 
@@ -201,7 +243,7 @@ fn proxy_for(
     Ok(a)
 }
 
-fn report(a: &BenchArgs, configs: &mut [Config]) -> CmdResult {
+fn report(a: &BenchArgs, at: &Where, max_usage: Option<u64>, configs: &mut [Config]) -> CmdResult {
     let mut rows = Vec::new();
     for c in configs.iter_mut() {
         c.lat_ns.sort_unstable();
@@ -216,12 +258,13 @@ fn report(a: &BenchArgs, configs: &mut [Config]) -> CmdResult {
                 (Some(rt), st.fallbacks, st.chains, Some(r.cache_bytes()), 0)
             }
             Getter::Xrp(_, x, _) => (None, x.stats.fallbacks, x.stats.chains, None, x.stats.hops),
-            Getter::Read(_) => (None, 0, 0, None, 0),
+            Getter::Read(_) | Getter::Native(..) => (None, 0, 0, None, 0),
         };
+        let cpu_us = c.cpu_ns as f64 / c.gets.max(1) as f64 / 1e3;
         let path = c.path.to_possible_value().map_or("?".into(), |v| v.get_name().to_string());
         if !a.json {
             println!(
-                "readrandom : {:10.3} micros/op {:9.0} ops/sec; path={path}{}{} p50={:.1}us p99={:.1}us found={}/{}{} fallbacks={fallbacks}/{}",
+                "readrandom : {:10.3} micros/op {:9.0} ops/sec; path={path}{}{} p50={:.1}us p99={:.1}us cpu/get={cpu_us:.2}us found={}/{}{} fallbacks={fallbacks}/{}",
                 mean_us,
                 gets_per_s,
                 c.rtt_us.map_or(String::new(), |r| format!(" rtt={r}us")),
@@ -245,6 +288,7 @@ fn report(a: &BenchArgs, configs: &mut [Config]) -> CmdResult {
             "p50_us": tail.p50_us,
             "p99_us": tail.p99_us,
             "p999_us": tail.p999_us,
+            "cpu_us_per_get": cpu_us,
             "round_trips_per_get": rt,
             "chains": chains,
             "hops": hops,
@@ -254,6 +298,14 @@ fn report(a: &BenchArgs, configs: &mut [Config]) -> CmdResult {
             "gets": c.gets,
         }));
     }
+    if !a.json && a.memory_limit.is_some() {
+        println!(
+            "memory group: limit={}B max_usage={}B native block cache={}B",
+            a.memory_limit.unwrap_or(0),
+            max_usage.map_or("?".into(), |u| u.to_string()),
+            at.native_cache_bytes
+        );
+    }
     if a.json {
         let out = serde_json::json!({
             "bench": "storefn rocks bench",
@@ -261,6 +313,9 @@ fn report(a: &BenchArgs, configs: &mut [Config]) -> CmdResult {
             "reads_per_round": a.reads,
             "rounds": a.rounds,
             "batch": a.batch,
+            "memory_limit_bytes": a.memory_limit,
+            "memory_max_usage_bytes": max_usage,
+            "native_cache_bytes": at.native_cache_bytes,
             "results": rows,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);

@@ -25,7 +25,8 @@ pub struct CommonArgs {
     /// a-f: YCSB's core workloads.
     #[arg(long, default_value = "a")]
     workload: char,
-    /// bpfkv:DB | wiredtiger:DIR:TABLE | wiredtiger-native:DIR:TABLE
+    /// bpfkv:DB | wiredtiger:DIR:TABLE | wiredtiger-native:DIR:TABLE | rocksdb:DIR |
+    /// rocksdb-native:DIR
     #[arg(long)]
     store: String,
     /// Records (YCSB's recordcount); `run` must be given the count `load` wrote.
@@ -57,7 +58,8 @@ pub struct RunArgs {
     /// WiredTiger's cache is sized from it. Needs root.
     #[arg(long)]
     memory_limit: Option<u64>,
-    /// `wiredtiger`: checkpoint interval, ms (the function reads the newest checkpoint).
+    /// `wiredtiger`: checkpoint interval, ms (the function reads the newest checkpoint);
+    /// `rocksdb`: the interval of the reader's new snapshots of RocksDB's files.
     #[arg(long, default_value_t = 1000)]
     checkpoint_ms: u64,
     /// Append the run's JSON object (one line) to this file.

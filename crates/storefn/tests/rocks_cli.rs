@@ -21,6 +21,8 @@ fn paths(addr: &str) -> Vec<Vec<&str>> {
         vec!["--path", "xrp"],
         vec!["--path", "xrp", "--index-in-file"],
         vec!["--path", "xrp-batch"],
+        vec!["--path", "native"],
+        vec!["--path", "native-multiget"],
         vec!["--path", "pushdown", "--remote", addr],
         vec!["--path", "rpc-read", "--remote", addr],
         vec!["--path", "rpc-read", "--remote", addr, "--cache-fraction", "1"],
@@ -124,7 +126,7 @@ fn bench_reports_every_path_with_the_same_answers() {
         "bench",
         dir,
         "--paths",
-        "read,xrp,xrp-batch",
+        "read,xrp,xrp-batch,native,native-multiget",
         "--keys-file",
         keys_file.to_str().unwrap(),
         "--reads",
@@ -136,11 +138,13 @@ fn bench_reports_every_path_with_the_same_answers() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 3);
+    assert_eq!(rows.len(), 5);
     let found: Vec<u64> = rows.iter().map(|r| r["found"].as_u64().unwrap()).collect();
     assert!(found[0] > 300 && found.iter().all(|f| *f == found[0]), "{found:?}");
     for r in rows {
         assert_eq!(r["gets"].as_u64(), Some(800));
         assert!(r["gets_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["cpu_us_per_get"].as_f64().unwrap() > 0.0);
     }
+    assert_eq!(rows[3]["path"], "native");
 }
