@@ -151,6 +151,11 @@ impl Db {
     pub fn levels(&self) -> &[Vec<LiveFile>] {
         &self.levels
     }
+    /// Hands every table's index and filter to a client's cache (they are dropped here).
+    pub(crate) fn release_meta(&mut self) {
+        self.levels.iter_mut().flatten().for_each(|f| f.table.release_meta());
+    }
+
     /// Keys written in the live WALs (the client-side memtable).
     pub fn memtable_len(&self) -> usize {
         self.memtable.len()

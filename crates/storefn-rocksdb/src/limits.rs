@@ -35,3 +35,9 @@ pub const MAX_WAL_PROBES: u64 = 1024;
 /// between the open and the Get); more means the database is changing faster than it can be
 /// read.
 pub const MAX_STALE_REOPENS: u32 = 8;
+
+/// The pushdown client's sampled cache refresh (BPF-oF's): one in this many Gets whose first
+/// asked file's index block is not in the client's cache also reads that block, in the same
+/// frame as the Get's XRP requests (no extra round trip), into the cache, least recently used
+/// out. Hot files' index blocks come back into a small cache; one Get in 16 pays a block's bytes.
+pub const REFRESH_SAMPLE_EVERY: u64 = 16;

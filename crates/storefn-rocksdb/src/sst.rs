@@ -64,6 +64,9 @@ pub struct Table {
     meta_bytes: u64,
     /// Where the full filter block is.
     filter_handle: Option<BlockHandle>,
+    /// Set once the index and filter were handed to a client's budgeted cache: their sizes
+    /// (index bytes, filter bytes if it has one this reader applies), kept for the budget.
+    released: Option<(usize, Option<usize>)>,
 }
 
 fn t_path(src: &dyn Files, name: &str) -> PathBuf {
@@ -123,6 +126,7 @@ impl Table {
             decompressed: AtomicU64::new(0),
             meta_bytes: 0,
             filter_handle: None,
+            released: None,
         };
         let mut fetch = |h: BlockHandle| -> Result<Vec<u8>, RocksError> {
             t_check_handle(&t_path(src, name), h, size)?;
@@ -231,12 +235,29 @@ impl Table {
 
     /// The cached index block's bytes (its size without the trailer).
     pub fn index_bytes(&self) -> usize {
-        self.index.len()
+        self.released.map_or(self.index.len(), |r| r.0)
     }
 
     /// Where the full filter block is (a filter this reader applies or not).
     pub fn filter_handle(&self) -> Option<BlockHandle> {
-        self.filter_handle.filter(|_| self.filter.is_some())
+        self.filter_handle.filter(|_| self.has_filter())
+    }
+
+    /// Drops the index block and filter read at open, keeping their sizes: a remote client
+    /// holds them only in its cache, within the cache's budget. A released table answers its
+    /// filter "may contain" and its index from nothing: only the remote paths (which take
+    /// both from their cache or the network) use it after.
+    pub(crate) fn release_meta(&mut self) {
+        if self.released.is_none() {
+            self.released = Some((self.index.len(), self.filter.as_ref().map(Bloom::len)));
+            self.index = Vec::new();
+            self.filter = None;
+        }
+    }
+
+    /// Bytes of index and filter this table itself holds (0 once released).
+    pub fn held_meta_bytes(&self) -> usize {
+        self.index.len() + self.filter.as_ref().map_or(0, Bloom::len)
     }
 
     /// A copy of the filter (a client cache's).
@@ -251,7 +272,10 @@ impl Table {
 
     /// The filter block's bytes, 0 without one.
     pub fn filter_bytes(&self) -> usize {
-        self.filter.as_ref().map_or(0, Bloom::len)
+        match self.released {
+            Some((_, f)) => f.unwrap_or(0),
+            None => self.filter.as_ref().map_or(0, Bloom::len),
+        }
     }
 
     /// The entry for `user_key` in the data block `h` whose raw bytes (contents and trailer)
@@ -387,7 +411,10 @@ impl Table {
 
     /// Whether the file has a filter this reader applies.
     pub fn has_filter(&self) -> bool {
-        self.filter.is_some()
+        match self.released {
+            Some((_, f)) => f.is_some(),
+            None => self.filter.is_some(),
+        }
     }
 
     /// The data block that may hold `user_key`, from the cached index block.

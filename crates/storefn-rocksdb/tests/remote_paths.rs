@@ -112,3 +112,38 @@ fn xxh3_tables_are_answered_the_rpc_read_way_and_counted() {
     let st = r.stats();
     assert!(st.chains == 0 && st.fallbacks > 0, "{st:?}");
 }
+
+#[test]
+fn the_client_holds_index_and_filters_only_in_its_budgeted_cache_and_refreshes_it_by_samples() {
+    let d = TempDir::new("rocks-remote-budget");
+    let db = d.0.join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    build_with(&db, 22, 4_000, 4096, "no", "crc32c");
+    let keys: Vec<Vec<u8>> = (0..4_050).step_by(2).map(key).collect();
+    let want = rocksdb_gets(&db, &keys);
+    let (_s, addr) = serve(&d.0);
+    for path in [RemotePath::Pushdown, RemotePath::RpcRead] {
+        for frac in [0.01, 0.3, 1.0] {
+            let mut r = open(&addr, path, frac);
+            let meta = r.meta_bytes();
+            let (cap, used) = r.cache_bytes();
+            assert_eq!(cap, (meta as f64 * frac).ceil() as u64, "{path:?} {frac}");
+            assert!(used <= cap, "{path:?} {frac}: {used} > {cap}");
+            assert_eq!(r.held_meta_bytes(), 0, "index and filters held outside the cache");
+            for (k, w) in keys.iter().zip(&want) {
+                let got = value(r.get(k).unwrap().0, k);
+                assert_eq!(&got, w, "{path:?} {frac}: {}", String::from_utf8_lossy(k));
+            }
+            let (_, used) = r.cache_bytes();
+            assert!(used <= cap, "{path:?} {frac} after the Gets: {used} > {cap}");
+            assert_eq!(r.held_meta_bytes(), 0);
+            let st = r.stats();
+            if path == RemotePath::Pushdown && frac == 0.3 {
+                assert!(st.cache_refreshes > 0, "sampled refreshes: {st:?}");
+            }
+            if path == RemotePath::RpcRead {
+                assert_eq!(st.cache_refreshes, 0, "rpc-read reads every block anyway: {st:?}");
+            }
+        }
+    }
+}

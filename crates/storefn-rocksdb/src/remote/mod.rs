@@ -20,7 +20,7 @@ mod files;
 
 pub use files::{RemoteFiles, MAX_READS_PER_FRAME};
 
-use storefn_wire::limits::MAX_XRP_READ_BYTES;
+use storefn_wire::limits::{MAX_READ_BYTES, MAX_XRP_READ_BYTES};
 use storefn_wire::{Client, ProgHash, Request, PROG_TYPE_XRP};
 
 use crate::chain::{self, abi, ChainAnswer, ChainStart};
@@ -29,7 +29,7 @@ use crate::error::RocksError;
 use crate::format::filter::Bloom;
 use crate::format::table::BLOCK_TRAILER_BYTES;
 use crate::format::BlockHandle;
-use crate::limits::MAX_STALE_REOPENS;
+use crate::limits::{MAX_STALE_REOPENS, REFRESH_SAMPLE_EVERY};
 use crate::sst::Found;
 use cache::{BlockCache, Cached};
 
@@ -72,6 +72,8 @@ pub struct RemoteStats {
     pub reopens: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Index blocks read into the cache by the sampled refresh.
+    pub cache_refreshes: u64,
 }
 
 /// A remote database and its client.
@@ -83,6 +85,8 @@ pub struct RemoteDb {
     prog: ProgHash,
     cfg: RemoteConfig,
     stats: RemoteStats,
+    /// Pushdown Gets that asked a file whose index block was not cached (the sample's clock).
+    index_misses: u64,
 }
 
 impl RemoteDb {
@@ -102,8 +106,15 @@ impl RemoteDb {
             .map_err(|e| RocksError::chain(std::path::Path::new(addr), e))?;
         let mut files = RemoteFiles::new(client, addr, dir);
         let db = Db::open_from(&mut files)?;
-        let mut r =
-            RemoteDb { files, db, cache: BlockCache::new(0), prog, cfg, stats: Default::default() };
+        let mut r = RemoteDb {
+            files,
+            db,
+            cache: BlockCache::new(0),
+            prog,
+            cfg,
+            stats: RemoteStats::default(),
+            index_misses: 0,
+        };
         r.warm();
         Ok(r)
     }
@@ -132,8 +143,15 @@ impl RemoteDb {
         files.map(|f| (f.table.index_bytes() + f.table.filter_bytes()) as u64).sum()
     }
 
+    /// Index and filter bytes the client holds outside its cache: 0 once open (the tables
+    /// hand theirs to the cache, which keeps what its budget allows).
+    pub fn held_meta_bytes(&self) -> u64 {
+        self.db.levels().iter().flatten().map(|f| f.table.held_meta_bytes() as u64).sum()
+    }
+
     /// Sizes the cache to its budget and fills it the way a Get asks: level 0 first, each
-    /// file's filter then its index block, until the budget is used.
+    /// file's filter then its index block, until the budget is used; then the tables drop
+    /// theirs, so the cache's budget is all the index and filter memory the client holds.
     fn warm(&mut self) {
         let cap = (self.meta_bytes() as f64 * self.cfg.cache_fraction).ceil() as u64;
         self.cache = BlockCache::new(cap);
@@ -151,6 +169,7 @@ impl RemoteDb {
                 self.cache.insert(k, Cached::Block(t.index_block().to_vec()), n);
             }
         }
+        self.db.release_meta();
         self.cache.hits = 0;
         self.cache.misses = 0;
     }
@@ -246,6 +265,7 @@ impl RemoteDb {
             s.copy_from_slice(&full[..n]);
             which.push(i);
         }
+        let refresh = self.sample_refresh(&asked);
         for &i in &which {
             let start = asked[i].1.expect("asked");
             reqs.push(Request::Xrp {
@@ -257,13 +277,32 @@ impl RemoteDb {
                 out_len: abi::OUT_BYTES as u32,
             });
         }
-        let replies = if reqs.is_empty() {
+        if let Some((i, h)) = refresh {
+            reqs.push(Request::Read {
+                path: paths[i].as_bytes(),
+                offset: h.offset,
+                len: h.size as u32 + BLOCK_TRAILER_BYTES as u32,
+            });
+        }
+        let mut replies = if which.is_empty() && refresh.is_none() {
             Vec::new()
         } else {
-            self.stats.chains += reqs.len() as u64;
+            self.stats.chains += which.len() as u64;
             let addr = self.files.path_of("");
             self.files.call(&reqs).map_err(|e| RocksError::chain(&addr, e))?
         };
+        if let Some((i, h)) = refresh {
+            let r = replies.pop().ok_or_else(|| {
+                RocksError::chain(&self.files.path_of(&names[i]), "no reply to the refresh read")
+            })?;
+            let r = self.files.checked(&names[i], r)?;
+            let f = asked[i].0;
+            if let Ok(b) = f.table.decode_block(h, r.data)? {
+                let n = b.len() as u64;
+                self.cache.insert((f.meta.number, h.offset), Cached::Block(b), n);
+                self.stats.cache_refreshes += 1;
+            }
+        }
         let mut answers: Vec<Option<Result<ChainAnswer, String>>> = vec![None; asked.len()];
         for (r, &i) in replies.into_iter().zip(&which) {
             answers[i] =
@@ -301,6 +340,24 @@ impl RemoteDb {
             }
         }
         Ok((Lookup::NotFound, Source::Nowhere))
+    }
+
+    /// BPF-oF's sampled refresh: every [`REFRESH_SAMPLE_EVERY`]th Get whose first asked file
+    /// starts at its index block (not cached) also reads that block into the cache, in the
+    /// same frame. The file asked and its index block's handle, when this Get is sampled.
+    fn sample_refresh(
+        &mut self,
+        asked: &[(&LiveFile, Option<ChainStart>)],
+    ) -> Option<(usize, BlockHandle)> {
+        let (i, (f, _)) = asked
+            .iter()
+            .enumerate()
+            .find(|(_, (_, s))| s.is_some_and(|s| s.phase == abi::PHASE_INDEX))?;
+        self.index_misses += 1;
+        let h = f.table.footer().index;
+        let fits = h.size + BLOCK_TRAILER_BYTES as u64 <= u64::from(MAX_READ_BYTES)
+            && h.size <= self.cache.capacity();
+        (self.index_misses % REFRESH_SAMPLE_EVERY == 0 && fits).then_some((i, h))
     }
 
     fn get_rpc_read(&mut self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
