@@ -372,7 +372,7 @@ impl Native {
         let mut err = std::ptr::null_mut();
         // SAFETY: valid handles and buffers for the call.
         unsafe {
-            rocksdb_delete(self.db, self.write_sync, key.as_ptr().cast(), key.len(), &mut err)
+            rocksdb_delete(self.db, self.write_sync, key.as_ptr().cast(), key.len(), &mut err);
         };
         take_err(&self.dir, "delete", err)
     }

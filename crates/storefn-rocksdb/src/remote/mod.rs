@@ -357,7 +357,7 @@ impl RemoteDb {
         let h = f.table.footer().index;
         let fits = h.size + BLOCK_TRAILER_BYTES as u64 <= u64::from(MAX_READ_BYTES)
             && h.size <= self.cache.capacity();
-        (self.index_misses % REFRESH_SAMPLE_EVERY == 0 && fits).then_some((i, h))
+        (self.index_misses.is_multiple_of(REFRESH_SAMPLE_EVERY) && fits).then_some((i, h))
     }
 
     fn get_rpc_read(&mut self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {
