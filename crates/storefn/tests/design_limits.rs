@@ -17,6 +17,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("wire", include_str!("../../storefn-wire/src/limits.rs")),
     ("server", include_str!("../../storefn-server/src/limits.rs")),
     ("capi", include_str!("../../storefn-capi/src/limits.rs")),
+    ("rocksdb", include_str!("../../storefn-rocksdb/src/limits.rs")),
 ];
 
 /// A limit's value as the table writes it.
@@ -267,6 +268,16 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ("lambda", "ROUNDS_PER_HALF", v(storefn_lambda::limits::ROUNDS_PER_HALF)),
         ("lambda", "MIN_CFS_QUOTA_US", v(storefn_lambda::limits::MIN_CFS_QUOTA_US)),
         // storefn-dds
+        ("rocksdb", "MAX_BLOCK_BYTES", v(storefn_rocksdb::limits::MAX_BLOCK_BYTES)),
+        ("rocksdb", "MAX_KEY_BYTES", v(storefn_rocksdb::limits::MAX_KEY_BYTES)),
+        ("rocksdb", "MAX_MANIFEST_BYTES", v(storefn_rocksdb::limits::MAX_MANIFEST_BYTES)),
+        ("rocksdb", "MAX_WAL_BYTES", v(storefn_rocksdb::limits::MAX_WAL_BYTES)),
+        ("rocksdb", "MAX_LEVELS", v(storefn_rocksdb::limits::MAX_LEVELS)),
+        ("rocksdb", "MAX_CURRENT_BYTES", v(storefn_rocksdb::limits::MAX_CURRENT_BYTES)),
+        ("rocksdb", "WAL_PROBE_SLACK", v(storefn_rocksdb::limits::WAL_PROBE_SLACK)),
+        ("rocksdb", "MAX_WAL_PROBES", v(storefn_rocksdb::limits::MAX_WAL_PROBES)),
+        ("rocksdb", "MAX_STALE_REOPENS", v(storefn_rocksdb::limits::MAX_STALE_REOPENS)),
+        ("rocksdb", "REFRESH_SAMPLE_EVERY", v(storefn_rocksdb::limits::REFRESH_SAMPLE_EVERY)),
         ("dds", "MAX_CAPACITY_ITEMS", v(storefn_dds::limits::MAX_CAPACITY_ITEMS)),
         ("dds", "MAX_DISPLACEMENTS", v(storefn_dds::limits::MAX_DISPLACEMENTS)),
         ("dds", "MAX_SEARCH_SLOTS", v(storefn_dds::limits::MAX_SEARCH_SLOTS)),
