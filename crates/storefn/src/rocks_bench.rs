@@ -251,9 +251,11 @@ fn report(a: &BenchArgs, at: &Where, max_usage: Option<u64>, configs: &mut [Conf
         let mut r = c.rounds_gets_per_s.clone();
         let gets_per_s = storefn_stats::median(&mut r).unwrap_or(0.0);
         let mean_us = c.lat_ns.iter().sum::<u64>() as f64 / c.lat_ns.len().max(1) as f64 / 1e3;
+        let mut refreshes = None;
         let (rt, fallbacks, chains, cache_bytes, hops) = match &c.getter {
             Getter::Remote(r) => {
                 let st = r.stats();
+                refreshes = Some(st.cache_refreshes);
                 let rt = (r.round_trips() - c.rt0) as f64 / c.gets.max(1) as f64;
                 (Some(rt), st.fallbacks, st.chains, Some(r.cache_bytes()), 0)
             }
@@ -290,6 +292,7 @@ fn report(a: &BenchArgs, at: &Where, max_usage: Option<u64>, configs: &mut [Conf
             "p999_us": tail.p999_us,
             "cpu_us_per_get": cpu_us,
             "round_trips_per_get": rt,
+            "cache_refreshes": refreshes,
             "chains": chains,
             "hops": hops,
             "fallbacks": fallbacks,
