@@ -36,7 +36,7 @@ use super::{
     MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES, POLL_INTERVAL,
     SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
-use job::Job;
+use job::{job_of, Job};
 use offload::OffloadState;
 pub(crate) use ranges::{LARGEST_RANGE_BUF, SPARE_RANGE_BUF_BYTES};
 use storefn_wire::layout::FRAME_HEADER_BYTES;
@@ -107,34 +107,6 @@ pub(super) struct Conn {
     pub(super) meter: crate::metrics::ConnMeter,
 }
 
-/// What an engine request's token names. A job's token is its index (the XRP programs'
-/// `StorageFn` reads it as such); an offloaded read's has bit 32 set above its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Token {
-    Job(u32),
-    Offloaded(u32),
-}
-
-impl Token {
-    const OFFLOADED: u64 = 1 << 32;
-
-    pub(super) fn encode(self) -> u64 {
-        match self {
-            Self::Job(ji) => u64::from(ji),
-            Self::Offloaded(slot) => Self::OFFLOADED | u64::from(slot),
-        }
-    }
-
-    fn decode(token: u64) -> Self {
-        let low = u32::try_from(token & 0xFFFF_FFFF).expect("masked");
-        if token & Self::OFFLOADED == 0 {
-            Self::Job(low)
-        } else {
-            Self::Offloaded(low)
-        }
-    }
-}
-
 /// What one entry of the poll array watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PollSlot {
@@ -158,6 +130,7 @@ pub(super) struct Worker<'a> {
     pub(super) gens: Vec<u32>,
     pub(super) files: Files,
     pub(super) progs: Progs,
+    /// Every request in flight, of every kind; an engine token is an index here.
     jobs: Vec<Option<Job>>,
     pub(super) free_jobs: Vec<u32>,
     pub(super) spare_bufs: Vec<Box<[u8]>>,
@@ -574,30 +547,38 @@ impl Worker<'_> {
         if self.engine.live() == 0 {
             return Ok(());
         }
-        let Self { engine, progs, jobs, conns, finished, offload, .. } = self;
+        let Self { engine, progs, jobs, conns, finished, .. } = self;
         finished.clear();
         engine
-            .reap(progs, |c: Completion<'_>| match Token::decode(c.token) {
-                Token::Job(ji) => {
-                    let j = jobs[ji as usize].as_mut().expect("completed job exists");
-                    let (ci, gen) = (j.head.conn as usize, j.head.conn_gen);
-                    j.complete(&c, conns[ci].as_mut().filter(|cn| cn.gen == gen));
-                    finished.push(ji);
-                }
-                Token::Offloaded(slot) => offload.reads.complete(slot, &c),
+            .reap(progs, |c: Completion<'_>| {
+                let ji = job_of(c.token);
+                let j = jobs[ji as usize].as_mut().expect("completed job exists");
+                let (ci, gen, _) = j.origin();
+                j.complete(&c, conns[ci as usize].as_mut().filter(|cn| cn.gen == gen));
+                finished.push(ji);
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        self.finish_offloaded();
-        // READ answers and λ programs go out here, outside the reap: the completion's borrow
-        // of their buffer has ended, the buffer is the job's again.
-        // A λ job with several pieces completed in this reap is listed once per piece.
+        // READ and offloaded answers and λ programs go out here, outside the reap: the
+        // completion's borrow of their buffer has ended, the buffer is the job's again.
+        // A λ job with several pieces completed in this reap is listed once per piece (and
+        // released at the first listing that finds it done); no job is added meanwhile.
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            if self.jobs[ji as usize].is_some() && self.finish_landed(ji) {
-                self.release_job(ji);
+            match self.jobs[ji as usize] {
+                None => {}
+                Some(Job::Offloaded(_)) => self.finish_offloaded(ji),
+                Some(_) => self.finish_engine_job(ji),
             }
         }
         Ok(())
+    }
+
+    /// A queued engine job some of whose reads the last reap completed: answered, and released
+    /// once done.
+    fn finish_engine_job(&mut self, ji: u32) {
+        if self.finish_landed(ji) {
+            self.release_job(ji);
+        }
     }
 
     /// Moves each connection's collected responses to its send buffer and sends what it can.
@@ -673,19 +654,5 @@ impl Worker<'_> {
         for ci in 0..self.conns.len() {
             self.close(u32::try_from(ci).expect("bounded"), "server stopped");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Token;
-
-    #[test]
-    fn tokens_name_a_job_or_an_offloaded_read() {
-        for t in [Token::Job(0), Token::Job(u32::MAX), Token::Offloaded(0), Token::Offloaded(7)] {
-            assert_eq!(Token::decode(t.encode()), t);
-        }
-        // A job's token is its index: the XRP programs' `StorageFn` reads it so.
-        assert_eq!(Token::Job(42).encode(), 42);
     }
 }
