@@ -65,8 +65,12 @@ mod query;
 mod range;
 mod remote;
 mod store;
-// The write storage layer is the platform's (storefn-io); the store names it crate::storage.
-use storefn_io::storage;
+/// The write storage layer is the platform's (storefn-io); the store names it crate::storage.
+mod storage {
+    pub(crate) use storefn_io::{
+        parent_dir, real_storage as real, RealStorage, Storage, StorageFile, StorageRef,
+    };
+}
 pub mod wal;
 mod xrp_paths;
 mod xrp_range;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use storefn_io::storage::RealStorage;
+use storefn_io::RealStorage;
 use storefn_kv::wal::{self, Wal, WalError, COMMIT_BYTES, HEADER_BYTES, RECORD_BYTES, VALUE_BYTES};
 
 fn tmp(name: &str) -> PathBuf {
@@ -195,7 +195,7 @@ fn missing_log_replays_empty_and_creating_it_syncs_the_directory() {
     let dir = p.parent().unwrap().join("absent-dir");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let sim = storefn_io::storage::sim::CrashSim::new(&dir, None, 1).unwrap();
+    let sim = storefn_io::CrashSim::new(&dir, None, 1).unwrap();
     let wp = dir.join("x.wal");
     let w = Wal::open(&sim, &wp, &wal::replay(&wp).unwrap()).unwrap();
     w.append(1, &val(1)).unwrap();

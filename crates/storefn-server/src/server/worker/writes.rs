@@ -25,7 +25,7 @@ use storefn_wire::{op, FileVersion, Response, StatusCode};
 /// handed to the configured storage for the writes. The second descriptor reads the size
 /// before and the version after the write.
 pub(super) struct WriteTarget {
-    storage_file: Box<dyn storefn_io::storage::StorageFile>,
+    storage_file: Box<dyn storefn_io::StorageFile>,
     file: std::fs::File,
 }
 
