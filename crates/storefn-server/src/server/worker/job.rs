@@ -18,7 +18,7 @@ use super::{Conn, Worker};
 use crate::access::Intent;
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
-use crate::server::MAX_IN_FLIGHT_PER_CONN;
+use crate::server::{MAX_CONN_READ_BYTES, MAX_IN_FLIGHT_PER_CONN};
 use storefn_wire::{op, FileVersion, StatusCode};
 
 /// What every queued engine job (READ, XRP, LAMBDA) carries: who asked, the file it holds and
@@ -36,6 +36,9 @@ pub(super) struct JobHead {
     pub(super) len: u32,
     /// Admitted to the engine by the scheduler (counts against the tenant's share).
     pub(super) admitted: bool,
+    /// Bytes of its connection's answer budget (`MAX_CONN_READ_BYTES`) the job holds: set when
+    /// it leaves the connection's waiting jobs for the scheduler, given back at its release.
+    pub(super) budget: usize,
 }
 
 /// A request in flight, by kind.
@@ -78,6 +81,27 @@ impl Job {
             }
             Self::Offloaded(o) => (o.conn, o.conn_gen, o.req_id),
             Self::Write(w) => (w.conn, w.conn_gen, w.req_id),
+        }
+    }
+
+    /// Bytes of its connection's answer budget the job needs from its admission until its
+    /// answer is queued on the connection: a READ's range buffer (its pool class), a λ's output
+    /// with its answer's head; XRP answers are small and not budgeted.
+    pub(super) fn answer_bytes(&self) -> usize {
+        match self {
+            Self::Read(h, _) => {
+                let need = super::ranges::place(h.offset, h.len, super::read::READ_HEAD_BYTES).1;
+                super::ranges::RangePool::class_of(need)
+            }
+            Self::Lambda(_, l) => l.out_cap as usize + super::lambda::LAMBDA_HEAD_BYTES,
+            Self::Xrp(..) | Self::Offloaded(_) | Self::Write(_) => 0,
+        }
+    }
+
+    fn head_mut(&mut self) -> Option<&mut JobHead> {
+        match self {
+            Self::Read(h, _) | Self::Xrp(h, _) | Self::Lambda(h, _) => Some(h),
+            Self::Offloaded(_) | Self::Write(_) => None,
         }
     }
 
@@ -185,6 +209,7 @@ impl Worker<'_> {
             offset,
             len,
             admitted: false,
+            budget: 0,
         })
     }
 
@@ -211,16 +236,61 @@ impl Worker<'_> {
         j
     }
 
-    /// Queues an engine job (READ, XRP, LAMBDA) for its tenant.
+    /// Queues an engine job (READ, XRP, LAMBDA): behind its connection's waiting jobs, which
+    /// go to their tenant's queue as the connection's answer budget allows.
     fn push_job(&mut self, job: Job, inst: Option<u32>) {
         let h = *job.head().expect("a queued engine job");
         let ji = self.add_job(job);
         self.progs.job_inst[ji as usize] = inst.unwrap_or(0);
         self.progs.job_budget[ji as usize] = self.tenants.budget(h.tenant);
         self.job_queued(ji);
-        self.conn(h.conn).in_flight += 1;
+        let c = self.conn(h.conn);
+        c.in_flight += 1;
+        c.waiting.push_back(ji);
+        self.waiting += 1;
         self.tenants.hold(h.tenant);
-        self.sched.push(h.tenant, ji);
+        self.unpark_conn(h.conn);
+    }
+
+    /// Moves connection `ci`'s waiting jobs, in order, to their tenant's queue while their
+    /// answers fit its budget: the answer bytes its admitted jobs hold plus the response bytes
+    /// it holds stay within `MAX_CONN_READ_BYTES` (one job always goes when it holds none).
+    /// Returns how many went.
+    pub(super) fn unpark_conn(&mut self, ci: u32) -> usize {
+        let Some(c) = self.conns[ci as usize].as_mut() else { return 0 };
+        let mut n = 0;
+        while let Some(&ji) = c.waiting.front() {
+            let j = self.jobs[ji as usize].as_mut().expect("a waiting job");
+            let cost = j.answer_bytes();
+            let held = c.answer_bytes + c.out_held();
+            if held > 0 && held + cost > MAX_CONN_READ_BYTES {
+                break;
+            }
+            c.waiting.pop_front();
+            self.waiting -= 1;
+            c.answer_bytes += cost;
+            let h = j.head_mut().expect("an engine job");
+            h.budget = cost;
+            self.sched.push(h.tenant, ji);
+            n += 1;
+        }
+        n
+    }
+
+    /// Every connection's waiting jobs that now fit (answers were sent, jobs released);
+    /// returns how many went.
+    pub(super) fn unpark(&mut self) -> usize {
+        if self.waiting == 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for ci in 0..self.conns.len() {
+            let ci = u32::try_from(ci).expect("bounded");
+            if self.conns[ci as usize].as_ref().is_some_and(|c| !c.waiting.is_empty()) {
+                n += self.unpark_conn(ci);
+            }
+        }
+        n
     }
 
     /// Submits an admitted job to the engine; a refusal is answered and the job released.
@@ -301,6 +371,7 @@ impl Worker<'_> {
         if let Some(c) = self.conns[head.conn as usize].as_mut().filter(|c| c.gen == head.conn_gen)
         {
             c.in_flight -= 1;
+            c.answer_bytes -= head.budget;
         }
         match job {
             Job::Read(_, ReadJob { buf: Some(b), .. })

@@ -14,11 +14,17 @@ use super::{Conn, Worker};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
 use crate::server::{LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB};
+use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
 use storefn_wire::limits::MAX_LAMBDA_IN_BYTES;
 use storefn_wire::{op, put_status, StatusCode};
 
 // The whole range fits the largest range buffer.
 const _: () = assert!(MAX_LAMBDA_IN_BYTES <= storefn_wire::limits::MAX_READ_BYTES);
+
+/// Bytes of a LAMBDA answer in front of its output: frame header, message header, file version
+/// and the program's return value.
+pub(super) const LAMBDA_HEAD_BYTES: usize =
+    FRAME_HEADER_BYTES + MSG_HEADER_BYTES + storefn_wire::layout::LAMBDA_R_OFF_OUT;
 
 /// A LAMBDA request's own state.
 #[derive(Debug)]

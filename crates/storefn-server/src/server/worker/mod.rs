@@ -86,6 +86,11 @@ pub(super) struct Conn {
     out_frames: std::collections::VecDeque<out::OutFrame>,
     pub(super) out_pos: usize,
     pub(super) in_flight: u32,
+    /// Its READ and LAMBDA jobs not yet queued for their tenant, in arrival order: they wait
+    /// for room in the connection's answer budget (`MAX_CONN_READ_BYTES`).
+    pub(super) waiting: std::collections::VecDeque<u32>,
+    /// Answer bytes its queued and admitted jobs hold of that budget.
+    pub(super) answer_bytes: usize,
     /// The name HELLO gave (once HELLO was received).
     pub(super) hello: Option<TenantName>,
     /// The tenant entry it holds: after HELLO without authentication, after AUTH with it.
@@ -143,6 +148,8 @@ pub(super) struct Worker<'a> {
     tenants: tenants::Tenants,
     pub(super) pollfds: Vec<libc::pollfd>,
     pub(super) poll_slots: Vec<PollSlot>,
+    /// Jobs waiting in their connections' `waiting` queues, in all.
+    waiting: usize,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
     /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
@@ -204,6 +211,7 @@ pub(crate) fn run(
         pollfds: Vec::new(),
         poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
+        waiting: 0,
         offload: OffloadState::default(),
     };
     w.serve(listener)
@@ -247,18 +255,32 @@ impl Worker<'_> {
         // queued job: bounded).
         // Regression: dispatching only before the reap left jobs beyond one tenant's share
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
-        loop {
-            self.reap()?;
-            if self.dispatch() == 0 {
-                break;
-            }
-        }
+        self.run_engine()?;
         self.poll_writes();
         self.poll_forwarded();
         self.flush_all();
+        // What was sent made room in the connections' answer budgets: admit and submit the
+        // jobs that waited for it now, not after the next poll (which may sleep).
+        if self.unpark() > 0 {
+            self.run_engine()?;
+            self.flush_all();
+        }
         self.check_timeouts();
         self.publish_metrics();
         Ok(())
+    }
+
+    /// Reaps, lets waiting jobs on to their tenants' queues and admits queued jobs until an
+    /// admission round admits nothing (each round admits a queued job: bounded); the engine
+    /// submits what was admitted at the next reap.
+    fn run_engine(&mut self) -> std::io::Result<()> {
+        loop {
+            self.reap()?;
+            self.unpark();
+            if self.dispatch() == 0 {
+                return Ok(());
+            }
+        }
     }
 
     /// Fills the poll array (what each entry watches in `poll_slots`); returns the timeout.
@@ -416,6 +438,8 @@ impl Conn {
             out_frames: std::collections::VecDeque::new(),
             out_pos: 0,
             in_flight: 0,
+            waiting: std::collections::VecDeque::new(),
+            answer_bytes: 0,
             hello: None,
             tenant: None,
             scope: 0,
@@ -440,7 +464,13 @@ impl Worker<'_> {
             }
             let mut counts = self.shared.conn_counts();
             counts.closed(c.peer.ip(), c.authed);
-            // Jobs still queued or running for it are dropped at completion (gen mismatch).
+            drop(counts);
+            // Jobs still queued or running for it are dropped at completion (gen mismatch);
+            // those waiting for its budget are released now.
+            for ji in c.waiting {
+                self.waiting -= 1;
+                self.release_job(ji);
+            }
         }
     }
 
@@ -634,6 +664,10 @@ impl Worker<'_> {
     fn shutdown(&mut self) {
         let mut queued = Vec::new();
         self.sched.drain(|j| queued.push(j));
+        for c in self.conns.iter_mut().flatten() {
+            queued.extend(c.waiting.drain(..));
+        }
+        self.waiting = 0;
         for ji in queued {
             self.finish_job(ji, Err((StatusCode::ShuttingDown, "server is stopping".into())));
         }

@@ -13,7 +13,7 @@ use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES, READ_R_OFF_DATA
 use storefn_wire::{op, put_answer_head, put_status, StatusCode};
 
 /// Bytes of a READ answer in front of its data: frame header, message header, file version.
-const READ_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + READ_R_OFF_DATA;
+pub(super) const READ_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + READ_R_OFF_DATA;
 
 /// A READ's own state.
 #[derive(Debug, Default)]
