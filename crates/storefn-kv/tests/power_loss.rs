@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use common::TempDir;
 use storefn_io::CrashSim;
-use storefn_kv::format::{bpfkv_value, VALUE_BYTES};
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::VALUE_BYTES;
 use storefn_kv::RangeScan;
 use storefn_kv::ENTRY_BYTES;
 use storefn_kv::{create_bpfkv, NodeSize};
