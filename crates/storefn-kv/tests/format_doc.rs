@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use storefn_kv::layout::tree::*;
-use storefn_kv::NodeSize;
 use storefn_kv::limits::{MAX_BATCH_RECORDS, SCRATCH_BYTES};
+use storefn_kv::NodeSize;
 
 const DOC: &str = include_str!("../../../docs/FORMAT.md");
 const HEADER: &str = include_str!("../../../progs/include/bpfkv.h");
