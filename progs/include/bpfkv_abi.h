@@ -3,7 +3,7 @@
  * `struct RangeQuery` (resumable range scans). Written here from the published layouts, byte
  * for byte on x86-64 / BPF (LP64): docs/FORMAT.md, "BPF-KV scatter-gather scratch ABI" and
  * "BPF-KV range scratch ABI". crates/storefn-kv/tests/abi_doc.rs checks these numbers against
- * the Rust constants (storefn_kv::abi) and the document.
+ * the Rust constants (storefn_kv::layout::abi) and the document.
  */
 #ifndef STOREFN_BPFKV_ABI_H
 #define STOREFN_BPFKV_ABI_H

@@ -11,4 +11,4 @@ pub(crate) const MAX_FILES: usize = storefn_io::limits::MAX_FILES;
 pub(crate) const MAX_PROGS_PER_ENGINE: usize = 64;
 
 /// Bytes of a BPF-KV value (`storefn_kv_get`'s out buffer).
-pub(crate) const VALUE_BYTES: usize = storefn_kv::format::VALUE_BYTES;
+pub(crate) const VALUE_BYTES: usize = storefn_kv::layout::tree::VALUE_BYTES;

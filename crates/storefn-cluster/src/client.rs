@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use storefn_kv::format::VALUE_BYTES;
+use storefn_kv::layout::tree::VALUE_BYTES;
 use storefn_kv::{RemoteKv, RemotePath};
 
 use crate::copy::connect;

@@ -23,7 +23,7 @@ pub struct ShardBytes {
 /// The sidecar path of a shard file.
 #[must_use]
 pub fn meta_of(file: &str) -> String {
-    format!("{file}{}", storefn_kv::format::META_SUFFIX)
+    format!("{file}{}", storefn_kv::layout::tree::META_SUFFIX)
 }
 
 /// A client of the cluster's servers: short timeouts, the default tenant.

@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use storefn_kv::format::{bpfkv_value, meta_path, NodeSize};
+use storefn_kv::bpfkv_value;
+use storefn_kv::meta_path;
+use storefn_kv::NodeSize;
 
 use crate::copy::{copy_to, update_shard, ShardBytes};
 use crate::etcd::{Etcd, Guard, Op};

@@ -103,7 +103,7 @@ impl Fence for NodeFence {
         if !self.is_live() {
             return Err(format!("node {}: no live cluster lease", self.node));
         }
-        let base = path.strip_suffix(storefn_kv::format::META_SUFFIX).unwrap_or(path);
+        let base = path.strip_suffix(storefn_kv::layout::tree::META_SUFFIX).unwrap_or(path);
         let held = self.holding(base).or_else(|| self.holding(&meta_of(base)));
         match (held, fence) {
             (Some(Holding::Replica { version }), Some(v)) if v > version => Err(format!(

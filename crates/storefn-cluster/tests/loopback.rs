@@ -8,7 +8,7 @@ use common::{child_main, etcd, wait_for, ServerProc, TempDir};
 use storefn_cluster::layout::{coll_key, member_key, node_key, shard_key, ShardRecord};
 use storefn_cluster::limits::LEASE_TTL_SECS;
 use storefn_cluster::{create, status, ClusterClient, CreateSpec, Placement};
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::RemotePath;
 use storefn_testkit::etcd::{free_port, Etcd as EtcdProc};
 use storefn_wire::{Client, ClientConfig, Request, StatusCode};

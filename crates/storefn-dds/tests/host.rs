@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use storefn_dds::host::{FileHooks, FileService, HostChannel, HostError, HostFiles};
 use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
 use storefn_dds::limits::MAX_IO_BYTES;
-use storefn_dds::table::{CacheTable, Item};
+use storefn_dds::{CacheTable, Item};
+use storefn_dds::{FileHooks, FileService, HostChannel, HostError, HostFiles};
 
 const CHILD_ENV: &str = "STOREFN_DDS_HOST_FD";
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
@@ -263,7 +263,7 @@ fn write_and_read_hooks_fill_and_invalidate_the_cache_table() {
 
 #[test]
 fn attach_refuses_a_foreign_memfd() {
-    let other = storefn_dds::ring::SharedMemory::create("not-a-channel", 1 << 16).unwrap();
+    let other = storefn_dds::SharedMemory::create("not-a-channel", 1 << 16).unwrap();
     let err = HostChannel::attach(other.fd().try_clone_to_owned().unwrap()).unwrap_err();
     assert!(err.to_string().contains("no channel magic"), "{err}");
     assert!(FileService::new(
@@ -278,8 +278,8 @@ fn attach_refuses_a_foreign_memfd() {
 /// sizes up to the bound; bounded by a deadline.
 #[test]
 fn forwarded_requests_reach_the_host_and_answers_come_back() {
-    use storefn_dds::host::forward::MAX_FORWARD_BYTES;
-    use storefn_dds::host::{ForwardEnd, Side};
+    use storefn_dds::layout::MAX_FORWARD_BYTES;
+    use storefn_dds::{ForwardEnd, Side};
     const REQUESTS: u64 = 500;
     let channel = HostChannel::create(DEFAULT_CHANNEL_RING_BYTES).unwrap();
     let host_channel = HostChannel::attach(channel.fd().try_clone_to_owned().unwrap()).unwrap();
@@ -336,7 +336,7 @@ proptest::proptest! {
              0usize..100),
             1..32),
     ) {
-        use storefn_dds::host::wire::{RequestHeader, ResponseHeader, REQUEST_HEADER_BYTES};
+        use storefn_dds::layout::{RequestHeader, ResponseHeader, REQUEST_HEADER_BYTES};
         let root = temp_dir("garbage");
         let dir = root.join("served");
         let channel = HostChannel::create(1 << 18).unwrap();
@@ -374,7 +374,7 @@ proptest::proptest! {
 /// (fd passing); it then works like an inherited one. A second host gets a second channel.
 #[test]
 fn channel_handoff_over_a_unix_socket() {
-    use storefn_dds::host::{connect, ChannelListener};
+    use storefn_dds::{connect, ChannelListener};
     let root = temp_dir("handoff");
     let sock = root.join("host.sock");
     let listener = ChannelListener::bind(&sock).unwrap();
@@ -422,7 +422,7 @@ fn channel_handoff_over_a_unix_socket() {
 /// request doorbell, yet answer a request that arrives while it sleeps.
 #[test]
 fn blocking_calls_and_idle_service_sleep_instead_of_spinning() {
-    use storefn_dds::pageserver::thread_cpu_ns;
+    use storefn_dds::thread_cpu_ns;
     const DELAY: Duration = Duration::from_millis(300);
     // Generous: a sleeping wait costs a few system calls per PARK_SLICE, a spinning one ~DELAY.
     const MAX_CPU: Duration = Duration::from_millis(60);

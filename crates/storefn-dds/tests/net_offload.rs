@@ -6,10 +6,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::{Rng, SeedableRng};
-use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
-use storefn_dds::pageserver::{
-    fill_page, get_page, page_lsn, DeployOptions, Deployment, PageHost, PAGE_BYTES,
-};
+use storefn_dds::{fill_page, get_page, page_lsn, DeployOptions, Deployment, PageHost, PAGE_BYTES};
+use storefn_dds::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_wire::{Client, Request};
 use storefn_wire::{SERVED_BY_HOST, SERVED_BY_OFFLOAD};
 
@@ -55,7 +53,7 @@ fn run<T>(
     tag: &str,
     updates: u64,
     client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
-) -> (T, storefn_dds::pageserver::HostStats) {
+) -> (T, storefn_dds::HostStats) {
     run_opts(tag, updates, &DeployOptions::new(4096, true), client)
 }
 
@@ -65,7 +63,7 @@ fn run_opts<T>(
     updates: u64,
     opts: &DeployOptions,
     client: impl FnOnce(&Deployment, &str, &[AtomicU64], &AtomicBool) -> T,
-) -> (T, storefn_dds::pageserver::HostStats) {
+) -> (T, storefn_dds::HostStats) {
     let dir = temp_dir(tag);
     let elf = storefn_progs::must("dds/pageserver");
     let d = Deployment::start_opts("127.0.0.1:0", &dir, elf, opts).unwrap();
@@ -418,7 +416,7 @@ fn unauthenticated(addr: &str, reqs: &[storefn_wire::Request<'_>]) -> Vec<Option
 #[test]
 fn an_unauthenticated_client_cannot_read_write_load_programs_or_inject_pages() {
     let _one = one_at_a_time();
-    use storefn_dds::pageserver::PageServerAuth;
+    use storefn_dds::PageServerAuth;
     use storefn_wire::Request;
     let elf = storefn_progs::must("bench_empty");
     for insecure in [false, true] {
@@ -489,7 +487,7 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
         let ends = host_ends(&d);
         let host = s.spawn(|| {
             let mut h = page_host(ends);
-            storefn_dds::pageserver::host_loop(&mut h, &stop, 0, 1).unwrap();
+            storefn_dds::host_loop(&mut h, &stop, 0, 1).unwrap();
         });
         let _guard = StopOnDrop(&stop);
         let (r, _) = forwarded(&mut c, 1, 1_000_000);
@@ -525,7 +523,7 @@ fn a_dead_host_fails_forwarded_requests_fast_and_a_new_host_attaches() {
         let host = s.spawn(|| {
             let mut h = page_host(ends);
             ready.store(true, Ordering::Release);
-            storefn_dds::pageserver::host_loop(&mut h, &stop, 0, 2).unwrap();
+            storefn_dds::host_loop(&mut h, &stop, 0, 2).unwrap();
         });
         let _guard = StopOnDrop(&stop);
         while !ready.load(Ordering::Acquire) {

@@ -6,10 +6,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use storefn_dds::host::{FileService, HostChannel, HostFiles};
+use storefn_dds::layout::ring_words;
 use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
-use storefn_dds::ring::progressive::{ring_words, ProgressiveRing};
-use storefn_dds::table::{CacheTable, Item};
+use storefn_dds::ProgressiveRing;
+use storefn_dds::{CacheTable, Item};
+use storefn_dds::{FileService, HostChannel, HostFiles};
 use storefn_testkit::CountingAlloc;
 
 #[global_allocator]

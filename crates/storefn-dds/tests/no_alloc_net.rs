@@ -8,8 +8,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use storefn_dds::host::{ForwardEnd, HostChannel, HostFiles, Side};
-use storefn_dds::pageserver::{get_page, host_loop, Deployment, PageHost, PAGE_BYTES};
+use storefn_dds::{get_page, host_loop, Deployment, PageHost, PAGE_BYTES};
+use storefn_dds::{ForwardEnd, HostChannel, HostFiles, Side};
 use storefn_testkit::CountingAlloc;
 use storefn_wire::SERVED_BY_OFFLOAD;
 use storefn_wire::{put_request, read_response_frame, FrameBuf, Request, KIND_REQUEST};
@@ -46,8 +46,8 @@ fn offloaded_get_pages_allocate_nothing_on_the_server() {
         std::env::temp_dir().join(format!("storefn-dds-noalloc-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // The raw frames below skip AUTH: this test measures allocations, not authentication.
-    let mut opts = storefn_dds::pageserver::DeployOptions::new(4096, true);
-    opts.auth = storefn_dds::pageserver::PageServerAuth::InsecureNoAuth;
+    let mut opts = storefn_dds::DeployOptions::new(4096, true);
+    opts.auth = storefn_dds::PageServerAuth::InsecureNoAuth;
     let d =
         Deployment::start_opts("127.0.0.1:0", &dir, storefn_progs::must("dds/pageserver"), &opts)
             .unwrap();

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
-use storefn_dds::host::{FileService, HostChannel, HostFiles};
 use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
-use storefn_dds::table::{CacheTable, Item};
+use storefn_dds::{CacheTable, Item};
+use storefn_dds::{FileService, HostChannel, HostFiles};
 use storefn_dds::{OffloadError, OffloadFunctions, OffloadHooks};
 use storefn_vm::offload::ReadOp;
 use storefn_vm::{Engine, VmError};
@@ -24,8 +24,7 @@ fn pageserver() -> &'static [u8] {
 
 /// A GetPage batch of (page, lsn) requests (the front end's encoding).
 fn batch(reqs: &[(u64, u64)]) -> Vec<u8> {
-    let msgs: Vec<[u8; 16]> =
-        reqs.iter().map(|&(p, l)| storefn_dds::pageserver::get_page(p, l)).collect();
+    let msgs: Vec<[u8; 16]> = reqs.iter().map(|&(p, l)| storefn_dds::get_page(p, l)).collect();
     let mut m = Vec::new();
     storefn_dds::encode_batch(msgs.iter().map(<[u8; 16]>::as_slice), &mut m);
     m

@@ -7,9 +7,10 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use storefn_dds::ring::bench::{self, RingBenchConfig};
-use storefn_dds::ring::progressive::{self as pr, record_bytes, ring_words, ProgressiveRing};
-use storefn_dds::ring::{RingError, SharedMemory};
+use storefn_dds::bench::ring::{self as bench, RingBenchConfig};
+use storefn_dds::layout::{self as pr, record_bytes, ring_words};
+use storefn_dds::ProgressiveRing;
+use storefn_dds::{RingError, SharedMemory};
 
 fn words(capacity: usize) -> Vec<AtomicU64> {
     (0..ring_words(capacity)).map(|_| AtomicU64::new(0)).collect()
@@ -211,7 +212,8 @@ fn header_offsets_match_format_md() {
 /// docs/FORMAT.md's host-channel tables name each field at the offset the code uses.
 #[test]
 fn host_channel_offsets_match_format_md() {
-    use storefn_dds::host::{self, wire};
+    use storefn_dds::layout as host;
+    use storefn_dds::layout as wire;
     common::assert_rows(
         "## DDS host channel",
         &[
@@ -242,8 +244,8 @@ fn host_channel_offsets_match_format_md() {
     assert_eq!(wire::RESPONSE_HEADER_BYTES, 24);
     assert_eq!(storefn_dds::limits::MAX_IO_BYTES, 65536);
     assert_eq!(host::CHANNEL_MAX_MESSAGE, 32 + 65536);
-    assert_eq!(host::forward::ANSWER_HEADER_BYTES, 16);
-    assert_eq!(host::forward::MAX_FORWARD_BYTES, 65552);
+    assert_eq!(host::ANSWER_HEADER_BYTES, 16);
+    assert_eq!(host::MAX_FORWARD_BYTES, 65552);
 }
 
 proptest::proptest! {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use storefn_dds::table::{CacheTable, Inserted, Item, Lookup, TableError};
+use storefn_dds::{CacheTable, Inserted, Item, Lookup, TableError};
 
 #[derive(Debug, Clone)]
 enum Op {

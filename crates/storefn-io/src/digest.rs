@@ -30,8 +30,8 @@ use std::path::PathBuf;
 
 pub use device::{find_block_device, BlockDeviceInfo, RawDevice};
 pub use fiemap::ExtentProblem;
-pub use lease::{lease_breaks_seen, LeaseGuard, LEASE_SIGNAL_OFFSET};
-pub use raw::{align_window, window_capacity, DeviceWindow, RawAccess, RetryGate};
+pub use lease::{lease_breaks_seen, LeaseGuard};
+pub use raw::{DeviceWindow, RawAccess, RetryGate};
 
 /// Errors from building, using or checking a metadata digest.
 ///

@@ -22,7 +22,7 @@
 //! [`limits::MAX_HOP_BYTES`] = 64 KiB); the context's `data_len` tells the function how many
 //! bytes `data` holds.
 
-pub mod digest;
+mod digest;
 mod engine;
 mod error;
 mod file;
@@ -30,11 +30,19 @@ mod file;
 pub mod harness;
 pub mod limits;
 mod region;
-pub mod storage;
+mod storage;
 
+pub use digest::{
+    find_block_device, lease_breaks_seen, BlockDeviceInfo, DeviceWindow, Digest, DigestError,
+    Extent, ExtentProblem, FileIdentity, LeaseGuard, RawAccess, RawDevice, RetryGate, Timestamp,
+};
 pub use engine::{ChainStats, Completion, Engine, EngineConfig, NoFunction, RangeBuf};
 pub use error::{ChainAt, ChainError, EngineError, Errno, SubmitError};
 pub use file::{statx_size_align, widen, FileId, IoMode, Target};
+pub use storage::sim::CrashSim;
+pub use storage::{
+    parent_dir, real as real_storage, RealStorage, Storage, StorageFile, StorageRef,
+};
 pub use storefn_vm::{VmError, XrpCtx};
 
 /// A storage function as the engine calls it: one invocation per completed block.

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use digest_support::{write_interleaved, write_pattern_file, AlignedBuf, ZramFs};
 use rand::{Rng, SeedableRng};
-use storefn_io::digest::{Digest, RawAccess};
+use storefn_io::{Digest, RawAccess};
 
 /// The 5-level BPF-KV file is about 2.3 GB.
 const BENCH_FILE_BYTES: u64 = 2_300_000_000 / 4096 * 4096;

@@ -14,7 +14,7 @@ use digest_support::{
     FsKind, LoopFs, ZramFs,
 };
 use rand::{Rng, SeedableRng};
-use storefn_io::digest::{Digest, DigestError, ExtentProblem, RawDevice};
+use storefn_io::{Digest, DigestError, ExtentProblem, RawDevice};
 
 /// Largest device read the byte-comparison does at once.
 const COMPARE_CHUNK: u64 = 1 << 20;
@@ -131,7 +131,7 @@ fn correctness_on(kind: FsKind, mkfs_args: &[&str]) {
     }
     // A function that learned b's device offsets and asks a's digest for them gets either
     // OutsideFile or a's own blocks, never b's.
-    let in_runs = |runs: &[storefn_io::digest::Extent], dev: u64| {
+    let in_runs = |runs: &[storefn_io::Extent], dev: u64| {
         runs.iter().any(|e| e.physical <= dev && dev < e.physical + e.len)
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);

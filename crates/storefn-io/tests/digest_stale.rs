@@ -16,9 +16,7 @@ use digest_support::{
     write_pattern_file, FsKind, LoopFs,
 };
 use rand::{Rng, SeedableRng};
-use storefn_io::digest::{
-    lease_breaks_seen, Digest, DigestError, LeaseGuard, RawAccess, RawDevice,
-};
+use storefn_io::{lease_breaks_seen, Digest, DigestError, LeaseGuard, RawAccess, RawDevice};
 
 const OLD: u64 = 0x01d;
 const NEW: u64 = 0x2e3;

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::PathBuf;
 
 use digest_support::{pattern, read_file, write_pattern_file};
-use storefn_io::digest::{find_block_device, Digest, DigestError, RawAccess, RawDevice};
+use storefn_io::{find_block_device, Digest, DigestError, RawAccess, RawDevice};
 
 struct TempFile(PathBuf);
 impl Drop for TempFile {

@@ -17,11 +17,11 @@ use common::{Lists, NODE};
 use digest_support::{
     create_direct, pattern, write_interleaved, write_pattern_file, AlignedBuf, FsKind, LoopFs,
 };
-use storefn_io::digest::{Digest, DigestError};
 use storefn_io::{
     func, ChainError, Completion, Engine, EngineConfig, EngineError, FileId, IoMode, SubmitError,
     VmError, XrpCtx,
 };
+use storefn_io::{Digest, DigestError};
 
 /// Fragmentation unit: the pointer files are written in chunks of this size alternating with a
 /// filler file, so their extents are discontiguous every chunk and some hops span two extents.

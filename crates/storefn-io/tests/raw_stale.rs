@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use common::{get_u64, put_u64};
 use digest_support::{pattern, sh, write_pattern_file, FsKind, LoopFs};
 use rand::{Rng, SeedableRng};
-use storefn_io::digest::{lease_breaks_seen, DigestError};
 use storefn_io::{
     func, ChainError, Completion, Engine, EngineConfig, EngineError, FileId, IoMode, VmError,
     XrpCtx,
 };
+use storefn_io::{lease_breaks_seen, DigestError};
 
 const OLD: u64 = 0x01d;
 const NEW: u64 = 0x2e3;

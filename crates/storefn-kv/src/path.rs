@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use storefn_io::digest::{DigestError, RawAccess, RetryGate};
+use storefn_io::{DigestError, RawAccess, RetryGate};
 
 use crate::aligned::AlignedBuf;
 use crate::format::VALUE_BYTES;

@@ -1,9 +1,9 @@
 //! docs/FORMAT.md's BPF-KV scratch ABI tables and progs/include/bpfkv_abi.h against
-//! storefn_kv::abi's constants.
+//! storefn_kv::layout::abi's constants.
 
 use std::collections::HashMap;
 
-use storefn_kv::abi::*;
+use storefn_kv::layout::abi::*;
 
 const DOC: &str = include_str!("../../../docs/FORMAT.md");
 const HEADER: &str = include_str!("../../../progs/include/bpfkv_abi.h");

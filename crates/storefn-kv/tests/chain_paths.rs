@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use common::TempDir;
 use rand::{Rng, SeedableRng};
-use storefn_kv::abi::Abi;
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
+use storefn_kv::Abi;
 use storefn_kv::Lookup;
 use storefn_kv::Memtable;
 use storefn_kv::{

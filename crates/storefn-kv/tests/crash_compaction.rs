@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use storefn_kv::format::{bpfkv_value, meta_path, VALUE_BYTES};
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::VALUE_BYTES;
+use storefn_kv::meta_path;
 use storefn_kv::{build_tree, create_bpfkv, NodeSize};
 use storefn_kv::{recover, Db, MARKER_SUFFIX, NEW_SUFFIX};
 

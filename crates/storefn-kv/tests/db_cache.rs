@@ -5,7 +5,7 @@
 mod common;
 
 use common::TempDir;
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::DbPath;
 use storefn_kv::{create_bpfkv, Db, LookupPath, NodeSize, ProgSource};
 use storefn_kv::{ChainOptions, XrpPath};

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::Lookup;
 use storefn_kv::{build_tree, create_bpfkv, LookupPath, NodeSize, Store};

@@ -3,7 +3,10 @@
 mod common;
 
 use common::{reference_create, TempDir};
-use storefn_kv::format::{bpfkv_value, meta_path, Meta, META_BYTES};
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::META_BYTES;
+use storefn_kv::meta_path;
+use storefn_kv::Meta;
 use storefn_kv::{build_tree, create_bpfkv, NodeSize};
 
 #[test]

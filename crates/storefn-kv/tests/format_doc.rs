@@ -2,8 +2,9 @@
 
 use std::collections::HashMap;
 
-use storefn_kv::format::*;
+use storefn_kv::layout::tree::*;
 use storefn_kv::limits::{MAX_BATCH_RECORDS, SCRATCH_BYTES};
+use storefn_kv::NodeSize;
 
 const DOC: &str = include_str!("../../../docs/FORMAT.md");
 const HEADER: &str = include_str!("../../../progs/include/bpfkv.h");
@@ -170,7 +171,7 @@ fn table_after(marker: &str) -> HashMap<String, (u64, u64)> {
 
 #[test]
 fn wal_tables_match_code() {
-    use storefn_kv::wal::*;
+    use storefn_kv::layout::wal::*;
     let h = table_after("Batch header:");
     let want = [
         ("magic", 0, BATCH_MAGIC.len()),
@@ -187,8 +188,8 @@ fn wal_tables_match_code() {
     let r = table_after("WAL record:");
     assert_eq!(r.len(), 2);
     assert_eq!(r["key"], (0, 8));
-    assert_eq!(r["value"], (8, storefn_kv::wal::VALUE_BYTES as u64));
-    assert_eq!(8 + storefn_kv::wal::VALUE_BYTES, RECORD_BYTES);
+    assert_eq!(r["value"], (8, storefn_kv::layout::wal::VALUE_BYTES as u64));
+    assert_eq!(8 + storefn_kv::layout::wal::VALUE_BYTES, RECORD_BYTES);
     let c = table_after("Commit marker:");
     let want = [
         ("magic", 0, COMMIT_MAGIC.len()),

@@ -5,7 +5,9 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::format::{bpfkv_value, meta_path, FILE_MASK};
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::FILE_MASK;
+use storefn_kv::meta_path;
 use storefn_kv::BlockLru;
 use storefn_kv::{build_tree, create_bpfkv, KvError, LookupPath, NodeSize, ReadPath, Store};
 

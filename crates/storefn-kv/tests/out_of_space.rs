@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_io::storage::{RealStorage, Storage, StorageFile};
+use storefn_io::{RealStorage, Storage, StorageFile};
 use storefn_kv::create_bpfkv_in;
 use storefn_kv::{Db, DbOptions};
 use storefn_kv::{KvError, NodeSize};

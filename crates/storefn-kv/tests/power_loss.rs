@@ -1,5 +1,5 @@
 //! Power loss at every operation of put, group commit and compaction, through the crash model
-//! (storefn_io::storage::sim): unsynced writes lost or torn, unsynced directory entries gone.
+//! (storefn_io::CrashSim): unsynced writes lost or torn, unsynced directory entries gone.
 //! After each crash the disk image is opened with the real storage: it must open without error,
 //! hold every acknowledged put with its exact value, and its tree must pass a full compaction
 //! (every leaf, key order and value pointer checked) and a full scan equal to the model.
@@ -11,8 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_io::storage::sim::CrashSim;
-use storefn_kv::format::{bpfkv_value, VALUE_BYTES};
+use storefn_io::CrashSim;
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::VALUE_BYTES;
 use storefn_kv::RangeScan;
 use storefn_kv::ENTRY_BYTES;
 use storefn_kv::{create_bpfkv, NodeSize};

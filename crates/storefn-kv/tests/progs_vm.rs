@@ -4,7 +4,10 @@
 mod common;
 
 use common::TempDir;
-use storefn_kv::format::{bpfkv_value, LOOKUP_OFF_STATE, RANGE_OFF_COUNT, RANGE_OFF_FLAGS};
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::LOOKUP_OFF_STATE;
+use storefn_kv::layout::tree::RANGE_OFF_COUNT;
+use storefn_kv::layout::tree::RANGE_OFF_FLAGS;
 use storefn_kv::{build_tree, create_bpfkv, NodeSize};
 use storefn_vm::{load_verified, Engine, Instance, ProgType, XrpCtx};
 

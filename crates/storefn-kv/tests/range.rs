@@ -4,8 +4,9 @@ mod common;
 
 use common::TempDir;
 use rand::{Rng, SeedableRng};
-use storefn_kv::format::{NodeView, FILE_MASK};
+use storefn_kv::layout::tree::FILE_MASK;
 use storefn_kv::limits::RANGE_BATCH;
+use storefn_kv::NodeView;
 use storefn_kv::{aggregate, Agg, RangeScan};
 use storefn_kv::{build_tree, create_bpfkv, NodeSize, Store};
 
@@ -136,7 +137,7 @@ fn a_cycle_of_leaf_links_is_a_corrupt_node_not_a_hang() {
     let third = lo + 2 * nb;
     assert!(third < hi);
     let mut bytes = std::fs::read(&p).unwrap();
-    let at = usize::try_from(third).unwrap() + storefn_kv::format::NODE_OFF_NEXT;
+    let at = usize::try_from(third).unwrap() + storefn_kv::layout::tree::NODE_OFF_NEXT;
     bytes[at..at + 8].copy_from_slice(&lo.to_le_bytes());
     std::fs::write(&p, &bytes).unwrap();
     let store = Store::open(&p, 0).unwrap();

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::harness::bench::{open_path, PathOptions};
 use storefn_kv::Lookup;
 use storefn_kv::{create_bpfkv, NodeSize, Store};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{client, make_db, serve, TempDir};
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::{RemoteKv, RemotePath};
 
 #[test]

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::mpsc;
 
 use common::{make_db, TempDir};
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::{RemoteKv, RemotePath};
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::{Client, ClientConfig};

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::{client, make_db, serve, TempDir};
 use rand::{Rng, SeedableRng};
-use storefn_kv::format::{bpfkv_value, value_text, VALUE_BYTES};
+use storefn_kv::bpfkv_value;
+use storefn_kv::layout::tree::VALUE_BYTES;
+use storefn_kv::value_text;
 use storefn_kv::Db;
 use storefn_kv::{RemoteKv, RemotePath};
 

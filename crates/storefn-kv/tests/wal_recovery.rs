@@ -4,8 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use storefn_io::storage::RealStorage;
-use storefn_kv::wal::{self, Wal, WalError, COMMIT_BYTES, HEADER_BYTES, RECORD_BYTES, VALUE_BYTES};
+use storefn_io::RealStorage;
+use storefn_kv::layout::wal::COMMIT_BYTES;
+use storefn_kv::layout::wal::HEADER_BYTES;
+use storefn_kv::layout::wal::RECORD_BYTES;
+use storefn_kv::layout::wal::VALUE_BYTES;
+use storefn_kv::Wal;
+use storefn_kv::WalError;
 
 fn tmp(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wal_recovery");
@@ -23,7 +28,7 @@ fn val(key: u64) -> [u8; VALUE_BYTES] {
 }
 
 fn open(path: &Path) -> Wal {
-    Wal::open(&RealStorage, path, &wal::replay(path).unwrap()).unwrap()
+    Wal::open(&RealStorage, path, &storefn_kv::replay_wal(path).unwrap()).unwrap()
 }
 
 /// Bytes of a batch of `n` records.
@@ -44,7 +49,7 @@ fn appended_records_replay_in_order_and_appends_continue() {
     let p = tmp("roundtrip.wal");
     write_log(&p, 0..10);
     write_log(&p, 0..5);
-    let r = wal::replay(&p).unwrap();
+    let r = storefn_kv::replay_wal(&p).unwrap();
     assert_eq!((r.torn_bytes, r.batches), (0, 15));
     assert_eq!(r.records.len(), 15);
     for (i, rec) in r.records.iter().enumerate() {
@@ -79,7 +84,7 @@ fn concurrent_appenders_share_group_commits() {
     let batches = w.batches();
     assert!((1..=400).contains(&batches), "batches {batches}");
     drop(w);
-    let r = wal::replay(&p).unwrap();
+    let r = storefn_kv::replay_wal(&p).unwrap();
     assert_eq!(r.records.len(), 400);
     assert_eq!(r.batches, batches, "one framed batch per group commit");
     let mut keys: Vec<u64> = r.records.iter().map(|r| r.key).collect();
@@ -98,7 +103,7 @@ fn pipelined_submits_overlap_one_sync_with_the_next_batch() {
     // 2000 records were queued without waiting: far fewer syncs than records.
     assert!(w.batches() < 2000, "batches {}", w.batches());
     drop(w);
-    assert_eq!(wal::replay(&p).unwrap().records.len(), 2000);
+    assert_eq!(storefn_kv::replay_wal(&p).unwrap().records.len(), 2000);
 }
 
 #[test]
@@ -111,14 +116,14 @@ fn torn_tail_is_ignored_by_readers_and_cut_by_the_writer() {
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.set_len(len - cut as u64).unwrap();
         drop(f);
-        let r = wal::replay(&p).unwrap();
+        let r = storefn_kv::replay_wal(&p).unwrap();
         assert_eq!(r.records.len(), 5, "cut {cut}");
         assert_eq!(r.torn_bytes, (last - cut) as u64);
         // Replay is read-only: the torn bytes are still there.
         assert_eq!(std::fs::metadata(&p).unwrap().len(), len - cut as u64);
         // The writer cuts them and appends right after the last commit.
         write_log(&p, 100..101);
-        let r = wal::replay(&p).unwrap();
+        let r = storefn_kv::replay_wal(&p).unwrap();
         assert_eq!((r.records.len(), r.torn_bytes), (6, 0));
         assert_eq!(r.records[5].key, 100);
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 6 * last as u64);
@@ -137,7 +142,7 @@ fn damage_inside_the_last_batch_is_a_torn_tail() {
         let mut bytes = good.clone();
         bytes[at] ^= 0x40;
         std::fs::write(&p, &bytes).unwrap();
-        let r = wal::replay(&p).unwrap();
+        let r = storefn_kv::replay_wal(&p).unwrap();
         assert_eq!((r.records.len(), r.torn_bytes), (2, batch_bytes(1) as u64), "byte {at}");
     }
 }
@@ -153,7 +158,7 @@ fn damage_before_the_last_commit_is_an_error_naming_the_offset() {
         let mut bytes = good.clone();
         bytes[at] ^= 0x01;
         std::fs::write(&p, &bytes).unwrap();
-        match wal::replay(&p) {
+        match storefn_kv::replay_wal(&p) {
             Err(WalError::Corrupt { offset, valid_offset, .. }) => {
                 assert_eq!(offset, b as u64, "byte {at}");
                 assert_eq!(valid_offset, 2 * b as u64, "byte {at}");
@@ -164,7 +169,7 @@ fn damage_before_the_last_commit_is_an_error_naming_the_offset() {
         assert_eq!(std::fs::read(&p).unwrap(), bytes);
     }
     // The writer refuses it too.
-    let e = wal::replay(&p).unwrap_err().to_string();
+    let e = storefn_kv::replay_wal(&p).unwrap_err().to_string();
     assert!(e.contains(&format!("offset {b}")) && e.contains("--point-in-time"), "{e}");
 }
 
@@ -176,33 +181,41 @@ fn point_in_time_recovery_drops_the_damage_and_everything_after() {
     let b = batch_bytes(1);
     bytes[2 * b + HEADER_BYTES + 3] ^= 0xff; // a key byte of batch 2 (seq 3)
     std::fs::write(&p, &bytes).unwrap();
-    let d = wal::cut_at_corruption(&RealStorage, &p).unwrap().expect("corruption found");
+    let d = storefn_kv::cut_wal_at_corruption(&RealStorage, &p).unwrap().expect("corruption found");
     assert_eq!((d.offset, d.bytes, d.reason), (2 * b as u64, 3 * b as u64, "bad batch checksum"));
     assert_eq!((d.batches, d.records, d.seqs), (2, 2, Some((4, 5))));
-    let r = wal::replay(&p).unwrap();
+    let r = storefn_kv::replay_wal(&p).unwrap();
     assert_eq!(r.records.iter().map(|r| r.key).collect::<Vec<_>>(), vec![0, 1]);
-    assert!(wal::cut_at_corruption(&RealStorage, &p).unwrap().is_none(), "nothing left");
+    assert!(storefn_kv::cut_wal_at_corruption(&RealStorage, &p).unwrap().is_none(), "nothing left");
     write_log(&p, 9..10);
-    assert_eq!(wal::replay(&p).unwrap().records.last().unwrap().seq, 3, "appends continue");
+    assert_eq!(
+        storefn_kv::replay_wal(&p).unwrap().records.last().unwrap().seq,
+        3,
+        "appends continue"
+    );
 }
 
 #[test]
 fn missing_log_replays_empty_and_creating_it_syncs_the_directory() {
     let p = tmp("absent.wal");
-    let r = wal::replay(&p).unwrap();
+    let r = storefn_kv::replay_wal(&p).unwrap();
     assert!(r.records.is_empty() && r.torn_bytes == 0 && !r.exists);
     // The crash model shows the name survives only because the directory was synced.
     let dir = p.parent().unwrap().join("absent-dir");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let sim = storefn_io::storage::sim::CrashSim::new(&dir, None, 1).unwrap();
+    let sim = storefn_io::CrashSim::new(&dir, None, 1).unwrap();
     let wp = dir.join("x.wal");
-    let w = Wal::open(&sim, &wp, &wal::replay(&wp).unwrap()).unwrap();
+    let w = Wal::open(&sim, &wp, &storefn_kv::replay_wal(&wp).unwrap()).unwrap();
     w.append(1, &val(1)).unwrap();
     drop(w);
     let img = sim.crash_now();
     let name = std::ffi::OsStr::new("x.wal");
     assert!(img.contains_key(name), "the log's name is durable");
-    assert_eq!(wal::scan(&img[name]).replay.records.len(), 1, "the acknowledged record too");
+    assert_eq!(
+        storefn_kv::scan_wal(&img[name]).replay.records.len(),
+        1,
+        "the acknowledged record too"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -20,6 +20,12 @@ use storefn_wire::limits as wl;
 pub const MAX_IN_FLIGHT_PER_CONN: u32 = 256;
 /// Response bytes waiting to be sent per connection before it is no longer read.
 pub const MAX_CONN_OUT_BYTES: usize = 4 << 20;
+/// READ and LAMBDA answer bytes one connection may have in flight: the range buffers and λ
+/// outputs of its admitted jobs plus the response bytes it holds unsent. A READ or LAMBDA that
+/// would pass it waits (queued behind the connection's earlier ones, not refused) until answers
+/// are sent; one always goes when the connection holds nothing. Two whole READs: one is sent
+/// while the next is read.
+pub const MAX_CONN_READ_BYTES: usize = 2 * crate::server::LARGEST_RANGE_BUF;
 /// A connection with nothing in flight and nothing received for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A connection that does not finish sending a started frame, or does not take its
@@ -115,7 +121,8 @@ impl Default for ConnLimits {
 }
 /// The largest answer one request produces, its headers included: a READ's range buffer (the
 /// data with the answer's head in front, to the end of its aligned cover); a λ's output or an
-/// XRP's scratch with their header and fixed fields is smaller.
+/// XRP's scratch with their header and fixed fields is smaller. READ and LAMBDA answers in
+/// flight are bounded together by `MAX_CONN_READ_BYTES`.
 pub const MAX_RESPONSE_MSG_BYTES: usize = {
     let l = wl::MAX_LAMBDA_OUT_BYTES as usize;
     let s = wl::SCRATCH_BYTES;
@@ -127,17 +134,31 @@ pub const MAX_RESPONSE_MSG_BYTES: usize = {
     }
 };
 
+/// The largest answer of a request outside the READ/LAMBDA budget (an XRP's scratch, a status
+/// or a short answer), its headers included.
+pub const MAX_SMALL_ANSWER_BYTES: usize =
+    wire::layout::FRAME_HEADER_BYTES + wire::layout::MSG_HEADER_BYTES + 64 + wl::SCRATCH_BYTES;
+
 /// Worst-case bytes one connection holds: its receive buffer (one whole frame), the response
 /// frame being built, the send buffer (`MAX_CONN_OUT_BYTES` before the connection stops being
-/// read, plus the answers of every request it has in flight and one rolled frame; twice that
-/// for the vectors' growth and the READ answers queued in their range buffers) and its queued
-/// jobs' 4 KiB buffers.
+/// read, plus its READ and LAMBDA answers in flight (`MAX_CONN_READ_BYTES`), the small answers
+/// of every other request it has in flight and one rolled frame; twice that for the vectors'
+/// growth) and its queued jobs' 4 KiB buffers. DDS's OFFLOAD answers (up to
+/// `MAX_OFFLOAD_DATA_BYTES` each) are outside it: `DDS_CONN_MEMORY_BOUND`.
 pub const CONN_MEMORY_BOUND: usize = wl::MAX_FRAME_BYTES
     + wl::MAX_FRAME_BYTES
     + 2 * (MAX_CONN_OUT_BYTES
-        + MAX_IN_FLIGHT_PER_CONN as usize * MAX_RESPONSE_MSG_BYTES
+        + MAX_CONN_READ_BYTES
+        + MAX_IN_FLIGHT_PER_CONN as usize * MAX_SMALL_ANSWER_BYTES
         + wl::MAX_FRAME_BYTES)
     + MAX_IN_FLIGHT_PER_CONN as usize * (wl::SCRATCH_BYTES + 256);
+
+/// `CONN_MEMORY_BOUND` on a server with an offload hook (DDS): every request in flight may be
+/// an OFFLOAD whose answer carries a whole `MAX_OFFLOAD_DATA_BYTES` (twice, for the vectors'
+/// growth).
+pub const DDS_CONN_MEMORY_BOUND: usize = CONN_MEMORY_BOUND
+    + 2 * MAX_IN_FLIGHT_PER_CONN as usize
+        * (MAX_SMALL_ANSWER_BYTES + wl::MAX_OFFLOAD_DATA_BYTES as usize);
 
 /// Per thread, beside its connections: the engine's registered buffers and chain scratch
 /// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
@@ -153,7 +174,8 @@ pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
 
 /// The server's worst-case memory in bytes: `threads x (connections per thread x
 /// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all
-/// spread over the threads (at most `ConnLimits::total`).
+/// spread over the threads (at most `ConnLimits::total`); with DDS's offload hook, count
+/// `DDS_CONN_MEMORY_BOUND` per connection instead.
 #[must_use]
 pub fn worst_case_memory(threads: usize, conns: usize, registry_bytes: usize) -> u64 {
     conns as u64 * CONN_MEMORY_BOUND as u64
@@ -199,6 +221,9 @@ pub const RESERVE_DIV: u32 = 8;
 /// busy without queueing a long pass of program runs ahead of everyone else's completions.
 pub const PASS_CPU_NS: u64 = 1_000_000;
 
+// A whole READ and a whole λ output fit the connection's answer budget.
+const _: () = assert!(MAX_CONN_READ_BYTES >= crate::server::LARGEST_RANGE_BUF);
+const _: () = assert!(MAX_CONN_READ_BYTES >= wl::MAX_LAMBDA_OUT_BYTES as usize + 4096);
 // A READ is one range read of the engine.
 const _: () = assert!(wl::MAX_READ_BYTES as usize == io::MAX_RANGE_BYTES);
 // An XRP request's first read is one hop of the engine at its largest.

@@ -1,5 +1,5 @@
 //! Acknowledged WRITE and LAMBDA_WRITE requests survive power loss, not just a killed process:
-//! the server writes through storefn-kv's crash model (`storage::sim::CrashSim`), which keeps
+//! the server writes through storefn-kv's crash model (`storefn_io::CrashSim`), which keeps
 //! only what was synced when the power goes (unsynced writes lost or torn, sector by sector).
 //! For every crash point of a run of writes, the disk image must hold every write the client
 //! saw acknowledged, byte for byte, and a write the server could not make durable must not be
@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::TempDir;
-use storefn_io::storage::sim::CrashSim;
+use storefn_io::CrashSim;
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::StatusCode;
 use storefn_wire::PROG_TYPE_LAMBDA;

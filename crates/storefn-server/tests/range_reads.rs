@@ -39,6 +39,45 @@ fn a_read_of_the_wire_limit_is_one_answer_equal_to_the_file() {
 }
 
 #[test]
+fn reads_past_the_connections_answer_budget_wait_and_are_all_answered() {
+    // Regression: a connection's READs in flight were bounded only by their count (256), so a
+    // client that sent 256 whole READs and did not read yet made the server hold 256 MiB of
+    // answers for it (the per-connection memory bound was 533 MiB).
+    let dir = TempDir::new("read-budget");
+    let data = pattern(FILE_BYTES);
+    std::fs::write(dir.join("f"), &data).unwrap();
+    let server = serve(dir.path(), 1);
+    let mut c = client(&server);
+    let n = MAX_READ_BYTES as usize;
+    let at = |i: usize| (i * 12_288) % (FILE_BYTES - n);
+    let reqs: Vec<Request<'_>> = (0..storefn_server::limits::MAX_IN_FLIGHT_PER_CONN as usize)
+        .map(|i| Request::Read { path: b"f", offset: at(i) as u64, len: MAX_READ_BYTES })
+        .collect();
+    let first = c.send(&reqs).unwrap();
+    // Not read for a while: the server answers until the connection's budget is full.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let budget = storefn_server::limits::MAX_CONN_READ_BYTES;
+    let held = server.stats().peak_conn_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(held >= n as u64, "answers were queued ({held} bytes)");
+    assert!(held <= (budget + (1 << 20)) as u64, "connection held {held} bytes");
+    // Every READ is answered (the ones past the budget waited, none was refused).
+    let mut got = 0;
+    while got < reqs.len() {
+        c.recv(|id, r| {
+            let i = usize::try_from(id - first).unwrap();
+            let r = r.ok("READ").unwrap();
+            assert!(r.data == data[at(i)..at(i) + n], "READ {i}");
+            got += 1;
+        })
+        .unwrap();
+    }
+    let held = server.stats().peak_conn_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(held <= storefn_server::limits::CONN_MEMORY_BOUND as u64, "{held} bytes");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
 fn reads_not_aligned_to_4_kib_equal_the_files_bytes() {
     let dir = TempDir::new("read-unaligned");
     let data = pattern(FILE_BYTES);

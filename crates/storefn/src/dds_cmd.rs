@@ -1,5 +1,5 @@
 //! `storefn ring ...` and `storefn dds ...`: the DDS pieces' benchmarks (storefn-dds). The
-//! harnesses live in the library (`storefn_dds::ring::bench`, `storefn_dds::table::bench`);
+//! harnesses live in the library (`storefn_dds::bench::ring`, `storefn_dds::bench::table`);
 //! this module parses and prints.
 
 use std::path::PathBuf;
@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use storefn_dds::host::bench::{self as host_bench, HostBenchConfig};
-use storefn_dds::ring::bench::{self as ring_bench, RingBenchConfig};
-use storefn_dds::table::bench::{self as table_bench, TableBenchConfig};
+use storefn_dds::bench::host::{self as host_bench, HostBenchConfig};
+use storefn_dds::bench::ring::{self as ring_bench, RingBenchConfig};
+use storefn_dds::bench::table::{self as table_bench, TableBenchConfig};
 
 use crate::CmdResult;
 

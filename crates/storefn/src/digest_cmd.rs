@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use storefn_io::digest::{Digest, RawAccess};
+use storefn_io::{Digest, RawAccess};
 
 use crate::CmdResult;
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use storefn_kv::format::value_text;
 use storefn_kv::harness::bench::{open_path, BenchConfig, BenchResult, Dist, Load, PathOptions};
+use storefn_kv::value_text;
 use storefn_kv::Agg;
 use storefn_kv::RangeVia;
 use storefn_kv::{open_read, Db, DbOptions};
@@ -609,7 +609,7 @@ fn prog_err(prog: &ProgOpts, e: storefn_kv::KvError) -> Box<dyn std::error::Erro
 
 /// `n` keys drawn uniformly from `0..key_count` with a seeded generator.
 /// `kv get`'s output, local or remote: the value as text, or `not found` (exit 1).
-pub(crate) fn print_get(found: Option<&[u8; storefn_kv::format::VALUE_BYTES]>) -> ExitCode {
+pub(crate) fn print_get(found: Option<&[u8; storefn_kv::layout::tree::VALUE_BYTES]>) -> ExitCode {
     match found {
         Some(v) => {
             println!("{}", value_text(v));
@@ -626,7 +626,7 @@ pub(crate) fn print_get(found: Option<&[u8; storefn_kv::format::VALUE_BYTES]>) -
 /// any key was missing.
 pub(crate) fn print_multiget(
     keys: &[u64],
-    found: &[Option<[u8; storefn_kv::format::VALUE_BYTES]>],
+    found: &[Option<[u8; storefn_kv::layout::tree::VALUE_BYTES]>],
 ) -> ExitCode {
     let mut missing = 0;
     for (k, v) in keys.iter().zip(found) {

@@ -1,4 +1,4 @@
-//! `storefn pageserver ...`: DDS's page server over the network (storefn_dds::pageserver).
+//! `storefn pageserver ...`: DDS's page server over the network (`storefn_dds::PageHost`, `storefn_dds::Deployment`).
 //! `serve` runs storefn-server with the DDS front end and hands the host channels to a host
 //! application over a Unix socket; `host` is that application; `bench` is the GetPage load.
 //! This module parses and prints.
@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
-use storefn_dds::host::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
+use storefn_dds::bench::pageserver::{self as bench, PageBenchConfig};
+use storefn_dds::bench::spawn::{spawn_and_run, HostCommand};
 use storefn_dds::limits::DEFAULT_CHANNEL_RING_BYTES;
-use storefn_dds::pageserver::bench::{self, PageBenchConfig};
-use storefn_dds::pageserver::spawn::{spawn_and_run, HostCommand};
-use storefn_dds::pageserver::{
+use storefn_dds::{
     client_config_from_token_file, host_loop, DeployOptions, Deployment, PageHost, PageServerAuth,
 };
+use storefn_dds::{connect, ChannelListener, ForwardEnd, HostFiles, Side};
 
 use crate::serve::{on_signal, STOP};
 use crate::CmdResult;
@@ -219,8 +219,8 @@ fn serve(a: &ServeArgs) -> CmdResult {
 /// Waits up to 50 ms for a host application on the channel socket; attaches it (both its
 /// channels) if the current host is gone, else refuses it (closes its socket).
 fn reattach(l: &ChannelListener, d: &Deployment) -> Result<(), Box<dyn std::error::Error>> {
-    let timed_out = |e: &storefn_dds::host::HostError| {
-        matches!(e, storefn_dds::host::HostError::Dir { source, .. }
+    let timed_out = |e: &storefn_dds::HostError| {
+        matches!(e, storefn_dds::HostError::Dir { source, .. }
             if source.kind() == std::io::ErrorKind::TimedOut)
     };
     let files = match l.accept_timeout(DEFAULT_CHANNEL_RING_BYTES, Duration::from_millis(50)) {

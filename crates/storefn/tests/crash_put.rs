@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use storefn_kv::format::value_text;
+use storefn_kv::value_text;
 use storefn_kv::{Db, MARKER_SUFFIX, NEW_SUFFIX};
 
 /// Kill rounds.

@@ -389,7 +389,10 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ),
         ("server", "AUTH_TIMEOUT", v(storefn_server::limits::AUTH_TIMEOUT)),
         ("server", "MAX_RESPONSE_MSG_BYTES", v(storefn_server::limits::MAX_RESPONSE_MSG_BYTES)),
+        ("server", "MAX_CONN_READ_BYTES", v(storefn_server::limits::MAX_CONN_READ_BYTES)),
+        ("server", "MAX_SMALL_ANSWER_BYTES", v(storefn_server::limits::MAX_SMALL_ANSWER_BYTES)),
         ("server", "CONN_MEMORY_BOUND", v(storefn_server::limits::CONN_MEMORY_BOUND)),
+        ("server", "DDS_CONN_MEMORY_BOUND", v(storefn_server::limits::DDS_CONN_MEMORY_BOUND)),
         ("server", "THREAD_MEMORY_BOUND", v(storefn_server::limits::THREAD_MEMORY_BOUND)),
         (
             "server",

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use storefn_kv::format::value_text;
+use storefn_kv::value_text;
 use storefn_kv::Db;
 
 const BIN: &str = env!("CARGO_BIN_EXE_storefn");

@@ -211,7 +211,7 @@ fn server_killed_mid_request_then_restarted() {
     // Restarted on the same address: the same client reconnects and re-loads its program.
     let _s2 = Serve::start(&d.0, &addr);
     let v = kv.get(5, RemotePath::Pushdown).unwrap().unwrap();
-    assert_eq!(v, storefn_kv::format::bpfkv_value(5));
+    assert_eq!(v, storefn_kv::bpfkv_value(5));
     assert!(kv.client().connects >= 2);
 }
 

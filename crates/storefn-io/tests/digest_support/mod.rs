@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use std::time::Duration;
 
-use storefn_io::digest::{DigestError, RawAccess, RawDevice};
+use storefn_io::{DigestError, RawAccess, RawDevice};
 
 #[allow(unused_imports)] // not every test binary skips
 pub use storefn_testkit::skip;

@@ -60,7 +60,7 @@ pub struct ServerConfig {
     pub forward_timeout: Duration,
     /// What WRITE and LAMBDA_WRITE write through once the file is open (confined beneath
     /// `dir`): the real file system, or a crash model in the power-loss tests.
-    pub storage: storefn_io::storage::StorageRef,
+    pub storage: storefn_io::StorageRef,
     /// Connections in all, per thread, per peer address, before authentication.
     pub conn_limits: ConnLimits,
     /// Instructions per program invocation for tenants not in `tenant_insn_budgets`
@@ -103,7 +103,7 @@ impl ServerConfig {
             slow_client_timeout: SLOW_CLIENT_TIMEOUT,
             offload: None,
             forward_timeout: FORWARD_TIMEOUT,
-            storage: storefn_io::storage::real(),
+            storage: storefn_io::real_storage(),
             conn_limits: ConnLimits::default(),
             insn_budget: DEFAULT_TENANT_INSN_BUDGET,
             tenant_insn_budgets: Vec::new(),

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use storefn_kv::format::NodeSize;
+use storefn_kv::NodeSize;
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::{Client, ClientConfig};
 

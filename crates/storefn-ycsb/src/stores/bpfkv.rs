@@ -10,7 +10,7 @@ use crate::store::{Session, Store};
 use crate::workload::{Key, RecordShape};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use storefn_kv::format::VALUE_BYTES;
+use storefn_kv::layout::tree::VALUE_BYTES;
 use storefn_kv::{ChainOptions, XrpPath};
 use storefn_kv::{Db, LookupPath, NodeSize, ProgSource, RangeVia};
 

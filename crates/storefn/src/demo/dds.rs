@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use storefn_dds::pageserver::bench::PageBenchConfig;
-use storefn_dds::pageserver::spawn::{spawn_and_run, HostCommand};
+use storefn_dds::bench::pageserver::PageBenchConfig;
+use storefn_dds::bench::spawn::{spawn_and_run, HostCommand};
 
 use crate::CmdResult;
 

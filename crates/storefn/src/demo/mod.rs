@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use storefn_kv::format::bpfkv_value;
+use storefn_kv::bpfkv_value;
 use storefn_kv::harness::bench::{open_path, BenchConfig, Dist, Load, PathOptions, PATH_NAMES};
 use storefn_kv::{create_bpfkv, NodeSize, Store};
 

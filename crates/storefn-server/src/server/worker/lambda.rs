@@ -7,18 +7,24 @@
 use storefn_io::{Completion, RangeBuf};
 use storefn_vm::ProgType;
 
-use super::job::{JobHead, JobKind, Target};
+use super::job::{token, Job, JobHead, Target};
 use super::out::open_frame;
 use super::ranges::place;
-use super::{Conn, Token, Worker};
+use super::{Conn, Worker};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
 use crate::server::{LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB};
+use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
 use storefn_wire::limits::MAX_LAMBDA_IN_BYTES;
 use storefn_wire::{op, put_status, StatusCode};
 
 // The whole range fits the largest range buffer.
 const _: () = assert!(MAX_LAMBDA_IN_BYTES <= storefn_wire::limits::MAX_READ_BYTES);
+
+/// Bytes of a LAMBDA answer in front of its output: frame header, message header, file version
+/// and the program's return value.
+pub(super) const LAMBDA_HEAD_BYTES: usize =
+    FRAME_HEADER_BYTES + MSG_HEADER_BYTES + storefn_wire::layout::LAMBDA_R_OFF_OUT;
 
 /// A LAMBDA request's own state.
 #[derive(Debug)]
@@ -96,9 +102,9 @@ impl Worker<'_> {
         out_cap: u32,
     ) {
         let prog = Some((hash, ProgType::Lambda));
-        self.queue(ci, req_id, op::LAMBDA, t, prog, |_, inst| {
+        self.queue(ci, req_id, op::LAMBDA, t, prog, |_, h, inst| {
             let inst = inst.expect("LAMBDA holds its program");
-            JobKind::Lambda(LambdaJob {
+            let l = LambdaJob {
                 inst,
                 out_cap,
                 buf: None,
@@ -108,15 +114,17 @@ impl Worker<'_> {
                 in_flight: 0,
                 reaped_now: 0,
                 failed: false,
-            })
+            };
+            Job::Lambda(h, l)
         });
     }
 
     /// Admitted: takes the range's buffer and submits the first pieces.
     pub(super) fn submit_lambda(&mut self, ji: u32) -> Result<(), FileFail> {
-        let j = self.jobs[ji as usize].as_mut().expect("job");
-        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
-        let (at, need) = place(j.head.offset, j.head.len, 0);
+        let Some(Job::Lambda(h, l)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("a LAMBDA job")
+        };
+        let (at, need) = place(h.offset, h.len, 0);
         let b = self.ranges.take(need).map_err(|e| (StatusCode::Io, format!("λ buffer: {e}")))?;
         l.buf = Some(b);
         l.at = at;
@@ -125,9 +133,9 @@ impl Worker<'_> {
 
     /// Submits up to `most` of the job's next pieces (fewer when the engine has no room).
     fn submit_pieces(&mut self, ji: u32, most: u32) -> Result<(), FileFail> {
-        let j = self.jobs[ji as usize].as_mut().expect("job");
-        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
-        let h = &j.head;
+        let Some(Job::Lambda(h, l)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("a LAMBDA job")
+        };
         let buf = l.buf.as_mut().expect("admitted");
         let mut sent = 0;
         while l.submitted < h.len && sent < most && self.engine.free_range_reads() > 0 {
@@ -140,9 +148,7 @@ impl Worker<'_> {
             // is released only once none is, and the engine, dropped before the jobs, waits for
             // every read in flight; pieces cover disjoint aligned blocks, and nothing else
             // touches the buffer meanwhile.
-            let r = unsafe {
-                self.engine.submit_range(h.file, start, n, buf, at, Token::Job(ji).encode())
-            };
+            let r = unsafe { self.engine.submit_range(h.file, start, n, buf, at, token(ji)) };
             r.map_err(|e| (StatusCode::Io, format!("submit: {e}")))?;
             l.submitted += u32::try_from(n).expect("<= a piece");
             l.in_flight += 1;
@@ -155,10 +161,11 @@ impl Worker<'_> {
     /// range landed, else replaces each completed piece by the next one. Returns whether the
     /// job is done (answered, nothing in flight).
     pub(super) fn finish_lambda(&mut self, ji: u32, live: bool) -> bool {
-        let j = self.jobs[ji as usize].as_mut().expect("job");
-        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
+        let Some(Job::Lambda(h, l)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("a LAMBDA job")
+        };
         let more = std::mem::take(&mut l.reaped_now);
-        if l.ready(&j.head) {
+        if l.ready(h) {
             if live {
                 self.run_lambda(ji);
             }
@@ -176,10 +183,11 @@ impl Worker<'_> {
     /// A piece could not be submitted: answers the error once (the connection is live);
     /// returns whether the job is done (no piece in flight).
     pub(super) fn fail_lambda(&mut self, ji: u32, (st, m): FileFail) -> bool {
-        let j = self.jobs[ji as usize].as_mut().expect("job");
-        let JobKind::Lambda(l) = &mut j.kind else { unreachable!("a LAMBDA job") };
+        let Some(Job::Lambda(h, l)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("a LAMBDA job")
+        };
         l.failed = true;
-        let (conn, req_id, idle) = (j.head.conn, j.head.req_id, l.in_flight == 0);
+        let (conn, req_id, idle) = (h.conn, h.req_id, l.in_flight == 0);
         self.respond_err(conn, req_id, op::LAMBDA, st, &m);
         idle
     }
@@ -188,9 +196,10 @@ impl Worker<'_> {
     /// response.
     pub(super) fn run_lambda(&mut self, ji: u32) {
         let Self { jobs, conns, progs, .. } = self;
-        let j = jobs[ji as usize].as_ref().expect("job");
-        let JobKind::Lambda(l) = &j.kind else { unreachable!("a LAMBDA job") };
-        let (h, cap) = (&j.head, l.out_cap);
+        let Some(Job::Lambda(h, l)) = jobs[ji as usize].as_ref() else {
+            unreachable!("a LAMBDA job")
+        };
+        let cap = l.out_cap;
         let input = &l.buf.as_ref().expect("a landed λ holds its buffer").as_slice()
             [l.at..l.at + h.len as usize];
         let c = conns[h.conn as usize].as_mut().expect("checked live");

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::job::{JobHead, JobKind};
+use super::job::{Job, JobHead};
 use super::{Conn, Worker};
 use crate::log::Event;
 use crate::metrics::ThreadValues;
@@ -45,16 +45,16 @@ impl Worker<'_> {
 
     /// Job `ji` (taken out of its slot) is released: its tenant's program CPU, chains and
     /// bytes read, its op's latency.
-    pub(super) fn meter_job(&self, ji: u32, head: &JobHead, kind: &JobKind, cpu_ns: u64) {
+    pub(super) fn meter_job(&self, ji: u32, head: &JobHead, kind: &Job, cpu_ns: u64) {
         if let Some(t0) = self.progs.job_started.get(ji as usize) {
             self.shared.metrics.latency(kind.op(), t0.elapsed());
         }
         let Some(m) = self.tenants.meter(head.tenant) else { return };
         m.program_cpu(cpu_ns);
         match kind {
-            JobKind::Xrp(_) if head.admitted => m.chain(),
-            JobKind::Read(_) if head.admitted => m.read(u64::from(head.len)),
-            JobKind::Lambda(l) => m.read(u64::from(l.landed_ok())),
+            Job::Xrp(..) if head.admitted => m.chain(),
+            Job::Read(..) if head.admitted => m.read(u64::from(head.len)),
+            Job::Lambda(_, l) => m.read(u64::from(l.landed_ok())),
             _ => {}
         }
     }

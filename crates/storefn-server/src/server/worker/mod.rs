@@ -36,7 +36,7 @@ use super::{
     MAX_IN_FLIGHT_PER_CONN, MAX_PENDING_WRITE_BYTES, MAX_PREAUTH_FRAME_BYTES, POLL_INTERVAL,
     SERVER_MAX_HOPS, SHUTDOWN_FLUSH_TIMEOUT,
 };
-use job::Job;
+use job::{job_of, Job};
 use offload::OffloadState;
 pub(crate) use ranges::{LARGEST_RANGE_BUF, SPARE_RANGE_BUF_BYTES};
 use storefn_wire::layout::FRAME_HEADER_BYTES;
@@ -86,6 +86,11 @@ pub(super) struct Conn {
     out_frames: std::collections::VecDeque<out::OutFrame>,
     pub(super) out_pos: usize,
     pub(super) in_flight: u32,
+    /// Its READ and LAMBDA jobs not yet queued for their tenant, in arrival order: they wait
+    /// for room in the connection's answer budget (`MAX_CONN_READ_BYTES`).
+    pub(super) waiting: std::collections::VecDeque<u32>,
+    /// Answer bytes its queued and admitted jobs hold of that budget.
+    pub(super) answer_bytes: usize,
     /// The name HELLO gave (once HELLO was received).
     pub(super) hello: Option<TenantName>,
     /// The tenant entry it holds: after HELLO without authentication, after AUTH with it.
@@ -105,34 +110,6 @@ pub(super) struct Conn {
     pub(super) closing: Option<&'static str>,
     /// Its tenant's metrics (the unauthenticated ones until AUTH).
     pub(super) meter: crate::metrics::ConnMeter,
-}
-
-/// What an engine request's token names. A job's token is its index (the XRP programs'
-/// `StorageFn` reads it as such); an offloaded read's has bit 32 set above its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Token {
-    Job(u32),
-    Offloaded(u32),
-}
-
-impl Token {
-    const OFFLOADED: u64 = 1 << 32;
-
-    pub(super) fn encode(self) -> u64 {
-        match self {
-            Self::Job(ji) => u64::from(ji),
-            Self::Offloaded(slot) => Self::OFFLOADED | u64::from(slot),
-        }
-    }
-
-    fn decode(token: u64) -> Self {
-        let low = u32::try_from(token & 0xFFFF_FFFF).expect("masked");
-        if token & Self::OFFLOADED == 0 {
-            Self::Job(low)
-        } else {
-            Self::Offloaded(low)
-        }
-    }
 }
 
 /// What one entry of the poll array watches.
@@ -158,6 +135,7 @@ pub(super) struct Worker<'a> {
     pub(super) gens: Vec<u32>,
     pub(super) files: Files,
     pub(super) progs: Progs,
+    /// Every request in flight, of every kind; an engine token is an index here.
     jobs: Vec<Option<Job>>,
     pub(super) free_jobs: Vec<u32>,
     pub(super) spare_bufs: Vec<Box<[u8]>>,
@@ -170,6 +148,8 @@ pub(super) struct Worker<'a> {
     tenants: tenants::Tenants,
     pub(super) pollfds: Vec<libc::pollfd>,
     pub(super) poll_slots: Vec<PollSlot>,
+    /// Jobs waiting in their connections' `waiting` queues, in all.
+    waiting: usize,
     /// Jobs finished in the current reap.
     pub(super) finished: Vec<u32>,
     /// DDS: this frame's OFFLOAD requests (messages, batched at the end of the frame) and the
@@ -231,6 +211,7 @@ pub(crate) fn run(
         pollfds: Vec::new(),
         poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
+        waiting: 0,
         offload: OffloadState::default(),
     };
     w.serve(listener)
@@ -274,18 +255,32 @@ impl Worker<'_> {
         // queued job: bounded).
         // Regression: dispatching only before the reap left jobs beyond one tenant's share
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
-        loop {
-            self.reap()?;
-            if self.dispatch() == 0 {
-                break;
-            }
-        }
+        self.run_engine()?;
         self.poll_writes();
         self.poll_forwarded();
         self.flush_all();
+        // What was sent made room in the connections' answer budgets: admit and submit the
+        // jobs that waited for it now, not after the next poll (which may sleep).
+        if self.unpark() > 0 {
+            self.run_engine()?;
+            self.flush_all();
+        }
         self.check_timeouts();
         self.publish_metrics();
         Ok(())
+    }
+
+    /// Reaps, lets waiting jobs on to their tenants' queues and admits queued jobs until an
+    /// admission round admits nothing (each round admits a queued job: bounded); the engine
+    /// submits what was admitted at the next reap.
+    fn run_engine(&mut self) -> std::io::Result<()> {
+        loop {
+            self.reap()?;
+            self.unpark();
+            if self.dispatch() == 0 {
+                return Ok(());
+            }
+        }
     }
 
     /// Fills the poll array (what each entry watches in `poll_slots`); returns the timeout.
@@ -443,6 +438,8 @@ impl Conn {
             out_frames: std::collections::VecDeque::new(),
             out_pos: 0,
             in_flight: 0,
+            waiting: std::collections::VecDeque::new(),
+            answer_bytes: 0,
             hello: None,
             tenant: None,
             scope: 0,
@@ -467,7 +464,13 @@ impl Worker<'_> {
             }
             let mut counts = self.shared.conn_counts();
             counts.closed(c.peer.ip(), c.authed);
-            // Jobs still queued or running for it are dropped at completion (gen mismatch).
+            drop(counts);
+            // Jobs still queued or running for it are dropped at completion (gen mismatch);
+            // those waiting for its budget are released now.
+            for ji in c.waiting {
+                self.waiting -= 1;
+                self.release_job(ji);
+            }
         }
     }
 
@@ -574,30 +577,38 @@ impl Worker<'_> {
         if self.engine.live() == 0 {
             return Ok(());
         }
-        let Self { engine, progs, jobs, conns, finished, offload, .. } = self;
+        let Self { engine, progs, jobs, conns, finished, .. } = self;
         finished.clear();
         engine
-            .reap(progs, |c: Completion<'_>| match Token::decode(c.token) {
-                Token::Job(ji) => {
-                    let j = jobs[ji as usize].as_mut().expect("completed job exists");
-                    let (ci, gen) = (j.head.conn as usize, j.head.conn_gen);
-                    j.complete(&c, conns[ci].as_mut().filter(|cn| cn.gen == gen));
-                    finished.push(ji);
-                }
-                Token::Offloaded(slot) => offload.reads.complete(slot, &c),
+            .reap(progs, |c: Completion<'_>| {
+                let ji = job_of(c.token);
+                let j = jobs[ji as usize].as_mut().expect("completed job exists");
+                let (ci, gen, _) = j.origin();
+                j.complete(&c, conns[ci as usize].as_mut().filter(|cn| cn.gen == gen));
+                finished.push(ji);
             })
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        self.finish_offloaded();
-        // READ answers and λ programs go out here, outside the reap: the completion's borrow
-        // of their buffer has ended, the buffer is the job's again.
-        // A λ job with several pieces completed in this reap is listed once per piece.
+        // READ and offloaded answers and λ programs go out here, outside the reap: the
+        // completion's borrow of their buffer has ended, the buffer is the job's again.
+        // A λ job with several pieces completed in this reap is listed once per piece (and
+        // released at the first listing that finds it done); no job is added meanwhile.
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            if self.jobs[ji as usize].is_some() && self.finish_landed(ji) {
-                self.release_job(ji);
+            match self.jobs[ji as usize] {
+                None => {}
+                Some(Job::Offloaded(_)) => self.finish_offloaded(ji),
+                Some(_) => self.finish_engine_job(ji),
             }
         }
         Ok(())
+    }
+
+    /// A queued engine job some of whose reads the last reap completed: answered, and released
+    /// once done.
+    fn finish_engine_job(&mut self, ji: u32) {
+        if self.finish_landed(ji) {
+            self.release_job(ji);
+        }
     }
 
     /// Moves each connection's collected responses to its send buffer and sends what it can.
@@ -653,6 +664,10 @@ impl Worker<'_> {
     fn shutdown(&mut self) {
         let mut queued = Vec::new();
         self.sched.drain(|j| queued.push(j));
+        for c in self.conns.iter_mut().flatten() {
+            queued.extend(c.waiting.drain(..));
+        }
+        self.waiting = 0;
         for ji in queued {
             self.finish_job(ji, Err((StatusCode::ShuttingDown, "server is stopping".into())));
         }
@@ -673,19 +688,5 @@ impl Worker<'_> {
         for ci in 0..self.conns.len() {
             self.close(u32::try_from(ci).expect("bounded"), "server stopped");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Token;
-
-    #[test]
-    fn tokens_name_a_job_or_an_offloaded_read() {
-        for t in [Token::Job(0), Token::Job(u32::MAX), Token::Offloaded(0), Token::Offloaded(7)] {
-            assert_eq!(Token::decode(t.encode()), t);
-        }
-        // A job's token is its index: the XRP programs' `StorageFn` reads it so.
-        assert_eq!(Token::Job(42).encode(), 42);
     }
 }

@@ -12,9 +12,10 @@ use std::time::Instant;
 
 use storefn_io::{Completion, FileId, IoMode, RangeBuf};
 
+use super::job::{token, Job};
 use super::out::OutFrame;
 use super::ranges::place;
-use super::{OffloadState, Token, Worker};
+use super::{OffloadState, Worker};
 use crate::server::offload::{OffloadHook, ReadCheck};
 use crate::server::{DDS_ENGINE_FILES, MAX_OFFLOAD_READS};
 use storefn_wire::layout::OFFLOAD_R_OFF_DATA;
@@ -25,12 +26,13 @@ use storefn_wire::{op, put_answer_head, Response, StatusCode};
 /// Bytes of an OFFLOAD answer in front of its data: frame header, message header, prefix.
 const OFFLOAD_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + OFFLOAD_R_OFF_DATA;
 
-/// One offloaded read in flight and what its answer needs.
+/// One offloaded read in flight and what its answer needs (a [`Job`] of its own kind: it holds
+/// no file slot, program or tenant-queue entry; its file is the hook's, registered below).
 #[derive(Debug)]
-struct OffloadedRead {
-    conn: u32,
-    conn_gen: u32,
-    req_id: u64,
+pub(super) struct OffloadedRead {
+    pub(super) conn: u32,
+    pub(super) conn_gen: u32,
+    pub(super) req_id: u64,
     check: ReadCheck,
     /// The request message, for the fallback forward when the read may have raced a change.
     msg: Vec<u8>,
@@ -53,29 +55,25 @@ struct EngineFile {
     last_used: u64,
 }
 
-/// The thread's offloaded reads.
+/// The thread's offloaded reads: how many are in flight (each is a job), the hook's files.
 #[derive(Debug, Default)]
 pub(super) struct OffloadedReads {
-    slots: Vec<Option<OffloadedRead>>,
-    free: Vec<u32>,
     /// Submitted and not finished.
     pub(super) live: usize,
-    /// Slots whose completion the current reap delivered.
-    landed: Vec<u32>,
     files: Vec<EngineFile>,
     clock: u64,
 }
 
-impl OffloadedReads {
-    /// Records the completion of slot `slot` (finished after the reap).
-    pub(super) fn complete(&mut self, slot: u32, c: &Completion<'_>) {
-        let s = self.slots[slot as usize].as_mut().expect("an offloaded read in flight");
+impl OffloadedRead {
+    /// Records the read's completion (answered after the reap, by `finish_offloaded`).
+    pub(super) fn complete(&mut self, c: &Completion<'_>) {
         if let Err(e) = &c.result {
-            s.result = Err(crate::server::files::chain_fail(e).1);
+            self.result = Err(crate::server::files::chain_fail(e).1);
         }
-        self.landed.push(slot);
     }
+}
 
+impl OffloadedReads {
     /// Whether another read may start.
     pub(super) fn has_room(&self) -> bool {
         self.live < MAX_OFFLOAD_READS
@@ -169,53 +167,40 @@ impl Worker<'_> {
             queued_at: Instant::now(),
             result: Ok(()),
         };
-        let reads = &mut o.reads;
-        let slot = reads.free.pop().unwrap_or_else(|| {
-            reads.slots.push(None);
-            u32::try_from(reads.slots.len() - 1).expect("at most MAX_OFFLOAD_READS")
-        });
-        let s = reads.slots[slot as usize].insert(read);
-        let token = Token::Offloaded(slot).encode();
-        // SAFETY: the buffer is the slot's (`s.buf`) from here until its completion is
-        // delivered by `reap` (the slot is taken only in `finish_offloaded`, after that), and
-        // the engine, dropped before the offload state, waits for every read in flight; nothing
-        // touches the buffer meanwhile.
-        let res = unsafe { self.engine.submit_range(id, r.offset, len, &mut s.buf, at, token) };
+        let ji = self.add_job(Job::Offloaded(read));
+        let Some(Job::Offloaded(s)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("just added")
+        };
+        // SAFETY: the buffer is the job's (`s.buf`) from here until its completion is
+        // delivered by `reap` (the job is taken only in `finish_offloaded`, after that), and
+        // the engine, dropped before the jobs, waits for every read in flight; nothing touches
+        // the buffer meanwhile.
+        let res = unsafe { self.engine.submit_range(id, r.offset, len, &mut s.buf, at, token(ji)) };
         if let Err(e) = res {
-            let s = reads.slots[slot as usize].take().expect("just set");
-            reads.free.push(slot);
+            let Job::Offloaded(s) = self.take_job(ji) else { unreachable!("just added") };
             self.ranges.give(s.buf);
             o.spare_msgs.push(s.msg);
             return Err(format!("submit: {e}"));
         }
-        reads.live += 1;
+        o.reads.live += 1;
         Ok(true)
     }
 
-    /// Answers the offloaded reads the last reap completed: the answer's head is written in
+    /// Answers offloaded read `ji`, completed by the last reap: the answer's head is written in
     /// front of the data and the buffer queued on the connection as it is; a read that may have
     /// overlapped a host change (the hook's epoch or the range's change stamp moved) is
     /// forwarded to the host instead; an error is answered `IO`.
-    pub(super) fn finish_offloaded(&mut self) {
-        if self.offload.reads.landed.is_empty() {
-            return;
-        }
+    pub(super) fn finish_offloaded(&mut self, ji: u32) {
+        let Job::Offloaded(s) = self.take_job(ji) else { unreachable!("an offloaded read") };
         let hook = Arc::clone(self.shared.cfg.offload.as_ref().expect("reads imply a hook"));
         let mut o = std::mem::take(&mut self.offload);
-        let mut landed = std::mem::take(&mut o.reads.landed);
-        for &slot in &landed {
-            let s = o.reads.slots[slot as usize].take().expect("landed read");
-            o.reads.free.push(slot);
-            o.reads.live -= 1;
-            let ns = u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            hook.offloaded_read_time(ns);
-            let msg = self.answer_offloaded(&mut o, &*hook, s);
-            if o.spare_msgs.len() < MAX_OFFLOAD_READS {
-                o.spare_msgs.push(msg);
-            }
+        o.reads.live -= 1;
+        let ns = u64::try_from(s.queued_at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        hook.offloaded_read_time(ns);
+        let msg = self.answer_offloaded(&mut o, &*hook, s);
+        if o.spare_msgs.len() < MAX_OFFLOAD_READS {
+            o.spare_msgs.push(msg);
         }
-        landed.clear();
-        o.reads.landed = landed;
         self.offload = o;
     }
 

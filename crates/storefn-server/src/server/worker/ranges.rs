@@ -43,6 +43,11 @@ pub(super) struct RangePool {
 }
 
 impl RangePool {
+    /// The capacity a buffer of at least `need` bytes has (its class).
+    pub(super) fn class_of(need: usize) -> usize {
+        *CLASSES.iter().find(|&&c| c >= need).expect("need <= LARGEST_RANGE_BUF")
+    }
+
     /// A buffer of at least `need` bytes (at most [`LARGEST_RANGE_BUF`]).
     pub(super) fn take(&mut self, need: usize) -> Result<RangeBuf, EngineError> {
         let k = CLASSES.iter().position(|&c| c >= need).expect("need <= LARGEST_RANGE_BUF");

@@ -4,16 +4,16 @@
 
 use storefn_io::{Completion, RangeBuf};
 
-use super::job::{JobHead, JobKind, Target};
+use super::job::{token, Job, JobHead, Target};
 use super::out::{open_frame, OutFrame};
 use super::ranges::place;
-use super::{Conn, Token, Worker};
+use super::{Conn, Worker};
 use crate::server::files::FileFail;
 use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES, READ_R_OFF_DATA};
 use storefn_wire::{op, put_answer_head, put_status, StatusCode};
 
 /// Bytes of a READ answer in front of its data: frame header, message header, file version.
-const READ_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + READ_R_OFF_DATA;
+pub(super) const READ_HEAD_BYTES: usize = FRAME_HEADER_BYTES + MSG_HEADER_BYTES + READ_R_OFF_DATA;
 
 /// A READ's own state.
 #[derive(Debug, Default)]
@@ -49,13 +49,13 @@ impl ReadJob {
 
 impl Worker<'_> {
     pub(super) fn queue_read(&mut self, ci: u32, req_id: u64, t: Target<'_>) {
-        self.queue(ci, req_id, op::READ, t, None, |_, _| JobKind::Read(ReadJob::default()));
+        self.queue(ci, req_id, op::READ, t, None, |_, h, _| Job::Read(h, ReadJob::default()));
     }
 
     pub(super) fn submit_read(&mut self, ji: u32) -> Result<(), FileFail> {
-        let j = self.jobs[ji as usize].as_mut().expect("job");
-        let JobKind::Read(r) = &mut j.kind else { unreachable!("a READ job") };
-        let h = &j.head;
+        let Some(Job::Read(h, r)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("a READ job")
+        };
         let (at, need) = place(h.offset, h.len, READ_HEAD_BYTES);
         let buf = r.buf.insert(
             self.ranges.take(need).map_err(|e| (StatusCode::Io, format!("read buffer: {e}")))?,
@@ -66,23 +66,17 @@ impl Worker<'_> {
         // with no read in flight), and the engine, dropped before the jobs, waits for every
         // read in flight; nothing touches the buffer meanwhile.
         let res = unsafe {
-            self.engine.submit_range(
-                h.file,
-                h.offset,
-                u64::from(h.len),
-                buf,
-                at,
-                Token::Job(ji).encode(),
-            )
+            self.engine.submit_range(h.file, h.offset, u64::from(h.len), buf, at, token(ji))
         };
         res.map_err(|e| (StatusCode::Io, format!("submit: {e}")))
     }
 
     /// Writes the answer's head in front of the data and queues the buffer on the connection.
     pub(super) fn answer_read(&mut self, ji: u32) {
-        let j = self.jobs[ji as usize].as_mut().expect("job");
-        let JobKind::Read(r) = &mut j.kind else { unreachable!("a READ job") };
-        let (h, at) = (&j.head, r.at);
+        let Some(Job::Read(h, r)) = self.jobs[ji as usize].as_mut() else {
+            unreachable!("a READ job")
+        };
+        let at = r.at;
         let mut buf = r.buf.take().expect("a landed READ holds its buffer");
         let start = at - READ_HEAD_BYTES;
         let n = put_answer_head(

@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::thread::JoinHandle;
 
+use super::job::Job;
 use super::{Worker, MAX_PENDING_WRITE_BYTES};
 use crate::access::Intent;
 use crate::server::files::FileFail;
@@ -24,7 +25,7 @@ use storefn_wire::{op, FileVersion, Response, StatusCode};
 /// handed to the configured storage for the writes. The second descriptor reads the size
 /// before and the version after the write.
 pub(super) struct WriteTarget {
-    storage_file: Box<dyn storefn_io::storage::StorageFile>,
+    storage_file: Box<dyn storefn_io::StorageFile>,
     file: std::fs::File,
 }
 
@@ -66,39 +67,41 @@ pub(super) fn charge_write(
     Ok(Charge { scope, bytes, growth })
 }
 
-/// One write handed to the writer thread.
-struct WriteJob {
+/// A write in flight (a [`Job`] of its own kind, in the worker's table while the writer thread
+/// writes and syncs it): what its answer and its accounting need.
+#[derive(Debug)]
+pub(super) struct WriteJob {
     tenant: u32,
-    conn: u32,
-    conn_gen: u32,
-    req_id: u64,
-    op: u8,
-    target: WriteTarget,
+    pub(super) conn: u32,
+    pub(super) conn_gen: u32,
+    pub(super) req_id: u64,
+    /// WRITE or LAMBDA_WRITE.
+    pub(super) op: u8,
     charge: Charge,
-    offset: u64,
-    data: Vec<u8>,
     /// What the answer reports as written (LAMBDA_WRITE: the program's return value).
     written: u64,
 }
 
-/// A write done: its answer, and its data buffer back for reuse.
+/// What the writer thread is handed for job `job`: the file, where, and the bytes.
+struct WriteOrder {
+    job: u32,
+    target: WriteTarget,
+    offset: u64,
+    data: Vec<u8>,
+}
+
+/// Job `job`'s write done: its result, and its data buffer back for reuse.
 struct WriteDone {
-    tenant: u32,
+    job: u32,
     /// The writer's time for it (its write and its sync), charged to its tenant.
     ns: u64,
-    conn: u32,
-    conn_gen: u32,
-    req_id: u64,
-    op: u8,
-    written: u64,
-    charge: Charge,
     result: Result<FileVersion, FileFail>,
     data: Vec<u8>,
 }
 
 /// The worker's side of its writer thread.
 pub(super) struct Writes {
-    tx: Option<Sender<WriteJob>>,
+    tx: Option<Sender<WriteOrder>>,
     rx: Receiver<WriteDone>,
     /// Readable when answers are ready (the writer adds 1 per batch).
     efd: std::sync::Arc<OwnedFd>,
@@ -130,7 +133,7 @@ impl Writes {
         }
         // SAFETY: fd was just created and is owned by nothing else.
         let efd = std::sync::Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
-        let (tx, jobs) = std::sync::mpsc::channel::<WriteJob>();
+        let (tx, jobs) = std::sync::mpsc::channel::<WriteOrder>();
         let (done_tx, rx) = std::sync::mpsc::channel::<WriteDone>();
         let wake = std::sync::Arc::clone(&efd);
         let thread = std::thread::Builder::new()
@@ -163,8 +166,8 @@ impl Drop for Writes {
 }
 
 /// The writer thread: a batch of queued writes, written, then synced, then answered.
-fn writer(jobs: &Receiver<WriteJob>, done: &Sender<WriteDone>, wake: &OwnedFd) {
-    let mut batch: Vec<(WriteJob, Result<(), FileFail>, u64)> = Vec::new();
+fn writer(jobs: &Receiver<WriteOrder>, done: &Sender<WriteDone>, wake: &OwnedFd) {
+    let mut batch: Vec<(WriteOrder, Result<(), FileFail>, u64)> = Vec::new();
     let since = |t0: std::time::Instant| u64::try_from(t0.elapsed().as_nanos()).unwrap_or(0);
     while let Ok(first) = jobs.recv() {
         batch.push((first, Ok(()), 0));
@@ -189,18 +192,7 @@ fn writer(jobs: &Receiver<WriteJob>, done: &Sender<WriteDone>, wake: &OwnedFd) {
                     .map_err(|e| (StatusCode::Io, e.to_string()))?;
                 Ok(FileVersion { dev, ino, change })
             });
-            let d = WriteDone {
-                tenant: j.tenant,
-                ns: ns + since(t0),
-                conn: j.conn,
-                conn_gen: j.conn_gen,
-                req_id: j.req_id,
-                op: j.op,
-                written: j.written,
-                charge: j.charge,
-                result,
-                data: j.data,
-            };
+            let d = WriteDone { job: j.job, ns: ns + since(t0), result, data: j.data };
             if done.send(d).is_err() {
                 return;
             }
@@ -240,20 +232,12 @@ impl Worker<'_> {
         c.in_flight += 1;
         let (conn_gen, tenant) = (c.gen, c.tenant.expect("authenticated"));
         self.tenants.hold(tenant);
-        let job = WriteJob {
-            tenant,
-            conn: ci,
-            conn_gen,
-            req_id,
-            op: code,
-            target,
-            charge,
-            offset,
-            data,
-            written,
-        };
+        let w = WriteJob { tenant, conn: ci, conn_gen, req_id, op: code, charge, written };
+        let job = self.add_job(Job::Write(w));
+        let order = WriteOrder { job, target, offset, data };
         let tx = self.writes.tx.as_ref().expect("the writer runs while the worker does");
-        if tx.send(job).is_err() {
+        if tx.send(order).is_err() {
+            self.take_job(job);
             self.shared.policy.refund(charge.scope, charge.bytes, charge.growth);
             self.tenants.release(tenant);
             self.conn(ci).in_flight -= 1;
@@ -276,32 +260,38 @@ impl Worker<'_> {
         while let Ok(d) = self.writes.rx.try_recv() {
             self.writes.pending -= 1;
             self.writes.pending_bytes -= d.data.len();
-            self.sched.charge(d.tenant, d.ns);
-            self.meter_write(d.tenant, d.ns, d.result.is_ok().then_some(d.written));
-            self.tenants.release(d.tenant);
-            if d.result.is_err() {
-                let c = d.charge;
-                self.shared.policy.refund(c.scope, c.bytes, c.growth);
-            }
-            let live = self.conns[d.conn as usize].as_ref().is_some_and(|c| c.gen == d.conn_gen);
-            if live {
-                self.conn(d.conn).in_flight -= 1;
-                match d.result {
-                    Ok(version) => {
-                        let r = if d.op == op::WRITE {
-                            let written = u32::try_from(d.written).expect("<= MAX_WRITE_BYTES");
-                            Response::Write { version, written }
-                        } else {
-                            Response::LambdaWrite { version, written: d.written }
-                        };
-                        self.respond(d.conn, d.req_id, d.op, &r);
-                    }
-                    Err((st, m)) => self.respond_err(d.conn, d.req_id, d.op, st, &m),
-                }
-            }
+            let Job::Write(w) = self.take_job(d.job) else { unreachable!("a write's job") };
+            self.answer_write(&w, d.ns, d.result);
             if self.writes.spare.len() < SPARE_WRITE_BUFS && d.data.capacity() <= SPARE_WRITE_CAP {
                 self.writes.spare.push(d.data);
             }
+        }
+    }
+
+    /// Accounts for a synced (or failed) write and answers it if its connection is open.
+    fn answer_write(&mut self, w: &WriteJob, ns: u64, result: Result<FileVersion, FileFail>) {
+        self.sched.charge(w.tenant, ns);
+        self.meter_write(w.tenant, ns, result.is_ok().then_some(w.written));
+        self.tenants.release(w.tenant);
+        if result.is_err() {
+            let c = w.charge;
+            self.shared.policy.refund(c.scope, c.bytes, c.growth);
+        }
+        if self.conns[w.conn as usize].as_ref().is_none_or(|c| c.gen != w.conn_gen) {
+            return;
+        }
+        self.conn(w.conn).in_flight -= 1;
+        match result {
+            Ok(version) => {
+                let r = if w.op == op::WRITE {
+                    let written = u32::try_from(w.written).expect("<= MAX_WRITE_BYTES");
+                    Response::Write { version, written }
+                } else {
+                    Response::LambdaWrite { version, written: w.written }
+                };
+                self.respond(w.conn, w.req_id, w.op, &r);
+            }
+            Err((st, m)) => self.respond_err(w.conn, w.req_id, w.op, st, &m),
         }
     }
 }

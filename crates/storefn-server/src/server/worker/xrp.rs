@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 use storefn_io::Completion;
 use storefn_vm::ProgType;
 
-use super::job::{JobHead, JobKind, Target};
+use super::job::{token, Job, JobHead, Target};
 use super::out::open_frame;
-use super::{Conn, Token, Worker};
+use super::{Conn, Worker};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
 use storefn_wire::limits::SCRATCH_BYTES;
@@ -54,26 +54,27 @@ impl Worker<'_> {
         out_len: u32,
     ) {
         let prog = Some((hash, ProgType::Xrp));
-        self.queue(ci, req_id, op::XRP, t, prog, |w, inst| {
+        self.queue(ci, req_id, op::XRP, t, prog, |w, h, inst| {
             let mut buf =
                 w.spare_bufs.pop().unwrap_or_else(|| vec![0u8; SCRATCH_BYTES].into_boxed_slice());
             buf[..scratch.len()].copy_from_slice(scratch);
-            JobKind::Xrp(XrpJob {
+            let x = XrpJob {
                 inst: inst.expect("XRP holds its program"),
                 scratch: buf,
                 scratch_len: u32::try_from(scratch.len()).expect("<= SCRATCH_BYTES"),
                 out_len,
-            })
+            };
+            Job::Xrp(h, x)
         });
     }
 
     pub(super) fn submit_xrp(&mut self, ji: u32) -> Result<(), FileFail> {
-        let j = self.jobs[ji as usize].as_ref().expect("job");
-        let JobKind::Xrp(x) = &j.kind else { unreachable!("an XRP job") };
-        let h = &j.head;
+        let Some(Job::Xrp(h, x)) = self.jobs[ji as usize].as_ref() else {
+            unreachable!("an XRP job")
+        };
         let src = &x.scratch[..x.scratch_len as usize];
         self.engine
-            .submit_chain(h.file, h.offset, u64::from(h.len), Token::Job(ji).encode(), |s| {
+            .submit_chain(h.file, h.offset, u64::from(h.len), token(ji), |s| {
                 s[..src.len()].copy_from_slice(src);
             })
             .map_err(|e| (StatusCode::Io, format!("submit: {e}")))?;
