@@ -191,13 +191,15 @@ pub const MAX_OFFLOAD_READS: usize = 256;
 /// A tenant alone may hold all but `slots / RESERVE_DIV` engine chain slots, so a tenant that
 /// arrives finds a slot free at once instead of waiting for a long chain to finish.
 pub const RESERVE_DIV: u32 = 8;
-/// The program time one tenant's admitted jobs may add to a pass of the worker, ns: a tenant
-/// whose jobs cost `c` each (its programs' runs, averaged over its recent jobs) holds at most
-/// `PASS_CPU_NS / c` jobs (at least one) on the engine. The worker runs every completed hop's
-/// program inline, so each admitted chain delays every other connection of the thread by its
-/// cost: a tenant of cheap jobs keeps its share of slots, one of costly jobs keeps the thread
-/// busy without queueing a long pass of program runs ahead of everyone else's completions.
-pub const PASS_CPU_NS: u64 = 1_000_000;
+/// The CPU time the worker spends for one tenant in one pass of its loop, ns. Everything it
+/// does for a tenant is charged (frame validation, each request's handling, program runs,
+/// completions): a tenant that spent it gets nothing more in this pass (its remaining requests
+/// stay in the receive buffer, its queued jobs in the scheduler) and the next pass follows at
+/// once. The worker runs every completed hop's program inline, so a tenant whose jobs cost `c`
+/// each also holds at most `PASS_CPU_NS / c` jobs (at least one) on the engine. Another
+/// tenant's request therefore waits at most about this long per pass behind it: small against
+/// a point read's own service time on this VM (~100-200 us), larger than a pass's overhead.
+pub const PASS_CPU_NS: u64 = 100_000;
 
 // A READ is one range read of the engine.
 const _: () = assert!(wl::MAX_READ_BYTES as usize == io::MAX_RANGE_BYTES);

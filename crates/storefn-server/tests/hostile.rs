@@ -573,9 +573,6 @@ fn each_tenant_runs_under_its_own_instruction_budget() {
 }
 
 #[test]
-#[ignore = "not met yet: program time is scheduled (victim p99 54 ms -> 16 ms, debug build), \
-            but the worker's own per-request work for the burner's 128-request frames (parsing, \
-            path checks, completions) still runs inline each pass: 208 us idle -> 16 ms"]
 fn a_tenant_burning_cpu_in_its_programs_leaves_the_thread_to_others() {
     // Regression: fair admission counted engine slots only; one tenant's budget-burning
     // chains ran inline by the hundred in each pass and raised another tenant's p99 25-500x.

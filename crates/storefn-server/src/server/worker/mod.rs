@@ -86,6 +86,10 @@ pub(super) struct Conn {
     out_frames: std::collections::VecDeque<out::OutFrame>,
     pub(super) out_pos: usize,
     pub(super) in_flight: u32,
+    /// Whole frames wait in `rx` for a pass in which the tenant has CPU budget left; the
+    /// front one's first `resume` requests were handled.
+    pub(super) held: bool,
+    pub(super) resume: u32,
     /// The name HELLO gave (once HELLO was received).
     pub(super) hello: Option<TenantName>,
     /// The tenant entry it holds: after HELLO without authentication, after AUTH with it.
@@ -177,6 +181,9 @@ pub(super) struct Worker<'a> {
     offload: OffloadState,
     /// WRITE and LAMBDA_WRITE: the thread's writer thread (writes and syncs off the loop).
     writes: writes::Writes,
+    /// This pass's connections with input to handle, as (tenant's CPU used, connection,
+    /// readable): served least-used tenant first.
+    ready: Vec<(u64, u32, bool)>,
 }
 
 pub(crate) fn run(
@@ -232,6 +239,7 @@ pub(crate) fn run(
         poll_slots: Vec::new(),
         finished: Vec::with_capacity(ENGINE_CHAINS),
         offload: OffloadState::default(),
+        ready: Vec::new(),
     };
     w.serve(listener)
 }
@@ -267,6 +275,7 @@ impl Worker<'_> {
                 return Err(e);
             }
         }
+        self.sched.new_pass();
         self.on_poll_events(listener);
         // Completions free slots and shares: admit queued jobs again at once rather than after
         // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight: admit
@@ -319,6 +328,7 @@ impl Worker<'_> {
             let mut ev = 0;
             let backlog = c.out_backlog();
             if c.closing.is_none()
+                && !c.held
                 && listener.is_some()
                 && self.writes.pending_bytes < MAX_PENDING_WRITE_BYTES
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
@@ -334,15 +344,19 @@ impl Worker<'_> {
         }
         // Without a wake fd, host answers arrive over shared memory only: while any are
         // awaited, poll without sleeping.
-        if self.offload.forwarded_live > 0 && wake.is_none() {
+        // Work carried over from the last pass (a tenant's spent budget) is served at once.
+        let carried = self.sched.carried() || self.conns.iter().flatten().any(|c| c.held);
+        if carried || (self.offload.forwarded_live > 0 && wake.is_none()) {
             0
         } else {
             i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
         }
     }
 
-    /// Acts on what `poll` reported: accepts, resets the host-answer eventfd, reads.
+    /// Acts on what `poll` reported: accepts, resets the host-answer eventfd, reads; then
+    /// handles the connections' input, the tenant that used least CPU first.
     fn on_poll_events(&mut self, listener: Option<&TcpListener>) {
+        self.ready.clear();
         for k in 0..self.pollfds.len() {
             let re = self.pollfds[k].revents;
             if re == 0 {
@@ -363,9 +377,28 @@ impl Worker<'_> {
                 PollSlot::Engine | PollSlot::Writes => {}
                 PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                        self.on_readable(ci);
+                        self.ready.push((0, ci, true));
                     }
                 }
+            }
+        }
+        for (ci, c) in self.conns.iter().enumerate() {
+            let ci = u32::try_from(ci).expect("bounded");
+            if c.as_ref().is_some_and(|c| c.held) && !self.ready.iter().any(|r| r.1 == ci) {
+                self.ready.push((0, ci, false));
+            }
+        }
+        for r in &mut self.ready {
+            let t = self.conns[r.1 as usize].as_ref().and_then(|c| c.tenant);
+            r.0 = t.map_or(0, |t| self.sched.used(t));
+        }
+        self.ready.sort_unstable();
+        for k in 0..self.ready.len() {
+            let (_, ci, readable) = self.ready[k];
+            if readable {
+                self.on_readable(ci);
+            } else {
+                self.parse_frames(ci);
             }
         }
     }
@@ -443,6 +476,8 @@ impl Conn {
             out_frames: std::collections::VecDeque::new(),
             out_pos: 0,
             in_flight: 0,
+            held: false,
+            resume: 0,
             hello: None,
             tenant: None,
             scope: 0,
@@ -498,11 +533,18 @@ impl Worker<'_> {
         self.parse_frames(ci);
     }
 
-    /// Handles every whole frame in the connection's receive buffer.
+    /// Handles the whole frames in the connection's receive buffer while its tenant has CPU
+    /// budget left in this pass; the rest is held for the next pass.
     fn parse_frames(&mut self, ci: u32) {
         loop {
             let Some(c) = self.conns[ci as usize].as_mut() else { return };
+            c.held = false;
             if c.closing.is_some() {
+                return;
+            }
+            if c.tenant.is_some_and(|t| self.sched.pass_spent(t)) && c.rx_len >= FRAME_HEADER_BYTES
+            {
+                c.held = true;
                 return;
             }
             if c.rx_len < FRAME_HEADER_BYTES {
@@ -516,7 +558,9 @@ impl Worker<'_> {
                 return;
             }
             let h: [u8; FRAME_HEADER_BYTES] = c.rx[..FRAME_HEADER_BYTES].try_into().expect("16");
-            let h = match decode_header(&h, c.frames_in, KIND_REQUEST) {
+            // A frame held part-handled was counted when it began.
+            let frame_no = c.frames_in - u64::from(c.resume > 0);
+            let h = match decode_header(&h, frame_no, KIND_REQUEST) {
                 Ok(h) => h,
                 Err(e) => return self.protocol_error(ci, &e),
             };
@@ -537,17 +581,28 @@ impl Worker<'_> {
                 return;
             }
             c.partial_since = None;
-            let frame_no = c.frames_in;
-            c.frames_in += 1;
+            let from = c.resume;
+            if from == 0 {
+                c.frames_in += 1;
+            }
             // Take the buffer out so messages can borrow it while the worker changes.
             let rx = std::mem::take(&mut c.rx);
-            let res = self.handle_frame(ci, &rx[FRAME_HEADER_BYTES..total], h.count, frame_no);
+            let body = &rx[FRAME_HEADER_BYTES..total];
+            let res = self.handle_frame(ci, body, h.count, frame_no, from);
             let Some(c) = self.conns[ci as usize].as_mut() else { return };
             c.rx = rx;
-            c.rx.copy_within(total..c.rx_len, 0);
-            c.rx_len -= total;
-            if let Err(e) = res {
-                return self.protocol_error(ci, &e);
+            match res {
+                Err(e) => return self.protocol_error(ci, &e),
+                Ok(done) if done < h.count => {
+                    c.resume = done;
+                    c.held = true;
+                    return;
+                }
+                Ok(_) => {
+                    c.resume = 0;
+                    c.rx.copy_within(total..c.rx_len, 0);
+                    c.rx_len -= total;
+                }
             }
         }
     }

@@ -21,18 +21,34 @@ use storefn_wire::{
 };
 
 impl Worker<'_> {
+    /// Handles a frame's requests from the `from`th on; returns how many it handled in all,
+    /// fewer than `count` when the connection's tenant spent this pass's CPU budget (the rest
+    /// waits in the receive buffer for the next pass).
     pub(super) fn handle_frame(
         &mut self,
         ci: u32,
         body: &[u8],
         count: u32,
         frame: u64,
-    ) -> Result<(), ProtoError> {
+        from: u32,
+    ) -> Result<u32, ProtoError> {
         // Validate the whole frame before acting on any of it: a malformed frame does nothing.
-        for m in Messages::new(body, count, frame) {
-            Request::parse(&m?)?;
+        if from == 0 {
+            let t0 = std::time::Instant::now();
+            for m in Messages::new(body, count, frame) {
+                Request::parse(&m?)?;
+            }
+            self.charge_conn(ci, t0);
         }
-        for m in Messages::new(body, count, frame) {
+        let mut done = from;
+        for m in Messages::new(body, count, frame).skip(from as usize) {
+            let Some(tenant) = self.conns[ci as usize].as_ref().map(|c| c.tenant) else { break };
+            // At least one request per call, so a frame whose validation alone spends the
+            // pass still moves on.
+            if done > from && tenant.is_some_and(|t| self.sched.pass_spent(t)) {
+                break;
+            }
+            let t0 = std::time::Instant::now();
             let m = m.expect("validated");
             let r = Request::parse(&m).expect("validated");
             self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -43,12 +59,19 @@ impl Worker<'_> {
                 }
                 _ => self.handle_request(ci, m.req_id, &r),
             }
+            done += 1;
+            if matches!(r, Request::Hello { .. } | Request::Auth { .. }) {
+                // The tenant may have been set now: it starts paying from its next request.
+            } else {
+                self.charge_conn(ci, t0);
+            }
             if self.conns[ci as usize].as_ref().is_none_or(|c| c.closing.is_some()) {
+                done = count;
                 break;
             }
         }
         self.run_offload_batch(ci);
-        Ok(())
+        Ok(done)
     }
 
     pub(super) fn conn(&mut self, ci: u32) -> &mut Conn {
@@ -208,7 +231,6 @@ impl Worker<'_> {
         let t0 = std::time::Instant::now();
         let handled = self.immediate(ci, req_id, r);
         if handled {
-            self.charge_conn(ci, t0);
             self.meter_inline(r.op(), t0);
         }
         handled
