@@ -184,6 +184,8 @@ pub(super) struct Worker<'a> {
     /// This pass's connections with input to handle, as (tenant's CPU used, connection,
     /// readable): served least-used tenant first.
     ready: Vec<(u64, u32, bool)>,
+    /// When the request being handled began (a write's latency runs to its answer).
+    pub(super) req_started: Instant,
 }
 
 pub(crate) fn run(
@@ -240,6 +242,7 @@ pub(crate) fn run(
         finished: Vec::with_capacity(ENGINE_CHAINS),
         offload: OffloadState::default(),
         ready: Vec::new(),
+        req_started: Instant::now(),
     };
     w.serve(listener)
 }

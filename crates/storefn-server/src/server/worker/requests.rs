@@ -49,6 +49,7 @@ impl Worker<'_> {
                 break;
             }
             let t0 = std::time::Instant::now();
+            self.req_started = t0;
             let m = m.expect("validated");
             let r = Request::parse(&m).expect("validated");
             self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -365,7 +366,11 @@ impl Worker<'_> {
         let s = self.progs.slots[si as usize].as_mut().expect("held");
         s.inst.set_insn_budget(budget);
         let ran = s.inst.run_lambda(input, out);
+        let insns = s.inst.insns_used();
         self.progs.release(si);
+        if let Some(m) = self.tenants.meter(tenant) {
+            m.instructions(insns);
+        }
         let ret = ran.map_err(|e| (StatusCode::ChainFailed, e.to_string()))?;
         let n = usize::try_from(ret).ok().filter(|&n| n <= cap).ok_or_else(|| {
             let m = format!("program returned {ret} output bytes, more than out_cap {out_cap}");

@@ -79,6 +79,8 @@ struct WriteJob {
     data: Vec<u8>,
     /// What the answer reports as written (LAMBDA_WRITE: the program's return value).
     written: u64,
+    /// When the worker began handling its request (the answer's latency).
+    started: std::time::Instant,
 }
 
 /// A write done: its answer, and its data buffer back for reuse.
@@ -94,6 +96,7 @@ struct WriteDone {
     charge: Charge,
     result: Result<FileVersion, FileFail>,
     data: Vec<u8>,
+    started: std::time::Instant,
 }
 
 /// The worker's side of its writer thread.
@@ -200,6 +203,7 @@ fn writer(jobs: &Receiver<WriteJob>, done: &Sender<WriteDone>, wake: &OwnedFd) {
                 charge: j.charge,
                 result,
                 data: j.data,
+                started: j.started,
             };
             if done.send(d).is_err() {
                 return;
@@ -251,6 +255,7 @@ impl Worker<'_> {
             offset,
             data,
             written,
+            started: self.req_started,
         };
         let tx = self.writes.tx.as_ref().expect("the writer runs while the worker does");
         if tx.send(job).is_err() {
@@ -277,7 +282,8 @@ impl Worker<'_> {
             self.writes.pending -= 1;
             self.writes.pending_bytes -= d.data.len();
             self.sched.charge(d.tenant, d.ns);
-            self.meter_write(d.tenant, d.ns, d.result.is_ok().then_some(d.written));
+            let written = d.result.is_ok().then_some(d.written);
+            self.meter_write(d.tenant, d.op, d.started, d.ns, written);
             self.tenants.release(d.tenant);
             if d.result.is_err() {
                 let c = d.charge;
