@@ -77,6 +77,10 @@ pub const MAX_PREAUTH_FRAME_BYTES: usize = wire::layout::FRAME_HEADER_BYTES
 /// answered. Past it the thread reads no connection (each frame is handled whole) and a write
 /// that would pass it is answered `LIMIT`; one write of any allowed size always goes.
 pub const MAX_PENDING_WRITE_BYTES: usize = 64 << 20;
+/// LOAD_PROGs a server thread's verifier thread holds queued (each a copy of its program, at
+/// most a frame); past it LOAD_PROG is answered `LIMIT`. Verification takes milliseconds per
+/// large program: a deeper queue would only hold more memory, not verify more.
+pub const MAX_PENDING_LOADS: usize = 16;
 /// Connections the whole server keeps open; more are closed at accept.
 pub const MAX_CONNS: usize = 16 * 1024;
 /// Connections from one peer address (all threads).
@@ -143,13 +147,15 @@ pub const CONN_MEMORY_BOUND: usize = wl::MAX_FRAME_BYTES
 /// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
 /// per chain slot), the range buffers of admitted READ and λ jobs (at most one per chain slot,
 /// each at most a whole READ's) and the spare ones kept for reuse, LAMBDA_WRITE's output
-/// staging and the writer thread's queue.
+/// staging, the writer thread's queue and the verifier thread's (the queued programs and the
+/// one being verified, each at most a frame).
 pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
     * (io::slot_buffer_bytes(SERVER_HOP_BYTES) + 12 * 1024)
     + ENGINE_CHAINS * crate::server::LARGEST_RANGE_BUF
     + crate::server::SPARE_RANGE_BUF_BYTES
     + wl::MAX_LAMBDA_WRITE_OUT_BYTES as usize
-    + MAX_PENDING_WRITE_BYTES;
+    + MAX_PENDING_WRITE_BYTES
+    + (MAX_PENDING_LOADS + 1) * wl::MAX_FRAME_BYTES;
 
 /// The server's worst-case memory in bytes: `threads x (connections per thread x
 /// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all

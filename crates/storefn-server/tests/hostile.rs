@@ -635,3 +635,62 @@ fn a_tenant_burning_cpu_in_its_programs_leaves_the_thread_to_others() {
     server.stop();
     server.join().unwrap();
 }
+
+#[test]
+fn a_load_prog_flood_leaves_the_thread_to_others() {
+    // Regression: LOAD_PROG hashed, parsed and verified on the event loop under the registry's
+    // mutex; a tenant sending large programs stalled every connection of the thread.
+    let _g = serial();
+    let dir = TempDir::new("loadflood");
+    victim_file(&dir);
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicBool::new(false));
+    let (stop_l, active_l, addr_l) = (Arc::clone(&stop), Arc::clone(&active), addr.clone());
+    let loader = std::thread::spawn(move || {
+        let mut c = Client::connect(&addr_l, tenant("loader")).unwrap();
+        let elf = storefn_progs::must("engines/wiredtiger/lookup");
+        let (mut n, t0) = (0usize, Instant::now());
+        while !stop_l.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+            if !active_l.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            // Distinct programs (trailing bytes the loader ignores change the hash): each one
+            // is verified, none comes from the registry.
+            let padded: Vec<Vec<u8>> = (0..8)
+                .map(|k| {
+                    let mut v = elf.to_vec();
+                    v.resize(elf.len() + 8 * (n + k + 1), 0);
+                    v
+                })
+                .collect();
+            let reqs: Vec<Request<'_>> = padded
+                .iter()
+                .map(|e| Request::LoadProg { prog_type: PROG_TYPE_XRP, section: b"", elf: e })
+                .collect();
+            let r = c.call(&reqs).unwrap();
+            assert!(r.iter().all(|r| r.status == 0), "{:?}", r[0].message);
+            n += r.len();
+        }
+        n
+    });
+    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        active.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        idle = idle.min(round_p99(&mut victim, 200));
+        active.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        attacked = attacked.min(round_p99(&mut victim, 200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let loaded = loader.join().unwrap();
+    println!("LOAD_PROG flood: {loaded} distinct programs verified");
+    check_victim("next to a LOAD_PROG flood", idle, attacked);
+    assert!(loaded >= 8, "the flood's first frame was verified");
+    server.stop();
+    server.join().unwrap();
+}

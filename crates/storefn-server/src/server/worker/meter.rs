@@ -64,9 +64,9 @@ impl Worker<'_> {
 
     /// A request answered inline (`t0`: when its handling began).
     pub(super) fn meter_inline(&self, code: u8, t0: Instant) {
-        // WRITE and LAMBDA_WRITE are answered after their sync: their latency is taken then
-        // (`meter_write`).
-        if code != op::WRITE && code != op::LAMBDA_WRITE {
+        // WRITE and LAMBDA_WRITE are answered after their sync, LOAD_PROG after its
+        // verification: their latency is taken then (`meter_write`, `poll_loads`).
+        if code != op::WRITE && code != op::LAMBDA_WRITE && code != op::LOAD_PROG {
             self.shared.metrics.latency(code, t0.elapsed());
         }
     }

@@ -20,6 +20,7 @@ use super::files::Files;
 use super::progs::Progs;
 mod job;
 mod lambda;
+mod loads;
 mod meter;
 mod offload;
 mod offloaded;
@@ -149,6 +150,8 @@ pub(super) enum PollSlot {
     HostAnswers,
     /// The writer thread's eventfd: writes were synced and wait for their answers.
     Writes,
+    /// The verifier thread's eventfd: programs were verified and wait for their answers.
+    Loads,
     Conn(u32),
 }
 
@@ -181,6 +184,8 @@ pub(super) struct Worker<'a> {
     offload: OffloadState,
     /// WRITE and LAMBDA_WRITE: the thread's writer thread (writes and syncs off the loop).
     writes: writes::Writes,
+    /// LOAD_PROG: the thread's verifier thread (hash, parse, verify off the loop).
+    loads: loads::Loads,
     /// This pass's connections with input to handle, as (tenant's CPU used, connection,
     /// readable): served least-used tenant first.
     ready: Vec<(u64, u32, bool)>,
@@ -220,9 +225,18 @@ pub(crate) fn run(
             return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
         }
     };
+    let loads = match loads::Loads::start(id, shared) {
+        Ok(l) => l,
+        Err(source) => {
+            let msg = source.to_string();
+            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
+            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
+        }
+    };
     let _ = ready.send(Ok(()));
     let mut w = Worker {
         writes,
+        loads,
         id,
         shared,
         engine,
@@ -293,6 +307,7 @@ impl Worker<'_> {
             }
         }
         self.poll_writes();
+        self.poll_loads();
         self.poll_forwarded();
         self.flush_all();
         self.check_timeouts();
@@ -325,6 +340,11 @@ impl Worker<'_> {
             let fd = self.writes.fd();
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::Writes);
+        }
+        if self.loads.pending > 0 {
+            let fd = self.loads.fd();
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_slots.push(PollSlot::Loads);
         }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
@@ -377,7 +397,7 @@ impl Worker<'_> {
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                PollSlot::Engine | PollSlot::Writes => {}
+                PollSlot::Engine | PollSlot::Writes | PollSlot::Loads => {}
                 PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.ready.push((0, ci, true));
@@ -718,6 +738,7 @@ impl Worker<'_> {
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
                 || self.writes.pending > 0
+                || self.loads.pending > 0
                 || self.offload.forwarded_live > 0
                 || self.offload.reads.live > 0
                 || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);

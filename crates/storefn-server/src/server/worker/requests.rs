@@ -242,26 +242,8 @@ impl Worker<'_> {
         let scope = self.conn(ci).scope;
         match *r {
             Request::LoadProg { prog_type, section, elf } => {
-                let res = match self.shared.registry.lock() {
-                    Ok(mut reg) => reg.load(prog_type, section, elf),
-                    Err(_) => {
-                        let m = "registry poisoned";
-                        self.respond_err(ci, req_id, code, StatusCode::Io, m);
-                        return true;
-                    }
-                };
-                match res {
-                    Ok((hash, prog)) => {
-                        let insns = u32::try_from(prog.insns.len()).unwrap_or(u32::MAX);
-                        self.respond(ci, req_id, code, &Response::LoadProg { hash: &hash, insns });
-                    }
-                    Err(e) => {
-                        let st = match e {
-                            crate::registry::LoadError::TooLarge { .. } => StatusCode::Limit,
-                            _ => StatusCode::ProgRejected,
-                        };
-                        self.respond_err(ci, req_id, code, st, &e.to_string());
-                    }
+                if let Err((st, m)) = self.submit_load(ci, req_id, prog_type, section, elf) {
+                    self.respond_err(ci, req_id, code, st, &m);
                 }
             }
             Request::Stat { path } => {
