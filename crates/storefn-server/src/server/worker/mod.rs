@@ -640,9 +640,12 @@ impl Worker<'_> {
     fn dispatch(&mut self) -> usize {
         let mut n = 0;
         while self.engine.free_slots() > 0 && self.engine.free_range_reads() > 0 {
-            let Some((_, ji)) = self.sched.admit() else { break };
+            let Some((t, ji)) = self.sched.admit() else { break };
             n += 1;
+            // Submitting (a READ's buffer, the engine's SQE) is the tenant's work too.
+            let t0 = Instant::now();
             self.submit_job(ji);
+            self.sched.charge(t, u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
         }
         n
     }
@@ -671,7 +674,15 @@ impl Worker<'_> {
         // A λ job with several pieces completed in this reap is listed once per piece.
         for k in 0..self.finished.len() {
             let ji = self.finished[k];
-            if self.jobs[ji as usize].is_some() && self.finish_landed(ji) {
+            let Some(t) = self.jobs[ji as usize].as_ref().map(|j| j.head.tenant) else { continue };
+            // Answering (a READ's head) is charged to the job's tenant; a λ's program time is
+            // charged with the job's (`job_cpu`), not twice.
+            let (t0, ran0) = (Instant::now(), self.progs.job_cpu[ji as usize]);
+            let done = self.finish_landed(ji);
+            let ran = self.progs.job_cpu[ji as usize].saturating_sub(ran0);
+            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.sched.charge(t, ns.saturating_sub(ran));
+            if done {
                 self.release_job(ji);
             }
         }
