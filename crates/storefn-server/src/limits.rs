@@ -198,14 +198,15 @@ pub const MAX_OFFLOAD_READS: usize = 256;
 /// arrives finds a slot free at once instead of waiting for a long chain to finish.
 pub const RESERVE_DIV: u32 = 8;
 /// The CPU time the worker spends for one tenant in one pass of its loop, ns. Everything it
-/// does for a tenant is charged (frame validation, each request's handling, program runs,
-/// completions): a tenant that spent it gets nothing more in this pass (its remaining requests
-/// stay in the receive buffer, its queued jobs in the scheduler) and the next pass follows at
-/// once. The worker runs every completed hop's program inline, so a tenant whose jobs cost `c`
-/// each also holds at most `PASS_CPU_NS / c` jobs (at least one) on the engine. Another
-/// tenant's request therefore waits at most about this long per pass behind it: small against
-/// a point read's own service time on this VM (~100-200 us), larger than a pass's overhead.
-pub const PASS_CPU_NS: u64 = 100_000;
+/// does for a tenant is charged (frame validation, each request's handling, submissions,
+/// answers, program runs): a tenant that spent it gets nothing more in this pass (its remaining
+/// requests stay in the receive buffer, its queued jobs in the scheduler) and the next pass
+/// follows at once. The worker runs every completed hop's program inline, so a tenant whose jobs
+/// cost `c` each also holds at most `PASS_CPU_NS / c` jobs (at least one) on the engine.
+/// Another tenant's request waits about one pass of each busy tenant: at 50 µs a point read's
+/// p99 (~130 µs idle, release build) stays within 3x next to CPU, STAT and WRITE floods
+/// (`storefn attack`); at 100 µs it was 3.7-4.4x. A pass's own overhead is a few µs.
+pub const PASS_CPU_NS: u64 = 50_000;
 
 // A READ is one range read of the engine.
 const _: () = assert!(wl::MAX_READ_BYTES as usize == io::MAX_RANGE_BYTES);
