@@ -16,6 +16,8 @@
 //! the wire and runs code on it through a program type (xrp, lambda) or a plug-in trait
 //! ([`OffloadHook`], DDS's).
 mod access;
+#[cfg(feature = "bench")]
+pub mod attack;
 mod auth;
 mod confine;
 #[cfg(feature = "bench")]

@@ -83,6 +83,10 @@ pub const MAX_PREAUTH_FRAME_BYTES: usize = wire::layout::FRAME_HEADER_BYTES
 /// answered. Past it the thread reads no connection (each frame is handled whole) and a write
 /// that would pass it is answered `LIMIT`; one write of any allowed size always goes.
 pub const MAX_PENDING_WRITE_BYTES: usize = 64 << 20;
+/// LOAD_PROGs a server thread's verifier thread holds queued (each a copy of its program, at
+/// most a frame); past it LOAD_PROG is answered `LIMIT`. Verification takes milliseconds per
+/// large program: a deeper queue would only hold more memory, not verify more.
+pub const MAX_PENDING_LOADS: usize = 16;
 /// Connections the whole server keeps open; more are closed at accept.
 pub const MAX_CONNS: usize = 16 * 1024;
 /// Connections from one peer address (all threads).
@@ -164,13 +168,15 @@ pub const DDS_CONN_MEMORY_BOUND: usize = CONN_MEMORY_BOUND
 /// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
 /// per chain slot), the range buffers of admitted READ and λ jobs (at most one per chain slot,
 /// each at most a whole READ's) and the spare ones kept for reuse, LAMBDA_WRITE's output
-/// staging and the writer thread's queue.
+/// staging, the writer thread's queue and the verifier thread's (the queued programs and the
+/// one being verified, each at most a frame).
 pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
     * (io::slot_buffer_bytes(SERVER_HOP_BYTES) + 12 * 1024)
     + ENGINE_CHAINS * crate::server::LARGEST_RANGE_BUF
     + crate::server::SPARE_RANGE_BUF_BYTES
     + wl::MAX_LAMBDA_WRITE_OUT_BYTES as usize
-    + MAX_PENDING_WRITE_BYTES;
+    + MAX_PENDING_WRITE_BYTES
+    + (MAX_PENDING_LOADS + 1) * wl::MAX_FRAME_BYTES;
 
 /// The server's worst-case memory in bytes: `threads x (connections per thread x
 /// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all
@@ -213,13 +219,16 @@ pub const MAX_OFFLOAD_READS: usize = 256;
 /// A tenant alone may hold all but `slots / RESERVE_DIV` engine chain slots, so a tenant that
 /// arrives finds a slot free at once instead of waiting for a long chain to finish.
 pub const RESERVE_DIV: u32 = 8;
-/// The program time one tenant's admitted jobs may add to a pass of the worker, ns: a tenant
-/// whose jobs cost `c` each (its programs' runs, averaged over its recent jobs) holds at most
-/// `PASS_CPU_NS / c` jobs (at least one) on the engine. The worker runs every completed hop's
-/// program inline, so each admitted chain delays every other connection of the thread by its
-/// cost: a tenant of cheap jobs keeps its share of slots, one of costly jobs keeps the thread
-/// busy without queueing a long pass of program runs ahead of everyone else's completions.
-pub const PASS_CPU_NS: u64 = 1_000_000;
+/// The CPU time the worker spends for one tenant in one pass of its loop, ns. Everything it
+/// does for a tenant is charged (frame validation, each request's handling, submissions,
+/// answers, program runs): a tenant that spent it gets nothing more in this pass (its remaining
+/// requests stay in the receive buffer, its queued jobs in the scheduler) and the next pass
+/// follows at once. The worker runs every completed hop's program inline, so a tenant whose jobs
+/// cost `c` each also holds at most `PASS_CPU_NS / c` jobs (at least one) on the engine.
+/// Another tenant's request waits about one pass of each busy tenant: at 50 µs a point read's
+/// p99 (~130 µs idle, release build) stays within 3x next to CPU, STAT and WRITE floods
+/// (`storefn attack`); at 100 µs it was 3.7-4.4x. A pass's own overhead is a few µs.
+pub const PASS_CPU_NS: u64 = 50_000;
 
 // A whole READ and a whole λ output fit the connection's answer budget.
 const _: () = assert!(MAX_CONN_READ_BYTES >= crate::server::LARGEST_RANGE_BUF);

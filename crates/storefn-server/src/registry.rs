@@ -48,22 +48,16 @@ impl Registry {
         Self { map: HashMap::new(), bytes: 0, max_bytes, clock: 0, loaded: 0, evicted: 0 }
     }
 
-    /// Loads and verifies a program (once per hash), with the server's instruction budget.
+    /// Parses and verifies a program, without the registry (the server does it off its
+    /// event loop and without the registry's lock); returns it and the bytes it would hold.
     ///
     /// # Errors
-    /// The loader's or verifier's error; a program larger than the whole registry.
-    pub fn load(
-        &mut self,
+    /// The loader's or verifier's error.
+    pub fn verify(
         prog_type: u8,
         section: &[u8],
         elf: &[u8],
-    ) -> Result<(ProgHash, Arc<VerifiedProgram>), LoadError> {
-        let hash = prog_hash(prog_type, section, elf);
-        self.clock += 1;
-        if let Some(e) = self.map.get_mut(&hash) {
-            e.last_used = self.clock;
-            return Ok((hash, Arc::clone(&e.prog)));
-        }
+    ) -> Result<(Arc<VerifiedProgram>, usize), LoadError> {
         let sel = if section.is_empty() {
             None
         } else {
@@ -76,9 +70,27 @@ impl Registry {
         // (SERVER_INSN_BUDGET), not on the shared program.
         let prog = storefn_vm::load_verified(elf, sel, ty).map_err(LoadError::Rejected)?;
         let bytes = elf.len() + prog.insns.len() * 8 + prog.globals.len();
+        Ok((prog, bytes))
+    }
+
+    /// Adds a program `verify` returned under `hash` (the one already there if another thread
+    /// added it meanwhile), evicting the least recently used to make room.
+    ///
+    /// # Errors
+    /// A program larger than the whole registry.
+    pub fn insert(
+        &mut self,
+        hash: ProgHash,
+        prog: Arc<VerifiedProgram>,
+        bytes: usize,
+    ) -> Result<Arc<VerifiedProgram>, LoadError> {
+        if let Some(p) = self.get(&hash) {
+            return Ok(p);
+        }
         if bytes > self.max_bytes {
             return Err(LoadError::TooLarge { bytes, max: self.max_bytes });
         }
+        self.clock += 1;
         while self.bytes + bytes > self.max_bytes {
             let (&victim, _) =
                 self.map.iter().min_by_key(|(_, e)| e.last_used).expect("bytes > 0 means entries");
@@ -89,7 +101,7 @@ impl Registry {
         self.loaded += 1;
         self.bytes += bytes;
         self.map.insert(hash, Entry { prog: Arc::clone(&prog), bytes, last_used: self.clock });
-        Ok((hash, prog))
+        Ok(prog)
     }
 
     /// The program with `hash`, marking it used; `None` if unknown or evicted.

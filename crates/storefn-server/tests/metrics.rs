@@ -65,6 +65,9 @@ fn counters_move_with_requests_and_split_by_tenant() {
     assert_eq!(bytes("bob"), 100.0);
     assert_eq!(metric(&m, "storefn_tenant_chains_total", &[("tenant", "alice")]), 1.0);
     assert_eq!(metric(&m, "storefn_tenant_chains_total", &[("tenant", "bob")]), 0.0);
+    let insns = |t: &str| metric(&m, "storefn_tenant_instructions_total", &[("tenant", t)]);
+    assert!(insns("alice") > 0.0, "the VM counted her chain's instructions");
+    assert_eq!(insns("bob"), 0.0);
     let cpu = |t: &str| {
         metric(&m, "storefn_tenant_cpu_seconds_total", &[("work", "program"), ("tenant", t)])
     };
@@ -118,6 +121,7 @@ fn the_endpoint_answers_only_get_metrics_in_prometheus_text() {
         "storefn_tenant_cpu_seconds_total",
         "storefn_tenant_bytes_total",
         "storefn_tenant_chains_total",
+        "storefn_tenant_instructions_total",
     ] {
         assert!(samples.iter().any(|(n, _, _)| n == family), "{family} in {body}");
     }
@@ -205,10 +209,22 @@ fn program_cpu_and_chains_are_charged_to_the_tenant_that_ran_them() {
     assert!(cpu("alice") > 0.0, "eight chains ran to their budget on alice's account");
     assert_eq!(cpu("bob"), 0.0, "reads run no program");
     assert_eq!(metric(&m, "storefn_tenant_chains_total", &[("tenant", "alice")]), 8.0);
+    // Each chain ran to its tenant's budget: the VM's counts add up to about eight budgets.
+    let budget = storefn_server::limits::DEFAULT_TENANT_INSN_BUDGET as f64;
+    let insns = metric(&m, "storefn_tenant_instructions_total", &[("tenant", "alice")]);
+    assert!(insns > 7.2 * budget && insns <= 8.0 * budget, "{insns} against 8 x {budget}");
     let failed = &[("op", "XRP"), ("status", "CHAIN_FAILED"), ("tenant", "alice")];
     assert_eq!(metric(&m, "storefn_requests_total", failed), 8.0);
     let read = metric(&m, "storefn_tenant_bytes_total", &[("dir", "read"), ("tenant", "bob")]);
     assert_eq!(read, 20.0 * 512.0);
+    // Writes are answered after their sync, off the loop: their latency is sampled then.
+    for k in 0..3u64 {
+        let r = burner.one(&Request::Write { path: b"loop", offset: k, data: &[0] }).unwrap();
+        assert_eq!(r.status, 0);
+    }
+    let m = scrape(&server);
+    let writes = metric(&m, "storefn_request_duration_seconds_count", &[("op", "WRITE")]);
+    assert_eq!(writes, 3.0, "every WRITE answered has its latency");
     server.stop();
     server.join().unwrap();
 }

@@ -238,6 +238,15 @@ impl Instance {
         self.insn_budget = insns;
     }
 
+    /// Instructions the last run charged against its budget (as the budget counts them:
+    /// helpers at their cost). A run stopped by [`VmError::BudgetExhausted`] reports what it
+    /// had charged before the instruction that would have exceeded the budget.
+    #[must_use]
+    pub fn insns_used(&self) -> u64 {
+        let env = &self.env.0;
+        env.insn_budget.saturating_sub(env.insns_left)
+    }
+
     #[must_use]
     pub fn engine(&self) -> Engine {
         match self.exec {

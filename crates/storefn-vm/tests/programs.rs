@@ -336,3 +336,28 @@ fn e_insn(e: &VmError) -> usize {
         e => panic!("not an access fault: {e}"),
     }
 }
+
+#[test]
+fn each_run_reports_the_instructions_it_was_charged() {
+    // The server charges tenants by these counts: both engines report the same, a loop over
+    // more data costs more, and a run stopped by its budget reports about the whole budget.
+    let mut used = Vec::new();
+    for engine in [Engine::Interp, Engine::Jit] {
+        let mut inst = Instance::new(prog("test/loop_sum", ProgType::Xrp), engine).unwrap();
+        let words: Vec<u64> = (1..=512).collect();
+        let mut s = block(&[512]);
+        inst.run_xrp(&mut XrpCtx::default(), &block(&words), &mut s).unwrap();
+        let n = inst.insns_used();
+        s = block(&[8]);
+        inst.run_xrp(&mut XrpCtx::default(), &block(&words), &mut s).unwrap();
+        assert!(inst.insns_used() < n, "{engine:?}: 8 words cost less than 512");
+        assert!(n > 0 && n <= inst.insn_budget(), "{engine:?}: {n}");
+        let mut spin = Instance::new(prog("test/spin", ProgType::Xrp), engine).unwrap();
+        spin.set_insn_budget(10_000);
+        let e = spin.run_xrp(&mut XrpCtx::default(), &block(&[0]), &mut s).unwrap_err();
+        assert!(matches!(e, VmError::BudgetExhausted { .. }), "{e}");
+        assert!(spin.insns_used() > 9_000, "{engine:?}: {}", spin.insns_used());
+        used.push(n);
+    }
+    assert_eq!(used[0], used[1], "interpreter and JIT charge alike");
+}

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod attack_cmd;
 mod cluster_cmd;
 mod dds_cmd;
 mod demo;
@@ -55,6 +56,8 @@ enum Cmd {
     Net(net::NetCmd),
     /// Serve the files of a directory to remote clients; run storage functions next to them.
     Serve(serve::ServeArgs),
+    /// The server under hostile clients: a victim's point-read p99 idle and under each attack.
+    Attack(attack_cmd::AttackArgs),
     /// Figures from `storefn kv bench --json` runs: throughput and latency vs layers and threads.
     Plot(plot::PlotArgs),
     /// DDS rings: the progressive ring vs a mutex ring vs a flag-per-slot ring.
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Cmd::Net(c) => net::run(&c),
         Cmd::Lambda(c) => lambda::run(&c),
         Cmd::Serve(a) => serve::run(&a),
+        Cmd::Attack(a) => attack_cmd::run(&a),
         Cmd::Ring(c) => dds_cmd::run_ring(&c),
         Cmd::Dds(c) => dds_cmd::run_dds(&c),
         Cmd::Pageserver(c) => pageserver_cmd::run(&c),

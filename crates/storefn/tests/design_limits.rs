@@ -379,6 +379,7 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ("server", "CONN_KEEP_BYTES", v(storefn_server::limits::CONN_KEEP_BYTES)),
         ("server", "MAX_PREAUTH_FRAME_BYTES", v(storefn_server::limits::MAX_PREAUTH_FRAME_BYTES)),
         ("server", "MAX_PENDING_WRITE_BYTES", v(storefn_server::limits::MAX_PENDING_WRITE_BYTES)),
+        ("server", "MAX_PENDING_LOADS", v(storefn_server::limits::MAX_PENDING_LOADS)),
         ("server", "MAX_CONNS", v(storefn_server::limits::MAX_CONNS)),
         ("server", "MAX_CONNS_PER_PEER", v(storefn_server::limits::MAX_CONNS_PER_PEER)),
         ("server", "MAX_PREAUTH_CONNS", v(storefn_server::limits::MAX_PREAUTH_CONNS)),

@@ -74,6 +74,7 @@ pub struct Metrics {
     cpu: Family<([Kv; 1], TenantLabel), Seconds>,
     bytes: Family<([Kv; 1], TenantLabel), Counter>,
     chains: Family<TenantLabel, Counter>,
+    insns: Family<TenantLabel, Counter>,
     threads: Family<ThreadLabels, Gauge>,
     /// Scrape-time copies: connections by state, the server's counters, registry, DDS.
     conns: Family<[Kv; 1], Gauge>,
@@ -105,6 +106,7 @@ pub struct TenantMeter {
     bytes_read: Counter,
     bytes_written: Counter,
     chains: Counter,
+    insns: Counter,
     log: Logger,
     /// The refused-line budget: the second it counts (since `LOG_EPOCH`), lines written in
     /// it, lines left out since the last one written. Relaxed: an approximate rate limit;
@@ -167,6 +169,11 @@ impl TenantMeter {
         self.chains.inc();
     }
 
+    /// Instructions this tenant's program runs were charged (the VM's count per run).
+    pub(crate) fn instructions(&self, n: u64) {
+        self.insns.inc_by(n);
+    }
+
     /// Counts every response of a finished response frame (header included) under its op and
     /// status, and logs the refused ones with their message.
     pub(crate) fn count_frame(&self, frame: &[u8], who: &Event<'_>) {
@@ -225,6 +232,9 @@ impl Metrics {
         r.register("storefn_tenant_bytes", "Bytes read and written for a tenant", bytes.clone());
         let chains = Family::default();
         r.register("storefn_tenant_chains", "XRP chains run for a tenant", chains.clone());
+        let insns = Family::default();
+        let help = "Instructions a tenant's program runs executed (as the budget counts them)";
+        r.register("storefn_tenant_instructions", help, insns.clone());
         let th = Family::default();
         let help = "Per server thread: connection receive/send buffer bytes, engine slots in \
                     use, engine reads and chains in flight, connections";
@@ -247,7 +257,7 @@ impl Metrics {
                     -1 without a DDS hook";
         r.register("storefn_dds_host_alive", help, host_alive.clone());
         let mk = |name: &str, requests: &Family<ReqLabels, Counter>| {
-            make_meter(name, requests, &cpu, &bytes, &chains, log)
+            make_meter(name, requests, &cpu, &bytes, (&chains, &insns), log)
         };
         let anonymous = mk(UNAUTHENTICATED_TENANT, &requests);
         let other = mk(OTHER_TENANT, &requests);
@@ -265,6 +275,7 @@ impl Metrics {
             cpu,
             bytes,
             chains,
+            insns,
             threads: th,
             conns,
             stats,
@@ -295,7 +306,8 @@ impl Metrics {
         if self.closed_set || list.len() >= MAX_METRIC_TENANTS || name == OTHER_TENANT {
             return Arc::clone(&self.other);
         }
-        let m = make_meter(name, &self.requests, &self.cpu, &self.bytes, &self.chains, self.log);
+        let counts = (&self.chains, &self.insns);
+        let m = make_meter(name, &self.requests, &self.cpu, &self.bytes, counts, self.log);
         list.push(Arc::clone(&m));
         m
     }
@@ -368,7 +380,7 @@ fn make_meter(
     requests: &Family<ReqLabels, Counter>,
     cpu: &Family<([Kv; 1], TenantLabel), Seconds>,
     bytes: &Family<([Kv; 1], TenantLabel), Counter>,
-    chains: &Family<TenantLabel, Counter>,
+    (chains, insns): (&Family<TenantLabel, Counter>, &Family<TenantLabel, Counter>),
     log: Logger,
 ) -> Arc<TenantMeter> {
     let t: TenantLabel = [("tenant", Arc::from(name))];
@@ -381,6 +393,7 @@ fn make_meter(
     let bytes_read = bytes.get_or_create(&dir("read")).clone();
     let bytes_written = bytes.get_or_create(&dir("written")).clone();
     let chains = chains.get_or_create(&t).clone();
+    let insns = insns.get_or_create(&t).clone();
     Arc::new(TenantMeter {
         name: Arc::clone(&t[0].1),
         requests: requests.clone(),
@@ -389,6 +402,7 @@ fn make_meter(
         bytes_read,
         bytes_written,
         chains,
+        insns,
         log,
         log_second: AtomicU64::new(0),
         log_lines: std::sync::atomic::AtomicU32::new(0),

@@ -33,6 +33,8 @@ pub(super) struct Progs {
     pub(super) job_budget: Vec<u64>,
     /// CPU time each job's program runs took so far, ns (charged to its tenant at the end).
     pub(super) job_cpu: Vec<u64>,
+    /// Instructions each job's program runs were charged so far (its tenant's count).
+    pub(super) job_insns: Vec<u64>,
     /// When each job was queued (its answer's latency, for the metrics).
     pub(super) job_started: Vec<std::time::Instant>,
     pub(super) clock: u64,
@@ -54,6 +56,7 @@ impl StorageFn for Progs {
         let r = s.inst.run_xrp(ctx, data, scratch);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.job_cpu[ti] = self.job_cpu[ti].saturating_add(ns);
+        self.job_insns[ti] = self.job_insns[ti].saturating_add(s.inst.insns_used());
         r
     }
 }

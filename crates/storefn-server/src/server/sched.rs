@@ -29,6 +29,11 @@ pub struct Sched {
     used: Vec<u64>,
     /// Each tenant's recent CPU cost per job, ns (moving average, 1/8 weight per job).
     job_cost: Vec<u64>,
+    /// CPU time each tenant used in the current pass of the worker, ns: a tenant at
+    /// `PASS_CPU_NS` gets no more of this pass (its frames and queued jobs wait for the next).
+    pass: Vec<u64>,
+    /// Some tenant's work was cut short in this pass (the next pass must not sleep).
+    carried: bool,
 }
 
 impl Sched {
@@ -44,6 +49,8 @@ impl Sched {
             queued: 0,
             used: Vec::new(),
             job_cost: Vec::new(),
+            pass: Vec::new(),
+            carried: false,
         }
     }
 
@@ -54,6 +61,7 @@ impl Sched {
             self.inflight.resize(t + 1, 0);
             self.used.resize(t + 1, 0);
             self.job_cost.resize(t + 1, 0);
+            self.pass.resize(t + 1, 0);
         }
     }
 
@@ -102,16 +110,23 @@ impl Sched {
         let share = self.share();
         // The least-used tenant under its share (one over it waits: another tenant may be
         // waiting, or the reserve is kept for one that arrives); the first of equals.
-        let (k, t) = self
+        let picked = self
             .active
             .iter()
             .enumerate()
             .filter(|&(_, &t)| {
                 let (n, cost) = (self.inflight[t as usize], self.job_cost[t as usize]);
-                n < share && u64::from(n) < (PASS_CPU_NS / cost.max(1)).max(1)
+                n < share
+                    && u64::from(n) < (PASS_CPU_NS / cost.max(1)).max(1)
+                    && self.pass[t as usize] < PASS_CPU_NS
             })
             .min_by_key(|&(k, &t)| (self.used[t as usize], k))
-            .map(|(k, &t)| (k, t))?;
+            .map(|(k, &t)| (k, t));
+        let Some((k, t)) = picked else {
+            // Work held back by this pass's budget is carried to the next pass.
+            self.carried |= self.active.iter().any(|&t| self.pass[t as usize] >= PASS_CPU_NS);
+            return None;
+        };
         self.active.remove(k);
         let ti = t as usize;
         let j = self.queues[ti].pop_front().expect("active tenants have queued jobs");
@@ -128,6 +143,29 @@ impl Sched {
         self.ensure(tenant);
         let u = &mut self.used[tenant as usize];
         *u = u.saturating_add(ns);
+        let p = &mut self.pass[tenant as usize];
+        *p = p.saturating_add(ns);
+    }
+
+    /// A new pass of the worker: every tenant's pass budget is whole again. Returns whether
+    /// the previous pass carried work over (the poll must not sleep).
+    pub fn new_pass(&mut self) -> bool {
+        self.pass.fill(0);
+        std::mem::take(&mut self.carried)
+    }
+
+    /// Whether `tenant` used up this pass's budget (`PASS_CPU_NS`); its further work waits for
+    /// the next pass, which is then not put to sleep.
+    pub fn pass_spent(&mut self, tenant: u32) -> bool {
+        let spent = self.pass.get(tenant as usize).is_some_and(|&p| p >= PASS_CPU_NS);
+        self.carried |= spent;
+        spent
+    }
+
+    /// Whether some tenant's work was carried over to the next pass so far.
+    #[must_use]
+    pub fn carried(&self) -> bool {
+        self.carried
     }
 
     /// One of `tenant`'s engine jobs finished having cost `ns` of CPU: charged, and folded
@@ -143,9 +181,9 @@ impl Sched {
         self.ensure(tenant);
         self.used[tenant as usize] = 0;
         self.job_cost[tenant as usize] = 0;
+        self.pass[tenant as usize] = 0;
     }
 
-    #[cfg(test)]
     /// CPU time `tenant` was charged, ns (virtual: raised to the least usage of the waiting
     /// tenants when it becomes active).
     #[must_use]
@@ -261,6 +299,7 @@ mod tests {
         for _ in 0..64 {
             s.job_done(0, PASS_CPU_NS / 4);
         }
+        s.new_pass();
         let mut n = 0;
         while s.admit().is_some() {
             n += 1;
@@ -268,6 +307,23 @@ mod tests {
         assert!((4..=5).contains(&n), "{n}");
         s.push(1, 1000);
         assert_eq!(s.admit(), Some((1, 1000)), "a light tenant is admitted at once");
+    }
+
+    #[test]
+    fn a_tenant_that_spent_its_pass_waits_for_the_next() {
+        let mut s = Sched::new(64, true);
+        for j in 0..10 {
+            s.push(0, j);
+        }
+        s.push(1, 100);
+        s.charge(0, PASS_CPU_NS);
+        assert!(!s.carried());
+        assert_eq!(s.admit(), Some((1, 100)), "the other tenant still has its pass");
+        assert_eq!(s.admit(), None, "tenant 0 spent this pass");
+        assert!(s.carried(), "its queued jobs are carried over");
+        assert!(s.new_pass());
+        assert_eq!(s.admit().unwrap().0, 0, "a new pass admits it again");
+        assert!(!s.new_pass());
     }
 
     #[test]

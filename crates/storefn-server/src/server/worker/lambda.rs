@@ -216,6 +216,8 @@ impl Worker<'_> {
         let res = s.inst.run_lambda(input, &mut c.frame.buf[out_at..]);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         progs.job_cpu[ji as usize] = progs.job_cpu[ji as usize].saturating_add(ns);
+        let used = s.inst.insns_used();
+        progs.job_insns[ji as usize] = progs.job_insns[ji as usize].saturating_add(used);
         match res {
             Ok(ret) => {
                 let keep = usize::try_from(ret.min(u64::from(cap))).expect("<= cap");

@@ -39,8 +39,10 @@ impl Worker<'_> {
         let i = ji as usize;
         if s.len() <= i {
             s.resize(i + 1, Instant::now());
+            self.progs.job_insns.resize(i + 1, 0);
         }
         s[i] = Instant::now();
+        self.progs.job_insns[i] = 0;
     }
 
     /// Job `ji` (taken out of its slot) is released: its tenant's program CPU, chains and
@@ -51,6 +53,7 @@ impl Worker<'_> {
         }
         let Some(m) = self.tenants.meter(head.tenant) else { return };
         m.program_cpu(cpu_ns);
+        m.instructions(self.progs.job_insns.get(ji as usize).copied().unwrap_or(0));
         match kind {
             Job::Xrp(..) if head.admitted => m.chain(),
             Job::Read(..) if head.admitted => m.read(u64::from(head.len)),
@@ -61,9 +64,9 @@ impl Worker<'_> {
 
     /// A request answered inline (`t0`: when its handling began).
     pub(super) fn meter_inline(&self, code: u8, t0: Instant) {
-        // WRITE and LAMBDA_WRITE are answered after their sync: their inline part is no
-        // latency a client sees.
-        if code != op::WRITE && code != op::LAMBDA_WRITE {
+        // WRITE and LAMBDA_WRITE are answered after their sync, LOAD_PROG after its
+        // verification: their latency is taken then (`meter_write`, `poll_loads`).
+        if code != op::WRITE && code != op::LAMBDA_WRITE && code != op::LOAD_PROG {
             self.shared.metrics.latency(code, t0.elapsed());
         }
     }
@@ -75,8 +78,18 @@ impl Worker<'_> {
         }
     }
 
-    /// A write of tenant entry `t` synced (`written`: bytes, `None` when it failed).
-    pub(super) fn meter_write(&self, t: u32, ns: u64, written: Option<u64>) {
+    /// A write (`code`: WRITE or LAMBDA_WRITE, handled from `started` on) of tenant entry `t`
+    /// synced (`written`: bytes, `None` when it failed): its answer's latency, its tenant's
+    /// writer time and bytes.
+    pub(super) fn meter_write(
+        &self,
+        t: u32,
+        code: u8,
+        started: Instant,
+        ns: u64,
+        written: Option<u64>,
+    ) {
+        self.shared.metrics.latency(code, started.elapsed());
         if let Some(m) = self.tenants.meter(t) {
             m.request_cpu(ns);
             if let Some(n) = written {

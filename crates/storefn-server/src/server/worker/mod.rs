@@ -20,6 +20,7 @@ use super::files::Files;
 use super::progs::Progs;
 mod job;
 mod lambda;
+mod loads;
 mod meter;
 mod offload;
 mod offloaded;
@@ -91,6 +92,10 @@ pub(super) struct Conn {
     pub(super) waiting: std::collections::VecDeque<u32>,
     /// Answer bytes its queued and admitted jobs hold of that budget.
     pub(super) answer_bytes: usize,
+    /// Whole frames wait in `rx` for a pass in which the tenant has CPU budget left; the
+    /// front one's first `resume` requests were handled.
+    pub(super) held: bool,
+    pub(super) resume: u32,
     /// The name HELLO gave (once HELLO was received).
     pub(super) hello: Option<TenantName>,
     /// The tenant entry it holds: after HELLO without authentication, after AUTH with it.
@@ -122,6 +127,8 @@ pub(super) enum PollSlot {
     HostAnswers,
     /// The writer thread's eventfd: writes were synced and wait for their answers.
     Writes,
+    /// The verifier thread's eventfd: programs were verified and wait for their answers.
+    Loads,
     Conn(u32),
 }
 
@@ -157,6 +164,13 @@ pub(super) struct Worker<'a> {
     offload: OffloadState,
     /// WRITE and LAMBDA_WRITE: the thread's writer thread (writes and syncs off the loop).
     writes: writes::Writes,
+    /// LOAD_PROG: the thread's verifier thread (hash, parse, verify off the loop).
+    loads: loads::Loads,
+    /// This pass's connections with input to handle, as (tenant's CPU used, connection,
+    /// readable): served least-used tenant first.
+    ready: Vec<(u64, u32, bool)>,
+    /// When the request being handled began (a write's latency runs to its answer).
+    pub(super) req_started: Instant,
 }
 
 pub(crate) fn run(
@@ -191,9 +205,18 @@ pub(crate) fn run(
             return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
         }
     };
+    let loads = match loads::Loads::start(id, shared) {
+        Ok(l) => l,
+        Err(source) => {
+            let msg = source.to_string();
+            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
+            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
+        }
+    };
     let _ = ready.send(Ok(()));
     let mut w = Worker {
         writes,
+        loads,
         id,
         shared,
         engine,
@@ -213,6 +236,8 @@ pub(crate) fn run(
         finished: Vec::with_capacity(ENGINE_CHAINS),
         waiting: 0,
         offload: OffloadState::default(),
+        ready: Vec::new(),
+        req_started: Instant::now(),
     };
     w.serve(listener)
 }
@@ -248,6 +273,7 @@ impl Worker<'_> {
                 return Err(e);
             }
         }
+        self.sched.new_pass();
         self.on_poll_events(listener);
         // Completions free slots and shares: admit queued jobs again at once rather than after
         // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight: admit
@@ -257,6 +283,7 @@ impl Worker<'_> {
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
         self.run_engine()?;
         self.poll_writes();
+        self.poll_loads();
         self.poll_forwarded();
         self.flush_all();
         // What was sent made room in the connections' answer budgets: admit and submit the
@@ -309,11 +336,17 @@ impl Worker<'_> {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::Writes);
         }
+        if self.loads.pending > 0 {
+            let fd = self.loads.fd();
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_slots.push(PollSlot::Loads);
+        }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
             let mut ev = 0;
             let backlog = c.out_backlog();
             if c.closing.is_none()
+                && !c.held
                 && listener.is_some()
                 && self.writes.pending_bytes < MAX_PENDING_WRITE_BYTES
                 && c.in_flight < MAX_IN_FLIGHT_PER_CONN
@@ -329,15 +362,19 @@ impl Worker<'_> {
         }
         // Without a wake fd, host answers arrive over shared memory only: while any are
         // awaited, poll without sleeping.
-        if self.offload.forwarded_live > 0 && wake.is_none() {
+        // Work carried over from the last pass (a tenant's spent budget) is served at once.
+        let carried = self.sched.carried() || self.conns.iter().flatten().any(|c| c.held);
+        if carried || (self.offload.forwarded_live > 0 && wake.is_none()) {
             0
         } else {
             i32::try_from(POLL_INTERVAL.as_millis()).expect("small")
         }
     }
 
-    /// Acts on what `poll` reported: accepts, resets the host-answer eventfd, reads.
+    /// Acts on what `poll` reported: accepts, resets the host-answer eventfd, reads; then
+    /// handles the connections' input, the tenant that used least CPU first.
     fn on_poll_events(&mut self, listener: Option<&TcpListener>) {
+        self.ready.clear();
         for k in 0..self.pollfds.len() {
             let re = self.pollfds[k].revents;
             if re == 0 {
@@ -355,12 +392,31 @@ impl Worker<'_> {
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                PollSlot::Engine | PollSlot::Writes => {}
+                PollSlot::Engine | PollSlot::Writes | PollSlot::Loads => {}
                 PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                        self.on_readable(ci);
+                        self.ready.push((0, ci, true));
                     }
                 }
+            }
+        }
+        for (ci, c) in self.conns.iter().enumerate() {
+            let ci = u32::try_from(ci).expect("bounded");
+            if c.as_ref().is_some_and(|c| c.held) && !self.ready.iter().any(|r| r.1 == ci) {
+                self.ready.push((0, ci, false));
+            }
+        }
+        for r in &mut self.ready {
+            let t = self.conns[r.1 as usize].as_ref().and_then(|c| c.tenant);
+            r.0 = t.map_or(0, |t| self.sched.used(t));
+        }
+        self.ready.sort_unstable();
+        for k in 0..self.ready.len() {
+            let (_, ci, readable) = self.ready[k];
+            if readable {
+                self.on_readable(ci);
+            } else {
+                self.parse_frames(ci);
             }
         }
     }
@@ -440,6 +496,8 @@ impl Conn {
             in_flight: 0,
             waiting: std::collections::VecDeque::new(),
             answer_bytes: 0,
+            held: false,
+            resume: 0,
             hello: None,
             tenant: None,
             scope: 0,
@@ -501,11 +559,18 @@ impl Worker<'_> {
         self.parse_frames(ci);
     }
 
-    /// Handles every whole frame in the connection's receive buffer.
+    /// Handles the whole frames in the connection's receive buffer while its tenant has CPU
+    /// budget left in this pass; the rest is held for the next pass.
     fn parse_frames(&mut self, ci: u32) {
         loop {
             let Some(c) = self.conns[ci as usize].as_mut() else { return };
+            c.held = false;
             if c.closing.is_some() {
+                return;
+            }
+            if c.tenant.is_some_and(|t| self.sched.pass_spent(t)) && c.rx_len >= FRAME_HEADER_BYTES
+            {
+                c.held = true;
                 return;
             }
             if c.rx_len < FRAME_HEADER_BYTES {
@@ -519,7 +584,9 @@ impl Worker<'_> {
                 return;
             }
             let h: [u8; FRAME_HEADER_BYTES] = c.rx[..FRAME_HEADER_BYTES].try_into().expect("16");
-            let h = match decode_header(&h, c.frames_in, KIND_REQUEST) {
+            // A frame held part-handled was counted when it began.
+            let frame_no = c.frames_in - u64::from(c.resume > 0);
+            let h = match decode_header(&h, frame_no, KIND_REQUEST) {
                 Ok(h) => h,
                 Err(e) => return self.protocol_error(ci, &e),
             };
@@ -540,17 +607,28 @@ impl Worker<'_> {
                 return;
             }
             c.partial_since = None;
-            let frame_no = c.frames_in;
-            c.frames_in += 1;
+            let from = c.resume;
+            if from == 0 {
+                c.frames_in += 1;
+            }
             // Take the buffer out so messages can borrow it while the worker changes.
             let rx = std::mem::take(&mut c.rx);
-            let res = self.handle_frame(ci, &rx[FRAME_HEADER_BYTES..total], h.count, frame_no);
+            let body = &rx[FRAME_HEADER_BYTES..total];
+            let res = self.handle_frame(ci, body, h.count, frame_no, from);
             let Some(c) = self.conns[ci as usize].as_mut() else { return };
             c.rx = rx;
-            c.rx.copy_within(total..c.rx_len, 0);
-            c.rx_len -= total;
-            if let Err(e) = res {
-                return self.protocol_error(ci, &e);
+            match res {
+                Err(e) => return self.protocol_error(ci, &e),
+                Ok(done) if done < h.count => {
+                    c.resume = done;
+                    c.held = true;
+                    return;
+                }
+                Ok(_) => {
+                    c.resume = 0;
+                    c.rx.copy_within(total..c.rx_len, 0);
+                    c.rx_len -= total;
+                }
             }
         }
     }
@@ -565,9 +643,12 @@ impl Worker<'_> {
     fn dispatch(&mut self) -> usize {
         let mut n = 0;
         while self.engine.free_slots() > 0 && self.engine.free_range_reads() > 0 {
-            let Some((_, ji)) = self.sched.admit() else { break };
+            let Some((t, ji)) = self.sched.admit() else { break };
             n += 1;
+            // Submitting (a READ's buffer, the engine's SQE) is the tenant's work too.
+            let t0 = Instant::now();
             self.submit_job(ji);
+            self.sched.charge(t, u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
         }
         n
     }
@@ -605,8 +686,18 @@ impl Worker<'_> {
 
     /// A queued engine job some of whose reads the last reap completed: answered, and released
     /// once done.
+    /// Answering (a READ's head) is charged to the job's tenant; a λ's program time is charged
+    /// with the job's (`job_cpu`), not twice.
     fn finish_engine_job(&mut self, ji: u32) {
-        if self.finish_landed(ji) {
+        let Some(t) = self.jobs[ji as usize].as_ref().and_then(Job::head).map(|h| h.tenant) else {
+            return;
+        };
+        let (t0, ran0) = (Instant::now(), self.progs.job_cpu[ji as usize]);
+        let done = self.finish_landed(ji);
+        let ran = self.progs.job_cpu[ji as usize].saturating_sub(ran0);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.sched.charge(t, ns.saturating_sub(ran));
+        if done {
             self.release_job(ji);
         }
     }
@@ -675,6 +766,7 @@ impl Worker<'_> {
         while Instant::now() < deadline {
             let pending = self.engine.live() > 0
                 || self.writes.pending > 0
+                || self.loads.pending > 0
                 || self.offload.forwarded_live > 0
                 || self.offload.reads.live > 0
                 || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);

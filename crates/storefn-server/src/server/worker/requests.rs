@@ -21,18 +21,35 @@ use storefn_wire::{
 };
 
 impl Worker<'_> {
+    /// Handles a frame's requests from the `from`th on; returns how many it handled in all,
+    /// fewer than `count` when the connection's tenant spent this pass's CPU budget (the rest
+    /// waits in the receive buffer for the next pass).
     pub(super) fn handle_frame(
         &mut self,
         ci: u32,
         body: &[u8],
         count: u32,
         frame: u64,
-    ) -> Result<(), ProtoError> {
+        from: u32,
+    ) -> Result<u32, ProtoError> {
         // Validate the whole frame before acting on any of it: a malformed frame does nothing.
-        for m in Messages::new(body, count, frame) {
-            Request::parse(&m?)?;
+        if from == 0 {
+            let t0 = std::time::Instant::now();
+            for m in Messages::new(body, count, frame) {
+                Request::parse(&m?)?;
+            }
+            self.charge_conn(ci, t0);
         }
-        for m in Messages::new(body, count, frame) {
+        let mut done = from;
+        for m in Messages::new(body, count, frame).skip(from as usize) {
+            let Some(tenant) = self.conns[ci as usize].as_ref().map(|c| c.tenant) else { break };
+            // At least one request per call, so a frame whose validation alone spends the
+            // pass still moves on.
+            if done > from && tenant.is_some_and(|t| self.sched.pass_spent(t)) {
+                break;
+            }
+            let t0 = std::time::Instant::now();
+            self.req_started = t0;
             let m = m.expect("validated");
             let r = Request::parse(&m).expect("validated");
             self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -43,12 +60,19 @@ impl Worker<'_> {
                 }
                 _ => self.handle_request(ci, m.req_id, &r),
             }
+            done += 1;
+            if matches!(r, Request::Hello { .. } | Request::Auth { .. }) {
+                // The tenant may have been set now: it starts paying from its next request.
+            } else {
+                self.charge_conn(ci, t0);
+            }
             if self.conns[ci as usize].as_ref().is_none_or(|c| c.closing.is_some()) {
+                done = count;
                 break;
             }
         }
         self.run_offload_batch(ci);
-        Ok(())
+        Ok(done)
     }
 
     pub(super) fn conn(&mut self, ci: u32) -> &mut Conn {
@@ -208,7 +232,6 @@ impl Worker<'_> {
         let t0 = std::time::Instant::now();
         let handled = self.immediate(ci, req_id, r);
         if handled {
-            self.charge_conn(ci, t0);
             self.meter_inline(r.op(), t0);
         }
         handled
@@ -219,26 +242,8 @@ impl Worker<'_> {
         let scope = self.conn(ci).scope;
         match *r {
             Request::LoadProg { prog_type, section, elf } => {
-                let res = match self.shared.registry.lock() {
-                    Ok(mut reg) => reg.load(prog_type, section, elf),
-                    Err(_) => {
-                        let m = "registry poisoned";
-                        self.respond_err(ci, req_id, code, StatusCode::Io, m);
-                        return true;
-                    }
-                };
-                match res {
-                    Ok((hash, prog)) => {
-                        let insns = u32::try_from(prog.insns.len()).unwrap_or(u32::MAX);
-                        self.respond(ci, req_id, code, &Response::LoadProg { hash: &hash, insns });
-                    }
-                    Err(e) => {
-                        let st = match e {
-                            crate::registry::LoadError::TooLarge { .. } => StatusCode::Limit,
-                            _ => StatusCode::ProgRejected,
-                        };
-                        self.respond_err(ci, req_id, code, st, &e.to_string());
-                    }
+                if let Err((st, m)) = self.submit_load(ci, req_id, prog_type, section, elf) {
+                    self.respond_err(ci, req_id, code, st, &m);
                 }
             }
             Request::Stat { path } => {
@@ -343,7 +348,11 @@ impl Worker<'_> {
         let s = self.progs.slots[si as usize].as_mut().expect("held");
         s.inst.set_insn_budget(budget);
         let ran = s.inst.run_lambda(input, out);
+        let insns = s.inst.insns_used();
         self.progs.release(si);
+        if let Some(m) = self.tenants.meter(tenant) {
+            m.instructions(insns);
+        }
         let ret = ran.map_err(|e| (StatusCode::ChainFailed, e.to_string()))?;
         let n = usize::try_from(ret).ok().filter(|&n| n <= cap).ok_or_else(|| {
             let m = format!("program returned {ret} output bytes, more than out_cap {out_cap}");

@@ -80,6 +80,8 @@ pub(super) struct WriteJob {
     charge: Charge,
     /// What the answer reports as written (LAMBDA_WRITE: the program's return value).
     written: u64,
+    /// When the worker began handling its request (the answer's latency).
+    started: std::time::Instant,
 }
 
 /// What the writer thread is handed for job `job`: the file, where, and the bytes.
@@ -232,7 +234,8 @@ impl Worker<'_> {
         c.in_flight += 1;
         let (conn_gen, tenant) = (c.gen, c.tenant.expect("authenticated"));
         self.tenants.hold(tenant);
-        let w = WriteJob { tenant, conn: ci, conn_gen, req_id, op: code, charge, written };
+        let started = self.req_started;
+        let w = WriteJob { tenant, conn: ci, conn_gen, req_id, op: code, charge, written, started };
         let job = self.add_job(Job::Write(w));
         let order = WriteOrder { job, target, offset, data };
         let tx = self.writes.tx.as_ref().expect("the writer runs while the worker does");
@@ -271,7 +274,7 @@ impl Worker<'_> {
     /// Accounts for a synced (or failed) write and answers it if its connection is open.
     fn answer_write(&mut self, w: &WriteJob, ns: u64, result: Result<FileVersion, FileFail>) {
         self.sched.charge(w.tenant, ns);
-        self.meter_write(w.tenant, ns, result.is_ok().then_some(w.written));
+        self.meter_write(w.tenant, w.op, w.started, ns, result.is_ok().then_some(w.written));
         self.tenants.release(w.tenant);
         if result.is_err() {
             let c = w.charge;
