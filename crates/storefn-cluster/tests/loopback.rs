@@ -186,3 +186,44 @@ fn bad_placement_records_are_reported_not_followed() {
     let err = Placement::load(&et, "junk", None).unwrap_err().to_string();
     assert!(err.contains("/storefn/coll/junk"), "{err}");
 }
+
+/// A multiget whose keys span every shard (each shard's batch in flight at once) answers
+/// exactly what one server holding the whole, unsplit keyspace answers, on both paths.
+#[test]
+fn a_multiget_spanning_every_shard_equals_one_servers_answers() {
+    let Some(e) = up() else { return };
+    let et = etcd(&e.client_addr);
+    let _servers: Vec<ServerProc> = ["m1", "m2", "m3"].iter().map(|n| server(n, &e)).collect();
+    let work = TempDir::new("work");
+    let spec = CreateSpec { collection: "mg".into(), layers: 3, shards: 6, replicas: 2 };
+    let shards = create(&et, &spec, &work.0).unwrap();
+    // The reference: one plain server serving one BPF-KV file of the whole keyspace.
+    let whole = TempDir::new("whole");
+    storefn_kv::create_bpfkv(
+        &whole.0.join("all.kv"),
+        storefn_kv::NodeSize::B512,
+        3,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let one =
+        storefn_server::Server::start("127.0.0.1:0", storefn_server::ServerConfig::new(&whole.0))
+            .unwrap();
+    let cl = Client::connect(&one.local_addr().to_string(), ClientConfig::default()).unwrap();
+    let mut reference = storefn_kv::RemoteKv::open(cl, "all.kv", 1).unwrap();
+    // Every shard's bounds and middle, and a spread of others, in an order that interleaves
+    // the shards.
+    let mut keys: Vec<u64> = shards.iter().flat_map(|s| [s.hi, s.lo, (s.lo + s.hi) / 2]).collect();
+    keys.extend((0..200u64).map(|i| (i * 7919 + 13) % 31u64.pow(3)));
+    let mut c = ClusterClient::connect(&e.client_addr, "mg").unwrap();
+    for path in [RemotePath::Pushdown, RemotePath::RpcRead] {
+        let got = c.get_many(&keys, path).unwrap();
+        let want = reference.get_many(&keys, path).unwrap();
+        assert_eq!(got, want, "{path:?}");
+        assert!(want.iter().zip(&keys).all(|(v, k)| *v == Some(bpfkv_value(*k))));
+        assert_eq!(c.stats().most_in_flight, 6, "every shard's batch in flight at once");
+    }
+    assert_eq!(c.stats().retries, 0);
+    one.stop();
+    let _ = one.join();
+}

@@ -85,7 +85,7 @@ pub use path::{BlockLru, Lookup, LookupPath, PathStats, ReadPath};
 pub use program::{engine_used, instance, ProgSource};
 pub use query::{multiget, range, DbPath, RangeVia};
 pub use range::{aggregate, Agg, RangeScan};
-pub use remote::{RemoteKv, RemoteKvError, RemotePath};
+pub use remote::{PushSent, RemoteKv, RemoteKvError, RemotePath};
 pub use store::{Shape, Step, Store};
 pub use xrp_paths::{ChainOptions, EngineChain, UringPath, XrpPath};
 pub use xrp_range::{range_xrp, RangeOutcome};
