@@ -12,6 +12,8 @@
 //!
 //! Every bound is in [`limits`].
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod client;
 pub mod copy;
 mod create;

@@ -47,6 +47,11 @@ pub enum ClusterCmd {
         #[arg(long)]
         node: String,
     },
+    /// Aggregate pushdown throughput over 1, 2, 3 ... servers (each held to its own cgroup v1
+    /// CPU quota; etcd and servers started on loopback and removed after) and lookups across
+    /// a kill -9 of one of 3 servers (needs root; feature `bench`).
+    #[cfg(feature = "bench")]
+    Bench(crate::cluster_bench::BenchArgs),
 }
 
 fn print_plan(r: &PlanReport) {
@@ -122,5 +127,7 @@ pub fn run(c: &ClusterCmd) -> CmdResult {
             print_plan(&r);
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "bench")]
+        ClusterCmd::Bench(a) => crate::cluster_bench::run_bench(a),
     }
 }

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "bench")]
+mod cluster_bench;
 mod cluster_cmd;
 mod dds_cmd;
 mod demo;
