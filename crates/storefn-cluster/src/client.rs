@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use storefn_kv::format::VALUE_BYTES;
 use storefn_kv::{RemoteKv, RemotePath};
 
-use crate::copy::connect;
+use crate::copy::{connect_as, Creds};
 use crate::etcd::Etcd;
 use crate::layout::ROOT;
 use crate::limits::{MAX_ATTEMPTS, RETRY_BACKOFF, RETRY_BACKOFF_MAX, RETRY_BUDGET, SUSPECT_FOR};
@@ -50,6 +50,7 @@ pub struct ClusterClient {
     rr: usize,
     cache_levels: u32,
     stats: ClusterStats,
+    creds: Creds,
 }
 
 impl ClusterClient {
@@ -58,6 +59,19 @@ impl ClusterClient {
     /// # Errors
     /// etcd unreachable, no such collection.
     pub fn connect(endpoints: &str, c: &str) -> Result<ClusterClient, ClusterError> {
+        Self::connect_as(endpoints, c, Creds::default())
+    }
+
+    /// [`ClusterClient::connect`], reaching the servers as `creds` (servers started with a
+    /// token file).
+    ///
+    /// # Errors
+    /// etcd unreachable, no such collection.
+    pub fn connect_as(
+        endpoints: &str,
+        c: &str,
+        creds: Creds,
+    ) -> Result<ClusterClient, ClusterError> {
         let etcd = Etcd::connect(endpoints)?;
         let first = Placement::load(&etcd, c, None)?;
         let placement = Arc::new(Mutex::new(Arc::new(first)));
@@ -77,6 +91,7 @@ impl ClusterClient {
             rr: 0,
             cache_levels: 1,
             stats: ClusterStats::default(),
+            creds,
         })
     }
 
@@ -326,7 +341,7 @@ impl ClusterClient {
     ) -> Result<(), String> {
         let key = (id, node.to_string());
         if !self.kvs.contains_key(&key) {
-            let mut cl = connect(addr).map_err(|e| e.to_string())?;
+            let mut cl = connect_as(addr, &self.creds).map_err(|e| e.to_string())?;
             cl.set_fence(Some(version));
             let kv = RemoteKv::open(cl, file, self.cache_levels).map_err(|e| e.to_string())?;
             self.kvs.insert(key.clone(), kv);

@@ -227,3 +227,62 @@ fn a_multiget_spanning_every_shard_equals_one_servers_answers() {
     one.stop();
     let _ = one.join();
 }
+
+/// Servers started with a token file accept a copy (and lookups) from a copier holding a
+/// token, refuse one without, and their leader re-replicates with the server's own token.
+#[test]
+fn token_servers_take_authenticated_copies_only() {
+    let Some(e) = up() else { return };
+    let et = etcd(&e.client_addr);
+    let work = TempDir::new("tokens");
+    let tokens = work.0.join("tokens");
+    std::fs::write(&tokens, "ops s3cret-ops-0123456789 rw\n").unwrap();
+    let mut servers: Vec<ServerProc> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|n| {
+            let listen = format!("127.0.0.1:{}", free_port());
+            ServerProc::start_with_tokens(
+                "child_serve",
+                n,
+                &listen,
+                &e.client_addr,
+                None,
+                Some(&tokens),
+            )
+        })
+        .collect();
+    let spec = |c: &str| CreateSpec { collection: c.into(), layers: 2, shards: 3, replicas: 2 };
+    // No token: the copy is refused, nothing is published.
+    let err = create(&et, &spec("open"), &work.0).unwrap_err().to_string();
+    assert!(err.contains("AUTH") || err.to_lowercase().contains("auth"), "{err}");
+    let st = status(&et, "open").unwrap();
+    assert!(st.shards.iter().all(|s| s.replicas.is_empty()), "{:?}", st.shards);
+    // A wrong secret: refused too.
+    let wrong = storefn_cluster::Creds::token("ops", "guess-guess-guess-guess");
+    assert!(storefn_cluster::create_as(&et, &spec("wrong"), &work.0, &wrong).is_err());
+    // The server's token: every shard on 2 replicas, and lookups answered with it.
+    let creds = storefn_cluster::Creds::from_token_file(&tokens).unwrap();
+    let shards = storefn_cluster::create_as(&et, &spec("closed"), &work.0, &creds).unwrap();
+    assert!(shards.iter().all(|s| s.replicas.len() == 2));
+    let mut c = ClusterClient::connect_as(&e.client_addr, "closed", creds.clone()).unwrap();
+    check_all_shards(&mut c, RemotePath::Pushdown);
+    let mut anon = ClusterClient::connect(&e.client_addr, "closed").unwrap();
+    assert!(anon.get(0, RemotePath::Pushdown).is_err(), "an unauthenticated lookup answered");
+    // kill -9 of a server: the leader copies its shards to the third with its own token.
+    let gone = shards[0].replicas[0].clone();
+    servers.iter_mut().find(|s| s.node == gone).unwrap().kill9();
+    let back = wait_for(Duration::from_secs(LEASE_TTL_SECS as u64 + 25), || {
+        status(&et, "closed").is_ok_and(|st| {
+            st.shards.iter().all(|s| s.replicas.len() == 2 && !s.replicas.contains(&gone))
+        })
+    });
+    let logs: Vec<String> = servers.iter().map(ServerProc::log).collect();
+    assert!(
+        back.is_some(),
+        "not re-replicated: {:?} {logs:?}",
+        status(&et, "closed").unwrap().shards
+    );
+    drop(c);
+    let mut c = ClusterClient::connect_as(&e.client_addr, "closed", creds).unwrap();
+    check_all_shards(&mut c, RemotePath::Pushdown);
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use storefn_cluster::{Etcd, NodeAgent, NodeConfig};
+use storefn_cluster::{Creds, Etcd, NodeAgent, NodeConfig};
 use storefn_server::{Server, ServerConfig};
 
 /// The environment a child server reads.
@@ -21,14 +21,20 @@ pub fn child_main() {
     let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let f: Vec<&str> = spec.split('|').collect();
     let (dir, listen, etcd, node, advertise) = (f[0], f[1], f[2], f[3], f[4]);
+    // A sixth field: a token file the server requires (and its leader copies with).
+    let tokens = f.get(5).filter(|t| !t.is_empty()).map(std::path::Path::new);
     let agent = NodeAgent::start(NodeConfig {
         endpoints: etcd.into(),
         id: node.into(),
         advertise: advertise.into(),
         dir: dir.into(),
+        creds: tokens.map_or_else(Creds::default, |t| Creds::from_token_file(t).expect("tokens")),
     })
     .expect("agent");
     let mut cfg = ServerConfig::new(std::path::Path::new(dir));
+    if let Some(t) = tokens {
+        cfg.tokens = Some(storefn_server::load_tokens(t).expect("tokens"));
+    }
     cfg.fence = Some(agent.fence());
     let server = Server::start(listen, cfg).expect("server");
     println!("child ready {}", server.local_addr());
@@ -97,6 +103,18 @@ impl ServerProc {
         etcd: &str,
         netns: Option<&str>,
     ) -> ServerProc {
+        Self::start_with_tokens(test, node, listen, etcd, netns, None)
+    }
+
+    /// [`ServerProc::start`], the server requiring the tokens of `tokens` (a token file).
+    pub fn start_with_tokens(
+        test: &str,
+        node: &str,
+        listen: &str,
+        etcd: &str,
+        netns: Option<&str>,
+        tokens: Option<&std::path::Path>,
+    ) -> ServerProc {
         let dir = TempDir::new(node);
         let exe = std::env::current_exe().unwrap();
         let mut cmd = match netns {
@@ -107,7 +125,8 @@ impl ServerProc {
             }
             None => Command::new(&exe),
         };
-        let spec = format!("{}|{listen}|{etcd}|{node}|{listen}", dir.0.display());
+        let tokens = tokens.map(|t| t.display().to_string()).unwrap_or_default();
+        let spec = format!("{}|{listen}|{etcd}|{node}|{listen}|{tokens}", dir.0.display());
         let log = std::fs::File::create(dir.0.join("log")).unwrap();
         let child = cmd
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
