@@ -52,7 +52,10 @@ pub(crate) fn leader_loop(
                     lead(&etcd, id, creds, l, lease, stop);
                 }
                 Ok(false) => {}
-                Err(_) => break, // reconnect
+                Err(e) => {
+                    eprintln!("cluster leader {id}: campaign: {e}");
+                    break; // reconnect
+                }
             }
         }
     }
