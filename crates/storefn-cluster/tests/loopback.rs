@@ -268,6 +268,20 @@ fn token_servers_take_authenticated_copies_only() {
     check_all_shards(&mut c, RemotePath::Pushdown);
     let mut anon = ClusterClient::connect(&e.client_addr, "closed").unwrap();
     assert!(anon.get(0, RemotePath::Pushdown).is_err(), "an unauthenticated lookup answered");
+    // The checked load (`kv bench --cluster --token-file`) as the tenant.
+    let load = storefn_cluster::LoadSpec {
+        endpoints: e.client_addr.clone(),
+        collection: "closed".into(),
+        threads: 2,
+        requests: Some(64),
+        batch: 8,
+        path: RemotePath::Pushdown,
+        seed: 3,
+        max_time: Duration::from_secs(30),
+        creds: creds.clone(),
+    };
+    let r = storefn_cluster::run_load(&load, &std::sync::atomic::AtomicBool::new(false)).unwrap();
+    assert_eq!((r.lookups, r.wrong, r.failed), (128, 0, 0), "{:?}", r.errors);
     // kill -9 of a server: the leader copies its shards to the third with its own token.
     let gone = shards[0].replicas[0].clone();
     servers.iter_mut().find(|s| s.node == gone).unwrap().kill9();

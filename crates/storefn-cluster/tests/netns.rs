@@ -72,6 +72,7 @@ fn load_at(endpoints: &str, c: &str, max: Duration) -> LoadSpec {
         path: RemotePath::Pushdown,
         seed: 7,
         max_time: max,
+        creds: storefn_cluster::Creds::default(),
     }
 }
 

@@ -141,6 +141,7 @@ fn load_spec(spec: &BenchSpec, endpoint: &str, threads: usize, max: Duration) ->
         path: RemotePath::Pushdown,
         seed: spec.seed,
         max_time: max,
+        creds: crate::Creds::default(),
     }
 }
 
