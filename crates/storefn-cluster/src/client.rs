@@ -4,7 +4,7 @@
 //! [`MAX_ATTEMPTS`] and [`RETRY_BUDGET`]. With etcd down it keeps routing by the last
 //! placement it read.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use storefn_kv::layout::tree::VALUE_BYTES;
 use storefn_kv::{RemoteKv, RemotePath};
 
-use crate::copy::connect;
+use crate::copy::{connect_as, Creds};
 use crate::etcd::Etcd;
 use crate::layout::ROOT;
 use crate::limits::{MAX_ATTEMPTS, RETRY_BACKOFF, RETRY_BACKOFF_MAX, RETRY_BUDGET, SUSPECT_FOR};
@@ -31,11 +31,14 @@ pub struct ClusterStats {
     pub retries: u64,
     /// Of those, fencing refusals (`STALE_PLACEMENT`).
     pub refusals: u64,
+    /// The most shard batches one call had in flight at once.
+    pub most_in_flight: u64,
 }
 
 type Value = Option<[u8; VALUE_BYTES]>;
 
-/// A client of one collection.
+/// A client of one collection. Not shared between threads: a thread (or a load's worker)
+/// has its own, each with its own connections.
 #[derive(Debug)]
 pub struct ClusterClient {
     collection: String,
@@ -47,6 +50,7 @@ pub struct ClusterClient {
     rr: usize,
     cache_levels: u32,
     stats: ClusterStats,
+    creds: Creds,
 }
 
 impl ClusterClient {
@@ -55,6 +59,19 @@ impl ClusterClient {
     /// # Errors
     /// etcd unreachable, no such collection.
     pub fn connect(endpoints: &str, c: &str) -> Result<ClusterClient, ClusterError> {
+        Self::connect_as(endpoints, c, Creds::default())
+    }
+
+    /// [`ClusterClient::connect`], reaching the servers as `creds` (servers started with a
+    /// token file).
+    ///
+    /// # Errors
+    /// etcd unreachable, no such collection.
+    pub fn connect_as(
+        endpoints: &str,
+        c: &str,
+        creds: Creds,
+    ) -> Result<ClusterClient, ClusterError> {
         let etcd = Etcd::connect(endpoints)?;
         let first = Placement::load(&etcd, c, None)?;
         let placement = Arc::new(Mutex::new(Arc::new(first)));
@@ -74,6 +91,7 @@ impl ClusterClient {
             rr: 0,
             cache_levels: 1,
             stats: ClusterStats::default(),
+            creds,
         })
     }
 
@@ -96,14 +114,16 @@ impl ClusterClient {
         Ok(self.get_many(&[key], path)?.remove(0))
     }
 
-    /// Looks `keys` up: one batch per shard, each sent to one replica.
+    /// Looks `keys` up: one batch per shard, each sent to one replica, every shard's batch in
+    /// flight at once (pushdown: all sent before the first answer is awaited; rpc-read: one
+    /// thread per shard); a batch whose replica failed moves to another one.
     ///
     /// # Errors
     /// A key outside the keyspace; a shard none of whose replicas answered within the budget.
     pub fn get_many(&mut self, keys: &[u64], path: RemotePath) -> Result<Vec<Value>, ClusterError> {
         self.stats.lookups += keys.len() as u64;
         let p = self.placement();
-        let mut groups: HashMap<u32, Vec<usize>> = HashMap::new();
+        let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, &k) in keys.iter().enumerate() {
             let s = p.route(k).ok_or_else(|| ClusterError::NoRoute {
                 collection: self.collection.clone(),
@@ -112,37 +132,152 @@ impl ClusterClient {
             })?;
             groups.entry(s.id).or_default().push(i);
         }
+        let batches: Vec<Batch> = groups
+            .into_iter()
+            .map(|(id, idx)| {
+                let keys = idx.iter().map(|&i| keys[i]).collect();
+                Batch { id, idx, keys }
+            })
+            .collect();
+        let mut vals: Vec<Option<Vec<Value>>> = vec![None; batches.len()];
+        let mut errs: Vec<Option<String>> = vec![None; batches.len()];
+        self.rr = self.rr.wrapping_add(1);
+        match path {
+            RemotePath::Pushdown => self.push_all(&p, &batches, &mut vals, &mut errs),
+            RemotePath::RpcRead => self.rpc_all(&p, &batches, &mut vals, &mut errs),
+        }
         let mut out = vec![None; keys.len()];
-        let mut ids: Vec<u32> = groups.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let idx = &groups[&id];
-            let ks: Vec<u64> = idx.iter().map(|&i| keys[i]).collect();
-            let vals = self.shard_batch(id, &ks, path)?;
-            for (&i, v) in idx.iter().zip(vals) {
+        for ((b, v), e) in batches.iter().zip(vals).zip(errs) {
+            let v = match v {
+                Some(v) => v,
+                None => self.shard_batch(b.id, &b.keys, path, e.unwrap_or_default())?,
+            };
+            for (&i, v) in b.idx.iter().zip(v) {
                 out[i] = v;
             }
         }
         Ok(out)
     }
 
-    /// One shard's batch, moved between replicas until one answers or the budget is spent.
+    /// The first attempt of every batch, pushdown: each sent on its replica's connection,
+    /// then each answer gathered.
+    fn push_all(
+        &mut self,
+        p: &Placement,
+        batches: &[Batch],
+        vals: &mut [Option<Vec<Value>>],
+        errs: &mut [Option<String>],
+    ) {
+        let mut pending = Vec::with_capacity(batches.len());
+        for (b, batch) in batches.iter().enumerate() {
+            let sent = self.open_first(p, batch.id).and_then(|(node, addr)| {
+                let kv = self.kvs.get_mut(&(batch.id, node.clone())).expect("opened");
+                match kv.push_send(&batch.keys) {
+                    Ok(s) => Ok((node, s)),
+                    Err(e) => Err(self.failed(batch.id, &node, &addr, &e.to_string())),
+                }
+            });
+            match sent {
+                Ok((node, s)) => pending.push((b, node, s)),
+                Err(e) => errs[b] = Some(e),
+            }
+        }
+        self.stats.most_in_flight = self.stats.most_in_flight.max(pending.len() as u64);
+        for (b, node, s) in pending {
+            let batch = &batches[b];
+            let kv = self.kvs.get_mut(&(batch.id, node.clone())).expect("opened");
+            let addr = kv.client().addr().to_string();
+            match kv.push_finish(&batch.keys, s) {
+                Ok(v) => vals[b] = Some(v),
+                Err(e) => errs[b] = Some(self.failed(batch.id, &node, &addr, &e.to_string())),
+            }
+        }
+    }
+
+    /// The first attempt of every batch, rpc-read (a lookup is several round trips): one
+    /// thread per batch, each on its replica's connection.
+    fn rpc_all(
+        &mut self,
+        p: &Placement,
+        batches: &[Batch],
+        vals: &mut [Option<Vec<Value>>],
+        errs: &mut [Option<String>],
+    ) {
+        let mut taken = Vec::with_capacity(batches.len());
+        for (b, batch) in batches.iter().enumerate() {
+            match self.open_first(p, batch.id) {
+                Ok((node, addr)) => {
+                    let kv = self.kvs.remove(&(batch.id, node.clone())).expect("opened");
+                    taken.push((b, node, addr, kv));
+                }
+                Err(e) => errs[b] = Some(e),
+            }
+        }
+        self.stats.most_in_flight = self.stats.most_in_flight.max(taken.len() as u64);
+        let done: Vec<_> = std::thread::scope(|sc| {
+            let hs: Vec<_> = taken
+                .into_iter()
+                .map(|(b, node, addr, mut kv)| {
+                    let keys = &batches[b].keys;
+                    sc.spawn(move || {
+                        let r = kv.get_many(keys, RemotePath::RpcRead).map_err(|e| e.to_string());
+                        (b, node, addr, kv, r)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("a lookup thread does not panic")).collect()
+        });
+        for (b, node, addr, kv, r) in done {
+            let id = batches[b].id;
+            self.kvs.insert((id, node.clone()), kv);
+            match r {
+                Ok(v) => vals[b] = Some(v),
+                Err(e) => errs[b] = Some(self.failed(id, &node, &addr, &e)),
+            }
+        }
+    }
+
+    /// Picks shard `id`'s replica for a first attempt and opens its connection.
+    fn open_first(&mut self, p: &Placement, id: u32) -> Result<(String, String), String> {
+        let Some(s) = p.shards.get(id as usize).and_then(Option::as_ref) else {
+            return Err(format!("shard {id} has no usable record"));
+        };
+        let Some((node, addr)) = self.pick(p, s, 0) else {
+            return Err(format!("shard {id}: no live replica"));
+        };
+        self.stats.batches += 1;
+        match self.open(id, &node, &addr, &s.file, s.version) {
+            Ok(()) => Ok((node, addr)),
+            Err(e) => Err(self.failed(id, &node, &addr, &e)),
+        }
+    }
+
+    /// Notes a replica's failure (its connection dropped, the node suspected); the message.
+    fn failed(&mut self, id: u32, node: &str, addr: &str, e: &str) -> String {
+        if e.contains("STALE_PLACEMENT") {
+            self.stats.refusals += 1;
+        }
+        self.kvs.remove(&(id, node.to_string()));
+        self.suspect.insert(node.to_string(), Instant::now());
+        format!("{node} ({addr}): {e}")
+    }
+
+    /// One shard's batch after a failed first attempt (`first`: its error), moved between
+    /// replicas until one answers or the budget is spent.
     fn shard_batch(
         &mut self,
         id: u32,
         keys: &[u64],
         path: RemotePath,
+        first: String,
     ) -> Result<Vec<Value>, ClusterError> {
         let t0 = Instant::now();
-        let mut errors = Vec::new();
-        self.rr = self.rr.wrapping_add(1);
-        for attempt in 0..MAX_ATTEMPTS {
-            if attempt > 0 {
-                self.stats.retries += 1;
-                // Give the watch a moment to bring the placement that routes around the failure.
-                let pause = RETRY_BACKOFF.saturating_mul(1 << (attempt - 1).min(16));
-                std::thread::sleep(pause.min(RETRY_BACKOFF_MAX));
-            }
+        let mut errors = vec![first];
+        for attempt in 1..MAX_ATTEMPTS {
+            self.stats.retries += 1;
+            // Give the watch a moment to bring the placement that routes around the failure.
+            let pause = RETRY_BACKOFF.saturating_mul(1 << (attempt - 1).min(16));
+            std::thread::sleep(pause.min(RETRY_BACKOFF_MAX));
             if t0.elapsed() > RETRY_BUDGET {
                 break;
             }
@@ -156,15 +291,15 @@ impl ClusterClient {
                 continue;
             };
             self.stats.batches += 1;
-            match self.try_on(id, &node, &addr, &s.file, s.version, keys, path) {
+            let r = self.open(id, &node, &addr, &s.file, s.version).and_then(|()| {
+                let kv = self.kvs.get_mut(&(id, node.clone())).expect("opened");
+                kv.get_many(keys, path).map_err(|e| e.to_string())
+            });
+            match r {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    if e.contains("STALE_PLACEMENT") {
-                        self.stats.refusals += 1;
-                    }
-                    self.kvs.remove(&(id, node.clone()));
-                    self.suspect.insert(node.clone(), Instant::now());
-                    errors.push(format!("{node} ({addr}): {e}"));
+                    let m = self.failed(id, &node, &addr, &e);
+                    errors.push(m);
                 }
             }
         }
@@ -176,7 +311,7 @@ impl ClusterClient {
         })
     }
 
-    /// The replica of attempt `attempt`: round robin from the batch's turn, suspects last.
+    /// The replica of attempt `attempt`: round robin from the call's turn, suspects last.
     fn pick(
         &self,
         p: &Placement,
@@ -188,35 +323,40 @@ impl ClusterClient {
             return None;
         }
         let n = live.len();
-        live.rotate_left(self.rr % n);
+        live.rotate_left(self.rr.wrapping_add(s.id as usize) % n);
         let fresh = |id: &str| self.suspect.get(id).is_none_or(|t| t.elapsed() > SUSPECT_FOR);
         live.sort_by_key(|r| !fresh(&r.id)); // stable: keeps the rotation among equals
         let r = live[attempt as usize % n];
         Some((r.id.clone(), r.addr.clone()))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn try_on(
+    /// Opens (once) shard `id`'s connection to `node`, fenced by the shard's `version`.
+    fn open(
         &mut self,
         id: u32,
         node: &str,
         addr: &str,
         file: &str,
         version: u64,
-        keys: &[u64],
-        path: RemotePath,
-    ) -> Result<Vec<Value>, String> {
+    ) -> Result<(), String> {
         let key = (id, node.to_string());
         if !self.kvs.contains_key(&key) {
-            let mut cl = connect(addr).map_err(|e| e.to_string())?;
+            let mut cl = connect_as(addr, &self.creds).map_err(|e| e.to_string())?;
             cl.set_fence(Some(version));
             let kv = RemoteKv::open(cl, file, self.cache_levels).map_err(|e| e.to_string())?;
             self.kvs.insert(key.clone(), kv);
         }
         let kv = self.kvs.get_mut(&key).expect("inserted");
         kv.client().set_fence(Some(version));
-        kv.get_many(keys, path).map_err(|e| e.to_string())
+        Ok(())
     }
+}
+
+/// One shard's part of a call: the keys' positions in the call and the keys.
+struct Batch {
+    id: u32,
+    idx: Vec<usize>,
+    keys: Vec<u64>,
 }
 
 impl Drop for ClusterClient {

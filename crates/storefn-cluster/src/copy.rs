@@ -26,13 +26,62 @@ pub fn meta_of(file: &str) -> String {
     format!("{file}{}", storefn_kv::layout::tree::META_SUFFIX)
 }
 
+/// Who the cluster's copiers and clients are to servers started with a token file: a tenant
+/// and its secret, or nobody (servers without tokens).
+#[derive(Clone, Default)]
+pub struct Creds(Option<(String, Vec<u8>)>);
+
+impl std::fmt::Debug for Creds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        f.debug_tuple("Creds").field(&self.0.as_ref().map(|t| &t.0)).finish()
+    }
+}
+
+impl Creds {
+    /// Tenant `tenant` holding `secret`.
+    #[must_use]
+    pub fn token(tenant: impl Into<String>, secret: impl Into<Vec<u8>>) -> Creds {
+        Creds(Some((tenant.into(), secret.into())))
+    }
+
+    /// The first token of a token file (`TENANT SECRET ...` lines, as `storefn serve
+    /// --token-file` reads them): a server copies with its own first token.
+    ///
+    /// # Errors
+    /// The file does not read or holds no valid token.
+    pub fn from_token_file(path: &std::path::Path) -> Result<Creds, ClusterError> {
+        let t = storefn_server::load_tokens(path)
+            .map_err(|e| ClusterError::Invalid(e.to_string()))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClusterError::Invalid(format!("{}: no token", path.display())))?;
+        Ok(Creds::token(t.tenant, t.secret))
+    }
+
+    fn config(&self) -> ClientConfig {
+        let base = match &self.0 {
+            Some((t, s)) => ClientConfig::with_secret(t.clone(), s.clone()),
+            None => ClientConfig::default(),
+        };
+        ClientConfig { timeout: SERVER_TIMEOUT, ..base }
+    }
+}
+
 /// A client of the cluster's servers: short timeouts, the default tenant.
 ///
 /// # Errors
 /// Connect failures.
 pub fn connect(addr: &str) -> Result<Client, ClusterError> {
-    let cfg = ClientConfig { timeout: SERVER_TIMEOUT, ..ClientConfig::default() };
-    Client::connect(addr, cfg).map_err(|e| ClusterError::server(addr, "connect", &e))
+    connect_as(addr, &Creds::default())
+}
+
+/// A client of the cluster's servers as `creds`.
+///
+/// # Errors
+/// Connect (and authentication) failures.
+pub fn connect_as(addr: &str, creds: &Creds) -> Result<Client, ClusterError> {
+    Client::connect(addr, creds.config()).map_err(|e| ClusterError::server(addr, "connect", &e))
 }
 
 /// Reads `len` bytes of `path` from a server in READ-sized pieces (pipelined).
@@ -88,8 +137,8 @@ fn write_all(c: &mut Client, path: &str, data: &[u8]) -> Result<(), ClusterError
 ///
 /// # Errors
 /// As [`read_all`]; `CopyFailed` on a checksum mismatch.
-pub fn fetch(addr: &str, s: &ShardRecord) -> Result<ShardBytes, ClusterError> {
-    let mut c = connect(addr)?;
+pub fn fetch(addr: &str, s: &ShardRecord, creds: &Creds) -> Result<ShardBytes, ClusterError> {
+    let mut c = connect_as(addr, creds)?;
     let file = read_all(&mut c, &s.file, s.bytes)?;
     let meta = read_all(&mut c, &meta_of(&s.file), s.meta_bytes)?;
     verify(addr, s, &file, &meta)?;
@@ -151,6 +200,7 @@ pub fn copy_to(
     id: u32,
     target: &NodeRecord,
     bytes: &ShardBytes,
+    creds: &Creds,
 ) -> Result<ShardRecord, ClusterError> {
     let key = shard_key(c, id);
     let s = update_shard(etcd, &key, &[], |s| {
@@ -166,7 +216,7 @@ pub fn copy_to(
     if s.replicas.contains(&target.id) {
         return Ok(s);
     }
-    let res = push(etcd, c, &s, target, bytes);
+    let res = push(etcd, c, &s, target, bytes, creds);
     let rk = ready_key(c, id, &target.id);
     let done = res.is_ok();
     let publish = update_shard(etcd, &key, &[Op::Delete { key: rk }], |s| {
@@ -187,6 +237,7 @@ fn push(
     s: &ShardRecord,
     target: &NodeRecord,
     bytes: &ShardBytes,
+    creds: &Creds,
 ) -> Result<(), ClusterError> {
     verify("source", s, &bytes.file, &bytes.meta)?;
     let rk = ready_key(c, s.id, &target.id);
@@ -200,7 +251,7 @@ fn push(
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let mut cl = connect(&target.addr)?;
+    let mut cl = connect_as(&target.addr, creds)?;
     // The sidecar last: a reader that finds it finds the whole tree before it.
     write_all(&mut cl, &s.file, &bytes.file)?;
     write_all(&mut cl, &meta_of(&s.file), &bytes.meta)?;

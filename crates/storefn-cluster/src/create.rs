@@ -8,7 +8,7 @@ use storefn_kv::bpfkv_value;
 use storefn_kv::meta_path;
 use storefn_kv::NodeSize;
 
-use crate::copy::{copy_to, update_shard, ShardBytes};
+use crate::copy::{copy_to, update_shard, Creds, ShardBytes};
 use crate::etcd::{Etcd, Guard, Op};
 use crate::layout::{
     check_name, coll_key, encode, shard_file, shard_key, CollectionRecord, NodeRecord, Routing,
@@ -97,6 +97,19 @@ pub fn create(
     spec: &CreateSpec,
     work: &Path,
 ) -> Result<Vec<ShardRecord>, ClusterError> {
+    create_as(etcd, spec, work, &Creds::default())
+}
+
+/// [`create`], copying as `creds` (servers started with a token file).
+///
+/// # Errors
+/// As [`create`]; a server that refuses `creds`.
+pub fn create_as(
+    etcd: &Etcd,
+    spec: &CreateSpec,
+    work: &Path,
+    creds: &Creds,
+) -> Result<Vec<ShardRecord>, ClusterError> {
     let keys = spec.check()?;
     let (nodes, _) = load_nodes(etcd)?;
     if (nodes.len() as u32) < spec.replicas {
@@ -155,7 +168,7 @@ pub fn create(
         })?;
         let mut last = None;
         for t in targets {
-            last = Some(copy_to(etcd, c, id as u32, t, b)?);
+            last = Some(copy_to(etcd, c, id as u32, t, b, creds)?);
         }
         out.extend(last);
     }

@@ -1,9 +1,15 @@
 //! A blocking face over the async etcd v3 client (`etcd-client`, gRPC): the rest of the crate
 //! and the server's threads are synchronous, so each [`Etcd`] owns a small runtime and every
 //! call is bounded by [`ETCD_CALL_TIMEOUT`].
+//!
+//! One member at a time: the connection goes to the first member of the list that answers,
+//! and a call that fails moves it to the next one (the gRPC balancer over every endpoint kept
+//! sending lease renewals to a killed member long enough for leases to expire).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{
@@ -38,8 +44,66 @@ pub enum Op {
 /// A connection to an etcd cluster.
 pub struct Etcd {
     rt: tokio::runtime::Runtime,
-    client: Client,
+    conn: Arc<Conn>,
     endpoints: String,
+}
+
+/// The member connected to, shared with the watch tasks.
+struct Conn {
+    urls: Vec<String>,
+    /// Index into `urls` of the member `client` talks to; moves on a failure.
+    at: AtomicUsize,
+    client: Mutex<Client>,
+}
+
+fn connect_opts() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(ETCD_CALL_TIMEOUT)
+        .with_timeout(ETCD_CALL_TIMEOUT)
+        .with_keep_alive(Duration::from_secs(1), ETCD_CALL_TIMEOUT)
+}
+
+/// The first member from `urls[from]` on (wrapping) that accepts a connection.
+async fn connect_from(urls: &[String], from: usize) -> Result<(usize, Client), String> {
+    let mut last = String::from("no endpoint");
+    for k in 0..urls.len() {
+        let i = (from + k) % urls.len();
+        // The client connects lazily: a status call proves the member answers.
+        let probe = async {
+            let mut c = Client::connect([urls[i].clone()], Some(connect_opts())).await?;
+            c.status().await?;
+            Ok::<_, etcd_client::Error>(c)
+        };
+        match tokio::time::timeout(ETCD_CALL_TIMEOUT, probe).await {
+            Ok(Ok(c)) => return Ok((i, c)),
+            Ok(Err(e)) => last = format!("{}: {e}", urls[i]),
+            Err(e) => last = format!("{}: {e}", urls[i]),
+        }
+    }
+    Err(last)
+}
+
+impl Conn {
+    fn client(&self) -> (usize, Client) {
+        // Relaxed: `at` only names which member; the client under the lock is what is used.
+        let c = self.client.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        (self.at.load(Ordering::Relaxed), c)
+    }
+
+    /// After a failure on member `seen`: the next member that answers (once per failure:
+    /// another caller may have moved already).
+    async fn fail_over(&self, seen: usize) {
+        if self.urls.len() < 2 || self.at.load(Ordering::Relaxed) != seen {
+            return;
+        }
+        if let Ok((i, c)) = connect_from(&self.urls, seen + 1).await {
+            let mut g = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.at.load(Ordering::Relaxed) == seen {
+                *g = c;
+                self.at.store(i, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Etcd {
@@ -82,17 +146,10 @@ impl Etcd {
             .enable_all()
             .build()
             .map_err(|e| err(endpoints, "runtime", e))?;
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(ETCD_CALL_TIMEOUT)
-            .with_timeout(ETCD_CALL_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), ETCD_CALL_TIMEOUT);
-        let client = rt
-            .block_on(async {
-                tokio::time::timeout(ETCD_CALL_TIMEOUT, Client::connect(urls, Some(opts))).await
-            })
-            .map_err(|e| err(endpoints, "connect", e))?
-            .map_err(|e| err(endpoints, "connect", e))?;
-        Ok(Etcd { rt, client, endpoints: endpoints.to_string() })
+        let (at, client) =
+            rt.block_on(connect_from(&urls, 0)).map_err(|e| err(endpoints, "connect", e))?;
+        let conn = Arc::new(Conn { urls, at: AtomicUsize::new(at), client: Mutex::new(client) });
+        Ok(Etcd { rt, conn, endpoints: endpoints.to_string() })
     }
 
     /// The endpoints this connection was made with.
@@ -106,11 +163,24 @@ impl Etcd {
         what: &str,
         f: impl FnOnce(Client) -> F,
     ) -> Result<T, ClusterError> {
-        let c = self.client.clone();
-        self.rt
+        let (at, c) = self.conn.client();
+        let r = self
+            .rt
             .block_on(async { tokio::time::timeout(ETCD_CALL_TIMEOUT, f(c)).await })
-            .map_err(|e| err(&self.endpoints, what, e))?
             .map_err(|e| err(&self.endpoints, what, e))
+            .and_then(|r| r.map_err(|e| err(&self.endpoints, what, e)));
+        self.after(at, &r);
+        r
+    }
+
+    /// Moves to the next member after a failed call (not after an answer that is an error
+    /// status of etcd's own, like the election's "no leader").
+    fn after<T>(&self, at: usize, r: &Result<T, ClusterError>) {
+        if let Err(ClusterError::Etcd { why, .. }) = r {
+            if !why.contains("no leader") {
+                self.rt.block_on(self.conn.fail_over(at));
+            }
+        }
     }
 
     /// Every key under `prefix`, sorted by key.
@@ -195,16 +265,19 @@ impl Etcd {
     /// # Errors
     /// As [`Etcd::get_prefix`].
     pub fn lease_renew(&self, lease: i64) -> Result<bool, ClusterError> {
-        let mut c = self.client.clone();
+        let (at, mut c) = self.conn.client();
         let f = async move {
             let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
             keeper.keep_alive().await?;
             Ok::<_, etcd_client::Error>(stream.message().await?.is_some_and(|r| r.ttl() > 0))
         };
-        self.rt
+        let r = self
+            .rt
             .block_on(async { tokio::time::timeout(RENEW_TIMEOUT, f).await })
-            .map_err(|e| err(&self.endpoints, "lease keepalive", e))?
             .map_err(|e| err(&self.endpoints, "lease keepalive", e))
+            .and_then(|r| r.map_err(|e| err(&self.endpoints, "lease keepalive", e)));
+        self.after(at, &r);
+        r
     }
 
     /// Revokes `lease`: every key bound to it is deleted now.
@@ -228,12 +301,16 @@ impl Etcd {
         wait: Duration,
     ) -> Result<bool, ClusterError> {
         let (n, v) = (name.to_string(), value.to_string());
-        let mut c = self.client.clone();
+        let (at, mut c) = self.conn.client();
         match self.rt.block_on(async { tokio::time::timeout(wait, c.campaign(n, v, lease)).await })
         {
             Err(_) => Ok(false),
             Ok(Ok(_)) => Ok(true),
-            Ok(Err(e)) => Err(err(&self.endpoints, "campaign", e)),
+            Ok(Err(e)) => {
+                let r = Err(err(&self.endpoints, "campaign", e));
+                self.after(at, &r);
+                r
+            }
         }
     }
 
@@ -254,13 +331,14 @@ impl Etcd {
     /// Watches `prefix` on the runtime: sends `()` on `tx` after every change (and after
     /// the watch is re-established following an error), until `tx`'s receiver is gone.
     pub fn watch_prefix(&self, prefix: &str, tx: Sender<()>) {
-        let (p, c) = (prefix.to_string(), self.client.clone());
+        let (p, c) = (prefix.to_string(), Arc::clone(&self.conn));
         self.rt.spawn(watch_loop(c, p, tx));
     }
 }
 
-async fn watch_loop(mut c: Client, prefix: String, tx: Sender<()>) {
+async fn watch_loop(conn: Arc<Conn>, prefix: String, tx: Sender<()>) {
     loop {
+        let (at, mut c) = conn.client();
         let opts = WatchOptions::new().with_prefix();
         if let Ok(Ok(mut stream)) =
             tokio::time::timeout(ETCD_CALL_TIMEOUT, c.watch(prefix.clone(), Some(opts))).await
@@ -275,6 +353,7 @@ async fn watch_loop(mut c: Client, prefix: String, tx: Sender<()>) {
                 }
             }
         }
+        conn.fail_over(at).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         if tx.send(()).is_err() {
             return;

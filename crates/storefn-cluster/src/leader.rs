@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use crate::copy::{copy_to, fetch, update_shard};
+use crate::copy::{copy_to, fetch, update_shard, Creds};
 use crate::etcd::Etcd;
 use crate::layout::{drained_key, shard_key, ELECTION};
 use crate::limits::LEADER_TICK;
@@ -28,7 +28,13 @@ pub struct PlanReport {
 }
 
 /// The leader thread of a server: campaign, then plan while leading.
-pub(crate) fn leader_loop(endpoints: &str, id: &str, lease: &AtomicI64, stop: &AtomicBool) {
+pub(crate) fn leader_loop(
+    endpoints: &str,
+    id: &str,
+    creds: &Creds,
+    lease: &AtomicI64,
+    stop: &AtomicBool,
+) {
     while !stop.load(Ordering::Relaxed) {
         let Ok(etcd) = Etcd::connect(endpoints) else {
             std::thread::sleep(LEADER_TICK);
@@ -43,23 +49,26 @@ pub(crate) fn leader_loop(endpoints: &str, id: &str, lease: &AtomicI64, stop: &A
             match etcd.campaign(ELECTION, id, l, Duration::from_secs(2)) {
                 Ok(true) => {
                     eprintln!("cluster leader {id}: elected");
-                    lead(&etcd, id, l, lease, stop);
+                    lead(&etcd, id, creds, l, lease, stop);
                 }
                 Ok(false) => {}
-                Err(_) => break, // reconnect
+                Err(e) => {
+                    eprintln!("cluster leader {id}: campaign: {e}");
+                    break; // reconnect
+                }
             }
         }
     }
 }
 
-fn lead(etcd: &Etcd, id: &str, my_lease: i64, lease: &AtomicI64, stop: &AtomicBool) {
+fn lead(etcd: &Etcd, id: &str, creds: &Creds, my_lease: i64, lease: &AtomicI64, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) && lease.load(Ordering::Relaxed) == my_lease {
         // Still the leader? (The election key goes with the lease.)
         match etcd.leader(ELECTION) {
             Ok(Some(l)) if l == id => {}
             _ => return,
         }
-        match plan(etcd, &[]) {
+        match plan_as(etcd, &[], creds) {
             Ok(r) => {
                 for (c, s, n) in &r.copied {
                     eprintln!("cluster leader {id}: copied {c} shard {s} to {n}");
@@ -83,6 +92,14 @@ fn lead(etcd: &Etcd, id: &str, my_lease: i64, lease: &AtomicI64, stop: &AtomicBo
 /// # Errors
 /// etcd unreachable.
 pub fn plan(etcd: &Etcd, drained: &[String]) -> Result<PlanReport, ClusterError> {
+    plan_as(etcd, drained, &Creds::default())
+}
+
+/// [`plan`], copying as `creds` (servers started with a token file).
+///
+/// # Errors
+/// etcd unreachable.
+pub fn plan_as(etcd: &Etcd, drained: &[String], creds: &Creds) -> Result<PlanReport, ClusterError> {
     let mut rep = PlanReport::default();
     let prefix = drained_key("");
     let mut drained = drained.to_vec();
@@ -99,7 +116,7 @@ pub fn plan(etcd: &Etcd, drained: &[String]) -> Result<PlanReport, ClusterError>
             }
         };
         rep.problems.extend(p.problems.iter().cloned());
-        plan_collection(etcd, &p, drained, &mut rep)?;
+        plan_collection(etcd, &p, drained, creds, &mut rep)?;
     }
     Ok(rep)
 }
@@ -108,6 +125,7 @@ fn plan_collection(
     etcd: &Etcd,
     p: &Placement,
     drained: &[String],
+    creds: &Creds,
     rep: &mut PlanReport,
 ) -> Result<(), ClusterError> {
     let c = &p.collection.name;
@@ -139,8 +157,8 @@ fn plan_collection(
                 s.replicas.iter().filter(|r| p.nodes.contains_key(*r)).collect();
             if let (Some(t), false) = (target, sources.is_empty()) {
                 let src = &p.nodes[sources[s.id as usize % sources.len()]];
-                let res =
-                    fetch(&src.addr, s).and_then(|b| copy_to(etcd, c, s.id, &p.nodes[&t], &b));
+                let res = fetch(&src.addr, s, creds)
+                    .and_then(|b| copy_to(etcd, c, s.id, &p.nodes[&t], &b, creds));
                 match res {
                     Ok(_) => {
                         rep.copied.push((c.clone(), s.id, t.clone()));

@@ -12,6 +12,8 @@
 //!
 //! Every bound is in [`limits`].
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod client;
 pub mod copy;
 mod create;
@@ -26,14 +28,15 @@ mod placement;
 mod status;
 
 pub use client::{ClusterClient, ClusterStats};
-pub use create::{build_shard, create, keyspace, split, CreateSpec};
+pub use copy::Creds;
+pub use create::{build_shard, create, create_as, keyspace, split, CreateSpec};
 pub use etcd::{endpoint_urls, Etcd, Guard, Kv, Op};
 pub use fence::{Holding, NodeFence};
-pub use leader::{plan, PlanReport};
+pub use leader::{plan, plan_as, PlanReport};
 pub use load::{run_load, BatchSample, LoadReport, LoadSpec};
 pub use node::{NodeAgent, NodeConfig};
 pub use placement::{collections, load_nodes, Placement};
-pub use status::{drain, status, Status, StatusNode, StatusShard};
+pub use status::{drain, drain_as, status, Status, StatusNode, StatusShard};
 
 /// Why a cluster operation failed.
 #[derive(Debug, thiserror::Error)]

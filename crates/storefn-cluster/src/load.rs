@@ -10,6 +10,7 @@ use storefn_kv::bpfkv_value;
 use storefn_kv::RemotePath;
 
 use crate::client::ClusterClient;
+use crate::copy::Creds;
 use crate::create::keyspace;
 use crate::ClusterError;
 
@@ -26,6 +27,8 @@ pub struct LoadSpec {
     pub seed: u64,
     /// A hard bound on the run's length.
     pub max_time: Duration,
+    /// Who the clients are to servers started with a token file.
+    pub creds: Creds,
 }
 
 /// One batch's outcome, in time order.
@@ -91,7 +94,7 @@ pub fn run_load(spec: &LoadSpec, stop: &AtomicBool) -> Result<LoadReport, Cluste
     let mut clients = Vec::new();
     let mut keys = 0;
     for _ in 0..spec.threads.max(1) {
-        let c = ClusterClient::connect(&spec.endpoints, &spec.collection)?;
+        let c = ClusterClient::connect_as(&spec.endpoints, &spec.collection, spec.creds.clone())?;
         keys = keyspace(c.placement().collection.layers)?;
         clients.push(c);
     }

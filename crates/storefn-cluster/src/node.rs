@@ -32,6 +32,9 @@ pub struct NodeConfig {
     pub advertise: String,
     /// The served directory (shard files live in its `cluster/` directory).
     pub dir: PathBuf,
+    /// Who this server's leader copies as (the server's own first token when it has a token
+    /// file: the other servers hold the same file).
+    pub creds: crate::copy::Creds,
 }
 
 /// State shared by the agent's threads.
@@ -76,7 +79,13 @@ impl NodeAgent {
         let leader = std::thread::Builder::new()
             .name(format!("cluster-leader-{}", shared.cfg.id))
             .spawn(move || {
-                crate::leader::leader_loop(&s.cfg.endpoints, &s.cfg.id, &s.lease, &s.stop);
+                crate::leader::leader_loop(
+                    &s.cfg.endpoints,
+                    &s.cfg.id,
+                    &s.cfg.creds,
+                    &s.lease,
+                    &s.stop,
+                );
             })
             .map_err(|e| ClusterError::Invalid(format!("leader thread: {e}")))?;
         Ok(NodeAgent { shared, threads: vec![agent, leader] })

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::etcd::Etcd;
 use crate::layout::check_name;
-use crate::leader::{plan, PlanReport};
+use crate::leader::PlanReport;
 use crate::placement::Placement;
 use crate::ClusterError;
 
@@ -73,12 +73,24 @@ pub fn status(etcd: &Etcd, c: &str) -> Result<Status, ClusterError> {
 /// # Errors
 /// etcd unreachable; a shard that could not be moved.
 pub fn drain(etcd: &Etcd, node: &str) -> Result<PlanReport, ClusterError> {
+    drain_as(etcd, node, &crate::copy::Creds::default())
+}
+
+/// [`drain`], copying as `creds` (servers started with a token file).
+///
+/// # Errors
+/// As [`drain`].
+pub fn drain_as(
+    etcd: &Etcd,
+    node: &str,
+    creds: &crate::copy::Creds,
+) -> Result<PlanReport, ClusterError> {
     check_name("--node", node)?;
     let drained = [node.to_string()];
     etcd.put(&crate::layout::drained_key(node), b"", None)?;
     let mut all = PlanReport::default();
     for _ in 0..64 {
-        let rep = plan(etcd, &drained)?;
+        let rep = crate::leader::plan_as(etcd, &drained, creds)?;
         let idle = rep.copied.is_empty() && rep.dropped.is_empty();
         all.copied.extend(rep.copied);
         all.dropped.extend(rep.dropped);

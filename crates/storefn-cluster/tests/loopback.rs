@@ -186,3 +186,117 @@ fn bad_placement_records_are_reported_not_followed() {
     let err = Placement::load(&et, "junk", None).unwrap_err().to_string();
     assert!(err.contains("/storefn/coll/junk"), "{err}");
 }
+
+/// A multiget whose keys span every shard (each shard's batch in flight at once) answers
+/// exactly what one server holding the whole, unsplit keyspace answers, on both paths.
+#[test]
+fn a_multiget_spanning_every_shard_equals_one_servers_answers() {
+    let Some(e) = up() else { return };
+    let et = etcd(&e.client_addr);
+    let _servers: Vec<ServerProc> = ["m1", "m2", "m3"].iter().map(|n| server(n, &e)).collect();
+    let work = TempDir::new("work");
+    let spec = CreateSpec { collection: "mg".into(), layers: 3, shards: 6, replicas: 2 };
+    let shards = create(&et, &spec, &work.0).unwrap();
+    // The reference: one plain server serving one BPF-KV file of the whole keyspace.
+    let whole = TempDir::new("whole");
+    storefn_kv::create_bpfkv(
+        &whole.0.join("all.kv"),
+        storefn_kv::NodeSize::B512,
+        3,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let one =
+        storefn_server::Server::start("127.0.0.1:0", storefn_server::ServerConfig::new(&whole.0))
+            .unwrap();
+    let cl = Client::connect(&one.local_addr().to_string(), ClientConfig::default()).unwrap();
+    let mut reference = storefn_kv::RemoteKv::open(cl, "all.kv", 1).unwrap();
+    // Every shard's bounds and middle, and a spread of others, in an order that interleaves
+    // the shards.
+    let mut keys: Vec<u64> = shards.iter().flat_map(|s| [s.hi, s.lo, (s.lo + s.hi) / 2]).collect();
+    keys.extend((0..200u64).map(|i| (i * 7919 + 13) % 31u64.pow(3)));
+    let mut c = ClusterClient::connect(&e.client_addr, "mg").unwrap();
+    for path in [RemotePath::Pushdown, RemotePath::RpcRead] {
+        let got = c.get_many(&keys, path).unwrap();
+        let want = reference.get_many(&keys, path).unwrap();
+        assert_eq!(got, want, "{path:?}");
+        assert!(want.iter().zip(&keys).all(|(v, k)| *v == Some(bpfkv_value(*k))));
+        assert_eq!(c.stats().most_in_flight, 6, "every shard's batch in flight at once");
+    }
+    assert_eq!(c.stats().retries, 0);
+    one.stop();
+    let _ = one.join();
+}
+
+/// Servers started with a token file accept a copy (and lookups) from a copier holding a
+/// token, refuse one without, and their leader re-replicates with the server's own token.
+#[test]
+fn token_servers_take_authenticated_copies_only() {
+    let Some(e) = up() else { return };
+    let et = etcd(&e.client_addr);
+    let work = TempDir::new("tokens");
+    let tokens = work.0.join("tokens");
+    std::fs::write(&tokens, "ops s3cret-ops-0123456789 rw\n").unwrap();
+    let mut servers: Vec<ServerProc> = ["t1", "t2", "t3"]
+        .iter()
+        .map(|n| {
+            let listen = format!("127.0.0.1:{}", free_port());
+            ServerProc::start_with_tokens(
+                "child_serve",
+                n,
+                &listen,
+                &e.client_addr,
+                None,
+                Some(&tokens),
+            )
+        })
+        .collect();
+    let spec = |c: &str| CreateSpec { collection: c.into(), layers: 2, shards: 3, replicas: 2 };
+    // No token: the copy is refused, nothing is published.
+    let err = create(&et, &spec("open"), &work.0).unwrap_err().to_string();
+    assert!(err.contains("AUTH") || err.to_lowercase().contains("auth"), "{err}");
+    let st = status(&et, "open").unwrap();
+    assert!(st.shards.iter().all(|s| s.replicas.is_empty()), "{:?}", st.shards);
+    // A wrong secret: refused too.
+    let wrong = storefn_cluster::Creds::token("ops", "guess-guess-guess-guess");
+    assert!(storefn_cluster::create_as(&et, &spec("wrong"), &work.0, &wrong).is_err());
+    // The server's token: every shard on 2 replicas, and lookups answered with it.
+    let creds = storefn_cluster::Creds::from_token_file(&tokens).unwrap();
+    let shards = storefn_cluster::create_as(&et, &spec("closed"), &work.0, &creds).unwrap();
+    assert!(shards.iter().all(|s| s.replicas.len() == 2));
+    let mut c = ClusterClient::connect_as(&e.client_addr, "closed", creds.clone()).unwrap();
+    check_all_shards(&mut c, RemotePath::Pushdown);
+    let mut anon = ClusterClient::connect(&e.client_addr, "closed").unwrap();
+    assert!(anon.get(0, RemotePath::Pushdown).is_err(), "an unauthenticated lookup answered");
+    // The checked load (`kv bench --cluster --token-file`) as the tenant.
+    let load = storefn_cluster::LoadSpec {
+        endpoints: e.client_addr.clone(),
+        collection: "closed".into(),
+        threads: 2,
+        requests: Some(64),
+        batch: 8,
+        path: RemotePath::Pushdown,
+        seed: 3,
+        max_time: Duration::from_secs(30),
+        creds: creds.clone(),
+    };
+    let r = storefn_cluster::run_load(&load, &std::sync::atomic::AtomicBool::new(false)).unwrap();
+    assert_eq!((r.lookups, r.wrong, r.failed), (128, 0, 0), "{:?}", r.errors);
+    // kill -9 of a server: the leader copies its shards to the third with its own token.
+    let gone = shards[0].replicas[0].clone();
+    servers.iter_mut().find(|s| s.node == gone).unwrap().kill9();
+    let back = wait_for(Duration::from_secs(LEASE_TTL_SECS as u64 + 25), || {
+        status(&et, "closed").is_ok_and(|st| {
+            st.shards.iter().all(|s| s.replicas.len() == 2 && !s.replicas.contains(&gone))
+        })
+    });
+    let logs: Vec<String> = servers.iter().map(ServerProc::log).collect();
+    assert!(
+        back.is_some(),
+        "not re-replicated: {:?} {logs:?}",
+        status(&et, "closed").unwrap().shards
+    );
+    drop(c);
+    let mut c = ClusterClient::connect_as(&e.client_addr, "closed", creds).unwrap();
+    check_all_shards(&mut c, RemotePath::Pushdown);
+}

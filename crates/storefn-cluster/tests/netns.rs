@@ -1,14 +1,14 @@
 //! Three servers in network namespaces the test creates, etcd in the root namespace: lookups
 //! on every shard, kill -9 of a server under load, re-replication back to R copies, a server
 //! cut off etcd (still reachable by clients) serving nothing stale, and etcd restarted under
-//! load.
+//! load; and etcd itself three members in namespaces of their own, one killed under load.
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{child_main, etcd, privileged, wait_for, Netns, ServerProc, TempDir};
+use common::{child_main, etcd, privileged, wait_for, EtcdMembers, Netns, ServerProc, TempDir};
 use storefn_cluster::limits::{LEASE_TTL_SECS, RETRY_BUDGET};
 use storefn_cluster::{create, run_load, status, CreateSpec, LoadSpec};
 use storefn_kv::RemotePath;
@@ -59,8 +59,12 @@ fn world(tag: &str) -> Option<World> {
 }
 
 fn load(e: &EtcdProc, c: &str, max: Duration) -> LoadSpec {
+    load_at(&e.client_addr, c, max)
+}
+
+fn load_at(endpoints: &str, c: &str, max: Duration) -> LoadSpec {
     LoadSpec {
-        endpoints: e.client_addr.clone(),
+        endpoints: endpoints.to_string(),
         collection: c.into(),
         threads: 2,
         requests: None,
@@ -68,6 +72,7 @@ fn load(e: &EtcdProc, c: &str, max: Duration) -> LoadSpec {
         path: RemotePath::Pushdown,
         seed: 7,
         max_time: max,
+        creds: storefn_cluster::Creds::default(),
     }
 }
 
@@ -117,6 +122,75 @@ fn kill_nine_under_load_loses_nothing_and_rereplicates() {
         "not back to 2 copies within {REREPLICATION_LIMIT:?}: {:?}\n{}",
         replicas_of(&w.etcd, "kc"),
         logs.join("\n---\n")
+    );
+}
+
+/// etcd itself three members, each in its own namespace: kill -9 of one server and of one
+/// etcd member under load loses no lookup, answers nothing wrong, and the leader (elected
+/// through the two members left) still restores R copies.
+#[test]
+fn kill_nine_of_a_server_and_an_etcd_member_under_load() {
+    if !privileged("ip netns, veth pairs and etcd") {
+        return;
+    }
+    // Drop order (reverse of declaration): servers, etcd members, namespaces.
+    let mut net = Netns::new(3);
+    let mut members = EtcdMembers::start(&mut net);
+    let ep = members.endpoints();
+    let mut servers: Vec<ServerProc> = (1..=3)
+        .map(|i| {
+            let listen = format!("{}:7070", Netns::data_ip(i));
+            ServerProc::start(
+                "child_serve",
+                &format!("q{i}"),
+                &listen,
+                &ep,
+                Some(&net.names[i - 1]),
+            )
+        })
+        .collect();
+    let et = etcd(&ep);
+    let work = TempDir::new("work");
+    let spec = CreateSpec { collection: "qc".into(), layers: 3, shards: 3, replicas: 2 };
+    create(&et, &spec, &work.0).unwrap();
+    let stop = AtomicBool::new(false);
+    let ls = load_at(&ep, "qc", Duration::from_secs(60));
+    let replicas = |et: &storefn_cluster::Etcd| -> Vec<Vec<String>> {
+        status(et, "qc")
+            .map(|s| s.shards.into_iter().map(|s| s.replicas).collect())
+            .unwrap_or_default()
+    };
+    let (rep, healed) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| run_load(&ls, &stop).unwrap());
+        std::thread::sleep(Duration::from_secs(2));
+        members.kill9(0);
+        std::thread::sleep(Duration::from_millis(500));
+        let gone = servers[0].node.clone();
+        servers[0].kill9();
+        let killed = Instant::now();
+        let healed = wait_for(REREPLICATION_LIMIT, || {
+            let r = replicas(&et);
+            !r.is_empty() && r.iter().all(|r| r.len() == 2 && !r.contains(&gone))
+        })
+        .map(|_| killed.elapsed());
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+        (h.join().unwrap(), healed)
+    });
+    println!(
+        "3-member etcd: lookups={} wrong={} failed={} retries={} p99_us={:.0} max_us={:.0} healed={healed:?}",
+        rep.lookups, rep.wrong, rep.failed, rep.retries, rep.latency_us(0.99), rep.latency_us(1.0)
+    );
+    assert!(rep.lookups > 100, "the load ran");
+    assert_eq!(rep.wrong, 0, "wrong answers");
+    assert_eq!(rep.failed, 0, "lookups lost: {:?}", rep.errors);
+    let logs: Vec<String> = servers.iter().map(ServerProc::log).collect();
+    assert!(
+        healed.is_some(),
+        "not back to 2 copies within {REREPLICATION_LIMIT:?}: {:?}\n{}\n{}",
+        replicas(&et),
+        logs.join("\n---\n"),
+        members.logs()
     );
 }
 

@@ -93,7 +93,7 @@ pub use path::{BlockLru, Lookup, LookupPath, PathStats, ReadPath};
 pub use program::{engine_used, instance, ProgSource};
 pub use query::{multiget, range, DbPath, RangeVia};
 pub use range::{aggregate, Agg, RangeScan};
-pub use remote::{RemoteKv, RemoteKvError, RemotePath};
+pub use remote::{PushSent, RemoteKv, RemoteKvError, RemotePath};
 pub use store::{Shape, Step, Store};
 pub use wal::{
     cut_at_corruption as cut_wal_at_corruption, replay as replay_wal, scan as scan_wal,

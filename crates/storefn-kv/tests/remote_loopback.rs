@@ -65,3 +65,30 @@ fn pipelined_pushdown_keeps_a_window_in_flight_and_matches() {
     server.stop();
     server.join().unwrap();
 }
+
+/// A pushdown batch split into its send and its answers: two connections' batches in flight
+/// at once answer what `get_many` answers, for every cache depth (all levels cached: the
+/// lookups finish without a frame).
+#[test]
+fn split_pushdown_batches_in_flight_together_match_get_many() {
+    let dir = TempDir::new("split");
+    make_db(&dir, 3);
+    let server = serve(dir.path(), 1);
+    let n = 31u64.pow(3);
+    let a: Vec<u64> = (0..150).map(|i| (i * 7919) % n).chain([n, u64::MAX]).collect();
+    let b: Vec<u64> = (0..90).map(|i| (i * 104_729 + 5) % n).collect();
+    for cache in [0, 1, 3] {
+        let mut x = RemoteKv::open(client(&server), "db", cache).unwrap();
+        let mut y = RemoteKv::open(client(&server), "db", cache).unwrap();
+        let (sx, sy) = (x.push_send(&a).unwrap(), y.push_send(&b).unwrap());
+        let gy = y.push_finish(&b, sy).unwrap();
+        let gx = x.push_finish(&a, sx).unwrap();
+        let mut r = RemoteKv::open(client(&server), "db", cache).unwrap();
+        assert_eq!(gx, r.get_many(&a, RemotePath::Pushdown).unwrap(), "cache {cache}");
+        assert_eq!(gy, r.get_many(&b, RemotePath::Pushdown).unwrap(), "cache {cache}");
+        assert!(a.iter().zip(&gx).all(|(k, v)| *v == (*k < n).then(|| bpfkv_value(*k))));
+        assert_eq!(x.stats().lookups, a.len() as u64);
+    }
+    server.stop();
+    server.join().unwrap();
+}

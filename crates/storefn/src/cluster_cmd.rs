@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use storefn_cluster::{create, drain, plan, status, CreateSpec, Etcd, PlanReport};
+use storefn_cluster::{create_as, drain_as, plan_as, status, CreateSpec, Creds, Etcd, PlanReport};
 
 use crate::CmdResult;
 
@@ -22,12 +22,20 @@ pub enum ClusterCmd {
         shards: u32,
         #[arg(long, default_value_t = 1)]
         replicas: u32,
+        /// Token file of servers started with `--token-file` (`TENANT SECRET ...`; the first
+        /// line is used): the copies authenticate as that tenant.
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
     },
     /// One planning pass, as the leader makes them: drop gone servers' replicas, copy shards
     /// with fewer than R live copies.
     Place {
         #[arg(long)]
         etcd: String,
+        /// Token file of servers started with `--token-file` (`TENANT SECRET ...`; the first
+        /// line is used): the copies authenticate as that tenant.
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
     },
     /// The collection's shards (range, live replicas, version) and the servers.
     Status {
@@ -46,7 +54,20 @@ pub enum ClusterCmd {
         etcd: String,
         #[arg(long)]
         node: String,
+        /// Token file of servers started with `--token-file` (`TENANT SECRET ...`; the first
+        /// line is used): the copies authenticate as that tenant.
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
     },
+    /// Aggregate pushdown throughput over 1, 2, 3 ... servers (each held to its own cgroup v1
+    /// CPU quota; etcd and servers started on loopback and removed after) and lookups across
+    /// a kill -9 of one of 3 servers (needs root; feature `bench`).
+    #[cfg(feature = "bench")]
+    Bench(crate::cluster_bench::BenchArgs),
+}
+
+fn creds(token_file: Option<&std::path::Path>) -> Result<Creds, storefn_cluster::ClusterError> {
+    token_file.map_or_else(|| Ok(Creds::default()), Creds::from_token_file)
 }
 
 fn print_plan(r: &PlanReport) {
@@ -63,7 +84,7 @@ fn print_plan(r: &PlanReport) {
 
 pub fn run(c: &ClusterCmd) -> CmdResult {
     match c {
-        ClusterCmd::Create { collection, etcd, layers, shards, replicas } => {
+        ClusterCmd::Create { collection, etcd, layers, shards, replicas, token_file } => {
             let e = Etcd::connect(etcd)?;
             let spec = CreateSpec {
                 collection: collection.clone(),
@@ -74,7 +95,7 @@ pub fn run(c: &ClusterCmd) -> CmdResult {
             let work =
                 std::env::temp_dir().join(format!("storefn-cluster-create-{}", std::process::id()));
             std::fs::create_dir_all(&work)?;
-            let res = create(&e, &spec, &work);
+            let res = create_as(&e, &spec, &work, &creds(token_file.as_deref())?);
             let _ = std::fs::remove_dir_all(&work);
             for s in res? {
                 println!(
@@ -88,8 +109,8 @@ pub fn run(c: &ClusterCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCmd::Place { etcd } => {
-            let r = plan(&Etcd::connect(etcd)?, &[])?;
+        ClusterCmd::Place { etcd, token_file } => {
+            let r = plan_as(&Etcd::connect(etcd)?, &[], &creds(token_file.as_deref())?)?;
             print_plan(&r);
             Ok(ExitCode::SUCCESS)
         }
@@ -117,10 +138,12 @@ pub fn run(c: &ClusterCmd) -> CmdResult {
             }
             Ok(if s.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        ClusterCmd::Drain { etcd, node } => {
-            let r = drain(&Etcd::connect(etcd)?, node)?;
+        ClusterCmd::Drain { etcd, node, token_file } => {
+            let r = drain_as(&Etcd::connect(etcd)?, node, &creds(token_file.as_deref())?)?;
             print_plan(&r);
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "bench")]
+        ClusterCmd::Bench(a) => crate::cluster_bench::run_bench(a),
     }
 }

@@ -18,8 +18,8 @@ pub struct RemoteOpts {
     /// request per lookup, batched).
     #[arg(long)]
     pub remote: Option<String>,
-    /// Token file (`TENANT SECRET`; the first line is used).
-    #[arg(long, requires = "remote")]
+    /// Token file (`TENANT SECRET`; the first line is used), with --remote or --cluster.
+    #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// bench: the server's pid on this machine, to report its CPU per lookup.
     #[arg(long, requires = "remote")]
@@ -131,7 +131,15 @@ fn cluster_client(
         Some(c) => c.clone(),
         None => db_name(db)?,
     };
-    Ok(storefn_cluster::ClusterClient::connect(ep, &c)?)
+    Ok(storefn_cluster::ClusterClient::connect_as(ep, &c, cluster_creds(o)?)?)
+}
+
+/// `--token-file` with `--cluster`: the servers' tenant.
+fn cluster_creds(o: &RemoteOpts) -> Result<storefn_cluster::Creds, storefn_cluster::ClusterError> {
+    o.token_file.as_deref().map_or_else(
+        || Ok(storefn_cluster::Creds::default()),
+        storefn_cluster::Creds::from_token_file,
+    )
 }
 
 /// `kv get --cluster`.
@@ -174,6 +182,7 @@ pub fn cluster_bench(a: &crate::kv::BenchArgs) -> CmdResult {
         path: a.path.parse()?,
         seed: a.seed,
         max_time: std::time::Duration::from_secs(3600),
+        creds: cluster_creds(o)?,
     };
     let r = storefn_cluster::run_load(&spec, &std::sync::atomic::AtomicBool::new(false))?;
     println!(

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod attack_cmd;
+#[cfg(feature = "bench")]
+mod cluster_bench;
 mod cluster_cmd;
 mod dds_cmd;
 mod demo;

@@ -106,6 +106,11 @@ pub fn run(a: &ServeArgs) -> CmdResult {
                 id: a.node.clone().expect("clap requires it"),
                 advertise: a.advertise.clone().expect("clap requires it"),
                 dir: a.dir.clone(),
+                // The leader's copies reach the other servers with this server's own token.
+                creds: match &a.token_file {
+                    Some(t) => storefn_cluster::Creds::from_token_file(t)?,
+                    None => storefn_cluster::Creds::default(),
+                },
             })?;
             cfg.fence = Some(agent.fence());
             Some(agent)

@@ -20,18 +20,29 @@ struct Node {
 
 impl Node {
     fn start(id: &str, etcd: &str) -> Node {
+        Self::start_with(id, etcd, None)
+    }
+
+    /// A node whose server requires the tokens of `tokens` when given.
+    fn start_with(id: &str, etcd: &str, tokens: Option<&std::path::Path>) -> Node {
         let dir = common::temp_dir("storefn-cluster-cli", id);
         let addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(dir.0.join("log")).unwrap();
         let served = dir.0.join("served");
         std::fs::create_dir_all(&served).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_storefn"))
-            .args(["serve", "--dir", served.to_str().unwrap(), "--listen", &addr])
-            .args(["--cluster", etcd, "--node", id, "--advertise", &addr])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_storefn"));
+        cmd.args(["serve", "--dir", served.to_str().unwrap(), "--listen", &addr]).args([
+            "--cluster",
+            etcd,
+            "--node",
+            id,
+            "--advertise",
+            &addr,
+        ]);
+        if let Some(t) = tokens {
+            cmd.arg("--token-file").arg(t);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
         let n = Node { child, id: id.into(), _dir: dir };
         n.wait_log("listening on");
         n
@@ -170,4 +181,41 @@ fn a_collection_is_created_looked_up_drained_and_left() {
     };
     assert!(!alive(&status(&ep)), "c2 still alive {:?} after SIGTERM", t0.elapsed());
     drop(etcd);
+}
+
+/// Servers started with `--token-file`: `cluster create` and `kv get --cluster` succeed with
+/// `--token-file` and fail without it.
+#[test]
+fn token_servers_need_the_token_file_for_copies_and_lookups() {
+    if let Some(why) = Etcd::available() {
+        storefn_testkit::skip(&why);
+        return;
+    }
+    let etcd = Etcd::start();
+    let ep = etcd.client_addr.clone();
+    let dir = common::temp_dir("storefn-cluster-cli", "tokens");
+    let tokens = dir.0.join("tokens");
+    std::fs::write(&tokens, "ops 0123456789abcdef-ops rw\n").unwrap();
+    let t = tokens.to_str().unwrap();
+    let _nodes: Vec<Node> =
+        ["k1", "k2"].iter().map(|n| Node::start_with(n, &ep, Some(&tokens))).collect();
+    let create = |c: &str| {
+        vec!["cluster", "create", c, "--etcd", &ep, "--layers", "2", "--shards", "2"]
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<String>>()
+    };
+    let run = |a: &[String]| storefn(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, out, err) = run(&create("open"));
+    assert_ne!(code, 0, "created without a token: {out}");
+    assert!(err.to_lowercase().contains("auth"), "{err}");
+    let mut with = create("tc");
+    with.extend(["--token-file".to_string(), t.to_string()]);
+    let (code, out, err) = run(&with);
+    assert_eq!(code, 0, "{out}{err}");
+    let get = ["kv", "get", "tc", "--key", "700", "--path", "pushdown", "--cluster", &ep];
+    let (code, out, err) = storefn(&[&get[..], &["--token-file", t]].concat());
+    assert_eq!((code, out.trim()), (0, "700"), "{err}");
+    let (code, _, _) = storefn(&get);
+    assert_ne!(code, 0, "a lookup without the token was answered");
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use storefn_cluster::{Etcd, NodeAgent, NodeConfig};
+use storefn_cluster::{Creds, Etcd, NodeAgent, NodeConfig};
 use storefn_server::{Server, ServerConfig};
 
 /// The environment a child server reads.
@@ -21,14 +21,20 @@ pub fn child_main() {
     let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let f: Vec<&str> = spec.split('|').collect();
     let (dir, listen, etcd, node, advertise) = (f[0], f[1], f[2], f[3], f[4]);
+    // A sixth field: a token file the server requires (and its leader copies with).
+    let tokens = f.get(5).filter(|t| !t.is_empty()).map(std::path::Path::new);
     let agent = NodeAgent::start(NodeConfig {
         endpoints: etcd.into(),
         id: node.into(),
         advertise: advertise.into(),
         dir: dir.into(),
+        creds: tokens.map_or_else(Creds::default, |t| Creds::from_token_file(t).expect("tokens")),
     })
     .expect("agent");
     let mut cfg = ServerConfig::new(std::path::Path::new(dir));
+    if let Some(t) = tokens {
+        cfg.tokens = Some(storefn_server::load_tokens(t).expect("tokens"));
+    }
     cfg.fence = Some(agent.fence());
     let server = Server::start(listen, cfg).expect("server");
     println!("child ready {}", server.local_addr());
@@ -97,6 +103,18 @@ impl ServerProc {
         etcd: &str,
         netns: Option<&str>,
     ) -> ServerProc {
+        Self::start_with_tokens(test, node, listen, etcd, netns, None)
+    }
+
+    /// [`ServerProc::start`], the server requiring the tokens of `tokens` (a token file).
+    pub fn start_with_tokens(
+        test: &str,
+        node: &str,
+        listen: &str,
+        etcd: &str,
+        netns: Option<&str>,
+        tokens: Option<&std::path::Path>,
+    ) -> ServerProc {
         let dir = TempDir::new(node);
         let exe = std::env::current_exe().unwrap();
         let mut cmd = match netns {
@@ -107,7 +125,8 @@ impl ServerProc {
             }
             None => Command::new(&exe),
         };
-        let spec = format!("{}|{listen}|{etcd}|{node}|{listen}", dir.0.display());
+        let tokens = tokens.map(|t| t.display().to_string()).unwrap_or_default();
+        let spec = format!("{}|{listen}|{etcd}|{node}|{listen}|{tokens}", dir.0.display());
         let log = std::fs::File::create(dir.0.join("log")).unwrap();
         let child = cmd
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
@@ -268,4 +287,115 @@ pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration
 /// The etcd connection of a test.
 pub fn etcd(addr: &str) -> Etcd {
     Etcd::connect(addr).expect("etcd")
+}
+
+/// A three-member etcd, each member in its own namespace on the data bridge of a [`Netns`]
+/// (member j at 10.231.0.(100+j), client port 2379, peer port 2380): servers and the test
+/// reach every member; a test may kill -9 one. Members are killed and their data directories
+/// removed on drop; the namespaces and links go with the [`Netns`] they were added to.
+pub struct EtcdMembers {
+    children: Vec<Option<Child>>,
+    pub ips: Vec<String>,
+    pub dir: TempDir,
+}
+
+impl Netns {
+    /// Adds `n` namespaces `sfc<pid>-e<j>` on the data bridge for etcd members; their IPs.
+    pub fn add_etcd_namespaces(&mut self, n: usize) -> Vec<(String, String)> {
+        let id = std::process::id() % 10_000;
+        let br = format!("sfc{id}br");
+        (1..=n)
+            .map(|j| {
+                let ns = format!("sfc{id}-e{j}");
+                ip(&["netns", "add", &ns]);
+                self.names.push(ns.clone());
+                ip(&["-n", &ns, "link", "set", "lo", "up"]);
+                let (host, inner) = (format!("sfc{id}e{j}h"), format!("sfc{id}e{j}n"));
+                ip(&["link", "add", &host, "type", "veth", "peer", "name", &inner]);
+                self.links.push(host.clone());
+                ip(&["link", "set", &inner, "netns", &ns]);
+                ip(&["link", "set", &host, "master", &br]);
+                let addr = format!("10.231.0.{}", 100 + j);
+                ip(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", &inner]);
+                ip(&["link", "set", &host, "up"]);
+                ip(&["-n", &ns, "link", "set", &inner, "up"]);
+                (ns, addr)
+            })
+            .collect()
+    }
+}
+
+impl EtcdMembers {
+    /// Starts a three-member etcd in three new namespaces of `net`; waits until it is healthy.
+    pub fn start(net: &mut Netns) -> EtcdMembers {
+        let spots = net.add_etcd_namespaces(3);
+        let dir = TempDir::new("etcd3");
+        let peers: Vec<String> = spots
+            .iter()
+            .enumerate()
+            .map(|(j, (_, a))| format!("m{}=http://{a}:2380", j + 1))
+            .collect();
+        let mut m = EtcdMembers {
+            children: Vec::new(),
+            ips: spots.iter().map(|s| s.1.clone()).collect(),
+            dir,
+        };
+        for (j, (ns, a)) in spots.iter().enumerate() {
+            let log = std::fs::File::create(m.dir.0.join(format!("m{}.log", j + 1))).unwrap();
+            let (c, p) = (format!("http://{a}:2379"), format!("http://{a}:2380"));
+            let child = Command::new("ip")
+                .args(["netns", "exec", ns, storefn_testkit::etcd::ETCD_BIN])
+                .arg(format!("--name=m{}", j + 1))
+                .arg(format!("--data-dir={}", m.dir.0.join(format!("m{}", j + 1)).display()))
+                .arg(format!("--listen-client-urls={c}"))
+                .arg(format!("--advertise-client-urls={c}"))
+                .arg(format!("--listen-peer-urls={p}"))
+                .arg(format!("--initial-advertise-peer-urls={p}"))
+                .arg(format!("--initial-cluster={}", peers.join(",")))
+                .arg("--initial-cluster-state=new")
+                .arg(format!("--initial-cluster-token=sfc{}", std::process::id()))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            m.children.push(Some(child));
+        }
+        let healthy = wait_for(Duration::from_secs(30), || {
+            Etcd::connect(&m.endpoints())
+                .and_then(|e| e.put("/storefn-test/up", b"1", None))
+                .is_ok()
+        });
+        assert!(healthy.is_some(), "3-member etcd not healthy: {}", m.logs());
+        m
+    }
+
+    /// Every member's client address, comma-separated.
+    pub fn endpoints(&self) -> String {
+        self.ips.iter().map(|a| format!("{a}:2379")).collect::<Vec<_>>().join(",")
+    }
+
+    /// kill -9 of member `j` (0-based).
+    pub fn kill9(&mut self, j: usize) {
+        if let Some(mut c) = self.children[j].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        (1..=self.ips.len())
+            .map(|j| {
+                std::fs::read_to_string(self.dir.0.join(format!("m{j}.log"))).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+}
+
+impl Drop for EtcdMembers {
+    fn drop(&mut self) {
+        for j in 0..self.children.len() {
+            self.kill9(j);
+        }
+    }
 }

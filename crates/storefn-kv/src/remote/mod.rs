@@ -9,6 +9,9 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+mod split;
+
+pub use split::PushSent;
 
 use std::path::Path;
 
