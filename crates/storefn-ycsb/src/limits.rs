@@ -30,3 +30,12 @@ pub const MIN_MEMORY_LIMIT: u64 = 16 << 20;
 /// itself and the page cache, which the cgroup counts too and which must not push the group
 /// into the OOM killer.
 pub const WT_CACHE_PER_MILLE: u64 = 600;
+
+/// WiredTiger's cache share (per mille) beside the storefn function (`wiredtiger:`): WiredTiger
+/// serves only writes, scans and keys written since the checkpoint, while the function's reads
+/// go through the page cache, which the memory group charges and which gets the rest.
+pub const WT_FN_CACHE_PER_MILLE: u64 = 100;
+
+/// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
+/// buffer per read of its batch.
+pub const MAX_READ_BATCH: usize = 1024;
