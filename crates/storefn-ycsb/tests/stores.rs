@@ -295,7 +295,7 @@ fn batched_reads_answer_as_wiredtiger_through_checkpoints() {
         let mut s = store.session().unwrap();
         let keys: Vec<Key> = (0..RECORDS + 100).map(Key::new).collect();
         let mut out = vec![Vec::new(); 64];
-        let mut found = vec![false; 64];
+        let mut found = [false; 64];
         for chunk in keys.chunks(64) {
             let n = chunk.len();
             s.get_batch(chunk, &mut out[..n], &mut found[..n]).unwrap();
