@@ -21,5 +21,8 @@ static long (*const storefn_memcpy)(void *dst, const void *src, __u64 n) = (void
 static long (*const storefn_memset)(void *dst, int c, __u64 n) = (void *)0x1001;
 /* Compares n bytes: -1, 0 or 1. */
 static long (*const storefn_memcmp)(const void *a, const void *b, __u64 n) = (void *)0x1002;
+/* For every program type: the CRC-32C of crc's data followed by [p, p+n) (0 to start; results
+ * chain as zlib's crc32 does). Charged one instruction per 8 bytes. */
+static __u32 (*const storefn_crc32c)(__u32 crc, const void *p, __u64 n) = (void *)0x1003;
 
 #endif

@@ -21,6 +21,10 @@ pub const STOREFN_MEMCPY: u32 = STOREFN_HELPER_BASE;
 pub const STOREFN_MEMSET: u32 = STOREFN_HELPER_BASE + 1;
 /// `long storefn_memcmp(const void *a, const void *b, u64 n)`: <0, 0, >0 like memcmp (-1/0/1).
 pub const STOREFN_MEMCMP: u32 = STOREFN_HELPER_BASE + 2;
+/// `u32 storefn_crc32c(u32 crc, const void *p, u64 n)`: the CRC-32C of `crc`'s data followed by
+/// `[p, p+n)` (zlib's convention: 0 to start, results chain), for functions that check the
+/// blocks they read themselves.
+pub const STOREFN_CRC32C: u32 = STOREFN_HELPER_BASE + 3;
 
 /// Trace lines kept per instance; older lines are dropped (and counted) beyond this, so a
 /// looping program cannot grow the host's memory without bound.
@@ -35,6 +39,9 @@ pub const HELPER_CALL_INSNS: u64 = 16;
 /// Bytes a memory helper moves or compares per instruction charged (a copy of 64 bytes costs
 /// about one JIT'd instruction's time).
 pub const HELPER_BYTES_PER_INSN: u64 = 64;
+/// Bytes `storefn_crc32c` checksums per instruction charged: the CPU's CRC instruction takes
+/// 8 bytes a step at a few cycles each, about one JIT'd instruction's time per 8 bytes.
+pub const CRC32C_BYTES_PER_INSN: u64 = 8;
 /// What `bpf_trace_printk` costs: formatting, allocating the line and rotating the log take
 /// about a microsecond, ~100x a simple instruction; charged high so a program that only logs
 /// stops no later than one that computes.
@@ -54,13 +61,15 @@ pub struct HostState {
 }
 
 /// Helper ids each program type may call.
-const XRP_HELPERS: &[u32] = &[BPF_TRACE_PRINTK];
-const LAMBDA_HELPERS: &[u32] = &[BPF_TRACE_PRINTK, STOREFN_MEMCPY, STOREFN_MEMSET, STOREFN_MEMCMP];
+const XRP_HELPERS: &[u32] = &[BPF_TRACE_PRINTK, STOREFN_CRC32C];
+const LAMBDA_HELPERS: &[u32] =
+    &[BPF_TRACE_PRINTK, STOREFN_MEMCPY, STOREFN_MEMSET, STOREFN_MEMCMP, STOREFN_CRC32C];
 const OFFLOAD_HELPERS: &[u32] = &[
     BPF_TRACE_PRINTK,
     STOREFN_MEMCPY,
     STOREFN_MEMSET,
     STOREFN_MEMCMP,
+    STOREFN_CRC32C,
     offload::STOREFN_TABLE_LOOKUP,
     offload::STOREFN_TABLE_INSERT,
     offload::STOREFN_TABLE_DELETE,
@@ -107,13 +116,14 @@ pub(crate) unsafe fn call(
             reason: format!("not available to {prog_type:?} programs"),
         });
     }
-    // Only the memory helpers take a length (r3); anything else in r3 is whatever the program
+    // Only the memory and checksum helpers take a length (r3); anything else in r3 is whatever the program
     // left there and must not count (a stale pointer would look like a huge length).
     let cost = match id {
         BPF_TRACE_PRINTK => TRACE_PRINTK_INSNS,
         STOREFN_MEMCPY | STOREFN_MEMSET | STOREFN_MEMCMP => {
             HELPER_CALL_INSNS.saturating_add(args[2].div_ceil(HELPER_BYTES_PER_INSN))
         }
+        STOREFN_CRC32C => HELPER_CALL_INSNS.saturating_add(args[2].div_ceil(CRC32C_BYTES_PER_INSN)),
         _ => HELPER_CALL_INSNS,
     };
     if env.insns_left < cost {
@@ -152,6 +162,11 @@ pub(crate) unsafe fn call(
                 std::cmp::Ordering::Equal => 0,
                 std::cmp::Ordering::Greater => 1,
             })
+        }
+        STOREFN_CRC32C => {
+            let (crc, p, n) = (args[0] as u32, args[1], args[2]);
+            check(env, insn, p, n, false)?;
+            Ok(u64::from(crate::crc32c::extend(crc, bytes(p, n))))
         }
         offload::STOREFN_TABLE_LOOKUP
         | offload::STOREFN_TABLE_INSERT

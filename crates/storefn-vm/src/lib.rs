@@ -29,6 +29,7 @@
 //! ```
 
 mod cfg;
+mod crc32c;
 mod disasm;
 mod elf;
 mod error;

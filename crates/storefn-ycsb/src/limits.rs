@@ -34,3 +34,11 @@ pub const WT_CACHE_PER_MILLE: u64 = 600;
 /// The share of the budget given to RocksDB's block cache (per mille), index and filter
 /// blocks charged to it: the same split as WiredTiger's cache, for the same reason.
 pub const ROCKS_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE;
+/// WiredTiger's cache share (per mille) beside the storefn function (`wiredtiger:`): WiredTiger
+/// serves only writes, scans and keys written since the checkpoint, while the function's reads
+/// go through the page cache, which the memory group charges and which gets the rest.
+pub const WT_FN_CACHE_PER_MILLE: u64 = 100;
+
+/// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
+/// buffer per read of its batch.
+pub const MAX_READ_BATCH: usize = 1024;

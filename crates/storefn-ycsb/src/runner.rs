@@ -3,7 +3,7 @@
 
 use crate::error::YcsbError;
 use crate::generator::InsertCounter;
-use crate::limits::{MAX_OPERATIONS, MAX_RECORD_BYTES, MAX_THREADS};
+use crate::limits::{MAX_OPERATIONS, MAX_READ_BATCH, MAX_RECORD_BYTES, MAX_THREADS};
 use crate::store::Store;
 use crate::workload::{Key, KeyChooser, OpKind, RecordShape, Workload};
 use rand::rngs::SmallRng;
@@ -26,6 +26,11 @@ pub struct RunConfig {
     /// Unmeasured operations before the measurement, over all threads.
     pub warmup: u64,
     pub shape: RecordShape,
+    /// Reads in a row are handed to the store up to this many at a time
+    /// ([`Session::get_batch`](crate::store::Session::get_batch)): a store with batched chains
+    /// keeps them in flight together. Each read of a batch is timed as the whole batch. 1 runs
+    /// YCSB's one operation at a time.
+    pub read_batch: usize,
 }
 
 impl RunConfig {
@@ -39,6 +44,9 @@ impl RunConfig {
         }
         if self.records == 0 {
             return bad("--records 0: the run reads loaded records".into());
+        }
+        if self.read_batch == 0 || self.read_batch > MAX_READ_BATCH {
+            return bad(format!("--batch {}: 1..={MAX_READ_BATCH}", self.read_batch));
         }
         if self.shape.bytes() == 0 || self.shape.bytes() > MAX_RECORD_BYTES {
             return bad(format!("record of {} bytes: 1..={MAX_RECORD_BYTES}", self.shape.bytes()));
@@ -85,6 +93,13 @@ struct Samples {
     misses: u64,
 }
 
+impl Samples {
+    /// One sample; `expect` sizes a kind's first vector.
+    fn push(&mut self, kind: OpKind, ns: u64, expect: u64) {
+        self.ns.entry(kind).or_insert_with(|| Vec::with_capacity(expect as usize)).push(ns);
+    }
+}
+
 fn cpu_time() -> Duration {
     // SAFETY: an all-zero rusage is a valid out-parameter for getrusage.
     let mut r: libc::rusage = unsafe { std::mem::zeroed() };
@@ -105,9 +120,62 @@ struct Worker<'a> {
     key: Key,
     record: Vec<u8>,
     read: Vec<u8>,
+    /// Reads queued for the next [`Worker::flush`] (the first `queued` entries).
+    batch_keys: Vec<Key>,
+    batch_out: Vec<Vec<u8>>,
+    batch_found: Vec<bool>,
+    queued: usize,
 }
 
 impl Worker<'_> {
+    /// Runs `n` operations, reads in a row batched up to `read_batch`, into `out`.
+    fn run(
+        &mut self,
+        s: &mut dyn crate::store::Session,
+        n: u64,
+        out: &mut Samples,
+    ) -> Result<(), YcsbError> {
+        for _ in 0..n {
+            let kind = self.cfg.workload.choose(&mut self.rng);
+            if kind == OpKind::Read && self.cfg.read_batch > 1 {
+                let num = self.chooser.next(&mut self.rng, self.inserts);
+                self.batch_keys[self.queued].set(num);
+                self.queued += 1;
+                if self.queued == self.cfg.read_batch {
+                    self.flush(s, out)?;
+                }
+                continue;
+            }
+            // Reads queued before a write are answered before it, as one at a time would be.
+            self.flush(s, out)?;
+            let t0 = Instant::now();
+            let ok = self.op(s, kind)?;
+            out.push(kind, t0.elapsed().as_nanos() as u64, n);
+            out.misses += u64::from(!ok && matches!(kind, OpKind::Read | OpKind::ReadModifyWrite));
+        }
+        self.flush(s, out)
+    }
+
+    /// Answers the queued reads in one [`Session::get_batch`](crate::store::Session::get_batch).
+    fn flush(
+        &mut self,
+        s: &mut dyn crate::store::Session,
+        out: &mut Samples,
+    ) -> Result<(), YcsbError> {
+        let q = std::mem::take(&mut self.queued);
+        if q == 0 {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        s.get_batch(&self.batch_keys[..q], &mut self.batch_out[..q], &mut self.batch_found[..q])?;
+        let ns = t0.elapsed().as_nanos() as u64;
+        for &f in &self.batch_found[..q] {
+            out.push(OpKind::Read, ns, 0);
+            out.misses += u64::from(!f);
+        }
+        Ok(())
+    }
+
     /// Runs one operation; `Ok(false)` for a read whose key was absent.
     fn op(&mut self, s: &mut dyn crate::store::Session, kind: OpKind) -> Result<bool, YcsbError> {
         let w = &self.cfg.workload;
@@ -173,23 +241,17 @@ fn thread_body(
         key: Key::new(0),
         record: Vec::with_capacity(cfg.shape.bytes()),
         read: Vec::with_capacity(cfg.shape.bytes()),
+        batch_keys: (0..cfg.read_batch).map(|_| Key::new(0)).collect(),
+        batch_out: (0..cfg.read_batch).map(|_| Vec::with_capacity(cfg.shape.bytes())).collect(),
+        batch_found: vec![false; cfg.read_batch],
+        queued: 0,
     };
-    let warm = (0..share(cfg.warmup, cfg.threads, t)).try_for_each(|_| {
-        let kind = cfg.workload.choose(&mut w.rng);
-        w.op(session.as_mut(), kind).map(drop)
-    });
+    let warm = w.run(session.as_mut(), share(cfg.warmup, cfg.threads, t), &mut Samples::default());
     barrier.wait();
     warm?;
     let n = share(cfg.operations, cfg.threads, t);
     let mut out = Samples::default();
-    for _ in 0..n {
-        let kind = cfg.workload.choose(&mut w.rng);
-        let t0 = Instant::now();
-        let ok = w.op(session.as_mut(), kind)?;
-        let ns = t0.elapsed().as_nanos() as u64;
-        out.ns.entry(kind).or_insert_with(|| Vec::with_capacity(n as usize)).push(ns);
-        out.misses += u64::from(!ok && matches!(kind, OpKind::Read | OpKind::ReadModifyWrite));
-    }
+    w.run(session.as_mut(), n, &mut out)?;
     Ok(out)
 }
 

@@ -32,6 +32,7 @@ fn cfg(letter: char, operations: u64, threads: usize) -> RunConfig {
         seed: 42,
         warmup: 100,
         shape: SHAPE,
+        read_batch: 1,
     }
 }
 
@@ -274,5 +275,43 @@ fn function_store_reads_through_frequent_checkpoints() {
     let report = run(store.as_ref(), spec.kind(), &cfg('b', 3000, 2)).unwrap();
     assert_eq!(report.read_misses, 0, "{}", report.summary());
     drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn batched_reads_answer_as_wiredtiger_through_checkpoints() {
+    // Reads in batches of 16 (batched chains) while updates and 20 ms checkpoints run, then
+    // every key through one batch per 64 against WiredTiger's own cursor.
+    let dir = temp("wt-batch");
+    let spec: StoreSpec = format!("wiredtiger:{}:usertable", dir.display()).parse().unwrap();
+    load(&spec, RECORDS, SHAPE).unwrap();
+    let fast = OpenOptions { checkpoint_interval: Duration::from_millis(20), ..opts() };
+    let store = open(&spec, &fast).unwrap();
+    let cfg = RunConfig { read_batch: 16, ..cfg('b', 4000, 2) };
+    let report = run(store.as_ref(), spec.kind(), &cfg).unwrap();
+    assert_eq!(report.read_misses, 0, "{}", report.summary());
+    let mut answers = BTreeMap::new();
+    {
+        let mut s = store.session().unwrap();
+        let keys: Vec<Key> = (0..RECORDS + 100).map(Key::new).collect();
+        let mut out = vec![Vec::new(); 64];
+        let mut found = [false; 64];
+        for chunk in keys.chunks(64) {
+            let n = chunk.len();
+            s.get_batch(chunk, &mut out[..n], &mut found[..n]).unwrap();
+            for (j, k) in chunk.iter().enumerate() {
+                if found[j] {
+                    answers.insert(stored_key(k.num), out[j].clone());
+                }
+            }
+        }
+    }
+    let counters = store.counters();
+    drop(store);
+    let truth = wt_dump(&dir, "usertable");
+    assert_eq!(answers.len(), truth.len(), "records present");
+    assert!(answers == truth, "a batched read differs from WiredTiger's cursor");
+    let get = |name| counters.iter().find(|c| c.0 == name).unwrap().1;
+    assert!(get("function_reads") > RECORDS, "{counters:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

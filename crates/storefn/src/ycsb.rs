@@ -54,6 +54,10 @@ pub struct RunArgs {
     threads: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Reads in a row handed to the store together, up to this many (`wiredtiger` keeps them
+    /// in flight as batched chains); each is timed as its whole batch.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
     /// Run the process in a cgroup v1 memory group of this many bytes (page cache counted);
     /// WiredTiger's cache is sized from it. Needs root.
     #[arg(long)]
@@ -111,6 +115,7 @@ fn run_phase(a: &RunArgs) -> CmdResult {
         seed: a.seed,
         warmup: a.warmup.unwrap_or(a.operations / 10),
         shape,
+        read_batch: a.batch,
     };
     let opts = OpenOptions {
         memory_limit: a.memory_limit,

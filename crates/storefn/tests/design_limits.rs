@@ -171,6 +171,7 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ("vm", "PLACE_NEAR_BYTES", v(storefn_vm::limits::PLACE_NEAR_BYTES)),
         ("vm", "HELPER_BYTES_PER_INSN", v(storefn_vm::limits::HELPER_BYTES_PER_INSN)),
         ("vm", "HELPER_CALL_INSNS", v(storefn_vm::limits::HELPER_CALL_INSNS)),
+        ("vm", "CRC32C_BYTES_PER_INSN", v(storefn_vm::limits::CRC32C_BYTES_PER_INSN)),
         ("vm", "MAX_FORMAT_BYTES", v(storefn_vm::limits::MAX_FORMAT_BYTES)),
         ("vm", "MAX_TRACE_LINES", v(storefn_vm::limits::MAX_TRACE_LINES)),
         ("vm", "MAX_TRACE_LINE_BYTES", v(storefn_vm::limits::MAX_TRACE_LINE_BYTES)),

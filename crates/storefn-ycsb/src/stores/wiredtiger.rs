@@ -3,7 +3,7 @@
 //! that checkpoint stay with WiredTiger, so every read sees every acknowledged write.
 
 use crate::error::YcsbError;
-use crate::limits::WT_CACHE_PER_MILLE;
+use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
 use std::collections::HashMap;
@@ -26,11 +26,11 @@ const MAX_RETRIES: u32 = 16;
 /// default page sizes (internal 4 KiB, leaf 32 KiB), which the storefn function reads.
 const TABLE_CONFIG: &str = "key_format=S,value_format=u";
 
-/// The configuration a run opens WiredTiger with: its cache a share of the budget, and the log
-/// synced at every commit, so an update is durable when it returns (as BPF-KV's are).
+/// The configuration a run opens WiredTiger with: its cache `per_mille` of the budget, and the
+/// log synced at every commit, so an update is durable when it returns (as BPF-KV's are).
 #[must_use]
-pub fn run_config(opts: &OpenOptions) -> String {
-    let cache = opts.memory_limit.map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * WT_CACHE_PER_MILLE);
+pub fn run_config(opts: &OpenOptions, per_mille: u64) -> String {
+    let cache = opts.memory_limit.map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * per_mille);
     format!(
         "cache_size={},log=(enabled=true),transaction_sync=(enabled=true,method=fsync)",
         cache.max(1 << 20)
@@ -163,7 +163,7 @@ impl NativeStore {
     /// # Errors
     /// WiredTiger's error (no database, the table missing).
     pub fn open(dir: &Path, table: &str, opts: &OpenOptions) -> Result<Self, YcsbError> {
-        let conn = Connection::open(dir, &run_config(opts))?;
+        let conn = Connection::open(dir, &run_config(opts, WT_CACHE_PER_MILLE))?;
         let uri = format!("table:{table}");
         drop(conn.session()?.cursor(&uri, "")?);
         Ok(NativeStore { spec: format!("wiredtiger-native:{}:{table}", dir.display()), uri, conn })
@@ -259,7 +259,10 @@ impl FnStore {
     /// # Errors
     /// WiredTiger's error, or the storefn reader refusing the table.
     pub fn open(dir: &Path, table: &str, opts: &OpenOptions) -> Result<Self, YcsbError> {
-        let conn = Arc::new(Connection::open(dir, &run_config(opts))?);
+        // WiredTiger serves only writes, scans and keys written since the checkpoint: a small
+        // cache. The function reads through the page cache (buffered reads), which the memory
+        // group charges, so the rest of the budget is its cache.
+        let conn = Arc::new(Connection::open(dir, &run_config(opts, WT_FN_CACHE_PER_MILLE))?);
         let uri = format!("table:{table}");
         drop(conn.session()?.cursor(&uri, "")?);
         drop(Table::open(dir, table)?);
@@ -368,6 +371,11 @@ struct FnSession<'a> {
     reader: Option<Reader>,
     slot: Arc<AtomicU64>,
     key: Vec<u8>,
+    /// A batch's stored-form keys, the batch indices they stand for, and the indices left to
+    /// the one-at-a-time path (kept between batches: no allocation per batch).
+    batch_keys: Vec<Vec<u8>>,
+    picked: Vec<usize>,
+    redo: Vec<usize>,
 }
 
 impl FnSession<'_> {
@@ -489,6 +497,41 @@ impl Session for FnSession<'_> {
             }
         }
     }
+    /// Batched chains (`xrp-batch`): the keys not written since the checkpoint go to the
+    /// function together; keys written since, fallbacks and lookups that hit damage (a
+    /// checkpoint moving under them) take [`Session::get`]'s path, with its retries.
+    fn get_batch(
+        &mut self,
+        keys: &[Key],
+        out: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<(), YcsbError> {
+        let epoch = self.refresh(false)?.epoch;
+        let (mut picked, mut redo) =
+            (std::mem::take(&mut self.picked), std::mem::take(&mut self.redo));
+        picked.clear();
+        redo.clear();
+        {
+            let d =
+                self.store.shared.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (i, k) in keys.iter().enumerate() {
+                if d.get(&k.num).is_some_and(|&e| e >= epoch) {
+                    redo.push(i);
+                } else {
+                    picked.push(i);
+                }
+            }
+        }
+        let batched = self.chains(keys, &picked, out, found, &mut redo);
+        let r = batched.and_then(|()| {
+            redo.iter().try_for_each(|&i| {
+                found[i] = self.get(&keys[i], &mut out[i])?;
+                Ok(())
+            })
+        });
+        (self.picked, self.redo) = (picked, redo);
+        r
+    }
     fn update(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
         self.write(key, record)
     }
@@ -497,6 +540,54 @@ impl Session for FnSession<'_> {
     }
     fn scan(&mut self, start: &Key, count: usize) -> Result<usize, YcsbError> {
         self.wt.scan(start, count)
+    }
+}
+
+impl FnSession<'_> {
+    /// Runs the chains of `keys[picked]`; what they do not settle is pushed to `redo`.
+    fn chains(
+        &mut self,
+        keys: &[Key],
+        picked: &[usize],
+        out: &mut [Vec<u8>],
+        found: &mut [bool],
+        redo: &mut Vec<usize>,
+    ) -> Result<(), YcsbError> {
+        let r = self.reader.as_mut().expect("refreshed by the caller");
+        if self.batch_keys.len() < picked.len() {
+            self.batch_keys.resize_with(picked.len(), Vec::new);
+        }
+        for (j, &i) in picked.iter().enumerate() {
+            r.table.key_format.encode(keys[i].name.as_bytes(), &mut self.batch_keys[j])?;
+        }
+        let mut settled = 0u64;
+        let before = redo.len();
+        let run = r.xrp.get_batch(r.table.tree(), &self.batch_keys[..picked.len()], |j, o, v| {
+            let i = picked[j];
+            match o {
+                Ok(Outcome::Found) => {
+                    out[i].clear();
+                    out[i].extend_from_slice(v);
+                    found[i] = true;
+                    settled += 1;
+                }
+                Ok(Outcome::NotFound) => {
+                    found[i] = false;
+                    settled += 1;
+                }
+                Ok(Outcome::Fallback(_)) | Err(_) => redo.push(i),
+            }
+        });
+        if run.is_err() {
+            // The engine itself failed: every key of the batch goes the one-at-a-time way,
+            // which opens a new engine.
+            redo.truncate(before);
+            redo.extend_from_slice(picked);
+            self.reader = None;
+            return Ok(());
+        }
+        self.store.shared.function_reads.fetch_add(settled, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -521,7 +612,16 @@ impl Store for FnStore {
             r.push(Arc::clone(&s));
             s
         };
-        let mut s = FnSession { store: self, wt, reader: None, slot, key: Vec::new() };
+        let mut s = FnSession {
+            store: self,
+            wt,
+            reader: None,
+            slot,
+            key: Vec::new(),
+            batch_keys: Vec::new(),
+            picked: Vec::new(),
+            redo: Vec::new(),
+        };
         s.refresh(false)?;
         Ok(Box::new(s))
     }
