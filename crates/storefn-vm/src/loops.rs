@@ -124,6 +124,8 @@ pub(crate) fn counted_loops(
             out.push(CountedLoop { header, latch, trips, exact });
         }
     }
+    // Sorted by header: the JIT looks a slot's loop up by binary search.
+    out.sort_unstable_by_key(|l| l.header);
     out
 }
 

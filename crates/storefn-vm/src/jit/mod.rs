@@ -68,6 +68,11 @@ const FRAME_REG: u8 = 10;
 /// Set this environment variable to print the machine code of every compiled function to
 /// stderr (a diagnostic for JIT work; off in normal runs).
 pub const DISASM_ENV: &str = "STOREFN_JIT_DISASM";
+/// Programs of more slots than this compile in Cranelift's quick tier ([`new_module`]): the
+/// optimising tier costs several microseconds per slot (measured 4-11 on a loaded machine,
+/// most for blocks and run-time checks), tens of milliseconds at `MAX_INSNS`; the quick tier
+/// a few times less. Every bench workload is below it (the largest, `straight`, 906 slots).
+const QUICK_TIER_SLOTS: usize = 1024;
 /// Widest access: the fast-path window guarantees this many bytes past the address.
 const MAX_ACCESS_BYTES: u64 = 8;
 
@@ -146,7 +151,7 @@ impl JitProgram {
         let cfg = verified.cfg();
         let funcs: Vec<(usize, usize)> =
             (0..cfg.functions().len()).map(|f| cfg.func_range(f)).collect();
-        let mut module = new_module()?;
+        let mut module = new_module(prog.insns.len() > QUICK_TIER_SLOTS)?;
         let ptr_ty = module.target_config().pointer_type();
         if ptr_ty != I64 {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
@@ -170,13 +175,13 @@ impl JitProgram {
         let shim = define_resolve_shim(&mut module, &mut ctx, &mut fctx);
         let mut result = shim.as_ref().map(|_| ()).map_err(Clone::clone);
         let shim = shim.unwrap_or(ids[0].1);
+        let disasm = std::env::var_os(DISASM_ENV).is_some();
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
             }
             ctx.func.signature = sig.clone();
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
-            let disasm = std::env::var_os(DISASM_ENV).is_some();
             ctx.set_disasm(disasm);
             let r = translate_function(
                 verified,
@@ -311,12 +316,20 @@ fn fault_to_result(env: &RunEnv, r0: u64, aux: &mut RunAux) -> Result<u64, VmErr
     }
 }
 
-fn new_module() -> Result<JITModule, JitError> {
+/// Cranelift settings for a program: the quick tier (no IR optimisation, the single-pass
+/// register allocator) when `quick`, else the optimising tier.
+fn new_module(quick: bool) -> Result<JITModule, JitError> {
     let mut flags = settings::builder();
     let set = |f: &mut settings::Builder, k: &str, v: &str| {
         f.set(k, v).map_err(|e| JitError::Host(format!("cranelift flag {k}: {e}")))
     };
-    set(&mut flags, "opt_level", "speed")?;
+    // Cranelift's optimising tier costs several microseconds per slot (its e-graph pass and
+    // the backtracking register allocator); past `QUICK_TIER_SLOTS` a program gets the quick
+    // tier instead, whose cost per slot is a few times lower, so compiling any program
+    // within `MAX_INSNS` stays within a few milliseconds.
+    let (opt, regalloc) = if quick { ("none", "single_pass") } else { ("speed", "backtracking") };
+    set(&mut flags, "opt_level", opt)?;
+    set(&mut flags, "regalloc_algorithm", regalloc)?;
     set(&mut flags, "use_colocated_libcalls", "false")?;
     set(&mut flags, "is_pic", "false")?;
     // The IR verifier costs compile time; debug builds keep it as a check on this translator.

@@ -21,7 +21,8 @@ pub(super) struct Tx<'a, 'f> {
     /// `env.insns_left`, kept in a register between calls and returns.
     pub(super) budget: Variable,
     pub(super) aux: Value,
-    /// Block starting at each instruction index that is a jump target (or follows a branch).
+    /// Block starting at each slot of the function (`block_at[pc - start]`) that is a jump
+    /// target or follows a branch; read through [`Tx::block`].
     pub(super) block_at: Vec<Option<Block>>,
     /// Shared exit path after a callee or helper recorded a fault: return 0.
     pub(super) exit_block: Block,
@@ -96,12 +97,10 @@ pub(super) fn translate_function(
     let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
     let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
     b.def_var(budget, left);
-    let block_at: Vec<Option<Block>> = (0..insns.len())
-        .map(|pc| {
-            let here = (start..end).contains(&pc) && cfg.is_block_start(pc);
-            here.then(|| b.create_block())
-        })
-        .collect();
+    // Only this function's slots: a table over the whole program per function would make
+    // compiling a program of many small functions quadratic in its size.
+    let block_at: Vec<Option<Block>> =
+        (start..end).map(|pc| cfg.is_block_start(pc).then(|| b.create_block())).collect();
     let exit_block = b.create_block();
     b.set_cold_block(exit_block);
     let fault_block = b.create_block();
@@ -109,7 +108,7 @@ pub(super) fn translate_function(
     for _ in 0..4 {
         b.append_block_param(fault_block, I64);
     }
-    let first = block_at[start].expect("start is a target");
+    let first = block_at[0].expect("start is a target");
     b.ins().jump(first, &[]);
 
     let mut tx = Tx {
@@ -168,7 +167,7 @@ impl Tx<'_, '_> {
     /// continues past it, and its width in slots.
     fn step(&mut self, pc: usize, mut open: bool) -> Result<(bool, usize), JitError> {
         let end = self.func_range.1;
-        if let Some(blk) = self.block_at[pc] {
+        if let Some(blk) = self.block(pc) {
             if open {
                 self.b.ins().jump(blk, &[]);
             }
@@ -193,7 +192,9 @@ impl Tx<'_, '_> {
     /// [`UNROLL_MAX_SLOTS`], within what is left of [`UNROLL_MAX_FUNCTION_SLOTS`]), if any;
     /// takes its slots from what is left.
     fn unrolled_loop_at(&mut self, pc: usize) -> Option<CountedLoop> {
-        let l = self.counted.iter().copied().find(|l| l.header == pc)?;
+        // Sorted by header (`loops::counted_loops`): a search per slot, not a scan.
+        let k = self.counted.binary_search_by_key(&pc, |l| l.header).ok()?;
+        let l = self.counted[k];
         let slots = (l.latch + 1 - l.header) as u64 * l.trips;
         let fits = l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS;
         let fits = fits && slots <= self.unroll_left;
@@ -215,24 +216,24 @@ impl Tx<'_, '_> {
         debug_assert_eq!(self.charges[l.header], 0, "a counted loop's header charges nothing");
         let copies = usize::try_from(l.trips).unwrap_or(usize::MAX);
         let mut headers = Vec::with_capacity(copies + 1);
-        headers.push(self.block_at[l.header].expect("a loop header starts a block"));
+        headers.push(self.block(l.header).expect("a loop header starts a block"));
         for _ in 0..copies {
             headers.push(self.b.create_block());
         }
         for k in 0..=copies {
             // Fresh blocks for this copy's interior (jumps inside the body only go forward, and
             // nothing outside jumps past the header, so they are all created before use).
-            self.block_at[l.header] = Some(headers[k]);
+            *self.block_slot(l.header) = Some(headers[k]);
             for pc in l.header + 1..=l.latch {
-                if self.block_at[pc].is_some() {
-                    self.block_at[pc] = Some(self.b.create_block());
+                if self.block(pc).is_some() {
+                    *self.block_slot(pc) = Some(self.b.create_block());
                 }
             }
             let mut pc = l.header;
             while pc <= l.latch {
                 if pc == l.latch {
                     // The back edge of this copy enters the next one (the last: itself).
-                    self.block_at[l.header] = Some(headers[(k + 1).min(copies)]);
+                    *self.block_slot(l.header) = Some(headers[(k + 1).min(copies)]);
                 }
                 let width;
                 (open, width) = self.step(pc, open)?;
@@ -242,8 +243,19 @@ impl Tx<'_, '_> {
                 return Err(invalid(l.latch, "a loop's back edge that falls through"));
             }
         }
-        self.block_at[l.header] = Some(headers[0]);
+        *self.block_slot(l.header) = Some(headers[0]);
         Ok(open)
+    }
+
+    /// The block starting at `pc`, if `pc` is a block start inside this function.
+    pub(super) fn block(&self, pc: usize) -> Option<Block> {
+        let k = pc.checked_sub(self.func_range.0)?;
+        self.block_at.get(k).copied().flatten()
+    }
+
+    /// The entry of `block_at` for `pc`, a slot of this function.
+    fn block_slot(&mut self, pc: usize) -> &mut Option<Block> {
+        &mut self.block_at[pc - self.func_range.0]
     }
 
     pub(super) fn finish_shared_blocks(&mut self) {
@@ -519,10 +531,10 @@ impl Tx<'_, '_> {
         } else {
             self.b.ins().icmp(cc, a, b)
         };
-        let Some(fall) = self.block_at.get(pc + 1).copied().flatten() else {
+        let Some(fall) = self.block(pc + 1) else {
             return Err(invalid(pc, "conditional jump at the end of its function"));
         };
-        let Some(blk) = self.block_at.get(target).copied().flatten() else {
+        let Some(blk) = self.block(target) else {
             return Err(invalid(pc, format!("jump target {target} is not a block start")));
         };
         self.b.ins().brif(cond, blk, &[], fall, &[]);
@@ -531,7 +543,7 @@ impl Tx<'_, '_> {
 
     /// Unconditional transfer to `target` (the target block charges itself on entry).
     pub(super) fn goto(&mut self, target: usize) -> Result<(), JitError> {
-        let Some(blk) = self.block_at.get(target).copied().flatten() else {
+        let Some(blk) = self.block(target) else {
             return Err(invalid(target, "jump target is not a block start"));
         };
         self.b.ins().jump(blk, &[]);
