@@ -183,7 +183,13 @@ pub fn run(a: &BenchArgs) -> CmdResult {
         c.rt0 = round_trips(&c.getter);
     }
     for r in 0..a.rounds {
-        for c in &mut configs {
+        // Odd rounds run the configurations in reverse: neither order's position (a cache
+        // warmed by the one before, the machine's drift) favours one path.
+        let mut order: Vec<&mut Config> = configs.iter_mut().collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        for c in order {
             // The same keys for every configuration in a round.
             let mut seed = a.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(r as u64) | 1;
             run_round(c, &keys, a.reads, a.batch.max(1), &mut seed)?;
