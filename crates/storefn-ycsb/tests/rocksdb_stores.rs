@@ -29,6 +29,7 @@ fn cfg(letter: char, operations: u64, threads: usize) -> RunConfig {
         seed: 42,
         warmup: 100,
         shape: SHAPE,
+        read_batch: 1,
     }
 }
 
