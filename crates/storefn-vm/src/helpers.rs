@@ -166,7 +166,7 @@ pub(crate) unsafe fn call(
         STOREFN_CRC32C => {
             let (crc, p, n) = (args[0] as u32, args[1], args[2]);
             check(env, insn, p, n, false)?;
-            Ok(u64::from(crate::crc32c::extend(crc, bytes(p, n))))
+            Ok(u64::from(crc32c::crc32c_append(crc, bytes(p, n))))
         }
         offload::STOREFN_TABLE_LOOKUP
         | offload::STOREFN_TABLE_INSERT

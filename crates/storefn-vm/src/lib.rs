@@ -29,7 +29,6 @@
 //! ```
 
 mod cfg;
-mod crc32c;
 mod disasm;
 mod elf;
 mod error;

@@ -8,7 +8,7 @@
 //!         | disk_size | checksum | flags | unused | cells ... (mem_size bytes in all) | pad
 //! ```
 
-use super::{crc32c, intpack::unpack_uint, le_u32, le_u64, take, Malformed};
+use super::{intpack::unpack_uint, le_u32, le_u64, take, Malformed};
 
 /// Bytes of the page header (`WT_PAGE_HEADER`).
 pub const PAGE_HEADER_BYTES: usize = 28;
@@ -226,9 +226,9 @@ impl BlockHeader {
 /// (no copy: the hole is fed as four zero bytes).
 #[must_use]
 pub fn checksum_with_hole(bytes: &[u8], hole: usize) -> u32 {
-    let c = crc32c::update(!0, &bytes[..hole]);
-    let c = crc32c::update(c, &[0; 4]);
-    !crc32c::update(c, &bytes[hole + 4..])
+    let c = crc32c::crc32c(&bytes[..hole]);
+    let c = crc32c::crc32c_append(c, &[0; 4]);
+    crc32c::crc32c_append(c, &bytes[hole + 4..])
 }
 
 /// A block's address: byte offset, byte size and the checksum its header must carry.

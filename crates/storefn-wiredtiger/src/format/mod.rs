@@ -8,7 +8,6 @@
 mod block;
 mod cell;
 mod config;
-mod crc32c;
 mod intpack;
 
 pub use block::{
