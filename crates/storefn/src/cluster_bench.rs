@@ -11,7 +11,7 @@ use clap::Args;
 use plotters::prelude::*;
 use storefn_cluster::bench::{run, BenchReport, BenchSpec};
 
-use crate::plot::{colour, draw_line, format_si, load_font};
+use crate::plot::{colour, draw_line, format_si, linear_chart, load_font, Axes};
 use crate::CmdResult;
 
 /// Figure size in pixels: one panel.
@@ -165,21 +165,14 @@ fn scaling_png(r: &BenchReport, out: &Path) -> Result<(), String> {
         "Cluster pushdown throughput (each server {:.0}% of a core)",
         r.quota_us as f64 * 100.0 / r.period_us as f64
     );
-    let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0f64..x_max + 0.5, 0.0f64..y_max * 1.15)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("servers")
-        .y_desc("lookups/s")
-        .y_label_formatter(&|v| format_si(*v))
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(|e| err(&e))?;
+    let axes = Axes {
+        title: &caption,
+        x: 0.0..x_max + 0.5,
+        y: 0.0..y_max * 1.15,
+        x_desc: "servers",
+        y_desc: "lookups/s",
+    };
+    let mut chart = linear_chart(&root, &axes).map_err(|e| err(&e))?;
     draw_line(&mut chart, "measured (median of rounds)", &pts, false, colour(0))?;
     draw_line(&mut chart, "linear from one server", &ideal, true, colour(1))?;
     legend(&mut chart, out)?;
@@ -204,20 +197,14 @@ fn failover_png(r: &BenchReport, out: &Path) -> Result<(), String> {
     let y_max = pts.iter().map(|p| p.1).fold(goal_ms, f64::max);
     let root = BitMapBackend::new(out, FIGURE_PX).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Lookup latency across a kill -9 of one of 3 servers (R = 2)", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0f64..x_max * 1.02, 0.0f64..y_max * 1.1)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since the load started")
-        .y_desc("batch latency (ms)")
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(|e| err(&e))?;
+    let axes = Axes {
+        title: "Lookup latency across a kill -9 of one of 3 servers (R = 2)",
+        x: 0.0..x_max * 1.02,
+        y: 0.0..y_max * 1.1,
+        x_desc: "seconds since the load started",
+        y_desc: "batch latency (ms)",
+    };
+    let mut chart = linear_chart(&root, &axes).map_err(|e| err(&e))?;
     let k = f.killed_at_us as f64 / 1e6;
     draw_line(&mut chart, "slowest batch per 50 ms", &pts, false, colour(0))?;
     draw_line(&mut chart, "kill -9", &[(k, 0.0), (k, y_max)], true, colour(3))?;
@@ -232,7 +219,10 @@ fn failover_png(r: &BenchReport, out: &Path) -> Result<(), String> {
     root.present().map_err(|e| err(&e))
 }
 
-fn legend<'a>(chart: &mut crate::plot::LinearChart<'a, 'a>, out: &Path) -> Result<(), String> {
+fn legend<'a, 'b: 'a>(
+    chart: &mut crate::plot::LinearChart<'a, 'b>,
+    out: &Path,
+) -> Result<(), String> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))

@@ -309,6 +309,42 @@ pub(crate) fn draw_line(
     Ok(())
 }
 
+/// What a linear chart shows: its title, and each axis' range and description.
+pub(crate) struct Axes<'s> {
+    pub(crate) title: &'s str,
+    pub(crate) x: std::ops::Range<f64>,
+    pub(crate) y: std::ops::Range<f64>,
+    pub(crate) x_desc: &'s str,
+    pub(crate) y_desc: &'s str,
+}
+
+/// A linear chart on `area` with its mesh drawn (numbers on the y axis in `format_si`), for
+/// [`draw_line`] to draw on: every line figure of the CLI has the same frame.
+///
+/// # Errors
+/// A drawing failure, as text.
+pub(crate) fn linear_chart<'a, 'b>(
+    area: &'a DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>,
+    axes: &Axes<'_>,
+) -> Result<LinearChart<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(axes.title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(axes.x.clone(), axes.y.clone())
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
+        .y_label_formatter(&|v| format_si(*v))
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(chart)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Deserialize;
 
-use crate::plot::{colour, draw_line, format_si, load_font};
+use crate::plot::{colour, draw_line, linear_chart, load_font, Axes};
 
 /// Figure size in pixels: one panel.
 const FIGURE_PX: (u32, u32) = (1000, 700);
@@ -75,21 +75,14 @@ pub fn render(runs: &[RttRun], out: &Path) -> Result<(), String> {
     }
     let root = BitMapBackend::new(out, FIGURE_PX).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Remote lookup latency vs round-trip time", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0f64..x_max * 1.05, 0.0f64..y_max * 1.15)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("measured RTT (us)")
-        .y_desc("mean latency (us)")
-        .y_label_formatter(&|v| format_si(*v))
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(|e| err(&e))?;
+    let axes = Axes {
+        title: "Remote lookup latency vs round-trip time",
+        x: 0.0..x_max * 1.05,
+        y: 0.0..y_max * 1.15,
+        x_desc: "measured RTT (us)",
+        y_desc: "mean latency (us)",
+    };
+    let mut chart = linear_chart(&root, &axes).map_err(|e| err(&e))?;
     for (i, (name, pts, dashed)) in lines.iter().enumerate() {
         draw_line(&mut chart, name, pts, *dashed, colour(i)).map_err(|e| err(&e))?;
     }

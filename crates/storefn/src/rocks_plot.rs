@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use plotters::prelude::*;
 
-use crate::plot::{colour, draw_line, format_si, load_font};
+use crate::plot::{colour, draw_line, linear_chart, load_font, Axes};
 use crate::CmdResult;
 
 #[derive(Debug, Args)]
@@ -84,21 +84,14 @@ pub fn run(a: &PlotArgs) -> CmdResult {
         } else {
             ("Remote p99 vs RTT", "p99 (us)")
         };
-        let mut chart = ChartBuilder::on(panel)
-            .caption(title, ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(80)
-            .build_cartesian_2d(0.0f64..x_max * 1.05, 0.0f64..y_max * 1.15)
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("added RTT (us)")
-            .y_desc(ydesc)
-            .y_label_formatter(&|v| format_si(*v))
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(|e| err(&e))?;
+        let axes = Axes {
+            title,
+            x: 0.0..x_max * 1.05,
+            y: 0.0..y_max * 1.15,
+            x_desc: "added RTT (us)",
+            y_desc: ydesc,
+        };
+        let mut chart = linear_chart(panel, &axes).map_err(|e| err(&e))?;
         for (i, (name, pts, dashed)) in lines.iter().enumerate() {
             // The bound is a latency bound: drawn on the p99 panel only.
             if *dashed && k == 0 {
