@@ -3,6 +3,7 @@
 //! RocksDB, and the keys written since the reader's snapshot are read from RocksDB, so every
 //! read sees every acknowledged write.
 
+use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
 use crate::limits::ROCKS_CACHE_PER_MILLE;
 use crate::store::{OpenOptions, Session, Store};
@@ -10,7 +11,7 @@ use crate::workload::{Key, RecordShape};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use storefn_rocksdb::{Db, Lookup, Native, NativeOptions, RocksError, XrpConfig, XrpDb};
 
@@ -206,8 +207,8 @@ pub struct RocksFnStore {
     dir: PathBuf,
     native: Arc<Native>,
     shared: Arc<Shared>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    refresher: Option<std::thread::JoinHandle<()>>,
+    /// Declared last: dropped (stopped and joined) after the store's other fields.
+    _refresher: Periodic,
 }
 
 impl std::fmt::Debug for RocksFnStore {
@@ -237,19 +238,17 @@ impl RocksFnStore {
             fallbacks: AtomicU64::new(0),
             failure: Mutex::new(None),
         });
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let refresher = {
-            let (n, sh, st) = (Arc::clone(&native), Arc::clone(&shared), Arc::clone(&stop));
+            let (n, sh) = (Arc::clone(&native), Arc::clone(&shared));
             let (dir, every) = (dir.to_path_buf(), opts.checkpoint_interval);
-            std::thread::spawn(move || refresh_loop(&n, &dir, &sh, &st, every))
+            Periodic::spawn(move |t| refresh_loop(&n, &dir, &sh, t, every))
         };
         Ok(RocksFnStore {
             spec: format!("rocksdb:{}", dir.display()),
             dir: dir.into(),
             native,
             shared,
-            stop,
-            refresher: Some(refresher),
+            _refresher: refresher,
         })
     }
 
@@ -283,33 +282,11 @@ fn refresh_once(native: &Native, dir: &Path, shared: &Shared) -> Result<(), Ycsb
     Ok(())
 }
 
-fn refresh_loop(
-    native: &Native,
-    dir: &Path,
-    shared: &Shared,
-    stop: &(Mutex<bool>, Condvar),
-    every: Duration,
-) {
-    let mut stopped = stop.0.lock().unwrap_or_else(PoisonError::into_inner);
-    loop {
-        let (g, _) = stop.1.wait_timeout(stopped, every).unwrap_or_else(PoisonError::into_inner);
-        stopped = g;
-        if *stopped {
-            return;
-        }
+fn refresh_loop(native: &Native, dir: &Path, shared: &Shared, ticker: &Ticker, every: Duration) {
+    while ticker.wait(every) {
         if let Err(e) = refresh_once(native, dir, shared) {
             *shared.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
             return;
-        }
-    }
-}
-
-impl Drop for RocksFnStore {
-    fn drop(&mut self) {
-        *self.stop.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.stop.1.notify_all();
-        if let Some(t) = self.refresher.take() {
-            let _ = t.join();
         }
     }
 }

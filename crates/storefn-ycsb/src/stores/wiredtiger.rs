@@ -2,6 +2,7 @@
 //! function over its newest checkpoint ([`FnStore`]): writes, scans and the keys written since
 //! that checkpoint stay with WiredTiger, so every read sees every acknowledged write.
 
+use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
 use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
 use crate::store::{OpenOptions, Session, Store};
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use storefn_wiredtiger::native::{Connection, Cursor, Session as WtSession};
 use storefn_wiredtiger::{Outcome, Table, WtError, XrpTree};
@@ -242,8 +243,8 @@ pub struct FnStore {
     uri: String,
     conn: Arc<Connection>,
     shared: Arc<Shared>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    checkpointer: Option<std::thread::JoinHandle<()>>,
+    /// Declared last: dropped (stopped and joined) after the store's other fields.
+    _checkpointer: Periodic,
 }
 
 impl std::fmt::Debug for FnStore {
@@ -269,11 +270,10 @@ impl FnStore {
         let shared = Arc::new(Shared::default());
         shared.epoch.store(1, Ordering::Relaxed);
         shared.published.store(1, Ordering::Relaxed);
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let checkpointer = {
-            let (conn, shared, stop) = (Arc::clone(&conn), Arc::clone(&shared), Arc::clone(&stop));
+            let (conn, shared) = (Arc::clone(&conn), Arc::clone(&shared));
             let every = opts.checkpoint_interval;
-            std::thread::spawn(move || checkpoint_loop(&conn, &shared, &stop, every))
+            Periodic::spawn(move |t| checkpoint_loop(&conn, &shared, t, every))
         };
         Ok(FnStore {
             spec: format!("wiredtiger:{}:{table}", dir.display()),
@@ -282,8 +282,7 @@ impl FnStore {
             uri,
             conn,
             shared,
-            stop,
-            checkpointer: Some(checkpointer),
+            _checkpointer: checkpointer,
         })
     }
 
@@ -319,12 +318,7 @@ fn checkpoint_once(s: &WtSession<'_>, shared: &Shared) -> Result<(), WtError> {
     Ok(())
 }
 
-fn checkpoint_loop(
-    conn: &Connection,
-    shared: &Shared,
-    stop: &(Mutex<bool>, Condvar),
-    every: Duration,
-) {
+fn checkpoint_loop(conn: &Connection, shared: &Shared, ticker: &Ticker, every: Duration) {
     let fail = |e: String| {
         *shared.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
     };
@@ -332,26 +326,9 @@ fn checkpoint_loop(
         Ok(s) => s,
         Err(e) => return fail(e.to_string()),
     };
-    let mut stopped = stop.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    loop {
-        let (g, _) =
-            stop.1.wait_timeout(stopped, every).unwrap_or_else(std::sync::PoisonError::into_inner);
-        stopped = g;
-        if *stopped {
-            return;
-        }
+    while ticker.wait(every) {
         if let Err(e) = checkpoint_once(&s, shared) {
             return fail(e.to_string());
-        }
-    }
-}
-
-impl Drop for FnStore {
-    fn drop(&mut self) {
-        *self.stop.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        self.stop.1.notify_all();
-        if let Some(t) = self.checkpointer.take() {
-            let _ = t.join();
         }
     }
 }
