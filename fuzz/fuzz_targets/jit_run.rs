@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use storefn_vm::jit::JitProgram;
+use storefn_vm::JitProgram;
 use storefn_vm::{VerifiedProgram, VmError};
 
 #[path = "sandbox.rs"]

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use storefn_vm::jit::JitProgram;
-use storefn_vm::{interp, VerifiedProgram};
+use storefn_vm::JitProgram;
+use storefn_vm::{interpret, VerifiedProgram};
 
 #[path = "sandbox.rs"]
 #[allow(dead_code)]
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     // SAFETY (both): the env grants only the sandbox's own buffers, alive for the call; no host.
     let j = outcome(&mut sb, &initial, |env, ctx, top| unsafe { jit.run(env, ctx, top) });
     let i =
-        outcome(&mut sb, &initial, |env, ctx, top| unsafe { interp::run(&prog, env, ctx, top) });
+        outcome(&mut sb, &initial, |env, ctx, top| unsafe { interpret(&prog, env, ctx, top) });
     assert_eq!(j, i, "JIT and interpreter disagree on {:?}", prog.insns);
     assert!(j.left <= FUZZ_BUDGET);
 });

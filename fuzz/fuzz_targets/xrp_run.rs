@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use storefn_vm::jit::JitProgram;
-use storefn_vm::{interp, VerifiedProgram};
+use storefn_vm::JitProgram;
+use storefn_vm::{interpret, VerifiedProgram};
 
 #[path = "sandbox.rs"]
 #[allow(dead_code)]
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     // bytes each, the fields unwritable); no host.
     let j = xrp_outcome(&mut sb, &initial, |env, ctx, top| unsafe { jit.run(env, ctx, top) });
     let i = xrp_outcome(&mut sb, &initial, |env, ctx, top| unsafe {
-        interp::run(&prog, env, ctx, top)
+        interpret(&prog, env, ctx, top)
     });
     assert_eq!(j, i, "JIT and interpreter disagree on {:?}", prog.insns);
     assert!(j.left <= FUZZ_BUDGET);

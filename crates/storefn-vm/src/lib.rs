@@ -8,7 +8,7 @@
 //! Safe use goes through [`load_verified`] (or [`VerifiedProgram::new`]) and [`Instance`]: an
 //! instance runs only verified programs, over memory it lays out itself from the buffers the
 //! caller lends it. The lower-level entry points that take a caller-built [`RunEnv`]
-//! ([`interp::run`], [`jit::JitProgram::run`]) are `unsafe fn`: the regions are trusted.
+//! ([`interpret`], [`JitProgram::run`]) are `unsafe fn`: the regions are trusted.
 //!
 //! Public modules are the byte-level contracts: [`insn`] (the instruction encoding), [`xrp`]
 //! and [`offload`] (the program types' context layouts, docs/FORMAT.md) and [`limits`] (every
@@ -17,14 +17,14 @@
 //! ```compile_fail
 //! // A RunEnv granting arbitrary memory cannot be run from safe code.
 //! # fn f(p: &storefn_vm::VerifiedProgram, env: &mut storefn_vm::RunEnv) {
-//! let _ = storefn_vm::interp::run(p, env, 0, 0);
+//! let _ = storefn_vm::interpret(p, env, 0, 0);
 //! # }
 //! ```
 //!
 //! ```no_run
 //! # fn f(p: &storefn_vm::VerifiedProgram, env: &mut storefn_vm::RunEnv) {
 //! // SAFETY: (the caller's contract would be stated here)
-//! let _ = unsafe { storefn_vm::interp::run(p, env, 0, 0) };
+//! let _ = unsafe { storefn_vm::interpret(p, env, 0, 0) };
 //! # }
 //! ```
 
@@ -37,8 +37,8 @@ pub mod harness;
 mod helpers;
 pub mod insn;
 mod instance;
-pub mod interp;
-pub mod jit;
+mod interp;
+mod jit;
 pub mod limits;
 mod loops;
 mod mem;
@@ -56,6 +56,8 @@ pub use elf::{load, LoadError};
 pub use error::{Place, VmError};
 pub use helpers::HostState;
 pub use instance::{load_verified, Engine, Error, Instance};
+pub use interp::run as interpret;
+pub use jit::{JitError, JitProgram, DISASM_ENV as JIT_DISASM_ENV};
 pub use mem::{Region, RegionName, RegionSet};
 pub use program::{FaultInfo, ProgType, Program, RunEnv};
 pub use verifier::{verify, VerifiedProgram, VerifyError, VerifyStats};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use storefn_vm::harness::shapes::{program, SHAPES};
-use storefn_vm::jit::JitProgram;
+use storefn_vm::JitProgram;
 use storefn_vm::VerifiedProgram;
 
 /// CPU time of the calling thread: unlike wall time, it does not count the time this thread

@@ -6,7 +6,7 @@ mod jit_support;
 use jit_support::*;
 use proptest::prelude::*;
 use storefn_vm::insn::*;
-use storefn_vm::jit::JitProgram;
+use storefn_vm::JitProgram;
 use storefn_vm::limits::{MAX_CALL_DEPTH, STACK_FRAME_BYTES};
 use storefn_vm::{Place, VerifiedProgram, VmError};
 

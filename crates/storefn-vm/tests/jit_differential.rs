@@ -13,7 +13,7 @@ use jit_support::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
-use storefn_vm::jit::JitProgram;
+use storefn_vm::JitProgram;
 use storefn_vm::{Program, RunEnv, VerifiedProgram, VmError};
 
 /// Budget for generated programs: small, so loops end quickly and the limit itself is tested.
@@ -106,7 +106,7 @@ pub fn both(
 ) -> (Outcome, Outcome) {
     let mut interp = |p: &VerifiedProgram, env: &mut RunEnv, ctx: u64, top: u64| {
         // SAFETY: the env grants only the sandbox's own buffers, alive for the call; no host.
-        unsafe { storefn_vm::interp::run(p, env, ctx, top) }
+        unsafe { storefn_vm::interpret(p, env, ctx, top) }
     };
     let mut v = run_engines(prog, budget, setup, &mut [&mut jit_engine, &mut interp]);
     let i = v.pop().unwrap();

@@ -5,7 +5,7 @@ mod jit_support;
 
 use jit_support::*;
 use storefn_vm::insn::*;
-use storefn_vm::jit::JitProgram;
+use storefn_vm::JitProgram;
 use storefn_vm::VmError;
 use storefn_vm::{Region, RegionSet};
 

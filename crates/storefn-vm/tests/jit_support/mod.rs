@@ -2,7 +2,7 @@
 #![allow(dead_code, unused_imports)]
 
 use storefn_vm::insn::*;
-use storefn_vm::jit::JitProgram;
+use storefn_vm::JitProgram;
 pub use storefn_vm::limits::DEFAULT_INSN_BUDGET;
 use storefn_vm::limits::STACK_BYTES;
 use storefn_vm::xrp::{XRP_OFF_DONE, XRP_OFF_SCRATCH};
