@@ -6,8 +6,8 @@ mod jit_support;
 use jit_support::*;
 use proptest::prelude::*;
 use storefn_vm::insn::*;
-use storefn_vm::JitProgram;
 use storefn_vm::limits::{MAX_CALL_DEPTH, STACK_FRAME_BYTES};
+use storefn_vm::JitProgram;
 use storefn_vm::{Place, VerifiedProgram, VmError};
 
 fn run_with(insns: Vec<Insn>, sb: &mut Sandbox) -> Result<u64, VmError> {

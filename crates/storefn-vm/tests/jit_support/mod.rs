@@ -2,11 +2,11 @@
 #![allow(dead_code, unused_imports)]
 
 use storefn_vm::insn::*;
-use storefn_vm::JitProgram;
 pub use storefn_vm::limits::DEFAULT_INSN_BUDGET;
 use storefn_vm::limits::STACK_BYTES;
 use storefn_vm::xrp::{XRP_OFF_DONE, XRP_OFF_SCRATCH};
 use storefn_vm::FaultInfo;
+use storefn_vm::JitProgram;
 use storefn_vm::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 use storefn_vm::{Region, RegionSet};
 
