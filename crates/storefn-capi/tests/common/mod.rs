@@ -43,38 +43,35 @@ impl Drop for TempDir {
     }
 }
 
-fn cargo_build(args: &[&str]) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .args(["build", "-q"])
-        .args(args)
-        .current_dir(crate_dir())
-        .status()
-        .expect("cargo build");
-    assert!(st.success(), "cargo build {args:?} failed");
-}
-
-/// The `storefn` CLI, built once per test process (cargo is quick when it is fresh).
-pub fn cli() -> PathBuf {
+/// Builds every target of the workspace, once per test process. `cargo test --workspace` has
+/// built them all already with the workspace's unified features, so this only checks they are
+/// fresh and adds the C libraries (`cargo test` builds only the rlib its tests link). Building
+/// one package alone (`-p storefn`) would resolve other features and rebuild the whole stack a
+/// second time, which cost CI minutes.
+fn workspace_build() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            cargo_build(&["-p", "storefn", "--bin", "storefn"]);
-            target_dir().join("storefn")
-        })
-        .clone()
-}
-
-/// target/debug with libstorefn.so and libstorefn.a fresh: `cargo test` builds only the rlib
-/// its tests link, so the C libraries are built here, once per test process.
-pub fn lib_dir() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            cargo_build(&["-p", "storefn-capi", "--lib"]);
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let st = Command::new(cargo)
+                .args(["build", "-q", "--workspace", "--all-targets"])
+                .current_dir(crate_dir())
+                .status()
+                .expect("cargo build");
+            assert!(st.success(), "cargo build --workspace --all-targets failed");
             target_dir()
         })
         .clone()
+}
+
+/// The `storefn` CLI, as the workspace's tests build it.
+pub fn cli() -> PathBuf {
+    workspace_build().join("storefn")
+}
+
+/// target/debug with libstorefn.so and libstorefn.a fresh.
+pub fn lib_dir() -> PathBuf {
+    workspace_build()
 }
 
 pub fn run(cmd: &mut Command) -> Output {
