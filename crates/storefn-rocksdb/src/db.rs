@@ -156,6 +156,16 @@ impl Db {
         self.levels.iter_mut().flatten().for_each(|f| f.table.release_meta());
     }
 
+    /// The largest data block of any live file (contents, without the trailer).
+    pub fn largest_data_block(&self) -> u64 {
+        self.levels.iter().flatten().map(|f| f.table.largest_data_block()).max().unwrap_or(0)
+    }
+
+    /// The largest index block of any live file (contents, without the trailer).
+    pub fn largest_index_block(&self) -> u64 {
+        self.levels.iter().flatten().map(|f| f.table.footer().index.size).max().unwrap_or(0)
+    }
+
     /// Keys written in the live WALs (the client-side memtable).
     pub fn memtable_len(&self) -> usize {
         self.memtable.len()

@@ -32,6 +32,11 @@ pub struct XrpConfig {
     pub chains: usize,
     /// Instructions per invocation (`None`: the VM's default).
     pub insn_budget: Option<u64>,
+    /// Chains read with O_DIRECT (the device, not the page cache): with data many times the
+    /// memory budget most reads miss the cache anyway, and a buffered miss also pays for
+    /// inserting the page and reclaiming another under the budget. Plain reads (fallbacks)
+    /// stay buffered. A file system that refuses O_DIRECT (tmpfs) is read buffered.
+    pub direct: bool,
 }
 
 impl Default for XrpConfig {
@@ -42,7 +47,29 @@ impl Default for XrpConfig {
             hop_bytes: storefn_io::limits::MAX_HOP_BYTES,
             chains: 64,
             insn_budget: None,
+            direct: false,
         }
+    }
+}
+
+impl XrpConfig {
+    /// This configuration with an engine that holds what `db`'s Gets need and no more:
+    /// `chains` chains in flight (one registered buffer each) and hops as long as the largest
+    /// block a chain reads (data blocks, and index blocks when the index is not cached) with
+    /// its trailer, rounded up to 4 KiB. A thread's engine is then a few hundred KiB, not the
+    /// 4 MiB of 64 chains with 64 KiB hops. A block longer than that (a file a later version
+    /// adds) is answered by plain reads and counted as a fallback.
+    #[must_use]
+    pub fn sized_for(self, db: &Db, chains: usize) -> XrpConfig {
+        let mut largest = db.largest_data_block();
+        if !self.index_cached {
+            largest = largest.max(db.largest_index_block());
+        }
+        let hop = usize::try_from(largest + BLOCK_TRAILER_BYTES as u64)
+            .unwrap_or(usize::MAX)
+            .clamp(4096, storefn_io::limits::MAX_HOP_BYTES)
+            .next_multiple_of(4096);
+        XrpConfig { chains, hop_bytes: hop, ..self }
     }
 }
 
@@ -152,6 +179,11 @@ impl XrpDb {
         Ok(XrpDb { engine, func, files: HashMap::new(), cfg, stats: XrpStats::default() })
     }
 
+    /// The configuration the engine was built with (chains and hop clamped to its limits).
+    pub fn config(&self) -> XrpConfig {
+        self.cfg
+    }
+
     /// The engine's id of `f`, opening it (`None` when the engine's file table is full of
     /// files this round needs: the caller reads that file plainly).
     fn file_id(&mut self, f: &LiveFile) -> Result<Option<FileId>, RocksError> {
@@ -162,10 +194,13 @@ impl XrpDb {
             return Ok(None);
         }
         let path = f.table.path();
-        let id = self
-            .engine
-            .open(&f.table.open_path(), IoMode::Buffered)
-            .map_err(|e| RocksError::chain(path, e))?;
+        let open = |e: &mut Engine, mode| e.open(&f.table.open_path(), mode);
+        let id = match self.cfg.direct {
+            true => open(&mut self.engine, IoMode::Direct)
+                .or_else(|_| open(&mut self.engine, IoMode::Buffered)),
+            false => open(&mut self.engine, IoMode::Buffered),
+        }
+        .map_err(|e| RocksError::chain(path, e))?;
         self.files.insert(f.meta.number, id);
         Ok(Some(id))
     }

@@ -42,3 +42,11 @@ pub const WT_FN_CACHE_PER_MILLE: u64 = 100;
 /// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
 /// buffer per read of its batch.
 pub const MAX_READ_BATCH: usize = 1024;
+
+/// RocksDB's block cache share (per mille) beside the storefn function (`rocksdb:`), for the
+/// reason [`WT_FN_CACHE_PER_MILLE`] gives.
+pub const ROCKS_FN_CACHE_PER_MILLE: u64 = WT_FN_CACHE_PER_MILLE;
+
+/// Most chains a `rocksdb:` session keeps in flight (its engine's registered buffers, one
+/// data block each): a larger batch runs in rounds of this many.
+pub const MAX_SESSION_CHAINS: usize = 256;

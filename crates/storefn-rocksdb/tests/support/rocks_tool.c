@@ -12,7 +12,8 @@
  *       VALUE_BYTES, no compression, 10 bloom bits, leveled compaction (L0 and several levels),
  *       a last flush and 1% of the keys overwritten in the WAL only
  *   rocks_tool get DIR < keys        one key per line; prints "key\tvalue" or "key\t<absent>"
- *   rocks_tool put DIR KEY VALUE | delete DIR KEY | flush DIR
+ *   rocks_tool put DIR KEY VALUE | delete DIR KEY | delrange DIR BEGIN END | flush DIR
+ *       delrange: a range tombstone over [BEGIN, END), left in the WAL
  *   rocks_tool compact DIR          flush, then compact every level into one (files replaced)
  */
 #include <rocksdb/c.h>
@@ -217,6 +218,12 @@ static int single(char **argv, int argc) {
         rocksdb_put(db, w, argv[3], strlen(argv[3]), argv[4], strlen(argv[4]), &err);
     else if (!strcmp(argv[1], "delete") && argc == 4)
         rocksdb_delete(db, w, argv[3], strlen(argv[3]), &err);
+    else if (!strcmp(argv[1], "delrange") && argc == 5) {
+        rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+        rocksdb_writebatch_delete_range(b, argv[3], strlen(argv[3]), argv[4], strlen(argv[4]));
+        rocksdb_write(db, w, b, &err);
+        rocksdb_writebatch_destroy(b);
+    }
     else if (!strcmp(argv[1], "flush"))
         flush(db);
     else if (!strcmp(argv[1], "compact")) {
