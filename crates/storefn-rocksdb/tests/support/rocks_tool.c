@@ -10,7 +10,8 @@
  *   rocks_tool load DIR KEYS VALUE_BYTES BLOCK_SIZE CHECKSUM
  *       db_bench's shape for benchmarks: KEYS keys (key%08d) put in random order with values of
  *       VALUE_BYTES, no compression, 10 bloom bits, leveled compaction (L0 and several levels),
- *       a last flush and 1% of the keys overwritten in the WAL only
+ *       a last flush, RocksDB's compactions waited for, and 1% of the keys overwritten in the
+ *       WAL only
  *   rocks_tool get DIR < keys        one key per line; prints "key\tvalue" or "key\t<absent>"
  *   rocks_tool put DIR KEY VALUE | delete DIR KEY | delrange DIR BEGIN END | flush DIR
  *       delrange: a range tombstone over [BEGIN, END), left in the WAL
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void check(char *err, const char *what) {
     if (err) {
@@ -143,6 +145,23 @@ static int build(char **argv) {
     return 0;
 }
 
+/* Waits until RocksDB's own compactions are done: the levels' shape is the one RocksDB keeps
+ * (level 0 under its compaction trigger), not whatever the load left when it stopped. */
+static void settle(rocksdb_t *db) {
+    for (int i = 0; i < 36000; i++) {
+        char *pending = rocksdb_property_value(db, "rocksdb.compaction-pending");
+        char *running = rocksdb_property_value(db, "rocksdb.num-running-compactions");
+        int busy = !pending || !running || strcmp(pending, "0") || strcmp(running, "0");
+        rocksdb_free(pending);
+        rocksdb_free(running);
+        if (!busy) return;
+        struct timespec t = {0, 100 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+    fprintf(stderr, "rocks_tool: compactions still running after an hour\n");
+    exit(2);
+}
+
 static int load(char **argv) {
     const char *dir = argv[2];
     uint64_t keys = strtoull(argv[3], NULL, 10);
@@ -173,6 +192,7 @@ static int load(char **argv) {
         check(err, "put");
     }
     flush(db);
+    settle(db);
     rocksdb_writeoptions_disable_WAL(w, 0);
     for (uint64_t i = 0; i < keys; i += 100) {
         key_of(i, key);
