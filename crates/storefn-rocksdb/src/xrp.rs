@@ -137,6 +137,10 @@ pub struct XrpDb {
     files: HashMap<u64, FileId>,
     cfg: XrpConfig,
     pub stats: XrpStats,
+    /// Per job of a round: the chain's answer (kept between rounds: no allocation per Get).
+    results: Vec<Option<Result<ChainAnswer, String>>>,
+    /// The index's key scratch for the in-memory phase.
+    key: Vec<u8>,
 }
 
 impl std::fmt::Debug for XrpDb {
@@ -176,7 +180,15 @@ impl XrpDb {
         let engine = Engine::new(ecfg).map_err(|e| err(&e))?;
         let func = Checked { inst, check: Vec::new(), bad: Vec::new() };
         let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
-        Ok(XrpDb { engine, func, files: HashMap::new(), cfg, stats: XrpStats::default() })
+        Ok(XrpDb {
+            engine,
+            func,
+            files: HashMap::new(),
+            cfg,
+            stats: XrpStats::default(),
+            results: Vec::new(),
+            key: Vec::new(),
+        })
     }
 
     /// The configuration the engine was built with (chains and hop clamped to its limits).
@@ -208,6 +220,9 @@ impl XrpDb {
     /// Closes files no job of this round needs when the round's new files would not fit the
     /// engine's file table (a database may hold more tables than it registers).
     fn make_room(&mut self, jobs: &[Job<'_>]) {
+        if self.files.len() + jobs.len() <= storefn_io::limits::MAX_FILES {
+            return;
+        }
         let needed: std::collections::HashSet<u64> =
             jobs.iter().map(|j| j.file.meta.number).collect();
         let new = needed.iter().filter(|n| !self.files.contains_key(n)).count();
@@ -302,7 +317,19 @@ impl XrpDb {
         self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
-        let mut results: Vec<Option<Result<ChainAnswer, String>>> = vec![None; jobs.len()];
+        let mut results = std::mem::take(&mut self.results);
+        results.clear();
+        results.resize(jobs.len(), None);
+        let r = self.run_with(jobs, &mut results);
+        self.results = results;
+        r
+    }
+
+    fn run_with(
+        &mut self,
+        jobs: &mut [Job<'_>],
+        results: &mut [Option<Result<ChainAnswer, String>>],
+    ) -> Result<(), RocksError> {
         let mut submitted = 0;
         let mut done = 0;
         while done < jobs.len() {
@@ -350,8 +377,7 @@ impl XrpDb {
     fn submit(&mut self, i: usize, j: &Job<'_>) -> Result<Option<Found>, RocksError> {
         let t = &j.file.table;
         let start = if self.cfg.index_cached {
-            let mut k = Vec::new();
-            match t.data_block_for(j.key, &mut k)? {
+            match t.data_block_for(j.key, &mut self.key)? {
                 None => return Ok(Some(Found::Absent)),
                 Some(h) => ChainStart { block: h, phase: abi::PHASE_DATA },
             }

@@ -78,3 +78,24 @@ fn compressed_files_are_answered_through_the_fallback_and_counted() {
     let st = check(&d.0, 3_000, XrpConfig { index_cached: false, ..XrpConfig::default() });
     assert!(st.fallbacks > st.chains / 2, "{st:?}");
 }
+
+#[test]
+fn engines_sized_to_the_largest_block_answer_like_64_kib_hops_and_direct_reads_agree() {
+    let d = TempDir::new("rocks-xrp-sized");
+    build_with(&d.0, 13, 4_000, 4096, "no", "crc32c");
+    let db = Db::open(&d.0).unwrap();
+    // Values up to 8 KB overflow the 4 KiB target: the largest block is past one page.
+    let largest = db.largest_data_block();
+    assert!(largest > 4096, "{largest}");
+    let sized = XrpConfig::default().sized_for(&db, 4);
+    assert_eq!(sized.chains, 4);
+    assert!(sized.hop_bytes as u64 >= largest + 5 && (sized.hop_bytes as u64) < largest + 5 + 4096);
+    let full = check(&d.0, 4_000, XrpConfig::default());
+    let st = check(&d.0, 4_000, sized);
+    assert_eq!(st, full, "sizing the hops to the largest block changes nothing");
+    let direct = check(&d.0, 4_000, XrpConfig { direct: true, ..sized });
+    assert_eq!(direct, full, "O_DIRECT chains: the same answers and chains");
+    // Hops shorter than some blocks: those files' lookups go to plain reads, still equal.
+    let short = check(&d.0, 4_000, XrpConfig { hop_bytes: 4096, ..sized });
+    assert!(short.fallbacks > full.fallbacks, "{short:?} vs {full:?}");
+}
