@@ -134,7 +134,10 @@ struct Job<'a> {
 pub struct XrpDb {
     engine: Engine,
     func: Checked,
-    files: HashMap<u64, FileId>,
+    /// Open files by number: the engine's id and the tick of the last job that used it.
+    files: HashMap<u64, (FileId, u64)>,
+    /// Counts file uses (the file table's recency order).
+    tick: u64,
     cfg: XrpConfig,
     pub stats: XrpStats,
     /// Per job of a round: the chain's answer (kept between rounds: no allocation per Get).
@@ -184,6 +187,7 @@ impl XrpDb {
             engine,
             func,
             files: HashMap::new(),
+            tick: 0,
             cfg,
             stats: XrpStats::default(),
             results: Vec::new(),
@@ -199,7 +203,9 @@ impl XrpDb {
     /// The engine's id of `f`, opening it (`None` when the engine's file table is full of
     /// files this round needs: the caller reads that file plainly).
     fn file_id(&mut self, f: &LiveFile) -> Result<Option<FileId>, RocksError> {
-        if let Some(id) = self.files.get(&f.meta.number) {
+        self.tick += 1;
+        if let Some((id, used)) = self.files.get_mut(&f.meta.number) {
+            *used = self.tick;
             return Ok(Some(*id));
         }
         if self.files.len() >= storefn_io::limits::MAX_FILES {
@@ -213,7 +219,7 @@ impl XrpDb {
             false => open(&mut self.engine, IoMode::Buffered),
         }
         .map_err(|e| RocksError::chain(path, e))?;
-        self.files.insert(f.meta.number, id);
+        self.files.insert(f.meta.number, (id, self.tick));
         Ok(Some(id))
     }
 
@@ -229,9 +235,18 @@ impl XrpDb {
         if self.files.len() + new <= storefn_io::limits::MAX_FILES {
             return;
         }
-        let idle: Vec<u64> = self.files.keys().filter(|n| !needed.contains(n)).copied().collect();
-        for n in idle {
-            if let Some(id) = self.files.remove(&n) {
+        // The least recently used files this round does not need, as many as it opens: a
+        // database of more files than the table holds keeps its hot files open.
+        let mut idle: Vec<(u64, u64)> = self
+            .files
+            .iter()
+            .filter(|(n, _)| !needed.contains(n))
+            .map(|(n, (_, used))| (*used, *n))
+            .collect();
+        idle.sort_unstable();
+        let excess = self.files.len() + new - storefn_io::limits::MAX_FILES;
+        for (_, n) in idle.into_iter().take(excess) {
+            if let Some((id, _)) = self.files.remove(&n) {
                 // The engine is idle between rounds: the slot is released now. A refused
                 // unregistration still frees the slot (storefn-io), so it is not an error here.
                 let _ = self.engine.close(id);
