@@ -73,11 +73,11 @@ ycsb_bench() {
         else
             order="rocksdb:1 rocksdb:32 rocksdb-native:32 rocksdb-native:1"
         fi
-        for sb in $order; do run "${sb%:*}" "${sb#*:}" 1 20000; done
+        for sb in $order; do run "${sb%:*}" "${sb#*:}" 1 60000; done
     done
     for round in 1 2; do
         if [ $round = 1 ]; then order="rocksdb-native rocksdb"; else order="rocksdb rocksdb-native"; fi
-        for s in $order; do run "$s" 1 16 60000; done
+        for s in $order; do run "$s" 1 16 120000; done
     done
     uptime
 }
