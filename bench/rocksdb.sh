@@ -27,6 +27,10 @@ B=$(realpath "${STOREFN:-target/release/storefn}")
 ROCKS=${ROCKS:-/var/tmp/rocks}
 OUT=$(realpath "${OUT:-docs/results}")
 LIMIT=50331648 # 48 MiB
+# glibc keeps up to 8 malloc arenas per core: sixteen RocksDB readers churning its block cache
+# fragment them past the budget (rocksdb-native at 16 threads was OOM-killed in 48 MiB on zram).
+# RocksDB deployments use jemalloc or cap the arenas; every run here, both stores, caps them.
+export MALLOC_ARENA_MAX=2
 DEV=${DEV:-virtio}
 
 die() { echo "rocksdb.sh: $*" >&2; exit 1; }
@@ -64,7 +68,8 @@ ycsb_bench() {
     rm -f "$f"
     run() { # STORE BATCH THREADS OPS
         "$B" ycsb run --workload c --store "$1:$dir/ycsbdb" --records 550000 --operations "$4" \
-            --threads "$3" --batch "$2" --memory-limit $LIMIT --json "$f" | tail -n 1
+            --threads "$3" --batch "$2" --memory-limit $LIMIT --json "$f" | tail -n 1 ||
+            echo "ycsb-c $1 threads=$3 batch=$2: FAILED (exit $?; killed by the group?)"
     }
     uptime
     for round in 1 2 3; do
@@ -90,7 +95,7 @@ remote_bench() {
     sleep 1
     uptime
     "$B" rocks bench big --remote 127.0.0.1:7394 --paths pushdown,rpc-read --rtt-us 0,200,1000 \
-        --cache 0.01,0.1,1 --keys-file "$ROCKS/bigkeys" --reads 1000 --warmup 200 --rounds 3 \
+        --cache 0.01,0.1,1 --keys-file "$ROCKS/bigkeys" --reads 2000 --warmup 200 --rounds 5 \
         --json > "$f"
     uptime
     # The server's CPU over the whole run (pushdown does its work there).
