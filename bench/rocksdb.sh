@@ -11,7 +11,7 @@
 #                                   path and round in its own 48 MiB memory group (data ~11x it)
 #   bench/rocksdb.sh ycsb [DIR]     YCSB-C through `storefn ycsb run`: 1 thread, RocksDB's Get
 #                                   (batch 1), its MultiGet (batch 32), storefn's batched chains
-#                                   (batch 32) and single chains, 3 alternating rounds; then
+#                                   (batch 32) and single chains, 5 alternating rounds; then
 #                                   16 threads, both stores; 48 MiB each
 #   bench/rocksdb.sh remote         pushdown vs rpc-read through the delay proxy (0, 200, 1000 us)
 #                                   at client caches of 1%, 10%, 100%; the plot
@@ -72,7 +72,7 @@ ycsb_bench() {
             echo "ycsb-c $1 threads=$3 batch=$2: FAILED (exit $?; killed by the group?)"
     }
     uptime
-    for round in 1 2 3; do
+    for round in 1 2 3 4 5; do
         if [ $((round % 2)) = 1 ]; then
             order="rocksdb-native:1 rocksdb-native:32 rocksdb:32 rocksdb:1"
         else
