@@ -85,6 +85,18 @@ ycsb_bench() {
         for s in $order; do run "$s" 1 16 120000; done
     done
     uptime
+    ycsb_summary "$f"
+}
+
+# Per store, read batch and threads: the median run's ops/s (every run's, in run order) and
+# the median CPU per operation (the whole process: RocksDB's threads and the refresher too).
+ycsb_summary() {
+    jq -rs 'group_by([.store, .read_batch, .threads])[]
+        | (map(.ops_per_sec) | sort) as $o | (map(.cpu_us_per_op) | sort) as $c
+        | [.[0].store, "batch=\(.[0].read_batch)", "threads=\(.[0].threads)",
+           ($o[$o | length / 2 | floor] | floor), (map(.ops_per_sec | floor) | join("/")),
+           ($c[$c | length / 2 | floor] * 10 | round / 10), (map(.read_p99_us | floor) | join("/"))]
+        | @tsv' "$1"
 }
 
 remote_bench() {
