@@ -6,6 +6,9 @@
 #   bench/rocksdb.sh setup          build the databases: rocks_tool load (5 M keys, 100 B values,
 #                                   4 KiB blocks, no compression, 10 bloom bits, CRC-32C; 555 MB)
 #                                   and `storefn ycsb load` (550 k 1 KB records; 545 MB)
+#   bench/rocksdb.sh answers        100,000 sampled keys after puts, overwrites and deletes over
+#                                   L1..L3, two overlapping L0 files and a WAL tail: every path's
+#                                   `rocks multiget` output equals RocksDB's own Get's
 #   bench/rocksdb.sh local [DIR]    `storefn rocks bench`, one thread: read, xrp, native (RocksDB
 #                                   Get), xrp-batch and native-multiget at 32 keys a call, each
 #                                   path and round in its own 48 MiB memory group (data ~11x it)
@@ -48,6 +51,30 @@ setup() {
     [ -e "$ROCKS/ycsbdb/CURRENT" ] ||
         "$B" ycsb load --store "rocksdb:$ROCKS/ycsbdb" --records 550000
     du -sh "$ROCKS/served/big" "$ROCKS/ycsbdb"
+}
+
+answers() {
+    local d="$ROCKS/served/answers" k="$ROCKS/answers.keys"
+    [ -e "$d/CURRENT" ] || "$ROCKS/rocks_tool" build "$d" 9 150000 4096 no 10 crc32c
+    awk 'BEGIN { srand(7); for (i = 0; i < 100000; i++) printf "key%08d\n", int(rand() * 152000) }' > "$k"
+    # RocksDB's own answers, as `key<TAB>value` lines for the keys found.
+    "$ROCKS/rocks_tool" get "$d" < "$k" | grep -v "	<absent>$" > "$ROCKS/answers.want"
+    "$B" serve --dir "$ROCKS/served" --listen 127.0.0.1:7395 > "$ROCKS/serve-answers.log" 2>&1 &
+    local sp=$!
+    trap "kill $sp 2>/dev/null || true" EXIT
+    sleep 1
+    for p in read xrp xrp-batch native native-multiget pushdown rpc-read; do
+        case $p in
+        pushdown | rpc-read) "$B" rocks multiget answers --remote 127.0.0.1:7395 --path $p --keys-file "$k" ;;
+        *) "$B" rocks multiget "$d" --path $p --keys-file "$k" ;;
+        esac > "$ROCKS/answers.$p" 2> /dev/null
+        if cmp -s "$ROCKS/answers.want" "$ROCKS/answers.$p"; then
+            echo "$p: $(wc -l < "$ROCKS/answers.$p") of 100000 keys found, every line equal to RocksDB's"
+        else
+            echo "$p: DIFFERS from RocksDB's answers ($ROCKS/answers.$p)"; kill $sp; exit 1
+        fi
+    done
+    kill $sp
 }
 
 local_bench() {
@@ -133,9 +160,10 @@ zram_bench() {
 
 case ${1:-} in
 setup) setup ;;
+answers) answers ;;
 local) local_bench "${2:-}" ;;
 ycsb) ycsb_bench "${2:-}" ;;
 remote) remote_bench ;;
 zram) zram_bench ;;
-*) die "usage: $0 setup | local [DIR] | ycsb [DIR] | remote | zram" ;;
+*) die "usage: $0 setup | answers | local [DIR] | ycsb [DIR] | remote | zram" ;;
 esac
