@@ -9,7 +9,7 @@
 //! is answered by plain reads and the Rust walk, and counted in [`XrpStats::fallbacks`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use storefn_io::{Engine, EngineConfig, FileId, IoMode, StorageFn, VmError, XrpCtx};
 
@@ -17,6 +17,8 @@ use crate::chain::{self, abi, ChainAnswer, ChainStart};
 use crate::db::{settle, Db, LiveFile, Lookup, Source};
 use crate::error::RocksError;
 use crate::format::table::{ChecksumType, BLOCK_TRAILER_BYTES};
+use crate::format::BlockHandle;
+use crate::remote::cache::{BlockCache, Cached};
 use crate::sst::Found;
 
 /// How chains run.
@@ -83,6 +85,8 @@ pub struct XrpStats {
     /// Files answered by plain reads instead (the function handed the lookup back, or the
     /// block was longer than a hop, or the key longer than the scratch holds).
     pub fallbacks: u64,
+    /// Files answered from the data cache, without a chain.
+    pub cache_hits: u64,
 }
 
 /// The function plus the host's check of every block's trailer checksum.
@@ -91,6 +95,10 @@ struct Checked {
     /// Per token: the checksum type the host checks, and the first block that failed it.
     check: Vec<ChecksumType>,
     bad: Vec<Option<(u64, u32, u32)>>,
+    /// With a data cache: per token, the chain's first block (a data block: the index is
+    /// cached) and its offset, committed to the cache once the chain answered without error.
+    keep: bool,
+    kept: Vec<Option<(u64, Vec<u8>)>>,
 }
 
 impl StorageFn for Checked {
@@ -112,14 +120,46 @@ impl StorageFn for Checked {
         let t = token as usize;
         let (Some(kind), Some(None)) = (self.check.get(t), self.bad.get(t)) else { return };
         let Some(n) = data.len().checked_sub(BLOCK_TRAILER_BYTES) else { return };
-        if *kind == ChecksumType::None {
-            return;
+        if *kind != ChecksumType::None {
+            let stored = u32::from_le_bytes([data[n + 1], data[n + 2], data[n + 3], data[n + 4]]);
+            let computed = kind.compute(&data[..n], data[n]);
+            if stored != computed {
+                self.bad[t] = Some((addr, stored, computed));
+                return;
+            }
         }
-        let stored = u32::from_le_bytes([data[n + 1], data[n + 2], data[n + 3], data[n + 4]]);
-        let computed = kind.compute(&data[..n], data[n]);
-        if stored != computed {
-            self.bad[t] = Some((addr, stored, computed));
+        // Uncompressed blocks only (the function hands compressed ones back).
+        if let (true, Some(slot @ None)) = (self.keep && data[n] == 0, self.kept.get_mut(t)) {
+            *slot = Some((addr, data[..n].to_vec()));
         }
+    }
+}
+
+/// Data blocks the chains read, kept for later Gets: RocksDB's block cache, for the function's
+/// path. Shared by the engines of many threads (one lock per lookup); held to a byte budget,
+/// least recently used out. Keyed by file number and offset: RocksDB never reuses a number, so
+/// a block cached for one version of the database is the same bytes in the next.
+#[derive(Debug, Clone)]
+pub struct DataCache(Arc<Mutex<BlockCache>>);
+
+impl DataCache {
+    pub fn new(bytes: u64) -> Self {
+        DataCache(Arc::new(Mutex::new(BlockCache::new(bytes))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BlockCache> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Lookups answered from the cache, and lookups that were not.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let c = self.lock();
+        (c.hits, c.misses)
+    }
+
+    /// Bytes held.
+    pub fn used(&self) -> u64 {
+        self.lock().used()
     }
 }
 
@@ -144,6 +184,8 @@ pub struct XrpDb {
     results: Vec<Option<Result<ChainAnswer, String>>>,
     /// The index's key scratch for the in-memory phase.
     key: Vec<u8>,
+    /// Data blocks earlier chains read (with the index cached).
+    cache: Option<DataCache>,
 }
 
 impl std::fmt::Debug for XrpDb {
@@ -181,7 +223,8 @@ impl XrpDb {
             ..EngineConfig::default()
         };
         let engine = Engine::new(ecfg).map_err(|e| err(&e))?;
-        let func = Checked { inst, check: Vec::new(), bad: Vec::new() };
+        let func =
+            Checked { inst, check: Vec::new(), bad: Vec::new(), keep: false, kept: Vec::new() };
         let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
         Ok(XrpDb {
             engine,
@@ -192,7 +235,15 @@ impl XrpDb {
             stats: XrpStats::default(),
             results: Vec::new(),
             key: Vec::new(),
+            cache: None,
         })
+    }
+
+    /// Keeps the data blocks chains read in `cache` and answers later lookups of those blocks
+    /// from it (only with the index cached: a chain then reads the data block first).
+    pub fn set_data_cache(&mut self, cache: Option<DataCache>) {
+        self.func.keep = cache.is_some() && self.cfg.index_cached;
+        self.cache = cache.filter(|_| self.cfg.index_cached);
     }
 
     /// The configuration the engine was built with (chains and hop clamped to its limits).
@@ -332,6 +383,7 @@ impl XrpDb {
         self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
+        self.func.kept.clear();
         let mut results = std::mem::take(&mut self.results);
         results.clear();
         results.resize(jobs.len(), None);
@@ -394,13 +446,19 @@ impl XrpDb {
         let start = if self.cfg.index_cached {
             match t.data_block_for(j.key, &mut self.key)? {
                 None => return Ok(Some(Found::Absent)),
-                Some(h) => ChainStart { block: h, phase: abi::PHASE_DATA },
+                Some(h) => {
+                    if let Some(found) = self.from_cache(j, h)? {
+                        return Ok(Some(found));
+                    }
+                    ChainStart { block: h, phase: abi::PHASE_DATA }
+                }
             }
         } else {
             ChainStart { block: t.footer().index, phase: abi::PHASE_INDEX }
         };
         self.func.check.resize(i + 1, ChecksumType::None);
         self.func.bad.resize(i + 1, None);
+        self.func.kept.resize(i + 1, None);
         let id = match self.file_id(j.file)? {
             Some(id)
                 if start.hop_len() <= self.cfg.hop_bytes as u64 && j.key.len() <= abi::KEY_MAX =>
@@ -425,6 +483,26 @@ impl XrpDb {
         Ok(None)
     }
 
+    /// The entry for `j`'s key in data block `h`, when the data cache holds the block.
+    fn from_cache(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<Option<Found>, RocksError> {
+        let Some(cache) = &self.cache else { return Ok(None) };
+        let mut c = cache.lock();
+        let Some(Cached::Block(b)) = c.get((j.file.meta.number, h.offset)) else { return Ok(None) };
+        let found = j.file.table.search_data_block(h, j.key, b, &mut self.key)?;
+        self.stats.cache_hits += 1;
+        Ok(Some(found))
+    }
+
+    /// Commits chain `i`'s data block to the data cache (the chain answered without error).
+    fn keep_block(&mut self, i: usize, j: &Job<'_>) {
+        let (Some(cache), Some(Some((addr, b)))) = (&self.cache, self.func.kept.get_mut(i)) else {
+            return;
+        };
+        let b = std::mem::take(b);
+        let n = b.len() as u64;
+        cache.lock().insert((j.file.meta.number, *addr), Cached::Block(b), n);
+    }
+
     fn settle_chain(
         &mut self,
         i: usize,
@@ -439,9 +517,13 @@ impl XrpDb {
         }
         match r.map_err(|e| RocksError::chain(t.path(), e))? {
             ChainAnswer::Entry { kind, sequence, value } => {
+                self.keep_block(i, j);
                 Ok(Found::Entry { kind, sequence, value })
             }
-            ChainAnswer::Absent => Ok(Found::Absent),
+            ChainAnswer::Absent => {
+                self.keep_block(i, j);
+                Ok(Found::Absent)
+            }
             ChainAnswer::Fallback { .. } => {
                 self.stats.fallbacks += 1;
                 t.get(j.key)

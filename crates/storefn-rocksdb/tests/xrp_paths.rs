@@ -4,7 +4,7 @@
 
 mod support;
 
-use storefn_rocksdb::{Db, Lookup, XrpConfig, XrpDb};
+use storefn_rocksdb::{DataCache, Db, Lookup, XrpConfig, XrpDb};
 use support::{build, build_with, key, rocksdb_gets, TempDir};
 
 fn lookup_value(l: Lookup, k: &[u8]) -> Option<Vec<u8>> {
@@ -98,4 +98,46 @@ fn engines_sized_to_the_largest_block_answer_like_64_kib_hops_and_direct_reads_a
     // Hops shorter than some blocks: those files' lookups go to plain reads, still equal.
     let short = check(&d.0, 4_000, XrpConfig { hop_bytes: 4096, ..sized });
     assert!(short.fallbacks > full.fallbacks, "{short:?} vs {full:?}");
+}
+
+#[test]
+fn a_data_cache_answers_repeated_lookups_without_chains_and_equal_to_rocksdb() {
+    let d = TempDir::new("rocks-xrp-cache");
+    build_with(&d.0, 17, 3_000, 4096, "no", "crc32c");
+    let db = Db::open(&d.0).unwrap();
+    let keys: Vec<Vec<u8>> = (0..3_050).map(key).collect();
+    let want = rocksdb_gets(&d.0, &keys);
+    let cache = DataCache::new(64 << 20);
+    let mut x = XrpDb::new(&db, XrpConfig::default().sized_for(&db, 8)).unwrap();
+    x.set_data_cache(Some(cache.clone()));
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    for pass in 0..2 {
+        let before = x.stats;
+        for (chunk, wants) in refs.chunks(16).zip(want.chunks(16)) {
+            x.multi_get(&db, chunk, &mut out).unwrap();
+            for ((l, _), (k, w)) in out.drain(..).zip(chunk.iter().zip(wants)) {
+                assert_eq!(&lookup_value(l, k), w, "pass {pass}: {}", String::from_utf8_lossy(k));
+            }
+        }
+        let chains = x.stats.chains - before.chains;
+        let hits = x.stats.cache_hits - before.cache_hits;
+        let fallbacks = x.stats.fallbacks - before.fallbacks;
+        if pass == 0 {
+            // Neighbouring keys share blocks: some hit already.
+            assert!(chains > 1_000 && hits > 0 && cache.used() > 0, "{:?}", x.stats);
+        } else {
+            // Every block a chain answered from is cached: the only chains left are those the
+            // function hands back (values past the scratch), which are not cached.
+            assert_eq!(chains, fallbacks, "{:?}", x.stats);
+            assert!(hits > 2_500, "{:?}", x.stats);
+        }
+    }
+    // A second engine sharing the cache answers from it too.
+    let mut y = XrpDb::new(&db, XrpConfig::default().sized_for(&db, 1)).unwrap();
+    y.set_data_cache(Some(cache));
+    for (k, w) in keys.iter().zip(&want).take(500) {
+        assert_eq!(&lookup_value(y.get(&db, k).unwrap().0, k), w);
+    }
+    assert_eq!(y.stats.chains, y.stats.fallbacks, "{:?}", y.stats);
 }

@@ -1,6 +1,7 @@
 //! The client's block cache: filter, index and (for rpc-read) data blocks by (file, offset),
 //! held to a byte budget, least recently used evicted first; a sampled refresh's block is
-//! admitted only where it evicts nothing used since the previous sample.
+//! admitted only where it evicts nothing used since the previous sample. Local chains keep
+//! their data blocks in one too ([`crate::DataCache`]).
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -15,7 +15,7 @@
 //! replaced since the open reopens the database (CURRENT and the MANIFEST again) and redoes the
 //! Get, so no answer comes from a dropped file's blocks.
 
-mod cache;
+pub(crate) mod cache;
 mod files;
 
 pub use files::{RemoteFiles, MAX_READS_PER_FRAME};

@@ -5,7 +5,10 @@
 
 use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
-use crate::limits::{MAX_SESSION_CHAINS, ROCKS_CACHE_PER_MILLE, ROCKS_FN_CACHE_PER_MILLE};
+use crate::limits::{
+    MAX_SESSION_CHAINS, ROCKS_CACHE_PER_MILLE, ROCKS_FN_CACHE_PER_MILLE,
+    ROCKS_FN_DATA_CACHE_PER_MILLE,
+};
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
 use std::collections::HashMap;
@@ -13,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
-use storefn_rocksdb::{Db, Lookup, Native, NativeOptions, RocksError, Source, XrpConfig, XrpDb};
+use storefn_rocksdb::{
+    DataCache, Db, Lookup, Native, NativeOptions, RocksError, Source, XrpConfig, XrpDb,
+};
 
 /// RocksDB's block cache when no budget is given (RocksDB's own default is 8 MiB too... but
 /// the C API's default table options have none configured: this is that default made explicit).
@@ -216,6 +221,10 @@ pub struct RocksFnStore {
     /// budget, so a buffered read would mostly miss and pay for the page's insertion (and
     /// readahead) and another page's reclaim besides. Without one, through the page cache.
     direct: bool,
+    /// Under a budget, the data blocks the sessions' chains read, shared (a share of the
+    /// budget: RocksDB's block cache, for the function's path); none without one (the chains
+    /// then read through the page cache).
+    cache: Option<DataCache>,
     /// Declared last: dropped (stopped and joined) after the store's other fields.
     _refresher: Periodic,
 }
@@ -262,6 +271,9 @@ impl RocksFnStore {
             native,
             shared,
             direct: opts.memory_limit.is_some(),
+            cache: opts
+                .memory_limit
+                .map(|m| DataCache::new(m / 1000 * ROCKS_FN_DATA_CACHE_PER_MILLE)),
             _refresher: refresher,
         })
     }
@@ -317,10 +329,13 @@ struct FnSession<'a> {
 
 /// The chain engine one session needs: `chains` in flight, hops as long as the snapshot's
 /// largest data block (the index is in memory, so a chain reads only data blocks).
-/// `direct`: chains read with O_DIRECT (see [`RocksFnStore`]'s field).
-fn session_engine(db: &Db, chains: usize, direct: bool) -> Result<XrpDb, RocksError> {
-    let cfg = XrpConfig { direct, ..XrpConfig::default() };
-    XrpDb::new(db, cfg.sized_for(db, chains.clamp(1, MAX_SESSION_CHAINS)))
+/// A session's chain engine for `store`: `chains` in flight, O_DIRECT under a budget, the
+/// store's data cache (see [`RocksFnStore`]'s fields).
+fn session_engine(store: &RocksFnStore, db: &Db, chains: usize) -> Result<XrpDb, RocksError> {
+    let cfg = XrpConfig { direct: store.direct, ..XrpConfig::default() };
+    let mut x = XrpDb::new(db, cfg.sized_for(db, chains.clamp(1, MAX_SESSION_CHAINS)))?;
+    x.set_data_cache(store.cache.clone());
+    Ok(x)
 }
 
 impl FnSession<'_> {
@@ -334,7 +349,7 @@ impl FnSession<'_> {
             // snapshot's blocks outgrow its hops.
             let cfg = self.xrp.config();
             if cfg.sized_for(&p.db, cfg.chains).hop_bytes > cfg.hop_bytes {
-                self.xrp = session_engine(&p.db, cfg.chains, cfg.direct)?;
+                self.xrp = session_engine(self.store, &p.db, cfg.chains)?;
             }
             // Relaxed: only the pruner reads it, and a lower value keeps more entries.
             self.slot.store(p.epoch, Ordering::Relaxed);
@@ -412,7 +427,7 @@ impl Session for FnSession<'_> {
         self.refresh()?;
         let want = keys.len().min(MAX_SESSION_CHAINS);
         if self.xrp.config().chains < want {
-            self.xrp = session_engine(&self.snapshot.db, want, self.store.direct)?;
+            self.xrp = session_engine(self.store, &self.snapshot.db, want)?;
         }
         let mut picked = std::mem::take(&mut self.picked);
         picked.clear();
@@ -470,7 +485,7 @@ impl Store for RocksFnStore {
             r.push(Arc::clone(&slot));
             (snapshot, slot)
         };
-        match session_engine(&snapshot.db, 1, self.direct) {
+        match session_engine(self, &snapshot.db, 1) {
             Ok(xrp) => Ok(Box::new(FnSession {
                 store: self,
                 snapshot,
@@ -495,6 +510,8 @@ impl Store for RocksFnStore {
             ("fallbacks", c(&sh.fallbacks)),
             ("refreshes", c(&sh.refreshes)),
             ("block_cache_bytes", self.native.cache_usage() as u64),
+            ("data_cache_hits", self.cache.as_ref().map_or(0, |d| d.hits_and_misses().0)),
+            ("data_cache_bytes", self.cache.as_ref().map_or(0, DataCache::used)),
         ]
     }
 }
