@@ -447,7 +447,7 @@ impl XrpDb {
             match t.data_block_for(j.key, &mut self.key)? {
                 None => return Ok(Some(Found::Absent)),
                 Some(h) => {
-                    if let Some(found) = self.from_cache(j, h)? {
+                    if let Some(found) = self.cached_answer(j, h)? {
                         return Ok(Some(found));
                     }
                     ChainStart { block: h, phase: abi::PHASE_DATA }
@@ -484,7 +484,7 @@ impl XrpDb {
     }
 
     /// The entry for `j`'s key in data block `h`, when the data cache holds the block.
-    fn from_cache(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<Option<Found>, RocksError> {
+    fn cached_answer(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<Option<Found>, RocksError> {
         let Some(cache) = &self.cache else { return Ok(None) };
         let mut c = cache.lock();
         let Some(Cached::Block(b)) = c.get((j.file.meta.number, h.offset)) else { return Ok(None) };
