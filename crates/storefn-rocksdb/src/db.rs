@@ -156,6 +156,16 @@ impl Db {
         self.levels.iter_mut().flatten().for_each(|f| f.table.release_meta());
     }
 
+    /// The largest data block of any live file (contents, without the trailer).
+    pub fn largest_data_block(&self) -> u64 {
+        self.levels.iter().flatten().map(|f| f.table.largest_data_block()).max().unwrap_or(0)
+    }
+
+    /// The largest index block of any live file (contents, without the trailer).
+    pub fn largest_index_block(&self) -> u64 {
+        self.levels.iter().flatten().map(|f| f.table.footer().index.size).max().unwrap_or(0)
+    }
+
     /// Keys written in the live WALs (the client-side memtable).
     pub fn memtable_len(&self) -> usize {
         self.memtable.len()
@@ -168,14 +178,13 @@ impl Db {
     /// range holds the key, newest first, then at most one file per level.
     pub fn candidates<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a LiveFile> + 'a {
         self.levels.iter().enumerate().flat_map(move |(l, files)| {
-            let in_range = move |f: &&LiveFile| user_key_in(f, key);
-            let pick: Box<dyn Iterator<Item = &LiveFile>> = if l == 0 {
-                Box::new(files.iter().filter(in_range))
+            let pick = if l == 0 {
+                files.as_slice()
             } else {
                 let i = files.partition_point(|f| user_key_of(&f.meta.largest) < key);
-                Box::new(files.get(i).into_iter().filter(in_range))
+                files.get(i..=i).unwrap_or(&[])
             };
-            pick
+            pick.iter().filter(move |f| user_key_in(f, key))
         })
     }
 
@@ -196,7 +205,7 @@ impl Db {
 
     /// The memtable's answer for `key`, if the WALs wrote it.
     pub fn from_memtable(&self, key: &[u8]) -> Option<Lookup> {
-        self.memtable.get(key).map(|e| decide(e.kind, &e.value))
+        self.memtable.get(key).map(|e| decide(e.kind, e.value.clone()))
     }
 }
 
@@ -206,7 +215,7 @@ pub fn settle(f: &LiveFile, found: Found) -> Option<(Lookup, Source)> {
     let src = Source::File(f.meta.level, f.meta.number);
     match found {
         Found::Absent => None,
-        Found::Entry { kind, value, .. } => Some((decide(kind, &value), src)),
+        Found::Entry { kind, value, .. } => Some((decide(kind, value), src)),
         Found::Compressed { offset, compression } => {
             let file = f.table.path().to_path_buf();
             Some((Lookup::Fallback(FallbackReason::Compressed { file, offset, compression }), src))
@@ -214,9 +223,9 @@ pub fn settle(f: &LiveFile, found: Found) -> Option<(Lookup, Source)> {
     }
 }
 
-fn decide(kind: ValueType, value: &[u8]) -> Lookup {
+fn decide(kind: ValueType, value: Vec<u8>) -> Lookup {
     match kind {
-        ValueType::Value => Lookup::Value(value.to_vec()),
+        ValueType::Value => Lookup::Value(value),
         ValueType::Deletion | ValueType::SingleDeletion => Lookup::NotFound,
         ValueType::Merge => Lookup::Fallback(FallbackReason::Merge),
         ValueType::BlobIndex => Lookup::Fallback(FallbackReason::BlobIndex),

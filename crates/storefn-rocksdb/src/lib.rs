@@ -30,7 +30,7 @@ pub use format::{BlockHandle, Malformed, ValueType};
 pub use native::{Native, NativeOptions};
 pub use source::{Files, LocalDir};
 pub use sst::{Found, Table};
-pub use xrp::{XrpConfig, XrpDb, XrpStats};
+pub use xrp::{DataCache, XrpConfig, XrpDb, XrpStats};
 
 /// The layout constants docs/FORMAT.md, "RocksDB", documents (its test checks them).
 pub mod layout {

@@ -38,6 +38,7 @@ pub const MAX_STALE_REOPENS: u32 = 8;
 
 /// The pushdown client's sampled cache refresh (BPF-oF's): one in this many Gets whose first
 /// asked file's index block is not in the client's cache also reads that block, in the same
-/// frame as the Get's XRP requests (no extra round trip), into the cache, least recently used
-/// out. Hot files' index blocks come back into a small cache; one Get in 16 pays a block's bytes.
+/// frame as the Get's XRP requests (no extra round trip), into the cache, evicting only entries
+/// no Get used since the previous sample. Hot files' index blocks come back into a small cache
+/// without pushing out the filters every Get asks; one Get in 16 pays a block's bytes.
 pub const REFRESH_SAMPLE_EVERY: u64 = 16;

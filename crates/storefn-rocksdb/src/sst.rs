@@ -64,6 +64,9 @@ pub struct Table {
     meta_bytes: u64,
     /// Where the full filter block is.
     filter_handle: Option<BlockHandle>,
+    /// The largest data block the index names (contents, without the trailer): what a hop
+    /// must hold to read any of this file's data blocks whole.
+    largest_data_block: u64,
     /// Set once the index and filter were handed to a client's budgeted cache: their sizes
     /// (index bytes, filter bytes if it has one this reader applies), kept for the budget.
     released: Option<(usize, Option<usize>)>,
@@ -84,6 +87,19 @@ fn t_check_handle(path: &Path, h: BlockHandle, size: u64) -> Result<(), RocksErr
         ));
     }
     Ok(())
+}
+
+/// Opens a table file for point reads: the kernel is told access is random (no readahead),
+/// as RocksDB itself does (`advise_random_on_open`), so a block read reads that block.
+fn open_random(p: &Path) -> Result<File, RocksError> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(p).map_err(|e| RocksError::io(p, e))?;
+    // SAFETY: the descriptor is open for the call; the advice changes only readahead.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    if r != 0 {
+        return Err(RocksError::io(p, std::io::Error::from_raw_os_error(r)));
+    }
+    Ok(f)
 }
 
 impl Table {
@@ -110,7 +126,7 @@ impl Table {
             .map_err(|m| RocksError::corrupt(&path, tail_at + m.at as u64, m.what))?
             .map_err(|what| RocksError::unsupported(&path, what))?;
         let file = match src.local(name) {
-            Some(p) => Some(File::open(&p).map_err(|e| RocksError::io(&p, e))?),
+            Some(p) => Some(open_random(&p)?),
             None => None,
         };
         let mut t = Table {
@@ -126,6 +142,7 @@ impl Table {
             decompressed: AtomicU64::new(0),
             meta_bytes: 0,
             filter_handle: None,
+            largest_data_block: 0,
             released: None,
         };
         let mut fetch = |h: BlockHandle| -> Result<Vec<u8>, RocksError> {
@@ -136,6 +153,12 @@ impl Table {
         let raw = fetch(footer.index)?;
         t.meta_bytes += raw.len() as u64;
         t.index = t.decode_block(footer.index, raw)?.map_err(|c| t.compressed(footer.index, c))?;
+        let ih = footer.index;
+        let b = Block::parse(&t.index, t.index_values).map_err(|m| t.malformed(ih.offset, m))?;
+        let mut largest = 0;
+        b.for_each_handle(|h| largest = largest.max(h.size))
+            .map_err(|m| t.malformed(ih.offset, m))?;
+        t.largest_data_block = largest;
         Ok(t)
     }
 
@@ -225,6 +248,11 @@ impl Table {
             }
             None => Ok(Err(kind)),
         }
+    }
+
+    /// The largest data block the index names (contents, without the trailer).
+    pub fn largest_data_block(&self) -> u64 {
+        self.largest_data_block
     }
 
     /// Bytes of the meta blocks read at open (properties, metaindex, filter, index), with

@@ -9,7 +9,7 @@
 //! is answered by plain reads and the Rust walk, and counted in [`XrpStats::fallbacks`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use storefn_io::{Engine, EngineConfig, FileId, IoMode, StorageFn, VmError, XrpCtx};
 
@@ -17,6 +17,8 @@ use crate::chain::{self, abi, ChainAnswer, ChainStart};
 use crate::db::{settle, Db, LiveFile, Lookup, Source};
 use crate::error::RocksError;
 use crate::format::table::{ChecksumType, BLOCK_TRAILER_BYTES};
+use crate::format::BlockHandle;
+use crate::remote::cache::{BlockCache, Cached};
 use crate::sst::Found;
 
 /// How chains run.
@@ -32,6 +34,11 @@ pub struct XrpConfig {
     pub chains: usize,
     /// Instructions per invocation (`None`: the VM's default).
     pub insn_budget: Option<u64>,
+    /// Chains read with O_DIRECT (the device, not the page cache): with data many times the
+    /// memory budget most reads miss the cache anyway, and a buffered miss also pays for
+    /// inserting the page and reclaiming another under the budget. Plain reads (fallbacks)
+    /// stay buffered. A file system that refuses O_DIRECT (tmpfs) is read buffered.
+    pub direct: bool,
 }
 
 impl Default for XrpConfig {
@@ -42,7 +49,29 @@ impl Default for XrpConfig {
             hop_bytes: storefn_io::limits::MAX_HOP_BYTES,
             chains: 64,
             insn_budget: None,
+            direct: false,
         }
+    }
+}
+
+impl XrpConfig {
+    /// This configuration with an engine that holds what `db`'s Gets need and no more:
+    /// `chains` chains in flight (one registered buffer each) and hops as long as the largest
+    /// block a chain reads (data blocks, and index blocks when the index is not cached) with
+    /// its trailer, rounded up to 4 KiB. A thread's engine is then a few hundred KiB, not the
+    /// 4 MiB of 64 chains with 64 KiB hops. A block longer than that (a file a later version
+    /// adds) is answered by plain reads and counted as a fallback.
+    #[must_use]
+    pub fn sized_for(self, db: &Db, chains: usize) -> XrpConfig {
+        let mut largest = db.largest_data_block();
+        if !self.index_cached {
+            largest = largest.max(db.largest_index_block());
+        }
+        let hop = usize::try_from(largest + BLOCK_TRAILER_BYTES as u64)
+            .unwrap_or(usize::MAX)
+            .clamp(4096, storefn_io::limits::MAX_HOP_BYTES)
+            .next_multiple_of(4096);
+        XrpConfig { chains, hop_bytes: hop, ..self }
     }
 }
 
@@ -56,6 +85,8 @@ pub struct XrpStats {
     /// Files answered by plain reads instead (the function handed the lookup back, or the
     /// block was longer than a hop, or the key longer than the scratch holds).
     pub fallbacks: u64,
+    /// Files answered from the data cache, without a chain.
+    pub cache_hits: u64,
 }
 
 /// The function plus the host's check of every block's trailer checksum.
@@ -64,6 +95,10 @@ struct Checked {
     /// Per token: the checksum type the host checks, and the first block that failed it.
     check: Vec<ChecksumType>,
     bad: Vec<Option<(u64, u32, u32)>>,
+    /// With a data cache: per token, the chain's first block (a data block: the index is
+    /// cached) and its offset, committed to the cache once the chain answered without error.
+    keep: bool,
+    kept: Vec<Option<(u64, Vec<u8>)>>,
 }
 
 impl StorageFn for Checked {
@@ -85,14 +120,46 @@ impl StorageFn for Checked {
         let t = token as usize;
         let (Some(kind), Some(None)) = (self.check.get(t), self.bad.get(t)) else { return };
         let Some(n) = data.len().checked_sub(BLOCK_TRAILER_BYTES) else { return };
-        if *kind == ChecksumType::None {
-            return;
+        if *kind != ChecksumType::None {
+            let stored = u32::from_le_bytes([data[n + 1], data[n + 2], data[n + 3], data[n + 4]]);
+            let computed = kind.compute(&data[..n], data[n]);
+            if stored != computed {
+                self.bad[t] = Some((addr, stored, computed));
+                return;
+            }
         }
-        let stored = u32::from_le_bytes([data[n + 1], data[n + 2], data[n + 3], data[n + 4]]);
-        let computed = kind.compute(&data[..n], data[n]);
-        if stored != computed {
-            self.bad[t] = Some((addr, stored, computed));
+        // Uncompressed blocks only (the function hands compressed ones back).
+        if let (true, Some(slot @ None)) = (self.keep && data[n] == 0, self.kept.get_mut(t)) {
+            *slot = Some((addr, data[..n].to_vec()));
         }
+    }
+}
+
+/// Data blocks the chains read, kept for later Gets: RocksDB's block cache, for the function's
+/// path. Shared by the engines of many threads (one lock per lookup); held to a byte budget,
+/// least recently used out. Keyed by file number and offset: RocksDB never reuses a number, so
+/// a block cached for one version of the database is the same bytes in the next.
+#[derive(Debug, Clone)]
+pub struct DataCache(Arc<Mutex<BlockCache>>);
+
+impl DataCache {
+    pub fn new(bytes: u64) -> Self {
+        DataCache(Arc::new(Mutex::new(BlockCache::new(bytes))))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BlockCache> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Lookups answered from the cache, and lookups that were not.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let c = self.lock();
+        (c.hits, c.misses)
+    }
+
+    /// Bytes held.
+    pub fn used(&self) -> u64 {
+        self.lock().used()
     }
 }
 
@@ -107,9 +174,18 @@ struct Job<'a> {
 pub struct XrpDb {
     engine: Engine,
     func: Checked,
-    files: HashMap<u64, FileId>,
+    /// Open files by number: the engine's id and the tick of the last job that used it.
+    files: HashMap<u64, (FileId, u64)>,
+    /// Counts file uses (the file table's recency order).
+    tick: u64,
     cfg: XrpConfig,
     pub stats: XrpStats,
+    /// Per job of a round: the chain's answer (kept between rounds: no allocation per Get).
+    results: Vec<Option<Result<ChainAnswer, String>>>,
+    /// The index's key scratch for the in-memory phase.
+    key: Vec<u8>,
+    /// Data blocks earlier chains read (with the index cached).
+    cache: Option<DataCache>,
 }
 
 impl std::fmt::Debug for XrpDb {
@@ -147,41 +223,81 @@ impl XrpDb {
             ..EngineConfig::default()
         };
         let engine = Engine::new(ecfg).map_err(|e| err(&e))?;
-        let func = Checked { inst, check: Vec::new(), bad: Vec::new() };
+        let func =
+            Checked { inst, check: Vec::new(), bad: Vec::new(), keep: false, kept: Vec::new() };
         let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
-        Ok(XrpDb { engine, func, files: HashMap::new(), cfg, stats: XrpStats::default() })
+        Ok(XrpDb {
+            engine,
+            func,
+            files: HashMap::new(),
+            tick: 0,
+            cfg,
+            stats: XrpStats::default(),
+            results: Vec::new(),
+            key: Vec::new(),
+            cache: None,
+        })
+    }
+
+    /// Keeps the data blocks chains read in `cache` and answers later lookups of those blocks
+    /// from it (only with the index cached: a chain then reads the data block first).
+    pub fn set_data_cache(&mut self, cache: Option<DataCache>) {
+        self.func.keep = cache.is_some() && self.cfg.index_cached;
+        self.cache = cache.filter(|_| self.cfg.index_cached);
+    }
+
+    /// The configuration the engine was built with (chains and hop clamped to its limits).
+    pub fn config(&self) -> XrpConfig {
+        self.cfg
     }
 
     /// The engine's id of `f`, opening it (`None` when the engine's file table is full of
     /// files this round needs: the caller reads that file plainly).
     fn file_id(&mut self, f: &LiveFile) -> Result<Option<FileId>, RocksError> {
-        if let Some(id) = self.files.get(&f.meta.number) {
+        self.tick += 1;
+        if let Some((id, used)) = self.files.get_mut(&f.meta.number) {
+            *used = self.tick;
             return Ok(Some(*id));
         }
         if self.files.len() >= storefn_io::limits::MAX_FILES {
             return Ok(None);
         }
         let path = f.table.path();
-        let id = self
-            .engine
-            .open(&f.table.open_path(), IoMode::Buffered)
-            .map_err(|e| RocksError::chain(path, e))?;
-        self.files.insert(f.meta.number, id);
+        let open = |e: &mut Engine, mode| e.open(&f.table.open_path(), mode);
+        let id = match self.cfg.direct {
+            true => open(&mut self.engine, IoMode::Direct)
+                .or_else(|_| open(&mut self.engine, IoMode::Buffered)),
+            false => open(&mut self.engine, IoMode::Buffered),
+        }
+        .map_err(|e| RocksError::chain(path, e))?;
+        self.files.insert(f.meta.number, (id, self.tick));
         Ok(Some(id))
     }
 
     /// Closes files no job of this round needs when the round's new files would not fit the
     /// engine's file table (a database may hold more tables than it registers).
     fn make_room(&mut self, jobs: &[Job<'_>]) {
+        if self.files.len() + jobs.len() <= storefn_io::limits::MAX_FILES {
+            return;
+        }
         let needed: std::collections::HashSet<u64> =
             jobs.iter().map(|j| j.file.meta.number).collect();
         let new = needed.iter().filter(|n| !self.files.contains_key(n)).count();
         if self.files.len() + new <= storefn_io::limits::MAX_FILES {
             return;
         }
-        let idle: Vec<u64> = self.files.keys().filter(|n| !needed.contains(n)).copied().collect();
-        for n in idle {
-            if let Some(id) = self.files.remove(&n) {
+        // The least recently used files this round does not need, as many as it opens: a
+        // database of more files than the table holds keeps its hot files open.
+        let mut idle: Vec<(u64, u64)> = self
+            .files
+            .iter()
+            .filter(|(n, _)| !needed.contains(n))
+            .map(|(n, (_, used))| (*used, *n))
+            .collect();
+        idle.sort_unstable();
+        let excess = self.files.len() + new - storefn_io::limits::MAX_FILES;
+        for (_, n) in idle.into_iter().take(excess) {
+            if let Some((id, _)) = self.files.remove(&n) {
                 // The engine is idle between rounds: the slot is released now. A refused
                 // unregistration still frees the slot (storefn-io), so it is not an error here.
                 let _ = self.engine.close(id);
@@ -267,7 +383,20 @@ impl XrpDb {
         self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
-        let mut results: Vec<Option<Result<ChainAnswer, String>>> = vec![None; jobs.len()];
+        self.func.kept.clear();
+        let mut results = std::mem::take(&mut self.results);
+        results.clear();
+        results.resize(jobs.len(), None);
+        let r = self.run_with(jobs, &mut results);
+        self.results = results;
+        r
+    }
+
+    fn run_with(
+        &mut self,
+        jobs: &mut [Job<'_>],
+        results: &mut [Option<Result<ChainAnswer, String>>],
+    ) -> Result<(), RocksError> {
         let mut submitted = 0;
         let mut done = 0;
         while done < jobs.len() {
@@ -315,16 +444,21 @@ impl XrpDb {
     fn submit(&mut self, i: usize, j: &Job<'_>) -> Result<Option<Found>, RocksError> {
         let t = &j.file.table;
         let start = if self.cfg.index_cached {
-            let mut k = Vec::new();
-            match t.data_block_for(j.key, &mut k)? {
+            match t.data_block_for(j.key, &mut self.key)? {
                 None => return Ok(Some(Found::Absent)),
-                Some(h) => ChainStart { block: h, phase: abi::PHASE_DATA },
+                Some(h) => {
+                    if let Some(found) = self.cached_answer(j, h)? {
+                        return Ok(Some(found));
+                    }
+                    ChainStart { block: h, phase: abi::PHASE_DATA }
+                }
             }
         } else {
             ChainStart { block: t.footer().index, phase: abi::PHASE_INDEX }
         };
         self.func.check.resize(i + 1, ChecksumType::None);
         self.func.bad.resize(i + 1, None);
+        self.func.kept.resize(i + 1, None);
         let id = match self.file_id(j.file)? {
             Some(id)
                 if start.hop_len() <= self.cfg.hop_bytes as u64 && j.key.len() <= abi::KEY_MAX =>
@@ -349,6 +483,26 @@ impl XrpDb {
         Ok(None)
     }
 
+    /// The entry for `j`'s key in data block `h`, when the data cache holds the block.
+    fn cached_answer(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<Option<Found>, RocksError> {
+        let Some(cache) = &self.cache else { return Ok(None) };
+        let mut c = cache.lock();
+        let Some(Cached::Block(b)) = c.get((j.file.meta.number, h.offset)) else { return Ok(None) };
+        let found = j.file.table.search_data_block(h, j.key, b, &mut self.key)?;
+        self.stats.cache_hits += 1;
+        Ok(Some(found))
+    }
+
+    /// Commits chain `i`'s data block to the data cache (the chain answered without error).
+    fn keep_block(&mut self, i: usize, j: &Job<'_>) {
+        let (Some(cache), Some(Some((addr, b)))) = (&self.cache, self.func.kept.get_mut(i)) else {
+            return;
+        };
+        let b = std::mem::take(b);
+        let n = b.len() as u64;
+        cache.lock().insert((j.file.meta.number, *addr), Cached::Block(b), n);
+    }
+
     fn settle_chain(
         &mut self,
         i: usize,
@@ -363,9 +517,13 @@ impl XrpDb {
         }
         match r.map_err(|e| RocksError::chain(t.path(), e))? {
             ChainAnswer::Entry { kind, sequence, value } => {
+                self.keep_block(i, j);
                 Ok(Found::Entry { kind, sequence, value })
             }
-            ChainAnswer::Absent => Ok(Found::Absent),
+            ChainAnswer::Absent => {
+                self.keep_block(i, j);
+                Ok(Found::Absent)
+            }
             ChainAnswer::Fallback { .. } => {
                 self.stats.fallbacks += 1;
                 t.get(j.key)

@@ -6,7 +6,7 @@ mod support;
 use std::path::Path;
 
 use storefn_rocksdb::{Db, Lookup, RocksError};
-use support::{build, key, rocksdb_gets, TempDir};
+use support::{build, key, rocksdb_gets, tool_cmd, TempDir};
 
 fn flip(path: &Path, at: u64) {
     let mut b = std::fs::read(path).unwrap();
@@ -104,4 +104,50 @@ fn a_current_naming_nothing_and_a_missing_table_are_clean_errors() {
     std::fs::write(d.0.join("CURRENT"), "MANIFEST-../../etc\n").unwrap();
     let e = Db::open(&d.0).unwrap_err();
     assert!(e.to_string().contains("CURRENT"), "{e}");
+}
+
+/// The newest WAL of `dir` (the highest number: the one the last session wrote).
+fn newest_wal(dir: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn a_damaged_wal_record_is_an_error_naming_the_wal_and_its_offset() {
+    let d = TempDir::new("rocks-wal-flip");
+    build(&d.0, 8, 1_000, 4096, "no");
+    let wal = newest_wal(&d.0);
+    let len = std::fs::metadata(&wal).unwrap().len();
+    // A byte of the last record's payload: its checksum no longer matches.
+    flip(&wal, len - 2);
+    let e = Db::open(&d.0).unwrap_err();
+    assert!(
+        matches!(&e, RocksError::Corrupt { file, offset, .. } if *file == wal && *offset < len),
+        "{e}"
+    );
+}
+
+#[test]
+fn range_deletions_are_refused_naming_the_wal_then_the_table_that_holds_them() {
+    let d = TempDir::new("rocks-delrange");
+    build(&d.0, 9, 1_000, 4096, "no");
+    tool_cmd(&d.0, &["delrange", "key00000100", "key00000200"]);
+    let e = Db::open(&d.0).unwrap_err();
+    let wal = newest_wal(&d.0);
+    assert!(
+        matches!(&e, RocksError::Unsupported { file, what } if *file == wal && what.contains("range deletion")),
+        "{e}"
+    );
+    // Flushed, the tombstone is in a new level-0 table, which is refused at open.
+    tool_cmd(&d.0, &["flush"]);
+    let e = Db::open(&d.0).unwrap_err();
+    assert!(
+        matches!(&e, RocksError::Unsupported { file, what }
+            if file.extension().is_some_and(|x| x == "sst") && what.contains("range deletions")),
+        "{e}"
+    );
 }

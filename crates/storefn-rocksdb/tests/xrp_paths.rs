@@ -4,7 +4,7 @@
 
 mod support;
 
-use storefn_rocksdb::{Db, Lookup, XrpConfig, XrpDb};
+use storefn_rocksdb::{DataCache, Db, Lookup, XrpConfig, XrpDb};
 use support::{build, build_with, key, rocksdb_gets, TempDir};
 
 fn lookup_value(l: Lookup, k: &[u8]) -> Option<Vec<u8>> {
@@ -57,14 +57,13 @@ fn chains_read_16_and_32_kib_blocks_in_one_hop() {
     for bs in [16 * 1024, 32 * 1024] {
         let d = TempDir::new(&format!("rocks-xrp-{bs}"));
         build_with(&d.0, 5, 4_000, bs, "no", "crc32c");
-        // The server's default per-hop budget covers the function's CRC-32C over a 16 KiB
-        // block; a 32 KiB one needs the VM's default (`storefn serve --insn-budget 1048576`).
+        // The server's default per-hop budget covers the function's walk and its CRC-32C
+        // (the runtime's helper, charged a byte in 8) over blocks of either size.
         let server_default = storefn_server::ServerConfig::new(&d.0).insn_budget;
-        let budget = if bs <= 16 * 1024 { server_default } else { 1 << 20 };
         let cfg = XrpConfig {
             index_cached: false,
             verify_in_function: true,
-            insn_budget: Some(budget),
+            insn_budget: Some(server_default),
             ..XrpConfig::default()
         };
         let st = check(&d.0, 4_000, cfg);
@@ -78,4 +77,67 @@ fn compressed_files_are_answered_through_the_fallback_and_counted() {
     build(&d.0, 3, 3_000, 4096, "snappy");
     let st = check(&d.0, 3_000, XrpConfig { index_cached: false, ..XrpConfig::default() });
     assert!(st.fallbacks > st.chains / 2, "{st:?}");
+}
+
+#[test]
+fn engines_sized_to_the_largest_block_answer_like_64_kib_hops_and_direct_reads_agree() {
+    let d = TempDir::new("rocks-xrp-sized");
+    build_with(&d.0, 13, 4_000, 4096, "no", "crc32c");
+    let db = Db::open(&d.0).unwrap();
+    // Values up to 8 KB overflow the 4 KiB target: the largest block is past one page.
+    let largest = db.largest_data_block();
+    assert!(largest > 4096, "{largest}");
+    let sized = XrpConfig::default().sized_for(&db, 4);
+    assert_eq!(sized.chains, 4);
+    assert!(sized.hop_bytes as u64 >= largest + 5 && (sized.hop_bytes as u64) < largest + 5 + 4096);
+    let full = check(&d.0, 4_000, XrpConfig::default());
+    let st = check(&d.0, 4_000, sized);
+    assert_eq!(st, full, "sizing the hops to the largest block changes nothing");
+    let direct = check(&d.0, 4_000, XrpConfig { direct: true, ..sized });
+    assert_eq!(direct, full, "O_DIRECT chains: the same answers and chains");
+    // Hops shorter than some blocks: those files' lookups go to plain reads, still equal.
+    let short = check(&d.0, 4_000, XrpConfig { hop_bytes: 4096, ..sized });
+    assert!(short.fallbacks > full.fallbacks, "{short:?} vs {full:?}");
+}
+
+#[test]
+fn a_data_cache_answers_repeated_lookups_without_chains_and_equal_to_rocksdb() {
+    let d = TempDir::new("rocks-xrp-cache");
+    build_with(&d.0, 17, 3_000, 4096, "no", "crc32c");
+    let db = Db::open(&d.0).unwrap();
+    let keys: Vec<Vec<u8>> = (0..3_050).map(key).collect();
+    let want = rocksdb_gets(&d.0, &keys);
+    let cache = DataCache::new(64 << 20);
+    let mut x = XrpDb::new(&db, XrpConfig::default().sized_for(&db, 8)).unwrap();
+    x.set_data_cache(Some(cache.clone()));
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    for pass in 0..2 {
+        let before = x.stats;
+        for (chunk, wants) in refs.chunks(16).zip(want.chunks(16)) {
+            x.multi_get(&db, chunk, &mut out).unwrap();
+            for ((l, _), (k, w)) in out.drain(..).zip(chunk.iter().zip(wants)) {
+                assert_eq!(&lookup_value(l, k), w, "pass {pass}: {}", String::from_utf8_lossy(k));
+            }
+        }
+        let chains = x.stats.chains - before.chains;
+        let hits = x.stats.cache_hits - before.cache_hits;
+        let fallbacks = x.stats.fallbacks - before.fallbacks;
+        if pass == 0 {
+            // Neighbouring keys share blocks: some hit already.
+            assert!(chains > 1_000 && hits > 0 && cache.used() > 0, "{:?}", x.stats);
+        } else {
+            // Every block a chain answered from is cached: the only chains left are those the
+            // function hands back (values past the scratch), which are not cached.
+            assert_eq!(chains, fallbacks, "{:?}", x.stats);
+            assert!(hits > 2_500, "{:?}", x.stats);
+        }
+    }
+    // A second engine sharing the cache answers from it too.
+    let mut y = XrpDb::new(&db, XrpConfig::default().sized_for(&db, 1)).unwrap();
+    y.set_data_cache(Some(cache));
+    for (k, w) in keys.iter().zip(&want).take(500) {
+        assert_eq!(&lookup_value(y.get(&db, k).unwrap().0, k), w);
+    }
+    assert_eq!(y.stats.chains, y.stats.fallbacks, "{:?}", y.stats);
 }

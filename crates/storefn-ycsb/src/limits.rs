@@ -42,3 +42,18 @@ pub const WT_FN_CACHE_PER_MILLE: u64 = 100;
 /// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
 /// buffer per read of its batch.
 pub const MAX_READ_BATCH: usize = 1024;
+
+/// RocksDB's block cache share (per mille) beside the storefn function (`rocksdb:`), for the
+/// reason [`WT_FN_CACHE_PER_MILLE`] gives.
+pub const ROCKS_FN_CACHE_PER_MILLE: u64 = WT_FN_CACHE_PER_MILLE;
+
+/// Most chains a `rocksdb:` session keeps in flight (its engine's registered buffers, one
+/// data block each): a larger batch runs in rounds of this many.
+pub const MAX_SESSION_CHAINS: usize = 256;
+
+/// The share of the budget (per mille) the `rocksdb:` store's data block cache holds: the data
+/// blocks its chains read, shared by its threads (RocksDB's block cache, for the function's
+/// path). With RocksDB's own 10% beside it and the reader's index and filters, the store's
+/// memory stays under the 60% `rocksdb-native` gives RocksDB's cache plus what RocksDB holds
+/// outside it; the chains read with O_DIRECT, so the page cache is not needed for them.
+pub const ROCKS_FN_DATA_CACHE_PER_MILLE: u64 = 400;

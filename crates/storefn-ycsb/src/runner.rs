@@ -70,6 +70,8 @@ pub struct Report {
     pub store_spec: String,
     pub workload: char,
     pub threads: usize,
+    /// Reads handed to the store together (`--batch`; 1: one at a time).
+    pub read_batch: usize,
     pub records: u64,
     pub operations: u64,
     pub elapsed: Duration,
@@ -301,6 +303,7 @@ pub fn run(store: &dyn Store, kind: &str, cfg: &RunConfig) -> Result<Report, Ycs
         store_spec: store.spec(),
         workload: cfg.workload.name,
         threads: cfg.threads,
+        read_batch: cfg.read_batch,
         records: cfg.records,
         operations: cfg.operations,
         elapsed,
@@ -324,6 +327,9 @@ impl Report {
             "ycsb-{} {} threads={}: {:.0} ops/s, cpu {:.1} us/op",
             self.workload, self.store, self.threads, self.ops_per_sec, self.cpu_us_per_op
         );
+        if self.read_batch > 1 {
+            let _ = write!(s, ", read batch {}", self.read_batch);
+        }
         for (k, o) in &self.ops {
             let _ = write!(
                 s,
@@ -357,6 +363,7 @@ impl Report {
         put("store_spec", self.store_spec.clone().into());
         put("workload", self.workload.to_string().into());
         put("threads", self.threads.into());
+        put("read_batch", self.read_batch.into());
         put("records", self.records.into());
         put("operations", self.operations.into());
         put("elapsed_s", self.elapsed.as_secs_f64().into());

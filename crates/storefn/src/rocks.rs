@@ -67,6 +67,9 @@ pub struct Where {
     /// xrp: start chains at the index block in the file instead of the cached index.
     #[arg(long)]
     pub index_in_file: bool,
+    /// xrp, xrp-batch: chains read the device with O_DIRECT, not through the page cache.
+    #[arg(long)]
+    pub direct: bool,
     /// native: RocksDB's block cache (index and filter blocks charged to it), bytes.
     #[arg(long, default_value_t = 8 << 20)]
     pub native_cache_bytes: usize,
@@ -130,7 +133,14 @@ impl Getter {
             }
             (None, p) => {
                 let db = Db::open(&w.dir)?;
-                let cfg = XrpConfig { index_cached: !w.index_in_file, ..XrpConfig::default() };
+                // An engine sized to the database's blocks and a multiget's chains (a few
+                // hundred KiB for 4 KiB blocks), not the hop limit's 64 KiB buffers.
+                let cfg = XrpConfig {
+                    index_cached: !w.index_in_file,
+                    direct: w.direct,
+                    ..XrpConfig::default()
+                }
+                .sized_for(&db, MULTIGET_BATCH);
                 let x = XrpDb::new(&db, cfg)?;
                 Ok(Getter::Xrp(db, Box::new(x), p == RocksPath::XrpBatch))
             }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{storefn, temp_dir};
+use common::{is_root, skip, storefn, temp_dir};
 
 fn ldb(args: &[&str]) -> (i32, String) {
     let o = std::process::Command::new("ldb")
@@ -108,18 +108,24 @@ fn a_directory_that_is_not_a_database_is_a_clean_error() {
     assert!(err.contains("CURRENT"), "{err}");
 }
 
-#[test]
-fn bench_reports_every_path_with_the_same_answers() {
-    let d = temp_dir("storefn-rocks-cli", "bench");
-    let db = format!("--db={}", d.0.display());
+/// A database `ldb` wrote (300 keys, compacted) and a keys file of 320 keys (20 absent).
+fn bench_db(d: &std::path::Path) -> std::path::PathBuf {
+    let db = format!("--db={}", d.display());
     let mut put = vec![db.as_str(), "--create_if_missing", "--compression_type=no", "batchput"];
     let kv: Vec<String> = (0..300).flat_map(|i| [format!("k{i:04}"), format!("v{i}")]).collect();
     put.extend(kv.iter().map(String::as_str));
     assert_eq!(ldb(&put).0, 0);
     assert_eq!(ldb(&[&db, "compact"]).0, 0);
-    let keys_file = d.0.join("keys");
+    let keys_file = d.join("keys");
     let keys: Vec<String> = (0..320).map(|i| format!("k{i:04}")).collect();
     std::fs::write(&keys_file, keys.join("\n")).unwrap();
+    keys_file
+}
+
+#[test]
+fn bench_reports_every_path_with_the_same_answers() {
+    let d = temp_dir("storefn-rocks-cli", "bench");
+    let keys_file = bench_db(&d.0);
     let dir = d.0.to_str().unwrap();
     let (code, out, err) = storefn(&[
         "rocks",
@@ -147,4 +153,55 @@ fn bench_reports_every_path_with_the_same_answers() {
         assert!(r["cpu_us_per_get"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(rows[3]["path"], "native");
+}
+
+#[test]
+fn bench_memory_limit_runs_every_path_and_round_in_its_own_group() {
+    if !is_root() || !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        skip("needs root and the cgroup v1 memory controller");
+        return;
+    }
+    let d = temp_dir("storefn-rocks-cli", "bench-cg");
+    let keys_file = bench_db(&d.0);
+    let limit = 64u64 << 20;
+    let (code, out, err) = storefn(&[
+        "rocks",
+        "bench",
+        d.0.to_str().unwrap(),
+        "--paths",
+        "xrp-batch,native",
+        "--keys-file",
+        keys_file.to_str().unwrap(),
+        "--reads",
+        "200",
+        "--warmup",
+        "50",
+        "--rounds",
+        "3",
+        "--direct",
+        "--memory-limit",
+        &limit.to_string(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["memory_groups"], "one per path and round (a child process each)");
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let found: Vec<u64> = rows.iter().map(|r| r["found"].as_u64().unwrap()).collect();
+    assert!(found[0] > 500 && found[0] == found[1], "{found:?}");
+    for r in rows {
+        // Three rounds, each from its own process: their Gets and latencies merged.
+        assert_eq!(r["gets"].as_u64(), Some(600), "{r}");
+        assert_eq!(r["rounds_gets_per_s"].as_array().unwrap().len(), 3, "{r}");
+        let peak = r["memory_max_usage_bytes"].as_u64().unwrap();
+        assert!(peak > 0 && peak <= limit, "{peak}");
+    }
+    assert!(rows[0]["chains"].as_u64().unwrap() > 0, "xrp-batch ran its chains: {}", rows[0]);
+    for e in std::fs::read_dir("/sys/fs/cgroup/memory").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("storefn-ycsb-") {
+            assert!(std::path::Path::new("/proc").join(pid).exists(), "{name} left behind");
+        }
+    }
 }

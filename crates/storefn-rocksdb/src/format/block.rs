@@ -110,6 +110,22 @@ impl<'a> Block<'a> {
         Ok(None)
     }
 
+    /// Every entry's value read as a block handle, in order (an index block's data blocks).
+    pub(crate) fn for_each_handle(&self, mut f: impl FnMut(BlockHandle)) -> Parsed<()> {
+        let (mut pos, mut prev, mut key) = (0, None, Vec::new());
+        while pos < self.restarts_at {
+            let (value, next) = self.entry(pos, &mut key, prev)?;
+            let h = match value {
+                Value::Handle(h) => h,
+                Value::Bytes(v) => BlockHandle::decode(&mut Cursor::new(v))?,
+            };
+            prev = Some(h);
+            f(h);
+            pos = next;
+        }
+        Ok(())
+    }
+
     /// Binary search over restart points: the last one whose key is below `target` (or 0).
     fn last_restart_below(
         &self,

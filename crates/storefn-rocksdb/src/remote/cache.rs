@@ -1,5 +1,7 @@
 //! The client's block cache: filter, index and (for rpc-read) data blocks by (file, offset),
-//! held to a byte budget, least recently used evicted first.
+//! held to a byte budget, least recently used evicted first; a sampled refresh's block is
+//! admitted only where it evicts nothing used since the previous sample. Local chains keep
+//! their data blocks in one too ([`crate::DataCache`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -58,6 +60,36 @@ impl BlockCache {
         self.used + bytes <= self.cap
     }
 
+    /// The clock of the last use: entries used after a tick read now are "used since" it.
+    pub(crate) fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// Whether `bytes` fit by evicting only entries not used since tick `since` (cold ones).
+    pub(crate) fn admits(&self, bytes: u64, since: u64) -> bool {
+        if bytes > self.cap {
+            return false;
+        }
+        let mut free = self.cap - self.used;
+        for (t, k) in &self.lru {
+            if free >= bytes || *t > since {
+                break;
+            }
+            free += self.map.get(k).map_or(0, |e| e.1);
+        }
+        free >= bytes
+    }
+
+    /// Inserts `v` (`bytes` long) when [`BlockCache::admits`] it, evicting cold entries only
+    /// (least recently used first): a sampled block never pushes out one in steady use.
+    pub(crate) fn insert_if_cold(&mut self, k: Key, v: Cached, bytes: u64, since: u64) -> bool {
+        if self.map.contains_key(&k) || !self.admits(bytes, since) {
+            return false;
+        }
+        self.insert(k, v, bytes);
+        true
+    }
+
     /// Inserts `v` (`bytes` long), evicting the least recently used; nothing when it alone is
     /// over the budget.
     pub(crate) fn insert(&mut self, k: Key, v: Cached, bytes: u64) {
@@ -97,5 +129,23 @@ mod tests {
         assert!(c.used() <= c.capacity());
         c.insert((3, 0), Cached::Block(vec![0; 200]), 200);
         assert!(c.get((3, 0)).is_none(), "a block over the budget is not kept");
+    }
+
+    #[test]
+    fn a_sampled_block_evicts_only_entries_unused_since_the_last_sample() {
+        let mut c = BlockCache::new(100);
+        c.insert((1, 0), Cached::Block(vec![0; 50]), 50);
+        c.insert((2, 0), Cached::Block(vec![0; 40]), 40);
+        let since = c.tick();
+        assert!(c.get((1, 0)).is_some(), "in use since the sample");
+        assert!(!c.admits(60, since), "only the cold 40 bytes could go");
+        assert!(!c.insert_if_cold((3, 0), Cached::Block(vec![0; 60]), 60, since));
+        assert!(c.get((1, 0)).is_some() && c.get((2, 0)).is_some(), "nothing evicted");
+        let since = c.tick();
+        assert!(c.get((1, 0)).is_some());
+        assert!(c.insert_if_cold((3, 0), Cached::Block(vec![0; 50]), 50, since));
+        assert!(c.get((2, 0)).is_none(), "the cold entry made room");
+        assert!(c.get((1, 0)).is_some() && c.get((3, 0)).is_some());
+        assert!(c.used() <= c.capacity());
     }
 }

@@ -15,7 +15,7 @@
 //! replaced since the open reopens the database (CURRENT and the MANIFEST again) and redoes the
 //! Get, so no answer comes from a dropped file's blocks.
 
-mod cache;
+pub(crate) mod cache;
 mod files;
 
 pub use files::{RemoteFiles, MAX_READS_PER_FRAME};
@@ -87,6 +87,9 @@ pub struct RemoteDb {
     stats: RemoteStats,
     /// Pushdown Gets that asked a file whose index block was not cached (the sample's clock).
     index_misses: u64,
+    /// The cache's tick at the previous sample: what was used since is not evicted for a
+    /// sampled block.
+    sampled_at: u64,
 }
 
 impl RemoteDb {
@@ -114,6 +117,7 @@ impl RemoteDb {
             cfg,
             stats: RemoteStats::default(),
             index_misses: 0,
+            sampled_at: 0,
         };
         r.warm();
         Ok(r)
@@ -277,7 +281,7 @@ impl RemoteDb {
                 out_len: abi::OUT_BYTES as u32,
             });
         }
-        if let Some((i, h)) = refresh {
+        if let Some((i, h, _)) = refresh {
             reqs.push(Request::Read {
                 path: paths[i].as_bytes(),
                 offset: h.offset,
@@ -291,7 +295,7 @@ impl RemoteDb {
             let addr = self.files.path_of("");
             self.files.call(&reqs).map_err(|e| RocksError::chain(&addr, e))?
         };
-        if let Some((i, h)) = refresh {
+        if let Some((i, h, since)) = refresh {
             let r = replies.pop().ok_or_else(|| {
                 RocksError::chain(&self.files.path_of(&names[i]), "no reply to the refresh read")
             })?;
@@ -299,8 +303,10 @@ impl RemoteDb {
             let f = asked[i].0;
             if let Ok(b) = f.table.decode_block(h, r.data)? {
                 let n = b.len() as u64;
-                self.cache.insert((f.meta.number, h.offset), Cached::Block(b), n);
-                self.stats.cache_refreshes += 1;
+                let k = (f.meta.number, h.offset);
+                if self.cache.insert_if_cold(k, Cached::Block(b), n, since) {
+                    self.stats.cache_refreshes += 1;
+                }
             }
         }
         let mut answers: Vec<Option<Result<ChainAnswer, String>>> = vec![None; asked.len()];
@@ -344,20 +350,28 @@ impl RemoteDb {
 
     /// BPF-oF's sampled refresh: every [`REFRESH_SAMPLE_EVERY`]th Get whose first asked file
     /// starts at its index block (not cached) also reads that block into the cache, in the
-    /// same frame. The file asked and its index block's handle, when this Get is sampled.
+    /// same frame. The file asked, its index block's handle and the cache tick of the previous
+    /// sample (what was used since stays), when this Get is sampled and the block would fit.
     fn sample_refresh(
         &mut self,
         asked: &[(&LiveFile, Option<ChainStart>)],
-    ) -> Option<(usize, BlockHandle)> {
+    ) -> Option<(usize, BlockHandle, u64)> {
         let (i, (f, _)) = asked
             .iter()
             .enumerate()
             .find(|(_, (_, s))| s.is_some_and(|s| s.phase == abi::PHASE_INDEX))?;
         self.index_misses += 1;
+        if !self.index_misses.is_multiple_of(REFRESH_SAMPLE_EVERY) {
+            return None;
+        }
+        // A sampled block may push out only what no Get used since the previous sample: a
+        // small cache keeps the filters every Get asks (which spare whole chains) rather than
+        // trading them for one file's index block.
+        let since = std::mem::replace(&mut self.sampled_at, self.cache.tick());
         let h = f.table.footer().index;
         let fits = h.size + BLOCK_TRAILER_BYTES as u64 <= u64::from(MAX_READ_BYTES)
-            && h.size <= self.cache.capacity();
-        (self.index_misses.is_multiple_of(REFRESH_SAMPLE_EVERY) && fits).then_some((i, h))
+            && self.cache.admits(h.size, since);
+        fits.then_some((i, h, since))
     }
 
     fn get_rpc_read(&mut self, key: &[u8]) -> Result<(Lookup, Source), RocksError> {

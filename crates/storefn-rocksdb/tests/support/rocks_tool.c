@@ -10,9 +10,11 @@
  *   rocks_tool load DIR KEYS VALUE_BYTES BLOCK_SIZE CHECKSUM
  *       db_bench's shape for benchmarks: KEYS keys (key%08d) put in random order with values of
  *       VALUE_BYTES, no compression, 10 bloom bits, leveled compaction (L0 and several levels),
- *       a last flush and 1% of the keys overwritten in the WAL only
+ *       a last flush, RocksDB's compactions waited for, and 1% of the keys overwritten in the
+ *       WAL only
  *   rocks_tool get DIR < keys        one key per line; prints "key\tvalue" or "key\t<absent>"
- *   rocks_tool put DIR KEY VALUE | delete DIR KEY | flush DIR
+ *   rocks_tool put DIR KEY VALUE | delete DIR KEY | delrange DIR BEGIN END | flush DIR
+ *       delrange: a range tombstone over [BEGIN, END), left in the WAL
  *   rocks_tool compact DIR          flush, then compact every level into one (files replaced)
  */
 #include <rocksdb/c.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void check(char *err, const char *what) {
     if (err) {
@@ -142,6 +145,23 @@ static int build(char **argv) {
     return 0;
 }
 
+/* Waits until RocksDB's own compactions are done: the levels' shape is the one RocksDB keeps
+ * (level 0 under its compaction trigger), not whatever the load left when it stopped. */
+static void settle(rocksdb_t *db) {
+    for (int i = 0; i < 36000; i++) {
+        char *pending = rocksdb_property_value(db, "rocksdb.compaction-pending");
+        char *running = rocksdb_property_value(db, "rocksdb.num-running-compactions");
+        int busy = !pending || !running || strcmp(pending, "0") || strcmp(running, "0");
+        rocksdb_free(pending);
+        rocksdb_free(running);
+        if (!busy) return;
+        struct timespec t = {0, 100 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
+    fprintf(stderr, "rocks_tool: compactions still running after an hour\n");
+    exit(2);
+}
+
 static int load(char **argv) {
     const char *dir = argv[2];
     uint64_t keys = strtoull(argv[3], NULL, 10);
@@ -150,9 +170,17 @@ static int load(char **argv) {
     rocksdb_options_t *o = options(atoi(argv[5]), "no", 10);
     rocksdb_options_set_disable_auto_compactions(o, 0);
     rocksdb_options_set_write_buffer_size(o, 4 << 20);
-    rocksdb_options_set_target_file_size_base(o, 4 << 20);
+    /* Tables cut at 10 MiB (not up to twice that, 7.8's dynamic file size): a 4 KiB-block
+     * table's index block (~1/180 of it) stays within one 64 KiB hop, and a 555 MB database
+     * stays under the 64 files a chain engine keeps open. */
+    rocksdb_options_set_target_file_size_base(o, 10 << 20);
     rocksdb_options_set_max_bytes_for_level_base(o, 16 << 20);
     char *err = NULL, key[32], *val = malloc(vbytes + 1);
+    rocksdb_options_t *fixed = rocksdb_options_create();
+    rocksdb_get_options_from_string(o, "level_compaction_dynamic_file_size=false", fixed, &err);
+    check(err, "options");
+    rocksdb_options_destroy(o);
+    o = fixed;
     rocksdb_t *db = rocksdb_open(o, dir, &err);
     check(err, "open");
     rocksdb_writeoptions_t *w = rocksdb_writeoptions_create();
@@ -172,6 +200,7 @@ static int load(char **argv) {
         check(err, "put");
     }
     flush(db);
+    settle(db);
     rocksdb_writeoptions_disable_WAL(w, 0);
     for (uint64_t i = 0; i < keys; i += 100) {
         key_of(i, key);
@@ -217,6 +246,12 @@ static int single(char **argv, int argc) {
         rocksdb_put(db, w, argv[3], strlen(argv[3]), argv[4], strlen(argv[4]), &err);
     else if (!strcmp(argv[1], "delete") && argc == 4)
         rocksdb_delete(db, w, argv[3], strlen(argv[3]), &err);
+    else if (!strcmp(argv[1], "delrange") && argc == 5) {
+        rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+        rocksdb_writebatch_delete_range(b, argv[3], strlen(argv[3]), argv[4], strlen(argv[4]));
+        rocksdb_write(db, w, b, &err);
+        rocksdb_writebatch_destroy(b);
+    }
     else if (!strcmp(argv[1], "flush"))
         flush(db);
     else if (!strcmp(argv[1], "compact")) {

@@ -5,7 +5,10 @@
 
 use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
-use crate::limits::ROCKS_CACHE_PER_MILLE;
+use crate::limits::{
+    MAX_SESSION_CHAINS, ROCKS_CACHE_PER_MILLE, ROCKS_FN_CACHE_PER_MILLE,
+    ROCKS_FN_DATA_CACHE_PER_MILLE,
+};
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
 use std::collections::HashMap;
@@ -13,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
-use storefn_rocksdb::{Db, Lookup, Native, NativeOptions, RocksError, XrpConfig, XrpDb};
+use storefn_rocksdb::{
+    DataCache, Db, Lookup, Native, NativeOptions, RocksError, Source, XrpConfig, XrpDb,
+};
 
 /// RocksDB's block cache when no budget is given (RocksDB's own default is 8 MiB too... but
 /// the C API's default table options have none configured: this is that default made explicit).
@@ -28,7 +33,12 @@ const LOAD_BATCH: usize = 1000;
 /// synced to the WAL before they return (durable, as the other stores' are).
 #[must_use]
 pub fn run_options(opts: &OpenOptions) -> NativeOptions {
-    let cache = opts.memory_limit.map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * ROCKS_CACHE_PER_MILLE);
+    options_with_share(opts, ROCKS_CACHE_PER_MILLE)
+}
+
+/// [`run_options`] with the block cache `per_mille` of the budget.
+fn options_with_share(opts: &OpenOptions, per_mille: u64) -> NativeOptions {
+    let cache = opts.memory_limit.map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * per_mille);
     NativeOptions {
         create: false,
         read_only: false,
@@ -207,6 +217,14 @@ pub struct RocksFnStore {
     dir: PathBuf,
     native: Arc<Native>,
     shared: Arc<Shared>,
+    /// Chains read with O_DIRECT, under a memory budget: the data is then many times the
+    /// budget, so a buffered read would mostly miss and pay for the page's insertion (and
+    /// readahead) and another page's reclaim besides. Without one, through the page cache.
+    direct: bool,
+    /// Under a budget, the data blocks the sessions' chains read, shared (a share of the
+    /// budget: RocksDB's block cache, for the function's path); none without one (the chains
+    /// then read through the page cache).
+    cache: Option<DataCache>,
     /// Declared last: dropped (stopped and joined) after the store's other fields.
     _refresher: Periodic,
 }
@@ -224,7 +242,11 @@ impl RocksFnStore {
     /// # Errors
     /// RocksDB's error, or the reader refusing the database.
     pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Self, YcsbError> {
-        let native = Arc::new(Native::open(dir, &run_options(opts))?);
+        // RocksDB here serves writes, scans and keys written since the snapshot; the function's
+        // reads go through the page cache, which the memory group charges and which gets the
+        // rest of the budget.
+        let native =
+            Arc::new(Native::open(dir, &options_with_share(opts, ROCKS_FN_CACHE_PER_MILLE))?);
         let db = open_snapshot(dir)?;
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(1),
@@ -248,6 +270,10 @@ impl RocksFnStore {
             dir: dir.into(),
             native,
             shared,
+            direct: opts.memory_limit.is_some(),
+            cache: opts
+                .memory_limit
+                .map(|m| DataCache::new(m / 1000 * ROCKS_FN_DATA_CACHE_PER_MILLE)),
             _refresher: refresher,
         })
     }
@@ -296,20 +322,46 @@ struct FnSession<'a> {
     snapshot: Arc<Snapshot>,
     xrp: XrpDb,
     slot: Arc<AtomicU64>,
+    /// A batch's indices the function answers, and its answers (kept between batches).
+    picked: Vec<usize>,
+    answers: Vec<(Lookup, Source)>,
+}
+
+/// The chain engine one session needs: `chains` in flight, hops as long as the snapshot's
+/// largest data block (the index is in memory, so a chain reads only data blocks).
+/// A session's chain engine for `store`: `chains` in flight, O_DIRECT under a budget, the
+/// store's data cache (see [`RocksFnStore`]'s fields).
+fn session_engine(store: &RocksFnStore, db: &Db, chains: usize) -> Result<XrpDb, RocksError> {
+    let cfg = XrpConfig { direct: store.direct, ..XrpConfig::default() };
+    let mut x = XrpDb::new(db, cfg.sized_for(db, chains.clamp(1, MAX_SESSION_CHAINS)))?;
+    x.set_data_cache(store.cache.clone());
+    Ok(x)
 }
 
 impl FnSession<'_> {
     /// Moves to the newest snapshot when one was published since this reader's.
-    fn refresh(&mut self) {
+    fn refresh(&mut self) -> Result<(), YcsbError> {
         let p = self.store.shared.published();
         if p.epoch > self.snapshot.epoch {
             // The chain engine and its compiled function outlive snapshots: it keeps files by
             // their number, which RocksDB never reuses, so a file it opened for an older
-            // snapshot is the same file in this one.
+            // snapshot is the same file in this one. It is rebuilt only when the new
+            // snapshot's blocks outgrow its hops.
+            let cfg = self.xrp.config();
+            if cfg.sized_for(&p.db, cfg.chains).hop_bytes > cfg.hop_bytes {
+                self.xrp = session_engine(self.store, &p.db, cfg.chains)?;
+            }
             // Relaxed: only the pruner reads it, and a lower value keeps more entries.
             self.slot.store(p.epoch, Ordering::Relaxed);
             self.snapshot = p;
         }
+        Ok(())
+    }
+
+    /// RocksDB's answer for a key the function cannot give (written since the snapshot, or
+    /// a fallback).
+    fn by_rocksdb(&self, key: &Key, out: &mut Vec<u8>) -> Result<bool, YcsbError> {
+        Ok(self.store.native.get(key.name.as_bytes(), out)?)
     }
 
     fn dirty_since(&self, num: u64) -> bool {
@@ -328,18 +380,15 @@ impl FnSession<'_> {
     }
 }
 
-impl Session for FnSession<'_> {
-    fn get(&mut self, key: &Key, out: &mut Vec<u8>) -> Result<bool, YcsbError> {
-        self.refresh();
+impl FnSession<'_> {
+    /// Settles one key from the function's answer `l`; a fallback goes to RocksDB.
+    fn settle(&self, key: &Key, l: Lookup, out: &mut Vec<u8>) -> Result<bool, YcsbError> {
         let sh = &self.store.shared;
-        if self.dirty_since(key.num) {
-            sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
-            return Ok(self.store.native.get(key.name.as_bytes(), out)?);
-        }
-        match self.xrp.get(&self.snapshot.db, key.name.as_bytes())?.0 {
+        match l {
             Lookup::Value(v) => {
                 sh.function_reads.fetch_add(1, Ordering::Relaxed);
-                *out = v;
+                out.clear();
+                out.extend_from_slice(&v);
                 Ok(true)
             }
             Lookup::NotFound => {
@@ -349,9 +398,62 @@ impl Session for FnSession<'_> {
             }
             Lookup::Fallback(_) => {
                 sh.fallbacks.fetch_add(1, Ordering::Relaxed);
-                Ok(self.store.native.get(key.name.as_bytes(), out)?)
+                self.by_rocksdb(key, out)
             }
         }
+    }
+}
+
+impl Session for FnSession<'_> {
+    fn get(&mut self, key: &Key, out: &mut Vec<u8>) -> Result<bool, YcsbError> {
+        self.refresh()?;
+        if self.dirty_since(key.num) {
+            self.store.shared.dirty_reads.fetch_add(1, Ordering::Relaxed);
+            return self.by_rocksdb(key, out);
+        }
+        let (l, _) = self.xrp.get(&self.snapshot.db, key.name.as_bytes())?;
+        self.settle(key, l, out)
+    }
+    /// Batched chains (`xrp-batch`): the keys not written since the snapshot go to the
+    /// function together (rounds of one chain per open key); keys written since and
+    /// fallbacks go to RocksDB one at a time. The session's engine grows to the batch (up to
+    /// [`MAX_SESSION_CHAINS`]) the first time one is larger than it.
+    fn get_batch(
+        &mut self,
+        keys: &[Key],
+        out: &mut [Vec<u8>],
+        found: &mut [bool],
+    ) -> Result<(), YcsbError> {
+        self.refresh()?;
+        let want = keys.len().min(MAX_SESSION_CHAINS);
+        if self.xrp.config().chains < want {
+            self.xrp = session_engine(self.store, &self.snapshot.db, want)?;
+        }
+        let mut picked = std::mem::take(&mut self.picked);
+        picked.clear();
+        {
+            let sh = &self.store.shared;
+            let d = sh.dirty.lock().unwrap_or_else(PoisonError::into_inner);
+            for (i, k) in keys.iter().enumerate() {
+                if d.get(&k.num).is_some_and(|&e| e >= self.snapshot.epoch) {
+                    sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
+                    found[i] = self.store.native.get(k.name.as_bytes(), &mut out[i])?;
+                } else {
+                    picked.push(i);
+                }
+            }
+        }
+        let refs: Vec<&[u8]> = picked.iter().map(|&i| keys[i].name.as_bytes()).collect();
+        let mut answers = std::mem::take(&mut self.answers);
+        let r = self.xrp.multi_get(&self.snapshot.db, &refs, &mut answers).map_err(Into::into);
+        let r = r.and_then(|()| {
+            for (&i, (l, _)) in picked.iter().zip(answers.drain(..)) {
+                found[i] = self.settle(&keys[i], l, &mut out[i])?;
+            }
+            Ok(())
+        });
+        (self.picked, self.answers) = (picked, answers);
+        r
     }
     fn update(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
         self.write(key, record)
@@ -383,8 +485,15 @@ impl Store for RocksFnStore {
             r.push(Arc::clone(&slot));
             (snapshot, slot)
         };
-        match XrpDb::new(&snapshot.db, XrpConfig::default()) {
-            Ok(xrp) => Ok(Box::new(FnSession { store: self, snapshot, xrp, slot })),
+        match session_engine(self, &snapshot.db, 1) {
+            Ok(xrp) => Ok(Box::new(FnSession {
+                store: self,
+                snapshot,
+                xrp,
+                slot,
+                picked: Vec::new(),
+                answers: Vec::new(),
+            })),
             Err(e) => {
                 let mut r = self.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
                 r.retain(|s| !Arc::ptr_eq(s, &slot));
@@ -401,6 +510,8 @@ impl Store for RocksFnStore {
             ("fallbacks", c(&sh.fallbacks)),
             ("refreshes", c(&sh.refreshes)),
             ("block_cache_bytes", self.native.cache_usage() as u64),
+            ("data_cache_hits", self.cache.as_ref().map_or(0, |d| d.hits_and_misses().0)),
+            ("data_cache_bytes", self.cache.as_ref().map_or(0, DataCache::used)),
         ]
     }
 }
