@@ -38,6 +38,10 @@ pub const ROCKS_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE;
 /// serves only writes, scans and keys written since the checkpoint, while the function's reads
 /// go through the page cache, which the memory group charges and which gets the rest.
 pub const WT_FN_CACHE_PER_MILLE: u64 = 100;
+/// The storefn function's block cache beside it (per mille): with WiredTiger's share above,
+/// the function store keeps the same bytes as caches as WiredTiger alone
+/// ([`WT_CACHE_PER_MILLE`]). Its reads are O_DIRECT, so no page cache doubles it.
+pub const WT_FN_BLOCK_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE - WT_FN_CACHE_PER_MILLE;
 
 /// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
 /// buffer per read of its batch.

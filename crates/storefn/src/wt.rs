@@ -17,6 +17,28 @@ pub enum WtCmd {
     /// Time lookups (db_bench habits: a workload, --seed, --threads, warm-up, p50/p99/p99.9,
     /// one summary line, --json).
     Bench(BenchArgs),
+    /// The device's own bound for a table's leaves: random O_DIRECT reads of its leaf blocks
+    /// (their real addresses and sizes) at queue depth 1 and --depth.
+    LeafBound(LeafBoundArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LeafBoundArgs {
+    /// The database directory.
+    dir: PathBuf,
+    #[arg(long)]
+    table: String,
+    /// Reads in flight for the second case (at most 32).
+    #[arg(long, default_value_t = 32)]
+    depth: usize,
+    /// Reads per case.
+    #[arg(long, default_value_t = 20_000)]
+    reads: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -101,7 +123,34 @@ pub fn run(cmd: &WtCmd) -> CmdResult {
         WtCmd::Get(a) => get(a),
         WtCmd::Multiget(a) => multiget(a),
         WtCmd::Bench(a) => bench(a),
+        WtCmd::LeafBound(a) => leaf_bound(a),
     }
+}
+
+fn leaf_bound(a: &LeafBoundArgs) -> CmdResult {
+    let r = storefn_wiredtiger::bench::leaf_bound(&a.dir, &a.table, a.depth, a.reads, a.seed)?;
+    println!(
+        "wt leaf-bound {}: {} leaves of {:.0} bytes on average; QD1 mean {:.1} us, p50 {:.1} us; \
+         QD{} {:.0} reads/s, {:.0} MiB/s",
+        a.table,
+        r.leaves,
+        r.mean_leaf_bytes,
+        r.qd1_mean_us,
+        r.qd1_p50_us,
+        r.depth,
+        r.qdn_reads_per_sec,
+        r.qdn_mib_per_sec
+    );
+    if let Some(j) = &a.json {
+        let v = serde_json::json!({
+            "table": a.table, "leaves": r.leaves, "mean_leaf_bytes": r.mean_leaf_bytes,
+            "qd1_mean_us": r.qd1_mean_us, "qd1_p50_us": r.qd1_p50_us, "depth": r.depth,
+            "qdn_reads_per_sec": r.qdn_reads_per_sec, "qdn_mib_per_sec": r.qdn_mib_per_sec,
+            "reads": a.reads, "seed": a.seed,
+        });
+        std::fs::write(j, serde_json::to_vec_pretty(&v)?)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A table opened on the path the arguments name, locally or on a server.

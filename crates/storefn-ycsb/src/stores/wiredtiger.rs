@@ -4,7 +4,7 @@
 
 use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
-use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
+use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_BLOCK_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use storefn_wiredtiger::native::{Connection, Cursor, Session as WtSession};
-use storefn_wiredtiger::{Outcome, Table, WtError, XrpTree};
+use storefn_wiredtiger::{Outcome, Table, TreeCache, WtError, XrpOptions, XrpTree};
 
 /// WiredTiger's cache when no budget is given: its own default.
 const DEFAULT_CACHE_BYTES: u64 = 100 << 20;
@@ -243,6 +243,8 @@ pub struct FnStore {
     uri: String,
     conn: Arc<Connection>,
     shared: Arc<Shared>,
+    /// The function's block cache of the table's file, shared by every session's reader.
+    cache: Arc<Mutex<TreeCache>>,
     /// Declared last: dropped (stopped and joined) after the store's other fields.
     _checkpointer: Periodic,
 }
@@ -261,12 +263,17 @@ impl FnStore {
     /// WiredTiger's error, or the storefn reader refusing the table.
     pub fn open(dir: &Path, table: &str, opts: &OpenOptions) -> Result<Self, YcsbError> {
         // WiredTiger serves only writes, scans and keys written since the checkpoint: a small
-        // cache. The function reads through the page cache (buffered reads), which the memory
-        // group charges, so the rest of the budget is its cache.
+        // cache. The function reads with O_DIRECT into its own block cache (upper levels
+        // parsed, leaves whole), which gets the budget WiredTiger alone gives its cache less
+        // WiredTiger's share here: the two stores keep the same bytes as caches.
         let conn = Arc::new(Connection::open(dir, &run_config(opts, WT_FN_CACHE_PER_MILLE))?);
         let uri = format!("table:{table}");
         drop(conn.session()?.cursor(&uri, "")?);
-        drop(Table::open(dir, table)?);
+        let alloc = Table::open(dir, table)?.tree().allocation_size();
+        let cache_bytes = opts
+            .memory_limit
+            .map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * WT_FN_BLOCK_CACHE_PER_MILLE);
+        let cache = Arc::new(Mutex::new(TreeCache::new(cache_bytes, alloc)));
         let shared = Arc::new(Shared::default());
         shared.epoch.store(1, Ordering::Relaxed);
         shared.published.store(1, Ordering::Relaxed);
@@ -282,6 +289,7 @@ impl FnStore {
             uri,
             conn,
             shared,
+            cache,
             _checkpointer: checkpointer,
         })
     }
@@ -372,7 +380,9 @@ impl FnSession<'_> {
                 Some(r) if !force && size <= r.xrp_size => (r.xrp, r.xrp_size),
                 _ => {
                     self.store.shared.engine_opens.fetch_add(1, Ordering::Relaxed);
-                    (XrpTree::open(table.tree())?, size)
+                    let opts =
+                        XrpOptions { cache: Some(Arc::clone(&self.store.cache)), direct: true };
+                    (XrpTree::open_with(table.tree(), opts)?, size)
                 }
             };
             // Relaxed: only the pruner reads it, and a lower value keeps more entries.
@@ -605,7 +615,11 @@ impl Store for FnStore {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let sh = &self.shared;
         let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stats;
         vec![
+            ("leaf_hits", cache.leaf_hits),
+            ("leaf_misses", cache.leaf_misses),
+            ("internal_pages_parsed", cache.internal_parsed),
             ("function_reads", c(&sh.function_reads)),
             ("dirty_reads", c(&sh.dirty_reads)),
             ("fallbacks", c(&sh.fallbacks)),
