@@ -152,6 +152,7 @@ impl Internal {
 ///
 /// # Errors
 /// Damage in the page.
+#[cfg(feature = "bench")]
 pub(crate) fn internal_children(
     block: &[u8],
     offset: u64,

@@ -46,3 +46,8 @@ pub const WT_FN_BLOCK_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE - WT_FN_CACHE_PE
 /// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
 /// buffer per read of its batch.
 pub const MAX_READ_BATCH: usize = 1024;
+
+/// Writer threads of one `wiredtiger` session with `--batch-updates`: a batch's updates run on
+/// them at once, so WiredTiger syncs their log records together (YCSB-B's 5% of a 128-read
+/// batch is ~6 updates).
+pub const BATCH_WRITERS: usize = 4;

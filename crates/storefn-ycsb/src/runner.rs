@@ -31,6 +31,11 @@ pub struct RunConfig {
     /// keeps them in flight together. Each read of a batch is timed as the whole batch. 1 runs
     /// YCSB's one operation at a time.
     pub read_batch: usize,
+    /// With `read_batch` > 1 and a store that overlaps updates
+    /// ([`Session::overlaps_updates`](crate::store::Session::overlaps_updates)): updates join
+    /// the batch too (in flight with its reads, no order among them), each timed as the whole
+    /// batch; otherwise an update waits for the reads queued before it and runs alone.
+    pub batch_updates: bool,
 }
 
 impl RunConfig {
@@ -125,6 +130,10 @@ struct Worker<'a> {
     batch_out: Vec<Vec<u8>>,
     batch_found: Vec<bool>,
     queued: usize,
+    /// Updates queued for the next [`Worker::flush`] (`batch_updates`): keys and new records.
+    upd_keys: Vec<Key>,
+    upd_records: Vec<Vec<u8>>,
+    upd_queued: usize,
 }
 
 impl Worker<'_> {
@@ -135,13 +144,26 @@ impl Worker<'_> {
         n: u64,
         out: &mut Samples,
     ) -> Result<(), YcsbError> {
+        let batch_updates = self.cfg.batch_updates && s.overlaps_updates();
         for _ in 0..n {
             let kind = self.cfg.workload.choose(&mut self.rng);
-            if kind == OpKind::Read && self.cfg.read_batch > 1 {
+            let batched = match kind {
+                OpKind::Read => self.cfg.read_batch > 1,
+                OpKind::Update => self.cfg.read_batch > 1 && batch_updates,
+                _ => false,
+            };
+            if batched {
                 let num = self.chooser.next(&mut self.rng, self.inserts);
-                self.batch_keys[self.queued].set(num);
-                self.queued += 1;
-                if self.queued == self.cfg.read_batch {
+                if kind == OpKind::Read {
+                    self.batch_keys[self.queued].set(num);
+                    self.queued += 1;
+                } else {
+                    let u = self.upd_queued;
+                    self.upd_keys[u].set(num);
+                    self.cfg.shape.fill(num, self.rng.gen(), &mut self.upd_records[u]);
+                    self.upd_queued += 1;
+                }
+                if self.queued + self.upd_queued == self.cfg.read_batch {
                     self.flush(s, out)?;
                 }
                 continue;
@@ -163,15 +185,25 @@ impl Worker<'_> {
         out: &mut Samples,
     ) -> Result<(), YcsbError> {
         let q = std::mem::take(&mut self.queued);
-        if q == 0 {
+        let u = std::mem::take(&mut self.upd_queued);
+        if q == 0 && u == 0 {
             return Ok(());
         }
         let t0 = Instant::now();
-        s.get_batch(&self.batch_keys[..q], &mut self.batch_out[..q], &mut self.batch_found[..q])?;
+        let (keys, found) = (&self.batch_keys[..q], &mut self.batch_found[..q]);
+        if u == 0 {
+            s.get_batch(keys, &mut self.batch_out[..q], found)?;
+        } else {
+            let (uk, ur) = (&self.upd_keys[..u], &self.upd_records[..u]);
+            s.run_batch(keys, &mut self.batch_out[..q], found, uk, ur)?;
+        }
         let ns = t0.elapsed().as_nanos() as u64;
         for &f in &self.batch_found[..q] {
             out.push(OpKind::Read, ns, 0);
             out.misses += u64::from(!f);
+        }
+        for _ in 0..u {
+            out.push(OpKind::Update, ns, 0);
         }
         Ok(())
     }
@@ -245,6 +277,9 @@ fn thread_body(
         batch_out: (0..cfg.read_batch).map(|_| Vec::with_capacity(cfg.shape.bytes())).collect(),
         batch_found: vec![false; cfg.read_batch],
         queued: 0,
+        upd_keys: (0..cfg.read_batch).map(|_| Key::new(0)).collect(),
+        upd_records: (0..cfg.read_batch).map(|_| Vec::with_capacity(cfg.shape.bytes())).collect(),
+        upd_queued: 0,
     };
     let warm = w.run(session.as_mut(), share(cfg.warmup, cfg.threads, t), &mut Samples::default());
     barrier.wait();

@@ -30,6 +30,7 @@ fn cfg(letter: char, operations: u64, threads: usize) -> RunConfig {
         warmup: 100,
         shape: SHAPE,
         read_batch: 1,
+        batch_updates: false,
     }
 }
 

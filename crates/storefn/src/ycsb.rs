@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// in flight as batched chains); each is timed as its whole batch.
     #[arg(long, default_value_t = 1)]
     batch: usize,
+    /// With --batch > 1: updates join the batch too, in flight with its reads (`wiredtiger`
+    /// runs them on writer threads whose log syncs WiredTiger shares); each is timed as its
+    /// whole batch. Other stores run updates one at a time.
+    #[arg(long)]
+    batch_updates: bool,
     /// Run the process in a cgroup v1 memory group of this many bytes (page cache counted);
     /// WiredTiger's cache is sized from it. Needs root.
     #[arg(long)]
@@ -116,6 +121,7 @@ fn run_phase(a: &RunArgs) -> CmdResult {
         warmup: a.warmup.unwrap_or(a.operations / 10),
         shape,
         read_batch: a.batch,
+        batch_updates: a.batch_updates,
     };
     let opts = OpenOptions {
         memory_limit: a.memory_limit,
