@@ -36,8 +36,19 @@ impl std::str::FromStr for Workload {
 /// Where the lookups run.
 #[derive(Debug, Clone)]
 pub enum Target {
-    Local { dir: PathBuf, path: ReadPath },
-    Remote { addr: String, cfg: ClientConfig, dir: String, path: RemotePath },
+    Local {
+        dir: PathBuf,
+        path: ReadPath,
+        chains: crate::lookup::ChainOptions,
+    },
+    Remote {
+        addr: String,
+        cfg: ClientConfig,
+        dir: String,
+        path: RemotePath,
+        /// Pushdown: the client keeps the internal pages (the chain starts at the leaf).
+        internal_cache: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -135,13 +146,17 @@ impl Reader {
 
 fn open(cfg: &BenchConfig) -> Result<Reader, WtError> {
     Ok(match &cfg.target {
-        Target::Local { dir, path } => {
-            Reader::Local(Box::new(Lookups::open(dir, &cfg.table, *path)?))
+        Target::Local { dir, path, chains } => {
+            Reader::Local(Box::new(Lookups::open_with(dir, &cfg.table, *path, *chains)?))
         }
-        Target::Remote { addr, cfg: c, dir, path } => {
+        Target::Remote { addr, cfg: c, dir, path, internal_cache } => {
             let client = Client::connect(addr, c.clone())
                 .map_err(|e| WtError::Invalid(format!("{addr}: {e}")))?;
-            Reader::Remote(Box::new(RemoteTable::open(client, dir, &cfg.table)?), *path)
+            let mut t = RemoteTable::open(client, dir, &cfg.table)?;
+            if !internal_cache {
+                t.without_internal_cache();
+            }
+            Reader::Remote(Box::new(t), *path)
         }
     })
 }

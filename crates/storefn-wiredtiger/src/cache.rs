@@ -254,6 +254,15 @@ impl TreeCache {
         }
     }
 
+    /// A cache of internal pages only (up to `bytes` parsed), no leaf slots: a remote reader's,
+    /// whose leaves are read where the data is.
+    #[must_use]
+    pub fn internal_only(bytes: u64, alloc: u64) -> Self {
+        let mut c = Self::new(0, alloc);
+        c.internal_cap = usize::try_from(bytes).unwrap_or(usize::MAX);
+        c
+    }
+
     /// Leaf slots.
     #[must_use]
     pub fn slots(&self) -> usize {

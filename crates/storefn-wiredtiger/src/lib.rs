@@ -23,7 +23,7 @@ mod xrp;
 pub use cache::{CacheStats, Route, TreeCache};
 pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
-pub use lookup::{Answer, LookupStats, Lookups, ReadPath, STALE_CHECK};
+pub use lookup::{Answer, ChainOptions, LookupStats, Lookups, ReadPath, STALE_CHECK};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
 pub use remote::{RemotePath, RemoteStats, RemoteTable};
 pub use tree::{Outcome, Tree};

@@ -6,7 +6,9 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use storefn_wiredtiger::bench::{BenchConfig, Target, Workload};
-use storefn_wiredtiger::{Answer, Format, Lookups, ReadPath, RemotePath, RemoteTable};
+use storefn_wiredtiger::{
+    Answer, ChainOptions, Format, Lookups, ReadPath, RemotePath, RemoteTable,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum WtCmd {
@@ -71,6 +73,18 @@ pub struct TableArgs {
     /// Token file for --remote (`TENANT SECRET`; the first line is used).
     #[arg(long, requires = "remote")]
     token_file: Option<PathBuf>,
+    /// xrp, xrp-batch: O_DIRECT reads (each hop goes to the device; a `storefn serve` server
+    /// reads the same way).
+    #[arg(long)]
+    direct: bool,
+    /// xrp, xrp-batch: a block cache of this many bytes (internal pages searched on the host,
+    /// leaves searched in place by the function; per reader thread).
+    #[arg(long, default_value_t = 0)]
+    cache_bytes: u64,
+    /// pushdown: send every lookup's chain from the root (the server reads the internal pages
+    /// too) instead of from the leaf the client's cache of internal pages names.
+    #[arg(long)]
+    no_internal_cache: bool,
 }
 
 #[derive(Debug, Args)]
@@ -189,11 +203,13 @@ fn client_cfg(t: &TableArgs) -> Result<storefn_wire::ClientConfig, Dyn> {
 }
 
 fn target(t: &TableArgs) -> Result<Target, Dyn> {
-    let local = |path| Ok(Target::Local { dir: t.dir.clone(), path });
+    let chains = ChainOptions { direct: t.direct, cache_bytes: t.cache_bytes };
+    let local = |path| Ok(Target::Local { dir: t.dir.clone(), path, chains });
     let remote = |path| -> Result<Target, Dyn> {
         let addr = t.remote.clone().ok_or("--path rpc-read|pushdown needs --remote ADDR")?;
         let dir = t.dir.to_str().ok_or("DIR must be UTF-8 with --remote")?.to_string();
-        Ok(Target::Remote { addr, cfg: client_cfg(t)?, dir, path })
+        let internal_cache = !t.no_internal_cache;
+        Ok(Target::Remote { addr, cfg: client_cfg(t)?, dir, path, internal_cache })
     };
     if t.remote.is_some() && !matches!(t.path, WtPath::RpcRead | WtPath::Pushdown) {
         return Err("with --remote, --path is rpc-read or pushdown".into());
@@ -209,12 +225,16 @@ fn target(t: &TableArgs) -> Result<Target, Dyn> {
 
 fn open(t: &TableArgs) -> Result<Reader, Dyn> {
     Ok(match target(t)? {
-        Target::Local { dir, path } => {
-            Reader::Local(Box::new(Lookups::open(&dir, &t.table, path)?))
+        Target::Local { dir, path, chains } => {
+            Reader::Local(Box::new(Lookups::open_with(&dir, &t.table, path, chains)?))
         }
-        Target::Remote { addr, cfg, dir, path } => {
+        Target::Remote { addr, cfg, dir, path, internal_cache } => {
             let c = storefn_wire::Client::connect(&addr, cfg)?;
-            Reader::Remote(Box::new(RemoteTable::open(c, &dir, &t.table)?), path)
+            let mut r = RemoteTable::open(c, &dir, &t.table)?;
+            if !internal_cache {
+                r.without_internal_cache();
+            }
+            Reader::Remote(Box::new(r), path)
         }
     })
 }
