@@ -48,6 +48,7 @@ pub const WT_FN_BLOCK_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE - WT_FN_CACHE_PE
 pub const MAX_READ_BATCH: usize = 1024;
 
 /// Writer threads of one `wiredtiger` session with `--batch-updates`: a batch's updates run on
-/// them at once, so WiredTiger syncs their log records together (YCSB-B's 5% of a 128-read
-/// batch is ~6 updates).
-pub const BATCH_WRITERS: usize = 4;
+/// them while its reads run as chains. One: each update still commits (and syncs its log
+/// record) alone, as WiredTiger alone does it, and with four, concurrent commits in WiredTiger
+/// 3.2.1 waited on each other's log syncs (measured slower than one: docs/results/ycsb.md).
+pub const BATCH_WRITERS: usize = 1;

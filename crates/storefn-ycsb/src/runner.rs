@@ -89,6 +89,9 @@ pub struct Report {
     pub read_misses: u64,
     pub counters: Vec<(&'static str, u64)>,
     pub seed: u64,
+    /// The run's `read_batch` and `batch_updates`.
+    pub batch: usize,
+    pub batch_updates: bool,
 }
 
 /// Samples of one thread, per operation kind.
@@ -347,6 +350,8 @@ pub fn run(store: &dyn Store, kind: &str, cfg: &RunConfig) -> Result<Report, Ycs
         read_misses: misses,
         counters: store.counters(),
         seed: cfg.seed,
+        batch: cfg.read_batch,
+        batch_updates: cfg.batch_updates,
     })
 }
 
@@ -401,6 +406,8 @@ impl Report {
         put("memory_peak_bytes", self.memory_peak_bytes.into());
         put("read_misses", self.read_misses.into());
         put("seed", self.seed.into());
+        put("batch", self.batch.into());
+        put("batch_updates", self.batch_updates.into());
         for k in OpKind::ALL {
             let o = self.ops.get(&k);
             let n = k.name();

@@ -59,8 +59,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     batch: usize,
     /// With --batch > 1: updates join the batch too, in flight with its reads (`wiredtiger`
-    /// runs them on writer threads whose log syncs WiredTiger shares); each is timed as its
-    /// whole batch. Other stores run updates one at a time.
+    /// commits them one by one on a writer thread while the reads run as chains); each is timed
+    /// as its whole batch. Other stores run updates one at a time.
     #[arg(long)]
     batch_updates: bool,
     /// Run the process in a cgroup v1 memory group of this many bytes (page cache counted);

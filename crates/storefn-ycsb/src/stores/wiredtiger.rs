@@ -382,8 +382,9 @@ struct WriterSlot {
     cv: Condvar,
 }
 
-/// A session's writer threads (`--batch-updates`): each has its own WiredTiger session, so a
-/// batch's updates commit at once and WiredTiger shares their log syncs.
+/// A session's writer threads (`--batch-updates`, [`BATCH_WRITERS`]): each has its own
+/// WiredTiger session and commits the updates it is given one by one while the batch's reads
+/// run on the session's thread.
 struct Writers {
     slots: Vec<Arc<WriterSlot>>,
     threads: Vec<std::thread::JoinHandle<()>>,
