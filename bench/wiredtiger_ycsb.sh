@@ -43,9 +43,11 @@ run() { # workload ops threads store [args...]
     local w=$1 n=$2 t=$3 s=$4; shift 4
     local d0 line d1
     d0=$(dstat)
+    # A run that fails (the memory group's OOM killer: WiredTiger's cache plus 16 sessions'
+    # overshoot) is logged and the bench goes on.
     line=$($B ycsb run --workload "$w" --store "$s:$db:usertable" --records $RECORDS \
         --memory-limit $BUDGET --seed "$round" --operations "$n" --threads "$t" \
-        --json "$out/ycsb.json" "$@")
+        --json "$out/ycsb.json" "$@" 2>&1) || line="FAILED (exit $?): $w $t $s $*: $line"
     d1=$(dstat)
     # The device's reads during the run (other processes' too: an upper bound).
     log "$line | $blk: $(echo "$d0 $d1" | awk '{printf "%d reads, %.0f MiB", $3-$1, ($4-$2)/2048}')"

@@ -308,10 +308,15 @@ pub struct LeafBound {
     /// `depth` in flight: reads and bytes per second.
     pub qdn_reads_per_sec: f64,
     pub qdn_mib_per_sec: f64,
+    /// The internal pages' blocks at queue depth 1 (a chain from the root reads them first).
+    pub internal_blocks: u64,
+    pub internal_qd1_mean_us: f64,
 }
 
-/// Every leaf address of `tree`'s checkpoint, by plain reads of its internal pages.
-fn leaf_addrs(tree: &crate::tree::Tree) -> Result<Vec<crate::format::BlockAddr>, WtError> {
+/// Every (internal, leaf) block address of `tree`'s checkpoint, by plain reads of its internal
+/// pages.
+type Addrs = (Vec<crate::format::BlockAddr>, Vec<crate::format::BlockAddr>);
+fn tree_addrs(tree: &crate::tree::Tree) -> Result<Addrs, WtError> {
     use crate::page::Child;
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(tree.path()).map_err(|source| WtError::Io {
@@ -321,8 +326,8 @@ fn leaf_addrs(tree: &crate::tree::Tree) -> Result<Vec<crate::format::BlockAddr>,
     })?;
     let corrupt =
         |offset: u64, what: String| WtError::Corrupt { path: tree.path().into(), offset, what };
-    let Some(root) = tree.checkpoint().root else { return Ok(Vec::new()) };
-    let (mut internal, mut leaves) = (vec![root], Vec::new());
+    let Some(root) = tree.checkpoint().root else { return Ok((Vec::new(), Vec::new())) };
+    let (mut internal, mut leaves, mut seen) = (vec![root], Vec::new(), Vec::new());
     let mut block = Vec::new();
     while let Some(a) = internal.pop() {
         block.resize(a.size as usize, 0);
@@ -338,6 +343,7 @@ fn leaf_addrs(tree: &crate::tree::Tree) -> Result<Vec<crate::format::BlockAddr>,
             leaves.push(a);
             continue;
         };
+        seen.push(a);
         for c in children.iter() {
             match *c {
                 Child::Internal(a) => internal.push(a),
@@ -346,7 +352,7 @@ fn leaf_addrs(tree: &crate::tree::Tree) -> Result<Vec<crate::format::BlockAddr>,
             }
         }
     }
-    Ok(leaves)
+    Ok((seen, leaves))
 }
 
 /// Measures [`LeafBound`] for `table` of `dir`: `reads` reads per case, leaves picked by
@@ -363,7 +369,7 @@ pub fn leaf_bound(
 ) -> Result<LeafBound, WtError> {
     use storefn_io::{Engine, EngineConfig, IoMode, XrpCtx};
     let t = crate::db::Table::open(dir, table)?;
-    let leaves = leaf_addrs(t.tree())?;
+    let (internal, leaves) = tree_addrs(t.tree())?;
     let path = t.tree().path().to_path_buf();
     let chain = |e: String| WtError::Chain { path: path.clone(), what: e };
     if leaves.is_empty() || depth == 0 || reads == 0 {
@@ -388,16 +394,25 @@ pub fn leaf_bound(
         Ok(0)
     };
     let mut rng = Rng(seed | 1);
+    let mut qd1 = |blocks: &[crate::format::BlockAddr], n: u64| -> Result<Vec<u64>, WtError> {
+        let mut lat = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let a = blocks[rng.next() as usize % blocks.len()];
+            let t0 = Instant::now();
+            engine
+                .submit_chain(file, a.offset, a.size, 0, |_| {})
+                .map_err(|e| chain(e.to_string()))?;
+            engine.wait(1, &mut stop, |_| {}).map_err(|e| chain(e.to_string()))?;
+            lat.push(t0.elapsed().as_nanos() as u64);
+        }
+        lat.sort_unstable();
+        Ok(lat)
+    };
+    let lat = qd1(&leaves, reads)?;
+    let ilat = if internal.is_empty() { Vec::new() } else { qd1(&internal, reads.div_ceil(4))? };
+    let mean = |l: &[u64]| l.iter().sum::<u64>() as f64 / l.len().max(1) as f64 / 1e3;
+    let mut rng = Rng(seed.wrapping_add(1) | 1);
     let mut pick = || leaves[rng.next() as usize % leaves.len()];
-    let mut lat = Vec::with_capacity(reads as usize);
-    for _ in 0..reads {
-        let a = pick();
-        let t0 = Instant::now();
-        engine.submit_chain(file, a.offset, a.size, 0, |_| {}).map_err(|e| chain(e.to_string()))?;
-        engine.wait(1, &mut stop, |_| {}).map_err(|e| chain(e.to_string()))?;
-        lat.push(t0.elapsed().as_nanos() as u64);
-    }
-    lat.sort_unstable();
     let (mut submitted, mut done, mut bytes) = (0u64, 0u64, 0u64);
     let t0 = Instant::now();
     while done < reads {
@@ -415,8 +430,10 @@ pub fn leaf_bound(
     Ok(LeafBound {
         leaves: leaves.len() as u64,
         mean_leaf_bytes: leaves.iter().map(|a| a.size).sum::<u64>() as f64 / leaves.len() as f64,
-        qd1_mean_us: lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1e3,
+        qd1_mean_us: mean(&lat),
         qd1_p50_us: Tail::of(&lat).p50_us,
+        internal_blocks: internal.len() as u64,
+        internal_qd1_mean_us: mean(&ilat),
         depth,
         qdn_reads_per_sec: reads as f64 / secs,
         qdn_mib_per_sec: bytes as f64 / secs / f64::from(1 << 20),

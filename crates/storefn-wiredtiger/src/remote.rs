@@ -423,8 +423,9 @@ impl RemoteTable {
             self.stats.fallbacks += 1;
             return self.walk(value);
         }
-        let from = match self.route(root)? {
-            Route::Leaf(a) | Route::Chain(a) => a,
+        let (from, leaf) = match self.route(root)? {
+            Route::Leaf(a) => (a, true),
+            Route::Chain(a) => (a, false),
             Route::NotFound => return Ok(Outcome::NotFound),
             Route::Fallback(_) => {
                 self.stats.fallbacks += 1;
@@ -437,10 +438,16 @@ impl RemoteTable {
         let n = abi::KEY + self.stored.len();
         self.scratch[..n].fill(0);
         start.fill(&self.stored, FLAG_VERIFY, &mut self.scratch[..n]);
+        // A leaf is read with the function's whole view where the file allows: the server runs
+        // a hop lent less than the view on the interpreter (the function bounds every access
+        // by the block's size).
+        let view = u64::from(crate::xrp::HOP_BYTES);
+        let len =
+            if leaf && self.meta.ckpt.file_size - from.offset >= view { view } else { from.size };
         let req = Request::Xrp {
             path: self.file.as_bytes(),
             offset: from.offset,
-            len: from.size as u32,
+            len: len as u32,
             hash: &hash,
             scratch: &self.scratch[..n],
             out_len: (abi::VALUE + abi::VALUE_MAX) as u32,

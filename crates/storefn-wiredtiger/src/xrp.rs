@@ -247,7 +247,8 @@ impl StorageFn for Checked {
                     return;
                 }
                 lock(cache).fill(pin, data);
-                let size = data.len() as u64;
+                // The block's own size: the hop may have read the function's whole view.
+                let size = u64::from(h.disk_size);
                 st.leaf = Some(BlockAddr { offset: addr, size, checksum: h.checksum });
                 tk.fresh = Some(t);
             }

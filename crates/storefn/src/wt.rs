@@ -145,7 +145,7 @@ fn leaf_bound(a: &LeafBoundArgs) -> CmdResult {
     let r = storefn_wiredtiger::bench::leaf_bound(&a.dir, &a.table, a.depth, a.reads, a.seed)?;
     println!(
         "wt leaf-bound {}: {} leaves of {:.0} bytes on average; QD1 mean {:.1} us, p50 {:.1} us; \
-         QD{} {:.0} reads/s, {:.0} MiB/s",
+         QD{} {:.0} reads/s, {:.0} MiB/s; {} internal pages, QD1 mean {:.1} us",
         a.table,
         r.leaves,
         r.mean_leaf_bytes,
@@ -153,13 +153,16 @@ fn leaf_bound(a: &LeafBoundArgs) -> CmdResult {
         r.qd1_p50_us,
         r.depth,
         r.qdn_reads_per_sec,
-        r.qdn_mib_per_sec
+        r.qdn_mib_per_sec,
+        r.internal_blocks,
+        r.internal_qd1_mean_us
     );
     if let Some(j) = &a.json {
         let v = serde_json::json!({
             "table": a.table, "leaves": r.leaves, "mean_leaf_bytes": r.mean_leaf_bytes,
             "qd1_mean_us": r.qd1_mean_us, "qd1_p50_us": r.qd1_p50_us, "depth": r.depth,
             "qdn_reads_per_sec": r.qdn_reads_per_sec, "qdn_mib_per_sec": r.qdn_mib_per_sec,
+            "internal_blocks": r.internal_blocks, "internal_qd1_mean_us": r.internal_qd1_mean_us,
             "reads": a.reads, "seed": a.seed,
         });
         std::fs::write(j, serde_json::to_vec_pretty(&v)?)?;
