@@ -344,7 +344,7 @@ fn tree_addrs(tree: &crate::tree::Tree) -> Result<Addrs, WtError> {
             continue;
         };
         seen.push(a);
-        for c in children.iter() {
+        for c in &children {
             match *c {
                 Child::Internal(a) => internal.push(a),
                 Child::Leaf(a) => leaves.push(a),

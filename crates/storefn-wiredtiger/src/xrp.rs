@@ -167,6 +167,17 @@ struct TokenState {
     reads_leaf: Option<BlockAddr>,
 }
 
+/// What the cache made of a lookup ([`XrpTree::through_cache`]).
+enum Cached {
+    Done(Began),
+    /// Start a chain at `from`; `reads_leaf`: `from` is the leaf the cache's route named.
+    Chain {
+        from: BlockAddr,
+        pin: Option<Pin>,
+        reads_leaf: Option<BlockAddr>,
+    },
+}
+
 /// What [`XrpTree::begin`] did with a lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Began {
@@ -504,51 +515,12 @@ impl XrpTree {
                 return Ok(Began::Answered);
             }
         };
-        let mut reads_leaf = None;
-        let (from, pin) = match self.func.cache.clone() {
-            None => (st.root, None),
-            Some(cache) => {
-                let mut c = lock(&cache);
-                let route = c.route(st.root, key, st.file_size);
-                let from = match route {
-                    Err((offset, what)) => {
-                        drop(c);
-                        let path = self.path.clone();
-                        each(i, Err(WtError::Corrupt { path, offset, what }), &[]);
-                        return Ok(Began::Answered);
-                    }
-                    Ok(Route::NotFound) => {
-                        drop(c);
-                        each(i, Ok(Outcome::NotFound), &[]);
-                        return Ok(Began::Answered);
-                    }
-                    Ok(Route::Fallback(f)) => {
-                        drop(c);
-                        self.fallbacks += 1;
-                        each(i, Ok(Outcome::Fallback(f)), &[]);
-                        return Ok(Began::Answered);
-                    }
-                    Ok(Route::Leaf(a)) => {
-                        let hit = c.leaf(a).is_some();
-                        if hit {
-                            c.count(true);
-                            let (o, v) = self.run_cached(&mut c, st, a, key);
-                            drop(c);
-                            each(i, o, v_of(&self.scratch, v));
-                            return Ok(Began::Answered);
-                        }
-                        if self.reading.contains(&a) {
-                            self.waiters.push((i, a));
-                            return Ok(Began::Waiting);
-                        }
-                        c.count(false);
-                        reads_leaf = Some(a);
-                        a
-                    }
-                    Ok(Route::Chain(a)) => a,
-                };
-                (from, c.pin())
-            }
+        let (from, pin, reads_leaf) = match self.func.cache.clone() {
+            None => (st.root, None, None),
+            Some(cache) => match self.through_cache(&cache, st, i, key, each) {
+                Cached::Done(b) => return Ok(b),
+                Cached::Chain { from, pin, reads_leaf } => (from, pin, reads_leaf),
+            },
         };
         {
             let mut tk = self.func.tokens.borrow_mut();
@@ -570,6 +542,56 @@ impl XrpTree {
             self.reading.push(a);
         }
         Ok(Began::Submitted)
+    }
+
+    /// Lookup `i` through the cache: answered from a cached leaf, waiting for a chain of this
+    /// batch that reads its leaf, or a chain to start at the first block the cache lacks (with a
+    /// slot lent for its leaf).
+    fn through_cache(
+        &mut self,
+        cache: &Mutex<TreeCache>,
+        st: ChainStart,
+        i: usize,
+        key: &[u8],
+        each: &mut impl FnMut(usize, Result<Outcome, WtError>, &[u8]),
+    ) -> Cached {
+        let mut c = lock(cache);
+        let (from, reads_leaf) = match c.route(st.root, key, st.file_size) {
+            Err((offset, what)) => {
+                drop(c);
+                let path = self.path.clone();
+                each(i, Err(WtError::Corrupt { path, offset, what }), &[]);
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::NotFound) => {
+                drop(c);
+                each(i, Ok(Outcome::NotFound), &[]);
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::Fallback(f)) => {
+                drop(c);
+                self.fallbacks += 1;
+                each(i, Ok(Outcome::Fallback(f)), &[]);
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::Leaf(a)) if c.leaf(a).is_some() => {
+                c.count(true);
+                let (o, v) = self.run_cached(&mut c, st, a, key);
+                drop(c);
+                each(i, o, v_of(&self.scratch, v));
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::Leaf(a)) if self.reading.contains(&a) => {
+                self.waiters.push((i, a));
+                return Cached::Done(Began::Waiting);
+            }
+            Ok(Route::Leaf(a)) => {
+                c.count(false);
+                (a, Some(a))
+            }
+            Ok(Route::Chain(a)) => (a, None),
+        };
+        Cached::Chain { from, pin: c.pin(), reads_leaf }
     }
 
     /// Runs the function on the cached leaf at `leaf` for `key`; the value, when found, is the
