@@ -16,7 +16,7 @@
 use crate::format::{BlockAddr, BlockHeader, Cell, CellKind, Malformed, PageHeader, PageType};
 use crate::format::{PAGE_COMPRESSED, PAGE_ENCRYPTED, PAGE_PREFIX_BYTES};
 use crate::limits::MAX_DEPTH;
-use crate::page::{Child, Fallback};
+use crate::page::{child_of, Child, Fallback};
 use crate::xrp::HOP_BYTES;
 use std::collections::HashMap;
 
@@ -140,7 +140,7 @@ impl Internal {
             prev = start..keys.len();
             ends.push(u32::try_from(keys.len()).map_err(|_| Malformed::new(at, "keys too long"))?);
             let a = Cell::parse(page, k.end)?;
-            children.push(child(page, k.end, a.kind, alloc)?);
+            children.push(child_of(page, k.end, a.kind, alloc)?);
             at = a.end;
         }
         Ok(Some(Internal { addr, keys: keys.into(), ends: ends.into(), children: children.into() }))
@@ -161,30 +161,6 @@ pub(crate) fn internal_children(
     let hdr = BlockHeader::parse(block)?;
     let addr = BlockAddr { offset, size: block.len() as u64, checksum: hdr.checksum };
     Ok(Internal::parse(block, addr, alloc)?.map(|p| p.children))
-}
-
-/// The child an address cell at `at` names.
-fn child(page: &[u8], at: usize, kind: CellKind, alloc: u64) -> Result<Child, Malformed> {
-    let addr = |cookie: std::ops::Range<usize>| {
-        let mut pos = cookie.start;
-        let a = BlockAddr::unpack(&page[..cookie.end], &mut pos, alloc)?;
-        if pos != cookie.end {
-            return Err(Malformed::new(at, "address cookie longer than its fields"));
-        }
-        Ok(a)
-    };
-    Ok(match kind {
-        CellKind::AddrInternal { cookie } => addr(cookie)?.map_or(Child::Empty, Child::Internal),
-        CellKind::AddrLeaf { cookie, .. } => addr(cookie)?.map_or(Child::Empty, Child::Leaf),
-        CellKind::AddrDeleted => Child::Fallback(Fallback::DeletedChild),
-        CellKind::Unsupported { descriptor } => Child::Fallback(Fallback::Cell(descriptor)),
-        other => {
-            return Err(Malformed::new(
-                at,
-                format!("internal page: expected an address cell, found {other:?}"),
-            ))
-        }
-    })
 }
 
 /// A leaf slot's state.
