@@ -36,8 +36,19 @@ impl std::str::FromStr for Workload {
 /// Where the lookups run.
 #[derive(Debug, Clone)]
 pub enum Target {
-    Local { dir: PathBuf, path: ReadPath },
-    Remote { addr: String, cfg: ClientConfig, dir: String, path: RemotePath },
+    Local {
+        dir: PathBuf,
+        path: ReadPath,
+        chains: crate::lookup::ChainOptions,
+    },
+    Remote {
+        addr: String,
+        cfg: ClientConfig,
+        dir: String,
+        path: RemotePath,
+        /// Pushdown: the client keeps the internal pages (the chain starts at the leaf).
+        internal_cache: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -135,13 +146,17 @@ impl Reader {
 
 fn open(cfg: &BenchConfig) -> Result<Reader, WtError> {
     Ok(match &cfg.target {
-        Target::Local { dir, path } => {
-            Reader::Local(Box::new(Lookups::open(dir, &cfg.table, *path)?))
+        Target::Local { dir, path, chains } => {
+            Reader::Local(Box::new(Lookups::open_with(dir, &cfg.table, *path, *chains)?))
         }
-        Target::Remote { addr, cfg: c, dir, path } => {
+        Target::Remote { addr, cfg: c, dir, path, internal_cache } => {
             let client = Client::connect(addr, c.clone())
                 .map_err(|e| WtError::Invalid(format!("{addr}: {e}")))?;
-            Reader::Remote(Box::new(RemoteTable::open(client, dir, &cfg.table)?), *path)
+            let mut t = RemoteTable::open(client, dir, &cfg.table)?;
+            if !internal_cache {
+                t.without_internal_cache();
+            }
+            Reader::Remote(Box::new(t), *path)
         }
     })
 }
@@ -277,4 +292,150 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchResult, WtError> {
     r.round_trips_per_lookup = rt as f64 / r.lookups as f64;
     r.pages_per_lookup = pages as f64 / r.lookups as f64;
     Ok(r)
+}
+
+/// The device's own bound for a table's leaves: random O_DIRECT reads of its leaf blocks, at
+/// their real addresses and sizes, one at a time and `depth` in flight (no function work: each
+/// read is a one-hop chain whose function stops at once).
+#[derive(Debug, Clone, Default)]
+pub struct LeafBound {
+    pub leaves: u64,
+    pub mean_leaf_bytes: f64,
+    /// Queue depth 1: latency per read.
+    pub qd1_mean_us: f64,
+    pub qd1_p50_us: f64,
+    pub depth: usize,
+    /// `depth` in flight: reads and bytes per second.
+    pub qdn_reads_per_sec: f64,
+    pub qdn_mib_per_sec: f64,
+    /// The internal pages' blocks at queue depth 1 (a chain from the root reads them first).
+    pub internal_blocks: u64,
+    pub internal_qd1_mean_us: f64,
+}
+
+/// Every (internal, leaf) block address of `tree`'s checkpoint, by plain reads of its internal
+/// pages.
+type Addrs = (Vec<crate::format::BlockAddr>, Vec<crate::format::BlockAddr>);
+fn tree_addrs(tree: &crate::tree::Tree) -> Result<Addrs, WtError> {
+    use crate::page::Child;
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(tree.path()).map_err(|source| WtError::Io {
+        path: tree.path().into(),
+        op: "open",
+        source,
+    })?;
+    let corrupt =
+        |offset: u64, what: String| WtError::Corrupt { path: tree.path().into(), offset, what };
+    let Some(root) = tree.checkpoint().root else { return Ok((Vec::new(), Vec::new())) };
+    let (mut internal, mut leaves, mut seen) = (vec![root], Vec::new(), Vec::new());
+    let mut block = Vec::new();
+    while let Some(a) = internal.pop() {
+        block.resize(a.size as usize, 0);
+        file.read_exact_at(&mut block, a.offset).map_err(|source| WtError::Io {
+            path: tree.path().into(),
+            op: "read",
+            source,
+        })?;
+        let children = crate::cache::internal_children(&block, a.offset, tree.allocation_size())
+            .map_err(|m| corrupt(a.offset + m.at as u64, m.what))?;
+        let Some(children) = children else {
+            // A root that is a leaf, or a page the cache does not parse: read as a leaf.
+            leaves.push(a);
+            continue;
+        };
+        seen.push(a);
+        for c in &children {
+            match *c {
+                Child::Internal(a) => internal.push(a),
+                Child::Leaf(a) => leaves.push(a),
+                _ => {}
+            }
+        }
+    }
+    Ok((seen, leaves))
+}
+
+/// Measures [`LeafBound`] for `table` of `dir`: `reads` reads per case, leaves picked by
+/// `seed`.
+///
+/// # Errors
+/// The table cannot be opened or walked, or the engine fails.
+pub fn leaf_bound(
+    dir: &std::path::Path,
+    table: &str,
+    depth: usize,
+    reads: u64,
+    seed: u64,
+) -> Result<LeafBound, WtError> {
+    use storefn_io::{Engine, EngineConfig, IoMode, XrpCtx};
+    let t = crate::db::Table::open(dir, table)?;
+    let (internal, leaves) = tree_addrs(t.tree())?;
+    let path = t.tree().path().to_path_buf();
+    let chain = |e: String| WtError::Chain { path: path.clone(), what: e };
+    if leaves.is_empty() || depth == 0 || reads == 0 {
+        return Err(WtError::Invalid(
+            "leaf bound: a table with leaves, depth and reads >= 1".into(),
+        ));
+    }
+    let depth = depth.min(crate::xrp::BATCH_CHAINS);
+    let cfg = EngineConfig {
+        ring_depth: 2 * depth as u32,
+        buffers: depth,
+        chains: depth,
+        hop_bytes: crate::xrp::HOP_BYTES as usize,
+        range_reads: 0,
+        range_buf_slots: 0,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(cfg).map_err(|e| chain(e.to_string()))?;
+    let file = engine.open(&path, IoMode::Direct).map_err(|e| chain(e.to_string()))?;
+    let mut stop = |ctx: &mut XrpCtx, _: &[u8], _: &mut [u8]| -> Result<u64, storefn_io::VmError> {
+        ctx.done = 1;
+        Ok(0)
+    };
+    let mut rng = Rng(seed | 1);
+    let mut qd1 = |blocks: &[crate::format::BlockAddr], n: u64| -> Result<Vec<u64>, WtError> {
+        let mut lat = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let a = blocks[rng.next() as usize % blocks.len()];
+            let t0 = Instant::now();
+            engine
+                .submit_chain(file, a.offset, a.size, 0, |_| {})
+                .map_err(|e| chain(e.to_string()))?;
+            engine.wait(1, &mut stop, |_| {}).map_err(|e| chain(e.to_string()))?;
+            lat.push(t0.elapsed().as_nanos() as u64);
+        }
+        lat.sort_unstable();
+        Ok(lat)
+    };
+    let lat = qd1(&leaves, reads)?;
+    let ilat = if internal.is_empty() { Vec::new() } else { qd1(&internal, reads.div_ceil(4))? };
+    let mean = |l: &[u64]| l.iter().sum::<u64>() as f64 / l.len().max(1) as f64 / 1e3;
+    let mut rng = Rng(seed.wrapping_add(1) | 1);
+    let mut pick = || leaves[rng.next() as usize % leaves.len()];
+    let (mut submitted, mut done, mut bytes) = (0u64, 0u64, 0u64);
+    let t0 = Instant::now();
+    while done < reads {
+        while submitted < reads && engine.live() < depth {
+            let a = pick();
+            bytes += a.size;
+            engine
+                .submit_chain(file, a.offset, a.size, 0, |_| {})
+                .map_err(|e| chain(e.to_string()))?;
+            submitted += 1;
+        }
+        done += engine.wait(1, &mut stop, |_| {}).map_err(|e| chain(e.to_string()))? as u64;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(LeafBound {
+        leaves: leaves.len() as u64,
+        mean_leaf_bytes: leaves.iter().map(|a| a.size).sum::<u64>() as f64 / leaves.len() as f64,
+        qd1_mean_us: mean(&lat),
+        qd1_p50_us: Tail::of(&lat).p50_us,
+        internal_blocks: internal.len() as u64,
+        internal_qd1_mean_us: mean(&ilat),
+        depth,
+        qdn_reads_per_sec: reads as f64 / secs,
+        qdn_mib_per_sec: bytes as f64 / secs / f64::from(1 << 20),
+    })
 }

@@ -9,6 +9,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+mod cache;
 mod db;
 mod error;
 pub mod format;
@@ -19,14 +20,16 @@ mod remote;
 mod tree;
 mod xrp;
 
+pub use cache::{CacheStats, Route, TreeCache};
 pub use db::{Format, Table, SUPPORTED_VERSIONS};
 pub use error::WtError;
-pub use lookup::{Answer, LookupStats, Lookups, ReadPath, STALE_CHECK};
+pub use lookup::{Answer, ChainOptions, LookupStats, Lookups, ReadPath, STALE_CHECK};
 pub use page::{search_internal, search_leaf, Child, Fallback, LeafHit};
 pub use remote::{RemotePath, RemoteStats, RemoteTable};
 pub use tree::{Outcome, Tree};
 pub use xrp::{
-    abi as xrp_abi, ChainEnd, ChainStart, XrpTree, BATCH_CHAINS, FLAG_VERIFY, HOP_BYTES, PROGRAM,
+    abi as xrp_abi, ChainEnd, ChainStart, XrpOptions, XrpTree, BATCH_CHAINS, FLAG_VERIFY,
+    HOP_BYTES, PROGRAM,
 };
 #[cfg(feature = "native")]
 pub mod native;

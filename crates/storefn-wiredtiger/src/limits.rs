@@ -23,3 +23,8 @@ pub const MAX_CONFIG_NESTING: usize = 16;
 /// Times one lookup is redone on a newer checkpoint (or the metadata re-read while WiredTiger
 /// replaces it) before the damage it met is reported as such.
 pub const MAX_STALE_RETRIES: u32 = 8;
+
+/// The parsed internal pages a remote reader keeps for its pushdowns: a tree of 4 KiB internal
+/// pages over 32 KiB leaves has ~1 internal page per 100 leaves, so this covers a table of
+/// several GiB (a 744 MB table's take ~1 MB parsed); past it they are dropped and read again.
+pub const REMOTE_INTERNAL_BYTES: u64 = 8 << 20;

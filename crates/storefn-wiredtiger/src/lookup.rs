@@ -94,18 +94,50 @@ pub struct Lookups {
     pub stats: LookupStats,
 }
 
+/// How a reader's chains read (`xrp`, `xrp-batch`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChainOptions {
+    /// O_DIRECT reads (buffered where the file system refuses them).
+    pub direct: bool,
+    /// The reader's block cache ([`crate::TreeCache`]), bytes; 0: none.
+    pub cache_bytes: u64,
+}
+
 impl Lookups {
-    /// Opens `table` of `dir` read-only, reading pages by `path`.
+    /// Opens `table` of `dir` read-only, reading pages by `path` (chains buffered, no cache).
     ///
     /// # Errors
     /// As [`Table::open`].
     pub fn open(dir: &Path, table: &str, path: ReadPath) -> Result<Self, WtError> {
+        Self::open_with(dir, table, path, ChainOptions::default())
+    }
+
+    /// As [`Lookups::open`], the chains reading as `chains` says.
+    ///
+    /// # Errors
+    /// As [`Table::open`].
+    pub fn open_with(
+        dir: &Path,
+        table: &str,
+        path: ReadPath,
+        chains: ChainOptions,
+    ) -> Result<Self, WtError> {
         let turtle_path = dir.join(crate::db::TURTLE);
         let turtle = turtle_id(&turtle_path);
         let t = Table::open(dir, table)?;
+        let alloc = t.tree().allocation_size();
+        let opts = crate::xrp::XrpOptions {
+            cache: (chains.cache_bytes > 0).then(|| {
+                let c = crate::cache::TreeCache::new(chains.cache_bytes, alloc);
+                std::sync::Arc::new(std::sync::Mutex::new(c))
+            }),
+            direct: chains.direct,
+        };
         let xrp = match path {
             ReadPath::Read => None,
-            ReadPath::Xrp | ReadPath::XrpBatch => Some(crate::xrp::XrpTree::open(t.tree())?),
+            ReadPath::Xrp | ReadPath::XrpBatch => {
+                Some(crate::xrp::XrpTree::open_with(t.tree(), opts)?)
+            }
         };
         Ok(Lookups {
             dir: dir.into(),

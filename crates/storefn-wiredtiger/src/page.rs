@@ -130,11 +130,24 @@ pub fn search_internal(
         at = a.end;
     }
     let (addr_at, kind) = chosen.expect("pairs > 0 and the first entry is always taken");
+    child_of(page, addr_at, kind, alloc)
+}
+
+/// The child the address cell of kind `kind` at `at` of an internal page names.
+///
+/// # Errors
+/// A damaged cookie, or a cell that is not an address.
+pub(crate) fn child_of(
+    page: &[u8],
+    at: usize,
+    kind: CellKind,
+    alloc: u64,
+) -> Result<Child, Malformed> {
     let addr = |cookie: Range<usize>| {
         let mut pos = cookie.start;
         let a = BlockAddr::unpack(&page[..cookie.end], &mut pos, alloc)?;
         if pos != cookie.end {
-            return Err(Malformed::new(addr_at, "address cookie longer than its fields"));
+            return Err(Malformed::new(at, "address cookie longer than its fields"));
         }
         Ok(a)
     };
@@ -145,7 +158,7 @@ pub fn search_internal(
         CellKind::Unsupported { descriptor } => Child::Fallback(Fallback::Cell(descriptor)),
         other => {
             return Err(Malformed::new(
-                addr_at,
+                at,
                 format!("internal page: expected an address cell, found {other:?}"),
             ))
         }

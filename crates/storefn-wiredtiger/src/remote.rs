@@ -12,9 +12,11 @@
 //! a block that is not the one its address named (a dropped checkpoint's reused block) is redone
 //! on the newest checkpoint.
 
+use crate::cache::{Route, TreeCache};
 use crate::db::{table_meta, turtle_metadata, Format, TableMeta, METADATA, TURTLE};
 use crate::error::WtError;
-use crate::limits::{MAX_STALE_RETRIES, MAX_TURTLE_BYTES};
+use crate::format::{BlockAddr, BlockHeader};
+use crate::limits::{MAX_DEPTH, MAX_STALE_RETRIES, MAX_TURTLE_BYTES, REMOTE_INTERNAL_BYTES};
 use crate::lookup::Answer;
 use crate::tree::{Outcome, Walk};
 use crate::xrp::{abi, ChainEnd, ChainStart, FLAG_VERIFY, PROGRAM};
@@ -22,6 +24,12 @@ use std::path::Path;
 use std::time::Duration;
 use storefn_wire::limits::MAX_READ_BYTES;
 use storefn_wire::{Client, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
+
+/// Blocks a remote reader remembers as read but not kept (a linear scan per pushdown).
+const MAX_OPAQUE: usize = 64;
+
+/// The page type byte of a row-store internal page.
+const INTERNAL_PAGE_TYPE: u8 = 6;
 
 /// Which remote path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +52,9 @@ pub struct RemoteStats {
     pub fallbacks: u64,
     pub reloads: u64,
     pub retries: u64,
+    /// Pushdown: READ frames of internal pages for the client's cache (each a round trip,
+    /// counted in `round_trips` and `pages` too); once they are cached, none.
+    pub internal_reads: u64,
 }
 
 /// A table of a database directory served by `storefn serve`.
@@ -62,6 +73,13 @@ pub struct RemoteTable {
     key: Vec<u8>,
     stored: Vec<u8>,
     scratch: Vec<u8>,
+    /// The table file's internal pages, parsed (XRP's design: the application keeps the upper
+    /// levels, so a pushdown starts at the leaf and the server reads one block). `None`: off.
+    internal: Option<TreeCache>,
+    internal_off: bool,
+    /// Blocks read for the cache that it does not keep (a root that is a leaf, a page it does
+    /// not parse): pushdowns start there without reading them again.
+    opaque: Vec<BlockAddr>,
     pub stats: RemoteStats,
 }
 
@@ -149,10 +167,20 @@ impl RemoteTable {
             key: Vec::new(),
             stored: Vec::new(),
             scratch: vec![0; abi::KEY + abi::KEY_MAX],
+            internal: None,
+            internal_off: false,
+            opaque: Vec::new(),
             stats: RemoteStats::default(),
         };
         t.load()?;
         Ok(t)
+    }
+
+    /// Pushdown without the cache of internal pages: every lookup's chain starts at the root
+    /// on the server (its hops read the internal pages there too).
+    pub fn without_internal_cache(&mut self) {
+        self.internal = None;
+        self.internal_off = true;
     }
 
     /// How keys and values are stored.
@@ -230,6 +258,9 @@ impl RemoteTable {
             }
         })?;
         let file = rel(&self.dir, &meta.file);
+        if !self.internal_off && (file != self.file || self.internal.is_none()) {
+            self.internal = Some(TreeCache::internal_only(REMOTE_INTERNAL_BYTES, meta.alloc));
+        }
         self.version = match before {
             Some(v) if file == self.file => Some(v),
             _ => Some(self.stat(&file)?.0),
@@ -327,6 +358,54 @@ impl RemoteTable {
         })
     }
 
+    /// Where the pushdown of the stored key starts: the leaf the cached internal pages name,
+    /// reading (one READ frame each, verified against its address) the internal pages on the
+    /// way that are not cached yet. Without the cache, the root.
+    fn route(&mut self, root: BlockAddr) -> Result<Route, WtError> {
+        let Some(cache) = self.internal.as_mut() else { return Ok(Route::Chain(root)) };
+        let (file_size, file) = (self.meta.ckpt.file_size, &self.file);
+        let mut last_read = None;
+        for _ in 0..=MAX_DEPTH {
+            let route = cache.route(root, &self.stored, file_size).map_err(|(offset, what)| {
+                WtError::Corrupt { path: file.clone().into(), offset, what }
+            })?;
+            let Route::Chain(a) = route else { return Ok(route) };
+            // Read and still not cached: a leaf (a root that is one), or a page the cache does
+            // not parse: the function starts there.
+            if self.opaque.contains(&a) || a.size > u64::from(crate::xrp::HOP_BYTES) {
+                return Ok(route);
+            }
+            if last_read == Some(a) {
+                if self.opaque.len() == MAX_OPAQUE {
+                    self.opaque.clear();
+                }
+                self.opaque.push(a);
+                return Ok(route);
+            }
+            self.page.resize(a.size as usize, 0);
+            self.stats.round_trips += 1;
+            self.stats.pages += 1;
+            self.stats.internal_reads += 1;
+            let v = read_frame(&mut self.client, file, a.offset, &mut self.page)?;
+            self.stale |= self.version != Some(v);
+            let corrupt = |m: crate::format::Malformed| WtError::Corrupt {
+                path: file.clone().into(),
+                offset: a.offset + m.at as u64,
+                what: m.what,
+            };
+            BlockHeader::verify(&self.page, a).map_err(corrupt)?;
+            if self.page.get(24) == Some(&INTERNAL_PAGE_TYPE) {
+                cache.put_internal(a.offset, &self.page).map_err(corrupt)?;
+            }
+            last_read = Some(a);
+        }
+        Err(WtError::Corrupt {
+            path: file.clone().into(),
+            offset: root.offset,
+            what: format!("tree deeper than {MAX_DEPTH} levels (a cycle?)"),
+        })
+    }
+
     fn prog(&mut self) -> Result<ProgHash, WtError> {
         if let Some(h) = self.hash {
             return Ok(h);
@@ -340,20 +419,35 @@ impl RemoteTable {
     /// pushdown: one XRP request; what the function hands back is walked with READs.
     fn pushdown(&mut self, value: &mut Vec<u8>) -> Result<Outcome, WtError> {
         let Some(root) = self.meta.ckpt.root else { return Ok(Outcome::NotFound) };
-        let start =
-            ChainStart { root, alloc: self.meta.alloc, file_size: self.meta.ckpt.file_size };
         if self.stored.len() > abi::KEY_MAX || root.size > u64::from(crate::xrp::HOP_BYTES) {
             self.stats.fallbacks += 1;
             return self.walk(value);
         }
+        let (from, leaf) = match self.route(root)? {
+            Route::Leaf(a) => (a, true),
+            Route::Chain(a) => (a, false),
+            Route::NotFound => return Ok(Outcome::NotFound),
+            Route::Fallback(_) => {
+                self.stats.fallbacks += 1;
+                return self.walk(value);
+            }
+        };
+        let start =
+            ChainStart { root: from, alloc: self.meta.alloc, file_size: self.meta.ckpt.file_size };
         let hash = self.prog()?;
         let n = abi::KEY + self.stored.len();
         self.scratch[..n].fill(0);
         start.fill(&self.stored, FLAG_VERIFY, &mut self.scratch[..n]);
+        // A leaf is read with the function's whole view where the file allows: the server runs
+        // a hop lent less than the view on the interpreter (the function bounds every access
+        // by the block's size).
+        let view = u64::from(crate::xrp::HOP_BYTES);
+        let len =
+            if leaf && self.meta.ckpt.file_size - from.offset >= view { view } else { from.size };
         let req = Request::Xrp {
             path: self.file.as_bytes(),
-            offset: root.offset,
-            len: root.size as u32,
+            offset: from.offset,
+            len: len as u32,
             hash: &hash,
             scratch: &self.scratch[..n],
             out_len: (abi::VALUE + abi::VALUE_MAX) as u32,
@@ -374,7 +468,7 @@ impl RemoteTable {
             Err(e) => {
                 return Err(WtError::Corrupt {
                     path: self.file.clone().into(),
-                    offset: root.offset,
+                    offset: from.offset,
                     what: e.to_string(),
                 })
             }

@@ -3,16 +3,18 @@
 //! the function checks each block is the one its parent named. Scratch ABI: docs/FORMAT.md,
 //! "WiredTiger lookup scratch ABI".
 
+use crate::cache::{Pin, Route, TreeCache};
 use crate::error::WtError;
 use crate::format::{
-    checksum_with_hole, BlockHeader, BLOCK_DATA_CKSUM, CHECKSUM_SKIP_BYTES, PAGE_PREFIX_BYTES,
+    checksum_with_hole, BlockAddr, BlockHeader, BLOCK_DATA_CKSUM, CHECKSUM_SKIP_BYTES,
+    PAGE_PREFIX_BYTES,
 };
 use crate::page::Fallback;
 use crate::tree::{Outcome, Tree};
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use storefn_io::{Engine, EngineConfig, FileId, IoMode, StorageFn, VmError, XrpCtx};
 
 /// The compiled function's name in storefn-progs.
@@ -152,16 +154,62 @@ fn checksum_fault(data: &[u8]) -> Option<String> {
         .then(|| format!("checksum mismatch: stored {:#010x}, computed {sum:#010x}", h.checksum))
 }
 
-/// Per chain (its token): the first block whose checksum failed, with why.
-type Faults = Rc<RefCell<Vec<Option<(u64, String)>>>>;
+/// What one chain of a batch (its token) left behind for its completion.
+#[derive(Debug, Default, Clone, Copy)]
+struct TokenState {
+    /// The first block whose checksum failed: its offset.
+    fault_at: Option<u64>,
+    /// The cache slot lent to the chain for its leaf.
+    pin: Option<Pin>,
+    /// The leaf copied into `pin`, as its header names it.
+    leaf: Option<BlockAddr>,
+    /// The chain started at this leaf (the cache's route): lookups of the same leaf wait for it.
+    reads_leaf: Option<BlockAddr>,
+}
 
-/// The function plus the host's checksum check of every block a chain reads.
+/// What the cache made of a lookup ([`XrpTree::through_cache`]).
+enum Cached {
+    Done(Began),
+    /// Start a chain at `from`; `reads_leaf`: `from` is the leaf the cache's route named.
+    Chain {
+        from: BlockAddr,
+        pin: Option<Pin>,
+        reads_leaf: Option<BlockAddr>,
+    },
+}
+
+/// What [`XrpTree::begin`] did with a lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Began {
+    Answered,
+    Submitted,
+    /// Its leaf is being read by a chain of this batch: answered when that chain ends.
+    Waiting,
+}
+
+/// Per chain (its token), and the reason of each checksum fault.
+#[derive(Debug, Default)]
+struct Tokens {
+    states: Vec<TokenState>,
+    /// Why `fault_at` failed, per token (kept apart: a `String` per token only when one fails).
+    why: Vec<(u64, String)>,
+    /// The token whose leaf `on_block` just copied into its slot: the next `invoke` (of the
+    /// same block) runs on the slot.
+    fresh: Option<u64>,
+}
+
+/// The function plus the host's checksum check of every block a chain reads, and the tree's
+/// cache (when it has one) fed with the blocks chains read.
 struct Checked {
     inst: storefn_vm::Instance,
-    /// Per chain (its token): the first block whose checksum failed. Shared with the
-    /// completion callback of the same `wait` (never borrowed by both at once: the engine calls
-    /// one, then the other).
-    bad: Faults,
+    /// Shared with the completion callback of the same `wait` (never borrowed by both at once:
+    /// the engine calls one, then the other).
+    tokens: Rc<RefCell<Tokens>>,
+    cache: Option<Arc<Mutex<TreeCache>>>,
+}
+
+fn lock(c: &Mutex<TreeCache>) -> MutexGuard<'_, TreeCache> {
+    c.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl StorageFn for Checked {
@@ -172,20 +220,67 @@ impl StorageFn for Checked {
         data: &[u8],
         scratch: &mut [u8],
     ) -> Result<u64, VmError> {
-        if self.bad.borrow().get(t as usize).is_some_and(Option::is_some) {
-            ctx.done = 1;
-            return Ok(0);
+        let pin = {
+            let mut tk = self.tokens.borrow_mut();
+            let fresh = tk.fresh.take() == Some(t);
+            let st = tk.states.get(t as usize).copied().unwrap_or_default();
+            if st.fault_at.is_some() {
+                ctx.done = 1;
+                return Ok(0);
+            }
+            st.pin.filter(|_| fresh)
+        };
+        match (pin, &self.cache) {
+            // The leaf's whole slot: the function's full view, so its proofs hold.
+            (Some(p), Some(c)) => self.inst.run_xrp(ctx, lock(c).pinned(p), scratch),
+            _ => self.inst.run_xrp(ctx, data, scratch),
         }
-        self.inst.run_xrp(ctx, data, scratch)
     }
 
     fn on_block(&mut self, t: u64, addr: u64, data: &[u8]) {
-        let mut bad = self.bad.borrow_mut();
-        let Some(slot) = bad.get_mut(t as usize) else { return };
-        if slot.is_none() {
-            *slot = checksum_fault(data).map(|w| (addr, w));
+        let mut tk = self.tokens.borrow_mut();
+        let Some(st) = tk.states.get_mut(t as usize) else { return };
+        if st.fault_at.is_some() {
+            return;
+        }
+        if let Some(w) = checksum_fault(data) {
+            st.fault_at = Some(addr);
+            tk.why.push((t, w));
+            return;
+        }
+        let Some(cache) = &self.cache else { return };
+        match data.get(24) {
+            // Damage the parse finds is the function's to report: the page is just not kept.
+            Some(&INTERNAL_PAGE) => drop(lock(cache).put_internal(addr, data)),
+            Some(&LEAF_PAGE) => {
+                let (Some(pin), Ok(h)) = (st.pin, BlockHeader::parse(data)) else { return };
+                if data.len() > HOP_BYTES as usize {
+                    return;
+                }
+                lock(cache).fill(pin, data);
+                // The block's own size: the hop may have read the function's whole view.
+                let size = u64::from(h.disk_size);
+                st.leaf = Some(BlockAddr { offset: addr, size, checksum: h.checksum });
+                tk.fresh = Some(t);
+            }
+            _ => {}
         }
     }
+}
+
+/// Page types (the byte at 24 of a page header) the cache keeps.
+const INTERNAL_PAGE: u8 = 6;
+const LEAF_PAGE: u8 = 7;
+
+/// How an [`XrpTree`] reads.
+#[derive(Debug, Clone, Default)]
+pub struct XrpOptions {
+    /// The tree's block cache, shared by every reader of the tree: lookups walk its internal
+    /// pages on the host and read only leaves it lacks.
+    pub cache: Option<Arc<Mutex<TreeCache>>>,
+    /// O_DIRECT reads (the cache is then the only copy kept: no page cache), falling back to
+    /// buffered reads where the file system refuses O_DIRECT.
+    pub direct: bool,
 }
 
 /// Lookups in one tree by chains of the storage function.
@@ -194,9 +289,19 @@ pub struct XrpTree {
     engine: Engine,
     file: FileId,
     func: Checked,
+    /// A cached leaf's lookup: the function runs here, without the engine.
+    scratch: Box<[u8]>,
+    /// Leaves chains of this batch are reading (the cache's route named them).
+    reading: Vec<BlockAddr>,
+    /// Lookups waiting for one of `reading` (key index, leaf).
+    waiters: Vec<(usize, BlockAddr)>,
+    /// Leaves whose chains ended in the last `reap`.
+    finished: Vec<BlockAddr>,
+    /// Lookups to start again (their leaf's chain ended), before the batch's next keys.
+    redo: Vec<usize>,
     /// Lookups the function handed back (answered by the plain reader or WiredTiger).
     pub fallbacks: u64,
-    /// Hops of every chain run (pages the function read).
+    /// Hops of every chain run (pages the function read), cached leaves included.
     pub hops: u64,
 }
 
@@ -223,27 +328,73 @@ pub(crate) fn instance(path: &std::path::Path) -> Result<storefn_vm::Instance, W
         .map_err(|e| chain(e.to_string()))
 }
 
+/// A finished lookup's answer from its scratch; `Ok(None)` for damage the function found.
+fn answer(s: &[u8]) -> Result<(Outcome, &[u8]), Result<u64, String>> {
+    match ChainEnd::parse(s) {
+        Ok(ChainEnd::Found(v)) => Ok((Outcome::Found, v)),
+        Ok(ChainEnd::NotFound) => Ok((Outcome::NotFound, &[])),
+        Ok(ChainEnd::Fallback) => Ok((Outcome::Fallback(Fallback::Function), &[])),
+        Ok(ChainEnd::Corrupt(offset)) => Err(Ok(offset)),
+        Err(what) => Err(Err(what)),
+    }
+}
+
 impl XrpTree {
-    /// Loads and verifies the function and opens the tree's file on an engine that keeps up to
-    /// [`BATCH_CHAINS`] chains in flight.
+    /// Loads and verifies the function and opens the tree's file (buffered, no cache) on an
+    /// engine that keeps up to [`BATCH_CHAINS`] chains in flight.
     ///
     /// # Errors
     /// The program does not load or verify; the engine cannot start or open the file.
     pub fn open(tree: &Tree) -> Result<Self, WtError> {
+        Self::open_with(tree, XrpOptions::default())
+    }
+
+    /// As [`XrpTree::open`], reading as `opts` says.
+    ///
+    /// # Errors
+    /// As [`XrpTree::open`].
+    pub fn open_with(tree: &Tree, opts: XrpOptions) -> Result<Self, WtError> {
         let path: PathBuf = tree.path().into();
         let chain = |what: String| WtError::Chain { path: path.clone(), what };
         let inst = instance(&path)?;
+        // Chain reads only: no range reads, no range buffers (a smaller ring and table per
+        // reader thread).
         let cfg = EngineConfig {
             ring_depth: 2 * BATCH_CHAINS as u32,
             buffers: BATCH_CHAINS,
             chains: BATCH_CHAINS,
             hop_bytes: HOP_BYTES as usize,
+            range_reads: 0,
+            range_buf_slots: 0,
             ..EngineConfig::default()
         };
         let mut engine = Engine::new(cfg).map_err(|e| chain(e.to_string()))?;
-        let file = engine.open(&path, IoMode::Buffered).map_err(|e| chain(e.to_string()))?;
-        let func = Checked { inst, bad: Rc::new(RefCell::new(Vec::with_capacity(BATCH_CHAINS))) };
-        Ok(XrpTree { path, engine, file, func, fallbacks: 0, hops: 0 })
+        let file = if opts.direct {
+            engine.open(&path, IoMode::Direct).or_else(|_| engine.open(&path, IoMode::Buffered))
+        } else {
+            engine.open(&path, IoMode::Buffered)
+        }
+        .map_err(|e| chain(e.to_string()))?;
+        let tokens = Tokens {
+            states: Vec::with_capacity(BATCH_CHAINS),
+            why: Vec::with_capacity(BATCH_CHAINS),
+            fresh: None,
+        };
+        let func = Checked { inst, tokens: Rc::new(RefCell::new(tokens)), cache: opts.cache };
+        let scratch = vec![0; storefn_io::limits::SCRATCH_BYTES].into_boxed_slice();
+        Ok(XrpTree {
+            path,
+            engine,
+            file,
+            func,
+            scratch,
+            reading: Vec::with_capacity(BATCH_CHAINS),
+            waiters: Vec::with_capacity(BATCH_CHAINS),
+            finished: Vec::with_capacity(BATCH_CHAINS),
+            redo: Vec::with_capacity(BATCH_CHAINS),
+            fallbacks: 0,
+            hops: 0,
+        })
     }
 
     /// Looks a stored-form key up by one chain; a [`Outcome::Fallback`] is for the caller.
@@ -270,6 +421,8 @@ impl XrpTree {
 
     /// Looks stored-form keys up with up to [`BATCH_CHAINS`] chains in flight; `each(i, outcome,
     /// value)` hears key i's answer (the value is meaningful for `Found`), in completion order.
+    /// With a cache, a key whose leaf is cached is answered at once by the function on the
+    /// cached leaf, and a chain starts at the first block the cache lacks.
     ///
     /// # Errors
     /// The engine failing (a lookup's own damage goes to `each`).
@@ -279,102 +432,300 @@ impl XrpTree {
         keys: &[K],
         mut each: impl FnMut(usize, Result<Outcome, WtError>, &[u8]),
     ) -> Result<(), WtError> {
-        let chain_err = |p: &PathBuf, what: String| WtError::Chain { path: p.clone(), what };
         let start = ChainStart::of(tree);
         // A newer checkpoint may lie past the size the engine saw when it opened the file.
         if self.engine.file_size(self.file).is_some_and(|n| n < tree.checkpoint().file_size) {
-            self.engine
-                .refresh_size(self.file)
-                .map_err(|e| chain_err(&self.path, e.to_string()))?;
+            self.engine.refresh_size(self.file).map_err(|e| self.chain_err(e.to_string()))?;
         }
         {
-            let mut bad = self.func.bad.borrow_mut();
-            bad.clear();
-            bad.resize(keys.len(), None);
+            let mut tk = self.func.tokens.borrow_mut();
+            tk.states.clear();
+            tk.states.resize(keys.len(), TokenState::default());
+            tk.why.clear();
+            tk.fresh = None;
         }
+        self.reading.clear();
+        self.waiters.clear();
+        self.redo.clear();
         let (mut next, mut done) = (0usize, 0usize);
         while done < keys.len() {
-            while next < keys.len() && self.engine.live() < BATCH_CHAINS {
-                let key = keys[next].as_ref();
-                match start {
-                    Some(st) if key.len() <= abi::KEY_MAX => {
-                        self.engine
-                            .submit_chain(
-                                self.file,
-                                st.root.offset,
-                                st.root.size,
-                                next as u64,
-                                |s| {
-                                    st.fill(key, 0, s);
-                                },
-                            )
-                            .map_err(|e| chain_err(&self.path, e.to_string()))?;
+            while self.engine.live() < BATCH_CHAINS {
+                let i = match self.redo.pop() {
+                    Some(i) => i,
+                    None if next < keys.len() => {
+                        next += 1;
+                        next - 1
                     }
-                    _ => {
-                        let o = if tree.checkpoint().root.is_none() {
-                            Outcome::NotFound
-                        } else {
-                            self.fallbacks += 1;
-                            Outcome::Fallback(Fallback::Function)
-                        };
-                        each(next, Ok(o), &[]);
-                        done += 1;
-                    }
-                }
-                next += 1;
-            }
-            if self.engine.live() == 0 {
-                continue;
-            }
-            let (path, bad) = (&self.path, Rc::clone(&self.func.bad));
-            let (fallbacks, hops) = (&mut self.fallbacks, &mut self.hops);
-            let mut reaped = 0;
-            let mut deliver = |c: storefn_io::Completion<'_>| {
-                reaped += 1;
-                let i = c.token as usize;
-                if let Ok(st) = &c.result {
-                    *hops += u64::from(st.hops);
-                }
-                let fault = bad.borrow_mut().get_mut(i).and_then(Option::take);
-                let o = match (fault, c.result) {
-                    (Some((offset, what)), _) => {
-                        Err(WtError::Corrupt { path: path.clone(), offset, what })
-                    }
-                    // A page whose scan costs more than an invocation's instruction budget (a
-                    // 32 KiB leaf of tiny items): the plain reader answers, as for anything
-                    // else the function does not handle.
-                    (
-                        None,
-                        Err(storefn_io::ChainError::Fault {
-                            fault: VmError::BudgetExhausted { .. },
-                            ..
-                        }),
-                    ) => {
-                        *fallbacks += 1;
-                        Ok(Outcome::Fallback(Fallback::Function))
-                    }
-                    (None, Err(e)) => Err(chain_err(path, e.to_string())),
-                    (None, Ok(_)) => match ChainEnd::parse(c.scratch) {
-                        Ok(ChainEnd::Found(v)) => return each(i, Ok(Outcome::Found), v),
-                        Ok(ChainEnd::NotFound) => Ok(Outcome::NotFound),
-                        Ok(ChainEnd::Fallback) => {
-                            *fallbacks += 1;
-                            Ok(Outcome::Fallback(Fallback::Function))
-                        }
-                        Ok(ChainEnd::Corrupt(offset)) => Err(function_corrupt(path, offset)),
-                        Err(what) => Err(chain_err(path, what)),
-                    },
+                    None => break,
                 };
-                each(i, o, &[]);
-            };
-            // The first arrival suffices: the loop above refills the freed slots at once.
-            self.engine
-                .wait(1, &mut self.func, &mut deliver)
-                .map_err(|e| chain_err(&self.path, e.to_string()))?;
-            done += reaped;
+                if self.begin(tree, start, i, keys[i].as_ref(), &mut each)? == Began::Answered {
+                    done += 1;
+                }
+            }
+            if self.engine.live() > 0 {
+                self.finished.clear();
+                done += self.reap(&mut each)?;
+                self.wake();
+            }
         }
         Ok(())
     }
+
+    /// Moves the lookups that waited for a leaf whose chain just ended to `redo`: the leaf is
+    /// cached now, or (its chain failed) they read it themselves.
+    fn wake(&mut self) {
+        let finished = &self.finished;
+        self.reading.retain(|a| !finished.contains(a));
+        let mut k = 0;
+        while k < self.waiters.len() {
+            let (i, a) = self.waiters[k];
+            if finished.contains(&a) {
+                self.waiters.swap_remove(k);
+                self.redo.push(i);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn chain_err(&self, what: String) -> WtError {
+        WtError::Chain { path: self.path.clone(), what }
+    }
+
+    /// Starts lookup `i`: answers it at once (from the cache, or without the function), submits
+    /// its chain, or has it wait for a chain of this batch reading its leaf.
+    fn begin(
+        &mut self,
+        tree: &Tree,
+        start: Option<ChainStart>,
+        i: usize,
+        key: &[u8],
+        each: &mut impl FnMut(usize, Result<Outcome, WtError>, &[u8]),
+    ) -> Result<Began, WtError> {
+        let st = match start {
+            Some(st) if key.len() <= abi::KEY_MAX => st,
+            _ => {
+                let o = if tree.checkpoint().root.is_none() {
+                    Outcome::NotFound
+                } else {
+                    self.fallbacks += 1;
+                    Outcome::Fallback(Fallback::Function)
+                };
+                each(i, Ok(o), &[]);
+                return Ok(Began::Answered);
+            }
+        };
+        let (from, pin, reads_leaf) = match self.func.cache.clone() {
+            None => (st.root, None, None),
+            Some(cache) => match self.through_cache(&cache, st, i, key, each) {
+                Cached::Done(b) => return Ok(b),
+                Cached::Chain { from, pin, reads_leaf } => (from, pin, reads_leaf),
+            },
+        };
+        {
+            let mut tk = self.func.tokens.borrow_mut();
+            tk.states[i].pin = pin;
+            tk.states[i].reads_leaf = reads_leaf.filter(|_| pin.is_some());
+        }
+        let st = ChainStart { root: from, ..st };
+        let submitted =
+            self.engine.submit_chain(self.file, from.offset, from.size, i as u64, |s| {
+                st.fill(key, 0, s);
+            });
+        if let Err(e) = submitted {
+            if let (Some(p), Some(c)) = (pin, &self.func.cache) {
+                lock(c).release(p);
+            }
+            return Err(self.chain_err(e.to_string()));
+        }
+        if let (Some(a), Some(_)) = (reads_leaf, pin) {
+            self.reading.push(a);
+        }
+        Ok(Began::Submitted)
+    }
+
+    /// Lookup `i` through the cache: answered from a cached leaf, waiting for a chain of this
+    /// batch that reads its leaf, or a chain to start at the first block the cache lacks (with a
+    /// slot lent for its leaf).
+    fn through_cache(
+        &mut self,
+        cache: &Mutex<TreeCache>,
+        st: ChainStart,
+        i: usize,
+        key: &[u8],
+        each: &mut impl FnMut(usize, Result<Outcome, WtError>, &[u8]),
+    ) -> Cached {
+        let mut c = lock(cache);
+        let (from, reads_leaf) = match c.route(st.root, key, st.file_size) {
+            Err((offset, what)) => {
+                drop(c);
+                let path = self.path.clone();
+                each(i, Err(WtError::Corrupt { path, offset, what }), &[]);
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::NotFound) => {
+                drop(c);
+                each(i, Ok(Outcome::NotFound), &[]);
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::Fallback(f)) => {
+                drop(c);
+                self.fallbacks += 1;
+                each(i, Ok(Outcome::Fallback(f)), &[]);
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::Leaf(a)) if c.leaf(a).is_some() => {
+                c.count(true);
+                let (o, v) = self.run_cached(&mut c, st, a, key);
+                drop(c);
+                each(i, o, v_of(&self.scratch, v));
+                return Cached::Done(Began::Answered);
+            }
+            Ok(Route::Leaf(a)) if self.reading.contains(&a) => {
+                self.waiters.push((i, a));
+                return Cached::Done(Began::Waiting);
+            }
+            Ok(Route::Leaf(a)) => {
+                c.count(false);
+                (a, Some(a))
+            }
+            Ok(Route::Chain(a)) => (a, None),
+        };
+        Cached::Chain { from, pin: c.pin(), reads_leaf }
+    }
+
+    /// Runs the function on the cached leaf at `leaf` for `key`; the value, when found, is the
+    /// range of the scratch it names.
+    fn run_cached(
+        &mut self,
+        c: &mut TreeCache,
+        st: ChainStart,
+        leaf: BlockAddr,
+        key: &[u8],
+    ) -> (Result<Outcome, WtError>, Option<std::ops::Range<usize>>) {
+        let view = c.leaf(leaf).expect("the caller found it cached");
+        self.scratch[..abi::VALUE].fill(0);
+        ChainStart { root: leaf, ..st }.fill(key, 0, &mut self.scratch);
+        let mut ctx = XrpCtx::default();
+        self.hops += 1;
+        let r = self.func.inst.run_xrp(&mut ctx, view, &mut self.scratch);
+        let path = &self.path;
+        match r {
+            Err(VmError::BudgetExhausted { .. }) => {
+                self.fallbacks += 1;
+                return (Ok(Outcome::Fallback(Fallback::Function)), None);
+            }
+            Err(e) => return (Err(chain_error(path, e.to_string())), None),
+            Ok(_) if ctx.done == 0 => {
+                let what = "the function asked for another block after a leaf".to_string();
+                return (Err(function_corrupt_why(path, leaf.offset, what)), None);
+            }
+            Ok(_) => {}
+        }
+        match answer(&self.scratch) {
+            Ok((Outcome::Found, v)) => {
+                let at = abi::VALUE;
+                (Ok(Outcome::Found), Some(at..at + v.len()))
+            }
+            Ok((o, _)) => {
+                if matches!(o, Outcome::Fallback(_)) {
+                    self.fallbacks += 1;
+                }
+                (Ok(o), None)
+            }
+            Err(Ok(offset)) => (Err(function_corrupt(path, offset)), None),
+            Err(Err(what)) => (Err(chain_error(path, what)), None),
+        }
+    }
+
+    /// Waits for the first chain to finish and delivers every one finished; how many.
+    fn reap(
+        &mut self,
+        each: &mut impl FnMut(usize, Result<Outcome, WtError>, &[u8]),
+    ) -> Result<usize, WtError> {
+        let (path, tokens) = (&self.path, Rc::clone(&self.func.tokens));
+        let cache = self.func.cache.clone();
+        let (fallbacks, hops, finished) = (&mut self.fallbacks, &mut self.hops, &mut self.finished);
+        let mut reaped = 0;
+        let mut deliver = |c: storefn_io::Completion<'_>| {
+            reaped += 1;
+            let i = c.token as usize;
+            if let Ok(st) = &c.result {
+                *hops += u64::from(st.hops);
+            }
+            let (state, why) = {
+                let mut tk = tokens.borrow_mut();
+                let st = tk.states.get_mut(i).map(std::mem::take).unwrap_or_default();
+                let why = st.fault_at.and_then(|_| {
+                    let k = tk.why.iter().position(|(t, _)| *t == c.token)?;
+                    Some(tk.why.swap_remove(k).1)
+                });
+                (st, why)
+            };
+            let o = match (state.fault_at, c.result) {
+                (Some(offset), _) => Err(WtError::Corrupt {
+                    path: path.clone(),
+                    offset,
+                    what: why.unwrap_or_default(),
+                }),
+                // A page whose scan costs more than an invocation's instruction budget (a
+                // 32 KiB leaf of tiny items): the plain reader answers, as for anything
+                // else the function does not handle.
+                (
+                    None,
+                    Err(storefn_io::ChainError::Fault {
+                        fault: VmError::BudgetExhausted { .. },
+                        ..
+                    }),
+                ) => Ok((Outcome::Fallback(Fallback::Function), &[][..])),
+                (None, Err(e)) => Err(chain_error(path, e.to_string())),
+                (None, Ok(_)) => answer(c.scratch).map_err(|e| match e {
+                    Ok(offset) => function_corrupt(path, offset),
+                    Err(what) => chain_error(path, what),
+                }),
+            };
+            settle(cache.as_deref(), state, o.is_ok());
+            finished.extend(state.reads_leaf);
+            match o {
+                Ok((o, v)) => {
+                    if matches!(o, Outcome::Fallback(_)) {
+                        *fallbacks += 1;
+                    }
+                    each(i, Ok(o), v);
+                }
+                Err(e) => each(i, Err(e), &[]),
+            }
+        };
+        // The first arrival suffices: the caller refills the freed slots at once.
+        self.engine
+            .wait(1, &mut self.func, &mut deliver)
+            .map_err(|e| chain_error(&self.path, e.to_string()))?;
+        Ok(reaped)
+    }
+}
+
+/// A finished chain's slot: kept for lookups when the chain read a leaf into it and ended
+/// without damage, returned otherwise.
+fn settle(cache: Option<&Mutex<TreeCache>>, st: TokenState, ok: bool) {
+    let (Some(c), Some(pin)) = (cache, st.pin) else { return };
+    let mut c = lock(c);
+    match st.leaf {
+        Some(a) if ok => c.commit(pin, a),
+        _ => c.release(pin),
+    }
+}
+
+/// The scratch bytes a cached lookup's value range names (none: empty).
+fn v_of(s: &[u8], r: Option<std::ops::Range<usize>>) -> &[u8] {
+    r.map_or(&[], |r| &s[r])
+}
+
+fn chain_error(path: &std::path::Path, what: String) -> WtError {
+    WtError::Chain { path: path.into(), what }
+}
+
+fn function_corrupt_why(path: &std::path::Path, offset: u64, what: String) -> WtError {
+    WtError::Corrupt { path: path.into(), offset, what }
 }
 
 /// The error of a chain the function stopped as corrupt at `offset`.

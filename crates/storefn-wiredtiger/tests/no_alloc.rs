@@ -5,9 +5,12 @@
 mod common;
 
 use common::TempDir;
+use std::sync::{Arc, Mutex};
 use storefn_testkit::CountingAlloc;
 use storefn_wiredtiger::native::Native;
-use storefn_wiredtiger::{Answer, Lookups, Outcome, ReadPath, Table, XrpTree};
+use storefn_wiredtiger::{
+    Answer, Lookups, Outcome, ReadPath, Table, TreeCache, XrpOptions, XrpTree, HOP_BYTES,
+};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -48,6 +51,22 @@ fn chain_lookups_allocate_nothing_per_lookup() {
     let n = CountingAlloc::thread_allocs() - before;
     assert_eq!(n, 0, "{n} allocations in 3,200 chain lookups");
     assert!(x.hops >= 2 * 51 * 64, "two hops a lookup at least: {}", x.hops);
+
+    // The block cache: warm (every leaf cached: the function runs in place), and two slots
+    // (every lookup reads its leaf, evicts, and waits for a chain of the batch reading it).
+    for slots in [64, 2] {
+        let alloc = t.tree().allocation_size();
+        let cache = TreeCache::new(slots * u64::from(HOP_BYTES), alloc);
+        let opts = XrpOptions { cache: Some(Arc::new(Mutex::new(cache))), direct: true };
+        let mut x = XrpTree::open_with(t.tree(), opts).unwrap();
+        run(&mut x, &mut value);
+        let before = CountingAlloc::thread_allocs();
+        for _ in 0..50 {
+            run(&mut x, &mut value);
+        }
+        let n = CountingAlloc::thread_allocs() - before;
+        assert_eq!(n, 0, "{n} allocations in 3,200 cached lookups ({slots} slots)");
+    }
 
     let mut l = Lookups::open(&dir.0, "t", ReadPath::Xrp).unwrap();
     let user: Vec<&[u8]> = keys.iter().map(|k| &k[..k.len() - 1]).collect();

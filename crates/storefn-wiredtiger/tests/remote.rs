@@ -33,8 +33,17 @@ fn remote_paths_answer_as_wiredtiger_does() {
     let mut value = Vec::new();
     for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "big", "pfx32", "empty"] {
         let rows = native_rows(&db, name);
-        for path in [RemotePath::RpcRead, RemotePath::Pushdown] {
+        // Pushdown twice: from the leaf the client's cached internal pages name, and from the
+        // root (the server reads the internal pages too).
+        for (path, cached) in [
+            (RemotePath::RpcRead, true),
+            (RemotePath::Pushdown, true),
+            (RemotePath::Pushdown, false),
+        ] {
             let mut t = open(&s, name);
+            if !cached {
+                t.without_internal_cache();
+            }
             let f = t.formats().0;
             let mut unsupported = 0;
             for (k, v) in rows.iter().step_by(13) {
@@ -62,13 +71,19 @@ fn remote_paths_answer_as_wiredtiger_does() {
             }
             if path == RemotePath::Pushdown && name != "ovfl" && name != "empty" {
                 assert_eq!(st.fallbacks, 0, "{name}: {st:?}");
-                // One round trip per lookup: nothing changed, so no reload.
-                assert_eq!(st.round_trips, st.lookups, "{name}: {st:?}");
+                // One round trip per lookup (nothing changed, so no reload), and one READ per
+                // internal page the first time the client's cache meets it.
+                assert_eq!(st.round_trips, st.lookups + st.internal_reads, "{name}: {st:?}");
+                if cached {
+                    assert!(st.internal_reads > 0 && st.internal_reads < 40, "{name}: {st:?}");
+                } else {
+                    assert_eq!(st.internal_reads, 0, "{name}: {st:?}");
+                }
             }
             if name != "empty" {
                 assert!(st.pages >= st.lookups, "{name} {path:?}: {st:?}");
                 // Hops bounded: three levels at most, again for a lookup redone with READs.
-                let walks = st.lookups + st.fallbacks + st.retries;
+                let walks = st.lookups + st.fallbacks + st.retries + st.internal_reads;
                 assert!(st.pages <= 3 * walks, "hops bounded: {name} {path:?}: {st:?}");
             }
         }

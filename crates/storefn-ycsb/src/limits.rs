@@ -38,6 +38,10 @@ pub const ROCKS_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE;
 /// serves only writes, scans and keys written since the checkpoint, while the function's reads
 /// go through the page cache, which the memory group charges and which gets the rest.
 pub const WT_FN_CACHE_PER_MILLE: u64 = 100;
+/// The storefn function's block cache beside it (per mille): with WiredTiger's share above,
+/// the function store keeps the same bytes as caches as WiredTiger alone
+/// ([`WT_CACHE_PER_MILLE`]). Its reads are O_DIRECT, so no page cache doubles it.
+pub const WT_FN_BLOCK_CACHE_PER_MILLE: u64 = WT_CACHE_PER_MILLE - WT_FN_CACHE_PER_MILLE;
 
 /// Most reads one batch (`--batch`) hands a store: each thread holds a key and a record
 /// buffer per read of its batch.
@@ -57,3 +61,9 @@ pub const MAX_SESSION_CHAINS: usize = 256;
 /// memory stays under the 60% `rocksdb-native` gives RocksDB's cache plus what RocksDB holds
 /// outside it; the chains read with O_DIRECT, so the page cache is not needed for them.
 pub const ROCKS_FN_DATA_CACHE_PER_MILLE: u64 = 400;
+
+/// Writer threads of one `wiredtiger` session with `--batch-updates`: a batch's updates run on
+/// them while its reads run as chains. One: each update still commits (and syncs its log
+/// record) alone, as WiredTiger alone does it, and with four, concurrent commits in WiredTiger
+/// 3.2.1 waited on each other's log syncs (measured slower than one: docs/results/ycsb.md).
+pub const BATCH_WRITERS: usize = 1;

@@ -31,6 +31,11 @@ pub struct RunConfig {
     /// keeps them in flight together. Each read of a batch is timed as the whole batch. 1 runs
     /// YCSB's one operation at a time.
     pub read_batch: usize,
+    /// With `read_batch` > 1 and a store that overlaps updates
+    /// ([`Session::overlaps_updates`](crate::store::Session::overlaps_updates)): updates join
+    /// the batch too (in flight with its reads, no order among them), each timed as the whole
+    /// batch; otherwise an update waits for the reads queued before it and runs alone.
+    pub batch_updates: bool,
 }
 
 impl RunConfig {
@@ -86,6 +91,8 @@ pub struct Report {
     pub read_misses: u64,
     pub counters: Vec<(&'static str, u64)>,
     pub seed: u64,
+    /// The run's `batch_updates`.
+    pub batch_updates: bool,
 }
 
 /// Samples of one thread, per operation kind.
@@ -127,6 +134,10 @@ struct Worker<'a> {
     batch_out: Vec<Vec<u8>>,
     batch_found: Vec<bool>,
     queued: usize,
+    /// Updates queued for the next [`Worker::flush`] (`batch_updates`): keys and new records.
+    upd_keys: Vec<Key>,
+    upd_records: Vec<Vec<u8>>,
+    upd_queued: usize,
 }
 
 impl Worker<'_> {
@@ -137,13 +148,26 @@ impl Worker<'_> {
         n: u64,
         out: &mut Samples,
     ) -> Result<(), YcsbError> {
+        let batch_updates = self.cfg.batch_updates && s.overlaps_updates();
         for _ in 0..n {
             let kind = self.cfg.workload.choose(&mut self.rng);
-            if kind == OpKind::Read && self.cfg.read_batch > 1 {
+            let batched = match kind {
+                OpKind::Read => self.cfg.read_batch > 1,
+                OpKind::Update => self.cfg.read_batch > 1 && batch_updates,
+                _ => false,
+            };
+            if batched {
                 let num = self.chooser.next(&mut self.rng, self.inserts);
-                self.batch_keys[self.queued].set(num);
-                self.queued += 1;
-                if self.queued == self.cfg.read_batch {
+                if kind == OpKind::Read {
+                    self.batch_keys[self.queued].set(num);
+                    self.queued += 1;
+                } else {
+                    let u = self.upd_queued;
+                    self.upd_keys[u].set(num);
+                    self.cfg.shape.fill(num, self.rng.gen(), &mut self.upd_records[u]);
+                    self.upd_queued += 1;
+                }
+                if self.queued + self.upd_queued == self.cfg.read_batch {
                     self.flush(s, out)?;
                 }
                 continue;
@@ -165,15 +189,25 @@ impl Worker<'_> {
         out: &mut Samples,
     ) -> Result<(), YcsbError> {
         let q = std::mem::take(&mut self.queued);
-        if q == 0 {
+        let u = std::mem::take(&mut self.upd_queued);
+        if q == 0 && u == 0 {
             return Ok(());
         }
         let t0 = Instant::now();
-        s.get_batch(&self.batch_keys[..q], &mut self.batch_out[..q], &mut self.batch_found[..q])?;
+        let (keys, found) = (&self.batch_keys[..q], &mut self.batch_found[..q]);
+        if u == 0 {
+            s.get_batch(keys, &mut self.batch_out[..q], found)?;
+        } else {
+            let (uk, ur) = (&self.upd_keys[..u], &self.upd_records[..u]);
+            s.run_batch(keys, &mut self.batch_out[..q], found, uk, ur)?;
+        }
         let ns = t0.elapsed().as_nanos() as u64;
         for &f in &self.batch_found[..q] {
             out.push(OpKind::Read, ns, 0);
             out.misses += u64::from(!f);
+        }
+        for _ in 0..u {
+            out.push(OpKind::Update, ns, 0);
         }
         Ok(())
     }
@@ -247,6 +281,9 @@ fn thread_body(
         batch_out: (0..cfg.read_batch).map(|_| Vec::with_capacity(cfg.shape.bytes())).collect(),
         batch_found: vec![false; cfg.read_batch],
         queued: 0,
+        upd_keys: (0..cfg.read_batch).map(|_| Key::new(0)).collect(),
+        upd_records: (0..cfg.read_batch).map(|_| Vec::with_capacity(cfg.shape.bytes())).collect(),
+        upd_queued: 0,
     };
     let warm = w.run(session.as_mut(), share(cfg.warmup, cfg.threads, t), &mut Samples::default());
     barrier.wait();
@@ -315,6 +352,7 @@ pub fn run(store: &dyn Store, kind: &str, cfg: &RunConfig) -> Result<Report, Ycs
         read_misses: misses,
         counters: store.counters(),
         seed: cfg.seed,
+        batch_updates: cfg.batch_updates,
     })
 }
 
@@ -373,6 +411,9 @@ impl Report {
         put("memory_peak_bytes", self.memory_peak_bytes.into());
         put("read_misses", self.read_misses.into());
         put("seed", self.seed.into());
+        // `batch` is `read_batch` under the name bench/wiredtiger_ycsb.sh reads.
+        put("batch", self.read_batch.into());
+        put("batch_updates", self.batch_updates.into());
         for k in OpKind::ALL {
             let o = self.ops.get(&k);
             let n = k.name();

@@ -34,6 +34,35 @@ pub trait Session {
         Ok(())
     }
 
+    /// Whether [`Session::run_batch`] keeps a batch's updates in flight with its reads (then
+    /// the driver, asked to, hands it updates with the reads). Default: no.
+    fn overlaps_updates(&self) -> bool {
+        false
+    }
+
+    /// Reads and updates handed over together, in flight at once with no order among them (as
+    /// a client with that many requests outstanding sees them); all are done (the updates
+    /// durable) on return, and every later read sees the updates. `found[i]`/`out[i]` answer
+    /// `reads[i]`; `records[j]` is `updates[j]`'s new record. Default: the reads
+    /// ([`Session::get_batch`]), then the updates one by one.
+    ///
+    /// # Errors
+    /// The store's error.
+    fn run_batch(
+        &mut self,
+        reads: &[Key],
+        out: &mut [Vec<u8>],
+        found: &mut [bool],
+        updates: &[Key],
+        records: &[Vec<u8>],
+    ) -> Result<(), YcsbError> {
+        self.get_batch(reads, out, found)?;
+        for (k, r) in updates.iter().zip(records) {
+            self.update(k, r)?;
+        }
+        Ok(())
+    }
+
     /// Replaces the record of an existing key; durable (as the store defines it) on return.
     ///
     /// # Errors

@@ -30,6 +30,7 @@ fn cfg(letter: char, operations: u64, threads: usize, read_batch: usize) -> RunC
         warmup: 100,
         shape: SHAPE,
         read_batch,
+        batch_updates: false,
     }
 }
 

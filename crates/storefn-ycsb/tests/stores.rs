@@ -33,6 +33,7 @@ fn cfg(letter: char, operations: u64, threads: usize) -> RunConfig {
         warmup: 100,
         shape: SHAPE,
         read_batch: 1,
+        batch_updates: false,
     }
 }
 
@@ -280,16 +281,22 @@ fn function_store_reads_through_frequent_checkpoints() {
 
 #[test]
 fn batched_reads_answer_as_wiredtiger_through_checkpoints() {
-    // Reads in batches of 16 (batched chains) while updates and 20 ms checkpoints run, then
-    // every key through one batch per 64 against WiredTiger's own cursor.
+    // Reads in batches of 16 (batched chains) while updates and 20 ms checkpoints run, the
+    // updates one at a time and then in the batches, then every key through one batch per 64
+    // against WiredTiger's own cursor.
     let dir = temp("wt-batch");
     let spec: StoreSpec = format!("wiredtiger:{}:usertable", dir.display()).parse().unwrap();
     load(&spec, RECORDS, SHAPE).unwrap();
     let fast = OpenOptions { checkpoint_interval: Duration::from_millis(20), ..opts() };
     let store = open(&spec, &fast).unwrap();
-    let cfg = RunConfig { read_batch: 16, ..cfg('b', 4000, 2) };
-    let report = run(store.as_ref(), spec.kind(), &cfg).unwrap();
-    assert_eq!(report.read_misses, 0, "{}", report.summary());
+    // Then with the updates in the batches too, on the sessions' writer threads.
+    for batch_updates in [false, true] {
+        let cfg = RunConfig { read_batch: 16, batch_updates, ..cfg('b', 2000, 2) };
+        let report = run(store.as_ref(), spec.kind(), &cfg).unwrap();
+        assert_eq!(report.read_misses, 0, "{}", report.summary());
+        let updates = report.ops.get(&OpKind::Update).map_or(0, |o| o.count);
+        assert!(updates > 0, "{}", report.summary());
+    }
     let mut answers = BTreeMap::new();
     {
         let mut s = store.session().unwrap();

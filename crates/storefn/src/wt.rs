@@ -6,7 +6,9 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use storefn_wiredtiger::bench::{BenchConfig, Target, Workload};
-use storefn_wiredtiger::{Answer, Format, Lookups, ReadPath, RemotePath, RemoteTable};
+use storefn_wiredtiger::{
+    Answer, ChainOptions, Format, Lookups, ReadPath, RemotePath, RemoteTable,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum WtCmd {
@@ -17,6 +19,28 @@ pub enum WtCmd {
     /// Time lookups (db_bench habits: a workload, --seed, --threads, warm-up, p50/p99/p99.9,
     /// one summary line, --json).
     Bench(BenchArgs),
+    /// The device's own bound for a table's leaves: random O_DIRECT reads of its leaf blocks
+    /// (their real addresses and sizes) at queue depth 1 and --depth.
+    LeafBound(LeafBoundArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LeafBoundArgs {
+    /// The database directory.
+    dir: PathBuf,
+    #[arg(long)]
+    table: String,
+    /// Reads in flight for the second case (at most 32).
+    #[arg(long, default_value_t = 32)]
+    depth: usize,
+    /// Reads per case.
+    #[arg(long, default_value_t = 20_000)]
+    reads: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -49,6 +73,18 @@ pub struct TableArgs {
     /// Token file for --remote (`TENANT SECRET`; the first line is used).
     #[arg(long, requires = "remote")]
     token_file: Option<PathBuf>,
+    /// xrp, xrp-batch: O_DIRECT reads (each hop goes to the device; a `storefn serve` server
+    /// reads the same way).
+    #[arg(long)]
+    direct: bool,
+    /// xrp, xrp-batch: a block cache of this many bytes (internal pages searched on the host,
+    /// leaves searched in place by the function; per reader thread).
+    #[arg(long, default_value_t = 0)]
+    cache_bytes: u64,
+    /// pushdown: send every lookup's chain from the root (the server reads the internal pages
+    /// too) instead of from the leaf the client's cache of internal pages names.
+    #[arg(long)]
+    no_internal_cache: bool,
 }
 
 #[derive(Debug, Args)]
@@ -101,7 +137,37 @@ pub fn run(cmd: &WtCmd) -> CmdResult {
         WtCmd::Get(a) => get(a),
         WtCmd::Multiget(a) => multiget(a),
         WtCmd::Bench(a) => bench(a),
+        WtCmd::LeafBound(a) => leaf_bound(a),
     }
+}
+
+fn leaf_bound(a: &LeafBoundArgs) -> CmdResult {
+    let r = storefn_wiredtiger::bench::leaf_bound(&a.dir, &a.table, a.depth, a.reads, a.seed)?;
+    println!(
+        "wt leaf-bound {}: {} leaves of {:.0} bytes on average; QD1 mean {:.1} us, p50 {:.1} us; \
+         QD{} {:.0} reads/s, {:.0} MiB/s; {} internal pages, QD1 mean {:.1} us",
+        a.table,
+        r.leaves,
+        r.mean_leaf_bytes,
+        r.qd1_mean_us,
+        r.qd1_p50_us,
+        r.depth,
+        r.qdn_reads_per_sec,
+        r.qdn_mib_per_sec,
+        r.internal_blocks,
+        r.internal_qd1_mean_us
+    );
+    if let Some(j) = &a.json {
+        let v = serde_json::json!({
+            "table": a.table, "leaves": r.leaves, "mean_leaf_bytes": r.mean_leaf_bytes,
+            "qd1_mean_us": r.qd1_mean_us, "qd1_p50_us": r.qd1_p50_us, "depth": r.depth,
+            "qdn_reads_per_sec": r.qdn_reads_per_sec, "qdn_mib_per_sec": r.qdn_mib_per_sec,
+            "internal_blocks": r.internal_blocks, "internal_qd1_mean_us": r.internal_qd1_mean_us,
+            "reads": a.reads, "seed": a.seed,
+        });
+        std::fs::write(j, serde_json::to_vec_pretty(&v)?)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A table opened on the path the arguments name, locally or on a server.
@@ -140,11 +206,13 @@ fn client_cfg(t: &TableArgs) -> Result<storefn_wire::ClientConfig, Dyn> {
 }
 
 fn target(t: &TableArgs) -> Result<Target, Dyn> {
-    let local = |path| Ok(Target::Local { dir: t.dir.clone(), path });
+    let chains = ChainOptions { direct: t.direct, cache_bytes: t.cache_bytes };
+    let local = |path| Ok(Target::Local { dir: t.dir.clone(), path, chains });
     let remote = |path| -> Result<Target, Dyn> {
         let addr = t.remote.clone().ok_or("--path rpc-read|pushdown needs --remote ADDR")?;
         let dir = t.dir.to_str().ok_or("DIR must be UTF-8 with --remote")?.to_string();
-        Ok(Target::Remote { addr, cfg: client_cfg(t)?, dir, path })
+        let internal_cache = !t.no_internal_cache;
+        Ok(Target::Remote { addr, cfg: client_cfg(t)?, dir, path, internal_cache })
     };
     if t.remote.is_some() && !matches!(t.path, WtPath::RpcRead | WtPath::Pushdown) {
         return Err("with --remote, --path is rpc-read or pushdown".into());
@@ -160,12 +228,16 @@ fn target(t: &TableArgs) -> Result<Target, Dyn> {
 
 fn open(t: &TableArgs) -> Result<Reader, Dyn> {
     Ok(match target(t)? {
-        Target::Local { dir, path } => {
-            Reader::Local(Box::new(Lookups::open(&dir, &t.table, path)?))
+        Target::Local { dir, path, chains } => {
+            Reader::Local(Box::new(Lookups::open_with(&dir, &t.table, path, chains)?))
         }
-        Target::Remote { addr, cfg, dir, path } => {
+        Target::Remote { addr, cfg, dir, path, internal_cache } => {
             let c = storefn_wire::Client::connect(&addr, cfg)?;
-            Reader::Remote(Box::new(RemoteTable::open(c, &dir, &t.table)?), path)
+            let mut r = RemoteTable::open(c, &dir, &t.table)?;
+            if !internal_cache {
+                r.without_internal_cache();
+            }
+            Reader::Remote(Box::new(r), path)
         }
     })
 }

@@ -10,6 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 use storefn_ycsb::{MemoryGroup, OpenOptions, RecordShape, RunConfig, StoreSpec, Workload};
 
+/// glibc malloc arenas in a run with a memory budget (see `run_phase`).
+const MALLOC_ARENAS: i32 = 2;
+
 #[derive(Debug, Subcommand)]
 pub enum YcsbCmd {
     /// YCSB's load phase: write records 0..N into a new store.
@@ -58,6 +61,11 @@ pub struct RunArgs {
     /// in flight as batched chains); each is timed as its whole batch.
     #[arg(long, default_value_t = 1)]
     batch: usize,
+    /// With --batch > 1: updates join the batch too, in flight with its reads (`wiredtiger`
+    /// commits them one by one on a writer thread while the reads run as chains); each is timed
+    /// as its whole batch. Other stores run updates one at a time.
+    #[arg(long)]
+    batch_updates: bool,
     /// Run the process in a cgroup v1 memory group of this many bytes (page cache counted);
     /// WiredTiger's cache is sized from it. Needs root.
     #[arg(long)]
@@ -116,11 +124,21 @@ fn run_phase(a: &RunArgs) -> CmdResult {
         warmup: a.warmup.unwrap_or(a.operations / 10),
         shape,
         read_batch: a.batch,
+        batch_updates: a.batch_updates,
     };
     let opts = OpenOptions {
         memory_limit: a.memory_limit,
         checkpoint_interval: Duration::from_millis(a.checkpoint_ms.max(1)),
     };
+    if a.memory_limit.is_some() {
+        // glibc gives each thread its own malloc arena, and memory freed in one is not reused
+        // by the others: with 16 threads, WiredTiger's page images overshot its cache by
+        // ~26 MB and the memory group's OOM killer stopped the run. Two arenas, for every
+        // store alike, before any thread starts.
+        // SAFETY: mallopt only sets an allocator parameter (glibc takes its own lock); no
+        // pointer or memory of ours is involved.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS) };
+    }
     storefn_ycsb::drop_cache(&spec.data_path())?;
     // The group is entered before the store opens, so every page the run caches is charged
     // to it, and is removed when this scope ends, on error too.

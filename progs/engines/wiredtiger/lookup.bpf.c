@@ -238,6 +238,11 @@ static __noinline int internal_child(struct bpf_xrp *ctx, __u32 child, __u32 mem
 	s->cur_size = sz;
 	s->cur_checksum = ck;
 	ctx->next_addr[0] = off;
+	/* A leaf is read with the whole view where the file allows (the block and what follows
+	 * it): the runtime runs a hop lent less than the view on its interpreter, and every access
+	 * here is bounded by the block's size anyway. */
+	if (kind == 5 && s->file_size - off >= VIEW)
+		sz = VIEW;
 	ctx->size[0] = sz;
 	return 0;
 }

@@ -2,9 +2,11 @@
 //! function over its newest checkpoint ([`FnStore`]): writes, scans and the keys written since
 //! that checkpoint stay with WiredTiger, so every read sees every acknowledged write.
 
+mod writers;
+
 use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
-use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
+use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_BLOCK_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
 use std::collections::HashMap;
@@ -14,7 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use storefn_wiredtiger::native::{Connection, Cursor, Session as WtSession};
-use storefn_wiredtiger::{Outcome, Table, WtError, XrpTree};
+use storefn_wiredtiger::{Outcome, Table, TreeCache, WtError, XrpOptions, XrpTree};
+use writers::Writers;
 
 /// WiredTiger's cache when no budget is given: its own default.
 const DEFAULT_CACHE_BYTES: u64 = 100 << 20;
@@ -243,6 +246,8 @@ pub struct FnStore {
     uri: String,
     conn: Arc<Connection>,
     shared: Arc<Shared>,
+    /// The function's block cache of the table's file, shared by every session's reader.
+    cache: Arc<Mutex<TreeCache>>,
     /// Declared last: dropped (stopped and joined) after the store's other fields.
     _checkpointer: Periodic,
 }
@@ -261,12 +266,17 @@ impl FnStore {
     /// WiredTiger's error, or the storefn reader refusing the table.
     pub fn open(dir: &Path, table: &str, opts: &OpenOptions) -> Result<Self, YcsbError> {
         // WiredTiger serves only writes, scans and keys written since the checkpoint: a small
-        // cache. The function reads through the page cache (buffered reads), which the memory
-        // group charges, so the rest of the budget is its cache.
+        // cache. The function reads with O_DIRECT into its own block cache (upper levels
+        // parsed, leaves whole), which gets the budget WiredTiger alone gives its cache less
+        // WiredTiger's share here: the two stores keep the same bytes as caches.
         let conn = Arc::new(Connection::open(dir, &run_config(opts, WT_FN_CACHE_PER_MILLE))?);
         let uri = format!("table:{table}");
         drop(conn.session()?.cursor(&uri, "")?);
-        drop(Table::open(dir, table)?);
+        let alloc = Table::open(dir, table)?.tree().allocation_size();
+        let cache_bytes = opts
+            .memory_limit
+            .map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * WT_FN_BLOCK_CACHE_PER_MILLE);
+        let cache = Arc::new(Mutex::new(TreeCache::new(cache_bytes, alloc)));
         let shared = Arc::new(Shared::default());
         shared.epoch.store(1, Ordering::Relaxed);
         shared.published.store(1, Ordering::Relaxed);
@@ -282,6 +292,7 @@ impl FnStore {
             uri,
             conn,
             shared,
+            cache,
             _checkpointer: checkpointer,
         })
     }
@@ -333,6 +344,21 @@ fn checkpoint_loop(conn: &Connection, shared: &Shared, ticker: &Ticker, every: D
     }
 }
 
+/// Writes `key` through `h`, tagged with the epoch it belongs to (see [`Shared`]).
+fn tagged_write(
+    sh: &Shared,
+    h: &mut Handle<'_>,
+    key: &Key,
+    record: &[u8],
+) -> Result<(), YcsbError> {
+    let _g = sh.gate.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Relaxed: the gate orders the tag against the checkpointer's bump.
+    let e = sh.epoch.load(Ordering::Relaxed);
+    h.put(key, record)?;
+    sh.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.num, e);
+    Ok(())
+}
+
 /// A reader on one checkpoint: the table's metadata and the function's chain engine.
 struct Reader {
     epoch: u64,
@@ -353,6 +379,8 @@ struct FnSession<'a> {
     batch_keys: Vec<Vec<u8>>,
     picked: Vec<usize>,
     redo: Vec<usize>,
+    /// Started by the first batch with updates (`--batch-updates`).
+    writers: Option<Writers>,
 }
 
 impl FnSession<'_> {
@@ -372,7 +400,9 @@ impl FnSession<'_> {
                 Some(r) if !force && size <= r.xrp_size => (r.xrp, r.xrp_size),
                 _ => {
                     self.store.shared.engine_opens.fetch_add(1, Ordering::Relaxed);
-                    (XrpTree::open(table.tree())?, size)
+                    let opts =
+                        XrpOptions { cache: Some(Arc::clone(&self.store.cache)), direct: true };
+                    (XrpTree::open_with(table.tree(), opts)?, size)
                 }
             };
             // Relaxed: only the pruner reads it, and a lower value keeps more entries.
@@ -417,13 +447,7 @@ impl FnSession<'_> {
     }
 
     fn write(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
-        let sh = &self.store.shared;
-        let _g = sh.gate.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Relaxed: the gate orders the tag against the checkpointer's bump.
-        let e = sh.epoch.load(Ordering::Relaxed);
-        self.wt.put(key, record)?;
-        sh.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.num, e);
-        Ok(())
+        tagged_write(&self.store.shared, &mut self.wt, key, record)
     }
 }
 
@@ -507,6 +531,30 @@ impl Session for FnSession<'_> {
             })
         });
         (self.picked, self.redo) = (picked, redo);
+        r
+    }
+    fn overlaps_updates(&self) -> bool {
+        true
+    }
+    /// The updates go to the session's writer threads while the reads run here as batched
+    /// chains; a read of a key updated in the same batch sees either record.
+    fn run_batch(
+        &mut self,
+        reads: &[Key],
+        out: &mut [Vec<u8>],
+        found: &mut [bool],
+        updates: &[Key],
+        records: &[Vec<u8>],
+    ) -> Result<(), YcsbError> {
+        if updates.is_empty() {
+            return self.get_batch(reads, out, found);
+        }
+        let mut w = match self.writers.take() {
+            Some(w) => w,
+            None => Writers::start(self.store)?,
+        };
+        let r = w.run(updates, records, || self.get_batch(reads, out, found));
+        self.writers = Some(w);
         r
     }
     fn update(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
@@ -598,6 +646,7 @@ impl Store for FnStore {
             batch_keys: Vec::new(),
             picked: Vec::new(),
             redo: Vec::new(),
+            writers: None,
         };
         s.refresh(false)?;
         Ok(Box::new(s))
@@ -605,7 +654,11 @@ impl Store for FnStore {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let sh = &self.shared;
         let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stats;
         vec![
+            ("leaf_hits", cache.leaf_hits),
+            ("leaf_misses", cache.leaf_misses),
+            ("internal_pages_parsed", cache.internal_parsed),
             ("function_reads", c(&sh.function_reads)),
             ("dirty_reads", c(&sh.dirty_reads)),
             ("fallbacks", c(&sh.fallbacks)),
