@@ -23,7 +23,7 @@ use crate::xrp::{abi, ChainEnd, ChainStart, FLAG_VERIFY, PROGRAM};
 use std::path::Path;
 use std::time::Duration;
 use storefn_wire::limits::MAX_READ_BYTES;
-use storefn_wire::{Client, FileVersion, ProgHash, Request, PROG_TYPE_XRP};
+use storefn_wire::{Client, FileVersion, ProgHash, Request, StatusCode, PROG_TYPE_XRP};
 
 /// Blocks a remote reader remembers as read but not kept (a linear scan per pushdown).
 const MAX_OPAQUE: usize = 64;
@@ -97,6 +97,14 @@ fn wire(path: &str, e: impl std::fmt::Display) -> WtError {
     WtError::Chain { path: path.into(), what: format!("server: {e}") }
 }
 
+fn past_end(path: &str, offset: u64, read: usize) -> WtError {
+    WtError::Corrupt {
+        path: path.into(),
+        offset,
+        what: format!("block runs past the end of the file (read {read} bytes)"),
+    }
+}
+
 fn rel(dir: &str, file: &str) -> String {
     if dir.is_empty() || dir == "." {
         file.into()
@@ -126,15 +134,16 @@ fn read_frame(
     let replies = c.call(&reqs[..n]).map_err(|e| wire(path, e))?;
     let version = replies.first().map(|r| r.version).unwrap_or_default();
     for (i, r) in replies.into_iter().enumerate() {
+        // A file now shorter than asked (the turtle is replaced by a rename, a file can be
+        // truncated) is the short read below: damage a newer checkpoint may not have.
+        if r.status == StatusCode::OutOfRange as u16 {
+            return Err(past_end(path, offset + (i * step) as u64, 0));
+        }
         let r = r.ok("READ").map_err(|e| wire(path, e))?;
         let total = buf.len();
         let want = &mut buf[i * step..((i + 1) * step).min(total)];
         if r.data.len() != want.len() {
-            return Err(WtError::Corrupt {
-                path: path.into(),
-                offset: offset + (i * step) as u64,
-                what: format!("block runs past the end of the file (read {} bytes)", r.data.len()),
-            });
+            return Err(past_end(path, offset + (i * step) as u64, r.data.len()));
         }
         want.copy_from_slice(&r.data);
     }
@@ -488,5 +497,37 @@ impl RemoteTable {
             }
             ChainEnd::Corrupt(at) => Err(crate::xrp::function_corrupt(Path::new(&self.file), at)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storefn_server::{Server, ServerConfig};
+    use storefn_wire::ClientConfig;
+
+    // Regression: a turtle replaced by a shorter one between its STAT and its READs was answered
+    // OUT_OF_RANGE and reported as a broken connection, so the reload gave up instead of
+    // rereading the newer checkpoint.
+    #[test]
+    fn a_read_past_a_shrunk_file_is_damage_a_reload_retries() {
+        let dir = std::env::temp_dir().join(format!("storefn-wt-shrunk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), [7u8; 100]).unwrap();
+        let mut cfg = ServerConfig::new(&dir);
+        cfg.threads = 1;
+        let s = Server::start("127.0.0.1:0", cfg).unwrap();
+        let mut c = Client::connect(&s.local_addr().to_string(), ClientConfig::default()).unwrap();
+        let mut buf = [0u8; 64];
+        for offset in [50, 200] {
+            match read_frame(&mut c, "f", offset, &mut buf) {
+                Err(WtError::Corrupt { offset: at, .. }) => assert_eq!(at, offset),
+                other => panic!("offset {offset}: {other:?}"),
+            }
+        }
+        read_frame(&mut c, "f", 36, &mut buf).unwrap();
+        assert_eq!(buf, [7u8; 64]);
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
