@@ -72,6 +72,21 @@ fn round_p99(c: &mut Client, n: usize) -> f64 {
     lat[(n * 99 / 100).min(n - 1)]
 }
 
+/// The p99 in µs of the point reads one victim makes in `dur` (at least one, reads of a
+/// round-robin offset as in [`round_p99`]).
+fn timed_round_p99(c: &mut Client, dur: Duration) -> f64 {
+    let (mut lat, t0) = (Vec::new(), Instant::now());
+    while lat.is_empty() || t0.elapsed() < dur {
+        let offset = (lat.len() as u64 * 7919 % 2048) * 512;
+        let t = Instant::now();
+        let r = c.one(&Request::Read { path: b"v", offset, len: 512 }).unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(r.data.len(), 512);
+    }
+    lat.sort_by(f64::total_cmp);
+    lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
+}
+
 /// The victim's service under an attack, against its idle p99: within 3x, plus 5 ms of slack
 /// for the scheduling noise of a shared VM (prints both).
 fn check_victim(what: &str, idle: f64, attacked: f64) {
@@ -693,6 +708,73 @@ fn a_load_prog_flood_leaves_the_thread_to_others() {
     println!("LOAD_PROG flood: {loaded} distinct programs verified");
     check_victim("next to a LOAD_PROG flood", idle, attacked);
     assert!(loaded >= 8, "the flood's first frame was verified");
+    server.stop();
+    server.join().unwrap();
+}
+
+#[test]
+fn a_lambda_flood_leaves_the_thread_to_others() {
+    // Regression: a λ function ran over its whole range in one call on the event loop, which no
+    // per-pass slice can split: a tenant's 1 MiB λs that spin to their instruction budget
+    // (~0.2 s each in a release build) stalled every other connection of the thread for each
+    // run's length: a point read waited seconds. Ranges of 256 KiB here keep the runs of a
+    // debug build short enough for the test's time.
+    let _g = serial();
+    let dir = TempDir::new("lamflood");
+    victim_file(&dir);
+    let len = MAX_LAMBDA_IN_BYTES / 4;
+    std::fs::write(dir.join("big"), vec![0u8; 2 * len as usize]).unwrap();
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicBool::new(false));
+    let (stop_l, active_l, addr_l) = (Arc::clone(&stop), Arc::clone(&active), addr.clone());
+    let spinner = std::thread::spawn(move || {
+        let mut c = Client::connect(&addr_l, tenant("spinner")).unwrap();
+        let elf = storefn_progs::must("test/lambda_spin");
+        let hash = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
+        let reqs: Vec<Request<'_>> = (0..2u64)
+            .map(|i| Request::Lambda {
+                path: b"big",
+                offset: i * u64::from(len),
+                len,
+                hash: &hash,
+                out_cap: 64,
+            })
+            .collect();
+        let (mut runs, t0) = (0usize, Instant::now());
+        while !stop_l.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+            if !active_l.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let r = c.call(&reqs).unwrap();
+            let spent = |r: &storefn_wire::Reply| {
+                r.status == StatusCode::ChainFailed as u16
+                    && r.message.contains("budget")
+            };
+            assert!(r.iter().all(spent), "{:?}", r[0].message);
+            runs += r.len();
+        }
+        runs
+    });
+    // Rounds of a fixed time, not a fixed count: one stalled read per run would be a single
+    // sample, which a count-based round's p99 (and a round falling between runs) misses.
+    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        active.store(false, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        idle = idle.min(timed_round_p99(&mut victim, Duration::from_millis(300)));
+        active.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        attacked = attacked.min(timed_round_p99(&mut victim, Duration::from_millis(300)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let runs = spinner.join().unwrap();
+    println!("λ flood: {runs} 256 KiB runs to their instruction budget");
+    check_victim("next to λs spinning to their budget", idle, attacked);
+    assert!(runs >= 2, "the flood's first frame ran");
     server.stop();
     server.join().unwrap();
 }
