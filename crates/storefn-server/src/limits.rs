@@ -266,7 +266,8 @@ const _: () = assert!(wl::MAX_LAMBDA_IN_BYTES as usize <= io::MAX_RANGE_BYTES);
 const _: () = assert!(LAMBDA_PIECE_BYTES as usize <= io::MAX_RANGE_BYTES);
 const _: () = assert!((LAMBDA_PIECE_BYTES as usize).is_multiple_of(io::MAX_BLOCK_ALIGN));
 const _: () = assert!(LAMBDA_READS_PER_JOB as usize <= ENGINE_CHAINS);
-const _: () = assert!(CONTENDED_LAMBDA_READS >= 1 && CONTENDED_LAMBDA_READS <= LAMBDA_READS_PER_JOB);
+const _: () =
+    assert!(CONTENDED_LAMBDA_READS >= 1 && CONTENDED_LAMBDA_READS <= LAMBDA_READS_PER_JOB);
 // The server's engine: chains, buffers and hops inside what the engine accepts.
 const _: () = assert!(ENGINE_CHAINS <= io::MAX_CHAINS && ENGINE_CHAINS <= io::MAX_BUFFERS);
 const _: () = assert!(SERVER_HOP_BYTES <= io::MAX_HOP_BYTES);

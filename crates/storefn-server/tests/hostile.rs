@@ -751,8 +751,7 @@ fn a_lambda_flood_leaves_the_thread_to_others() {
             }
             let r = c.call(&reqs).unwrap();
             let spent = |r: &storefn_wire::Reply| {
-                r.status == StatusCode::ChainFailed as u16
-                    && r.message.contains("budget")
+                r.status == StatusCode::ChainFailed as u16 && r.message.contains("budget")
             };
             assert!(r.iter().all(spent), "{:?}", r[0].message);
             runs += r.len();

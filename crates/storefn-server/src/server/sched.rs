@@ -12,8 +12,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::limits::{
-    CONTENDED_LAMBDA_READS, CONTENTION_WINDOW, MAX_STAGED_RUNS_PER_TENANT, PASS_CPU_NS,
-    RESERVE_DIV,
+    CONTENDED_LAMBDA_READS, CONTENTION_WINDOW, MAX_STAGED_RUNS_PER_TENANT, PASS_CPU_NS, RESERVE_DIV,
 };
 
 /// What each tenant's λ jobs hold besides their engine slots, by tenant entry: a tenant at
@@ -357,7 +356,11 @@ mod tests {
         }
         assert!((4..=5).contains(&n), "{n}");
         s.push(1, 1000);
-        assert_eq!(s.admit(LambdaLoad::default()), Some((1, 1000)), "a light tenant is admitted at once");
+        assert_eq!(
+            s.admit(LambdaLoad::default()),
+            Some((1, 1000)),
+            "a light tenant is admitted at once"
+        );
     }
 
     #[test]
@@ -369,7 +372,11 @@ mod tests {
         s.push(1, 100);
         s.charge(0, PASS_CPU_NS);
         assert!(!s.carried());
-        assert_eq!(s.admit(LambdaLoad::default()), Some((1, 100)), "the other tenant still has its pass");
+        assert_eq!(
+            s.admit(LambdaLoad::default()),
+            Some((1, 100)),
+            "the other tenant still has its pass"
+        );
         assert_eq!(s.admit(LambdaLoad::default()), None, "tenant 0 spent this pass");
         assert!(s.carried(), "its queued jobs are carried over");
         assert!(s.new_pass());

@@ -688,7 +688,8 @@ impl Worker<'_> {
     fn dispatch(&mut self) -> usize {
         let mut n = 0;
         while self.engine.free_slots() > 0 && self.engine.free_range_reads() > 0 {
-            let load = super::sched::LambdaLoad { reads: &self.lambda_reads, runs: &self.lambda_runs };
+            let load =
+                super::sched::LambdaLoad { reads: &self.lambda_reads, runs: &self.lambda_runs };
             let Some((t, ji)) = self.sched.admit(load) else { break };
             n += 1;
             // Submitting (a READ's buffer, the engine's SQE) is the tenant's work too.

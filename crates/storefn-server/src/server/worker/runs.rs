@@ -323,7 +323,9 @@ impl Worker<'_> {
                     c.frame.buf.extend_from_slice(&d.out[..keep]);
                     c.frame.end_msg(start);
                 }
-                Err(m) => put_status(&mut c.frame, h.req_id, op::LAMBDA, StatusCode::ChainFailed, &m),
+                Err(m) => {
+                    put_status(&mut c.frame, h.req_id, op::LAMBDA, StatusCode::ChainFailed, &m)
+                }
             }
         }
         if self.runs.spare_out.len() < MAX_QUEUED_RUNS {
