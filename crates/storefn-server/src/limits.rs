@@ -188,15 +188,18 @@ pub const DDS_CONN_MEMORY_BOUND: usize = CONN_MEMORY_BOUND
 /// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
 /// per chain slot), the range buffers of admitted READ and λ jobs (at most one per chain slot,
 /// each at most a whole READ's) and the spare ones kept for reuse, LAMBDA_WRITE's output
-/// staging, the writer thread's queue and the verifier thread's (the queued programs and the
-/// one being verified, each at most a frame).
+/// staging, the writer thread's queue, the verifier thread's (the queued programs and the
+/// one being verified, each at most a frame) and the λ runner's output buffers (the runs
+/// handed to it and as many spares, each at most a λ output; a staged run's range is one of
+/// the admitted jobs' buffers above).
 pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
     * (io::slot_buffer_bytes(SERVER_HOP_BYTES) + 12 * 1024)
     + ENGINE_CHAINS * crate::server::LARGEST_RANGE_BUF
     + crate::server::SPARE_RANGE_BUF_BYTES
     + wl::MAX_LAMBDA_WRITE_OUT_BYTES as usize
     + MAX_PENDING_WRITE_BYTES
-    + (MAX_PENDING_LOADS + 1) * wl::MAX_FRAME_BYTES;
+    + (MAX_PENDING_LOADS + 1) * wl::MAX_FRAME_BYTES
+    + 2 * MAX_QUEUED_RUNS * wl::MAX_LAMBDA_OUT_BYTES as usize;
 
 /// The server's worst-case memory in bytes: `threads x (connections per thread x
 /// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all

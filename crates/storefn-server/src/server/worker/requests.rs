@@ -347,10 +347,16 @@ impl Worker<'_> {
         out.fill(0);
         let tenant = self.conns[ci as usize].as_ref().and_then(|c| c.tenant).expect("authed");
         let budget = self.tenants.budget(tenant);
-        let s = self.progs.slots[si as usize].as_mut().expect("held");
-        s.inst.set_insn_budget(budget);
-        let ran = s.inst.run_lambda(input, out);
-        let insns = s.inst.insns_used();
+        let inst = match self.progs.instance(si) {
+            Ok(i) => i,
+            Err(e) => {
+                self.progs.release(si);
+                return Err(e);
+            }
+        };
+        inst.set_insn_budget(budget);
+        let ran = inst.run_lambda(input, out);
+        let insns = inst.insns_used();
         self.progs.release(si);
         if let Some(m) = self.tenants.meter(tenant) {
             m.instructions(insns);

@@ -175,7 +175,7 @@ fn runner(orders: &Receiver<RunOrder>, done: &SyncSender<RunDone>, wake: &OwnedF
     }
 }
 
-/// The runner's instance of `prog`, compiled on first use (the JIT, else the interpreter).
+/// The runner's instance of `prog`, compiled on first use.
 fn instance<'a>(
     insts: &'a mut Vec<(ProgHash, Instance, u64)>,
     hash: &ProgHash,
@@ -185,11 +185,7 @@ fn instance<'a>(
     let k = match insts.iter().position(|(h, _, _)| h == hash) {
         Some(k) => k,
         None => {
-            let inst = match Instance::new(Arc::clone(prog), storefn_vm::Engine::Jit) {
-                Ok(i) => i,
-                Err(_) => Instance::new(Arc::clone(prog), storefn_vm::Engine::Interp)
-                    .map_err(|e| e.to_string())?,
-            };
+            let inst = crate::server::progs::compile(prog).map_err(|(_, m)| m)?;
             if insts.len() < MAX_INSTANCES_PER_THREAD {
                 insts.push((*hash, inst, 0));
                 insts.len() - 1
@@ -256,7 +252,7 @@ impl Worker<'_> {
         let order = RunOrder {
             job: ji,
             hash: s.hash,
-            prog: Arc::clone(s.inst.program()),
+            prog: Arc::clone(&s.prog),
             budget: self.progs.job_budget[ji as usize],
             input,
             range,
