@@ -183,9 +183,7 @@ fn each_tenant_runs_under_the_instruction_budget_its_token_line_names() {
     // configuration's own budget for the tenant, else the server's default.
     let dir = TempDir::new("insns");
     layout(&dir);
-    let mut spin_file = vec![0u8; 1024];
-    spin_file[512..520].copy_from_slice(&512u64.to_le_bytes());
-    std::fs::write(dir.join("served/loop"), &spin_file).unwrap();
+    common::loop_file(&dir.join("served"));
     let tok = dir.join("tokens");
     std::fs::write(
         &tok,
@@ -206,15 +204,7 @@ over {SECRET} insns=4K
         let mut c = as_tenant(&server, tenant);
         let spin = c.load_prog(storefn_wire::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin"));
         let spin = spin.unwrap();
-        let r = Request::Xrp {
-            path: b"loop",
-            offset: 0,
-            len: 512,
-            hash: &spin,
-            scratch: &[],
-            out_len: 0,
-        };
-        let e = c.call(&[r]).unwrap().remove(0);
+        let e = c.call(&[common::spin_request(&spin)]).unwrap().remove(0);
         assert_eq!(e.status, StatusCode::ChainFailed as u16, "{tenant}: {}", e.message);
         assert!(e.message.contains(&format!("({budget} instructions)")), "{tenant}: {}", e.message);
     }

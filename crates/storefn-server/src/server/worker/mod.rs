@@ -29,6 +29,7 @@ mod ranges;
 mod read;
 mod requests;
 mod runs;
+mod side;
 mod tenants;
 mod writes;
 mod xrp;
@@ -206,30 +207,15 @@ pub(crate) fn run(
             return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
         }
     };
-    let writes = match writes::Writes::start(id) {
-        Ok(w) => w,
-        Err(source) => {
-            let msg = source.to_string();
-            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
-            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
-        }
+    // A side thread that cannot start fails the server's start (reported to `ready`).
+    let failed = |source: std::io::Error| {
+        let msg = source.to_string();
+        let _ = ready.send(Err(ServerError::Io { thread: id, source }));
+        ServerError::Io { thread: id, source: std::io::Error::other(msg) }
     };
-    let loads = match loads::Loads::start(id, shared) {
-        Ok(l) => l,
-        Err(source) => {
-            let msg = source.to_string();
-            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
-            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
-        }
-    };
-    let runs = match runs::Runs::start(id) {
-        Ok(r) => r,
-        Err(source) => {
-            let msg = source.to_string();
-            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
-            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
-        }
-    };
+    let writes = writes::Writes::start(id).map_err(&failed)?;
+    let loads = loads::Loads::start(id, shared).map_err(&failed)?;
+    let runs = runs::Runs::start(id).map_err(&failed)?;
     let _ = ready.send(Ok(()));
     let mut w = Worker {
         writes,

@@ -12,16 +12,15 @@
 //! by program hash (at most `MAX_INSTANCES_PER_THREAD`, least recently used replaced).
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use storefn_io::RangeBuf;
 use storefn_vm::{Instance, VerifiedProgram};
 
 use super::job::Job;
 use super::out::open_frame;
+use super::side::{Side, Wake};
 use super::Worker;
 use crate::limits::MAX_QUEUED_RUNS;
 use crate::registry::ProgHash;
@@ -53,11 +52,10 @@ struct RunDone {
 
 /// The worker's side of its runner thread.
 pub(super) struct Runs {
-    tx: Option<SyncSender<RunOrder>>,
+    side: Side<SyncSender<RunOrder>>,
     rx: Receiver<RunDone>,
-    /// Readable when runs are done (the runner adds 1 per run).
-    efd: Arc<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
+    /// Raised when runs are done (once per run).
+    wake: Arc<Wake>,
     /// Runs handed to the runner and not answered.
     pub(super) pending: usize,
     /// λ jobs whose range landed, waiting for the runner, by tenant entry.
@@ -80,26 +78,19 @@ impl std::fmt::Debug for Runs {
 impl Runs {
     /// Starts the runner thread of server thread `id`.
     pub(super) fn start(id: usize) -> std::io::Result<Self> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd was just created and is owned by nothing else.
-        let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let wake = Wake::new()?;
         let (tx, orders) = std::sync::mpsc::sync_channel::<RunOrder>(MAX_QUEUED_RUNS);
         // Bounded as well: an unbounded channel allocates a block every few dozen messages, and
         // no more than MAX_QUEUED_RUNS runs are ever outstanding, so the runner never waits.
         let (done_tx, rx) = std::sync::mpsc::sync_channel::<RunDone>(MAX_QUEUED_RUNS);
-        let wake = Arc::clone(&efd);
-        let thread = std::thread::Builder::new()
-            .name(format!("storefn-run-{id}"))
-            .spawn(move || runner(&orders, &done_tx, &wake))?;
+        let w = Arc::clone(&wake);
+        let side = Side::spawn(format!("storefn-run-{id}"), tx, move || {
+            runner(&orders, &done_tx, &w);
+        })?;
         Ok(Self {
-            tx: Some(tx),
+            side,
             rx,
-            efd,
-            thread: Some(thread),
+            wake,
             pending: 0,
             queues: Vec::new(),
             queued: 0,
@@ -109,16 +100,7 @@ impl Runs {
 
     /// The eventfd the worker polls while runs are pending.
     pub(super) fn fd(&self) -> std::os::fd::RawFd {
-        self.efd.as_raw_fd()
-    }
-}
-
-impl Drop for Runs {
-    fn drop(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.wake.fd()
     }
 }
 
@@ -137,7 +119,7 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// The runner thread: one run at a time, answered as soon as it is done.
-fn runner(orders: &Receiver<RunOrder>, done: &SyncSender<RunDone>, wake: &OwnedFd) {
+fn runner(orders: &Receiver<RunOrder>, done: &SyncSender<RunDone>, wake: &Wake) {
     // SAFETY: gettid and setpriority take no pointers; lowering one's own priority needs no
     // privilege, and a refusal only leaves the thread at the loop's priority.
     unsafe {
@@ -169,9 +151,7 @@ fn runner(orders: &Receiver<RunOrder>, done: &SyncSender<RunDone>, wake: &OwnedF
         if done.send(d).is_err() {
             return;
         }
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to the eventfd this thread shares.
-        unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        wake.raise();
     }
 }
 
@@ -258,7 +238,7 @@ impl Worker<'_> {
             range,
             out,
         };
-        let tx = self.runs.tx.as_ref().expect("the runner runs while the worker does");
+        let tx = self.runs.side.tx();
         match tx.try_send(order) {
             Ok(()) => self.runs.pending += 1,
             // The worker sends only while fewer than the channel's bound are pending.
@@ -276,10 +256,7 @@ impl Worker<'_> {
     pub(super) fn poll_runs(&mut self) -> usize {
         let mut answered = 0;
         if self.runs.pending > 0 {
-            let mut n = [0u8; 8];
-            // SAFETY: reads 8 bytes into a live buffer from the non-blocking eventfd; it only
-            // resets the counter, the results come from the channel.
-            unsafe { libc::read(self.runs.fd(), n.as_mut_ptr().cast(), 8) };
+            self.runs.wake.clear();
             while let Ok(d) = self.runs.rx.try_recv() {
                 self.runs.pending -= 1;
                 self.answer_run(d);
@@ -320,7 +297,7 @@ impl Worker<'_> {
                     c.frame.end_msg(start);
                 }
                 Err(m) => {
-                    put_status(&mut c.frame, h.req_id, op::LAMBDA, StatusCode::ChainFailed, &m)
+                    put_status(&mut c.frame, h.req_id, op::LAMBDA, StatusCode::ChainFailed, &m);
                 }
             }
         }
