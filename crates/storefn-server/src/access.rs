@@ -7,7 +7,10 @@
 //!   the whole directory);
 //! - `write_quota=SIZE`: bytes its writes may write while the server runs (default unlimited);
 //! - `grow_quota=SIZE`: bytes by which its writes may extend files, summed over its writes
-//!   while the server runs (default [`DEFAULT_GROW_QUOTA`]).
+//!   while the server runs (default [`DEFAULT_GROW_QUOTA`]);
+//! - `insns=N`: instructions each of its program invocations may run (an XRP hop, a λ run
+//!   before the VM's per-byte allowance, a LAMBDA_WRITE; default: the server's
+//!   `--insn-budget`, [`crate::limits::DEFAULT_TENANT_INSN_BUDGET`] unless set).
 //!
 //! `SIZE` is a byte count with an optional `K`, `M`, `G` or `T` suffix (powers of 1024), or
 //! `unlimited`. A line with no option (the old `TENANT SECRET` format) has [`Scope::default`].
@@ -53,6 +56,8 @@ pub struct Scope {
     pub write_quota: Option<u64>,
     /// Bytes by which the tenant's writes may extend files; `None` = unlimited.
     pub grow_quota: Option<u64>,
+    /// Instructions per program invocation; `None` = the server's default budget.
+    pub insn_budget: Option<u64>,
 }
 
 impl Default for Scope {
@@ -63,6 +68,7 @@ impl Default for Scope {
             dirs: Vec::new(),
             write_quota: None,
             grow_quota: Some(DEFAULT_GROW_QUOTA),
+            insn_budget: None,
         }
     }
 }
@@ -124,9 +130,10 @@ impl Scope {
                 }
                 "write_quota" => s.write_quota = parse_size(value).map_err(bad)?,
                 "grow_quota" => s.grow_quota = parse_size(value).map_err(bad)?,
+                "insns" => s.insn_budget = Some(parse_insns(value).map_err(bad)?),
                 _ => {
                     return Err(bad(
-                        "unknown option (expected ro, rw, dir=, write_quota=, grow_quota=)",
+                        "unknown option (expected ro, rw, dir=, write_quota=, grow_quota=, insns=)",
                     ))
                 }
             }
@@ -209,6 +216,15 @@ fn parse_size(v: &str) -> Result<Option<u64>, &'static str> {
     let n: u64 =
         digits.parse().map_err(|_| "expected a byte count, e.g. 4096, 64M, 1G, unlimited")?;
     n.checked_mul(1u64 << shift).map(Some).ok_or("size overflows 64 bits")
+}
+
+/// An instruction budget: a count above 0, with an optional `K` or `M` suffix (powers of 1024).
+fn parse_insns(v: &str) -> Result<u64, &'static str> {
+    let why = "expected an instruction count above 0, e.g. 65536 or 256K";
+    match parse_size(v) {
+        Ok(Some(n)) if n > 0 && !v.ends_with(['G', 'T']) => Ok(n),
+        Ok(_) | Err(_) => Err(why),
+    }
 }
 
 /// Why a token file cannot be used: its tokens or one of its scopes.

@@ -44,6 +44,26 @@ pub const LAMBDA_PIECE_BYTES: u32 = 64 * 1024;
 /// while one request holds at most 1/16 of the engine's `ENGINE_CHAINS` slots (the scheduler
 /// counts the request once).
 pub const LAMBDA_READS_PER_JOB: u32 = 16;
+/// λ runs handed to a server thread's runner thread at once (the one running and the next):
+/// the runner never waits for the loop, and the rest wait in their tenants' queues on the loop,
+/// where the least-used tenant's goes next, not behind a long queue.
+pub const MAX_QUEUED_RUNS: usize = 2;
+/// λ piece reads one tenant keeps in flight (beside one per job, so no job is left with
+/// nothing to complete it) while another tenant has queued work within `CONTENTION_WINDOW`.
+/// The device serves reads in about the order they come: behind a whole 1 MiB range
+/// (`LAMBDA_READS_PER_JOB` pieces) another tenant's 4 KiB read waited ~1.3 ms instead of
+/// ~60 µs (measured per request on the worker: admission to completion); two 64 KiB pieces
+/// keep that wait near one piece's transfer. A tenant alone keeps every piece in flight.
+pub const CONTENDED_LAMBDA_READS: u32 = 2;
+/// How recently another tenant must have queued work for a tenant's λ reads to be held to
+/// `CONTENDED_LAMBDA_READS`: longer than a closed-loop client's gap between two requests, so
+/// its next read does not find the device queue full again.
+pub const CONTENTION_WINDOW: Duration = Duration::from_millis(50);
+/// λ jobs of one tenant whose ranges landed and wait for (or are on) the runner: its further
+/// jobs wait in the scheduler, holding no range buffer, so one tenant's λs cannot fill the
+/// thread's memory with staged ranges the runner has not reached, while its next range is
+/// still read during a run.
+pub const MAX_STAGED_RUNS_PER_TENANT: u32 = 2;
 /// DDS: the offload hook's files a server thread keeps registered with its engine (beside
 /// `MAX_OPEN_FILES_PER_THREAD` served files); the least recently read is closed for another.
 pub const DDS_ENGINE_FILES: usize = 8;
@@ -168,15 +188,18 @@ pub const DDS_CONN_MEMORY_BOUND: usize = CONN_MEMORY_BOUND
 /// (one registered hop buffer of the largest hop plus an estimated 12 KiB of scratch and ring
 /// per chain slot), the range buffers of admitted READ and λ jobs (at most one per chain slot,
 /// each at most a whole READ's) and the spare ones kept for reuse, LAMBDA_WRITE's output
-/// staging, the writer thread's queue and the verifier thread's (the queued programs and the
-/// one being verified, each at most a frame).
+/// staging, the writer thread's queue, the verifier thread's (the queued programs and the
+/// one being verified, each at most a frame) and the λ runner's output buffers (the runs
+/// handed to it and as many spares, each at most a λ output; a staged run's range is one of
+/// the admitted jobs' buffers above).
 pub const THREAD_MEMORY_BOUND: usize = ENGINE_CHAINS
     * (io::slot_buffer_bytes(SERVER_HOP_BYTES) + 12 * 1024)
     + ENGINE_CHAINS * crate::server::LARGEST_RANGE_BUF
     + crate::server::SPARE_RANGE_BUF_BYTES
     + wl::MAX_LAMBDA_WRITE_OUT_BYTES as usize
     + MAX_PENDING_WRITE_BYTES
-    + (MAX_PENDING_LOADS + 1) * wl::MAX_FRAME_BYTES;
+    + (MAX_PENDING_LOADS + 1) * wl::MAX_FRAME_BYTES
+    + 2 * MAX_QUEUED_RUNS * wl::MAX_LAMBDA_OUT_BYTES as usize;
 
 /// The server's worst-case memory in bytes: `threads x (connections per thread x
 /// CONN_MEMORY_BOUND + THREAD_MEMORY_BOUND) + registry`, with `conns` connections in all
@@ -246,6 +269,8 @@ const _: () = assert!(wl::MAX_LAMBDA_IN_BYTES as usize <= io::MAX_RANGE_BYTES);
 const _: () = assert!(LAMBDA_PIECE_BYTES as usize <= io::MAX_RANGE_BYTES);
 const _: () = assert!((LAMBDA_PIECE_BYTES as usize).is_multiple_of(io::MAX_BLOCK_ALIGN));
 const _: () = assert!(LAMBDA_READS_PER_JOB as usize <= ENGINE_CHAINS);
+const _: () =
+    assert!(CONTENDED_LAMBDA_READS >= 1 && CONTENDED_LAMBDA_READS <= LAMBDA_READS_PER_JOB);
 // The server's engine: chains, buffers and hops inside what the engine accepts.
 const _: () = assert!(ENGINE_CHAINS <= io::MAX_CHAINS && ENGINE_CHAINS <= io::MAX_BUFFERS);
 const _: () = assert!(SERVER_HOP_BYTES <= io::MAX_HOP_BYTES);

@@ -178,6 +178,44 @@ fn without_a_token_file_the_default_scope_still_bounds_growth() {
 }
 
 #[test]
+fn each_tenant_runs_under_the_instruction_budget_its_token_line_names() {
+    // The operator's per-tenant budget: a token line's `insns=`, overridden by the
+    // configuration's own budget for the tenant, else the server's default.
+    let dir = TempDir::new("insns");
+    layout(&dir);
+    common::loop_file(&dir.join("served"));
+    let tok = dir.join("tokens");
+    std::fs::write(
+        &tok,
+        format!(
+            "tiny {SECRET} insns=5000
+plain {SECRET}
+over {SECRET} insns=4K
+"
+        ),
+    )
+    .unwrap();
+    let mut cfg = ServerConfig::new(&dir.join("served"));
+    cfg.tokens = Some(storefn_server::load_tokens(&tok).unwrap());
+    cfg.tenant_insn_budgets = vec![("over".into(), 9000)];
+    let server = Server::start("127.0.0.1:0", cfg).unwrap();
+    let default = storefn_server::limits::DEFAULT_TENANT_INSN_BUDGET;
+    for (tenant, budget) in [("tiny", 5000), ("plain", default), ("over", 9000)] {
+        let mut c = as_tenant(&server, tenant);
+        let spin = c.load_prog(storefn_wire::PROG_TYPE_XRP, b"", storefn_progs::must("test/spin"));
+        let spin = spin.unwrap();
+        let e = c.call(&[common::spin_request(&spin)]).unwrap().remove(0);
+        assert_eq!(e.status, StatusCode::ChainFailed as u16, "{tenant}: {}", e.message);
+        assert!(e.message.contains(&format!("({budget} instructions)")), "{tenant}: {}", e.message);
+    }
+    server.stop();
+    server.join().unwrap();
+    for bad in ["insns=0", "insns=many", "insns=1G"] {
+        assert!(storefn_server::Scope::parse(&[bad]).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn a_bad_scope_stops_the_server_from_starting_naming_the_line() {
     let dir = TempDir::new("bad_scope");
     layout(&dir);

@@ -191,9 +191,7 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     let dir = TempDir::new("limits");
     std::fs::write(dir.join("f"), b"data").unwrap();
     // Block 1 points at itself: a chain that never ends on its own.
-    let mut loop_file = vec![0u8; 1024];
-    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
-    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    common::loop_file(dir.path());
     let server = start(&dir, |_| {});
     let mut c = client(&server);
     let follow = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("xrp_follow")).unwrap();
@@ -210,16 +208,7 @@ fn in_flight_limit_and_budgets_are_enforced_by_the_server() {
     assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
     assert!(e.to_string().contains("64"), "names the hop limit: {e}");
     let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
-    let e = c
-        .one(&Request::Xrp {
-            path: b"loop",
-            offset: 0,
-            len: 512,
-            hash: &spin,
-            scratch: &[],
-            out_len: 0,
-        })
-        .unwrap_err();
+    let e = c.one(&common::spin_request(&spin)).unwrap_err();
     assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
     assert!(e.to_string().contains("budget"), "names the budget: {e}");
     // One frame with more requests than a connection may have in flight.

@@ -72,6 +72,81 @@ fn round_p99(c: &mut Client, n: usize) -> f64 {
     lat[(n * 99 / 100).min(n - 1)]
 }
 
+/// The victim's p99 idle and under attack, µs: three pairs of rounds (`round`, after `settle_ms`
+/// for the attacker to stop or start), `active` set for the attacked ones; each figure the lowest
+/// of its three (other processes on this shared VM stall single rounds; an attack that hurts
+/// the victim hurts every round).
+fn alternate(active: &AtomicBool, settle_ms: u64, mut round: impl FnMut() -> f64) -> (f64, f64) {
+    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        for (on, best) in [(false, &mut idle), (true, &mut attacked)] {
+            active.store(on, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(settle_ms));
+            *best = best.min(round());
+        }
+    }
+    (idle, attacked)
+}
+
+/// What one attacking connection does: its client, and `go`, which waits while the victim
+/// measures an idle round and says whether to go on (false once the victim is done, or after
+/// 60 s); returns what it counts (requests answered).
+type Attack = dyn Fn(&mut Client, &dyn Fn() -> bool) -> usize + Sync;
+
+/// `conns` connections of tenant `attacker` running `attack` next to a victim tenant's point
+/// reads on a server over `dir`: the victim's p99 idle and under attack (`alternate`, after
+/// `settle_ms`, one `round` each) and the attackers' counts summed.
+fn next_to_victim(
+    dir: &TempDir,
+    (conns, attacker): (usize, &str),
+    (settle_ms, round): (u64, &dyn Fn(&mut Client) -> f64),
+    attack: &Attack,
+) -> (f64, f64, usize) {
+    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
+    let addr = server.local_addr().to_string();
+    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
+    let (stop, active) = (AtomicBool::new(false), AtomicBool::new(false));
+    let go = || {
+        let t0 = Instant::now();
+        while !active.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60)
+    };
+    let (idle, attacked, count) = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..conns)
+            .map(|_| {
+                let (addr, go) = (&addr, &go);
+                s.spawn(move || {
+                    let mut c = Client::connect(addr, tenant(attacker)).unwrap();
+                    attack(&mut c, go)
+                })
+            })
+            .collect();
+        let (idle, attacked) = alternate(&active, settle_ms, || round(&mut victim));
+        stop.store(true, Ordering::Relaxed);
+        (idle, attacked, threads.into_iter().map(|t| t.join().unwrap()).sum())
+    });
+    server.stop();
+    server.join().unwrap();
+    (idle, attacked, count)
+}
+
+/// The p99 in µs of the point reads one victim makes in `dur` (at least one, reads of a
+/// round-robin offset as in [`round_p99`]).
+fn timed_round_p99(c: &mut Client, dur: Duration) -> f64 {
+    let (mut lat, t0) = (Vec::new(), Instant::now());
+    while lat.is_empty() || t0.elapsed() < dur {
+        let offset = (lat.len() as u64 * 7919 % 2048) * 512;
+        let t = Instant::now();
+        let r = c.one(&Request::Read { path: b"v", offset, len: 512 }).unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(r.data.len(), 512);
+    }
+    lat.sort_by(f64::total_cmp);
+    lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
+}
+
 /// The victim's service under an attack, against its idle p99: within 3x, plus 5 ms of slack
 /// for the scheduling noise of a shared VM (prints both).
 fn check_victim(what: &str, idle: f64, attacked: f64) {
@@ -334,15 +409,7 @@ fn point_reads_are_not_stalled_by_another_connections_syncs() {
         (n, t0.elapsed())
     });
     // Idle and under writes, alternating, the best of three rounds each.
-    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..3 {
-        active.store(false, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(20));
-        idle = idle.min(round_p99(&mut victim, 300));
-        active.store(true, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(20));
-        attacked = attacked.min(round_p99(&mut victim, 300));
-    }
+    let (idle, attacked) = alternate(&active, 20, || round_p99(&mut victim, 300));
     stop.store(true, Ordering::Relaxed);
     let (writes, took) = writer.join().unwrap();
     println!("syncing writer: {writes} durable 64 KiB WRITEs in {took:?} (including idle rounds)");
@@ -543,9 +610,7 @@ fn each_tenant_runs_under_its_own_instruction_budget() {
     // invocation) whoever sent it; the operator could not give a tenant less.
     let _g = serial();
     let dir = TempDir::new("budget");
-    let mut loop_file = vec![0u8; 1024];
-    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
-    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    common::loop_file(dir.path());
     let mut cfg = ServerConfig::new(dir.path());
     cfg.tenant_insn_budgets = vec![("small".into(), 5000)];
     let server = Server::start("127.0.0.1:0", cfg).unwrap();
@@ -556,16 +621,7 @@ fn each_tenant_runs_under_its_own_instruction_budget() {
         let mut c = Client::connect(&addr, tenant(name)).unwrap();
         let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
         let t = Instant::now();
-        let e = c
-            .one(&Request::Xrp {
-                path: b"loop",
-                offset: 0,
-                len: 512,
-                hash: &spin,
-                scratch: &[],
-                out_len: 0,
-            })
-            .unwrap_err();
+        let e = c.one(&common::spin_request(&spin)).unwrap_err();
         println!("tenant {name}: budget {budget} stopped the spin in {:?}", t.elapsed());
         assert_eq!(e.status(), Some(StatusCode::ChainFailed as u16), "{e}");
         assert!(e.to_string().contains(&format!("({budget} instructions)")), "{name}: {e}");
@@ -581,61 +637,23 @@ fn a_tenant_burning_cpu_in_its_programs_leaves_the_thread_to_others() {
     let _g = serial();
     let dir = TempDir::new("cpuflood");
     victim_file(&dir);
-    let mut loop_file = vec![0u8; 1024];
-    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
-    std::fs::write(dir.join("loop"), &loop_file).unwrap();
-    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
-    let addr = server.local_addr().to_string();
-    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let active = Arc::new(AtomicBool::new(false));
-    let burners: Vec<_> = (0..2)
-        .map(|_| {
-            let (addr, stop, active) = (addr.clone(), Arc::clone(&stop), Arc::clone(&active));
-            std::thread::spawn(move || {
-                let mut c = Client::connect(&addr, tenant("burner")).unwrap();
-                let spin =
-                    c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
-                let reqs: Vec<Request<'_>> = (0..128)
-                    .map(|_| Request::Xrp {
-                        path: b"loop",
-                        offset: 0,
-                        len: 512,
-                        hash: &spin,
-                        scratch: &[],
-                        out_len: 0,
-                    })
-                    .collect();
-                let (mut chains, t0) = (0u64, Instant::now());
-                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
-                    if !active.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(1));
-                        continue;
-                    }
-                    let r = c.call(&reqs).unwrap();
-                    assert!(r.iter().all(|r| r.status == StatusCode::ChainFailed as u16));
-                    chains += r.len() as u64;
-                }
-                chains
-            })
-        })
-        .collect();
-    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..3 {
-        active.store(false, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(100));
-        idle = idle.min(round_p99(&mut victim, 200));
-        active.store(true, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(100));
-        attacked = attacked.min(round_p99(&mut victim, 200));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let chains: u64 = burners.into_iter().map(|t| t.join().unwrap()).sum();
+    common::loop_file(dir.path());
+    let burn: &Attack = &|c, go| {
+        let spin = c.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
+        let reqs: Vec<Request<'_>> = (0..128).map(|_| common::spin_request(&spin)).collect();
+        let mut chains = 0;
+        while go() {
+            let r = c.call(&reqs).unwrap();
+            assert!(r.iter().all(|r| r.status == StatusCode::ChainFailed as u16));
+            chains += r.len();
+        }
+        chains
+    };
+    let round: &dyn Fn(&mut Client) -> f64 = &|v| round_p99(v, 200);
+    let (idle, attacked, chains) = next_to_victim(&dir, (2, "burner"), (100, round), burn);
     println!("budget-burning tenant: {chains} chains run to their instruction budget");
     check_victim("next to budget-burning chains", idle, attacked);
     assert!(chains > 0);
-    server.stop();
-    server.join().unwrap();
 }
 
 #[test]
@@ -645,21 +663,10 @@ fn a_load_prog_flood_leaves_the_thread_to_others() {
     let _g = serial();
     let dir = TempDir::new("loadflood");
     victim_file(&dir);
-    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
-    let addr = server.local_addr().to_string();
-    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let active = Arc::new(AtomicBool::new(false));
-    let (stop_l, active_l, addr_l) = (Arc::clone(&stop), Arc::clone(&active), addr.clone());
-    let loader = std::thread::spawn(move || {
-        let mut c = Client::connect(&addr_l, tenant("loader")).unwrap();
+    let load: &Attack = &|c, go| {
         let elf = storefn_progs::must("engines/wiredtiger/lookup");
-        let (mut n, t0) = (0usize, Instant::now());
-        while !stop_l.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
-            if !active_l.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            }
+        let mut n = 0;
+        while go() {
             // Distinct programs (trailing bytes the loader ignores change the hash): each one
             // is verified, none comes from the registry.
             let padded: Vec<Vec<u8>> = (0..8)
@@ -678,23 +685,56 @@ fn a_load_prog_flood_leaves_the_thread_to_others() {
             n += r.len();
         }
         n
-    });
-    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..3 {
-        active.store(false, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(100));
-        idle = idle.min(round_p99(&mut victim, 200));
-        active.store(true, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(100));
-        attacked = attacked.min(round_p99(&mut victim, 200));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let loaded = loader.join().unwrap();
+    };
+    let round: &dyn Fn(&mut Client) -> f64 = &|v| round_p99(v, 200);
+    let (idle, attacked, loaded) = next_to_victim(&dir, (1, "loader"), (100, round), load);
     println!("LOAD_PROG flood: {loaded} distinct programs verified");
     check_victim("next to a LOAD_PROG flood", idle, attacked);
     assert!(loaded >= 8, "the flood's first frame was verified");
-    server.stop();
-    server.join().unwrap();
+}
+
+#[test]
+fn a_lambda_flood_leaves_the_thread_to_others() {
+    // Regression: a λ function ran over its whole range in one call on the event loop, which no
+    // per-pass slice can split: a tenant's 1 MiB λs that spin to their instruction budget
+    // (~0.2 s each in a release build) stalled every other connection of the thread for each
+    // run's length: a point read waited seconds. Ranges of 256 KiB here keep the runs of a
+    // debug build short enough for the test's time.
+    let _g = serial();
+    let dir = TempDir::new("lamflood");
+    victim_file(&dir);
+    let len = MAX_LAMBDA_IN_BYTES / 4;
+    std::fs::write(dir.join("big"), vec![0u8; 2 * len as usize]).unwrap();
+    let spin: &Attack = &move |c, go| {
+        let elf = storefn_progs::must("test/lambda_spin");
+        let hash = c.load_prog(PROG_TYPE_LAMBDA, b"", elf).unwrap();
+        let reqs: Vec<Request<'_>> = (0..2u64)
+            .map(|i| Request::Lambda {
+                path: b"big",
+                offset: i * u64::from(len),
+                len,
+                hash: &hash,
+                out_cap: 64,
+            })
+            .collect();
+        let mut runs = 0;
+        while go() {
+            let r = c.call(&reqs).unwrap();
+            let spent = |r: &storefn_wire::Reply| {
+                r.status == StatusCode::ChainFailed as u16 && r.message.contains("budget")
+            };
+            assert!(r.iter().all(spent), "{:?}", r[0].message);
+            runs += r.len();
+        }
+        runs
+    };
+    // Rounds of a fixed time, not a fixed count: one stalled read per run would be a single
+    // sample, which a count-based round's p99 (and a round falling between runs) misses.
+    let round: &dyn Fn(&mut Client) -> f64 = &|v| timed_round_p99(v, Duration::from_millis(300));
+    let (idle, attacked, runs) = next_to_victim(&dir, (1, "spinner"), (100, round), spin);
+    println!("λ flood: {runs} 256 KiB runs to their instruction budget");
+    check_victim("next to λs spinning to their budget", idle, attacked);
+    assert!(runs >= 2, "the flood's first frame ran");
 }
 
 #[test]
@@ -704,46 +744,19 @@ fn a_stat_flood_leaves_the_thread_to_others() {
     let _g = serial();
     let dir = TempDir::new("statflood");
     victim_file(&dir);
-    let server = Server::start("127.0.0.1:0", ServerConfig::new(dir.path())).unwrap();
-    let addr = server.local_addr().to_string();
-    let mut victim = Client::connect(&addr, tenant("victim")).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let active = Arc::new(AtomicBool::new(false));
-    let flooders: Vec<_> = (0..4)
-        .map(|_| {
-            let (addr, stop, active) = (addr.clone(), Arc::clone(&stop), Arc::clone(&active));
-            std::thread::spawn(move || {
-                let mut c = Client::connect(&addr, tenant("stats")).unwrap();
-                let reqs: Vec<Request<'_>> =
-                    (0..1024).map(|_| Request::Stat { path: b"v" }).collect();
-                let (mut n, t0) = (0u64, Instant::now());
-                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
-                    if !active.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(1));
-                        continue;
-                    }
-                    let r = c.call(&reqs).unwrap();
-                    assert!(r.iter().all(|r| r.status == 0), "{:?}", r[0].message);
-                    n += r.len() as u64;
-                }
-                n
-            })
-        })
-        .collect();
-    let (mut idle, mut attacked) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..3 {
-        active.store(false, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(100));
-        idle = idle.min(round_p99(&mut victim, 200));
-        active.store(true, Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(100));
-        attacked = attacked.min(round_p99(&mut victim, 200));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let stats: u64 = flooders.into_iter().map(|t| t.join().unwrap()).sum();
+    let stat: &Attack = &|c, go| {
+        let reqs: Vec<Request<'_>> = (0..1024).map(|_| Request::Stat { path: b"v" }).collect();
+        let mut n = 0;
+        while go() {
+            let r = c.call(&reqs).unwrap();
+            assert!(r.iter().all(|r| r.status == 0), "{:?}", r[0].message);
+            n += r.len();
+        }
+        n
+    };
+    let round: &dyn Fn(&mut Client) -> f64 = &|v| round_p99(v, 200);
+    let (idle, attacked, stats) = next_to_victim(&dir, (4, "stats"), (100, round), stat);
     println!("STAT flood: {stats} STATs answered");
     check_victim("next to a STAT flood", idle, attacked);
     assert!(stats >= 1024);
-    server.stop();
-    server.join().unwrap();
 }

@@ -179,23 +179,12 @@ fn without_a_token_file_tenant_labels_are_bounded() {
 #[test]
 fn program_cpu_and_chains_are_charged_to_the_tenant_that_ran_them() {
     let dir = TempDir::new("metrics-cpu");
-    let mut loop_file = vec![0u8; 1024];
-    loop_file[512..520].copy_from_slice(&512u64.to_le_bytes());
-    std::fs::write(dir.join("loop"), &loop_file).unwrap();
+    common::loop_file(dir.path());
     let server = start(&dir);
     let mut burner = connect(&server, "alice", SECRET_A);
     let mut reader = connect(&server, "bob", SECRET_B);
     let spin = burner.load_prog(PROG_TYPE_XRP, b"", storefn_progs::must("test/spin")).unwrap();
-    let reqs: Vec<Request<'_>> = (0..8)
-        .map(|_| Request::Xrp {
-            path: b"loop",
-            offset: 0,
-            len: 512,
-            hash: &spin,
-            scratch: &[],
-            out_len: 0,
-        })
-        .collect();
+    let reqs: Vec<Request<'_>> = (0..8).map(|_| common::spin_request(&spin)).collect();
     let replies = burner.call(&reqs).unwrap();
     assert!(replies.iter().all(|r| r.status == storefn_wire::StatusCode::ChainFailed as u16));
     for _ in 0..20 {

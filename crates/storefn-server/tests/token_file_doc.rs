@@ -24,6 +24,7 @@ fn the_token_file_example_and_options_parse_as_documented() {
     let scopes: Vec<Scope> = toks.unwrap().iter().map(|t| Scope::of(t).unwrap()).collect();
     assert_eq!(scopes[0], Scope::default());
     assert_eq!(scopes[1].write_quota, Some(64 << 30));
+    assert_eq!(scopes[1].insn_budget, Some(64 << 10));
     assert_eq!(
         (scopes[2].access, scopes[2].dirs.clone()),
         (Access::ReadOnly, vec!["db".to_string(), "shared/tables".to_string()])
@@ -31,7 +32,7 @@ fn the_token_file_example_and_options_parse_as_documented() {
     // Every option of the table is one the parser knows, and the stated defaults are the code's.
     for row in rows("### Token file") {
         for opt in row[0].split(" / ") {
-            let example = opt.replace("SUB", "d").replace("SIZE", "1K");
+            let example = opt.replace("SUB", "d").replace("SIZE", "1K").replace("=N", "=4096");
             assert!(Scope::parse(&[example.as_str()]).is_ok(), "{opt}");
         }
     }

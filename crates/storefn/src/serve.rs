@@ -19,9 +19,10 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:7070 or [::1]:7070.
     #[arg(long)]
     pub listen: String,
-    /// `TENANT SECRET [ro|rw] [dir=SUB ...] [write_quota=SIZE] [grow_quota=SIZE]` lines: every
-    /// connection must authenticate (HMAC-SHA256) and each tenant reaches only its scope
-    /// (default: rw, the whole directory, no write quota, 1G growth; docs/FORMAT.md).
+    /// `TENANT SECRET [ro|rw] [dir=SUB ...] [write_quota=SIZE] [grow_quota=SIZE] [insns=N]`
+    /// lines: every connection must authenticate (HMAC-SHA256) and each tenant reaches only
+    /// its scope (default: rw, the whole directory, no write quota, 1G growth, the server's
+    /// instruction budget; docs/FORMAT.md).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// Server threads (each with its own io_uring engine).
@@ -30,11 +31,13 @@ pub struct ServeArgs {
     /// One FIFO for every tenant instead of fair admission (for comparisons).
     #[arg(long, hide = true)]
     pub unfair: bool,
-    /// Instructions per program invocation for tenants without their own budget (default
+    /// Instructions per program invocation for tenants without their own budget (neither
+    /// --tenant-insn-budget nor the token file's insns=; default
     /// storefn_server::limits::DEFAULT_TENANT_INSN_BUDGET, a quarter of the VM's default).
     #[arg(long)]
     pub insn_budget: Option<u64>,
-    /// A tenant's own instruction budget, `TENANT=INSNS` (repeatable).
+    /// A tenant's own instruction budget, `TENANT=INSNS` (repeatable; over its token line's
+    /// insns=).
     #[arg(long = "tenant-insn-budget", value_parser = parse_tenant_budget)]
     pub tenant_insn_budgets: Vec<(String, u64)>,
     /// Largest block one hop of a pushed-down chain may read: 4096..=65536, a multiple of

@@ -349,6 +349,14 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ("server", "SERVER_HOP_BYTES", v(storefn_server::limits::SERVER_HOP_BYTES)),
         ("server", "LAMBDA_PIECE_BYTES", v(storefn_server::limits::LAMBDA_PIECE_BYTES)),
         ("server", "LAMBDA_READS_PER_JOB", v(storefn_server::limits::LAMBDA_READS_PER_JOB)),
+        ("server", "CONTENDED_LAMBDA_READS", v(storefn_server::limits::CONTENDED_LAMBDA_READS)),
+        ("server", "CONTENTION_WINDOW", v(storefn_server::limits::CONTENTION_WINDOW)),
+        ("server", "MAX_QUEUED_RUNS", v(storefn_server::limits::MAX_QUEUED_RUNS)),
+        (
+            "server",
+            "MAX_STAGED_RUNS_PER_TENANT",
+            v(storefn_server::limits::MAX_STAGED_RUNS_PER_TENANT),
+        ),
         ("server", "DDS_ENGINE_FILES", v(storefn_server::limits::DDS_ENGINE_FILES)),
         ("server", "MAX_METRICS_CONNS", v(storefn_server::limits::MAX_METRICS_CONNS)),
         (

@@ -40,6 +40,13 @@ pub struct RangeBuf {
     id: u64,
 }
 
+// SAFETY: a RangeBuf is the sole owner of its heap region (like a `Box<[u8]>`): no other handle
+// to the memory exists and nothing in it is tied to the thread that allocated it, so moving it
+// to another thread is sound. A read in flight into it is the `submit_range` contract's
+// business, unchanged by which thread holds the value (the owner may not touch or drop it until
+// the read's delivery, wherever it is).
+unsafe impl Send for RangeBuf {}
+
 impl RangeBuf {
     /// A buffer of `capacity` bytes rounded up to a multiple of 4 KiB. Size it with
     /// [`crate::limits::range_buf_bytes`] for [`Engine::read_range`] of a given length.

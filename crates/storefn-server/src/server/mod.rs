@@ -63,10 +63,11 @@ pub struct ServerConfig {
     pub storage: storefn_io::StorageRef,
     /// Connections in all, per thread, per peer address, before authentication.
     pub conn_limits: ConnLimits,
-    /// Instructions per program invocation for tenants not in `tenant_insn_budgets`
-    /// ([`DEFAULT_TENANT_INSN_BUDGET`]).
+    /// Instructions per program invocation for tenants not in `tenant_insn_budgets` and
+    /// whose token line names no `insns=` ([`DEFAULT_TENANT_INSN_BUDGET`]).
     pub insn_budget: u64,
-    /// Per-tenant instruction budgets (tenant name, instructions per invocation).
+    /// Per-tenant instruction budgets (tenant name, instructions per invocation); one here
+    /// overrides the tenant's token line (`insns=`).
     pub tenant_insn_budgets: Vec<(String, u64)>,
     /// Largest block one hop of a pushed-down chain may read ([`SERVER_HOP_BYTES`] by
     /// default, so real engines' pages fit; a program still asks for each hop's size).
@@ -74,17 +75,6 @@ pub struct ServerConfig {
     /// A cluster's fencing of shard files ([`fence::Fence`]); `None` = every request for an
     /// existing file is answered, fenced or not.
     pub fence: Option<std::sync::Arc<dyn fence::Fence>>,
-}
-
-impl ServerConfig {
-    /// The instruction budget of `tenant`'s requests.
-    #[must_use]
-    pub fn insn_budget_of(&self, tenant: &[u8]) -> u64 {
-        self.tenant_insn_budgets
-            .iter()
-            .find(|(t, _)| t.as_bytes() == tenant)
-            .map_or(self.insn_budget, |&(_, b)| b)
-    }
 }
 
 impl ServerConfig {
@@ -195,6 +185,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The instruction budget of tenant `name` with scope `scope` (its token's index): its own
+    /// from the configuration (`--tenant-insn-budget`), else its token line's `insns=`, else
+    /// the server's default (`--insn-budget`).
+    pub(crate) fn insn_budget(&self, name: &[u8], scope: u32) -> u64 {
+        let own = self.cfg.tenant_insn_budgets.iter().find(|(t, _)| t.as_bytes() == name);
+        own.map(|&(_, b)| b)
+            .or_else(|| self.policy.insn_budget(scope))
+            .unwrap_or(self.cfg.insn_budget)
+    }
+
     /// The logger every log line of the server goes through.
     pub(crate) fn logger(&self) -> Logger {
         Logger { on: self.cfg.log, format: self.cfg.log_format }

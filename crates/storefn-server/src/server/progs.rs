@@ -1,8 +1,12 @@
-//! The thread's compiled programs: one instance per program hash, shared by the thread's
-//! jobs; as the engine's storage function it runs the program of each chain's job.
+//! The thread's programs: one slot per program hash, shared by the thread's jobs, with the
+//! program's instance compiled where the loop runs it (XRP hops, LAMBDA_WRITE; a LAMBDA runs on
+//! the runner thread, which compiles its own); as the engine's storage function it runs the
+//! program of each chain's job.
+
+use std::sync::Arc;
 
 use storefn_io::{StorageFn, VmError, XrpCtx};
-use storefn_vm::{Instance, ProgType};
+use storefn_vm::{Instance, ProgType, VerifiedProgram};
 
 use super::files::FileFail;
 use super::{Shared, MAX_INSTANCES_PER_THREAD};
@@ -11,9 +15,23 @@ use storefn_wire::StatusCode;
 
 pub(super) struct InstSlot {
     pub(super) hash: ProgHash,
-    pub(super) inst: Instance,
+    pub(super) prog: Arc<VerifiedProgram>,
+    /// Compiled on the loop's first run of it (`Progs::instance`).
+    inst: Option<Instance>,
     pub(super) refs: u32,
     pub(super) last_used: u64,
+}
+
+/// An instance of `prog` for the server: the JIT, else the interpreter, its budget capped at
+/// `SERVER_INSN_BUDGET` (each run sets its tenant's).
+pub(super) fn compile(prog: &Arc<VerifiedProgram>) -> Result<Instance, FileFail> {
+    let mut inst = match Instance::new(Arc::clone(prog), storefn_vm::Engine::Jit) {
+        Ok(i) => i,
+        Err(_) => Instance::new(Arc::clone(prog), storefn_vm::Engine::Interp)
+            .map_err(|e| (StatusCode::ProgRejected, e.to_string()))?,
+    };
+    inst.set_insn_budget(inst.insn_budget().min(crate::limits::SERVER_INSN_BUDGET));
+    Ok(inst)
 }
 
 impl std::fmt::Debug for InstSlot {
@@ -51,18 +69,20 @@ impl StorageFn for Progs {
         let ti = usize::try_from(token).expect("job index");
         let si = self.job_inst[ti] as usize;
         let s = self.slots[si].as_mut().expect("a running job's program stays loaded");
-        s.inst.set_insn_budget(self.job_budget[ti]);
+        let inst = s.inst.as_mut().expect("an XRP slot is compiled when acquired");
+        inst.set_insn_budget(self.job_budget[ti]);
         let t0 = std::time::Instant::now();
-        let r = s.inst.run_xrp(ctx, data, scratch);
+        let r = inst.run_xrp(ctx, data, scratch);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.job_cpu[ti] = self.job_cpu[ti].saturating_add(ns);
-        self.job_insns[ti] = self.job_insns[ti].saturating_add(s.inst.insns_used());
+        self.job_insns[ti] = self.job_insns[ti].saturating_add(inst.insns_used());
         r
     }
 }
 
 impl Progs {
-    /// The slot of `hash` for a `ty` request, compiling it from the registry on first use.
+    /// The slot of `hash` for a `ty` request (compiled now for XRP, whose hops run on the
+    /// loop; a λ program is compiled where it first runs).
     pub(super) fn acquire(
         &mut self,
         shared: &Shared,
@@ -83,12 +103,7 @@ impl Progs {
             if prog.prog_type != ty {
                 return Err((StatusCode::BadRequest, "program type does not match the op".into()));
             }
-            let mut inst = match Instance::new(prog.clone(), storefn_vm::Engine::Jit) {
-                Ok(i) => i,
-                Err(_) => Instance::new(prog, storefn_vm::Engine::Interp)
-                    .map_err(|e| (StatusCode::ProgRejected, e.to_string()))?,
-            };
-            inst.set_insn_budget(inst.insn_budget().min(crate::limits::SERVER_INSN_BUDGET));
+            let inst = if ty == ProgType::Xrp { Some(compile(&prog)?) } else { None };
             let si = match self.slots.iter().position(Option::is_none) {
                 Some(i) => i,
                 None if self.slots.len() < MAX_INSTANCES_PER_THREAD => {
@@ -109,16 +124,25 @@ impl Progs {
                         "every program slot of this thread is busy".into(),
                     ))?,
             };
-            self.slots[si] = Some(InstSlot { hash: *hash, inst, refs: 0, last_used: 0 });
+            self.slots[si] = Some(InstSlot { hash: *hash, prog, inst, refs: 0, last_used: 0 });
             si
         };
         let s = self.slots[si].as_mut().expect("present");
-        if s.inst.program().prog_type != ty {
+        if s.prog.prog_type != ty {
             return Err((StatusCode::BadRequest, "program type does not match the op".into()));
         }
         s.refs += 1;
         s.last_used = self.clock;
         Ok(u32::try_from(si).expect("small"))
+    }
+
+    /// Slot `si`'s instance, compiled on first use.
+    pub(super) fn instance(&mut self, si: u32) -> Result<&mut Instance, FileFail> {
+        let s = self.slots[si as usize].as_mut().expect("held slot");
+        if s.inst.is_none() {
+            s.inst = Some(compile(&s.prog)?);
+        }
+        Ok(s.inst.as_mut().expect("compiled"))
     }
 
     pub(super) fn release(&mut self, si: u32) {

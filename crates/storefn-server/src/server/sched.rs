@@ -9,8 +9,21 @@
 //! admitted at the next free slot, and the long chains never hold every slot.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
-use crate::limits::{PASS_CPU_NS, RESERVE_DIV};
+use crate::limits::{
+    CONTENDED_LAMBDA_READS, CONTENTION_WINDOW, MAX_STAGED_RUNS_PER_TENANT, PASS_CPU_NS, RESERVE_DIV,
+};
+
+/// What each tenant's λ jobs hold besides their engine slots, by tenant entry: a tenant at
+/// either bound gets no job admitted until it is under it again.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LambdaLoad<'a> {
+    /// Piece reads in flight (`CONTENDED_LAMBDA_READS`, while another tenant shares the thread).
+    pub reads: &'a [u32],
+    /// Runs whose range landed, waiting for or on the runner (`MAX_STAGED_RUNS_PER_TENANT`).
+    pub runs: &'a [u32],
+}
 
 /// Queued jobs per tenant.
 #[derive(Debug)]
@@ -34,6 +47,8 @@ pub struct Sched {
     pass: Vec<u64>,
     /// Some tenant's work was cut short in this pass (the next pass must not sleep).
     carried: bool,
+    /// The tenants that queued work within `CONTENTION_WINDOW`, with when they last did.
+    recent: Vec<(u32, Instant)>,
 }
 
 impl Sched {
@@ -51,6 +66,7 @@ impl Sched {
             job_cost: Vec::new(),
             pass: Vec::new(),
             carried: false,
+            recent: Vec::new(),
         }
     }
 
@@ -69,6 +85,11 @@ impl Sched {
     pub fn push(&mut self, tenant: u32, job: u32) {
         self.ensure(tenant);
         self.queued += 1;
+        let now = Instant::now();
+        match self.recent.iter_mut().find(|r| r.0 == tenant) {
+            Some(r) => r.1 = now,
+            None => self.recent.push((tenant, now)),
+        }
         if !self.fair {
             self.fifo.push_back((tenant, job));
             return;
@@ -100,7 +121,10 @@ impl Sched {
 
     /// The next job to admit as `(tenant, job)`, or `None` if nothing may be admitted now
     /// (nothing queued, or every tenant with queued work is at its share).
-    pub fn admit(&mut self) -> Option<(u32, u32)> {
+    /// A tenant also waits while its λ jobs are at a bound of `lambda` (see [`LambdaLoad`]):
+    /// its next job's reads would join a device queue that already holds its share, or its
+    /// range would wait, staged, behind its runs.
+    pub fn admit(&mut self, lambda: LambdaLoad<'_>) -> Option<(u32, u32)> {
         if !self.fair {
             let (t, j) = self.fifo.pop_front()?;
             self.queued -= 1;
@@ -108,6 +132,11 @@ impl Sched {
             return Some((t, j));
         }
         let share = self.share();
+        let lambda_full = |t: u32| {
+            let at = |v: &[u32], max: u32| v.get(t as usize).is_some_and(|&n| n >= max);
+            at(lambda.runs, MAX_STAGED_RUNS_PER_TENANT)
+                || (at(lambda.reads, CONTENDED_LAMBDA_READS) && self.contended(t))
+        };
         // The least-used tenant under its share (one over it waits: another tenant may be
         // waiting, or the reserve is kept for one that arrives); the first of equals.
         let picked = self
@@ -119,6 +148,7 @@ impl Sched {
                 n < share
                     && u64::from(n) < (PASS_CPU_NS / cost.max(1)).max(1)
                     && self.pass[t as usize] < PASS_CPU_NS
+                    && !lambda_full(t)
             })
             .min_by_key(|&(k, &t)| (self.used[t as usize], k))
             .map(|(k, &t)| (k, t));
@@ -138,6 +168,14 @@ impl Sched {
         Some((t, j))
     }
 
+    /// Charges `tenant` `ns` of CPU time spent for it off the worker thread (its λ runs): it
+    /// counts in the order tenants are served, not in the worker's pass or job costs.
+    pub fn charge_elsewhere(&mut self, tenant: u32, ns: u64) {
+        self.ensure(tenant);
+        let u = &mut self.used[tenant as usize];
+        *u = u.saturating_add(ns);
+    }
+
     /// Charges `tenant` `ns` of the worker thread's CPU time.
     pub fn charge(&mut self, tenant: u32, ns: u64) {
         self.ensure(tenant);
@@ -151,6 +189,10 @@ impl Sched {
     /// the previous pass carried work over (the poll must not sleep).
     pub fn new_pass(&mut self) -> bool {
         self.pass.fill(0);
+        if !self.recent.is_empty() {
+            let now = Instant::now();
+            self.recent.retain(|r| now.duration_since(r.1) < CONTENTION_WINDOW);
+        }
         std::mem::take(&mut self.carried)
     }
 
@@ -160,6 +202,13 @@ impl Sched {
         let spent = self.pass.get(tenant as usize).is_some_and(|&p| p >= PASS_CPU_NS);
         self.carried |= spent;
         spent
+    }
+
+    /// Whether another tenant than `tenant` queued work within `CONTENTION_WINDOW` (the
+    /// device is then shared: `CONTENDED_LAMBDA_READS`).
+    pub fn contended(&self, tenant: u32) -> bool {
+        let now = Instant::now();
+        self.recent.iter().any(|r| r.0 != tenant && now.duration_since(r.1) < CONTENTION_WINDOW)
     }
 
     /// Whether some tenant's work was carried over to the next pass so far.
@@ -182,6 +231,7 @@ impl Sched {
         self.used[tenant as usize] = 0;
         self.job_cost[tenant as usize] = 0;
         self.pass[tenant as usize] = 0;
+        self.recent.retain(|r| r.0 != tenant);
     }
 
     /// CPU time `tenant` was charged, ns (virtual: raised to the least usage of the waiting
@@ -225,12 +275,12 @@ mod tests {
         }
         // Tenant 0 takes slots while alone.
         for _ in 0..4 {
-            assert_eq!(s.admit().unwrap().0, 0);
+            assert_eq!(s.admit(LambdaLoad::default()).unwrap().0, 0);
         }
         s.push(1, 1000);
         // Tenant 1's single job is admitted within the next two admissions.
-        let a = s.admit().unwrap();
-        let b = s.admit();
+        let a = s.admit(LambdaLoad::default()).unwrap();
+        let b = s.admit(LambdaLoad::default());
         assert!(a == (1, 1000) || b == Some((1, 1000)), "{a:?} {b:?}");
     }
 
@@ -242,7 +292,7 @@ mod tests {
             s.push(1, 100 + j);
         }
         let mut per = [0u32; 2];
-        while let Some((t, _)) = s.admit() {
+        while let Some((t, _)) = s.admit(LambdaLoad::default()) {
             per[t as usize] += 1;
             if per[0] + per[1] == 4 {
                 break;
@@ -258,15 +308,15 @@ mod tests {
             s.push(0, j);
         }
         let mut n = 0;
-        while s.admit().is_some() {
+        while s.admit(LambdaLoad::default()).is_some() {
             n += 1;
         }
         assert_eq!(n, 16 - 16 / RESERVE_DIV);
         s.push(1, 7);
-        assert_eq!(s.admit(), Some((1, 7)));
+        assert_eq!(s.admit(LambdaLoad::default()), Some((1, 7)));
         s.done(0);
         // Two tenants now: tenant 0 is over its share (8) and waits.
-        assert_eq!(s.admit(), None);
+        assert_eq!(s.admit(LambdaLoad::default()), None);
     }
 
     #[test]
@@ -280,11 +330,11 @@ mod tests {
         s.charge(0, 5_000_000);
         s.charge(1, 1_000);
         // Tenant 2 used nothing, then tenant 1, tenant 0 last.
-        let order: Vec<u32> = (0..3).map(|_| s.admit().unwrap().0).collect();
+        let order: Vec<u32> = (0..3).map(|_| s.admit(LambdaLoad::default()).unwrap().0).collect();
         assert_eq!(order, [2, 2, 2]);
         s.charge(2, 10_000_000);
-        assert_eq!(s.admit().unwrap().0, 1, "tenant 2 now used the most");
-        assert_eq!(s.admit().unwrap().0, 1);
+        assert_eq!(s.admit(LambdaLoad::default()).unwrap().0, 1, "tenant 2 now used the most");
+        assert_eq!(s.admit(LambdaLoad::default()).unwrap().0, 1);
         // A tenant arriving now starts at the least usage of those waiting, not at 0.
         s.push(3, 30);
         assert_eq!(s.used(3), 1_000);
@@ -301,12 +351,16 @@ mod tests {
         }
         s.new_pass();
         let mut n = 0;
-        while s.admit().is_some() {
+        while s.admit(LambdaLoad::default()).is_some() {
             n += 1;
         }
         assert!((4..=5).contains(&n), "{n}");
         s.push(1, 1000);
-        assert_eq!(s.admit(), Some((1, 1000)), "a light tenant is admitted at once");
+        assert_eq!(
+            s.admit(LambdaLoad::default()),
+            Some((1, 1000)),
+            "a light tenant is admitted at once"
+        );
     }
 
     #[test]
@@ -318,12 +372,34 @@ mod tests {
         s.push(1, 100);
         s.charge(0, PASS_CPU_NS);
         assert!(!s.carried());
-        assert_eq!(s.admit(), Some((1, 100)), "the other tenant still has its pass");
-        assert_eq!(s.admit(), None, "tenant 0 spent this pass");
+        assert_eq!(
+            s.admit(LambdaLoad::default()),
+            Some((1, 100)),
+            "the other tenant still has its pass"
+        );
+        assert_eq!(s.admit(LambdaLoad::default()), None, "tenant 0 spent this pass");
         assert!(s.carried(), "its queued jobs are carried over");
         assert!(s.new_pass());
-        assert_eq!(s.admit().unwrap().0, 0, "a new pass admits it again");
+        assert_eq!(s.admit(LambdaLoad::default()).unwrap().0, 0, "a new pass admits it again");
         assert!(!s.new_pass());
+    }
+
+    #[test]
+    fn a_tenant_at_its_lambda_bounds_waits() {
+        let mut s = Sched::new(64, true);
+        for j in 0..4 {
+            s.push(0, j);
+        }
+        let (reads, runs) = ([CONTENDED_LAMBDA_READS, 0], [0, 0]);
+        let load = LambdaLoad { reads: &reads, runs: &runs };
+        assert_eq!(s.admit(load).unwrap().0, 0, "alone, its λ reads are not held back");
+        s.push(1, 100);
+        assert_eq!(s.admit(load), Some((1, 100)));
+        assert_eq!(s.admit(load), None, "tenant 0 holds its share of the device while 1 is near");
+        let no_reads = [0, 0];
+        assert_eq!(s.admit(LambdaLoad { reads: &no_reads, runs: &runs }).unwrap().0, 0);
+        let staged = [MAX_STAGED_RUNS_PER_TENANT, 0];
+        assert_eq!(s.admit(LambdaLoad { reads: &no_reads, runs: &staged }), None, "runs staged");
     }
 
     #[test]
@@ -334,8 +410,8 @@ mod tests {
         }
         s.push(1, 99);
         for j in 0..10 {
-            assert_eq!(s.admit(), Some((0, j)));
+            assert_eq!(s.admit(LambdaLoad::default()), Some((0, j)));
         }
-        assert_eq!(s.admit(), Some((1, 99)));
+        assert_eq!(s.admit(LambdaLoad::default()), Some((1, 99)));
     }
 }

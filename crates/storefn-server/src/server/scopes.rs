@@ -76,6 +76,11 @@ impl Policy {
         Ok(p)
     }
 
+    /// The instruction budget tenant `t`'s scope gives it, if it names one (`insns=`).
+    pub(crate) fn insn_budget(&self, t: u32) -> Option<u64> {
+        self.tenants.get(t as usize).and_then(|x| x.scope.insn_budget)
+    }
+
     /// Where `path` is for tenant `t`, if its scope allows `intent` there.
     ///
     /// # Errors

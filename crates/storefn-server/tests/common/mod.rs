@@ -8,6 +8,26 @@ use storefn_kv::NodeSize;
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::{Client, ClientConfig};
 
+/// Writes `loop` in `dir`: two 512 B blocks, the second pointing at itself. `test/spin` spins to
+/// its instruction budget on the first; `xrp_follow` never ends on its own from the second.
+pub fn loop_file(dir: &Path) {
+    let mut blocks = vec![0u8; 1024];
+    blocks[512..520].copy_from_slice(&512u64.to_le_bytes());
+    std::fs::write(dir.join("loop"), &blocks).unwrap();
+}
+
+/// One run of `test/spin` (loaded as `spin`) on `loop`'s first block, to its budget.
+pub fn spin_request(spin: &[u8; storefn_wire::HASH_BYTES]) -> storefn_wire::Request<'_> {
+    storefn_wire::Request::Xrp {
+        path: b"loop",
+        offset: 0,
+        len: 512,
+        hash: spin,
+        scratch: &[],
+        out_len: 0,
+    }
+}
+
 /// A directory removed on drop (even when the test panics).
 pub struct TempDir(pub PathBuf);
 

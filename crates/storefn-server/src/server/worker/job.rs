@@ -363,6 +363,11 @@ impl Worker<'_> {
         }
         let cpu = std::mem::take(&mut self.progs.job_cpu[ji as usize]);
         self.meter_job(ji, &head, &job, cpu);
+        if let Job::Lambda(_, l) = &job {
+            if l.staged() {
+                self.lambda_runs[head.tenant as usize] -= 1;
+            }
+        }
         if head.admitted {
             self.sched.done(head.tenant);
             self.sched.job_done(head.tenant, cpu);

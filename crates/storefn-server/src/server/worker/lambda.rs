@@ -2,7 +2,7 @@
 //! range reads of the engine, [`LAMBDA_PIECE_BYTES`] each (cut at aligned file offsets, each
 //! landing at its place), up to [`LAMBDA_READS_PER_JOB`] in flight, completed with everything
 //! else the engine runs; once the whole range landed the program runs once over it in place,
-//! its output written straight into the response frame.
+//! on the thread's runner thread (`runs`), and its output is copied into the response.
 
 use storefn_io::{Completion, RangeBuf};
 use storefn_vm::ProgType;
@@ -13,7 +13,7 @@ use super::ranges::place;
 use super::{Conn, Worker};
 use crate::registry::ProgHash;
 use crate::server::files::FileFail;
-use crate::server::{LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB};
+use crate::server::{CONTENDED_LAMBDA_READS, LAMBDA_PIECE_BYTES, LAMBDA_READS_PER_JOB};
 use storefn_wire::layout::{FRAME_HEADER_BYTES, MSG_HEADER_BYTES};
 use storefn_wire::limits::MAX_LAMBDA_IN_BYTES;
 use storefn_wire::{op, put_status, StatusCode};
@@ -46,6 +46,9 @@ pub(super) struct LambdaJob {
     reaped_now: u32,
     /// A piece failed or could not be submitted (its error is answered).
     failed: bool,
+    /// The whole range landed and the run was queued for the runner (the job is released
+    /// when the run is answered).
+    staged: bool,
 }
 
 impl LambdaJob {
@@ -81,6 +84,11 @@ impl LambdaJob {
         }
     }
 
+    /// Its range landed and its run was queued for the runner.
+    pub(super) fn staged(&self) -> bool {
+        self.staged
+    }
+
     /// Pieces in flight.
     pub(super) fn in_flight(&self) -> u32 {
         self.in_flight
@@ -114,6 +122,7 @@ impl Worker<'_> {
                 in_flight: 0,
                 reaped_now: 0,
                 failed: false,
+                staged: false,
             };
             Job::Lambda(h, l)
         });
@@ -131,14 +140,29 @@ impl Worker<'_> {
         self.submit_pieces(ji, LAMBDA_READS_PER_JOB)
     }
 
-    /// Submits up to `most` of the job's next pieces (fewer when the engine has no room).
+    /// Submits up to `most` of the job's next pieces (fewer when the engine has no room, and
+    /// while another tenant shares the device, beyond one in flight only while its tenant has
+    /// fewer than `CONTENDED_LAMBDA_READS` in flight).
+    ///
+    /// After a reap a job replaces at most the pieces that completed: the range reads they
+    /// freed are its own to reuse, so no other job's replacement can take them and leave it
+    /// with nothing in flight and nothing to revisit it.
     fn submit_pieces(&mut self, ji: u32, most: u32) -> Result<(), FileFail> {
         let Some(Job::Lambda(h, l)) = self.jobs[ji as usize].as_mut() else {
             unreachable!("a LAMBDA job")
         };
+        let t = h.tenant as usize;
+        if self.lambda_reads.len() <= t {
+            self.lambda_reads.resize(t + 1, 0);
+        }
+        let shared = self.sched.contended(h.tenant);
         let buf = l.buf.as_mut().expect("admitted");
         let mut sent = 0;
-        while l.submitted < h.len && sent < most && self.engine.free_range_reads() > 0 {
+        while l.submitted < h.len
+            && sent < most
+            && self.engine.free_range_reads() > 0
+            && (l.in_flight == 0 || !shared || self.lambda_reads[t] < CONTENDED_LAMBDA_READS)
+        {
             let start = h.offset + u64::from(l.submitted);
             let piece = u64::from(LAMBDA_PIECE_BYTES);
             let end = (start / piece + 1) * piece;
@@ -152,24 +176,36 @@ impl Worker<'_> {
             r.map_err(|e| (StatusCode::Io, format!("submit: {e}")))?;
             l.submitted += u32::try_from(n).expect("<= a piece");
             l.in_flight += 1;
+            self.lambda_reads[t] += 1;
             sent += 1;
         }
         Ok(())
     }
 
-    /// After the reap that completed some of a λ job's pieces: runs the function once the whole
-    /// range landed, else replaces each completed piece by the next one. Returns whether the
-    /// job is done (answered, nothing in flight).
+    /// After the reap that completed some of a λ job's pieces: queues the run for the runner
+    /// once the whole range landed, else replaces each completed piece by the next one. Returns
+    /// whether the job is done (answered, nothing in flight, not waiting for its run).
     pub(super) fn finish_lambda(&mut self, ji: u32, live: bool) -> bool {
         let Some(Job::Lambda(h, l)) = self.jobs[ji as usize].as_mut() else {
             unreachable!("a LAMBDA job")
         };
         let more = std::mem::take(&mut l.reaped_now);
+        if more > 0 {
+            // Pieces were submitted, so the tenant has its count.
+            self.lambda_reads[h.tenant as usize] -= more;
+        }
+        if l.staged {
+            // Listed again in the reap that landed it (one listing per piece).
+            return false;
+        }
         if l.ready(h) {
-            if live {
-                self.run_lambda(ji);
+            if !live {
+                return true;
             }
-            return true;
+            l.staged = true;
+            let t = h.tenant;
+            self.queue_run(ji, t);
+            return false;
         }
         if !live || l.failed {
             return l.in_flight == 0;
@@ -190,46 +226,5 @@ impl Worker<'_> {
         let (conn, req_id, idle) = (h.conn, h.req_id, l.in_flight == 0);
         self.respond_err(conn, req_id, op::LAMBDA, st, &m);
         idle
-    }
-
-    /// Runs a λ job's program over its range in place, writing the output straight into the
-    /// response.
-    pub(super) fn run_lambda(&mut self, ji: u32) {
-        let Self { jobs, conns, progs, .. } = self;
-        let Some(Job::Lambda(h, l)) = jobs[ji as usize].as_ref() else {
-            unreachable!("a LAMBDA job")
-        };
-        let cap = l.out_cap;
-        let input = &l.buf.as_ref().expect("a landed λ holds its buffer").as_slice()
-            [l.at..l.at + h.len as usize];
-        let c = conns[h.conn as usize].as_mut().expect("checked live");
-        open_frame(c);
-        let start = c.frame.begin_msg(h.req_id, op::LAMBDA, StatusCode::Ok as u16);
-        let hdr = c.frame.buf.len();
-        c.frame.buf.extend_from_slice(&h.version.to_bytes());
-        c.frame.buf.extend_from_slice(&0u64.to_le_bytes());
-        let out_at = c.frame.buf.len();
-        c.frame.buf.resize(out_at + cap as usize, 0);
-        let s = progs.slots[l.inst as usize].as_mut().expect("held");
-        s.inst.set_insn_budget(progs.job_budget[ji as usize]);
-        let t0 = std::time::Instant::now();
-        let res = s.inst.run_lambda(input, &mut c.frame.buf[out_at..]);
-        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        progs.job_cpu[ji as usize] = progs.job_cpu[ji as usize].saturating_add(ns);
-        let used = s.inst.insns_used();
-        progs.job_insns[ji as usize] = progs.job_insns[ji as usize].saturating_add(used);
-        match res {
-            Ok(ret) => {
-                let keep = usize::try_from(ret.min(u64::from(cap))).expect("<= cap");
-                c.frame.buf.truncate(out_at + keep);
-                c.frame.buf[hdr + 24..hdr + 32].copy_from_slice(&ret.to_le_bytes());
-                c.frame.end_msg(start);
-            }
-            Err(e) => {
-                c.frame.buf.truncate(start);
-                let m = e.to_string();
-                put_status(&mut c.frame, h.req_id, op::LAMBDA, StatusCode::ChainFailed, &m);
-            }
-        }
     }
 }

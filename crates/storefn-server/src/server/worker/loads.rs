@@ -5,12 +5,11 @@
 //! other connection of the thread and no other thread's program lookups. The verifier's time
 //! is charged to the tenant that sent the program, as the loop's own work is.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::side::{Side, Wake};
 use super::Worker;
 use crate::limits::MAX_PENDING_LOADS;
 use crate::registry::{prog_hash, LoadError, ProgHash, Registry};
@@ -44,11 +43,10 @@ struct LoadDone {
 
 /// The worker's side of its verifier thread.
 pub(super) struct Loads {
-    tx: Option<SyncSender<LoadJob>>,
+    side: Side<SyncSender<LoadJob>>,
     rx: Receiver<LoadDone>,
-    /// Readable when answers are ready (the verifier adds 1 per program).
-    efd: Arc<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
+    /// Raised when answers are ready (once per program).
+    wake: Arc<Wake>,
     /// Programs handed over and not answered.
     pub(super) pending: usize,
 }
@@ -62,34 +60,19 @@ impl std::fmt::Debug for Loads {
 impl Loads {
     /// Starts the verifier thread of server thread `id`.
     pub(super) fn start(id: usize, shared: &Arc<Shared>) -> std::io::Result<Self> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd was just created and is owned by nothing else.
-        let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let wake = Wake::new()?;
         let (tx, jobs) = std::sync::mpsc::sync_channel::<LoadJob>(MAX_PENDING_LOADS);
         let (done_tx, rx) = std::sync::mpsc::channel::<LoadDone>();
-        let (wake, shared) = (Arc::clone(&efd), Arc::clone(shared));
-        let thread = std::thread::Builder::new()
-            .name(format!("storefn-verify-{id}"))
-            .spawn(move || verifier(&jobs, &done_tx, &wake, &shared))?;
-        Ok(Self { tx: Some(tx), rx, efd, thread: Some(thread), pending: 0 })
+        let (w, shared) = (Arc::clone(&wake), Arc::clone(shared));
+        let side = Side::spawn(format!("storefn-verify-{id}"), tx, move || {
+            verifier(&jobs, &done_tx, &w, &shared);
+        })?;
+        Ok(Self { side, rx, wake, pending: 0 })
     }
 
     /// The eventfd the worker polls while programs are pending.
     pub(super) fn fd(&self) -> std::os::fd::RawFd {
-        self.efd.as_raw_fd()
-    }
-}
-
-impl Drop for Loads {
-    fn drop(&mut self) {
-        self.tx = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.wake.fd()
     }
 }
 
@@ -97,7 +80,7 @@ impl Drop for Loads {
 fn verifier(
     jobs: &Receiver<LoadJob>,
     done: &std::sync::mpsc::Sender<LoadDone>,
-    wake: &OwnedFd,
+    wake: &Wake,
     shared: &Shared,
 ) {
     while let Ok(j) = jobs.recv() {
@@ -115,9 +98,7 @@ fn verifier(
         if done.send(d).is_err() {
             return;
         }
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to the eventfd this thread shares.
-        unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        wake.raise();
     }
 }
 
@@ -173,7 +154,7 @@ impl Worker<'_> {
             elf: elf.to_vec(),
             started: self.req_started,
         };
-        let tx = self.loads.tx.as_ref().expect("the verifier runs while the worker does");
+        let tx = self.loads.side.tx();
         match tx.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -195,10 +176,7 @@ impl Worker<'_> {
         if self.loads.pending == 0 {
             return;
         }
-        let mut n = [0u8; 8];
-        // SAFETY: reads 8 bytes into a live buffer from the non-blocking eventfd; it only
-        // resets the counter, the answers come from the channel.
-        unsafe { libc::read(self.loads.fd(), n.as_mut_ptr().cast(), 8) };
+        self.loads.wake.clear();
         while let Ok(d) = self.loads.rx.try_recv() {
             self.loads.pending -= 1;
             self.sched.charge(d.tenant, d.ns);

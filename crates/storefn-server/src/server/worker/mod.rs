@@ -28,6 +28,8 @@ mod out;
 mod ranges;
 mod read;
 mod requests;
+mod runs;
+mod side;
 mod tenants;
 mod writes;
 mod xrp;
@@ -129,6 +131,8 @@ pub(super) enum PollSlot {
     Writes,
     /// The verifier thread's eventfd: programs were verified and wait for their answers.
     Loads,
+    /// The runner thread's eventfd: λ runs are done and wait for their answers.
+    Runs,
     Conn(u32),
 }
 
@@ -146,6 +150,10 @@ pub(super) struct Worker<'a> {
     jobs: Vec<Option<Job>>,
     pub(super) free_jobs: Vec<u32>,
     pub(super) spare_bufs: Vec<Box<[u8]>>,
+    /// λ piece reads in flight, by tenant entry (`CONTENDED_LAMBDA_READS`).
+    lambda_reads: Vec<u32>,
+    /// λ runs staged for the runner, by tenant entry (`MAX_STAGED_RUNS_PER_TENANT`).
+    lambda_runs: Vec<u32>,
     /// Range buffers for READ answers and λ ranges (AIOS: reused, not freed).
     ranges: ranges::RangePool,
     /// LAMBDA_WRITE: the program's output before it is written (grows to the largest
@@ -166,6 +174,8 @@ pub(super) struct Worker<'a> {
     writes: writes::Writes,
     /// LOAD_PROG: the thread's verifier thread (hash, parse, verify off the loop).
     loads: loads::Loads,
+    /// λ runs: the thread's runner thread (programs run over landed ranges off the loop).
+    runs: runs::Runs,
     /// This pass's connections with input to handle, as (tenant's CPU used, connection,
     /// readable): served least-used tenant first.
     ready: Vec<(u64, u32, bool)>,
@@ -197,26 +207,20 @@ pub(crate) fn run(
             return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
         }
     };
-    let writes = match writes::Writes::start(id) {
-        Ok(w) => w,
-        Err(source) => {
-            let msg = source.to_string();
-            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
-            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
-        }
+    // A side thread that cannot start fails the server's start (reported to `ready`).
+    let failed = |source: std::io::Error| {
+        let msg = source.to_string();
+        let _ = ready.send(Err(ServerError::Io { thread: id, source }));
+        ServerError::Io { thread: id, source: std::io::Error::other(msg) }
     };
-    let loads = match loads::Loads::start(id, shared) {
-        Ok(l) => l,
-        Err(source) => {
-            let msg = source.to_string();
-            let _ = ready.send(Err(ServerError::Io { thread: id, source }));
-            return Err(ServerError::Io { thread: id, source: std::io::Error::other(msg) });
-        }
-    };
+    let writes = writes::Writes::start(id).map_err(&failed)?;
+    let loads = loads::Loads::start(id, shared).map_err(&failed)?;
+    let runs = runs::Runs::start(id).map_err(&failed)?;
     let _ = ready.send(Ok(()));
     let mut w = Worker {
         writes,
         loads,
+        runs,
         id,
         shared,
         engine,
@@ -228,6 +232,8 @@ pub(crate) fn run(
         free_jobs: Vec::new(),
         spare_bufs: Vec::new(),
         ranges: ranges::RangePool::default(),
+        lambda_reads: Vec::new(),
+        lambda_runs: Vec::new(),
         write_staging: Vec::new(),
         sched: Sched::new(u32::try_from(ENGINE_CHAINS).expect("small"), shared.cfg.fair),
         tenants: tenants::Tenants::default(),
@@ -274,7 +280,7 @@ impl Worker<'_> {
             }
         }
         self.sched.new_pass();
-        self.on_poll_events(listener);
+        self.on_poll_events(listener)?;
         // Completions free slots and shares: admit queued jobs again at once rather than after
         // the next poll, which sleeps up to POLL_INTERVAL when nothing else is in flight: admit
         // what the reap freed, and repeat while anything was admitted (each pass admits a
@@ -282,6 +288,12 @@ impl Worker<'_> {
         // Regression: dispatching only before the reap left jobs beyond one tenant's share
         // (the 225th READ of a 256-READ frame) queued until the poll timed out, 50 ms.
         self.run_engine()?;
+        // Answered runs release their jobs' engine shares: admit what waits for them now, not
+        // after the next poll (which may sleep). Ranges that land meanwhile go to the runner.
+        if self.poll_runs() > 0 {
+            self.run_engine()?;
+            self.feed_runner();
+        }
         self.poll_writes();
         self.poll_loads();
         self.poll_forwarded();
@@ -301,6 +313,10 @@ impl Worker<'_> {
     /// admission round admits nothing (each round admits a queued job: bounded); the engine
     /// submits what was admitted at the next reap.
     fn run_engine(&mut self) -> std::io::Result<()> {
+        // What is queued now is submitted with the reap's first submission, ahead of the
+        // reads the reaped completions lead to.
+        self.unpark();
+        self.dispatch();
         loop {
             self.reap()?;
             self.unpark();
@@ -341,6 +357,11 @@ impl Worker<'_> {
             self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             self.poll_slots.push(PollSlot::Loads);
         }
+        if self.runs.pending > 0 {
+            let fd = self.runs.fd();
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            self.poll_slots.push(PollSlot::Runs);
+        }
         for (i, c) in self.conns.iter().enumerate() {
             let Some(c) = c else { continue };
             let mut ev = 0;
@@ -373,7 +394,7 @@ impl Worker<'_> {
 
     /// Acts on what `poll` reported: accepts, resets the host-answer eventfd, reads; then
     /// handles the connections' input, the tenant that used least CPU first.
-    fn on_poll_events(&mut self, listener: Option<&TcpListener>) {
+    fn on_poll_events(&mut self, listener: Option<&TcpListener>) -> std::io::Result<()> {
         self.ready.clear();
         for k in 0..self.pollfds.len() {
             let re = self.pollfds[k].revents;
@@ -392,7 +413,7 @@ impl Worker<'_> {
                     // (non-blocking); it only resets the counter, the answers are polled below.
                     unsafe { libc::read(self.pollfds[k].fd, n.as_mut_ptr().cast(), 8) };
                 }
-                PollSlot::Engine | PollSlot::Writes | PollSlot::Loads => {}
+                PollSlot::Engine | PollSlot::Writes | PollSlot::Loads | PollSlot::Runs => {}
                 PollSlot::Conn(ci) => {
                     if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                         self.ready.push((0, ci, true));
@@ -411,14 +432,24 @@ impl Worker<'_> {
             r.0 = t.map_or(0, |t| self.sched.used(t));
         }
         self.ready.sort_unstable();
+        let mut last = None;
         for k in 0..self.ready.len() {
             let (_, ci, readable) = self.ready[k];
+            let tenant = self.conns[ci as usize].as_ref().and_then(|c| c.tenant);
+            if last.is_some() && tenant != last {
+                // Before another tenant's turn, what the last one queued goes to the device
+                // and what completed is reaped: a point read waits for the device or for the
+                // next tenant's slice, not for both one after the other.
+                self.run_engine()?;
+            }
+            last = tenant;
             if readable {
                 self.on_readable(ci);
             } else {
                 self.parse_frames(ci);
             }
         }
+        Ok(())
     }
 
     fn accept(&mut self, l: &TcpListener) {
@@ -643,7 +674,9 @@ impl Worker<'_> {
     fn dispatch(&mut self) -> usize {
         let mut n = 0;
         while self.engine.free_slots() > 0 && self.engine.free_range_reads() > 0 {
-            let Some((t, ji)) = self.sched.admit() else { break };
+            let load =
+                super::sched::LambdaLoad { reads: &self.lambda_reads, runs: &self.lambda_runs };
+            let Some((t, ji)) = self.sched.admit(load) else { break };
             n += 1;
             // Submitting (a READ's buffer, the engine's SQE) is the tenant's work too.
             let t0 = Instant::now();
@@ -767,6 +800,8 @@ impl Worker<'_> {
             let pending = self.engine.live() > 0
                 || self.writes.pending > 0
                 || self.loads.pending > 0
+                || self.runs.pending > 0
+                || self.runs.queued > 0
                 || self.offload.forwarded_live > 0
                 || self.offload.reads.live > 0
                 || self.conns.iter().flatten().any(|c| !c.frame.is_empty() || c.out_backlog() > 0);

@@ -64,6 +64,14 @@ pub(super) fn move_frame_to_tx(c: &mut Conn) {
     }
     let bytes = c.frame.finish();
     c.meter.count_frame(bytes, c.id, c.peer);
+    let need = c.tx.len() + bytes.len();
+    if c.authed && need > c.tx.capacity() {
+        // One step to the size a drained buffer keeps rather than a doubling at each larger
+        // frame than before: an authenticated connection's steady traffic of frames below it
+        // then never allocates again, however its answers happen to be grouped into frames
+        // (unauthenticated ones keep the small start their HELLO and AUTH answers need).
+        c.tx.reserve_exact(need.max(CONN_KEEP_BYTES) - c.tx.len());
+    }
     c.tx.extend_from_slice(bytes);
     c.frame.begin(KIND_RESPONSE); // count 0 again: the next response restarts it
     if c.frame.buf.capacity() > CONN_KEEP_BYTES {

@@ -131,7 +131,7 @@ impl Worker<'_> {
         let t = if auth_needed {
             None
         } else {
-            let Some(t) = self.hold_tenant(tenant) else {
+            let Some(t) = self.hold_tenant(ci, tenant) else {
                 return self.refuse_tenant(ci, req_id, code);
             };
             Some(t)
@@ -166,9 +166,11 @@ impl Worker<'_> {
         counts.authenticated(peer);
     }
 
-    /// The tenant entry of `name`, held; a fresh entry's CPU usage starts again.
-    fn hold_tenant(&mut self, name: &[u8]) -> Option<u32> {
-        let (t, fresh) = self.tenants.hold_name(name, self.shared.cfg.insn_budget_of(name))?;
+    /// The tenant entry of `name` (connection `ci`'s, its scope set), held; a fresh entry's CPU
+    /// usage starts again.
+    fn hold_tenant(&mut self, ci: u32, name: &[u8]) -> Option<u32> {
+        let budget = self.shared.insn_budget(name, self.conn(ci).scope);
+        let (t, fresh) = self.tenants.hold_name(name, budget)?;
         if fresh {
             self.sched.forget(t);
             self.tenants.set_meter(t, self.shared.metrics.tenant(name));
@@ -216,7 +218,7 @@ impl Worker<'_> {
             return;
         };
         self.conn(ci).scope = u32::try_from(token).expect("token files are small");
-        let Some(t) = self.hold_tenant(name) else {
+        let Some(t) = self.hold_tenant(ci, name) else {
             return self.refuse_tenant(ci, req_id, code);
         };
         self.conn(ci).tenant = Some(t);
@@ -345,10 +347,16 @@ impl Worker<'_> {
         out.fill(0);
         let tenant = self.conns[ci as usize].as_ref().and_then(|c| c.tenant).expect("authed");
         let budget = self.tenants.budget(tenant);
-        let s = self.progs.slots[si as usize].as_mut().expect("held");
-        s.inst.set_insn_budget(budget);
-        let ran = s.inst.run_lambda(input, out);
-        let insns = s.inst.insns_used();
+        let inst = match self.progs.instance(si) {
+            Ok(i) => i,
+            Err(e) => {
+                self.progs.release(si);
+                return Err(e);
+            }
+        };
+        inst.set_insn_budget(budget);
+        let ran = inst.run_lambda(input, out);
+        let insns = inst.insns_used();
         self.progs.release(si);
         if let Some(m) = self.tenants.meter(tenant) {
             m.instructions(insns);

@@ -10,11 +10,11 @@
 //! answer may come after the answers of requests sent after it (a client that reads what it
 //! wrote waits for the WRITE's answer first, as with any pipelined request).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{Receiver, Sender};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use super::job::Job;
+use super::side::{Side, Wake};
 use super::{Worker, MAX_PENDING_WRITE_BYTES};
 use crate::access::Intent;
 use crate::server::files::FileFail;
@@ -103,11 +103,10 @@ struct WriteDone {
 
 /// The worker's side of its writer thread.
 pub(super) struct Writes {
-    tx: Option<Sender<WriteOrder>>,
+    side: Side<Sender<WriteOrder>>,
     rx: Receiver<WriteDone>,
-    /// Readable when answers are ready (the writer adds 1 per batch).
-    efd: std::sync::Arc<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
+    /// Raised when answers are ready (once per batch).
+    wake: Arc<Wake>,
     /// Writes handed over and not answered, and their bytes.
     pub(super) pending: usize,
     pub(super) pending_bytes: usize,
@@ -128,47 +127,24 @@ impl std::fmt::Debug for Writes {
 impl Writes {
     /// Starts the writer thread of server thread `id`.
     pub(super) fn start(id: usize) -> std::io::Result<Self> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd was just created and is owned by nothing else.
-        let efd = std::sync::Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let wake = Wake::new()?;
         let (tx, jobs) = std::sync::mpsc::channel::<WriteOrder>();
         let (done_tx, rx) = std::sync::mpsc::channel::<WriteDone>();
-        let wake = std::sync::Arc::clone(&efd);
-        let thread = std::thread::Builder::new()
-            .name(format!("storefn-write-{id}"))
-            .spawn(move || writer(&jobs, &done_tx, &wake))?;
-        Ok(Self {
-            tx: Some(tx),
-            rx,
-            efd,
-            thread: Some(thread),
-            pending: 0,
-            pending_bytes: 0,
-            spare: Vec::new(),
-        })
+        let w = Arc::clone(&wake);
+        let side = Side::spawn(format!("storefn-write-{id}"), tx, move || {
+            writer(&jobs, &done_tx, &w);
+        })?;
+        Ok(Self { side, rx, wake, pending: 0, pending_bytes: 0, spare: Vec::new() })
     }
 
     /// The eventfd the worker polls while writes are pending.
     pub(super) fn fd(&self) -> std::os::fd::RawFd {
-        self.efd.as_raw_fd()
-    }
-}
-
-impl Drop for Writes {
-    fn drop(&mut self) {
-        self.tx = None; // the writer ends when its queue closes
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.wake.fd()
     }
 }
 
 /// The writer thread: a batch of queued writes, written, then synced, then answered.
-fn writer(jobs: &Receiver<WriteOrder>, done: &Sender<WriteDone>, wake: &OwnedFd) {
+fn writer(jobs: &Receiver<WriteOrder>, done: &Sender<WriteDone>, wake: &Wake) {
     let mut batch: Vec<(WriteOrder, Result<(), FileFail>, u64)> = Vec::new();
     let since = |t0: std::time::Instant| u64::try_from(t0.elapsed().as_nanos()).unwrap_or(0);
     while let Ok(first) = jobs.recv() {
@@ -199,9 +175,7 @@ fn writer(jobs: &Receiver<WriteOrder>, done: &Sender<WriteDone>, wake: &OwnedFd)
                 return;
             }
         }
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to the eventfd this thread shares.
-        unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        wake.raise();
     }
 }
 
@@ -238,7 +212,7 @@ impl Worker<'_> {
         let w = WriteJob { tenant, conn: ci, conn_gen, req_id, op: code, charge, written, started };
         let job = self.add_job(Job::Write(w));
         let order = WriteOrder { job, target, offset, data };
-        let tx = self.writes.tx.as_ref().expect("the writer runs while the worker does");
+        let tx = self.writes.side.tx();
         if tx.send(order).is_err() {
             self.take_job(job);
             self.shared.policy.refund(charge.scope, charge.bytes, charge.growth);
@@ -256,10 +230,7 @@ impl Worker<'_> {
         if self.writes.pending == 0 {
             return;
         }
-        let mut n = [0u8; 8];
-        // SAFETY: reads 8 bytes into a live buffer from the non-blocking eventfd; it only
-        // resets the counter, the answers come from the channel.
-        unsafe { libc::read(self.writes.fd(), n.as_mut_ptr().cast(), 8) };
+        self.writes.wake.clear();
         while let Ok(d) = self.writes.rx.try_recv() {
             self.writes.pending -= 1;
             self.writes.pending_bytes -= d.data.len();
