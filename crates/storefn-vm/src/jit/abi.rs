@@ -30,9 +30,33 @@ pub(super) struct RunAux {
     pub(super) helper_err: Option<VmError>,
 }
 
-/// Signature of every compiled BPF function, callable from Rust.
-pub(super) type CompiledFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64, u64, u64, u64) -> u64;
+/// What the entry function returns: r0 and the budget left (System V returns a two-word
+/// struct in rax:rdx, as Cranelift returns two I64 values).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EntryRet {
+    pub(super) r0: u64,
+    pub(super) insns_left: u64,
+}
 
+/// Signature of the compiled entry function, callable from Rust: `(aux, r1, r10, budget)`.
+/// The budget comes and goes in registers (no store in `run` and load in the code, nor the
+/// reverse, on the path every call takes); r2-r5 are 0 at entry and not passed.
+pub(super) type EntryFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64) -> EntryRet;
+
+/// [`EntryFn`] as a Cranelift signature.
+pub(super) fn entry_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.returns.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// Signature of every other compiled BPF function (called only from generated code):
+/// `(aux, r1, r2, r3, r4, r5, r10) -> r0`; the budget goes through `env.insns_left`.
 pub(super) fn bpf_signature(module: &JITModule) -> Signature {
     let mut sig = module.make_signature();
     // aux, r1..r5, r10

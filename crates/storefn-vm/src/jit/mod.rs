@@ -52,7 +52,7 @@ use crate::mem::{RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
 use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
-use abi::{bpf_signature, define_resolve_shim, CompiledFn, RunAux};
+use abi::{bpf_signature, define_resolve_shim, entry_signature, EntryFn, RunAux};
 use translate::translate_function;
 
 /// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
@@ -101,7 +101,7 @@ fn invalid(insn: usize, reason: impl Into<String>) -> JitError {
 #[derive(Debug)]
 pub struct JitProgram {
     code: CodeMemory,
-    entry: CompiledFn,
+    entry: EntryFn,
     /// Per access site, the index of the region that matched last time (validated on use).
     /// Written by the generated code's slow path; Cell keeps JitProgram !Sync.
     hints: Box<[Cell<u8>]>,
@@ -161,12 +161,14 @@ impl JitProgram {
         // `resolve_region` through `aux.hints`.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
         let sig = bpf_signature(&module);
+        let entry_sig = entry_signature(&module);
+        let sig_of_fn = |start: usize| if start == 0 { &entry_sig } else { &sig };
         let mut ids = Vec::with_capacity(funcs.len());
         // Declaring allocates no code memory, so an early return here leaks nothing; from the
         // first definition on, `code` owns the module and frees it on every path.
         for &(start, _) in &funcs {
             let id = module
-                .declare_function(&format!("bpf_fn_{start}"), Linkage::Local, &sig)
+                .declare_function(&format!("bpf_fn_{start}"), Linkage::Local, sig_of_fn(start))
                 .map_err(|e| JitError::Codegen(e.to_string()))?;
             ids.push((start, id));
         }
@@ -180,7 +182,7 @@ impl JitProgram {
             if result.is_err() {
                 break;
             }
-            ctx.func.signature = sig.clone();
+            ctx.func.signature = sig_of_fn(start).clone();
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
             ctx.set_disasm(disasm);
             let r = translate_function(
@@ -215,9 +217,9 @@ impl JitProgram {
         code.0 = Some(module);
         finalized?;
         let entry_ptr = entry_ptr.expect("finalized module has the entry function");
-        // SAFETY: `entry_ptr` is the finalized code of a function declared with `bpf_signature`,
-        // which is the System V equivalent of `CompiledFn` on this (64-bit) host.
-        let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(entry_ptr) };
+        // SAFETY: `entry_ptr` is the finalized code of the function declared with
+        // `entry_signature`, the System V equivalent of `EntryFn` on this (64-bit) host.
+        let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(entry_ptr) };
         let aux = std::cell::UnsafeCell::new(RunAux {
             env: std::ptr::null_mut(),
             hot_lo: 0,
@@ -266,25 +268,27 @@ impl JitProgram {
         debug_assert!(!self.hints.is_empty());
         let aux = self.aux.get();
         // SAFETY: no other reference to `aux` exists during this call (JitProgram is !Sync and
-        // `run` is not re-entered, see the field). Every field an earlier call may have left
-        // behind that the code trusts is reset: the windows (a stale one would grant an earlier
-        // call's region), the depth and the env; `helper_err` is None (taken on every HELPER
-        // fault); `hints` and `prog_type` are the program's own.
+        // `run` is not re-entered, see the field). Of what an earlier call may have left
+        // behind, only `env` is set here; the generated code trusts nothing else it did not
+        // write in this call: the entry function zeroes the write window when the program
+        // has a checked store (a stale window would grant an earlier call's region), the read
+        // window lives in variables zeroed at every function start (`hot_lo`/`hot_span` are
+        // read only right after `resolve_region` wrote them), and the entry function, at
+        // depth 0 by construction (no call targets it: the verifier refuses recursion),
+        // stores the depth before each of its calls. `helper_err` is None (taken on every
+        // HELPER fault); `hints` and `prog_type` are the program's own.
         unsafe {
             (*aux).env = std::ptr::from_mut(env);
-            (*aux).hot_lo = 0;
-            (*aux).hot_span = 0;
-            (*aux).wr_lo = 0;
-            (*aux).wr_span = 0;
-            (*aux).depth = 0;
             debug_assert!((*aux).helper_err.is_none());
         }
-        // SAFETY: `entry` points at live code (owned by `self.code`) with the `CompiledFn` ABI.
+        // SAFETY: `entry` points at live code (owned by `self.code`) with the `EntryFn` ABI.
         // The generated code dereferences only `env`/`aux` (valid, exclusively used here) at
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets or where the verifier proved the access inside memory this function's
         // contract guarantees (the stack frame, the context, xrp's data/scratch views).
-        let r0 = unsafe { (self.entry)(aux, ctx_addr, 0, 0, 0, 0, stack_top) };
+        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, env.insns_left) };
+        env.insns_left = ret.insns_left;
+        let r0 = ret.r0;
         if env.fault.kind == fault::NONE {
             return Ok(r0);
         }

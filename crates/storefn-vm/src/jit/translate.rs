@@ -83,20 +83,36 @@ pub(super) fn translate_function(
     let aux = params[0];
     let zero = b.ins().iconst(I64, 0);
     b.def_var(regs[0], zero);
+    let is_entry = start == 0;
+    // The entry: (aux, r1, r10, budget), r2-r5 zero; any other function: (aux, r1..r5, r10)
+    // with the budget in `env.insns_left` (see `EntryFn`).
+    let (r10, last_arg) = if is_entry { (params[2], 1) } else { (params[6], 5) };
     for r in 1..=5 {
-        b.def_var(regs[r], params[r]);
+        b.def_var(regs[r], if r <= last_arg { params[r] } else { zero });
     }
     for r in &regs[6..10] {
         b.def_var(*r, zero);
     }
-    b.def_var(regs[10], params[6]);
+    b.def_var(regs[10], r10);
     for v in [win_read.0, win_read.1] {
         b.def_var(v, zero);
     }
     let budget = b.declare_var(I64);
-    let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
-    let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
+    let left = if is_entry {
+        params[3]
+    } else {
+        let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
+        b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT)
+    };
     b.def_var(budget, left);
+    if start == 0 && has_checked_store(verified) {
+        // The write window lives in `aux` and may hold an earlier call's region: the entry
+        // function clears it before any store can be checked against it (`JitProgram::run`
+        // leaves it alone, so a program without checked stores pays nothing per call).
+        for off in [OFF_AUX_WR_LO, OFF_AUX_WR_SPAN] {
+            b.ins().store(MemFlagsData::trusted(), zero, aux, off);
+        }
+    }
     // Only this function's slots: a table over the whole program per function would make
     // compiling a program of many small functions quadratic in its size.
     let block_at: Vec<Option<Block>> =
@@ -136,6 +152,17 @@ pub(super) fn translate_function(
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
     Ok(())
+}
+
+/// Whether any store or atomic of the program keeps its run-time check (and so reads the write
+/// window in `aux`).
+fn has_checked_store(verified: &VerifiedProgram) -> bool {
+    let cfg = verified.cfg();
+    verified.insns.iter().enumerate().any(|(pc, i)| {
+        matches!(i.class(), BPF_ST | BPF_STX)
+            && !cfg.is_second_half(pc)
+            && !verified.in_bounds()[pc]
+    })
 }
 
 /// Whether control continues to the next instruction.
@@ -258,11 +285,22 @@ impl Tx<'_, '_> {
         &mut self.block_at[pc - self.func_range.0]
     }
 
+    /// Returns `r0` from this function: the entry returns the budget beside it
+    /// ([`EntryFn`]), any other function leaves it in `env.insns_left`.
+    fn ret(&mut self, r0: Value) {
+        if self.func_range.0 == 0 {
+            let left = self.b.use_var(self.budget);
+            self.b.ins().return_(&[r0, left]);
+        } else {
+            self.spill_budget();
+            self.b.ins().return_(&[r0]);
+        }
+    }
+
     pub(super) fn finish_shared_blocks(&mut self) {
         self.b.switch_to_block(self.exit_block);
-        self.spill_budget();
         let zero = self.b.ins().iconst(I64, 0);
-        self.b.ins().return_(&[zero]);
+        self.ret(zero);
 
         self.b.switch_to_block(self.fault_block);
         let p = self.b.block_params(self.fault_block).to_vec();
@@ -274,9 +312,8 @@ impl Tx<'_, '_> {
         self.b.ins().store(f, insn, env, OFF_FAULT_INSN);
         self.b.ins().store(f, p[2], env, OFF_FAULT_ADDR);
         self.b.ins().store(f, p[3], env, OFF_FAULT_LEN);
-        self.spill_budget();
         let zero = self.b.ins().iconst(I64, 0);
-        self.b.ins().return_(&[zero]);
+        self.ret(zero);
     }
 
     /// A block laid out away from the hot code (region-check slow paths).
@@ -480,8 +517,7 @@ impl Tx<'_, '_> {
         match op {
             BPF_EXIT if !is32 => {
                 let r0 = self.reg(pc, 0)?;
-                self.spill_budget();
-                self.b.ins().return_(&[r0]);
+                self.ret(r0);
                 return Ok(Flow::Stop);
             }
             BPF_CALL if !is32 => return self.call(pc, insn).map(|()| Flow::Next),
@@ -616,7 +652,15 @@ impl Tx<'_, '_> {
                     return Err(invalid(pc, format!("call target {target} is not a function")));
                 };
                 let f = MemFlagsData::trusted();
-                let depth = self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH);
+                // The entry function runs at depth 0 (nothing calls it: the verifier refuses
+                // recursion), so its calls store depth 1 and need not restore it: every call
+                // the entry makes stores it again first. A callee's depth comes from `aux`.
+                let entry = self.func_range.0 == 0;
+                let depth = if entry {
+                    self.iconst(0)
+                } else {
+                    self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH)
+                };
                 let deeper = self.b.ins().iadd_imm_s(depth, 1);
                 let limit = i64::try_from(MAX_CALL_DEPTH).unwrap_or(i64::MAX);
                 let too_deep =
@@ -640,7 +684,9 @@ impl Tx<'_, '_> {
                 let call = self.b.ins().call(fref, &args);
                 let r0 = self.b.inst_results(call)[0];
                 self.check_fault_after_call();
-                self.b.ins().store(f, depth, self.aux, OFF_AUX_DEPTH);
+                if !entry {
+                    self.b.ins().store(f, depth, self.aux, OFF_AUX_DEPTH);
+                }
                 r0
             }
             s => return Err(invalid(pc, format!("call with src {s} is not supported"))),
