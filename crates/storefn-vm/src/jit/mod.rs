@@ -151,7 +151,8 @@ impl JitProgram {
         let cfg = verified.cfg();
         let funcs: Vec<(usize, usize)> =
             (0..cfg.functions().len()).map(|f| cfg.func_range(f)).collect();
-        let mut module = new_module(prog.insns.len() > QUICK_TIER_SLOTS)?;
+        let quick = prog.insns.len() > QUICK_TIER_SLOTS;
+        let mut module = new_module(quick)?;
         let ptr_ty = module.target_config().pointer_type();
         if ptr_ty != I64 {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
@@ -187,6 +188,7 @@ impl JitProgram {
             ctx.set_disasm(disasm);
             let r = translate_function(
                 verified,
+                quick,
                 (start, end),
                 shim,
                 &ids,
@@ -270,10 +272,11 @@ impl JitProgram {
         // SAFETY: no other reference to `aux` exists during this call (JitProgram is !Sync and
         // `run` is not re-entered, see the field). Of what an earlier call may have left
         // behind, only `env` is set here; the generated code trusts nothing else it did not
-        // write in this call: the entry function zeroes the write window when the program
-        // has a checked store (a stale window would grant an earlier call's region), the read
-        // window lives in variables zeroed at every function start (`hot_lo`/`hot_span` are
-        // read only right after `resolve_region` wrote them), and the entry function, at
+        // write in this call: the entry function zeroes the windows kept in `aux` (the write
+        // window; the read window in the quick tier) when the program has a checked access
+        // of that kind (a stale window would grant an earlier call's region), a read window
+        // in variables is zeroed at every function start (its `aux` copy is then read only
+        // right after `resolve_region` wrote it), and the entry function, at
         // depth 0 by construction (no call targets it: the verifier refuses recursion),
         // stores the depth before each of its calls. `helper_err` is None (taken on every
         // HELPER fault); `hints` and `prog_type` are the program's own.

@@ -16,8 +16,10 @@ pub(super) struct Tx<'a, 'f> {
     /// Accesses the verifier proved in bounds: no run-time region check there.
     pub(super) in_bounds: &'a [bool],
     pub(super) regs: [Variable; NUM_REGS],
-    /// Fast-path windows: (lo, span) for reads and for writes.
-    pub(super) win_read: (Variable, Variable),
+    /// The read window (lo, span) in variables ([`Tx::check`]); `None`: in `aux`, like the
+    /// write window (the quick tier: there every value that crosses a block lives in a stack
+    /// slot anyway).
+    pub(super) win_read: Option<(Variable, Variable)>,
     /// `env.insns_left`, kept in a register between calls and returns.
     pub(super) budget: Variable,
     pub(super) aux: Value,
@@ -38,6 +40,9 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) counted: &'a [CountedLoop],
     /// Body slots this function may still emit as unrolled copies.
     pub(super) unroll_left: u64,
+    /// `back_target[pc - start]`: some jump at `pc` or later lands on `pc`, so its block
+    /// gains a predecessor after it is entered and is sealed only at the end.
+    pub(super) back_target: Vec<bool>,
 }
 
 /// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
@@ -53,6 +58,7 @@ const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
+    quick: bool,
     (start, end): (usize, usize),
     shim: FuncId,
     ids: &[(usize, FuncId)],
@@ -75,7 +81,7 @@ pub(super) fn translate_function(
 
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
     let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
-    let win_read = (b.declare_var(I64), b.declare_var(I64));
+    let win_read = (!quick).then(|| (b.declare_var(I64), b.declare_var(I64)));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
@@ -94,8 +100,9 @@ pub(super) fn translate_function(
         b.def_var(*r, zero);
     }
     b.def_var(regs[10], r10);
-    for v in [win_read.0, win_read.1] {
-        b.def_var(v, zero);
+    if let Some((lo, span)) = win_read {
+        b.def_var(lo, zero);
+        b.def_var(span, zero);
     }
     let budget = b.declare_var(I64);
     let left = if is_entry {
@@ -105,11 +112,19 @@ pub(super) fn translate_function(
         b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT)
     };
     b.def_var(budget, left);
-    if start == 0 && has_checked_store(verified) {
-        // The write window lives in `aux` and may hold an earlier call's region: the entry
-        // function clears it before any store can be checked against it (`JitProgram::run`
-        // leaves it alone, so a program without checked stores pays nothing per call).
-        for off in [OFF_AUX_WR_LO, OFF_AUX_WR_SPAN] {
+    if start == 0 {
+        // A window in `aux` may hold an earlier call's region: the entry function clears it
+        // before any access can be checked against it (`JitProgram::run` leaves it alone, so
+        // a program without such checks pays nothing per call).
+        let (loads, stores) = checked_accesses(verified);
+        let mut clear = Vec::new();
+        if stores {
+            clear.extend([OFF_AUX_WR_LO, OFF_AUX_WR_SPAN]);
+        }
+        if loads && quick {
+            clear.extend([OFF_AUX_LO, OFF_AUX_SPAN]);
+        }
+        for off in clear {
             b.ins().store(MemFlagsData::trusted(), zero, aux, off);
         }
     }
@@ -126,6 +141,15 @@ pub(super) fn translate_function(
     }
     let first = block_at[0].expect("start is a target");
     b.ins().jump(first, &[]);
+    b.seal_block(entry);
+    let mut back_target = vec![false; end - start];
+    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            if (start..=pc).contains(&t) {
+                back_target[t - start] = true;
+            }
+        }
+    }
 
     let mut tx = Tx {
         b,
@@ -146,6 +170,7 @@ pub(super) fn translate_function(
         func_range: (start, end),
         counted: cfg.counted_loops(),
         unroll_left: UNROLL_MAX_FUNCTION_SLOTS,
+        back_target,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -154,15 +179,22 @@ pub(super) fn translate_function(
     Ok(())
 }
 
-/// Whether any store or atomic of the program keeps its run-time check (and so reads the write
-/// window in `aux`).
-fn has_checked_store(verified: &VerifiedProgram) -> bool {
+/// Whether any load (atomics included), and whether any store, of the program keeps its
+/// run-time check (and so reads a window).
+fn checked_accesses(verified: &VerifiedProgram) -> (bool, bool) {
     let cfg = verified.cfg();
-    verified.insns.iter().enumerate().any(|(pc, i)| {
-        matches!(i.class(), BPF_ST | BPF_STX)
-            && !cfg.is_second_half(pc)
-            && !verified.in_bounds()[pc]
-    })
+    let checked = |pc: usize| !cfg.is_second_half(pc) && !verified.in_bounds()[pc];
+    let mut out = (false, false);
+    for (pc, i) in verified.insns.iter().enumerate() {
+        let atomic = i.class() == BPF_STX && i.op & 0xe0 == BPF_ATOMIC;
+        if (i.class() == BPF_LDX || atomic) && checked(pc) {
+            out.0 = true;
+        }
+        if matches!(i.class(), BPF_ST | BPF_STX) && checked(pc) {
+            out.1 = true;
+        }
+    }
+    out
 }
 
 /// Whether control continues to the next instruction.
@@ -199,6 +231,13 @@ impl Tx<'_, '_> {
                 self.b.ins().jump(blk, &[]);
             }
             self.b.switch_to_block(blk);
+            // Sealed as soon as every predecessor is emitted (everything but a loop header:
+            // code is emitted in slot order, and unrolled copies only jump forward), so the
+            // SSA builder resolves each register to its one reaching value instead of giving
+            // the block a parameter per register to prune later (compile time per block).
+            if !self.back_target[pc - self.func_range.0] && std::env::var_os("XNOSEAL").is_none() {
+                self.b.seal_block(blk);
+            }
             open = true;
         }
         let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
@@ -287,7 +326,7 @@ impl Tx<'_, '_> {
 
     /// Returns `r0` from this function: the entry returns the budget beside it
     /// ([`EntryFn`]), any other function leaves it in `env.insns_left`.
-    fn ret(&mut self, r0: Value) {
+    pub(super) fn ret(&mut self, r0: Value) {
         if self.func_range.0 == 0 {
             let left = self.b.use_var(self.budget);
             self.b.ins().return_(&[r0, left]);
@@ -297,12 +336,20 @@ impl Tx<'_, '_> {
         }
     }
 
+    /// Switches to `blk`, whose predecessors are all emitted already, and seals it.
+    pub(super) fn enter(&mut self, blk: Block) {
+        self.b.switch_to_block(blk);
+        if std::env::var_os("XNOSEAL").is_none() {
+            self.b.seal_block(blk);
+        }
+    }
+
     pub(super) fn finish_shared_blocks(&mut self) {
-        self.b.switch_to_block(self.exit_block);
+        self.enter(self.exit_block);
         let zero = self.b.ins().iconst(I64, 0);
         self.ret(zero);
 
-        self.b.switch_to_block(self.fault_block);
+        self.enter(self.fault_block);
         let p = self.b.block_params(self.fault_block).to_vec();
         let env = self.env();
         let f = MemFlagsData::trusted();
@@ -595,10 +642,10 @@ impl Tx<'_, '_> {
         let ok = self.b.create_block();
         let fail = self.cold_block();
         self.b.ins().brif(fits, ok, &[], fail, &[]);
-        self.b.switch_to_block(fail);
+        self.enter(fail);
         let z = self.iconst(0);
         self.jump_fault(fault::BUDGET, pc, z, z);
-        self.b.switch_to_block(ok);
+        self.enter(ok);
         let rest = self.b.ins().iadd_imm_s(left, -i64::from(len));
         self.b.def_var(self.budget, rest);
     }
@@ -625,7 +672,7 @@ impl Tx<'_, '_> {
         let kind = self.b.ins().load(I32, MemFlagsData::trusted(), env, OFF_FAULT_KIND);
         let cont = self.b.create_block();
         self.b.ins().brif(kind, self.exit_block, &[], cont, &[]);
-        self.b.switch_to_block(cont);
+        self.enter(cont);
     }
 
     pub(super) fn call(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
@@ -669,10 +716,10 @@ impl Tx<'_, '_> {
                 let fail = self.b.create_block();
                 self.b.set_cold_block(fail);
                 self.b.ins().brif(too_deep, fail, &[], ok, &[]);
-                self.b.switch_to_block(fail);
+                self.enter(fail);
                 let z = self.iconst(0);
                 self.jump_fault(fault::CALL_DEPTH, pc, z, z);
-                self.b.switch_to_block(ok);
+                self.enter(ok);
                 self.b.ins().store(f, deeper, self.aux, OFF_AUX_DEPTH);
                 for r in 1..=5 {
                     args.push(self.reg(pc, r)?);
