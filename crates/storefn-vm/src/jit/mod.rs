@@ -22,6 +22,7 @@
 //! checks).
 
 mod abi;
+mod inline;
 mod memcheck;
 mod translate;
 
@@ -110,6 +111,8 @@ pub struct JitProgram {
     /// !Sync, and `run` is never re-entered (the code calls back only into `resolve_region`
     /// and `helper_trampoline`, neither of which runs a program).
     aux: std::cell::UnsafeCell<RunAux>,
+    /// [`JitProgram::compiled_functions`].
+    compiled_functions: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -149,8 +152,9 @@ impl JitProgram {
     pub fn compile(verified: &VerifiedProgram) -> Result<Self, JitError> {
         let prog: &Program = verified;
         let cfg = verified.cfg();
-        let funcs: Vec<(usize, usize)> =
-            (0..cfg.functions().len()).map(|f| cfg.func_range(f)).collect();
+        // Only the entry and the functions some compiled code calls without inlining them.
+        let plan = inline::Plan::new(verified);
+        let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
         let mut module = new_module(quick)?;
         let ptr_ty = module.target_config().pointer_type();
@@ -189,6 +193,7 @@ impl JitProgram {
             let r = translate_function(
                 verified,
                 quick,
+                &plan.inline_at,
                 (start, end),
                 shim,
                 &ids,
@@ -234,7 +239,15 @@ impl JitProgram {
             prog_type: prog.prog_type,
             helper_err: None,
         });
-        Ok(Self { code, entry, hints, aux })
+        Ok(Self { code, entry, hints, aux, compiled_functions: funcs.len() })
+    }
+
+    /// How many of the program's functions have machine code of their own: the entry and
+    /// every function some compiled code calls without inlining it (a diagnostic: inlined
+    /// functions cost no compile of their own).
+    #[must_use]
+    pub fn compiled_functions(&self) -> usize {
+        self.compiled_functions
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

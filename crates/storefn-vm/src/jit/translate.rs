@@ -43,6 +43,13 @@ pub(super) struct Tx<'a, 'f> {
     /// `back_target[pc - start]`: some jump at `pc` or later lands on `pc`, so its block
     /// gains a predecessor after it is entered and is sealed only at the end.
     pub(super) back_target: Vec<bool>,
+    pub(super) cfg: &'a Cfg,
+    /// Per slot: the BPF-to-BPF call there is inlined ([`super::inline::Plan`]).
+    pub(super) inline_at: &'a [bool],
+    /// Whether this Cranelift function is the program's entry (depth 0, returns the budget).
+    pub(super) is_entry: bool,
+    /// While an inlined callee is translated: where its `exit`s go.
+    pub(super) inline_exit: Option<Block>,
 }
 
 /// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
@@ -59,6 +66,7 @@ const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
+    inline_at: &[bool],
     (start, end): (usize, usize),
     shim: FuncId,
     ids: &[(usize, FuncId)],
@@ -69,8 +77,9 @@ pub(super) fn translate_function(
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
-    let needs_callee =
-        (start..end).any(|pc| !cfg.is_second_half(pc) && crate::cfg::is_pseudo_call(insns[pc]));
+    let needs_callee = (start..end).any(|pc| {
+        !cfg.is_second_half(pc) && crate::cfg::is_pseudo_call(insns[pc]) && !inline_at[pc]
+    });
     let callees: Vec<(usize, FuncRef)> = if needs_callee {
         ids.iter().map(|&(s, id)| (s, module.declare_func_in_func(id, &mut ctx.func))).collect()
     } else {
@@ -142,14 +151,7 @@ pub(super) fn translate_function(
     let first = block_at[0].expect("start is a target");
     b.ins().jump(first, &[]);
     b.seal_block(entry);
-    let mut back_target = vec![false; end - start];
-    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
-        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
-            if (start..=pc).contains(&t) {
-                back_target[t - start] = true;
-            }
-        }
-    }
+    let back_target = back_targets(cfg, insns, (start, end));
 
     let mut tx = Tx {
         b,
@@ -171,12 +173,29 @@ pub(super) fn translate_function(
         counted: cfg.counted_loops(),
         unroll_left: UNROLL_MAX_FUNCTION_SLOTS,
         back_target,
+        cfg,
+        inline_at,
+        is_entry: start == 0,
+        inline_exit: None,
     };
     tx.body()?;
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
     Ok(())
+}
+
+/// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
+fn back_targets(cfg: &Cfg, insns: &[Insn], (start, end): (usize, usize)) -> Vec<bool> {
+    let mut back = vec![false; end - start];
+    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            if (start..=pc).contains(&t) {
+                back[t - start] = true;
+            }
+        }
+    }
+    back
 }
 
 /// Whether any load (atomics included), and whether any store, of the program keeps its
@@ -327,7 +346,7 @@ impl Tx<'_, '_> {
     /// Returns `r0` from this function: the entry returns the budget beside it
     /// ([`EntryFn`]), any other function leaves it in `env.insns_left`.
     pub(super) fn ret(&mut self, r0: Value) {
-        if self.func_range.0 == 0 {
+        if self.is_entry {
             let left = self.b.use_var(self.budget);
             self.b.ins().return_(&[r0, left]);
         } else {
@@ -563,8 +582,13 @@ impl Tx<'_, '_> {
         }
         match op {
             BPF_EXIT if !is32 => {
-                let r0 = self.reg(pc, 0)?;
-                self.ret(r0);
+                if let Some(back) = self.inline_exit {
+                    // An inlined callee returns to its call site (r0 is its own variable).
+                    self.b.ins().jump(back, &[]);
+                } else {
+                    let r0 = self.reg(pc, 0)?;
+                    self.ret(r0);
+                }
                 return Ok(Flow::Stop);
             }
             BPF_CALL if !is32 => return self.call(pc, insn).map(|()| Flow::Next),
@@ -695,31 +719,15 @@ impl Tx<'_, '_> {
             }
             BPF_PSEUDO_CALL => {
                 let target = rel_target(pc, i64::from(insn.imm), self.insns.len())?;
+                if self.inline_at[pc] {
+                    return self.inline_call(pc, target);
+                }
                 let Some(&(_, fref)) = self.callees.iter().find(|(s, _)| *s == target) else {
                     return Err(invalid(pc, format!("call target {target} is not a function")));
                 };
                 let f = MemFlagsData::trusted();
-                // The entry function runs at depth 0 (nothing calls it: the verifier refuses
-                // recursion), so its calls store depth 1 and need not restore it: every call
-                // the entry makes stores it again first. A callee's depth comes from `aux`.
-                let entry = self.func_range.0 == 0;
-                let depth = if entry {
-                    self.iconst(0)
-                } else {
-                    self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH)
-                };
-                let deeper = self.b.ins().iadd_imm_s(depth, 1);
-                let limit = i64::try_from(MAX_CALL_DEPTH).unwrap_or(i64::MAX);
-                let too_deep =
-                    self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, deeper, limit);
-                let ok = self.b.create_block();
-                let fail = self.b.create_block();
-                self.b.set_cold_block(fail);
-                self.b.ins().brif(too_deep, fail, &[], ok, &[]);
-                self.enter(fail);
-                let z = self.iconst(0);
-                self.jump_fault(fault::CALL_DEPTH, pc, z, z);
-                self.enter(ok);
+                let entry = self.is_entry;
+                let (depth, deeper) = self.depth_check(pc);
                 self.b.ins().store(f, deeper, self.aux, OFF_AUX_DEPTH);
                 for r in 1..=5 {
                     args.push(self.reg(pc, r)?);
@@ -744,6 +752,81 @@ impl Tx<'_, '_> {
         let z = self.iconst(0);
         for r in 1..=5 {
             self.set_reg(pc, r, z)?;
+        }
+        Ok(())
+    }
+
+    /// The depth check of a BPF-to-BPF call at `pc`: faults `CallDepth` there when the call
+    /// would make the `MAX_CALL_DEPTH + 1`-th frame; returns (this function's depth, the
+    /// callee's). The entry function runs at depth 0 (nothing calls it: the verifier refuses
+    /// recursion), so its calls store depth 1 and need not restore it: every call the entry
+    /// makes stores it again first. Any other function's depth comes from `aux`.
+    fn depth_check(&mut self, pc: usize) -> (Value, Value) {
+        const _: () = assert!(MAX_CALL_DEPTH > 1, "a call from the entry always fits");
+        if self.is_entry {
+            // Depth 1 is below the limit: nothing to check (the quick tier folds nothing).
+            return (self.iconst(0), self.iconst(1));
+        }
+        let f = MemFlagsData::trusted();
+        let depth = self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH);
+        let deeper = self.b.ins().iadd_imm_s(depth, 1);
+        let limit = i64::try_from(MAX_CALL_DEPTH).unwrap_or(i64::MAX);
+        let too_deep = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, deeper, limit);
+        let ok = self.b.create_block();
+        let fail = self.cold_block();
+        self.b.ins().brif(too_deep, fail, &[], ok, &[]);
+        self.enter(fail);
+        let z = self.iconst(0);
+        self.jump_fault(fault::CALL_DEPTH, pc, z, z);
+        self.enter(ok);
+        (depth, deeper)
+    }
+
+    /// A BPF-to-BPF call at `pc` to the leaf function starting at `target`, inlined
+    /// ([`super::inline`]): the same depth check, the callee's slots translated here with
+    /// registers of its own (r1-r5 the caller's, r10 one frame down, r0 and r6-r9 unset:
+    /// the verifier makes it write them before reading), its charge at its first slot as on a
+    /// call, its faults through this function's fault path (which returns, as the caller
+    /// would after seeing the callee's fault), and its `exit`s joining after the call with
+    /// r0 its r0 and r1-r5 zero. Nothing reads the depth inside a leaf, so it is not stored.
+    fn inline_call(&mut self, pc: usize, target: usize) -> Result<(), JitError> {
+        self.depth_check(pc);
+        let callee = self.cfg.func_range(self.cfg.func_of(target));
+        if callee.0 != target {
+            return Err(invalid(pc, format!("call target {target} is not a function")));
+        }
+        let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| self.b.declare_var(I64));
+        let zero = self.iconst(0);
+        for (r, &v) in regs.iter().enumerate().take(FRAME_REG.into()) {
+            let init = if (1..=5).contains(&r) { self.reg(pc, r as u8)? } else { zero };
+            self.b.def_var(v, init);
+        }
+        let fp = self.reg(pc, FRAME_REG)?;
+        let frame = i64::try_from(STACK_FRAME_BYTES).unwrap_or(i64::MAX);
+        let callee_fp = self.b.ins().iadd_imm_s(fp, -frame);
+        self.b.def_var(regs[usize::from(FRAME_REG)], callee_fp);
+        let back = self.b.create_block();
+        let block_at: Vec<Option<Block>> = (callee.0..callee.1)
+            .map(|q| self.cfg.is_block_start(q).then(|| self.b.create_block()))
+            .collect();
+        let first = block_at[0].expect("a function start is a block start");
+        self.b.ins().jump(first, &[]);
+        let saved = (
+            std::mem::replace(&mut self.regs, regs),
+            std::mem::replace(&mut self.block_at, block_at),
+            std::mem::replace(&mut self.func_range, callee),
+            std::mem::replace(&mut self.back_target, back_targets(self.cfg, self.insns, callee)),
+            self.inline_exit.replace(back),
+        );
+        let r = self.body();
+        let callee_r0 = self.regs[0];
+        (self.regs, self.block_at, self.func_range, self.back_target, self.inline_exit) = saved;
+        r?;
+        self.enter(back);
+        let r0 = self.b.use_var(callee_r0);
+        self.set_reg(pc, 0, r0)?;
+        for r in 1..=5 {
+            self.set_reg(pc, r, zero)?;
         }
         Ok(())
     }
