@@ -75,6 +75,19 @@ fn inverted_region_is_empty() {
 }
 
 #[test]
+fn hinted_region_whose_end_is_below_the_access_length_grants_nothing() {
+    // The site's hint points at slot 1; the slot now holds an inverted region whose end (4) is
+    // below the access length, so `end - len` wraps: the fast path must test `len <= end`.
+    let mut sb = Sandbox::new();
+    let jit = read_data_prog(&sb);
+    let mut env = sb.env(100);
+    assert!(run_jit(&jit, &mut env, 0, sb.stack_top()).is_ok());
+    env.read.regions[1] = Region { start: sb.data_addr(), end: 4 };
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BadRead { insn: 2, at: env.read.place(sb.data_addr() + 8), len: 8 });
+}
+
+#[test]
 fn access_ending_exactly_at_region_end() {
     let mut sb = Sandbox::new();
     let last = sb.data_addr() + DATA_BYTES as u64;
