@@ -34,7 +34,7 @@ impl Tx<'_, '_> {
         let fl = MemFlagsData::trusted();
         // Reads use window variables (registers) in the optimising tier; writes, and reads in
         // the quick tier, keep theirs in `aux` (two L1 loads).
-        let vars = self.win_read.filter(|_| access == Access::Read);
+        let vars = if access == Access::Read { self.read_window(pc) } else { None };
         let (lo, span) = match (vars, access) {
             (Some((lo, span)), _) => (self.b.use_var(lo), self.b.use_var(span)),
             (None, Access::Read) => (
@@ -71,6 +71,21 @@ impl Tx<'_, '_> {
         self.b.ins().brif(found, cont, &[], self.exit_block, &[]);
 
         self.enter(cont);
+    }
+
+    /// The read window the load at `pc` checks against: its own while the function's pool
+    /// lasts if it sits in a loop, else the function's shared one (`None`: in `aux`).
+    fn read_window(&mut self, pc: usize) -> Option<(Variable, Variable)> {
+        if let Some(&(_, w)) = self.site_windows.iter().find(|(at, _)| *at == pc) {
+            return Some(w);
+        }
+        if self.in_loop[pc] {
+            if let Some(w) = self.window_pool.pop() {
+                self.site_windows.push((pc, w));
+                return Some(w);
+            }
+        }
+        self.win_read
     }
 
     pub(super) fn size_of(pc: usize, insn: Insn) -> Result<u64, JitError> {

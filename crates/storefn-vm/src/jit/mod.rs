@@ -154,6 +154,7 @@ impl JitProgram {
         let cfg = verified.cfg();
         // Only the entry and the functions some compiled code calls without inlining them.
         let plan = inline::Plan::new(verified);
+        let in_loop = translate::loop_slots(verified);
         let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
         let mut module = new_module(quick)?;
@@ -193,7 +194,7 @@ impl JitProgram {
             let r = translate_function(
                 verified,
                 quick,
-                &plan.inline_at,
+                (&plan.inline_at, &in_loop),
                 (start, end),
                 shim,
                 &ids,

@@ -20,6 +20,13 @@ pub(super) struct Tx<'a, 'f> {
     /// write window (the quick tier: there every value that crosses a block lives in a stack
     /// slot anyway).
     pub(super) win_read: Option<(Variable, Variable)>,
+    /// Read windows of their own for checked loads inside loops ([`Tx::read_window`]): up
+    /// to [`SITE_WINDOWS`] per function, zeroed at its start, handed out in translation
+    /// order; `site_windows` says which load holds which.
+    pub(super) window_pool: Vec<(Variable, Variable)>,
+    pub(super) site_windows: Vec<(usize, (Variable, Variable))>,
+    /// Per slot of the program: inside some loop (between a backward jump's target and it).
+    pub(super) in_loop: &'a [bool],
     /// `env.insns_left`, kept in a register between calls and returns.
     pub(super) budget: Variable,
     pub(super) aux: Value,
@@ -52,6 +59,35 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) inline_exit: Option<Block>,
 }
 
+/// Checked loads inside loops that get a read window of their own, per function (the
+/// optimising tier only). Loads that take turns between regions (a page and the scratch)
+/// would otherwise evict each other from the one shared window and call the resolver every
+/// time; each window is two variables live through the function, so their number is capped.
+const SITE_WINDOWS: usize = 8;
+
+/// Per slot: inside a loop, i.e. between the target of a backward jump and the jump.
+pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
+    let (insns, cfg) = (&verified.insns, verified.cfg());
+    // +1 where a loop starts, -1 past where it ends, then a running sum: O(slots).
+    let mut delta = vec![0i64; insns.len() + 1];
+    for pc in (0..insns.len()).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            if t <= pc {
+                delta[t] += 1;
+                delta[pc + 1] -= 1;
+            }
+        }
+    }
+    let mut depth = 0;
+    delta[..insns.len()]
+        .iter()
+        .map(|d| {
+            depth += d;
+            depth > 0
+        })
+        .collect()
+}
+
 /// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
 const UNROLL_MAX_TRIPS: u64 = 64;
 /// ... and at most this many body slots in all copies: code size and compile time stay
@@ -66,7 +102,7 @@ const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
-    inline_at: &[bool],
+    (inline_at, in_loop): (&[bool], &[bool]),
     (start, end): (usize, usize),
     shim: FuncId,
     ids: &[(usize, FuncId)],
@@ -109,7 +145,12 @@ pub(super) fn translate_function(
         b.def_var(*r, zero);
     }
     b.def_var(regs[10], r10);
-    if let Some((lo, span)) = win_read {
+    let window_pool: Vec<(Variable, Variable)> = if quick {
+        Vec::new()
+    } else {
+        (0..SITE_WINDOWS).map(|_| (b.declare_var(I64), b.declare_var(I64))).collect()
+    };
+    for &(lo, span) in win_read.iter().chain(&window_pool) {
         b.def_var(lo, zero);
         b.def_var(span, zero);
     }
@@ -161,6 +202,9 @@ pub(super) fn translate_function(
         in_bounds: verified.in_bounds(),
         regs,
         win_read,
+        window_pool,
+        site_windows: Vec::new(),
+        in_loop,
         budget,
         aux,
         block_at,
