@@ -64,6 +64,18 @@ fn region_shrunk_between_runs() {
 }
 
 #[test]
+fn region_start_moved_past_the_access() {
+    // The hinted slot now starts 64 bytes in: offset 8 is below it (the shim tests the start).
+    let mut sb = Sandbox::new();
+    let jit = read_data_prog(&sb);
+    let mut env = sb.env(100);
+    assert!(run_jit(&jit, &mut env, 0, sb.stack_top()).is_ok());
+    env.read.regions[1].start = sb.data_addr() + 64;
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BadRead { insn: 2, at: env.read.place(sb.data_addr() + 8), len: 8 });
+}
+
+#[test]
 fn inverted_region_is_empty() {
     let mut sb = Sandbox::new();
     let jit = read_data_prog(&sb);

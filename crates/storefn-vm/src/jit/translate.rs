@@ -93,6 +93,20 @@ const UNROLL_MAX_TRIPS: u64 = 64;
 /// ... and at most this many body slots in all copies: code size and compile time stay
 /// within a few times the loop's own (BPF-KV's 31-key scan: 30 trips x 7 slots).
 const UNROLL_MAX_SLOTS: u64 = 512;
+/// A counted loop of more trips (or slots) than full unrolling takes, but whose body is at most
+/// this many slots, is emitted as a ring of [`PARTIAL_COPIES`] copies ([`Tx::unroll`]).
+const PARTIAL_MAX_BODY_SLOTS: u64 = 24;
+const PARTIAL_COPIES: usize = 4;
+
+/// How a counted loop is emitted ([`Tx::unroll`]).
+#[derive(Clone, Copy)]
+enum Copies {
+    /// One copy per trip, then a copy that loops on itself.
+    Full,
+    /// This many copies in a ring.
+    Cyclic(usize),
+}
+
 /// Unrolled slots in all of a function's loops: bounds the compile time and code size an
 /// untrusted program can ask for (a program is at most `MAX_INSNS` slots; without this, many
 /// short counted loops could each be copied 64 times).
@@ -273,8 +287,8 @@ impl Tx<'_, '_> {
         let mut pc = start;
         let mut open = false; // is there a current, unterminated block?
         while pc < end {
-            if let Some(l) = self.unrolled_loop_at(pc) {
-                open = self.unroll(l, open)?;
+            if let Some((l, copies)) = self.unrolled_loop_at(pc) {
+                open = self.unroll(l, copies, open)?;
                 pc = l.latch + 1;
                 continue;
             }
@@ -320,16 +334,22 @@ impl Tx<'_, '_> {
     /// The counted loop starting at `pc` that is unrolled ([`UNROLL_MAX_TRIPS`],
     /// [`UNROLL_MAX_SLOTS`], within what is left of [`UNROLL_MAX_FUNCTION_SLOTS`]), if any;
     /// takes its slots from what is left.
-    fn unrolled_loop_at(&mut self, pc: usize) -> Option<CountedLoop> {
+    fn unrolled_loop_at(&mut self, pc: usize) -> Option<(CountedLoop, Copies)> {
         // Sorted by header (`loops::counted_loops`): a search per slot, not a scan.
         let k = self.counted.binary_search_by_key(&pc, |l| l.header).ok()?;
         let l = self.counted[k];
-        let slots = (l.latch + 1 - l.header) as u64 * l.trips;
-        let fits = l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS;
-        let fits = fits && slots <= self.unroll_left;
-        fits.then(|| {
+        let body = (l.latch + 1 - l.header) as u64;
+        let slots = body * l.trips;
+        let (copies, slots) = if l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS {
+            (Copies::Full, slots)
+        } else if body <= PARTIAL_MAX_BODY_SLOTS {
+            (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
+        } else {
+            return None;
+        };
+        (slots <= self.unroll_left).then(|| {
             self.unroll_left -= slots;
-            l
+            (l, copies)
         })
     }
 
@@ -341,15 +361,25 @@ impl Tx<'_, '_> {
     /// before it (its header is not a charge point), so the copies charge nothing. Within a
     /// copy the counter and the addresses it steps are constants or a constant away from the
     /// copy before, which Cranelift folds. Returns whether control falls out of the last slot.
-    fn unroll(&mut self, l: CountedLoop, mut open: bool) -> Result<bool, JitError> {
+    ///
+    /// A loop of more trips ([`Copies::Cyclic`]) is emitted as a few copies in a ring, copy
+    /// k's back edge entering copy k + 1 and the last copy's the first: again the loop's own
+    /// control flow for any number of iterations, with one taken jump per ring instead of
+    /// one per iteration and the steps of consecutive copies folded into address offsets.
+    fn unroll(&mut self, l: CountedLoop, copies: Copies, mut open: bool) -> Result<bool, JitError> {
         debug_assert_eq!(self.charges[l.header], 0, "a counted loop's header charges nothing");
-        let copies = usize::try_from(l.trips).unwrap_or(usize::MAX);
-        let mut headers = Vec::with_capacity(copies + 1);
+        // `n` copies; copy k's back edge goes to `next(k)`.
+        let (n, cyclic) = match copies {
+            Copies::Full => (usize::try_from(l.trips).unwrap_or(usize::MAX) + 1, false),
+            Copies::Cyclic(n) => (n, true),
+        };
+        let next = |k: usize| if cyclic { (k + 1) % n } else { (k + 1).min(n - 1) };
+        let mut headers = Vec::with_capacity(n);
         headers.push(self.block(l.header).expect("a loop header starts a block"));
-        for _ in 0..copies {
+        for _ in 1..n {
             headers.push(self.b.create_block());
         }
-        for k in 0..=copies {
+        for k in 0..n {
             // Fresh blocks for this copy's interior (jumps inside the body only go forward, and
             // nothing outside jumps past the header, so they are all created before use).
             *self.block_slot(l.header) = Some(headers[k]);
@@ -361,8 +391,9 @@ impl Tx<'_, '_> {
             let mut pc = l.header;
             while pc <= l.latch {
                 if pc == l.latch {
-                    // The back edge of this copy enters the next one (the last: itself).
-                    *self.block_slot(l.header) = Some(headers[(k + 1).min(copies)]);
+                    // The back edge of this copy enters the next one (the last: itself, or
+                    // the first of a ring).
+                    *self.block_slot(l.header) = Some(headers[next(k)]);
                 }
                 let width;
                 (open, width) = self.step(pc, open)?;
