@@ -581,3 +581,90 @@ fn random_programs_with_calls_jit_equals_interp() {
     assert!(inlined > 150 && real > 100, "inlined {inlined}, compiled callees {real}");
     assert!(stops > 250, "only {stops} budget stops compared");
 }
+
+/// Short runs of register arithmetic skipped by a conditional jump, which the JIT emits as
+/// conditional moves: `if c goto T; A; T:`, `if c goto T; A; goto T` and a loop whose second
+/// back edge skips such a run (`H: ...; if c goto H; A; goto H`, as clang writes a binary
+/// search). Same results, memory and budget left as the interpreter, under budgets that stop
+/// the loops at every point; the registers A writes differ between the two paths, so taking
+/// the wrong value on either path shows here.
+#[test]
+fn if_converted_branches_jit_equals_interp() {
+    let mut stops = 0;
+    for seed in 0..800u64 {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x1f_c0de);
+        let mut insns = vec![ldx(BPF_DW, DATA_REG, 1, 0)];
+        for r in 0..GEN_REGS {
+            insns.push(mov64(r, rand_imm(&mut rng)));
+        }
+        let side = |rng: &mut SmallRng, v: &mut Vec<Insn>, n: usize| {
+            for _ in 0..n {
+                v.push(gen_alu(rng));
+            }
+        };
+        let cond = |rng: &mut SmallRng, off: i16| {
+            let op = JMP_OPS[rng.gen_range(0..JMP_OPS.len())];
+            let class = if rng.gen_bool(0.5) { BPF_JMP } else { BPF_JMP32 };
+            if rng.gen_bool(0.5) {
+                ins(
+                    class | op | BPF_X,
+                    rng.gen_range(0..GEN_REGS),
+                    rng.gen_range(0..GEN_REGS),
+                    off,
+                    0,
+                )
+            } else {
+                ins(class | op | BPF_K, rng.gen_range(0..GEN_REGS), 0, off, rand_imm(rng))
+            }
+        };
+        for _ in 0..rng.gen_range(1..6) {
+            let n = rng.gen_range(1..=5usize);
+            match rng.gen_range(0..3) {
+                0 => {
+                    insns.push(cond(&mut rng, n as i16));
+                    side(&mut rng, &mut insns, n);
+                }
+                1 => {
+                    insns.push(cond(&mut rng, n as i16 + 1));
+                    side(&mut rng, &mut insns, n);
+                    insns.push(ja(0));
+                }
+                _ => {
+                    // H: r8 -= 1; if r8 == 0 goto out; <k ALU>; if c goto H; A; goto H; out:
+                    insns.push(mov64(8, rng.gen_range(1..40)));
+                    let head = insns.len();
+                    insns.push(alu64_imm(BPF_SUB, 8, 1));
+                    let k = rng.gen_range(0..3usize);
+                    let exit_at = insns.len();
+                    insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
+                    for _ in 0..k {
+                        let mut a = gen_alu(&mut rng);
+                        a.dst = rng.gen_range(0..8);
+                        insns.push(a);
+                    }
+                    let back = |at: usize| i16::try_from(head as i64 - at as i64 - 1).unwrap();
+                    let at = insns.len();
+                    let mut c = cond(&mut rng, back(at));
+                    c.dst = c.dst.min(7);
+                    insns.push(c);
+                    for _ in 0..n {
+                        let mut a = gen_alu(&mut rng);
+                        a.dst = rng.gen_range(0..8);
+                        insns.push(a);
+                    }
+                    let at = insns.len();
+                    insns.push(ja(back(at)));
+                    insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
+                }
+            }
+        }
+        insns.push(exit());
+        let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
+        for budget in [3, 17, GEN_BUDGET, 100_000] {
+            let (j, i) = both(&prog, budget, &gen_setup);
+            assert_same(&j, &i, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+            stops += usize::from(matches!(j.result, Err(VmError::BudgetExhausted { .. })));
+        }
+    }
+    assert!(stops > 300, "only {stops} budget stops compared");
+}

@@ -155,6 +155,7 @@ impl JitProgram {
         // Only the entry and the functions some compiled code calls without inlining them.
         let plan = inline::Plan::new(verified);
         let in_loop = translate::loop_slots(verified);
+        let is_target = translate::jump_targets(verified);
         let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
         let mut module = new_module(quick)?;
@@ -194,7 +195,7 @@ impl JitProgram {
             let r = translate_function(
                 verified,
                 quick,
-                (&plan.inline_at, &in_loop),
+                (&plan.inline_at, &in_loop, &is_target),
                 (start, end),
                 shim,
                 &ids,

@@ -27,6 +27,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) site_windows: Vec<(usize, (Variable, Variable))>,
     /// Per slot of the program: inside some loop (between a backward jump's target and it).
     pub(super) in_loop: &'a [bool],
+    /// Per slot of the program: some jump lands there.
+    pub(super) is_target: &'a [bool],
     /// `env.insns_left`, kept in a register between calls and returns.
     pub(super) budget: Variable,
     pub(super) aux: Value,
@@ -65,6 +67,18 @@ pub(super) struct Tx<'a, 'f> {
 /// time; each window is two variables live through the function, so their number is capped.
 const SITE_WINDOWS: usize = 8;
 
+/// Per slot: some jump (conditional or not) lands there.
+pub(super) fn jump_targets(verified: &VerifiedProgram) -> Vec<bool> {
+    let (insns, cfg) = (&verified.insns, verified.cfg());
+    let mut out = vec![false; insns.len()];
+    for pc in (0..insns.len()).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            out[t] = true;
+        }
+    }
+    out
+}
+
 /// Per slot: inside a loop, i.e. between the target of a backward jump and the jump.
 pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
     let (insns, cfg) = (&verified.insns, verified.cfg());
@@ -93,6 +107,10 @@ const UNROLL_MAX_TRIPS: u64 = 64;
 /// ... and at most this many body slots in all copies: code size and compile time stay
 /// within a few times the loop's own (BPF-KV's 31-key scan: 30 trips x 7 slots).
 const UNROLL_MAX_SLOTS: u64 = 512;
+/// Longest run of register arithmetic a conditional jump may skip and still be emitted as
+/// conditional moves ([`Tx::if_convert`]).
+const IFCONV_MAX_SLOTS: usize = 4;
+
 /// A counted loop of more trips (or slots) than full unrolling takes, but whose body is at most
 /// this many slots, is emitted as a ring of [`PARTIAL_COPIES`] copies ([`Tx::unroll`]).
 const PARTIAL_MAX_BODY_SLOTS: u64 = 24;
@@ -116,7 +134,7 @@ const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
-    (inline_at, in_loop): (&[bool], &[bool]),
+    (inline_at, in_loop, is_target): (&[bool], &[bool], &[bool]),
     (start, end): (usize, usize),
     shim: FuncId,
     ids: &[(usize, FuncId)],
@@ -219,6 +237,7 @@ pub(super) fn translate_function(
         window_pool,
         site_windows: Vec::new(),
         in_loop,
+        is_target,
         budget,
         aux,
         block_at,
@@ -279,6 +298,11 @@ fn checked_accesses(verified: &VerifiedProgram) -> (bool, bool) {
 pub(super) enum Flow {
     Next,
     Stop,
+    /// The instructions up to this slot were translated with it (an if-converted branch):
+    /// continue there, in the current block.
+    SkipTo(usize),
+    /// As `SkipTo`, but the block ended (the if-converted side ended with a `goto`).
+    Resume(usize),
 }
 
 impl Tx<'_, '_> {
@@ -292,15 +316,15 @@ impl Tx<'_, '_> {
                 pc = l.latch + 1;
                 continue;
             }
-            let width;
-            (open, width) = self.step(pc, open)?;
-            pc += width;
+            (open, pc) = self.step(pc, open)?;
         }
         Ok(())
     }
 
     /// Translates slot `pc` (starting its block if one starts there): whether control
     /// continues past it, and its width in slots.
+    /// Translates slot `pc` (starting its block if one starts there): whether control
+    /// continues, and the next slot to translate.
     fn step(&mut self, pc: usize, mut open: bool) -> Result<(bool, usize), JitError> {
         let end = self.func_range.1;
         if let Some(blk) = self.block(pc) {
@@ -317,18 +341,23 @@ impl Tx<'_, '_> {
             }
             open = true;
         }
-        let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
+        let mut next = pc + if self.insns[pc].is_lddw() { 2 } else { 1 };
         if open {
             if self.charges[pc] != 0 {
                 self.charge(pc, self.charges[pc]);
             }
-            open = self.insn(pc)? == Flow::Next;
-            if open && pc + width >= end {
+            match self.insn(pc)? {
+                Flow::Next => {}
+                Flow::Stop => open = false,
+                Flow::SkipTo(t) => next = t,
+                Flow::Resume(t) => (open, next) = (false, t),
+            }
+            if open && next >= end {
                 return Err(invalid(pc, "falls through past the end of its function"));
             }
         }
         // else: unreachable code (no jump lands here); nothing to emit.
-        Ok((open, width))
+        Ok((open, next))
     }
 
     /// The counted loop starting at `pc` that is unrolled ([`UNROLL_MAX_TRIPS`],
@@ -395,9 +424,7 @@ impl Tx<'_, '_> {
                     // the first of a ring).
                     *self.block_slot(l.header) = Some(headers[next(k)]);
                 }
-                let width;
-                (open, width) = self.step(pc, open)?;
-                pc += width;
+                (open, pc) = self.step(pc, open)?;
             }
             if open {
                 return Err(invalid(l.latch, "a loop's back edge that falls through"));
@@ -714,11 +741,80 @@ impl Tx<'_, '_> {
         let Some(fall) = self.block(pc + 1) else {
             return Err(invalid(pc, "conditional jump at the end of its function"));
         };
-        let Some(blk) = self.block(target) else {
+        if self.block(target).is_none() {
             return Err(invalid(pc, format!("jump target {target} is not a block start")));
-        };
+        }
+        if let Some(side) = self.if_convertible(pc, target) {
+            return self.if_convert(cond, side, target);
+        }
+        let blk = self.block(target).expect("checked above");
         self.b.ins().brif(cond, blk, &[], fall, &[]);
         Ok(Flow::Stop)
+    }
+
+    /// Whether the conditional jump at `pc` to `target` skips only a short run of register
+    /// arithmetic A that nothing else jumps into: `if c goto T; A; T:` or `if c goto T; A;
+    /// goto T` (T forward or backward: a loop's second back edge), with A at most
+    /// [`IFCONV_MAX_SLOTS`] slots of ALU operations or `lddw`s (no memory access, call, exit
+    /// or jump: nothing in A can fault, charge or be seen before T). Returns A's slots and
+    /// whether a `goto` ends it.
+    fn if_convertible(&self, pc: usize, target: usize) -> Option<(std::ops::Range<usize>, bool)> {
+        let mut q = pc + 1;
+        while q <= pc + IFCONV_MAX_SLOTS + 1 && q < self.func_range.1 {
+            if q == target {
+                return (q > pc + 1).then_some((pc + 1..q, false));
+            }
+            let i = self.insns[q];
+            if self.is_target[q] || self.charges[q] != 0 {
+                return None;
+            }
+            match i.class() {
+                BPF_ALU | BPF_ALU64 if i.dst < FRAME_REG => q += 1,
+                BPF_LD if i.is_lddw() && i.dst < FRAME_REG => q += 2,
+                BPF_JMP if i.op == BPF_JMP | BPF_JA => {
+                    let to = jump_target(q, &i, self.insns.len()).ok()??;
+                    return (to == target && q > pc + 1).then_some((pc + 1..q, true));
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Emits `side` (pure register arithmetic, see [`Tx::if_convertible`]) unconditionally,
+    /// then keeps each register it wrote only where the jump was not taken: `r = c ? old : new`
+    /// (a `select`, a conditional move: no branch to mispredict, and blocks fewer). Every
+    /// register then holds at `target` what it held there on either path of the branch;
+    /// budget charges are at charge points only, none of which is in `side` (`target`'s own
+    /// is emitted where its block starts, reached either way), so both engines still charge
+    /// exactly the same. Continues at `target` in this block when the side falls into it;
+    /// after a `goto` ending the side, jumps to `target` and continues past the `goto`.
+    fn if_convert(
+        &mut self,
+        cond: Value,
+        (side, goto): (std::ops::Range<usize>, bool),
+        target: usize,
+    ) -> Result<Flow, JitError> {
+        let mut written: Vec<(u8, Value)> = Vec::new();
+        let mut q = side.start;
+        while q < side.end {
+            let i = self.insns[q];
+            if !written.iter().any(|&(r, _)| r == i.dst) {
+                written.push((i.dst, self.reg(q, i.dst)?));
+            }
+            self.insn(q)?;
+            q += if i.is_lddw() { 2 } else { 1 };
+        }
+        for (r, old) in written {
+            let new = self.reg(side.start, r)?;
+            let v = self.b.ins().select(cond, old, new);
+            self.set_reg(side.start, r, v)?;
+        }
+        if goto {
+            self.goto(target)?;
+            return Ok(Flow::Resume(side.end + 1));
+        }
+        Ok(Flow::SkipTo(target))
     }
 
     /// Unconditional transfer to `target` (the target block charges itself on entry).
