@@ -261,9 +261,8 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
         if slot.iter().any(|k| state_contains(k, &st)) {
             continue;
         }
-        let st = if slot.len() < STATES_PER_SLOT {
+        if slot.len() < STATES_PER_SLOT {
             slot.push(st);
-            st
         } else {
             // Summary mode: one state, grown (and eventually widened) by every arrival.
             let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
@@ -277,16 +276,25 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
             };
             slot.clear();
             slot.push(new);
-            new
-        };
-        for (succ, s) in step(prog, cfg, pc, st) {
+        }
+        let before = work.len();
+        // The state just kept (by reference: states are 240 bytes, and copying them was
+        // most of this loop's time).
+        step(prog, cfg, pc, slot.last().expect("just pushed"), &mut work);
+        // Successors outside the function (or on an lddw's second slot: the verifier refused
+        // those jumps) are not followed.
+        let mut k = before;
+        while k < work.len() {
+            let succ = work[k].0;
             if (start..end).contains(&succ) && !cfg.is_second_half(succ) {
-                arrivals += 1;
-                if arrivals > MAX_ARRIVALS {
-                    return None;
-                }
-                work.push((succ, s));
+                k += 1;
+            } else {
+                work.swap_remove(k);
             }
+        }
+        arrivals += work.len() - before;
+        if arrivals > MAX_ARRIVALS {
+            return None;
         }
     }
     Some(kept)
@@ -296,11 +304,26 @@ fn join_states(a: &State, b: &State) -> State {
     std::array::from_fn(|r| a[r].join(b[r]))
 }
 
-/// Successor states of `pc` (at most two; an infeasible branch edge is left out).
-fn step(prog: &Program, cfg: &Cfg, pc: usize, mut st: State) -> Vec<(usize, State)> {
+/// Pushes the successor states of `pc` onto `out` (at most two; an infeasible branch edge is
+/// left out). Into the work list directly: the analysis steps up to `MAX_ARRIVALS` times, and
+/// an allocation, then the copies of 240-byte states, were most of its time.
+fn step(prog: &Program, cfg: &Cfg, pc: usize, st: &State, out: &mut Vec<(usize, State)>) {
     let insns = &prog.insns;
     let i = insns[pc];
     let [a, b] = cfg.successors(insns, pc);
+    if matches!(i.class(), BPF_JMP | BPF_JMP32)
+        && !matches!(i.op & 0xf0, BPF_JA | BPF_EXIT | BPF_CALL)
+    {
+        let (Some(target), Some(fall)) = (a, b) else { return };
+        if let Some(s) = branch(i, *st, true) {
+            out.push((target, s));
+        }
+        if let Some(s) = branch(i, *st, false) {
+            out.push((fall, s));
+        }
+        return;
+    }
+    let mut st = *st;
     let d = usize::from(i.dst).min(9);
     match i.class() {
         BPF_ALU | BPF_ALU64 if i.dst < 10 => st[d] = alu(i, &st),
@@ -322,20 +345,9 @@ fn step(prog: &Program, cfg: &Cfg, pc: usize, mut st: State) -> Vec<(usize, Stat
                 *r = FULL;
             }
         }
-        BPF_JMP | BPF_JMP32 if i.op & 0xf0 != BPF_JA && i.op & 0xf0 != BPF_EXIT => {
-            let (Some(target), Some(fall)) = (a, b) else { return Vec::new() };
-            let mut out = Vec::with_capacity(2);
-            if let Some(s) = branch(i, st, true) {
-                out.push((target, s));
-            }
-            if let Some(s) = branch(i, st, false) {
-                out.push((fall, s));
-            }
-            return out;
-        }
         _ => {}
     }
-    [a, b].into_iter().flatten().map(|s| (s, st)).collect()
+    out.extend([a, b].into_iter().flatten().map(|s| (s, st)));
 }
 
 /// The second operand of an ALU or jump instruction, as a value.

@@ -471,3 +471,200 @@ fn context_accesses_jit_equals_interp_where_checks_are_elided() {
     }
     assert!(proved > 2000 && checked > 2000, "proved {proved}, checked {checked} context accesses");
 }
+
+/// A body for [`gen_program_with_calls`]: `len` random ALU, memory and jump slots; jumps
+/// land inside the body or on the slot right after it.
+fn gen_body(rng: &mut SmallRng, len: usize) -> Vec<Insn> {
+    let slots: Vec<Slot> = (0..len)
+        .map(|at| match rng.gen_range(0..10) {
+            0..=4 => Slot::Plain(gen_alu(rng)),
+            5..=7 => Slot::Plain(gen_mem(rng)),
+            _ => gen_jump(rng, at, len),
+        })
+        .collect();
+    slots
+        .into_iter()
+        .enumerate()
+        .map(|(at, slot)| match slot {
+            Slot::Plain(i) => i,
+            Slot::Jump { mut insn, to } => {
+                insn.off = i16::try_from(to as i64 - at as i64 - 1).unwrap();
+                insn
+            }
+        })
+        .collect()
+}
+
+/// A random program whose entry calls functions: small leaves (inlined by the JIT), leaves
+/// longer than the JIT inlines (real calls), and a middle function that calls a leaf (a real
+/// call whose own call is inlined below depth 0). Every function sets its registers first
+/// (r9 = the data base its caller passed in r1) and may loop, fault and write its own frame.
+pub fn gen_program_with_calls(seed: u64) -> Program {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0xca11_ca11);
+    // (body length, calls the first leaf) per function; function 0 is a short leaf.
+    let funcs: Vec<(usize, bool)> = (0..rng.gen_range(1..=4))
+        .map(|k| match k {
+            0 => (rng.gen_range(1..=20), false),
+            _ if rng.gen_bool(0.3) => (rng.gen_range(1..=10), true),
+            _ if rng.gen_bool(0.5) => (rng.gen_range(70..=90), false),
+            _ => (rng.gen_range(1..=40), false),
+        })
+        .collect();
+    let prologue = |rng: &mut SmallRng, v: &mut Vec<Insn>, data_from: u8| {
+        v.push(mov64_reg(DATA_REG, data_from));
+        for r in 0..GEN_REGS {
+            v.push(mov64(r, rand_imm(rng)));
+        }
+    };
+    // The entry: prologue (r9 from ctx->data), then body chunks separated by calls.
+    let mut main = vec![ldx(BPF_DW, 1, 1, 0)];
+    prologue(&mut rng, &mut main, 1);
+    let mut call_sites = Vec::new();
+    for _ in 0..rng.gen_range(1..=4) {
+        let len = rng.gen_range(0..=12);
+        main.extend(gen_body(&mut rng, len));
+        main.push(mov64_reg(1, DATA_REG));
+        call_sites.push((main.len(), rng.gen_range(0..funcs.len())));
+        main.push(call_local(0));
+        // r1-r5 are unset after a call: set them again before the body reads them.
+        for r in 1..=5 {
+            main.push(mov64(r, rand_imm(&mut rng)));
+        }
+    }
+    main.push(exit());
+    let mut insns = main;
+    let mut starts = Vec::new();
+    for &(len, calls_leaf) in &funcs {
+        starts.push(insns.len());
+        let mut f = Vec::new();
+        prologue(&mut rng, &mut f, 1);
+        if calls_leaf {
+            f.push(mov64_reg(1, DATA_REG));
+            call_sites.push((insns.len() + f.len(), 0));
+            f.push(call_local(0));
+            for r in 1..=5 {
+                f.push(mov64(r, rand_imm(&mut rng)));
+            }
+        }
+        f.extend(gen_body(&mut rng, len));
+        f.push(exit());
+        insns.extend(f);
+    }
+    for (pc, g) in call_sites {
+        insns[pc].imm = i32::try_from(starts[g] as i64 - pc as i64 - 1).unwrap();
+    }
+    program(insns)
+}
+
+/// BPF-to-BPF calls, inlined or not, give the same result, memory, error and budget left on
+/// the JIT as on the interpreter: an inlined callee charges at its first slot, keeps its own
+/// registers and frame, and its faults stop the run where the interpreter stops.
+#[test]
+fn random_programs_with_calls_jit_equals_interp() {
+    let (mut inlined, mut real, mut stops, mut compared) = (0, 0, 0, 0);
+    for seed in 0..600 {
+        let Ok(prog) = VerifiedProgram::new(gen_program_with_calls(seed)) else { continue };
+        let jit = JitProgram::compile(&prog).expect("a verified program compiles");
+        let funcs = prog.cfg().functions().len();
+        // Every function but the entry that is not compiled was inlined at all its calls.
+        inlined += funcs - jit.compiled_functions();
+        real += jit.compiled_functions() - 1;
+        for budget in [3, 17, GEN_BUDGET, 100_000] {
+            let (j, i) = both(&prog, budget, &gen_setup);
+            assert_same(&j, &i, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+            stops += usize::from(matches!(j.result, Err(VmError::BudgetExhausted { .. })));
+            compared += 1;
+        }
+    }
+    eprintln!("compared {compared}, inlined {inlined}, compiled callees {real}, stops {stops}");
+    assert!(compared > 1000, "only {compared} runs compared");
+    assert!(inlined > 150 && real > 100, "inlined {inlined}, compiled callees {real}");
+    assert!(stops > 250, "only {stops} budget stops compared");
+}
+
+/// Short runs of register arithmetic skipped by a conditional jump, which the JIT emits as
+/// conditional moves: `if c goto T; A; T:`, `if c goto T; A; goto T` and a loop whose second
+/// back edge skips such a run (`H: ...; if c goto H; A; goto H`, as clang writes a binary
+/// search). Same results, memory and budget left as the interpreter, under budgets that stop
+/// the loops at every point; the registers A writes differ between the two paths, so taking
+/// the wrong value on either path shows here.
+#[test]
+fn if_converted_branches_jit_equals_interp() {
+    let mut stops = 0;
+    for seed in 0..800u64 {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x1f_c0de);
+        let mut insns = vec![ldx(BPF_DW, DATA_REG, 1, 0)];
+        for r in 0..GEN_REGS {
+            insns.push(mov64(r, rand_imm(&mut rng)));
+        }
+        let side = |rng: &mut SmallRng, v: &mut Vec<Insn>, n: usize| {
+            for _ in 0..n {
+                v.push(gen_alu(rng));
+            }
+        };
+        let cond = |rng: &mut SmallRng, off: i16| {
+            let op = JMP_OPS[rng.gen_range(0..JMP_OPS.len())];
+            let class = if rng.gen_bool(0.5) { BPF_JMP } else { BPF_JMP32 };
+            if rng.gen_bool(0.5) {
+                ins(
+                    class | op | BPF_X,
+                    rng.gen_range(0..GEN_REGS),
+                    rng.gen_range(0..GEN_REGS),
+                    off,
+                    0,
+                )
+            } else {
+                ins(class | op | BPF_K, rng.gen_range(0..GEN_REGS), 0, off, rand_imm(rng))
+            }
+        };
+        for _ in 0..rng.gen_range(1..6) {
+            let n = rng.gen_range(1..=5usize);
+            match rng.gen_range(0..3) {
+                0 => {
+                    insns.push(cond(&mut rng, n as i16));
+                    side(&mut rng, &mut insns, n);
+                }
+                1 => {
+                    insns.push(cond(&mut rng, n as i16 + 1));
+                    side(&mut rng, &mut insns, n);
+                    insns.push(ja(0));
+                }
+                _ => {
+                    // H: r8 -= 1; if r8 == 0 goto out; <k ALU>; if c goto H; A; goto H; out:
+                    insns.push(mov64(8, rng.gen_range(1..40)));
+                    let head = insns.len();
+                    insns.push(alu64_imm(BPF_SUB, 8, 1));
+                    let k = rng.gen_range(0..3usize);
+                    let exit_at = insns.len();
+                    insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
+                    for _ in 0..k {
+                        let mut a = gen_alu(&mut rng);
+                        a.dst = rng.gen_range(0..8);
+                        insns.push(a);
+                    }
+                    let back = |at: usize| i16::try_from(head as i64 - at as i64 - 1).unwrap();
+                    let at = insns.len();
+                    let mut c = cond(&mut rng, back(at));
+                    c.dst = c.dst.min(7);
+                    insns.push(c);
+                    for _ in 0..n {
+                        let mut a = gen_alu(&mut rng);
+                        a.dst = rng.gen_range(0..8);
+                        insns.push(a);
+                    }
+                    let at = insns.len();
+                    insns.push(ja(back(at)));
+                    insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
+                }
+            }
+        }
+        insns.push(exit());
+        let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
+        for budget in [3, 17, GEN_BUDGET, 100_000] {
+            let (j, i) = both(&prog, budget, &gen_setup);
+            assert_same(&j, &i, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+            stops += usize::from(matches!(j.result, Err(VmError::BudgetExhausted { .. })));
+        }
+    }
+    assert!(stops > 300, "only {stops} budget stops compared");
+}

@@ -64,6 +64,18 @@ fn region_shrunk_between_runs() {
 }
 
 #[test]
+fn region_start_moved_past_the_access() {
+    // The hinted slot now starts 64 bytes in: offset 8 is below it (the shim tests the start).
+    let mut sb = Sandbox::new();
+    let jit = read_data_prog(&sb);
+    let mut env = sb.env(100);
+    assert!(run_jit(&jit, &mut env, 0, sb.stack_top()).is_ok());
+    env.read.regions[1].start = sb.data_addr() + 64;
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BadRead { insn: 2, at: env.read.place(sb.data_addr() + 8), len: 8 });
+}
+
+#[test]
 fn inverted_region_is_empty() {
     let mut sb = Sandbox::new();
     let jit = read_data_prog(&sb);
@@ -72,6 +84,53 @@ fn inverted_region_is_empty() {
     env.read.regions[0] = Region { start: u64::MAX - 4, end: 16 };
     let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
     assert!(matches!(e, VmError::BadRead { insn: 2, .. }), "{e:?}");
+}
+
+#[test]
+fn hinted_region_whose_end_is_below_the_access_length_grants_nothing() {
+    // The site's hint points at slot 1; the slot now holds an inverted region whose end (4) is
+    // below the access length, so `end - len` wraps: the fast path must test `len <= end`.
+    let mut sb = Sandbox::new();
+    let jit = read_data_prog(&sb);
+    let mut env = sb.env(100);
+    assert!(run_jit(&jit, &mut env, 0, sb.stack_top()).is_ok());
+    env.read.regions[1] = Region { start: sb.data_addr(), end: 4 };
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BadRead { insn: 2, at: env.read.place(sb.data_addr() + 8), len: 8 });
+}
+
+/// A loop whose two loads take turns between the data region and the context (each load in a
+/// loop has a read window of its own in the JIT): after a run that warmed both windows, a run
+/// without the data region faults at the data load on its first pass, not with the window of
+/// the last run.
+#[test]
+fn loads_taking_turns_in_a_loop_are_checked_against_each_run() {
+    let mut sb = Sandbox::new();
+    sb.data[3] = 5;
+    let mut p = Vec::from(lddw(1, sb.data_addr()));
+    p.extend(lddw(2, sb.ctx_addr()));
+    p.extend([
+        mov64(0, 0),
+        mov64(3, 4),
+        // loop: r0 += data[3] + ctx[1]; r3 -= 1; if r3 != 0 goto loop
+        ldx(BPF_DW, 4, 1, 24),
+        alu64_reg(BPF_ADD, 0, 4),
+        ldx(BPF_DW, 4, 2, 8),
+        alu64_reg(BPF_ADD, 0, 4),
+        alu64_imm(BPF_SUB, 3, 1),
+        jmp_imm(BPF_JNE, 3, 0, -6),
+        exit(),
+    ]);
+    let jit = JitProgram::compile(&verified(p)).unwrap();
+    let mut env = sb.env(1000);
+    assert_eq!(run_jit(&jit, &mut env, 0, sb.stack_top()), Ok(4 * (5 + sb.ctx[1])));
+    let data = env.read.regions[1];
+    assert_eq!(data.start, sb.data_addr(), "the sandbox's data region is read slot 1");
+    env.read.regions[1] = Region::EMPTY;
+    let e = run_jit(&jit, &mut env, 0, sb.stack_top()).unwrap_err();
+    assert_eq!(e, VmError::BadRead { insn: 6, at: env.read.place(sb.data_addr() + 24), len: 8 });
+    env.read.regions[1] = data;
+    assert_eq!(run_jit(&jit, &mut env, 0, sb.stack_top()), Ok(4 * (5 + sb.ctx[1])));
 }
 
 #[test]

@@ -111,6 +111,14 @@ pub const WORKLOADS: &[Spec] = &[
     spec!("xorshift32", "bench/xorshift32", "pure 32-bit ALU", |b| b.fill(0), |r| r, xorshift32),
     spec!("be32", "bench/be32", "byte loads, big-endian recompose", fill_random, |r| r, be32),
     spec!(
+        "alternate",
+        "bench/alternate",
+        "unproved loads alternating data/scratch",
+        fill_random,
+        |r| r,
+        alternate
+    ),
+    spec!(
         "strided",
         "bench/strided",
         "pointer + scaled data-dependent index",
@@ -402,6 +410,13 @@ fn be32(b: &Block, a: u64) -> u64 {
     bytes(b)[..2048].chunks_exact(4).fold(a, |s, w| {
         s.wrapping_add(u64::from(u32::from_be_bytes(w.try_into().expect("4 bytes"))))
     })
+}
+
+/// The bench leaves the scratch zero past its first two words, so the key bytes are 0.
+fn alternate(b: &Block, a: u64) -> u64 {
+    let at = (a % (BLOCK_BYTES as u64 - 256)) as usize;
+    let key = [0u8; 512];
+    (0..256).map(|i| u64::from(bytes(b)[(at + i) & 32767].wrapping_sub(key[i & 511]))).sum()
 }
 
 fn strided(b: &Block, a: u64) -> u64 {

@@ -30,9 +30,33 @@ pub(super) struct RunAux {
     pub(super) helper_err: Option<VmError>,
 }
 
-/// Signature of every compiled BPF function, callable from Rust.
-pub(super) type CompiledFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64, u64, u64, u64) -> u64;
+/// What the entry function returns: r0 and the budget left (System V returns a two-word
+/// struct in rax:rdx, as Cranelift returns two I64 values).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EntryRet {
+    pub(super) r0: u64,
+    pub(super) insns_left: u64,
+}
 
+/// Signature of the compiled entry function, callable from Rust: `(aux, r1, r10, budget)`.
+/// The budget comes and goes in registers (no store in `run` and load in the code, nor the
+/// reverse, on the path every call takes); r2-r5 are 0 at entry and not passed.
+pub(super) type EntryFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64) -> EntryRet;
+
+/// [`EntryFn`] as a Cranelift signature.
+pub(super) fn entry_signature(module: &JITModule) -> Signature {
+    let mut sig = module.make_signature();
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(I64));
+    }
+    sig.returns.push(AbiParam::new(I64));
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// Signature of every other compiled BPF function (called only from generated code):
+/// `(aux, r1, r2, r3, r4, r5, r10) -> r0`; the budget goes through `env.insns_left`.
 pub(super) fn bpf_signature(module: &JITModule) -> Signature {
     let mut sig = module.make_signature();
     // aux, r1..r5, r10
@@ -43,19 +67,112 @@ pub(super) fn bpf_signature(module: &JITModule) -> Signature {
     sig
 }
 
-/// Defines `fn(aux, addr, site)` with the preserve-all convention: it calls [`resolve_region`]
-/// (System V) and stores its answer in `aux.found`. Call sites in hot code then clobber no
-/// register, so a rarely taken slow path does not force the loop around it to spill.
-pub(super) fn define_resolve_shim(
-    module: &mut JITModule,
-    ctx: &mut cranelift_codegen::Context,
-    fctx: &mut FunctionBuilderContext,
-) -> Result<FuncId, JitError> {
+/// The signature of both resolver shims: `fn(aux, addr, site)`, preserve-all.
+fn shim_signature(module: &JITModule) -> Signature {
     let mut sig = module.make_signature();
     sig.call_conv = CallConv::PreserveAll;
     for _ in 0..3 {
         sig.params.push(AbiParam::new(I64));
     }
+    sig
+}
+
+/// Defines the function a window miss calls, `fn(aux, addr, site)` with the preserve-all
+/// convention (call sites in hot code clobber no register, so the loop around a check does
+/// not spill for it), which answers in `aux.found` and refreshes `aux`'s window like
+/// [`resolve_region`]. Its fast path is generated code: the site's hint re-validated against
+/// the current env exactly as `Region::contains` does (`hint < len`, `addr >= start`,
+/// `len <= end`, `addr <= end - len`), touching a few registers and no Rust; accesses that
+/// alternate between regions (a page and the scratch) then cost a short call each instead
+/// of a trip through Rust. On a hint miss it calls the slow shim, which calls
+/// [`resolve_region`] (System V: it saves every register that call clobbers, so it is kept
+/// out of the fast path's frame).
+pub(super) fn define_resolve_shim(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    fctx: &mut FunctionBuilderContext,
+) -> Result<FuncId, JitError> {
+    let slow = define_slow_shim(module, ctx, fctx)?;
+    let sig = shim_signature(module);
+    let id = module
+        .declare_function("storefn_resolve_hint", Linkage::Local, &sig)
+        .map_err(|e| JitError::Codegen(e.to_string()))?;
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    let slow_ref = module.declare_func_in_func(slow, &mut ctx.func);
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let entry = b.create_block();
+    let hit = b.create_block();
+    let miss = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let p = b.block_params(entry).to_vec();
+    let (aux, addr, site) = (p[0], p[1], p[2]);
+    let fl = MemFlagsData::trusted();
+    // slot = pc * 2 + is_write; site = pc << 8 | is_write << 4 | len.
+    let write = b.ins().ushr_imm_u(site, 4);
+    let write = b.ins().band_imm_u(write, 1);
+    let pc2 = b.ins().ushr_imm_u(site, 7);
+    let pc2 = b.ins().band_imm_u(pc2, !1);
+    let slot = b.ins().bor(pc2, write);
+    let hints = b.ins().load(I64, fl, aux, OFF_AUX_HINTS);
+    let at = b.ins().iadd(hints, slot);
+    let hint = b.ins().uload8(I64, fl, at, 0);
+    let env = b.ins().load(I64, fl, aux, OFF_AUX_ENV);
+    // The write set follows the read set: set = env + OFF_READ + write * SET_BYTES.
+    let set_off = b.ins().imul_imm_u(write, SET_BYTES);
+    let set = b.ins().iadd(env, set_off);
+    let count = b.ins().load(I64, fl, set, OFF_READ + OFF_SET_LEN);
+    let in_set = b.ins().icmp(IntCC::UnsignedLessThan, hint, count);
+    let r_off = b.ins().imul_imm_u(hint, REGION_BYTES);
+    let r = b.ins().iadd(set, r_off);
+    let start = b.ins().load(I64, fl, r, OFF_READ + OFF_SET_REGIONS);
+    let end = b.ins().load(I64, fl, r, OFF_READ + OFF_SET_REGIONS + 8);
+    let len = b.ins().band_imm_u(site, 0xf);
+    let above = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, addr, start);
+    let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, len, end);
+    let last = b.ins().isub(end, len);
+    let below = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, addr, last);
+    let ok = b.ins().band(in_set, above);
+    let ok = b.ins().band(ok, fits);
+    let ok = b.ins().band(ok, below);
+    b.ins().brif(ok, hit, &[], miss, &[]);
+
+    // The window the resolver would set: the region's start and `size - 7`, saturating.
+    b.switch_to_block(hit);
+    let size = b.ins().isub(end, start);
+    let wide =
+        b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, size, MAX_ACCESS_BYTES as i64 - 1);
+    let span = b.ins().iadd_imm_s(size, 1 - MAX_ACCESS_BYTES as i64);
+    let zero = b.ins().iconst(I64, 0);
+    let span = b.ins().select(wide, span, zero);
+    // Read window at OFF_AUX_LO/SPAN, write window at OFF_AUX_WR_LO/SPAN.
+    let w_off = b.ins().imul_imm_u(write, i64::from(OFF_AUX_WR_LO - OFF_AUX_LO));
+    let w = b.ins().iadd(aux, w_off);
+    b.ins().store(fl, start, w, OFF_AUX_LO);
+    b.ins().store(fl, span, w, OFF_AUX_SPAN);
+    let one = b.ins().iconst(I64, 1);
+    b.ins().store(fl, one, aux, OFF_AUX_FOUND);
+    b.ins().return_(&[]);
+
+    b.switch_to_block(miss);
+    b.ins().call(slow_ref, &[aux, addr, site]);
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
+    b.finalize(module.target_config());
+    let r = module.define_function(id, ctx).map_err(|e| JitError::Codegen(format!("{e:?}")));
+    module.clear_context(ctx);
+    r.map(|()| id)
+}
+
+/// `fn(aux, addr, site)`, preserve-all: calls [`resolve_region`] (System V) and stores its
+/// answer in `aux.found`.
+fn define_slow_shim(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    fctx: &mut FunctionBuilderContext,
+) -> Result<FuncId, JitError> {
+    let sig = shim_signature(module);
     let id = module
         .declare_function("storefn_resolve_shim", Linkage::Local, &sig)
         .map_err(|e| JitError::Codegen(e.to_string()))?;
@@ -113,6 +230,20 @@ pub(super) const OFF_AUX_WR_SPAN: i32 = env_off(offset_of!(RunAux, wr_span));
 pub(super) const OFF_AUX_LO: i32 = env_off(offset_of!(RunAux, hot_lo));
 pub(super) const OFF_AUX_SPAN: i32 = env_off(offset_of!(RunAux, hot_span));
 pub(super) const OFF_AUX_DEPTH: i32 = env_off(offset_of!(RunAux, depth));
+pub(super) const OFF_AUX_HINTS: i32 = env_off(offset_of!(RunAux, hints));
+/// `RunEnv::read`; `RunEnv::write` follows it at `SET_BYTES` (checked below).
+const OFF_READ: i32 = env_off(offset_of!(RunEnv, read));
+const OFF_SET_LEN: i32 = env_off(offset_of!(RegionSet, len));
+const OFF_SET_REGIONS: i32 = env_off(offset_of!(RegionSet, regions));
+const SET_BYTES: i64 = std::mem::size_of::<RegionSet>() as i64;
+const REGION_BYTES: i64 = std::mem::size_of::<crate::mem::Region>() as i64;
+const _: () = assert!(
+    offset_of!(RunEnv, write) == offset_of!(RunEnv, read) + std::mem::size_of::<RegionSet>()
+        && offset_of!(RunAux, wr_span) - offset_of!(RunAux, wr_lo)
+            == offset_of!(RunAux, hot_span) - offset_of!(RunAux, hot_lo)
+        && offset_of!(RunAux, wr_lo) > offset_of!(RunAux, hot_lo),
+    "the hint shim addresses the write set and window from the read ones"
+);
 
 /// Exact region check when both the window and the site's hint missed (the contract of
 /// crate::mem). On success stores the matching region's index in the site's hint, refreshes

@@ -27,16 +27,21 @@ impl Tx<'_, '_> {
     /// matched for this access kind: one subtract, one compare); on a miss a cold call to
     /// [`resolve_region`], which tries the site's hint (a region index that persists across
     /// invocations, re-validated against the current RunEnv) and then scans every region.
-    /// Keeping the hint out of line makes each check three small blocks, so programs with many
+    /// Keeping the hint out of line makes each check two small blocks, so programs with many
     /// unproved accesses compile several times faster; a window miss costs a call instead.
     pub(super) fn check(&mut self, pc: usize, addr: Value, len: u64, access: Access) {
         debug_assert!((1..=MAX_ACCESS_BYTES).contains(&len));
-        let (lo_v, span_v) = self.win_read;
         let fl = MemFlagsData::trusted();
-        // Reads use window variables (registers); writes keep theirs in `aux` (two L1 loads).
-        let (lo, span) = match access {
-            Access::Read => (self.b.use_var(lo_v), self.b.use_var(span_v)),
-            Access::Write => (
+        // Reads use window variables (registers) in the optimising tier; writes, and reads in
+        // the quick tier, keep theirs in `aux` (two L1 loads).
+        let vars = if access == Access::Read { self.read_window(pc) } else { None };
+        let (lo, span) = match (vars, access) {
+            (Some((lo, span)), _) => (self.b.use_var(lo), self.b.use_var(span)),
+            (None, Access::Read) => (
+                self.b.ins().load(I64, fl, self.aux, OFF_AUX_LO),
+                self.b.ins().load(I64, fl, self.aux, OFF_AUX_SPAN),
+            ),
+            (None, Access::Write) => (
                 self.b.ins().load(I64, fl, self.aux, OFF_AUX_WR_LO),
                 self.b.ins().load(I64, fl, self.aux, OFF_AUX_WR_SPAN),
             ),
@@ -44,34 +49,43 @@ impl Tx<'_, '_> {
         let off = self.b.ins().isub(addr, lo);
         let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, off, span);
         let cont = self.b.create_block();
-        let miss = self.b.create_block();
-        let refill_aux = self.b.create_block();
-        for blk in [miss, refill_aux] {
-            self.b.set_cold_block(blk);
-        }
+        let miss = self.cold_block();
         self.b.ins().brif(inside, cont, &[], miss, &[]);
 
         // Tiers 2 and 3 in Rust: the site's hint, then every region.
-        self.b.switch_to_block(miss);
+        self.enter(miss);
         let site =
             (u64::try_from(pc).unwrap_or(0) << 8) | (u64::from(access == Access::Write) << 4) | len;
         let site = self.iconst(site.cast_signed());
         // Preserve-all call: the hot code around it keeps its registers.
         self.b.ins().call(self.resolve_shim, &[self.aux, addr, site]);
         let found = self.b.ins().load(I64, fl, self.aux, OFF_AUX_FOUND);
-        self.b.ins().brif(found, refill_aux, &[], self.exit_block, &[]);
-
-        // The resolver refreshed the window in `aux` (where writes keep theirs anyway).
-        self.b.switch_to_block(refill_aux);
-        if access == Access::Read {
+        if let Some((lo_v, span_v)) = vars {
+            // The resolver refreshed the window in `aux`; read before the branch so a check
+            // is two blocks (on a fault the values go unused).
             let lo = self.b.ins().load(I64, fl, self.aux, OFF_AUX_LO);
             let span = self.b.ins().load(I64, fl, self.aux, OFF_AUX_SPAN);
             self.b.def_var(lo_v, lo);
             self.b.def_var(span_v, span);
         }
-        self.b.ins().jump(cont, &[]);
+        self.b.ins().brif(found, cont, &[], self.exit_block, &[]);
 
-        self.b.switch_to_block(cont);
+        self.enter(cont);
+    }
+
+    /// The read window the load at `pc` checks against: its own while the function's pool
+    /// lasts if it sits in a loop, else the function's shared one (`None`: in `aux`).
+    fn read_window(&mut self, pc: usize) -> Option<(Variable, Variable)> {
+        if let Some(&(_, w)) = self.site_windows.iter().find(|(at, _)| *at == pc) {
+            return Some(w);
+        }
+        if self.in_loop[pc] {
+            if let Some(w) = self.window_pool.pop() {
+                self.site_windows.push((pc, w));
+                return Some(w);
+            }
+        }
+        self.win_read
     }
 
     pub(super) fn size_of(pc: usize, insn: Insn) -> Result<u64, JitError> {

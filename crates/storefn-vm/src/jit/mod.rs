@@ -22,6 +22,7 @@
 //! checks).
 
 mod abi;
+mod inline;
 mod memcheck;
 mod translate;
 
@@ -52,7 +53,7 @@ use crate::mem::{RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
 use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
-use abi::{bpf_signature, define_resolve_shim, CompiledFn, RunAux};
+use abi::{bpf_signature, define_resolve_shim, entry_signature, EntryFn, RunAux};
 use translate::translate_function;
 
 /// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
@@ -101,7 +102,7 @@ fn invalid(insn: usize, reason: impl Into<String>) -> JitError {
 #[derive(Debug)]
 pub struct JitProgram {
     code: CodeMemory,
-    entry: CompiledFn,
+    entry: EntryFn,
     /// Per access site, the index of the region that matched last time (validated on use).
     /// Written by the generated code's slow path; Cell keeps JitProgram !Sync.
     hints: Box<[Cell<u8>]>,
@@ -110,6 +111,8 @@ pub struct JitProgram {
     /// !Sync, and `run` is never re-entered (the code calls back only into `resolve_region`
     /// and `helper_trampoline`, neither of which runs a program).
     aux: std::cell::UnsafeCell<RunAux>,
+    /// [`JitProgram::compiled_functions`].
+    compiled_functions: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -149,9 +152,13 @@ impl JitProgram {
     pub fn compile(verified: &VerifiedProgram) -> Result<Self, JitError> {
         let prog: &Program = verified;
         let cfg = verified.cfg();
-        let funcs: Vec<(usize, usize)> =
-            (0..cfg.functions().len()).map(|f| cfg.func_range(f)).collect();
-        let mut module = new_module(prog.insns.len() > QUICK_TIER_SLOTS)?;
+        // Only the entry and the functions some compiled code calls without inlining them.
+        let plan = inline::Plan::new(verified);
+        let in_loop = translate::loop_slots(verified);
+        let is_target = translate::jump_targets(verified);
+        let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
+        let quick = prog.insns.len() > QUICK_TIER_SLOTS;
+        let mut module = new_module(quick)?;
         let ptr_ty = module.target_config().pointer_type();
         if ptr_ty != I64 {
             return Err(JitError::Host("the JIT needs a 64-bit host".into()));
@@ -161,12 +168,14 @@ impl JitProgram {
         // `resolve_region` through `aux.hints`.
         let hints: Box<[Cell<u8>]> = (0..prog.insns.len() * 2).map(|_| Cell::new(0)).collect();
         let sig = bpf_signature(&module);
+        let entry_sig = entry_signature(&module);
+        let sig_of_fn = |start: usize| if start == 0 { &entry_sig } else { &sig };
         let mut ids = Vec::with_capacity(funcs.len());
         // Declaring allocates no code memory, so an early return here leaks nothing; from the
         // first definition on, `code` owns the module and frees it on every path.
         for &(start, _) in &funcs {
             let id = module
-                .declare_function(&format!("bpf_fn_{start}"), Linkage::Local, &sig)
+                .declare_function(&format!("bpf_fn_{start}"), Linkage::Local, sig_of_fn(start))
                 .map_err(|e| JitError::Codegen(e.to_string()))?;
             ids.push((start, id));
         }
@@ -180,11 +189,13 @@ impl JitProgram {
             if result.is_err() {
                 break;
             }
-            ctx.func.signature = sig.clone();
+            ctx.func.signature = sig_of_fn(start).clone();
             ctx.func.name = UserFuncName::user(0, ids[i].1.as_u32());
             ctx.set_disasm(disasm);
             let r = translate_function(
                 verified,
+                quick,
+                (&plan.inline_at, &in_loop, &is_target),
                 (start, end),
                 shim,
                 &ids,
@@ -215,9 +226,9 @@ impl JitProgram {
         code.0 = Some(module);
         finalized?;
         let entry_ptr = entry_ptr.expect("finalized module has the entry function");
-        // SAFETY: `entry_ptr` is the finalized code of a function declared with `bpf_signature`,
-        // which is the System V equivalent of `CompiledFn` on this (64-bit) host.
-        let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(entry_ptr) };
+        // SAFETY: `entry_ptr` is the finalized code of the function declared with
+        // `entry_signature`, the System V equivalent of `EntryFn` on this (64-bit) host.
+        let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(entry_ptr) };
         let aux = std::cell::UnsafeCell::new(RunAux {
             env: std::ptr::null_mut(),
             hot_lo: 0,
@@ -230,7 +241,15 @@ impl JitProgram {
             prog_type: prog.prog_type,
             helper_err: None,
         });
-        Ok(Self { code, entry, hints, aux })
+        Ok(Self { code, entry, hints, aux, compiled_functions: funcs.len() })
+    }
+
+    /// How many of the program's functions have machine code of their own: the entry and
+    /// every function some compiled code calls without inlining it (a diagnostic: inlined
+    /// functions cost no compile of their own).
+    #[must_use]
+    pub fn compiled_functions(&self) -> usize {
+        self.compiled_functions
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.
@@ -266,25 +285,28 @@ impl JitProgram {
         debug_assert!(!self.hints.is_empty());
         let aux = self.aux.get();
         // SAFETY: no other reference to `aux` exists during this call (JitProgram is !Sync and
-        // `run` is not re-entered, see the field). Every field an earlier call may have left
-        // behind that the code trusts is reset: the windows (a stale one would grant an earlier
-        // call's region), the depth and the env; `helper_err` is None (taken on every HELPER
-        // fault); `hints` and `prog_type` are the program's own.
+        // `run` is not re-entered, see the field). Of what an earlier call may have left
+        // behind, only `env` is set here; the generated code trusts nothing else it did not
+        // write in this call: the entry function zeroes the windows kept in `aux` (the write
+        // window; the read window in the quick tier) when the program has a checked access
+        // of that kind (a stale window would grant an earlier call's region), a read window
+        // in variables is zeroed at every function start (its `aux` copy is then read only
+        // right after `resolve_region` wrote it), and the entry function, at
+        // depth 0 by construction (no call targets it: the verifier refuses recursion),
+        // stores the depth before each of its calls. `helper_err` is None (taken on every
+        // HELPER fault); `hints` and `prog_type` are the program's own.
         unsafe {
             (*aux).env = std::ptr::from_mut(env);
-            (*aux).hot_lo = 0;
-            (*aux).hot_span = 0;
-            (*aux).wr_lo = 0;
-            (*aux).wr_span = 0;
-            (*aux).depth = 0;
             debug_assert!((*aux).helper_err.is_none());
         }
-        // SAFETY: `entry` points at live code (owned by `self.code`) with the `CompiledFn` ABI.
+        // SAFETY: `entry` points at live code (owned by `self.code`) with the `EntryFn` ABI.
         // The generated code dereferences only `env`/`aux` (valid, exclusively used here) at
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets or where the verifier proved the access inside memory this function's
         // contract guarantees (the stack frame, the context, xrp's data/scratch views).
-        let r0 = unsafe { (self.entry)(aux, ctx_addr, 0, 0, 0, 0, stack_top) };
+        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, env.insns_left) };
+        env.insns_left = ret.insns_left;
+        let r0 = ret.r0;
         if env.fault.kind == fault::NONE {
             return Ok(r0);
         }

@@ -16,8 +16,19 @@ pub(super) struct Tx<'a, 'f> {
     /// Accesses the verifier proved in bounds: no run-time region check there.
     pub(super) in_bounds: &'a [bool],
     pub(super) regs: [Variable; NUM_REGS],
-    /// Fast-path windows: (lo, span) for reads and for writes.
-    pub(super) win_read: (Variable, Variable),
+    /// The read window (lo, span) in variables ([`Tx::check`]); `None`: in `aux`, like the
+    /// write window (the quick tier: there every value that crosses a block lives in a stack
+    /// slot anyway).
+    pub(super) win_read: Option<(Variable, Variable)>,
+    /// Read windows of their own for checked loads inside loops ([`Tx::read_window`]): up
+    /// to [`SITE_WINDOWS`] per function, zeroed at its start, handed out in translation
+    /// order; `site_windows` says which load holds which.
+    pub(super) window_pool: Vec<(Variable, Variable)>,
+    pub(super) site_windows: Vec<(usize, (Variable, Variable))>,
+    /// Per slot of the program: inside some loop (between a backward jump's target and it).
+    pub(super) in_loop: &'a [bool],
+    /// Per slot of the program: some jump lands there.
+    pub(super) is_target: &'a [bool],
     /// `env.insns_left`, kept in a register between calls and returns.
     pub(super) budget: Variable,
     pub(super) aux: Value,
@@ -38,6 +49,57 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) counted: &'a [CountedLoop],
     /// Body slots this function may still emit as unrolled copies.
     pub(super) unroll_left: u64,
+    /// `back_target[pc - start]`: some jump at `pc` or later lands on `pc`, so its block
+    /// gains a predecessor after it is entered and is sealed only at the end.
+    pub(super) back_target: Vec<bool>,
+    pub(super) cfg: &'a Cfg,
+    /// Per slot: the BPF-to-BPF call there is inlined ([`super::inline::Plan`]).
+    pub(super) inline_at: &'a [bool],
+    /// Whether this Cranelift function is the program's entry (depth 0, returns the budget).
+    pub(super) is_entry: bool,
+    /// While an inlined callee is translated: where its `exit`s go.
+    pub(super) inline_exit: Option<Block>,
+}
+
+/// Checked loads inside loops that get a read window of their own, per function (the
+/// optimising tier only). Loads that take turns between regions (a page and the scratch)
+/// would otherwise evict each other from the one shared window and call the resolver every
+/// time; each window is two variables live through the function, so their number is capped.
+const SITE_WINDOWS: usize = 8;
+
+/// Per slot: some jump (conditional or not) lands there.
+pub(super) fn jump_targets(verified: &VerifiedProgram) -> Vec<bool> {
+    let (insns, cfg) = (&verified.insns, verified.cfg());
+    let mut out = vec![false; insns.len()];
+    for pc in (0..insns.len()).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            out[t] = true;
+        }
+    }
+    out
+}
+
+/// Per slot: inside a loop, i.e. between the target of a backward jump and the jump.
+pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
+    let (insns, cfg) = (&verified.insns, verified.cfg());
+    // +1 where a loop starts, -1 past where it ends, then a running sum: O(slots).
+    let mut delta = vec![0i64; insns.len() + 1];
+    for pc in (0..insns.len()).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            if t <= pc {
+                delta[t] += 1;
+                delta[pc + 1] -= 1;
+            }
+        }
+    }
+    let mut depth = 0;
+    delta[..insns.len()]
+        .iter()
+        .map(|d| {
+            depth += d;
+            depth > 0
+        })
+        .collect()
 }
 
 /// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
@@ -45,6 +107,24 @@ const UNROLL_MAX_TRIPS: u64 = 64;
 /// ... and at most this many body slots in all copies: code size and compile time stay
 /// within a few times the loop's own (BPF-KV's 31-key scan: 30 trips x 7 slots).
 const UNROLL_MAX_SLOTS: u64 = 512;
+/// Longest run of register arithmetic a conditional jump may skip and still be emitted as
+/// conditional moves ([`Tx::if_convert`]).
+const IFCONV_MAX_SLOTS: usize = 4;
+
+/// A counted loop of more trips (or slots) than full unrolling takes, but whose body is at most
+/// this many slots, is emitted as a ring of [`PARTIAL_COPIES`] copies ([`Tx::unroll`]).
+const PARTIAL_MAX_BODY_SLOTS: u64 = 24;
+const PARTIAL_COPIES: usize = 4;
+
+/// How a counted loop is emitted ([`Tx::unroll`]).
+#[derive(Clone, Copy)]
+enum Copies {
+    /// One copy per trip, then a copy that loops on itself.
+    Full,
+    /// This many copies in a ring.
+    Cyclic(usize),
+}
+
 /// Unrolled slots in all of a function's loops: bounds the compile time and code size an
 /// untrusted program can ask for (a program is at most `MAX_INSNS` slots; without this, many
 /// short counted loops could each be copied 64 times).
@@ -53,6 +133,8 @@ const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
+    quick: bool,
+    (inline_at, in_loop, is_target): (&[bool], &[bool], &[bool]),
     (start, end): (usize, usize),
     shim: FuncId,
     ids: &[(usize, FuncId)],
@@ -63,8 +145,9 @@ pub(super) fn translate_function(
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
-    let needs_callee =
-        (start..end).any(|pc| !cfg.is_second_half(pc) && crate::cfg::is_pseudo_call(insns[pc]));
+    let needs_callee = (start..end).any(|pc| {
+        !cfg.is_second_half(pc) && crate::cfg::is_pseudo_call(insns[pc]) && !inline_at[pc]
+    });
     let callees: Vec<(usize, FuncRef)> = if needs_callee {
         ids.iter().map(|&(s, id)| (s, module.declare_func_in_func(id, &mut ctx.func))).collect()
     } else {
@@ -75,7 +158,7 @@ pub(super) fn translate_function(
 
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
     let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| b.declare_var(I64));
-    let win_read = (b.declare_var(I64), b.declare_var(I64));
+    let win_read = (!quick).then(|| (b.declare_var(I64), b.declare_var(I64)));
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
@@ -83,20 +166,50 @@ pub(super) fn translate_function(
     let aux = params[0];
     let zero = b.ins().iconst(I64, 0);
     b.def_var(regs[0], zero);
+    let is_entry = start == 0;
+    // The entry: (aux, r1, r10, budget), r2-r5 zero; any other function: (aux, r1..r5, r10)
+    // with the budget in `env.insns_left` (see `EntryFn`).
+    let (r10, last_arg) = if is_entry { (params[2], 1) } else { (params[6], 5) };
     for r in 1..=5 {
-        b.def_var(regs[r], params[r]);
+        b.def_var(regs[r], if r <= last_arg { params[r] } else { zero });
     }
     for r in &regs[6..10] {
         b.def_var(*r, zero);
     }
-    b.def_var(regs[10], params[6]);
-    for v in [win_read.0, win_read.1] {
-        b.def_var(v, zero);
+    b.def_var(regs[10], r10);
+    let window_pool: Vec<(Variable, Variable)> = if quick {
+        Vec::new()
+    } else {
+        (0..SITE_WINDOWS).map(|_| (b.declare_var(I64), b.declare_var(I64))).collect()
+    };
+    for &(lo, span) in win_read.iter().chain(&window_pool) {
+        b.def_var(lo, zero);
+        b.def_var(span, zero);
     }
     let budget = b.declare_var(I64);
-    let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
-    let left = b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT);
+    let left = if is_entry {
+        params[3]
+    } else {
+        let env = b.ins().load(I64, MemFlagsData::trusted(), aux, OFF_AUX_ENV);
+        b.ins().load(I64, MemFlagsData::trusted(), env, OFF_INSNS_LEFT)
+    };
     b.def_var(budget, left);
+    if start == 0 {
+        // A window in `aux` may hold an earlier call's region: the entry function clears it
+        // before any access can be checked against it (`JitProgram::run` leaves it alone, so
+        // a program without such checks pays nothing per call).
+        let (loads, stores) = checked_accesses(verified);
+        let mut clear = Vec::new();
+        if stores {
+            clear.extend([OFF_AUX_WR_LO, OFF_AUX_WR_SPAN]);
+        }
+        if loads && quick {
+            clear.extend([OFF_AUX_LO, OFF_AUX_SPAN]);
+        }
+        for off in clear {
+            b.ins().store(MemFlagsData::trusted(), zero, aux, off);
+        }
+    }
     // Only this function's slots: a table over the whole program per function would make
     // compiling a program of many small functions quadratic in its size.
     let block_at: Vec<Option<Block>> =
@@ -110,6 +223,8 @@ pub(super) fn translate_function(
     }
     let first = block_at[0].expect("start is a target");
     b.ins().jump(first, &[]);
+    b.seal_block(entry);
+    let back_target = back_targets(cfg, insns, (start, end));
 
     let mut tx = Tx {
         b,
@@ -119,6 +234,10 @@ pub(super) fn translate_function(
         in_bounds: verified.in_bounds(),
         regs,
         win_read,
+        window_pool,
+        site_windows: Vec::new(),
+        in_loop,
+        is_target,
         budget,
         aux,
         block_at,
@@ -130,6 +249,11 @@ pub(super) fn translate_function(
         func_range: (start, end),
         counted: cfg.counted_loops(),
         unroll_left: UNROLL_MAX_FUNCTION_SLOTS,
+        back_target,
+        cfg,
+        inline_at,
+        is_entry: start == 0,
+        inline_exit: None,
     };
     tx.body()?;
     tx.finish_shared_blocks();
@@ -138,11 +262,47 @@ pub(super) fn translate_function(
     Ok(())
 }
 
+/// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
+fn back_targets(cfg: &Cfg, insns: &[Insn], (start, end): (usize, usize)) -> Vec<bool> {
+    let mut back = vec![false; end - start];
+    for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
+        if let Ok(Some(t)) = jump_target(pc, &insns[pc], insns.len()) {
+            if (start..=pc).contains(&t) {
+                back[t - start] = true;
+            }
+        }
+    }
+    back
+}
+
+/// Whether any load (atomics included), and whether any store, of the program keeps its
+/// run-time check (and so reads a window).
+fn checked_accesses(verified: &VerifiedProgram) -> (bool, bool) {
+    let cfg = verified.cfg();
+    let checked = |pc: usize| !cfg.is_second_half(pc) && !verified.in_bounds()[pc];
+    let mut out = (false, false);
+    for (pc, i) in verified.insns.iter().enumerate() {
+        let atomic = i.class() == BPF_STX && i.op & 0xe0 == BPF_ATOMIC;
+        if (i.class() == BPF_LDX || atomic) && checked(pc) {
+            out.0 = true;
+        }
+        if matches!(i.class(), BPF_ST | BPF_STX) && checked(pc) {
+            out.1 = true;
+        }
+    }
+    out
+}
+
 /// Whether control continues to the next instruction.
 #[derive(PartialEq, Eq)]
 pub(super) enum Flow {
     Next,
     Stop,
+    /// The instructions up to this slot were translated with it (an if-converted branch):
+    /// continue there, in the current block.
+    SkipTo(usize),
+    /// As `SkipTo`, but the block ended (the if-converted side ended with a `goto`).
+    Resume(usize),
 }
 
 impl Tx<'_, '_> {
@@ -151,20 +311,20 @@ impl Tx<'_, '_> {
         let mut pc = start;
         let mut open = false; // is there a current, unterminated block?
         while pc < end {
-            if let Some(l) = self.unrolled_loop_at(pc) {
-                open = self.unroll(l, open)?;
+            if let Some((l, copies)) = self.unrolled_loop_at(pc) {
+                open = self.unroll(l, copies, open)?;
                 pc = l.latch + 1;
                 continue;
             }
-            let width;
-            (open, width) = self.step(pc, open)?;
-            pc += width;
+            (open, pc) = self.step(pc, open)?;
         }
         Ok(())
     }
 
     /// Translates slot `pc` (starting its block if one starts there): whether control
     /// continues past it, and its width in slots.
+    /// Translates slot `pc` (starting its block if one starts there): whether control
+    /// continues, and the next slot to translate.
     fn step(&mut self, pc: usize, mut open: bool) -> Result<(bool, usize), JitError> {
         let end = self.func_range.1;
         if let Some(blk) = self.block(pc) {
@@ -172,35 +332,53 @@ impl Tx<'_, '_> {
                 self.b.ins().jump(blk, &[]);
             }
             self.b.switch_to_block(blk);
+            // Sealed as soon as every predecessor is emitted (everything but a loop header:
+            // code is emitted in slot order, and unrolled copies only jump forward), so the
+            // SSA builder resolves each register to its one reaching value instead of giving
+            // the block a parameter per register to prune later (compile time per block).
+            if !self.back_target[pc - self.func_range.0] {
+                self.b.seal_block(blk);
+            }
             open = true;
         }
-        let width = if self.insns[pc].is_lddw() { 2 } else { 1 };
+        let mut next = pc + if self.insns[pc].is_lddw() { 2 } else { 1 };
         if open {
             if self.charges[pc] != 0 {
                 self.charge(pc, self.charges[pc]);
             }
-            open = self.insn(pc)? == Flow::Next;
-            if open && pc + width >= end {
+            match self.insn(pc)? {
+                Flow::Next => {}
+                Flow::Stop => open = false,
+                Flow::SkipTo(t) => next = t,
+                Flow::Resume(t) => (open, next) = (false, t),
+            }
+            if open && next >= end {
                 return Err(invalid(pc, "falls through past the end of its function"));
             }
         }
         // else: unreachable code (no jump lands here); nothing to emit.
-        Ok((open, width))
+        Ok((open, next))
     }
 
     /// The counted loop starting at `pc` that is unrolled ([`UNROLL_MAX_TRIPS`],
     /// [`UNROLL_MAX_SLOTS`], within what is left of [`UNROLL_MAX_FUNCTION_SLOTS`]), if any;
     /// takes its slots from what is left.
-    fn unrolled_loop_at(&mut self, pc: usize) -> Option<CountedLoop> {
+    fn unrolled_loop_at(&mut self, pc: usize) -> Option<(CountedLoop, Copies)> {
         // Sorted by header (`loops::counted_loops`): a search per slot, not a scan.
         let k = self.counted.binary_search_by_key(&pc, |l| l.header).ok()?;
         let l = self.counted[k];
-        let slots = (l.latch + 1 - l.header) as u64 * l.trips;
-        let fits = l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS;
-        let fits = fits && slots <= self.unroll_left;
-        fits.then(|| {
+        let body = (l.latch + 1 - l.header) as u64;
+        let slots = body * l.trips;
+        let (copies, slots) = if l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS {
+            (Copies::Full, slots)
+        } else if body <= PARTIAL_MAX_BODY_SLOTS {
+            (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
+        } else {
+            return None;
+        };
+        (slots <= self.unroll_left).then(|| {
             self.unroll_left -= slots;
-            l
+            (l, copies)
         })
     }
 
@@ -212,15 +390,25 @@ impl Tx<'_, '_> {
     /// before it (its header is not a charge point), so the copies charge nothing. Within a
     /// copy the counter and the addresses it steps are constants or a constant away from the
     /// copy before, which Cranelift folds. Returns whether control falls out of the last slot.
-    fn unroll(&mut self, l: CountedLoop, mut open: bool) -> Result<bool, JitError> {
+    ///
+    /// A loop of more trips ([`Copies::Cyclic`]) is emitted as a few copies in a ring, copy
+    /// k's back edge entering copy k + 1 and the last copy's the first: again the loop's own
+    /// control flow for any number of iterations, with one taken jump per ring instead of
+    /// one per iteration and the steps of consecutive copies folded into address offsets.
+    fn unroll(&mut self, l: CountedLoop, copies: Copies, mut open: bool) -> Result<bool, JitError> {
         debug_assert_eq!(self.charges[l.header], 0, "a counted loop's header charges nothing");
-        let copies = usize::try_from(l.trips).unwrap_or(usize::MAX);
-        let mut headers = Vec::with_capacity(copies + 1);
+        // `n` copies; copy k's back edge goes to `next(k)`.
+        let (n, cyclic) = match copies {
+            Copies::Full => (usize::try_from(l.trips).unwrap_or(usize::MAX) + 1, false),
+            Copies::Cyclic(n) => (n, true),
+        };
+        let next = |k: usize| if cyclic { (k + 1) % n } else { (k + 1).min(n - 1) };
+        let mut headers = Vec::with_capacity(n);
         headers.push(self.block(l.header).expect("a loop header starts a block"));
-        for _ in 0..copies {
+        for _ in 1..n {
             headers.push(self.b.create_block());
         }
-        for k in 0..=copies {
+        for k in 0..n {
             // Fresh blocks for this copy's interior (jumps inside the body only go forward, and
             // nothing outside jumps past the header, so they are all created before use).
             *self.block_slot(l.header) = Some(headers[k]);
@@ -232,12 +420,11 @@ impl Tx<'_, '_> {
             let mut pc = l.header;
             while pc <= l.latch {
                 if pc == l.latch {
-                    // The back edge of this copy enters the next one (the last: itself).
-                    *self.block_slot(l.header) = Some(headers[(k + 1).min(copies)]);
+                    // The back edge of this copy enters the next one (the last: itself, or
+                    // the first of a ring).
+                    *self.block_slot(l.header) = Some(headers[next(k)]);
                 }
-                let width;
-                (open, width) = self.step(pc, open)?;
-                pc += width;
+                (open, pc) = self.step(pc, open)?;
             }
             if open {
                 return Err(invalid(l.latch, "a loop's back edge that falls through"));
@@ -258,13 +445,30 @@ impl Tx<'_, '_> {
         &mut self.block_at[pc - self.func_range.0]
     }
 
-    pub(super) fn finish_shared_blocks(&mut self) {
-        self.b.switch_to_block(self.exit_block);
-        self.spill_budget();
-        let zero = self.b.ins().iconst(I64, 0);
-        self.b.ins().return_(&[zero]);
+    /// Returns `r0` from this function: the entry returns the budget beside it
+    /// ([`EntryFn`]), any other function leaves it in `env.insns_left`.
+    pub(super) fn ret(&mut self, r0: Value) {
+        if self.is_entry {
+            let left = self.b.use_var(self.budget);
+            self.b.ins().return_(&[r0, left]);
+        } else {
+            self.spill_budget();
+            self.b.ins().return_(&[r0]);
+        }
+    }
 
-        self.b.switch_to_block(self.fault_block);
+    /// Switches to `blk`, whose predecessors are all emitted already, and seals it.
+    pub(super) fn enter(&mut self, blk: Block) {
+        self.b.switch_to_block(blk);
+        self.b.seal_block(blk);
+    }
+
+    pub(super) fn finish_shared_blocks(&mut self) {
+        self.enter(self.exit_block);
+        let zero = self.b.ins().iconst(I64, 0);
+        self.ret(zero);
+
+        self.enter(self.fault_block);
         let p = self.b.block_params(self.fault_block).to_vec();
         let env = self.env();
         let f = MemFlagsData::trusted();
@@ -274,9 +478,8 @@ impl Tx<'_, '_> {
         self.b.ins().store(f, insn, env, OFF_FAULT_INSN);
         self.b.ins().store(f, p[2], env, OFF_FAULT_ADDR);
         self.b.ins().store(f, p[3], env, OFF_FAULT_LEN);
-        self.spill_budget();
         let zero = self.b.ins().iconst(I64, 0);
-        self.b.ins().return_(&[zero]);
+        self.ret(zero);
     }
 
     /// A block laid out away from the hot code (region-check slow paths).
@@ -479,9 +682,13 @@ impl Tx<'_, '_> {
         }
         match op {
             BPF_EXIT if !is32 => {
-                let r0 = self.reg(pc, 0)?;
-                self.spill_budget();
-                self.b.ins().return_(&[r0]);
+                if let Some(back) = self.inline_exit {
+                    // An inlined callee returns to its call site (r0 is its own variable).
+                    self.b.ins().jump(back, &[]);
+                } else {
+                    let r0 = self.reg(pc, 0)?;
+                    self.ret(r0);
+                }
                 return Ok(Flow::Stop);
             }
             BPF_CALL if !is32 => return self.call(pc, insn).map(|()| Flow::Next),
@@ -534,11 +741,80 @@ impl Tx<'_, '_> {
         let Some(fall) = self.block(pc + 1) else {
             return Err(invalid(pc, "conditional jump at the end of its function"));
         };
-        let Some(blk) = self.block(target) else {
+        if self.block(target).is_none() {
             return Err(invalid(pc, format!("jump target {target} is not a block start")));
-        };
+        }
+        if let Some(side) = self.if_convertible(pc, target) {
+            return self.if_convert(cond, side, target);
+        }
+        let blk = self.block(target).expect("checked above");
         self.b.ins().brif(cond, blk, &[], fall, &[]);
         Ok(Flow::Stop)
+    }
+
+    /// Whether the conditional jump at `pc` to `target` skips only a short run of register
+    /// arithmetic A that nothing else jumps into: `if c goto T; A; T:` or `if c goto T; A;
+    /// goto T` (T forward or backward: a loop's second back edge), with A at most
+    /// [`IFCONV_MAX_SLOTS`] slots of ALU operations or `lddw`s (no memory access, call, exit
+    /// or jump: nothing in A can fault, charge or be seen before T). Returns A's slots and
+    /// whether a `goto` ends it.
+    fn if_convertible(&self, pc: usize, target: usize) -> Option<(std::ops::Range<usize>, bool)> {
+        let mut q = pc + 1;
+        while q <= pc + IFCONV_MAX_SLOTS + 1 && q < self.func_range.1 {
+            if q == target {
+                return (q > pc + 1).then_some((pc + 1..q, false));
+            }
+            let i = self.insns[q];
+            if self.is_target[q] || self.charges[q] != 0 {
+                return None;
+            }
+            match i.class() {
+                BPF_ALU | BPF_ALU64 if i.dst < FRAME_REG => q += 1,
+                BPF_LD if i.is_lddw() && i.dst < FRAME_REG => q += 2,
+                BPF_JMP if i.op == BPF_JMP | BPF_JA => {
+                    let to = jump_target(q, &i, self.insns.len()).ok()??;
+                    return (to == target && q > pc + 1).then_some((pc + 1..q, true));
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Emits `side` (pure register arithmetic, see [`Tx::if_convertible`]) unconditionally,
+    /// then keeps each register it wrote only where the jump was not taken: `r = c ? old : new`
+    /// (a `select`, a conditional move: no branch to mispredict, and blocks fewer). Every
+    /// register then holds at `target` what it held there on either path of the branch;
+    /// budget charges are at charge points only, none of which is in `side` (`target`'s own
+    /// is emitted where its block starts, reached either way), so both engines still charge
+    /// exactly the same. Continues at `target` in this block when the side falls into it;
+    /// after a `goto` ending the side, jumps to `target` and continues past the `goto`.
+    fn if_convert(
+        &mut self,
+        cond: Value,
+        (side, goto): (std::ops::Range<usize>, bool),
+        target: usize,
+    ) -> Result<Flow, JitError> {
+        let mut written: Vec<(u8, Value)> = Vec::new();
+        let mut q = side.start;
+        while q < side.end {
+            let i = self.insns[q];
+            if !written.iter().any(|&(r, _)| r == i.dst) {
+                written.push((i.dst, self.reg(q, i.dst)?));
+            }
+            self.insn(q)?;
+            q += if i.is_lddw() { 2 } else { 1 };
+        }
+        for (r, old) in written {
+            let new = self.reg(side.start, r)?;
+            let v = self.b.ins().select(cond, old, new);
+            self.set_reg(side.start, r, v)?;
+        }
+        if goto {
+            self.goto(target)?;
+            return Ok(Flow::Resume(side.end + 1));
+        }
+        Ok(Flow::SkipTo(target))
     }
 
     /// Unconditional transfer to `target` (the target block charges itself on entry).
@@ -559,10 +835,10 @@ impl Tx<'_, '_> {
         let ok = self.b.create_block();
         let fail = self.cold_block();
         self.b.ins().brif(fits, ok, &[], fail, &[]);
-        self.b.switch_to_block(fail);
+        self.enter(fail);
         let z = self.iconst(0);
         self.jump_fault(fault::BUDGET, pc, z, z);
-        self.b.switch_to_block(ok);
+        self.enter(ok);
         let rest = self.b.ins().iadd_imm_s(left, -i64::from(len));
         self.b.def_var(self.budget, rest);
     }
@@ -589,7 +865,7 @@ impl Tx<'_, '_> {
         let kind = self.b.ins().load(I32, MemFlagsData::trusted(), env, OFF_FAULT_KIND);
         let cont = self.b.create_block();
         self.b.ins().brif(kind, self.exit_block, &[], cont, &[]);
-        self.b.switch_to_block(cont);
+        self.enter(cont);
     }
 
     pub(super) fn call(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
@@ -612,23 +888,15 @@ impl Tx<'_, '_> {
             }
             BPF_PSEUDO_CALL => {
                 let target = rel_target(pc, i64::from(insn.imm), self.insns.len())?;
+                if self.inline_at[pc] {
+                    return self.inline_call(pc, target);
+                }
                 let Some(&(_, fref)) = self.callees.iter().find(|(s, _)| *s == target) else {
                     return Err(invalid(pc, format!("call target {target} is not a function")));
                 };
                 let f = MemFlagsData::trusted();
-                let depth = self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH);
-                let deeper = self.b.ins().iadd_imm_s(depth, 1);
-                let limit = i64::try_from(MAX_CALL_DEPTH).unwrap_or(i64::MAX);
-                let too_deep =
-                    self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, deeper, limit);
-                let ok = self.b.create_block();
-                let fail = self.b.create_block();
-                self.b.set_cold_block(fail);
-                self.b.ins().brif(too_deep, fail, &[], ok, &[]);
-                self.b.switch_to_block(fail);
-                let z = self.iconst(0);
-                self.jump_fault(fault::CALL_DEPTH, pc, z, z);
-                self.b.switch_to_block(ok);
+                let entry = self.is_entry;
+                let (depth, deeper) = self.depth_check(pc);
                 self.b.ins().store(f, deeper, self.aux, OFF_AUX_DEPTH);
                 for r in 1..=5 {
                     args.push(self.reg(pc, r)?);
@@ -640,7 +908,9 @@ impl Tx<'_, '_> {
                 let call = self.b.ins().call(fref, &args);
                 let r0 = self.b.inst_results(call)[0];
                 self.check_fault_after_call();
-                self.b.ins().store(f, depth, self.aux, OFF_AUX_DEPTH);
+                if !entry {
+                    self.b.ins().store(f, depth, self.aux, OFF_AUX_DEPTH);
+                }
                 r0
             }
             s => return Err(invalid(pc, format!("call with src {s} is not supported"))),
@@ -651,6 +921,81 @@ impl Tx<'_, '_> {
         let z = self.iconst(0);
         for r in 1..=5 {
             self.set_reg(pc, r, z)?;
+        }
+        Ok(())
+    }
+
+    /// The depth check of a BPF-to-BPF call at `pc`: faults `CallDepth` there when the call
+    /// would make the `MAX_CALL_DEPTH + 1`-th frame; returns (this function's depth, the
+    /// callee's). The entry function runs at depth 0 (nothing calls it: the verifier refuses
+    /// recursion), so its calls store depth 1 and need not restore it: every call the entry
+    /// makes stores it again first. Any other function's depth comes from `aux`.
+    fn depth_check(&mut self, pc: usize) -> (Value, Value) {
+        const _: () = assert!(MAX_CALL_DEPTH > 1, "a call from the entry always fits");
+        if self.is_entry {
+            // Depth 1 is below the limit: nothing to check (the quick tier folds nothing).
+            return (self.iconst(0), self.iconst(1));
+        }
+        let f = MemFlagsData::trusted();
+        let depth = self.b.ins().load(I64, f, self.aux, OFF_AUX_DEPTH);
+        let deeper = self.b.ins().iadd_imm_s(depth, 1);
+        let limit = i64::try_from(MAX_CALL_DEPTH).unwrap_or(i64::MAX);
+        let too_deep = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, deeper, limit);
+        let ok = self.b.create_block();
+        let fail = self.cold_block();
+        self.b.ins().brif(too_deep, fail, &[], ok, &[]);
+        self.enter(fail);
+        let z = self.iconst(0);
+        self.jump_fault(fault::CALL_DEPTH, pc, z, z);
+        self.enter(ok);
+        (depth, deeper)
+    }
+
+    /// A BPF-to-BPF call at `pc` to the leaf function starting at `target`, inlined
+    /// ([`super::inline`]): the same depth check, the callee's slots translated here with
+    /// registers of its own (r1-r5 the caller's, r10 one frame down, r0 and r6-r9 unset:
+    /// the verifier makes it write them before reading), its charge at its first slot as on a
+    /// call, its faults through this function's fault path (which returns, as the caller
+    /// would after seeing the callee's fault), and its `exit`s joining after the call with
+    /// r0 its r0 and r1-r5 zero. Nothing reads the depth inside a leaf, so it is not stored.
+    fn inline_call(&mut self, pc: usize, target: usize) -> Result<(), JitError> {
+        self.depth_check(pc);
+        let callee = self.cfg.func_range(self.cfg.func_of(target));
+        if callee.0 != target {
+            return Err(invalid(pc, format!("call target {target} is not a function")));
+        }
+        let regs: [Variable; NUM_REGS] = std::array::from_fn(|_| self.b.declare_var(I64));
+        let zero = self.iconst(0);
+        for (r, &v) in regs.iter().enumerate().take(FRAME_REG.into()) {
+            let init = if (1..=5).contains(&r) { self.reg(pc, r as u8)? } else { zero };
+            self.b.def_var(v, init);
+        }
+        let fp = self.reg(pc, FRAME_REG)?;
+        let frame = i64::try_from(STACK_FRAME_BYTES).unwrap_or(i64::MAX);
+        let callee_fp = self.b.ins().iadd_imm_s(fp, -frame);
+        self.b.def_var(regs[usize::from(FRAME_REG)], callee_fp);
+        let back = self.b.create_block();
+        let block_at: Vec<Option<Block>> = (callee.0..callee.1)
+            .map(|q| self.cfg.is_block_start(q).then(|| self.b.create_block()))
+            .collect();
+        let first = block_at[0].expect("a function start is a block start");
+        self.b.ins().jump(first, &[]);
+        let saved = (
+            std::mem::replace(&mut self.regs, regs),
+            std::mem::replace(&mut self.block_at, block_at),
+            std::mem::replace(&mut self.func_range, callee),
+            std::mem::replace(&mut self.back_target, back_targets(self.cfg, self.insns, callee)),
+            self.inline_exit.replace(back),
+        );
+        let r = self.body();
+        let callee_r0 = self.regs[0];
+        (self.regs, self.block_at, self.func_range, self.back_target, self.inline_exit) = saved;
+        r?;
+        self.enter(back);
+        let r0 = self.b.use_var(callee_r0);
+        self.set_reg(pc, 0, r0)?;
+        for r in 1..=5 {
+            self.set_reg(pc, r, zero)?;
         }
         Ok(())
     }
