@@ -77,6 +77,21 @@ fn shim_signature(module: &JITModule) -> Signature {
     sig
 }
 
+/// Declares shim `name` with [`shim_signature`] and makes `ctx` its function's to build.
+fn declare_shim(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    name: &str,
+) -> Result<FuncId, JitError> {
+    let sig = shim_signature(module);
+    let id = module
+        .declare_function(name, Linkage::Local, &sig)
+        .map_err(|e| JitError::Codegen(e.to_string()))?;
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    Ok(id)
+}
+
 /// Defines the function a window miss calls, `fn(aux, addr, site)` with the preserve-all
 /// convention (call sites in hot code clobber no register, so the loop around a check does
 /// not spill for it), which answers in `aux.found` and refreshes `aux`'s window like
@@ -93,12 +108,7 @@ pub(super) fn define_resolve_shim(
     fctx: &mut FunctionBuilderContext,
 ) -> Result<FuncId, JitError> {
     let slow = define_slow_shim(module, ctx, fctx)?;
-    let sig = shim_signature(module);
-    let id = module
-        .declare_function("storefn_resolve_hint", Linkage::Local, &sig)
-        .map_err(|e| JitError::Codegen(e.to_string()))?;
-    ctx.func.signature = sig;
-    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    let id = declare_shim(module, ctx, "storefn_resolve_hint")?;
     let slow_ref = module.declare_func_in_func(slow, &mut ctx.func);
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
     let entry = b.create_block();
@@ -172,12 +182,7 @@ fn define_slow_shim(
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
 ) -> Result<FuncId, JitError> {
-    let sig = shim_signature(module);
-    let id = module
-        .declare_function("storefn_resolve_shim", Linkage::Local, &sig)
-        .map_err(|e| JitError::Codegen(e.to_string()))?;
-    ctx.func.signature = sig;
-    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    let id = declare_shim(module, ctx, "storefn_resolve_shim")?;
     let rsig = ctx.func.import_signature(sig_of(module, 3));
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
     let blk = b.create_block();

@@ -3,6 +3,7 @@
 //! RocksDB, and the keys written since the reader's snapshot are read from RocksDB, so every
 //! read sees every acknowledged write.
 
+use super::epochs::{Epochs, ReaderSlot};
 use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
 use crate::limits::{
@@ -11,7 +12,6 @@ use crate::limits::{
 };
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -143,20 +143,14 @@ struct Snapshot {
 
 /// What the writers, the refresher and the readers of a [`RocksFnStore`] share.
 ///
-/// Epochs: every write is tagged with the current `epoch`. The refresher flushes RocksDB's
-/// memtable (so the WAL the reader replays stays short), bumps `epoch` to e under the write
-/// side of `gate` (so every write tagged below e has returned, its WAL record synced), opens a
-/// snapshot from the files and publishes it as e. A reader on snapshot e asks RocksDB for
-/// every key whose newest tag is >= e.
+/// The refresher flushes RocksDB's memtable (so the WAL the reader replays stays short), bumps
+/// the epoch (every write tagged below it has returned, its WAL record synced), opens a
+/// snapshot from the files and publishes it: a reader on snapshot e asks RocksDB for every key
+/// written at or after e ([`Epochs`]).
 #[derive(Debug)]
 struct Shared {
-    epoch: AtomicU64,
-    gate: RwLock<()>,
+    epochs: Epochs,
     snapshot: RwLock<Arc<Snapshot>>,
-    /// Key number -> the epoch of its newest write.
-    dirty: Mutex<HashMap<u64, u64>>,
-    /// The snapshot epoch each live reader reads at; entries older than all are pruned.
-    readers: Mutex<Vec<Arc<AtomicU64>>>,
     refreshes: AtomicU64,
     function_reads: AtomicU64,
     dirty_reads: AtomicU64,
@@ -167,18 +161,6 @@ struct Shared {
 impl Shared {
     fn published(&self) -> Arc<Snapshot> {
         Arc::clone(&self.snapshot.read().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Forgets writes every live reader's snapshot holds. The readers' lock is held across
-    /// the whole decision: a session registers its slot and reads the published snapshot
-    /// under it, so no reader can start on a snapshot older than the one pruned for.
-    fn prune(&self) {
-        let readers = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
-        // Relaxed: a reader's slot only grows, and a stale (smaller) value prunes less.
-        let oldest = readers.iter().map(|r| r.load(Ordering::Relaxed)).min();
-        let oldest = oldest.unwrap_or_else(|| self.published().epoch);
-        self.dirty.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, e| *e >= oldest);
-        drop(readers);
     }
 }
 
@@ -249,11 +231,8 @@ impl RocksFnStore {
             Arc::new(Native::open(dir, &options_with_share(opts, ROCKS_FN_CACHE_PER_MILLE))?);
         let db = open_snapshot(dir)?;
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(1),
-            gate: RwLock::new(()),
+            epochs: Epochs::default(),
             snapshot: RwLock::new(Arc::new(Snapshot { epoch: 1, db })),
-            dirty: Mutex::new(HashMap::new()),
-            readers: Mutex::new(Vec::new()),
             refreshes: AtomicU64::new(0),
             function_reads: AtomicU64::new(0),
             dirty_reads: AtomicU64::new(0),
@@ -295,16 +274,12 @@ impl RocksFnStore {
 
 fn refresh_once(native: &Native, dir: &Path, shared: &Shared) -> Result<(), YcsbError> {
     native.flush()?;
-    let e = {
-        let _g = shared.gate.write().unwrap_or_else(PoisonError::into_inner);
-        // Relaxed: the gate's lock orders the bump against every writer's tag.
-        shared.epoch.fetch_add(1, Ordering::Relaxed) + 1
-    };
+    let e = shared.epochs.bump();
     let db = open_snapshot(dir)?;
     *shared.snapshot.write().unwrap_or_else(PoisonError::into_inner) =
         Arc::new(Snapshot { epoch: e, db });
     shared.refreshes.fetch_add(1, Ordering::Relaxed);
-    shared.prune();
+    shared.epochs.publish(e);
     Ok(())
 }
 
@@ -321,7 +296,7 @@ struct FnSession<'a> {
     store: &'a RocksFnStore,
     snapshot: Arc<Snapshot>,
     xrp: XrpDb,
-    slot: Arc<AtomicU64>,
+    slot: ReaderSlot<'a>,
     /// A batch's indices the function answers, and its answers (kept between batches).
     picked: Vec<usize>,
     answers: Vec<(Lookup, Source)>,
@@ -351,8 +326,7 @@ impl FnSession<'_> {
             if cfg.sized_for(&p.db, cfg.chains).hop_bytes > cfg.hop_bytes {
                 self.xrp = session_engine(self.store, &p.db, cfg.chains)?;
             }
-            // Relaxed: only the pruner reads it, and a lower value keeps more entries.
-            self.slot.store(p.epoch, Ordering::Relaxed);
+            self.slot.moved(p.epoch);
             self.snapshot = p;
         }
         Ok(())
@@ -365,18 +339,12 @@ impl FnSession<'_> {
     }
 
     fn dirty_since(&self, num: u64) -> bool {
-        let d = self.store.shared.dirty.lock().unwrap_or_else(PoisonError::into_inner);
-        d.get(&num).is_some_and(|&e| e >= self.snapshot.epoch)
+        self.store.shared.epochs.tags().since(num, self.snapshot.epoch)
     }
 
     fn write(&mut self, key: &Key, record: &[u8]) -> Result<(), YcsbError> {
-        let sh = &self.store.shared;
-        let _g = sh.gate.read().unwrap_or_else(PoisonError::into_inner);
-        // Relaxed: the gate orders the tag against the refresher's bump.
-        let e = sh.epoch.load(Ordering::Relaxed);
-        self.store.native.put(key.name.as_bytes(), record)?;
-        sh.dirty.lock().unwrap_or_else(PoisonError::into_inner).insert(key.num, e);
-        Ok(())
+        let native = &self.store.native;
+        Ok(self.store.shared.epochs.tagged(key.num, || native.put(key.name.as_bytes(), record))?)
     }
 }
 
@@ -433,9 +401,9 @@ impl Session for FnSession<'_> {
         picked.clear();
         {
             let sh = &self.store.shared;
-            let d = sh.dirty.lock().unwrap_or_else(PoisonError::into_inner);
+            let tags = sh.epochs.tags();
             for (i, k) in keys.iter().enumerate() {
-                if d.get(&k.num).is_some_and(|&e| e >= self.snapshot.epoch) {
+                if tags.since(k.num, self.snapshot.epoch) {
                     sh.dirty_reads.fetch_add(1, Ordering::Relaxed);
                     found[i] = self.store.native.get(k.name.as_bytes(), &mut out[i])?;
                 } else {
@@ -466,25 +434,12 @@ impl Session for FnSession<'_> {
     }
 }
 
-impl Drop for FnSession<'_> {
-    fn drop(&mut self) {
-        let mut r = self.store.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
-        r.retain(|s| !Arc::ptr_eq(s, &self.slot));
-    }
-}
-
 impl Store for RocksFnStore {
     fn spec(&self) -> String {
         self.spec.clone()
     }
     fn session(&self) -> Result<Box<dyn Session + '_>, YcsbError> {
-        let (snapshot, slot) = {
-            let mut r = self.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
-            let snapshot = self.shared.published();
-            let slot = Arc::new(AtomicU64::new(snapshot.epoch));
-            r.push(Arc::clone(&slot));
-            (snapshot, slot)
-        };
+        let (slot, snapshot) = self.shared.epochs.join(|| self.shared.published());
         match session_engine(self, &snapshot.db, 1) {
             Ok(xrp) => Ok(Box::new(FnSession {
                 store: self,
@@ -494,11 +449,7 @@ impl Store for RocksFnStore {
                 picked: Vec::new(),
                 answers: Vec::new(),
             })),
-            Err(e) => {
-                let mut r = self.shared.readers.lock().unwrap_or_else(PoisonError::into_inner);
-                r.retain(|s| !Arc::ptr_eq(s, &slot));
-                Err(e.into())
-            }
+            Err(e) => Err(e.into()),
         }
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {

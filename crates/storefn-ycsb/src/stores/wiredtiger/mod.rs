@@ -4,16 +4,16 @@
 
 mod writers;
 
+use super::epochs::{Epochs, ReaderSlot};
 use super::periodic::{Periodic, Ticker};
 use crate::error::YcsbError;
 use crate::limits::{WT_CACHE_PER_MILLE, WT_FN_BLOCK_CACHE_PER_MILLE, WT_FN_CACHE_PER_MILLE};
 use crate::store::{OpenOptions, Session, Store};
 use crate::workload::{Key, RecordShape};
-use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use storefn_wiredtiger::native::{Connection, Cursor, Session as WtSession};
 use storefn_wiredtiger::{Outcome, Table, TreeCache, WtError, XrpOptions, XrpTree};
@@ -202,19 +202,12 @@ impl Store for NativeStore {
 
 /// What the writers, the checkpointer and the readers of an [`FnStore`] share.
 ///
-/// Epochs: every write is tagged with the current `epoch`. The checkpointer bumps `epoch` to
-/// e under the write side of `gate` (so every write tagged below e has returned), then
-/// checkpoints (so the checkpoint holds all of them), then publishes e. A reader on the
-/// checkpoint published as p asks WiredTiger for every key whose newest tag is >= p.
+/// The checkpointer bumps the epoch (every write tagged below it has returned), checkpoints
+/// (so the checkpoint holds all of them), then publishes it: a reader on the checkpoint
+/// published as p asks WiredTiger for every key written at or after p ([`Epochs`]).
 #[derive(Debug, Default)]
 struct Shared {
-    epoch: AtomicU64,
-    published: AtomicU64,
-    gate: RwLock<()>,
-    /// Key number -> the epoch of its newest write.
-    dirty: Mutex<HashMap<u64, u64>>,
-    /// The epoch each live reader reads at; entries older than all of them are pruned.
-    readers: Mutex<Vec<Arc<AtomicU64>>>,
+    epochs: Epochs,
     checkpoints: AtomicU64,
     function_reads: AtomicU64,
     dirty_reads: AtomicU64,
@@ -222,20 +215,6 @@ struct Shared {
     retries: AtomicU64,
     engine_opens: AtomicU64,
     failure: Mutex<Option<String>>,
-}
-
-impl Shared {
-    fn prune(&self) {
-        let readers = self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Relaxed: a reader's slot only ever grows, and a stale (smaller) value prunes less.
-        let oldest = readers.iter().map(|r| r.load(Ordering::Relaxed)).min();
-        let oldest = oldest.unwrap_or_else(|| self.published.load(Ordering::Acquire));
-        drop(readers);
-        self.dirty
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|_, e| *e >= oldest);
-    }
 }
 
 /// WiredTiger with reads by the storefn function (`wiredtiger:DIR:TABLE`).
@@ -278,8 +257,6 @@ impl FnStore {
             .map_or(DEFAULT_CACHE_BYTES, |m| m / 1000 * WT_FN_BLOCK_CACHE_PER_MILLE);
         let cache = Arc::new(Mutex::new(TreeCache::new(cache_bytes, alloc)));
         let shared = Arc::new(Shared::default());
-        shared.epoch.store(1, Ordering::Relaxed);
-        shared.published.store(1, Ordering::Relaxed);
         let checkpointer = {
             let (conn, shared) = (Arc::clone(&conn), Arc::clone(&shared));
             let every = opts.checkpoint_interval;
@@ -315,17 +292,10 @@ impl FnStore {
 }
 
 fn checkpoint_once(s: &WtSession<'_>, shared: &Shared) -> Result<(), WtError> {
-    let e = {
-        let _g = shared.gate.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Release: the gate's lock orders this against every writer's tag; a reader that
-        // sees the bump (Acquire) knows a checkpoint is under way.
-        shared.epoch.fetch_add(1, Ordering::Release) + 1
-    };
+    let e = shared.epochs.bump();
     s.checkpoint()?;
-    // Release: a reader that sees e opens the metadata after the checkpoint was written.
-    shared.published.store(e, Ordering::Release);
     shared.checkpoints.fetch_add(1, Ordering::Relaxed);
-    shared.prune();
+    shared.epochs.publish(e);
     Ok(())
 }
 
@@ -351,12 +321,7 @@ fn tagged_write(
     key: &Key,
     record: &[u8],
 ) -> Result<(), YcsbError> {
-    let _g = sh.gate.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Relaxed: the gate orders the tag against the checkpointer's bump.
-    let e = sh.epoch.load(Ordering::Relaxed);
-    h.put(key, record)?;
-    sh.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.num, e);
-    Ok(())
+    sh.epochs.tagged(key.num, || h.put(key, record))
 }
 
 /// A reader on one checkpoint: the table's metadata and the function's chain engine.
@@ -372,7 +337,7 @@ struct FnSession<'a> {
     store: &'a FnStore,
     wt: Handle<'a>,
     reader: Option<Reader>,
-    slot: Arc<AtomicU64>,
+    slot: ReaderSlot<'a>,
     key: Vec<u8>,
     /// A batch's stored-form keys, the batch indices they stand for, and the indices left to
     /// the one-at-a-time path (kept between batches: no allocation per batch).
@@ -386,9 +351,8 @@ struct FnSession<'a> {
 impl FnSession<'_> {
     /// Moves to the newest checkpoint when one was published since this reader opened.
     fn refresh(&mut self, force: bool) -> Result<&mut Reader, YcsbError> {
-        // Acquire: pairs with the checkpointer's Release, so the metadata read below is at
-        // least as new as checkpoint `p`.
-        let p = self.store.shared.published.load(Ordering::Acquire);
+        // The metadata read below is at least as new as checkpoint `p` (`Epochs::published`).
+        let p = self.store.shared.epochs.published();
         if force || self.reader.as_ref().is_none_or(|r| r.epoch < p) {
             let table = Table::open(&self.store.dir, &self.store.table)?;
             // The chain engine and its verified function outlive checkpoints (a lookup takes
@@ -405,8 +369,7 @@ impl FnSession<'_> {
                     (XrpTree::open_with(table.tree(), opts)?, size)
                 }
             };
-            // Relaxed: only the pruner reads it, and a lower value keeps more entries.
-            self.slot.store(p, Ordering::Relaxed);
+            self.slot.moved(p);
             self.reader = Some(Reader { epoch: p, table, xrp, xrp_size });
         }
         Ok(self.reader.as_mut().expect("opened above"))
@@ -416,8 +379,8 @@ impl FnSession<'_> {
     fn wait_published(&self, epoch: u64) -> Result<(), ()> {
         let sh = &self.store.shared;
         let give_up = std::time::Instant::now() + CHECKPOINT_WAIT;
-        // Acquire: the metadata the caller reads next is at least that checkpoint's.
-        while sh.published.load(Ordering::Acquire) < epoch {
+        // The metadata the caller reads next is at least that checkpoint's.
+        while sh.epochs.published() < epoch {
             if std::time::Instant::now() > give_up || self.store.failure().is_some() {
                 return Err(());
             }
@@ -427,8 +390,7 @@ impl FnSession<'_> {
     }
 
     fn dirty_since(&self, num: u64, epoch: u64) -> bool {
-        let d = self.store.shared.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        d.get(&num).is_some_and(|&e| e >= epoch)
+        self.store.shared.epochs.tags().since(num, epoch)
     }
 
     /// The function's answer; `None` when it handed the key back.
@@ -473,8 +435,7 @@ impl Session for FnSession<'_> {
             // lookup can straddle several); damage that persists is reported.
             sh.retries.fetch_add(1, Ordering::Relaxed);
             attempts += 1;
-            // Acquire: pairs with the Release of the checkpointer's epoch bump.
-            let moved = sh.epoch.load(Ordering::Acquire) > epoch;
+            let moved = sh.epochs.current() > epoch;
             if attempts > MAX_RETRIES || (attempts > 1 && !moved) {
                 return Err(e.into());
             }
@@ -513,10 +474,9 @@ impl Session for FnSession<'_> {
         picked.clear();
         redo.clear();
         {
-            let d =
-                self.store.shared.dirty.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let tags = self.store.shared.epochs.tags();
             for (i, k) in keys.iter().enumerate() {
-                if d.get(&k.num).is_some_and(|&e| e >= epoch) {
+                if tags.since(k.num, epoch) {
                     redo.push(i);
                 } else {
                     picked.push(i);
@@ -616,27 +576,13 @@ impl FnSession<'_> {
     }
 }
 
-impl Drop for FnSession<'_> {
-    fn drop(&mut self) {
-        let mut r =
-            self.store.shared.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        r.retain(|s| !Arc::ptr_eq(s, &self.slot));
-    }
-}
-
 impl Store for FnStore {
     fn spec(&self) -> String {
         self.spec.clone()
     }
     fn session(&self) -> Result<Box<dyn Session + '_>, YcsbError> {
         let wt = Handle::open(&self.conn, &self.uri)?;
-        let slot = {
-            let mut r =
-                self.shared.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let s = Arc::new(AtomicU64::new(self.shared.published.load(Ordering::Acquire)));
-            r.push(Arc::clone(&s));
-            s
-        };
+        let (slot, ()) = self.shared.epochs.join(|| ());
         let mut s = FnSession {
             store: self,
             wt,
