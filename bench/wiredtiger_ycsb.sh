@@ -9,7 +9,7 @@
 #
 # Env: STOREFN (default target/release/storefn), WTY (vda work dir, default /var/tmp/wty),
 # ROUNDS (default 2), OPS (C's operations, default 100000), OPS_B (B's, default 30000),
-# BATCH (the function store's --batch, default 128). Needs root (cgroups, drop_caches, zram).
+# BATCH (the function store's --batch, default 512). Needs root (cgroups, drop_caches, zram).
 # Writes OUT (default $WTY/out-<dev>): ycsb.json (one line per run), runs.log (each run's
 # summary after the UTC time and load average), leaf-bound.json (the device's own bound for
 # the table's leaves); then prints the medians and the ratios the goals name.
@@ -17,7 +17,7 @@ set -euo pipefail
 dev=${1:-vda}
 cd "$(dirname "$0")/.."
 B=$(realpath "${STOREFN:-target/release/storefn}")
-ROUNDS=${ROUNDS:-2}; OPS=${OPS:-100000}; OPS_B=${OPS_B:-30000}; BATCH=${BATCH:-128}
+ROUNDS=${ROUNDS:-2}; OPS=${OPS:-100000}; OPS_B=${OPS_B:-30000}; BATCH=${BATCH:-512}
 RECORDS=700000; BUDGET=67108864
 case $dev in
 vda) base=${WTY:-/var/tmp/wty} ;;
@@ -28,13 +28,13 @@ zram)
 *) echo "usage: $0 vda|zram" >&2; exit 2 ;;
 esac
 db=$base/db
-# The block device under the database: its read counters bracket each run.
-blk=$(basename "$(df --output=source "$base" | tail -1)")
-blk=${blk%%[0-9]*}; [ "$dev" = zram ] && blk=zram0
 out=${OUT:-${WTY:-/var/tmp/wty}/out-$dev}
 mkdir -p "$out"
 rm -f "$out/ycsb.json" "$out/runs.log"
 [ -f "$db/usertable.wt" ] || $B ycsb load --store "wiredtiger:$db:usertable" --records $RECORDS
+# The block device under the database (it exists once loaded): its read counters bracket each run.
+blk=$(basename "$(df --output=source "$base" | tail -1)")
+blk=${blk%%[0-9]*}; [ "$dev" = zram ] && blk=zram0
 
 log() { echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg) | $*" | tee -a "$out/runs.log"; }
 # Reads completed and sectors read on the device so far (/sys/block/DEV/stat fields 1 and 3).
@@ -52,7 +52,7 @@ run() { # workload ops threads store [args...]
     # The device's reads during the run (other processes' too: an upper bound).
     log "$line | $blk: $(echo "$d0 $d1" | awk '{printf "%d reads, %.0f MiB", $3-$1, ($4-$2)/2048}')"
 }
-log "$($B wt leaf-bound "$db" --table usertable --depth 32 --reads 20000 \
+log "$($B wt leaf-bound "$db" --table usertable --depth 64 --reads 20000 \
     --json "$out/leaf-bound.json")"
 cases=(
     "c $OPS 1 wiredtiger-native"

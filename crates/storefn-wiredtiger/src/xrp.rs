@@ -51,7 +51,7 @@ pub const HOP_BYTES: u32 = 32 << 10;
 const _: () = assert!(HOP_BYTES as usize <= storefn_io::limits::MAX_HOP_BYTES);
 
 /// Chains one [`XrpTree`] keeps in flight for a batch (`xrp-batch`).
-pub const BATCH_CHAINS: usize = 32;
+pub const BATCH_CHAINS: usize = 64;
 
 /// Scratch flag: the function checks each block's CRC-32C itself (a remote server runs the
 /// chain and no host sees the blocks).
