@@ -77,6 +77,17 @@ fn shim_signature(module: &JITModule) -> Signature {
     sig
 }
 
+/// Compiles the shim built in `ctx` as `id`, leaving `ctx` clear for the next function.
+fn define_shim(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    id: FuncId,
+) -> Result<FuncId, JitError> {
+    let r = module.define_function(id, ctx).map_err(|e| JitError::Codegen(format!("{e:?}")));
+    module.clear_context(ctx);
+    r.map(|()| id)
+}
+
 /// Declares shim `name` with [`shim_signature`] and makes `ctx` its function's to build.
 fn declare_shim(
     module: &mut JITModule,
@@ -170,9 +181,7 @@ pub(super) fn define_resolve_shim(
     b.ins().return_(&[]);
     b.seal_all_blocks();
     b.finalize(module.target_config());
-    let r = module.define_function(id, ctx).map_err(|e| JitError::Codegen(format!("{e:?}")));
-    module.clear_context(ctx);
-    r.map(|()| id)
+    define_shim(module, ctx, id)
 }
 
 /// `fn(aux, addr, site)`, preserve-all: calls [`resolve_region`] (System V) and stores its
@@ -196,9 +205,7 @@ fn define_slow_shim(
     b.ins().return_(&[]);
     b.seal_all_blocks();
     b.finalize(module.target_config());
-    let r = module.define_function(id, ctx).map_err(|e| JitError::Codegen(format!("{e:?}")));
-    module.clear_context(ctx);
-    r.map(|()| id)
+    define_shim(module, ctx, id)
 }
 
 pub(super) fn sig_of(module: &JITModule, params: usize) -> Signature {
