@@ -15,7 +15,7 @@
 use crate::cache::{Route, TreeCache};
 use crate::db::{table_meta, turtle_metadata, Format, TableMeta, METADATA, TURTLE};
 use crate::error::WtError;
-use crate::format::{BlockAddr, BlockHeader};
+use crate::format::{BlockAddr, BlockHeader, PageType};
 use crate::limits::{MAX_DEPTH, MAX_STALE_RETRIES, MAX_TURTLE_BYTES, REMOTE_INTERNAL_BYTES};
 use crate::lookup::Answer;
 use crate::tree::{Outcome, Walk};
@@ -27,9 +27,6 @@ use storefn_wire::{Client, FileVersion, ProgHash, Request, StatusCode, PROG_TYPE
 
 /// Blocks a remote reader remembers as read but not kept (a linear scan per pushdown).
 const MAX_OPAQUE: usize = 64;
-
-/// The page type byte of a row-store internal page.
-const INTERNAL_PAGE_TYPE: u8 = 6;
 
 /// Which remote path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,7 +400,7 @@ impl RemoteTable {
                 what: m.what,
             };
             BlockHeader::verify(&self.page, a).map_err(corrupt)?;
-            if self.page.get(24) == Some(&INTERNAL_PAGE_TYPE) {
+            if PageType::of(&self.page) == Some(PageType::RowInternal) {
                 cache.put_internal(a.offset, &self.page).map_err(corrupt)?;
             }
             last_read = Some(a);

@@ -6,7 +6,7 @@
 use crate::cache::{Pin, Route, TreeCache};
 use crate::error::WtError;
 use crate::format::{
-    checksum_with_hole, BlockAddr, BlockHeader, BLOCK_DATA_CKSUM, CHECKSUM_SKIP_BYTES,
+    checksum_with_hole, BlockAddr, BlockHeader, PageType, BLOCK_DATA_CKSUM, CHECKSUM_SKIP_BYTES,
     PAGE_PREFIX_BYTES,
 };
 use crate::page::Fallback;
@@ -249,10 +249,10 @@ impl StorageFn for Checked {
             return;
         }
         let Some(cache) = &self.cache else { return };
-        match data.get(24) {
+        match PageType::of(data) {
             // Damage the parse finds is the function's to report: the page is just not kept.
-            Some(&INTERNAL_PAGE) => drop(lock(cache).put_internal(addr, data)),
-            Some(&LEAF_PAGE) => {
+            Some(PageType::RowInternal) => drop(lock(cache).put_internal(addr, data)),
+            Some(PageType::RowLeaf) => {
                 let (Some(pin), Ok(h)) = (st.pin, BlockHeader::parse(data)) else { return };
                 if data.len() > HOP_BYTES as usize {
                     return;
@@ -267,10 +267,6 @@ impl StorageFn for Checked {
         }
     }
 }
-
-/// Page types (the byte at 24 of a page header) the cache keeps.
-const INTERNAL_PAGE: u8 = 6;
-const LEAF_PAGE: u8 = 7;
 
 /// How an [`XrpTree`] reads.
 #[derive(Debug, Clone, Default)]

@@ -55,6 +55,7 @@ fn constants_match_code() {
         .filter(|r| r.len() == 4 && r[0].parse::<u64>().is_ok())
         .map(|r| (r[2].clone(), (num(&r[0]), num(&r[1]))))
         .collect();
+    assert_eq!(block["type"], (PAGE_TYPE_OFFSET as u64, 1));
     assert_eq!(block["disk_size"], (PAGE_HEADER_BYTES as u64, 4));
     assert_eq!(block["checksum"], (BlockHeader::CHECKSUM_AT as u64, 4));
     assert_eq!(block["block_flags"].0 + 4, PAGE_PREFIX_BYTES as u64);

@@ -97,7 +97,17 @@ pub enum PageType {
     RowLeaf,
 }
 
+/// Where the page type byte sits in a page header.
+pub const PAGE_TYPE_OFFSET: usize = 24;
+
 impl PageType {
+    /// The type of the page at the start of `block`, without parsing the rest of its headers
+    /// (`None`: too short, or an unknown type).
+    #[must_use]
+    pub fn of(block: &[u8]) -> Option<Self> {
+        block.get(PAGE_TYPE_OFFSET).copied().and_then(Self::from_byte)
+    }
+
     /// The page type for its on-disk byte.
     #[must_use]
     pub fn from_byte(b: u8) -> Option<Self> {
@@ -135,8 +145,9 @@ impl PageHeader {
     /// A block shorter than both headers, or an unknown page type.
     pub fn parse(block: &[u8]) -> Result<Self, Malformed> {
         take(block, 0, PAGE_PREFIX_BYTES, "page and block headers")?;
-        let page_type = PageType::from_byte(block[24])
-            .ok_or_else(|| Malformed::new(24, format!("unknown page type {}", block[24])))?;
+        let b = block[PAGE_TYPE_OFFSET];
+        let page_type = PageType::from_byte(b)
+            .ok_or_else(|| Malformed::new(PAGE_TYPE_OFFSET, format!("unknown page type {b}")))?;
         Ok(PageHeader {
             recno: le_u64(block, 0),
             write_gen: le_u64(block, 8),

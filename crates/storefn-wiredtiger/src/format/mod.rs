@@ -14,7 +14,7 @@ pub use block::{
     checksum_with_hole, BlockAddr, BlockHeader, CheckpointCookie, FileDesc, PageHeader, PageType,
     BLOCK_DATA_CKSUM, BLOCK_DESC_BYTES, BLOCK_HEADER_BYTES, BLOCK_MAGIC, BLOCK_MAJOR, BLOCK_MINOR,
     CHECKPOINT_VERSION, CHECKSUM_SKIP_BYTES, PAGE_COMPRESSED, PAGE_ENCRYPTED, PAGE_HEADER_BYTES,
-    PAGE_PREFIX_BYTES,
+    PAGE_PREFIX_BYTES, PAGE_TYPE_OFFSET,
 };
 pub use cell::{Cell, CellKind, CELL_SIZE_ADJUST};
 pub use config::{config_entries, config_get, Turtle};
