@@ -22,6 +22,7 @@
 //! checks).
 
 mod abi;
+mod calls;
 mod inline;
 mod memcheck;
 mod translate;
