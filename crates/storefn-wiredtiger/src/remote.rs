@@ -23,7 +23,9 @@ use crate::xrp::{abi, ChainEnd, ChainStart, FLAG_VERIFY, PROGRAM};
 use std::path::Path;
 use std::time::Duration;
 use storefn_wire::limits::MAX_READ_BYTES;
-use storefn_wire::{Client, FileVersion, ProgHash, Request, StatusCode, PROG_TYPE_XRP};
+use storefn_wire::{
+    Client, ClientError, FileVersion, ProgHash, Request, StatusCode, PROG_TYPE_XRP,
+};
 
 /// Blocks a remote reader remembers as read but not kept (a linear scan per pushdown).
 const MAX_OPAQUE: usize = 64;
@@ -450,16 +452,25 @@ impl RemoteTable {
         let view = u64::from(crate::xrp::HOP_BYTES);
         let len =
             if leaf && self.meta.ckpt.file_size - from.offset >= view { view } else { from.size };
-        let req = Request::Xrp {
-            path: self.file.as_bytes(),
+        let (file, scratch) = (self.file.as_bytes(), &self.scratch[..n]);
+        let req = |len: u64| Request::Xrp {
+            path: file,
             offset: from.offset,
             len: len as u32,
             hash: &hash,
-            scratch: &self.scratch[..n],
+            scratch,
             out_len: (abi::VALUE + abi::VALUE_MAX) as u32,
         };
-        let r = self.client.one(&req);
+        let mut r = self.client.one(&req(len));
         self.stats.round_trips += 1;
+        let past_end = |r: &Result<_, ClientError>| matches!(r, Err(e) if e.status() == Some(StatusCode::OutOfRange as u16));
+        if len > from.size && past_end(&r) {
+            // The checkpoint's recorded size can exceed the file: WiredTiger truncates free
+            // blocks at the end while it checkpoints, before its metadata names the new
+            // checkpoint. The leaf alone is asked for.
+            r = self.client.one(&req(from.size));
+            self.stats.round_trips += 1;
+        }
         let r = match r {
             Ok(r) => r,
             // The server's instruction budget per invocation is smaller than this page's scan:
