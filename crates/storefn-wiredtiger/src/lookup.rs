@@ -224,7 +224,9 @@ impl Lookups {
                 // be a checkpoint WiredTiger dropped meanwhile.
                 Err(e @ (WtError::Corrupt { .. } | WtError::Chain { .. })) => {
                     tries += 1;
-                    if tries > MAX_STALE_RETRIES || !self.reload(turtle_id(&self.turtle_path))? {
+                    if tries > MAX_STALE_RETRIES
+                        || !(self.reload(turtle_id(&self.turtle_path))? || self.file_shrank()?)
+                    {
                         return Err(e);
                     }
                     self.stats.retries += 1;
@@ -232,6 +234,12 @@ impl Lookups {
                 r => return r,
             }
         }
+    }
+
+    /// Whether the function's engine found the file shorter than it last saw (the checkpoint
+    /// the same): its chains then read within the new end.
+    fn file_shrank(&mut self) -> Result<bool, WtError> {
+        self.xrp.as_mut().map_or(Ok(false), crate::xrp::XrpTree::file_shrank)
     }
 
     fn get_once(&mut self, user_key: &[u8], value: &mut Vec<u8>) -> Result<Answer, WtError> {

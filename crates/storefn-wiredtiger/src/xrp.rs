@@ -428,10 +428,15 @@ impl XrpTree {
         keys: &[K],
         mut each: impl FnMut(usize, Result<Outcome, WtError>, &[u8]),
     ) -> Result<(), WtError> {
-        let start = ChainStart::of(tree);
+        let mut start = ChainStart::of(tree);
         // A newer checkpoint may lie past the size the engine saw when it opened the file.
         if self.engine.file_size(self.file).is_some_and(|n| n < tree.checkpoint().file_size) {
             self.engine.refresh_size(self.file).map_err(|e| self.chain_err(e.to_string()))?;
+        }
+        // The function reads a leaf with its whole view where the file allows, judged by the
+        // size it is given: the smaller of the checkpoint's and the file's (see `file_shrank`).
+        if let (Some(s), Some(n)) = (start.as_mut(), self.engine.file_size(self.file)) {
+            s.file_size = s.file_size.min(n);
         }
         {
             let mut tk = self.func.tokens.borrow_mut();
@@ -482,6 +487,19 @@ impl XrpTree {
                 k += 1;
             }
         }
+    }
+
+    /// Re-reads the file's size; whether it shrank. WiredTiger truncates free blocks at a
+    /// file's end while it checkpoints, before its metadata names the new checkpoint, so the
+    /// live checkpoint's recorded size can exceed the file: a leaf's view read to that size
+    /// comes back short, and is read again within the file.
+    ///
+    /// # Errors
+    /// The file's size cannot be read.
+    pub fn file_shrank(&mut self) -> Result<bool, WtError> {
+        let before = self.engine.file_size(self.file);
+        let now = self.engine.refresh_size(self.file).map_err(|e| self.chain_err(e.to_string()))?;
+        Ok(now < before)
     }
 
     fn chain_err(&self, what: String) -> WtError {

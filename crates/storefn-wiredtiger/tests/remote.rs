@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::{absent_keys, build, native_rows, user, TempDir};
+use common::{absent_keys, build, cut_near_a_leaf, native_rows, user, TempDir};
 use storefn_server::{Server, ServerConfig};
 use storefn_wire::{Client, ClientConfig};
-use storefn_wiredtiger::{Answer, RemotePath, RemoteTable, Route, TreeCache, WtError};
+use storefn_wiredtiger::{Answer, RemotePath, RemoteTable, WtError};
 
 fn server(root: &std::path::Path) -> Server {
     let mut cfg = ServerConfig::new(root);
@@ -185,18 +185,8 @@ fn a_leaf_near_a_file_cut_below_its_checkpoint_size_is_still_answered() {
     build(&db);
     let rows = native_rows(&db, "big");
     let file = db.join("big.wt");
-    let table = storefn_wiredtiger::Table::open(&db, "big").unwrap();
-    let (ckpt, alloc) = (*table.tree().checkpoint(), table.tree().allocation_size());
-    // The leaf each key lies in, found as the pushdown client finds it.
-    let (f, mut cache) =
-        (std::fs::File::open(&file).unwrap(), TreeCache::internal_only(1 << 24, alloc));
-    let leaves: Vec<_> = rows.keys().map(|k| leaf_of(&f, &mut cache, &ckpt, k)).collect();
-    // The file cut just past the last leaf shorter than the function's view: that leaf and
-    // any just below it are then asked for with a view past the file's end.
+    let (leaves, cut) = cut_near_a_leaf(&db, "big", &rows, true).unwrap();
     let view = u64::from(storefn_wiredtiger::HOP_BYTES);
-    let last = leaves.iter().copied().filter(|a| a.size < view).max_by_key(|a| a.offset).unwrap();
-    let cut = last.offset + last.size;
-    assert!(cut < last.offset + view && ckpt.file_size >= last.offset + view, "{last:?} {ckpt:?}");
     let s = server(&root.0);
     let mut t = open(&s, "big");
     let mut value = Vec::new();
@@ -219,25 +209,4 @@ fn a_leaf_near_a_file_cut_below_its_checkpoint_size_is_still_answered() {
     assert_eq!(t.stats.fallbacks, 0, "{:?}", t.stats);
     s.stop();
     s.join().unwrap();
-}
-
-fn leaf_of(
-    f: &std::fs::File,
-    cache: &mut TreeCache,
-    ckpt: &storefn_wiredtiger::format::CheckpointCookie,
-    key: &[u8],
-) -> storefn_wiredtiger::format::BlockAddr {
-    use std::os::unix::fs::FileExt;
-    let mut block = Vec::new();
-    loop {
-        match cache.route(ckpt.root.unwrap(), key, ckpt.file_size).unwrap() {
-            Route::Leaf(a) => return a,
-            Route::Chain(a) => {
-                block.resize(a.size as usize, 0);
-                f.read_exact_at(&mut block, a.offset).unwrap();
-                cache.put_internal(a.offset, &block).unwrap();
-            }
-            other => panic!("{key:?}: {other:?}"),
-        }
-    }
 }

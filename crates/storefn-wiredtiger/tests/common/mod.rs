@@ -181,3 +181,57 @@ pub fn absent_keys(format: Format, rows: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<Vec
     });
     out
 }
+
+/// Where a table's file can be cut, as WiredTiger's own truncation can leave it, so that a
+/// live leaf lies within the function's 32 KiB view of the new end: the leaf (its address)
+/// each of `rows`' keys lies in, and the cut, past the leaf's end (and past every internal page
+/// unless `internal_cached`: a reader that keeps them never reads them again), that the
+/// checkpoint's recorded size still exceeds by the view. `None` if the table's layout has no
+/// such leaf.
+pub fn cut_near_a_leaf(
+    dir: &Path,
+    table: &str,
+    rows: &BTreeMap<Vec<u8>, Vec<u8>>,
+    internal_cached: bool,
+) -> Option<(Vec<storefn_wiredtiger::format::BlockAddr>, u64)> {
+    let t = storefn_wiredtiger::Table::open(dir, table).unwrap();
+    let (ckpt, alloc) = (*t.tree().checkpoint(), t.tree().allocation_size());
+    let f = std::fs::File::open(t.tree().path()).unwrap();
+    let mut cache = storefn_wiredtiger::TreeCache::internal_only(1 << 24, alloc);
+    let mut internal_end = 0;
+    let leaves: Vec<_> =
+        rows.keys().map(|k| leaf_of(&f, &mut cache, &ckpt, k, &mut internal_end)).collect();
+    let view = u64::from(storefn_wiredtiger::HOP_BYTES);
+    let cut = leaves
+        .iter()
+        .filter(|a| a.size < view && a.offset + view <= ckpt.file_size)
+        .map(|a| (a, (a.offset + a.size).max(if internal_cached { 0 } else { internal_end })))
+        .filter(|&(a, cut)| cut < a.offset + view)
+        .map(|(_, cut)| cut)
+        .max()?;
+    Some((leaves, cut))
+}
+
+fn leaf_of(
+    f: &std::fs::File,
+    cache: &mut storefn_wiredtiger::TreeCache,
+    ckpt: &storefn_wiredtiger::format::CheckpointCookie,
+    key: &[u8],
+    internal_end: &mut u64,
+) -> storefn_wiredtiger::format::BlockAddr {
+    use std::os::unix::fs::FileExt;
+    use storefn_wiredtiger::Route;
+    let mut block = Vec::new();
+    loop {
+        match cache.route(ckpt.root.unwrap(), key, ckpt.file_size).unwrap() {
+            Route::Leaf(a) => return a,
+            Route::Chain(a) => {
+                block.resize(a.size as usize, 0);
+                f.read_exact_at(&mut block, a.offset).unwrap();
+                cache.put_internal(a.offset, &block).unwrap();
+                *internal_end = (*internal_end).max(a.offset + a.size);
+            }
+            other => panic!("{key:?}: {other:?}"),
+        }
+    }
+}
