@@ -338,26 +338,29 @@ impl XrpDb {
         out: &mut Vec<(Lookup, Source)>,
     ) -> Result<(), RocksError> {
         out.clear();
-        let mut cands: Vec<Vec<&LiveFile>> = Vec::with_capacity(keys.len());
+        // Every key's candidate files in one list: key i's still to ask are
+        // `cands[next[i]..ends[i]]` (one allocation a batch, not one a key).
+        let mut cands: Vec<&LiveFile> = Vec::with_capacity(keys.len() * 2);
+        let mut next = Vec::with_capacity(keys.len());
+        let mut ends = Vec::with_capacity(keys.len());
         for k in keys {
+            next.push(cands.len());
             match db.from_memtable(k) {
-                Some(l) => {
-                    out.push((l, Source::Memtable));
-                    cands.push(Vec::new());
-                }
+                Some(l) => out.push((l, Source::Memtable)),
                 None => {
                     out.push((Lookup::NotFound, Source::Nowhere));
-                    cands.push(db.candidates(k).filter(|f| f.table.may_contain(k)).collect());
+                    cands.extend(db.candidates(k).filter(|f| f.table.may_contain(k)));
                 }
             }
+            ends.push(cands.len());
         }
-        let mut next = vec![0usize; keys.len()];
+        let (mut jobs, mut owner) = (Vec::new(), Vec::new());
         loop {
-            let mut jobs = Vec::new();
-            let mut owner = Vec::new();
-            for (i, c) in cands.iter().enumerate() {
-                if let Some(f) = c.get(next[i]) {
-                    jobs.push(Job { file: f, key: keys[i], answer: None });
+            jobs.clear();
+            owner.clear();
+            for (i, key) in keys.iter().enumerate() {
+                if next[i] < ends[i] {
+                    jobs.push(Job { file: cands[next[i]], key, answer: None });
                     owner.push(i);
                 }
             }
@@ -365,12 +368,12 @@ impl XrpDb {
                 return Ok(());
             }
             self.run(&mut jobs)?;
-            for (j, i) in jobs.iter_mut().zip(owner) {
+            for (j, &i) in jobs.iter_mut().zip(&owner) {
                 let found = j.answer.take().expect("every job answered");
                 match settle(j.file, found) {
                     Some(a) => {
                         out[i] = a;
-                        next[i] = usize::MAX;
+                        next[i] = ends[i];
                     }
                     None => next[i] += 1,
                 }
