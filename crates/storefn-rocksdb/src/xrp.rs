@@ -99,7 +99,15 @@ struct Checked {
     /// cached) and its offset, committed to the cache once the chain answered without error.
     keep: bool,
     kept: Vec<Option<(u64, Vec<u8>)>>,
+    /// Buffers of blocks the data cache evicted (or chains kept but did not commit), reused
+    /// for the next kept block: no allocation per chain.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Most spare block buffers an engine keeps ([`Checked::spare`]; it keeps one per chain in
+/// flight at most, as many as its registered buffers): each is at most a hop. In steady state
+/// each kept block evicts about one, so the list holds a buffer or two.
+const SPARE_BLOCK_BUFFERS: usize = storefn_io::limits::MAX_CHAINS;
 
 impl StorageFn for Checked {
     fn invoke(
@@ -130,7 +138,10 @@ impl StorageFn for Checked {
         }
         // Uncompressed blocks only (the function hands compressed ones back).
         if let (true, Some(slot @ None)) = (self.keep && data[n] == 0, self.kept.get_mut(t)) {
-            *slot = Some((addr, data[..n].to_vec()));
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(&data[..n]);
+            *slot = Some((addr, buf));
         }
     }
 }
@@ -223,8 +234,14 @@ impl XrpDb {
             ..EngineConfig::default()
         };
         let engine = Engine::new(ecfg).map_err(|e| err(&e))?;
-        let func =
-            Checked { inst, check: Vec::new(), bad: Vec::new(), keep: false, kept: Vec::new() };
+        let func = Checked {
+            inst,
+            check: Vec::new(),
+            bad: Vec::new(),
+            keep: false,
+            kept: Vec::new(),
+            spare: Vec::new(),
+        };
         let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
         Ok(XrpDb {
             engine,
@@ -386,7 +403,14 @@ impl XrpDb {
         self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
-        self.func.kept.clear();
+        // Blocks a chain kept but did not commit (it failed, or fell back) are reused.
+        let f = &mut self.func;
+        let keep = SPARE_BLOCK_BUFFERS.min(self.cfg.chains);
+        for (_, b) in f.kept.drain(..).flatten() {
+            if f.spare.len() < keep {
+                f.spare.push(b);
+            }
+        }
         let mut results = std::mem::take(&mut self.results);
         results.clear();
         results.resize(jobs.len(), None);
@@ -498,12 +522,21 @@ impl XrpDb {
 
     /// Commits chain `i`'s data block to the data cache (the chain answered without error).
     fn keep_block(&mut self, i: usize, j: &Job<'_>) {
-        let (Some(cache), Some(Some((addr, b)))) = (&self.cache, self.func.kept.get_mut(i)) else {
+        let (Some(cache), Some(kept)) = (&self.cache, self.func.kept.get_mut(i)) else {
             return;
         };
-        let b = std::mem::take(b);
-        let n = b.len() as u64;
-        cache.lock().insert((j.file.meta.number, *addr), Cached::Block(b), n);
+        let Some((addr, b)) = kept.take() else { return };
+        // A reused buffer may hold more than this block: the budget counts what it holds.
+        let n = b.capacity() as u64;
+        let f = &mut self.func;
+        let keep = SPARE_BLOCK_BUFFERS.min(self.cfg.chains);
+        cache.lock().insert_recycling(
+            (j.file.meta.number, addr),
+            Cached::Block(b),
+            n,
+            &mut f.spare,
+            keep,
+        );
     }
 
     fn settle_chain(

@@ -82,6 +82,21 @@ fn key_prefix(k: &[u8]) -> u64 {
     u64::from_be_bytes(a)
 }
 
+/// The end of the run of `tp` that starts at `lo` in sorted `p` (every `p[lo..]` is `>= tp`):
+/// galloping from `lo`, so a run of one or two (distinct keys) costs a step or two next to `lo`
+/// in memory, and a long run (keys sharing their first bytes) a logarithm.
+fn equal_run_end(p: &[u64], lo: usize, tp: u64) -> usize {
+    // p[lo..ok] are all `tp`; p[probe] is the next to look at.
+    let (mut ok, mut probe, mut step) = (lo, lo, 1);
+    while probe < p.len() && p[probe] == tp {
+        ok = probe + 1;
+        probe = lo + step;
+        step *= 2;
+    }
+    let end = probe.min(p.len()).max(ok);
+    ok + p[ok..end].partition_point(|x| *x == tp)
+}
+
 /// An entry's value as found by a seek.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Value<'a> {
@@ -160,7 +175,8 @@ impl<'a> Block<'a> {
         let tp = key_prefix(user);
         // A prefix below the target's means a key below it, one above means a key above it
         // (the prefix order is the key order, coarsened): only `lo..hi` need whole keys.
-        let (mut lo, mut hi) = (p.partition_point(|x| *x < tp), p.partition_point(|x| *x <= tp));
+        let mut lo = p.partition_point(|x| *x < tp);
+        let mut hi = equal_run_end(p, lo, tp);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if cmp(self.restart_key(mid)?, target) == Ordering::Less {
@@ -448,6 +464,20 @@ mod tests {
         assert_eq!(p.bytes(), 0);
         let mut k = Vec::new();
         assert!(b.seek_by_prefix(b"short\0\0\0\0\0\0\0\0", cmp_internal, &mut k, &p).is_ok());
+    }
+
+    #[test]
+    fn the_run_of_equal_prefixes_ends_where_a_larger_one_starts() {
+        for len in 0..40usize {
+            for start in 0..=len {
+                for run in 0..=(len - start) {
+                    let mut p = vec![1u64; start];
+                    p.extend(std::iter::repeat_n(5, run));
+                    p.resize(len, 9);
+                    assert_eq!(equal_run_end(&p, start, 5), start + run, "{p:?} from {start}");
+                }
+            }
+        }
     }
 
     #[test]
