@@ -108,6 +108,8 @@ struct Checked {
 /// flight at most, as many as its registered buffers): each is at most a hop. In steady state
 /// each kept block evicts about one, so the list holds a buffer or two.
 const SPARE_BLOCK_BUFFERS: usize = storefn_io::limits::MAX_CHAINS;
+/// A spare buffer is reused for a block when it holds at most 1/this more than the block.
+const SPARE_SLACK: usize = 16;
 
 impl StorageFn for Checked {
     fn invoke(
@@ -139,6 +141,11 @@ impl StorageFn for Checked {
         // Uncompressed blocks only (the function hands compressed ones back).
         if let (true, Some(slot @ None)) = (self.keep && data[n] == 0, self.kept.get_mut(t)) {
             let mut buf = self.spare.pop().unwrap_or_default();
+            // The cache counts a buffer's capacity: reuse one only where it fits the block
+            // closely (blocks of one file are near one size), else allocate exactly.
+            if buf.capacity() < n || buf.capacity() > n + n / SPARE_SLACK {
+                buf = Vec::with_capacity(n);
+            }
             buf.clear();
             buf.extend_from_slice(&data[..n]);
             *slot = Some((addr, buf));

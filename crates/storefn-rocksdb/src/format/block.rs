@@ -57,16 +57,39 @@ pub(crate) enum Keys {
 pub(crate) struct RestartPrefixes {
     keys: Keys,
     prefixes: Box<[u64]>,
+    /// Every [`PREFIX_STRIDE`]th prefix: a search reads these (a few cache lines) and then one
+    /// stride of `prefixes`, not a line at every step of a binary search over all of them.
+    top: Box<[u64]>,
 }
+
+/// Prefixes a [`RestartPrefixes::top`] entry stands for: a stride is 8 cache lines.
+const PREFIX_STRIDE: usize = 64;
 
 impl RestartPrefixes {
     pub(crate) fn empty() -> Self {
-        RestartPrefixes { keys: Keys::User, prefixes: Box::new([]) }
+        Self::new(Keys::User, Vec::new())
+    }
+
+    fn new(keys: Keys, prefixes: Vec<u64>) -> Self {
+        let top = prefixes.iter().step_by(PREFIX_STRIDE).copied().collect();
+        RestartPrefixes { keys, prefixes: prefixes.into_boxed_slice(), top }
     }
 
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        self.prefixes.len() * PREFIX_BYTES
+        (self.prefixes.len() + self.top.len()) * PREFIX_BYTES
+    }
+
+    /// The first index whose prefix is `>= tp` (the length when none is).
+    fn lower_bound(&self, tp: u64) -> usize {
+        let b = self.top.partition_point(|x| *x < tp);
+        if b == 0 {
+            return 0;
+        }
+        // prefixes[(b - 1) * STRIDE] < tp <= prefixes[b * STRIDE] (when there is one).
+        let start = (b - 1) * PREFIX_STRIDE + 1;
+        let end = (b * PREFIX_STRIDE).min(self.prefixes.len());
+        start + self.prefixes[start..end].partition_point(|x| *x < tp)
     }
 }
 
@@ -175,7 +198,7 @@ impl<'a> Block<'a> {
         let tp = key_prefix(user);
         // A prefix below the target's means a key below it, one above means a key above it
         // (the prefix order is the key order, coarsened): only `lo..hi` need whole keys.
-        let mut lo = p.partition_point(|x| *x < tp);
+        let mut lo = prefixes.lower_bound(tp);
         let mut hi = equal_run_end(p, lo, tp);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -199,12 +222,12 @@ impl<'a> Block<'a> {
                 Keys::User => k,
                 Keys::Internal => match k.len().checked_sub(INTERNAL_KEY_TRAILER_BYTES) {
                     Some(n) => &k[..n],
-                    None => return Ok(RestartPrefixes { keys, prefixes: Box::new([]) }),
+                    None => return Ok(RestartPrefixes::new(keys, Vec::new())),
                 },
             };
             prefixes.push(key_prefix(user));
         }
-        Ok(RestartPrefixes { keys, prefixes: prefixes.into_boxed_slice() })
+        Ok(RestartPrefixes::new(keys, prefixes))
     }
 
     /// The first entry at or after restart point `r` whose key is `>= target`.
@@ -420,7 +443,7 @@ mod tests {
             let bytes = build(&entries, interval);
             let b = Block::parse(&bytes, Values::Plain).unwrap();
             let p = b.restart_prefixes(Keys::User).unwrap();
-            assert_eq!(p.bytes(), b.num_restarts * PREFIX_BYTES);
+            assert_eq!(p.prefixes.len(), b.num_restarts);
             let (mut k1, mut k2) = (Vec::new(), Vec::new());
             for t in &targets {
                 let plain = b.seek(t, <[u8]>::cmp, &mut k1).unwrap();
@@ -464,6 +487,19 @@ mod tests {
         assert_eq!(p.bytes(), 0);
         let mut k = Vec::new();
         assert!(b.seek_by_prefix(b"short\0\0\0\0\0\0\0\0", cmp_internal, &mut k, &p).is_ok());
+    }
+
+    #[test]
+    fn the_strided_lower_bound_is_the_plain_one() {
+        for len in [0, 1, 2, 63, 64, 65, 127, 128, 129, 1000] {
+            // Runs of equal values across stride boundaries, gaps between them.
+            let p: Vec<u64> = (0..len as u64).map(|i| i / 3 * 2 + 1).collect();
+            let r = RestartPrefixes::new(Keys::User, p.clone());
+            for tp in 0..=(len as u64 + 2) {
+                let want = p.partition_point(|x| *x < tp);
+                assert_eq!(r.lower_bound(tp), want, "len {len} target {tp}");
+            }
+        }
     }
 
     #[test]
