@@ -222,3 +222,41 @@ fn a_data_cache_holds_to_its_budget_and_still_answers_like_rocksdb() {
     assert!(hits > 0 && misses > hits, "a small cache hits neighbours only: {hits} / {misses}");
     assert!(cache.used() > cap / 2, "the cache was used: {}", cache.used());
 }
+
+#[test]
+fn a_reopened_version_shares_the_tables_still_live_and_answers_like_rocksdb() {
+    let d = TempDir::new("rocks-reopen");
+    build_with(&d.0, 31, 2_000, 4096, "no", "crc32c");
+    let keys: Vec<Vec<u8>> = (0..2_050).map(key).collect();
+    let old = Db::open(&d.0).unwrap();
+    tool_cmd(&d.0, &["put", "key00000011", "after-flush"]);
+    tool_cmd(&d.0, &["flush"]);
+    let new = old.reopen().unwrap();
+    let tables = |db: &Db| -> Vec<(u64, std::sync::Arc<storefn_rocksdb::Table>)> {
+        db.levels().iter().flatten().map(|f| (f.meta.number, f.table.clone())).collect()
+    };
+    let (before, after) = (tables(&old), tables(&new));
+    // The flush adds a file (and may start a compaction that replaces some): the files both
+    // versions hold are one table, the others new ones.
+    let (mut shared, mut fresh) = (0, 0);
+    for (n, t) in &after {
+        match before.iter().find(|(m, _)| m == n) {
+            Some((_, o)) => {
+                assert!(std::sync::Arc::ptr_eq(o, t), "file {n} read again");
+                shared += 1;
+            }
+            None => {
+                assert!(before.iter().all(|(_, o)| !std::sync::Arc::ptr_eq(o, t)));
+                fresh += 1;
+            }
+        }
+    }
+    assert!(shared > 0 && fresh > 0, "{shared} shared, {fresh} new");
+    let want = rocksdb_gets(&d.0, &keys);
+    assert_eq!(want[11].as_deref(), Some(&b"after-flush"[..]));
+    let mut x = XrpDb::new(&new, XrpConfig::default().sized_for(&new, 8)).unwrap();
+    for (k, w) in keys.iter().zip(&want) {
+        assert_eq!(&lookup_value(new.get(k).unwrap().0, k), w, "{}", String::from_utf8_lossy(k));
+        assert_eq!(&lookup_value(x.get(&new, k).unwrap().0, k), w);
+    }
+}
