@@ -100,14 +100,11 @@ struct Checked {
     keep: bool,
     kept: Vec<Option<(u64, Vec<u8>)>>,
     /// Buffers of blocks the data cache evicted (or chains kept but did not commit), reused
-    /// for the next kept block: no allocation per chain.
+    /// for the next kept block: no allocation per chain. At most one per chain in flight; in
+    /// steady state each kept block evicts about one, so the list holds a buffer or two.
     spare: Vec<Vec<u8>>,
 }
 
-/// Most spare block buffers an engine keeps ([`Checked::spare`]; it keeps one per chain in
-/// flight at most, as many as its registered buffers): each is at most a hop. In steady state
-/// each kept block evicts about one, so the list holds a buffer or two.
-const SPARE_BLOCK_BUFFERS: usize = storefn_io::limits::MAX_CHAINS;
 /// A spare buffer is reused for a block when it holds at most 1/this more than the block.
 const SPARE_SLACK: usize = 16;
 
@@ -412,7 +409,8 @@ impl XrpDb {
         self.func.bad.clear();
         // Blocks a chain kept but did not commit (it failed, or fell back) are reused.
         let f = &mut self.func;
-        let keep = SPARE_BLOCK_BUFFERS.min(self.cfg.chains);
+        // At most one spare a chain in flight (as many as the engine's registered buffers).
+        let keep = self.cfg.chains;
         for (_, b) in f.kept.drain(..).flatten() {
             if f.spare.len() < keep {
                 f.spare.push(b);
@@ -536,7 +534,7 @@ impl XrpDb {
         // A reused buffer may hold more than this block: the budget counts what it holds.
         let n = b.capacity() as u64;
         let f = &mut self.func;
-        let keep = SPARE_BLOCK_BUFFERS.min(self.cfg.chains);
+        let keep = self.cfg.chains;
         cache.lock().insert_recycling(
             (j.file.meta.number, addr),
             Cached::Block(b),
