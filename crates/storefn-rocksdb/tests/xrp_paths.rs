@@ -208,13 +208,11 @@ fn a_cached_block_never_answers_for_a_file_a_compaction_replaced() {
 fn a_data_cache_holds_to_its_budget_and_still_answers_like_rocksdb() {
     let d = TempDir::new("rocks-xrp-cache-small");
     build_with(&d.0, 29, 3_000, 4096, "no", "crc32c");
-    let db = Db::open(&d.0).unwrap();
+    let (cap, db) = (32 << 10, Db::open(&d.0).unwrap());
+    let (cache, mut x) = (DataCache::new(cap), XrpDb::new(&db, XrpConfig::default()).unwrap());
+    x.set_data_cache(Some(cache.clone()));
     let keys: Vec<Vec<u8>> = (0..3_050).map(key).collect();
     let want = rocksdb_gets(&d.0, &keys);
-    let cap = 32 << 10;
-    let cache = DataCache::new(cap);
-    let mut x = XrpDb::new(&db, XrpConfig::default().sized_for(&db, 8)).unwrap();
-    x.set_data_cache(Some(cache.clone()));
     for _ in 0..2 {
         batches_equal(&mut x, &db, &keys, &want, &cache, cap);
     }
