@@ -103,6 +103,8 @@ struct Checked {
     /// for the next kept block: no allocation per chain. At most one per chain in flight; in
     /// steady state each kept block evicts about one, so the list holds a buffer or two.
     spare: Vec<Vec<u8>>,
+    /// Per token: whether the data cache admits the chain's block (seen before).
+    admit: Vec<bool>,
 }
 
 /// A spare buffer is reused for a block when it holds at most 1/this more than the block.
@@ -136,7 +138,8 @@ impl StorageFn for Checked {
             }
         }
         // Uncompressed blocks only (the function hands compressed ones back).
-        if let (true, Some(slot @ None)) = (self.keep && data[n] == 0, self.kept.get_mut(t)) {
+        let admitted = self.keep && data[n] == 0 && self.admit.get(t) == Some(&true);
+        if let (true, Some(slot @ None)) = (admitted, self.kept.get_mut(t)) {
             let mut buf = self.spare.pop().unwrap_or_default();
             // The cache counts a buffer's capacity: reuse one only where it fits the block
             // closely (blocks of one file are near one size), else allocate exactly.
@@ -154,27 +157,85 @@ impl StorageFn for Checked {
 /// path. Shared by the engines of many threads (one lock per lookup); held to a byte budget,
 /// least recently used out. Keyed by file number and offset: RocksDB never reuses a number, so
 /// a block cached for one version of the database is the same bytes in the next.
+///
+/// A block is admitted the second time a lookup misses it within a window ([`Doorkeeper`],
+/// TinyLFU's): under skewed keys with a long tail most missed blocks are never asked again,
+/// and admitting each would copy it and evict a block that is.
 #[derive(Debug, Clone)]
-pub struct DataCache(Arc<Mutex<BlockCache>>);
+pub struct DataCache(Arc<Mutex<Local>>);
+
+#[derive(Debug)]
+struct Local {
+    blocks: BlockCache,
+    seen: Doorkeeper,
+}
+
+/// Blocks missed once in the current window, as bits of a hashed set (a false positive admits
+/// a block at its first miss, as a cache without it would).
+#[derive(Debug)]
+struct Doorkeeper {
+    bits: Box<[u64]>,
+    set: usize,
+}
+
+/// Doorkeeper bits per block the cache holds (4 KiB blocks assumed): its memory is 1/4096 of
+/// the cache's budget.
+const DOORKEEPER_BITS_PER_BLOCK: u64 = 8;
+
+impl Doorkeeper {
+    fn new(cache_bytes: u64) -> Self {
+        let bits = (cache_bytes / 4096 * DOORKEEPER_BITS_PER_BLOCK).next_power_of_two().max(1024);
+        Doorkeeper { bits: vec![0; (bits / 64) as usize].into_boxed_slice(), set: 0 }
+    }
+
+    /// Whether `k` was missed before in this window (and marks it). The window ends, and every
+    /// mark is forgotten, once a quarter of the bits are set.
+    fn seen_before(&mut self, k: (u64, u64)) -> bool {
+        let n = self.bits.len() * 64;
+        let h = (k.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.1).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        let bit = (h >> 32) as usize & (n - 1);
+        let (w, m) = (bit / 64, 1u64 << (bit % 64));
+        if self.bits[w] & m != 0 {
+            return true;
+        }
+        self.bits[w] |= m;
+        self.set += 1;
+        if self.set >= n / 4 {
+            self.bits.fill(0);
+            self.set = 0;
+        }
+        false
+    }
+}
+
+/// What the data cache says of a chain's data block.
+enum CacheLookup {
+    Hit(Found),
+    /// Not cached; `keep`: the cache admits it once the chain read it.
+    Miss {
+        keep: bool,
+    },
+}
 
 impl DataCache {
     pub fn new(bytes: u64) -> Self {
-        DataCache(Arc::new(Mutex::new(BlockCache::new(bytes))))
+        let local = Local { blocks: BlockCache::new(bytes), seen: Doorkeeper::new(bytes) };
+        DataCache(Arc::new(Mutex::new(local)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BlockCache> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Local> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Lookups answered from the cache, and lookups that were not.
     pub fn hits_and_misses(&self) -> (u64, u64) {
         let c = self.lock();
-        (c.hits, c.misses)
+        (c.blocks.hits, c.blocks.misses)
     }
 
     /// Bytes held.
     pub fn used(&self) -> u64 {
-        self.lock().used()
+        self.lock().blocks.used()
     }
 }
 
@@ -245,6 +306,7 @@ impl XrpDb {
             keep: false,
             kept: Vec::new(),
             spare: Vec::new(),
+            admit: Vec::new(),
         };
         let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
         Ok(XrpDb {
@@ -407,6 +469,7 @@ impl XrpDb {
         self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
+        self.func.admit.clear();
         // Blocks a chain kept but did not commit (it failed, or fell back) are reused.
         let f = &mut self.func;
         // At most one spare a chain in flight (as many as the engine's registered buffers).
@@ -475,15 +538,17 @@ impl XrpDb {
     /// Submits job `i`'s chain; `Some` when the job is answered without one.
     fn submit(&mut self, i: usize, j: &Job<'_>) -> Result<Option<Found>, RocksError> {
         let t = &j.file.table;
+        let mut keep = false;
         let start = if self.cfg.index_cached {
             match t.data_block_for(j.key, &mut self.key)? {
                 None => return Ok(Some(Found::Absent)),
-                Some(h) => {
-                    if let Some(found) = self.cached_answer(j, h)? {
-                        return Ok(Some(found));
+                Some(h) => match self.cached_answer(j, h)? {
+                    CacheLookup::Hit(found) => return Ok(Some(found)),
+                    CacheLookup::Miss { keep: k } => {
+                        keep = k;
+                        ChainStart { block: h, phase: abi::PHASE_DATA }
                     }
-                    ChainStart { block: h, phase: abi::PHASE_DATA }
-                }
+                },
             }
         } else {
             ChainStart { block: t.footer().index, phase: abi::PHASE_INDEX }
@@ -491,6 +556,8 @@ impl XrpDb {
         self.func.check.resize(i + 1, ChecksumType::None);
         self.func.bad.resize(i + 1, None);
         self.func.kept.resize(i + 1, None);
+        self.func.admit.resize(i + 1, false);
+        self.func.admit[i] = keep;
         let id = match self.file_id(j.file)? {
             Some(id)
                 if start.hop_len() <= self.cfg.hop_bytes as u64 && j.key.len() <= abi::KEY_MAX =>
@@ -516,13 +583,16 @@ impl XrpDb {
     }
 
     /// The entry for `j`'s key in data block `h`, when the data cache holds the block.
-    fn cached_answer(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<Option<Found>, RocksError> {
-        let Some(cache) = &self.cache else { return Ok(None) };
+    fn cached_answer(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<CacheLookup, RocksError> {
+        let Some(cache) = &self.cache else { return Ok(CacheLookup::Miss { keep: false }) };
         let mut c = cache.lock();
-        let Some(Cached::Block(b)) = c.get((j.file.meta.number, h.offset)) else { return Ok(None) };
+        let k = (j.file.meta.number, h.offset);
+        let Some(Cached::Block(b)) = c.blocks.get(k) else {
+            return Ok(CacheLookup::Miss { keep: c.seen.seen_before(k) });
+        };
         let found = j.file.table.search_data_block(h, j.key, b, &mut self.key)?;
         self.stats.cache_hits += 1;
-        Ok(Some(found))
+        Ok(CacheLookup::Hit(found))
     }
 
     /// Commits chain `i`'s data block to the data cache (the chain answered without error).
@@ -535,7 +605,7 @@ impl XrpDb {
         let n = b.capacity() as u64;
         let f = &mut self.func;
         let keep = self.cfg.chains;
-        cache.lock().insert_recycling(
+        cache.lock().blocks.insert_recycling(
             (j.file.meta.number, addr),
             Cached::Block(b),
             n,
@@ -575,5 +645,31 @@ impl XrpDb {
                 format!("the storage function found this block damaged (get.bpf.c line {line})"),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Doorkeeper;
+
+    #[test]
+    fn a_block_is_admitted_at_its_second_miss_within_a_window() {
+        let mut d = Doorkeeper::new(0);
+        let n = d.bits.len() * 64;
+        assert!(!d.seen_before((1, 4096)), "first miss");
+        assert!(d.seen_before((1, 4096)), "second miss");
+        assert!(d.seen_before((1, 4096)));
+        // Another file's block at the same offset is another block (bar a hash collision:
+        // these two do not collide).
+        assert!(!d.seen_before((2, 4096)));
+        // The window ends once a quarter of the bits are set: every mark is forgotten.
+        let mut k = 0u64;
+        while d.set != 0 {
+            k += 1;
+            d.seen_before((3, k * 4096));
+            assert!(k < n as u64, "the window never ended");
+        }
+        assert!(d.bits.iter().all(|w| *w == 0));
+        assert!(!d.seen_before((1, 4096)), "forgotten with the window");
     }
 }

@@ -112,7 +112,9 @@ fn a_data_cache_answers_repeated_lookups_without_chains_and_equal_to_rocksdb() {
     x.set_data_cache(Some(cache.clone()));
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let mut out = Vec::new();
-    for pass in 0..2 {
+    // Three passes: a block is admitted at its second miss (the cache's doorkeeper), so by the
+    // third every block a chain answered from is cached.
+    for pass in 0..3 {
         let before = x.stats;
         for (chunk, wants) in refs.chunks(16).zip(want.chunks(16)) {
             x.multi_get(&db, chunk, &mut out).unwrap();
@@ -126,7 +128,7 @@ fn a_data_cache_answers_repeated_lookups_without_chains_and_equal_to_rocksdb() {
         if pass == 0 {
             // Neighbouring keys share blocks: some hit already.
             assert!(chains > 1_000 && hits > 0 && cache.used() > 0, "{:?}", x.stats);
-        } else {
+        } else if pass == 2 {
             // Every block a chain answered from is cached: the only chains left are those the
             // function hands back (values past the scratch), which are not cached.
             assert_eq!(chains, fallbacks, "{:?}", x.stats);
