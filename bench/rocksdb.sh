@@ -18,8 +18,9 @@
 #                                   16 threads, both stores; 48 MiB each
 #   bench/rocksdb.sh remote         pushdown vs rpc-read through the delay proxy (0, 200, 1000 us)
 #                                   at client caches of 1%, 10%, 100%; the plot
-#   bench/rocksdb.sh zram           `local` and `ycsb` on ext4 over /dev/zram0 (the databases
-#                                   copied there); run it as `flock /work/zram.lock bench/rocksdb.sh zram`
+#   bench/rocksdb.sh zram [local|ycsb]  `local` and `ycsb` (or only the one named) on ext4 over
+#                                   /dev/zram0 (the databases copied there); run it as
+#                                   `flock /work/zram.lock bench/rocksdb.sh zram`
 #
 # DIR defaults to $ROCKS; JSON goes to $OUT (default docs/results), suffixed with the device
 # (virtio or zram). Every figure is recorded with `uptime` beside it.
@@ -145,17 +146,17 @@ remote_bench() {
         .round_trips_per_get, .cache_refreshes, .fallbacks] | @tsv' "$f"
 }
 
-zram_bench() {
+zram_bench() { # [local|ycsb]: both steps, or only one
     trap '"$REPO/bench/testbed.sh" down zram || echo "rocksdb.sh: zram teardown failed" >&2' EXIT
     local mnt
     mnt=$("$REPO/bench/testbed.sh" up zram --size 3G | tail -n 1)
     mkdir -p "$mnt/served"
-    cp -a "$ROCKS/served/big" "$mnt/served/"
-    cp -a "$ROCKS/ycsbdb" "$mnt/"
+    [ "${1:-}" = ycsb ] || cp -a "$ROCKS/served/big" "$mnt/served/"
+    [ "${1:-}" = local ] || cp -a "$ROCKS/ycsbdb" "$mnt/"
     sync
     echo "zram: $(cat /sys/block/zram0/comp_algorithm) $(cat /sys/block/zram0/mm_stat)"
-    DEV=zram local_bench "$mnt"
-    DEV=zram ycsb_bench "$mnt"
+    [ "${1:-}" = ycsb ] || DEV=zram local_bench "$mnt"
+    [ "${1:-}" = local ] || DEV=zram ycsb_bench "$mnt"
 }
 
 case ${1:-} in
@@ -164,6 +165,6 @@ answers) answers ;;
 local) local_bench "${2:-}" ;;
 ycsb) ycsb_bench "${2:-}" ;;
 remote) remote_bench ;;
-zram) zram_bench ;;
-*) die "usage: $0 setup | answers | local [DIR] | ycsb [DIR] | remote | zram" ;;
+zram) zram_bench "${2:-}" ;;
+*) die "usage: $0 setup | answers | local [DIR] | ycsb [DIR] | remote | zram [local|ycsb]" ;;
 esac

@@ -3,8 +3,9 @@
 //! sees every write RocksDB acknowledged before it closed. Nothing in the directory is written,
 //! locked or repaired.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::RocksError;
 use crate::format::edit::{for_each_op, NewFile, VersionEdit};
@@ -51,7 +52,9 @@ pub enum Source {
 #[derive(Debug)]
 pub struct LiveFile {
     pub meta: NewFile,
-    pub table: Table,
+    /// Shared with the versions opened after this one that still hold the file
+    /// ([`Db::reopen`]): a file's number is never reused and its bytes never change.
+    pub table: Arc<Table>,
 }
 
 /// The newest write of a key in the live WALs.
@@ -101,6 +104,25 @@ impl Db {
 
     /// Opens the database `src` holds (a local directory, or a server's through the wire).
     pub fn open_from(src: &mut dyn Files) -> Result<Self, RocksError> {
+        Self::open_sharing(src, None)
+    }
+
+    /// A local database's current version, opened again: the tables this one holds that are still
+    /// live are shared, not read and parsed again (a reader that follows a database's changes
+    /// then pays only for the files they add, and holds one copy of each index and filter).
+    ///
+    /// # Errors
+    /// As [`Db::open`].
+    pub fn reopen(&self) -> Result<Self, RocksError> {
+        Self::open_sharing(&mut LocalDir(self.dir.clone()), Some(self))
+    }
+
+    fn open_sharing(src: &mut dyn Files, prev: Option<&Db>) -> Result<Self, RocksError> {
+        let held: HashMap<u64, &Arc<Table>> = prev
+            .into_iter()
+            .flat_map(|p| p.levels.iter().flatten())
+            .map(|f| (f.meta.number, &f.table))
+            .collect();
         let dir = src.path("");
         let manifest_name = read_current(src)?;
         let manifest = src.path(&manifest_name);
@@ -109,7 +131,10 @@ impl Db {
         for ((level, number), meta) in version.files.clone() {
             let name = format!("{number:06}.sst");
             let path = src.path(&name);
-            let table = Table::open_from(src, &name)?;
+            let table = match held.get(&number) {
+                Some(t) => Arc::clone(t),
+                None => Arc::new(Table::open_from(src, &name)?),
+            };
             if table.range_deletions() > 0 {
                 return Err(RocksError::unsupported(
                     &path,
@@ -153,7 +178,13 @@ impl Db {
     }
     /// Hands every table's index and filter to a client's cache (they are dropped here).
     pub(crate) fn release_meta(&mut self) {
-        self.levels.iter_mut().flatten().for_each(|f| f.table.release_meta());
+        // Only a reopened version shares its tables, and a remote client never reopens: each
+        // table is this version's alone here.
+        for f in self.levels.iter_mut().flatten() {
+            if let Some(t) = Arc::get_mut(&mut f.table) {
+                t.release_meta();
+            }
+        }
     }
 
     /// The largest data block of any live file (contents, without the trailer).

@@ -1,9 +1,10 @@
 //! The fuzz entry point for every parser of RocksDB's bytes (fuzz/fuzz_targets/rocksdb_files.rs
-//! and the bounded mutation test below): any bytes, read as a block of either value kind, a
+//! and the bounded mutation test below): any bytes, read as a block of either value kind (and
+//! searched with and without its restart prefixes), a
 //! table footer, a compressed block of every codec, a log, version edits and write batches,
 //! give values or a [`Malformed`](crate::Malformed), never a panic or a hang.
 
-use crate::format::block::{Block, Values};
+use crate::format::block::{Block, Keys, Values};
 use crate::format::compress::decompress;
 use crate::format::edit::{for_each_op, VersionEdit};
 use crate::format::log::LogReader;
@@ -16,10 +17,18 @@ pub fn check_bytes(data: &[u8]) {
     let mut target = Vec::new();
     for values in [Values::Plain, Values::DeltaHandles] {
         if let Ok(b) = Block::parse(data, values) {
+            let user = b.restart_prefixes(Keys::User);
+            let internal = b.restart_prefixes(Keys::Internal);
             for t in [&b""[..], b"key", b"\xff\xff"] {
                 let _ = b.seek(t, <[u8]>::cmp, &mut key);
                 seek_key(t, &mut target);
                 let _ = b.seek(&target, cmp_internal, &mut key);
+                if let Ok(p) = &user {
+                    let _ = b.seek_by_prefix(t, <[u8]>::cmp, &mut key, p);
+                }
+                if let Ok(p) = &internal {
+                    let _ = b.seek_by_prefix(&target, cmp_internal, &mut key, p);
+                }
             }
         }
     }

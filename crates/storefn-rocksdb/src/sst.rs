@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::RocksError;
-use crate::format::block::{Block, Value, Values};
+use crate::format::block::{Block, Keys, RestartPrefixes, Value, Values};
 use crate::format::compress;
 use crate::format::filter::Bloom;
 use crate::format::table::{Footer, BLOCK_TRAILER_BYTES, FOOTER_BYTES, NO_COMPRESSION};
 use crate::format::{
-    cmp_internal, seek_key, BlockHandle, Cursor, InternalKey, Malformed, ValueType,
+    cmp_internal, with_seek_key, BlockHandle, Cursor, InternalKey, Malformed, ValueType,
 };
 use crate::limits::MAX_BLOCK_BYTES;
 use crate::source::{Files, LocalDir};
@@ -56,6 +56,8 @@ pub struct Table {
     range_deletions: u64,
     /// The index block (without trailer), read once: the in-memory phase of a Get.
     index: Vec<u8>,
+    /// Its restart points' key prefixes, the in-memory phase's binary search.
+    index_prefixes: RestartPrefixes,
     /// The full filter, read once (the in-memory phase); `None` without one this reader reads.
     filter: Option<Bloom>,
     /// Compressed blocks this table decompressed.
@@ -138,6 +140,7 @@ impl Table {
             index_values: Values::Plain,
             range_deletions: 0,
             index: Vec::new(),
+            index_prefixes: RestartPrefixes::empty(),
             filter: None,
             decompressed: AtomicU64::new(0),
             meta_bytes: 0,
@@ -159,6 +162,11 @@ impl Table {
         b.for_each_handle(|h| largest = largest.max(h.size))
             .map_err(|m| t.malformed(ih.offset, m))?;
         t.largest_data_block = largest;
+        // A block whose restart points do not all hold a key (an empty index: a table of range
+        // deletions only) gets none: its lookups take the plain search, which names the damage
+        // when a lookup meets it, as before.
+        t.index_prefixes =
+            b.restart_prefixes(t.index_keys()).unwrap_or_else(|_| RestartPrefixes::empty());
         Ok(t)
     }
 
@@ -279,13 +287,14 @@ impl Table {
         if self.released.is_none() {
             self.released = Some((self.index.len(), self.filter.as_ref().map(Bloom::len)));
             self.index = Vec::new();
+            self.index_prefixes = RestartPrefixes::empty();
             self.filter = None;
         }
     }
 
     /// Bytes of index and filter this table itself holds (0 once released).
     pub fn held_meta_bytes(&self) -> usize {
-        self.index.len() + self.filter.as_ref().map_or(0, Bloom::len)
+        self.index.len() + self.index_prefixes.bytes() + self.filter.as_ref().map_or(0, Bloom::len)
     }
 
     /// A copy of the filter (a client cache's).
@@ -445,13 +454,43 @@ impl Table {
         }
     }
 
-    /// The data block that may hold `user_key`, from the cached index block.
+    /// The data block that may hold `user_key`, from the cached index block (searched by its
+    /// restart points' prefixes).
     pub fn data_block_for(
         &self,
         user_key: &[u8],
         key: &mut Vec<u8>,
     ) -> Result<Option<BlockHandle>, RocksError> {
-        self.data_block_in(&self.index, user_key, key)
+        let ih = self.footer.index;
+        let b = Block::parse(&self.index, self.index_values)
+            .map_err(|m| self.malformed(ih.offset, m))?;
+        let p = &self.index_prefixes;
+        let found = match self.index_keys() {
+            Keys::User => b.seek_by_prefix(user_key, <[u8]>::cmp, key, p),
+            Keys::Internal => {
+                with_seek_key(user_key, |t| b.seek_by_prefix(t, cmp_internal, key, p))
+            }
+        };
+        self.handle_of(found.map_err(|m| self.malformed(ih.offset, m))?)
+    }
+
+    fn index_keys(&self) -> Keys {
+        if self.index_key_is_user_key {
+            Keys::User
+        } else {
+            Keys::Internal
+        }
+    }
+
+    /// The block handle an index entry holds.
+    fn handle_of(&self, v: Option<Value<'_>>) -> Result<Option<BlockHandle>, RocksError> {
+        match v {
+            None => Ok(None),
+            Some(Value::Handle(h)) => Ok(Some(h)),
+            Some(Value::Bytes(v)) => BlockHandle::decode(&mut Cursor::new(v))
+                .map(Some)
+                .map_err(|m| self.malformed(self.footer.index.offset, m)),
+        }
     }
 
     /// The data block that may hold `user_key`, from `index` (this table's index block's
@@ -467,17 +506,9 @@ impl Table {
         let found = if self.index_key_is_user_key {
             b.seek(user_key, <[u8]>::cmp, key)
         } else {
-            let mut target = Vec::with_capacity(user_key.len() + 8);
-            seek_key(user_key, &mut target);
-            b.seek(&target, cmp_internal, key)
+            with_seek_key(user_key, |target| b.seek(target, cmp_internal, key))
         };
-        match found.map_err(|m| self.malformed(ih.offset, m))? {
-            None => Ok(None),
-            Some(Value::Handle(h)) => Ok(Some(h)),
-            Some(Value::Bytes(v)) => BlockHandle::decode(&mut Cursor::new(v))
-                .map(Some)
-                .map_err(|m| self.malformed(ih.offset, m)),
-        }
+        self.handle_of(found.map_err(|m| self.malformed(ih.offset, m))?)
     }
 
     /// The newest entry for `user_key` in the data block `h`.
@@ -488,11 +519,9 @@ impl Table {
         data: &[u8],
         key: &mut Vec<u8>,
     ) -> Result<Found, RocksError> {
-        let mut target = Vec::with_capacity(user_key.len() + 8);
-        seek_key(user_key, &mut target);
         let b = Block::parse(data, Values::Plain).map_err(|m| self.malformed(h.offset, m))?;
-        let Some(Value::Bytes(v)) =
-            b.seek(&target, cmp_internal, key).map_err(|m| self.malformed(h.offset, m))?
+        let Some(Value::Bytes(v)) = with_seek_key(user_key, |t| b.seek(t, cmp_internal, key))
+            .map_err(|m| self.malformed(h.offset, m))?
         else {
             return Ok(Found::Absent);
         };

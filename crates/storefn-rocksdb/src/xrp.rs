@@ -99,7 +99,16 @@ struct Checked {
     /// cached) and its offset, committed to the cache once the chain answered without error.
     keep: bool,
     kept: Vec<Option<(u64, Vec<u8>)>>,
+    /// Buffers of blocks the data cache evicted (or chains kept but did not commit), reused
+    /// for the next kept block: no allocation per chain. At most one per chain in flight; in
+    /// steady state each kept block evicts about one, so the list holds a buffer or two.
+    spare: Vec<Vec<u8>>,
+    /// Per token: whether the data cache admits the chain's block (seen before).
+    admit: Vec<bool>,
 }
+
+/// A spare buffer is reused for a block when it holds at most 1/this more than the block.
+const SPARE_SLACK: usize = 16;
 
 impl StorageFn for Checked {
     fn invoke(
@@ -129,8 +138,17 @@ impl StorageFn for Checked {
             }
         }
         // Uncompressed blocks only (the function hands compressed ones back).
-        if let (true, Some(slot @ None)) = (self.keep && data[n] == 0, self.kept.get_mut(t)) {
-            *slot = Some((addr, data[..n].to_vec()));
+        let admitted = self.keep && data[n] == 0 && self.admit.get(t) == Some(&true);
+        if let (true, Some(slot @ None)) = (admitted, self.kept.get_mut(t)) {
+            let mut buf = self.spare.pop().unwrap_or_default();
+            // The cache counts a buffer's capacity: reuse one only where it fits the block
+            // closely (blocks of one file are near one size), else allocate exactly.
+            if buf.capacity() < n || buf.capacity() > n + n / SPARE_SLACK {
+                buf = Vec::with_capacity(n);
+            }
+            buf.clear();
+            buf.extend_from_slice(&data[..n]);
+            *slot = Some((addr, buf));
         }
     }
 }
@@ -139,27 +157,85 @@ impl StorageFn for Checked {
 /// path. Shared by the engines of many threads (one lock per lookup); held to a byte budget,
 /// least recently used out. Keyed by file number and offset: RocksDB never reuses a number, so
 /// a block cached for one version of the database is the same bytes in the next.
+///
+/// A block is admitted the second time a lookup misses it within a window ([`Doorkeeper`],
+/// TinyLFU's): under skewed keys with a long tail most missed blocks are never asked again,
+/// and admitting each would copy it and evict a block that is.
 #[derive(Debug, Clone)]
-pub struct DataCache(Arc<Mutex<BlockCache>>);
+pub struct DataCache(Arc<Mutex<Local>>);
+
+#[derive(Debug)]
+struct Local {
+    blocks: BlockCache,
+    seen: Doorkeeper,
+}
+
+/// Blocks missed once in the current window, as bits of a hashed set (a false positive admits
+/// a block at its first miss, as a cache without it would).
+#[derive(Debug)]
+struct Doorkeeper {
+    bits: Box<[u64]>,
+    set: usize,
+}
+
+/// Doorkeeper bits per block the cache holds (4 KiB blocks assumed): its memory is 1/4096 of
+/// the cache's budget.
+const DOORKEEPER_BITS_PER_BLOCK: u64 = 8;
+
+impl Doorkeeper {
+    fn new(cache_bytes: u64) -> Self {
+        let bits = (cache_bytes / 4096 * DOORKEEPER_BITS_PER_BLOCK).next_power_of_two().max(1024);
+        Doorkeeper { bits: vec![0; (bits / 64) as usize].into_boxed_slice(), set: 0 }
+    }
+
+    /// Whether `k` was missed before in this window (and marks it). The window ends, and every
+    /// mark is forgotten, once a quarter of the bits are set.
+    fn seen_before(&mut self, k: (u64, u64)) -> bool {
+        let n = self.bits.len() * 64;
+        let h = (k.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.1).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        let bit = (h >> 32) as usize & (n - 1);
+        let (w, m) = (bit / 64, 1u64 << (bit % 64));
+        if self.bits[w] & m != 0 {
+            return true;
+        }
+        self.bits[w] |= m;
+        self.set += 1;
+        if self.set >= n / 4 {
+            self.bits.fill(0);
+            self.set = 0;
+        }
+        false
+    }
+}
+
+/// What the data cache says of a chain's data block.
+enum CacheLookup {
+    Hit(Found),
+    /// Not cached; `keep`: the cache admits it once the chain read it.
+    Miss {
+        keep: bool,
+    },
+}
 
 impl DataCache {
     pub fn new(bytes: u64) -> Self {
-        DataCache(Arc::new(Mutex::new(BlockCache::new(bytes))))
+        let local = Local { blocks: BlockCache::new(bytes), seen: Doorkeeper::new(bytes) };
+        DataCache(Arc::new(Mutex::new(local)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BlockCache> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Local> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Lookups answered from the cache, and lookups that were not.
     pub fn hits_and_misses(&self) -> (u64, u64) {
         let c = self.lock();
-        (c.hits, c.misses)
+        (c.blocks.hits, c.blocks.misses)
     }
 
     /// Bytes held.
     pub fn used(&self) -> u64 {
-        self.lock().used()
+        self.lock().blocks.used()
     }
 }
 
@@ -223,8 +299,15 @@ impl XrpDb {
             ..EngineConfig::default()
         };
         let engine = Engine::new(ecfg).map_err(|e| err(&e))?;
-        let func =
-            Checked { inst, check: Vec::new(), bad: Vec::new(), keep: false, kept: Vec::new() };
+        let func = Checked {
+            inst,
+            check: Vec::new(),
+            bad: Vec::new(),
+            keep: false,
+            kept: Vec::new(),
+            spare: Vec::new(),
+            admit: Vec::new(),
+        };
         let cfg = XrpConfig { chains, hop_bytes: hop, ..cfg };
         Ok(XrpDb {
             engine,
@@ -338,26 +421,29 @@ impl XrpDb {
         out: &mut Vec<(Lookup, Source)>,
     ) -> Result<(), RocksError> {
         out.clear();
-        let mut cands: Vec<Vec<&LiveFile>> = Vec::with_capacity(keys.len());
+        // Every key's candidate files in one list: key i's still to ask are
+        // `cands[next[i]..ends[i]]` (one allocation a batch, not one a key).
+        let mut cands: Vec<&LiveFile> = Vec::with_capacity(keys.len() * 2);
+        let mut next = Vec::with_capacity(keys.len());
+        let mut ends = Vec::with_capacity(keys.len());
         for k in keys {
+            next.push(cands.len());
             match db.from_memtable(k) {
-                Some(l) => {
-                    out.push((l, Source::Memtable));
-                    cands.push(Vec::new());
-                }
+                Some(l) => out.push((l, Source::Memtable)),
                 None => {
                     out.push((Lookup::NotFound, Source::Nowhere));
-                    cands.push(db.candidates(k).filter(|f| f.table.may_contain(k)).collect());
+                    cands.extend(db.candidates(k).filter(|f| f.table.may_contain(k)));
                 }
             }
+            ends.push(cands.len());
         }
-        let mut next = vec![0usize; keys.len()];
+        let (mut jobs, mut owner) = (Vec::new(), Vec::new());
         loop {
-            let mut jobs = Vec::new();
-            let mut owner = Vec::new();
-            for (i, c) in cands.iter().enumerate() {
-                if let Some(f) = c.get(next[i]) {
-                    jobs.push(Job { file: f, key: keys[i], answer: None });
+            jobs.clear();
+            owner.clear();
+            for (i, key) in keys.iter().enumerate() {
+                if next[i] < ends[i] {
+                    jobs.push(Job { file: cands[next[i]], key, answer: None });
                     owner.push(i);
                 }
             }
@@ -365,12 +451,12 @@ impl XrpDb {
                 return Ok(());
             }
             self.run(&mut jobs)?;
-            for (j, i) in jobs.iter_mut().zip(owner) {
+            for (j, &i) in jobs.iter_mut().zip(&owner) {
                 let found = j.answer.take().expect("every job answered");
                 match settle(j.file, found) {
                     Some(a) => {
                         out[i] = a;
-                        next[i] = usize::MAX;
+                        next[i] = ends[i];
                     }
                     None => next[i] += 1,
                 }
@@ -383,7 +469,16 @@ impl XrpDb {
         self.make_room(jobs);
         self.func.check.clear();
         self.func.bad.clear();
-        self.func.kept.clear();
+        self.func.admit.clear();
+        // Blocks a chain kept but did not commit (it failed, or fell back) are reused.
+        let f = &mut self.func;
+        // At most one spare a chain in flight (as many as the engine's registered buffers).
+        let keep = self.cfg.chains;
+        for (_, b) in f.kept.drain(..).flatten() {
+            if f.spare.len() < keep {
+                f.spare.push(b);
+            }
+        }
         let mut results = std::mem::take(&mut self.results);
         results.clear();
         results.resize(jobs.len(), None);
@@ -443,15 +538,17 @@ impl XrpDb {
     /// Submits job `i`'s chain; `Some` when the job is answered without one.
     fn submit(&mut self, i: usize, j: &Job<'_>) -> Result<Option<Found>, RocksError> {
         let t = &j.file.table;
+        let mut keep = false;
         let start = if self.cfg.index_cached {
             match t.data_block_for(j.key, &mut self.key)? {
                 None => return Ok(Some(Found::Absent)),
-                Some(h) => {
-                    if let Some(found) = self.cached_answer(j, h)? {
-                        return Ok(Some(found));
+                Some(h) => match self.cached_answer(j, h)? {
+                    CacheLookup::Hit(found) => return Ok(Some(found)),
+                    CacheLookup::Miss { keep: k } => {
+                        keep = k;
+                        ChainStart { block: h, phase: abi::PHASE_DATA }
                     }
-                    ChainStart { block: h, phase: abi::PHASE_DATA }
-                }
+                },
             }
         } else {
             ChainStart { block: t.footer().index, phase: abi::PHASE_INDEX }
@@ -459,6 +556,8 @@ impl XrpDb {
         self.func.check.resize(i + 1, ChecksumType::None);
         self.func.bad.resize(i + 1, None);
         self.func.kept.resize(i + 1, None);
+        self.func.admit.resize(i + 1, false);
+        self.func.admit[i] = keep;
         let id = match self.file_id(j.file)? {
             Some(id)
                 if start.hop_len() <= self.cfg.hop_bytes as u64 && j.key.len() <= abi::KEY_MAX =>
@@ -484,23 +583,35 @@ impl XrpDb {
     }
 
     /// The entry for `j`'s key in data block `h`, when the data cache holds the block.
-    fn cached_answer(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<Option<Found>, RocksError> {
-        let Some(cache) = &self.cache else { return Ok(None) };
+    fn cached_answer(&mut self, j: &Job<'_>, h: BlockHandle) -> Result<CacheLookup, RocksError> {
+        let Some(cache) = &self.cache else { return Ok(CacheLookup::Miss { keep: false }) };
         let mut c = cache.lock();
-        let Some(Cached::Block(b)) = c.get((j.file.meta.number, h.offset)) else { return Ok(None) };
+        let k = (j.file.meta.number, h.offset);
+        let Some(Cached::Block(b)) = c.blocks.get(k) else {
+            return Ok(CacheLookup::Miss { keep: c.seen.seen_before(k) });
+        };
         let found = j.file.table.search_data_block(h, j.key, b, &mut self.key)?;
         self.stats.cache_hits += 1;
-        Ok(Some(found))
+        Ok(CacheLookup::Hit(found))
     }
 
     /// Commits chain `i`'s data block to the data cache (the chain answered without error).
     fn keep_block(&mut self, i: usize, j: &Job<'_>) {
-        let (Some(cache), Some(Some((addr, b)))) = (&self.cache, self.func.kept.get_mut(i)) else {
+        let (Some(cache), Some(kept)) = (&self.cache, self.func.kept.get_mut(i)) else {
             return;
         };
-        let b = std::mem::take(b);
-        let n = b.len() as u64;
-        cache.lock().insert((j.file.meta.number, *addr), Cached::Block(b), n);
+        let Some((addr, b)) = kept.take() else { return };
+        // A reused buffer may hold more than this block: the budget counts what it holds.
+        let n = b.capacity() as u64;
+        let f = &mut self.func;
+        let keep = self.cfg.chains;
+        cache.lock().blocks.insert_recycling(
+            (j.file.meta.number, addr),
+            Cached::Block(b),
+            n,
+            &mut f.spare,
+            keep,
+        );
     }
 
     fn settle_chain(
@@ -534,5 +645,31 @@ impl XrpDb {
                 format!("the storage function found this block damaged (get.bpf.c line {line})"),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Doorkeeper;
+
+    #[test]
+    fn a_block_is_admitted_at_its_second_miss_within_a_window() {
+        let mut d = Doorkeeper::new(0);
+        let n = d.bits.len() * 64;
+        assert!(!d.seen_before((1, 4096)), "first miss");
+        assert!(d.seen_before((1, 4096)), "second miss");
+        assert!(d.seen_before((1, 4096)));
+        // Another file's block at the same offset is another block (bar a hash collision:
+        // these two do not collide).
+        assert!(!d.seen_before((2, 4096)));
+        // The window ends once a quarter of the bits are set: every mark is forgotten.
+        let mut k = 0u64;
+        while d.set != 0 {
+            k += 1;
+            d.seen_before((3, k * 4096));
+            assert!(k < n as u64, "the window never ended");
+        }
+        assert!(d.bits.iter().all(|w| *w == 0));
+        assert!(!d.seen_before((1, 4096)), "forgotten with the window");
     }
 }

@@ -69,6 +69,11 @@ impl<'a> Cursor<'a> {
     }
     /// LevelDB/RocksDB varint: 7 bits a byte, low group first; at most 10 bytes for 64 bits.
     pub(crate) fn varint64(&mut self, what: &'static str) -> Parsed<u64> {
+        // One byte (lengths under 128: nearly every length in a block) without the loop.
+        if let Some(&b) = self.buf.get(self.pos).filter(|b| **b < 0x80) {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
         let start = self.pos;
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
@@ -196,7 +201,29 @@ fn split_trailer(k: &[u8]) -> Option<(&[u8], u64)> {
 pub(crate) fn seek_key(user_key: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(user_key);
-    out.extend_from_slice(&((MAX_SEQUENCE << 8) | u64::from(ValueType::VALUE)).to_le_bytes());
+    out.extend_from_slice(&SEEK_TRAILER.to_le_bytes());
+}
+
+/// The trailer of the key a point lookup seeks (the newest sequence, a value).
+const SEEK_TRAILER: u64 = (MAX_SEQUENCE << 8) | ValueType::VALUE as u64;
+
+/// User keys up to this long get their seek key built on the stack (no allocation per Get).
+const STACK_SEEK_KEY_BYTES: usize = 256;
+
+/// Runs `f` with the internal key a point lookup of `user_key` seeks ([`seek_key`]), built on
+/// the stack for keys of ordinary length: an index and a data-block search per Get would
+/// otherwise allocate it twice.
+pub(crate) fn with_seek_key<R>(user_key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    let n = user_key.len() + INTERNAL_KEY_TRAILER_BYTES;
+    if n > STACK_SEEK_KEY_BYTES {
+        let mut v = Vec::with_capacity(n);
+        seek_key(user_key, &mut v);
+        return f(&v);
+    }
+    let mut buf = [0u8; STACK_SEEK_KEY_BYTES];
+    buf[..user_key.len()].copy_from_slice(user_key);
+    buf[user_key.len()..n].copy_from_slice(&SEEK_TRAILER.to_le_bytes());
+    f(&buf[..n])
 }
 
 #[cfg(test)]
@@ -211,6 +238,16 @@ mod tests {
         assert_eq!(c.varint64("cut"), Err(Malformed { at: 4, what: "cut" }));
         let eleven = [0xffu8; 11];
         assert!(Cursor::new(&eleven).varint64("long").is_err());
+    }
+
+    #[test]
+    fn the_stack_seek_key_is_the_heap_one_at_every_length() {
+        for n in [0, 1, STACK_SEEK_KEY_BYTES - 8, STACK_SEEK_KEY_BYTES - 7, 1000] {
+            let user: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let mut want = Vec::new();
+            seek_key(&user, &mut want);
+            with_seek_key(&user, |k| assert_eq!(k, &want[..], "{n}-byte key"));
+        }
     }
 
     #[test]

@@ -93,6 +93,20 @@ impl BlockCache {
     /// Inserts `v` (`bytes` long), evicting the least recently used; nothing when it alone is
     /// over the budget.
     pub(crate) fn insert(&mut self, k: Key, v: Cached, bytes: u64) {
+        self.insert_recycling(k, v, bytes, &mut Vec::new(), 0);
+    }
+
+    /// [`BlockCache::insert`], handing the buffers of evicted blocks to `spare` (up to `keep`
+    /// of them) for the caller's next block: a cache that turns over on every miss then
+    /// allocates and frees nothing.
+    pub(crate) fn insert_recycling(
+        &mut self,
+        k: Key,
+        v: Cached,
+        bytes: u64,
+        spare: &mut Vec<Vec<u8>>,
+        keep: usize,
+    ) {
         if bytes > self.cap {
             return;
         }
@@ -102,8 +116,11 @@ impl BlockCache {
         }
         while self.used + bytes > self.cap {
             let Some((_, old)) = self.lru.pop_first() else { break };
-            if let Some((_, b, _)) = self.map.remove(&old) {
+            if let Some((old, b, _)) = self.map.remove(&old) {
                 self.used -= b;
+                if let (Cached::Block(buf), true) = (old, spare.len() < keep) {
+                    spare.push(buf);
+                }
             }
         }
         self.tick += 1;
@@ -129,6 +146,18 @@ mod tests {
         assert!(c.used() <= c.capacity());
         c.insert((3, 0), Cached::Block(vec![0; 200]), 200);
         assert!(c.get((3, 0)).is_none(), "a block over the budget is not kept");
+    }
+
+    #[test]
+    fn evicted_buffers_are_handed_back_up_to_the_number_asked() {
+        let mut c = BlockCache::new(100);
+        let mut spare = Vec::new();
+        for i in 0..4 {
+            c.insert_recycling((1, i), Cached::Block(vec![i as u8; 40]), 40, &mut spare, 1);
+        }
+        assert_eq!(spare, vec![vec![0u8; 40]], "two evicted, one kept: the first");
+        assert!(c.used() <= c.capacity());
+        assert!(c.get((1, 2)).is_some() && c.get((1, 3)).is_some());
     }
 
     #[test]

@@ -166,8 +166,9 @@ impl Shared {
 
 /// Opens a snapshot of `dir`, again while the MANIFEST changes during the open: RocksDB may
 /// finish a flush (and delete the WAL it replaces) or a compaction between the reader's read of
-/// the MANIFEST and of the files it names.
-fn open_snapshot(dir: &Path) -> Result<Db, YcsbError> {
+/// the MANIFEST and of the files it names. With `prev` (the snapshot before), the tables it
+/// holds that are still live are shared, not read again ([`Db::reopen`]).
+fn open_snapshot(dir: &Path, prev: Option<&Db>) -> Result<Db, YcsbError> {
     let manifest_len = || -> Option<(String, u64)> {
         let cur = std::fs::read_to_string(dir.join("CURRENT")).ok()?;
         let name = cur.trim_end().to_string();
@@ -177,7 +178,11 @@ fn open_snapshot(dir: &Path) -> Result<Db, YcsbError> {
     let mut last: Option<RocksError> = None;
     for _ in 0..SNAPSHOT_TRIES {
         let before = manifest_len();
-        match Db::open(dir) {
+        let opened = match prev {
+            Some(p) => p.reopen(),
+            None => Db::open(dir),
+        };
+        match opened {
             Ok(db) if before.is_some() && manifest_len() == before => return Ok(db),
             Ok(_) => {}
             Err(e) => last = Some(e),
@@ -229,7 +234,7 @@ impl RocksFnStore {
         // rest of the budget.
         let native =
             Arc::new(Native::open(dir, &options_with_share(opts, ROCKS_FN_CACHE_PER_MILLE))?);
-        let db = open_snapshot(dir)?;
+        let db = open_snapshot(dir, None)?;
         let shared = Arc::new(Shared {
             epochs: Epochs::default(),
             snapshot: RwLock::new(Arc::new(Snapshot { epoch: 1, db })),
@@ -275,7 +280,7 @@ impl RocksFnStore {
 fn refresh_once(native: &Native, dir: &Path, shared: &Shared) -> Result<(), YcsbError> {
     native.flush()?;
     let e = shared.epochs.bump();
-    let db = open_snapshot(dir)?;
+    let db = open_snapshot(dir, Some(&shared.published().db))?;
     *shared.snapshot.write().unwrap_or_else(PoisonError::into_inner) =
         Arc::new(Snapshot { epoch: e, db });
     shared.refreshes.fetch_add(1, Ordering::Relaxed);
