@@ -31,7 +31,7 @@ fn remote_paths_answer_as_wiredtiger_does() {
     build(&db);
     let s = server(&root.0);
     let mut value = Vec::new();
-    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "big", "pfx32", "empty"] {
+    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "big", "pfx32", "empty", "words"] {
         let rows = native_rows(&db, name);
         // Pushdown twice: from the leaf the client's cached internal pages name, and from the
         // root (the server reads the internal pages too).

@@ -47,7 +47,9 @@ fn stored_keys(t: &Table, rows: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<Vec<u8>> {
 fn cached_lookups_answer_as_wiredtiger_does() {
     let dir = TempDir::new("xrp-cache");
     build(&dir.0);
-    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty", "big", "pfx32"] {
+    for name in
+        ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty", "big", "pfx32", "words"]
+    {
         let rows = native_rows(&dir.0, name);
         let t = Table::open(&dir.0, name).unwrap();
         let keys = stored_keys(&t, &rows);

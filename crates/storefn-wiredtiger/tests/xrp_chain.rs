@@ -12,7 +12,9 @@ fn chains_answer_as_wiredtiger_does() {
     let dir = TempDir::new("xrp");
     build(&dir.0);
     let mut value = Vec::new();
-    for name in ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty", "big", "pfx32"] {
+    for name in
+        ["small", "pfx", "raw", "ovfl", "del", "dict", "deep", "empty", "big", "pfx32", "words"]
+    {
         let rows = native_rows(&dir.0, name);
         let mut l = Lookups::open(&dir.0, name, ReadPath::Xrp).unwrap();
         let leaf = l.table().tree().checkpoint().root.map_or(0, |r| r.size);
@@ -80,7 +82,7 @@ fn batched_chains_answer_as_wiredtiger_does() {
     let dir = TempDir::new("xrp-batch");
     build(&dir.0);
     let (mut value, mut stored) = (Vec::new(), Vec::new());
-    for name in ["big", "pfx32", "ovfl", "raw", "empty"] {
+    for name in ["big", "pfx32", "ovfl", "raw", "empty", "words"] {
         let rows = native_rows(&dir.0, name);
         let mut l = Lookups::open(&dir.0, name, ReadPath::XrpBatch).unwrap();
         let f = l.table().key_format;

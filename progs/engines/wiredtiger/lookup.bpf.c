@@ -63,8 +63,10 @@ static __always_inline __u32 rd32(const __u8 *d, __u32 at)
 	       (__u32)d[(at + 2) & VMASK] << 16 | (__u32)d[(at + 3) & VMASK] << 24;
 }
 
-/* A packed unsigned integer at *pos (< end); returns -1 on damage. */
-static __always_inline int unpack(const __u8 *d, __u32 *pos, __u32 end, __u64 *out)
+/* A packed unsigned integer at *pos (< end); returns -1 on damage. Not inlined: its five
+ * callers would copy it five times, and past 1,024 instruction slots the runtime compiles a
+ * program in its quick tier, whose code runs this function's leaf scan about 2x slower. */
+static __noinline int unpack(const __u8 *d, __u32 *pos, __u32 end, __u64 *out)
 {
 	__u32 p = *pos;
 	if (p >= end)
@@ -163,6 +165,40 @@ static __noinline int parse_cell(const __u8 *d, __u32 at, __u32 end, struct cell
 	return -1;
 }
 
+/* The cells a row-store leaf is mostly made of, decoded inline: short keys (with or without a
+ * prefix byte), short values and long values whose length packs into one byte (64 to 127
+ * bytes). Returns what parse_cell would for those (1 key, 2 value) and 0 for anything else, which
+ * the caller then hands to parse_cell (so damage is judged in one place). Every byte it reads is
+ * before `end`. A leaf's scan is a loop over these: a call and parse_cell's branches per cell
+ * cost several times more than the cell itself. */
+static __always_inline int quick_cell(const __u8 *d, __u32 at, __u32 end, struct cell *c)
+{
+	if (at + 2 > end)
+		return 0;
+	__u8 b = d[at & VMASK], kind = b & 3;
+	__u32 p = at + 1, len = b >> 2;
+	c->prefix = 0;
+	if (kind == 2) {
+		c->prefix = d[p & VMASK];
+		p++;
+	} else if (b == 0x80) {
+		__u8 l = d[p & VMASK];
+		if ((l & 0xc0) != 0x80)
+			return 0;
+		len = (l & 0x3f) + 64;
+		p++;
+		kind = 3;
+	} else if (kind == 0) {
+		return 0;
+	}
+	if (p + len > end)
+		return 0;
+	c->data = p;
+	c->len = len;
+	c->end = p + len;
+	return kind == 3 ? 2 : 1;
+}
+
 /* Where a page's keys stand against the search key while a page is scanned in order. Every key
  * before the current one was smaller than the search key (the scan stops at the first that is not)
  * and the last one shared `match` leading bytes with it; `len` is that key's length. A key that
@@ -174,9 +210,10 @@ struct order {
 
 /* The key of cell c against the search key: <0, 0, >0; -2 damage (a prefix longer than the
  * previous key). */
-static __always_inline int cmp_key(struct wt_scratch *s, const __u8 *d, struct cell *c, struct order *o)
+static __always_inline int cmp_key(struct wt_scratch *s, __u32 k, const __u8 *d, struct cell *c,
+				   struct order *o)
 {
-	__u32 k = s->key_len, p = c->prefix;
+	__u32 p = c->prefix;
 	if (p > o->len)
 		return -2;
 	o->len = p + c->len;
@@ -194,6 +231,56 @@ static __always_inline int cmp_key(struct wt_scratch *s, const __u8 *d, struct c
 	if (c->len == rest)
 		return 0;
 	return c->len < rest ? -1 : 1;
+}
+
+/* Search keys up to this long are compared a word at a time (YCSB's keys are 23 bytes). */
+#define KEY_WORDS_BYTES 32
+
+/* The key of cell c (no prefix: WiredTiger's default, prefix_compression=false) against the
+ * search key, k bytes whose first words w0..w3 (little-endian, as loaded) the caller holds in
+ * registers: as cmp_key, but 8 bytes per load and no scratch read. A leaf without prefix
+ * compression compares every key from its first byte; byte loads taking turns between the page
+ * and the scratch each missed the runtime's window of the region last matched (a call each:
+ * most of the function's time). The caller checked k <= KEY_WORDS_BYTES and that the words
+ * read lie before the page's end. */
+static __always_inline int cmp_words(const __u8 *d, struct cell *c, struct order *o, __u32 k,
+				     __u64 w0, __u64 w1, __u64 w2, __u64 w3)
+{
+	__u32 n = c->len < k ? c->len : k;
+	o->len = c->len;
+#pragma clang loop unroll(disable)
+	for (__u32 j = 0; j < KEY_WORDS_BYTES / 8 && j * 8 < n; j++) {
+		__u64 a = *(const __u64 *)(d + ((c->data + j * 8) & VMASK));
+		__u64 b = j == 0 ? w0 : j == 1 ? w1 : j == 2 ? w2 : w3;
+		__u32 m = n - j * 8;
+		if (m < 8) {
+			__u64 keep = (1ULL << (m * 8)) - 1;
+			a &= keep;
+			b &= keep;
+		}
+		if (a == b)
+			continue;
+		/* The first differing byte is the lowest nonzero byte of a ^ b (a binary search:
+		 * unrolled byte loops pushed the program past the JIT's optimising tier). */
+		__u64 x = a ^ b;
+		__u32 i = 0;
+		if (!(x & 0xffffffffULL)) {
+			i += 4;
+			x >>= 32;
+		}
+		if (!(x & 0xffff)) {
+			i += 2;
+			x >>= 16;
+		}
+		if (!(x & 0xff))
+			i += 1;
+		o->match = j * 8 + i;
+		return (__u8)(a >> (i * 8)) < (__u8)(b >> (i * 8)) ? -1 : 1;
+	}
+	o->match = n;
+	if (c->len == k)
+		return 0;
+	return c->len < k ? -1 : 1;
 }
 
 /* The block's checksum as WiredTiger computes it: the checksum field read as zeros, the whole
@@ -268,7 +355,7 @@ static __always_inline int internal(struct bpf_xrp *ctx, struct wt_scratch *s, c
 		else if (kind != 1)
 			STOP(CORRUPT);
 		else
-			cmp = cmp_key(s, d, &c, &o);
+			cmp = cmp_key(s, s->key_len, d, &c, &o);
 		if (cmp == -2)
 			STOP(CORRUPT);
 		if (i > 0 && cmp > 0)
@@ -315,30 +402,54 @@ static __noinline int leaf_value(struct bpf_xrp *ctx, struct cell *ap, int vk, _
 	STOP(FOUND);
 }
 
-/* Leaf page: key cells, each followed by its value cell unless the next cell is a key. */
-static __always_inline int leaf(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
-				__u32 mem, __u32 entries)
+/* Leaf page: key cells, each followed by its value cell unless the next cell is a key.
+ *
+ * A function of its own, and the search key's length read once: the runtime checks each load
+ * against a window of the region it last matched, a few per function, and a scan whose loads
+ * took turns between the page and the scratch (the key's length per cell) missed it twice a
+ * cell, each miss a call (most of the function's time on a leaf of ~240 cells). Here a cell
+ * reads only the page; the scratch is read only while a key's bytes are compared. */
+static __noinline int leaf(struct bpf_xrp *ctx, __u32 mem, __u32 entries)
 {
+	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
+	const __u8 *d = (const __u8 *)ctx->data;
 	struct cell c = {}, a = {};
 	struct order o = {};
-	__u32 at = 40, left = entries;
+	__u32 at = 40, left = entries, k = s->key_len;
+	__u64 w0 = 0, w1 = 0, w2 = 0, w3 = 0;
 	int kind;
 
+	if (k <= KEY_WORDS_BYTES) {
+		w0 = *(const __u64 *)&s->key[0];
+		w1 = *(const __u64 *)&s->key[8];
+		w2 = *(const __u64 *)&s->key[16];
+		w3 = *(const __u64 *)&s->key[24];
+	}
+
 	while (left > 0) {
-		kind = parse_cell(d, at, mem, &c);
+		kind = quick_cell(d, at, mem, &c);
+		if (kind == 0)
+			kind = parse_cell(d, at, mem, &c);
 		left--;
 		if (kind == 6)
 			STOP(FALLBACK);
 		if (kind != 1)
 			STOP(CORRUPT);
-		int cmp = cmp_key(s, d, &c, &o);
+		__u32 n = c.len < k ? c.len : k;
+		int cmp;
+		if (c.prefix == 0 && k <= KEY_WORDS_BYTES && c.data + ((n + 7) & ~7u) <= mem)
+			cmp = cmp_words(d, &c, &o, k, w0, w1, w2, w3);
+		else
+			cmp = cmp_key(s, k, d, &c, &o);
 		if (cmp == -2)
 			STOP(CORRUPT);
 		at = c.end;
 		int vk = 0;
 		__u32 vat = at;
 		if (left > 0) {
-			vk = parse_cell(d, at, mem, &a);
+			vk = quick_cell(d, at, mem, &a);
+			if (vk == 0)
+				vk = parse_cell(d, at, mem, &a);
 			if (vk < 0)
 				STOP(CORRUPT);
 			if (vk == 1) {
@@ -383,7 +494,7 @@ __u32 wt_lookup(struct bpf_xrp *ctx)
 		return internal(ctx, s, d, mem, entries);
 	if (d[24] != 7)
 		STOP(CORRUPT);
-	return leaf(ctx, s, d, mem, entries);
+	return leaf(ctx, mem, entries);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -47,6 +47,15 @@ fn text(i: u64, len: usize) -> String {
     (0..len).map(|j| (b'a' + ((i as usize * 7 + j) % 26) as u8) as char).collect()
 }
 
+/// Key `i` of the `words` table: `1 + i % 40` bytes counting up from 0x7c (across the sign bit
+/// of a byte) with one byte changed at position `i / 40 % len` (its neighbours differ there).
+fn word_key(i: u64) -> Vec<u8> {
+    let len = 1 + (i % 40) as usize;
+    let mut k: Vec<u8> = (0..len).map(|j| 0x7c_u8.wrapping_add(j as u8)).collect();
+    k[(i / 40) as usize % len] = (i.wrapping_mul(151) % 256) as u8;
+    k
+}
+
 /// Builds the test database in `dir`: tables across cell kinds, prefix compression, overflow
 /// items, dictionary copies, deletes and several checkpoints. Returns the table names.
 pub fn build(dir: &Path) -> Vec<&'static str> {
@@ -64,6 +73,10 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
         ("deep", format!("{sf},{SMALL_PAGES}")),
         // WiredTiger's default page sizes (internal 4 KiB, leaf 32 KiB), prefix-compressed.
         ("pfx32", format!("{sf},prefix_compression=true,prefix_compression_min=1")),
+        // Raw keys of 1 to 40 bytes that differ from their neighbours at every position, in
+        // bytes above 0x7f too, on 32 KiB leaves: the function compares keys of up to 32 bytes
+        // a word at a time and longer ones a byte at a time.
+        ("words", "key_format=u,value_format=u".to_string()),
     ];
     for (name, cfg) in &tables {
         wt.create(&format!("table:{name}"), cfg).unwrap();
@@ -126,6 +139,7 @@ pub fn build(dir: &Path) -> Vec<&'static str> {
             (s(&format!("tenant/{:03}/object/{i:09}", i % 7)), s(&text(i, (i as usize * 5) % 70)))
         }),
     );
+    put("words", &mut (0..4000u64).map(|i| (word_key(i), text(i, 60 + i as usize % 40).into())));
     wt.checkpoint().unwrap();
     {
         let mut c = wt.cursor("table:del").unwrap();
