@@ -148,3 +148,14 @@ fn a_leaf_near_a_file_cut_below_its_checkpoint_size_is_still_answered() {
     }
     assert!(checked > 0, "no table has a short leaf near its end");
 }
+
+/// Regression: a leaf-scan change pushed the function to 1,056 instruction slots, past the
+/// JIT's optimising-tier threshold (`QUICK_TIER_SLOTS`, 1,024: docs/DESIGN.md, "Named
+/// limits"), and the quick tier's code ran the scan of a 32 KiB leaf about 2x slower.
+#[test]
+fn the_function_fits_the_jits_optimising_tier() {
+    const QUICK_TIER_SLOTS: usize = 1024;
+    let elf = storefn_progs::must(storefn_wiredtiger::PROGRAM);
+    let prog = storefn_vm::load(elf, None, storefn_vm::ProgType::Xrp).unwrap();
+    assert!(prog.insns.len() <= QUICK_TIER_SLOTS, "{} slots", prog.insns.len());
+}
