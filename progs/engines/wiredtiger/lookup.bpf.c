@@ -283,6 +283,17 @@ static __always_inline int cmp_words(const __u8 *d, struct cell *c, struct order
 	return c->len < k ? -1 : 1;
 }
 
+/* Key cell c against the search key (k bytes, its first words w0..w3): a word at a time where
+ * cmp_words can, else a byte at a time. */
+static __always_inline int cmp_cell(struct wt_scratch *s, __u32 k, const __u8 *d, struct cell *c,
+				    struct order *o, __u32 mem, __u64 w0, __u64 w1, __u64 w2, __u64 w3)
+{
+	__u32 n = c->len < k ? c->len : k;
+	if (c->prefix == 0 && k <= KEY_WORDS_BYTES && c->data + ((n + 7) & ~7u) <= mem)
+		return cmp_words(d, c, o, k, w0, w1, w2, w3);
+	return cmp_key(s, k, d, c, o);
+}
+
 /* The block's checksum as WiredTiger computes it: the checksum field read as zeros, the whole
  * block when BLOCK_DATA_CKSUM is set, else its first 64 bytes. The runtime's storefn_crc32c
  * helper does the bytes (a table step per byte here cost ~100 k instructions for a 32 KiB leaf). */
@@ -335,44 +346,6 @@ static __noinline int internal_child(struct bpf_xrp *ctx, __u32 child, __u32 mem
 }
 
 
-/* Internal page: (key, address) pairs; the child is the last whose key is at most the search
- * key (the first key stands for everything below the second). Requests it, or stops. */
-static __always_inline int internal(struct bpf_xrp *ctx, struct wt_scratch *s, const __u8 *d,
-				    __u32 mem, __u32 entries)
-{
-	struct cell c = {}, a = {};
-	struct order o = {};
-	__u32 at = 40, child = 0;
-	int kind;
-
-	for (__u32 i = 0; i * 2 < entries; i++) {
-		kind = parse_cell(d, at, mem, &c);
-		int cmp = -1;
-		if (kind == 6 && i == 0)
-			o.len = 0; /* an overflow first key: never compared */
-		else if (kind == 6)
-			STOP(FALLBACK);
-		else if (kind != 1)
-			STOP(CORRUPT);
-		else
-			cmp = cmp_key(s, s->key_len, d, &c, &o);
-		if (cmp == -2)
-			STOP(CORRUPT);
-		if (i > 0 && cmp > 0)
-			break;
-		child = c.end;
-		kind = parse_cell(d, child, mem, &a);
-		if (kind < 0)
-			STOP(CORRUPT);
-		at = a.end;
-		if (i == 0 && cmp >= 0)
-			break; /* every later key is larger still */
-	}
-	if (child == 0)
-		STOP(CORRUPT);
-	return internal_child(ctx, child, mem);
-}
-
 /* The value of the key found: cell a of kind vk (0 = none: an empty value), the key cell ending
  * at vat. Not inlined, as internal_child. */
 static __noinline int leaf_value(struct bpf_xrp *ctx, struct cell *ap, int vk, __u32 vat, __u32 mem)
@@ -402,20 +375,25 @@ static __noinline int leaf_value(struct bpf_xrp *ctx, struct cell *ap, int vk, _
 	STOP(FOUND);
 }
 
-/* Leaf page: key cells, each followed by its value cell unless the next cell is a key.
+/* A page's scan. Internal page (`internal`): (key, address) pairs; the child is the last whose
+ * key is at most the search key (the first key stands for everything below the second):
+ * requests it, or stops. Leaf page: key cells, each followed by its value cell unless the next
+ * cell is a key.
  *
- * A function of its own, and the search key's length read once: the runtime checks each load
- * against a window of the region it last matched, a few per function, and a scan whose loads
- * took turns between the page and the scratch (the key's length per cell) missed it twice a
- * cell, each miss a call (most of the function's time on a leaf of ~240 cells). Here a cell
- * reads only the page; the scratch is read only while a key's bytes are compared. */
-static __noinline int leaf(struct bpf_xrp *ctx, __u32 mem, __u32 entries)
+ * One function for both, of its own, with the search key's length and first words read once:
+ * the runtime checks each load against a window of the region it last matched, a few per
+ * function, and a scan whose loads took turns between the page and the scratch (the key's
+ * bytes, its length per cell) missed it at nearly every load, each miss a call (most of the
+ * function's time on a leaf of ~240 cells). Here a cell reads only the page; the scratch is read
+ * only while a key over 32 bytes, or a prefix-compressed one, is compared. One loop for both
+ * kinds of page keeps the program under the JIT's optimising-tier threshold. */
+static __noinline int scan(struct bpf_xrp *ctx, __u32 mem, __u32 entries, __u32 internal)
 {
 	struct wt_scratch *s = (struct wt_scratch *)ctx->scratch;
 	const __u8 *d = (const __u8 *)ctx->data;
 	struct cell c = {}, a = {};
 	struct order o = {};
-	__u32 at = 40, left = entries, k = s->key_len;
+	__u32 at = 40, left = entries, k = s->key_len, child = 0, first = 1;
 	__u64 w0 = 0, w1 = 0, w2 = 0, w3 = 0;
 	int kind;
 
@@ -431,18 +409,31 @@ static __noinline int leaf(struct bpf_xrp *ctx, __u32 mem, __u32 entries)
 		if (kind == 0)
 			kind = parse_cell(d, at, mem, &c);
 		left--;
-		if (kind == 6)
+		int cmp = -1;
+		if (kind == 6 && internal && first)
+			o.len = 0; /* an overflow first key: never compared */
+		else if (kind == 6)
 			STOP(FALLBACK);
-		if (kind != 1)
+		else if (kind != 1)
 			STOP(CORRUPT);
-		__u32 n = c.len < k ? c.len : k;
-		int cmp;
-		if (c.prefix == 0 && k <= KEY_WORDS_BYTES && c.data + ((n + 7) & ~7u) <= mem)
-			cmp = cmp_words(d, &c, &o, k, w0, w1, w2, w3);
 		else
-			cmp = cmp_key(s, k, d, &c, &o);
+			cmp = cmp_cell(s, k, d, &c, &o, mem, w0, w1, w2, w3);
 		if (cmp == -2)
 			STOP(CORRUPT);
+		if (internal) {
+			if (!first && cmp > 0)
+				break;
+			child = c.end;
+			if (parse_cell(d, child, mem, &a) < 0)
+				STOP(CORRUPT);
+			at = a.end;
+			if (left > 0)
+				left--;
+			if (first && cmp >= 0)
+				break; /* every later key is larger still */
+			first = 0;
+			continue;
+		}
 		at = c.end;
 		int vk = 0;
 		__u32 vat = at;
@@ -465,7 +456,11 @@ static __noinline int leaf(struct bpf_xrp *ctx, __u32 mem, __u32 entries)
 			break;
 		return leaf_value(ctx, &a, vk, vat, mem);
 	}
-	STOP(NOT_FOUND);
+	if (!internal)
+		STOP(NOT_FOUND);
+	if (child == 0)
+		STOP(CORRUPT);
+	return internal_child(ctx, child, mem);
 }
 
 SEC("xrp")
@@ -490,11 +485,9 @@ __u32 wt_lookup(struct bpf_xrp *ctx)
 		STOP(CORRUPT);
 	if (entries > MAX_CELLS)
 		STOP(FALLBACK);
-	if (d[24] == 6)
-		return internal(ctx, s, d, mem, entries);
-	if (d[24] != 7)
+	if (d[24] != 6 && d[24] != 7)
 		STOP(CORRUPT);
-	return leaf(ctx, mem, entries);
+	return scan(ctx, mem, entries, d[24] == 6);
 }
 
 char LICENSE[] SEC("license") = "GPL";
