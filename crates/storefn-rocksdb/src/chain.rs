@@ -226,7 +226,9 @@ mod tests {
                 let len = (rng() % 40) as usize;
                 // Few distinct bytes, so neighbours share long prefixes.
                 let k = (0..len).map(|_| b"abc"[(rng() % 3) as usize]).collect();
-                let v = (0..rng() % 20).map(|_| rng() as u8).collect();
+                // Mostly short values, some past a KiB (copied a word at a time).
+                let vl = if rng() % 16 == 0 { rng() % 1100 } else { rng() % 20 };
+                let v = (0..vl).map(|_| rng() as u8).collect();
                 (k, rng() % 1000, v)
             })
             .collect();
