@@ -267,12 +267,9 @@ mod tests {
 
     #[test]
     fn the_functions_block_walk_equals_a_plain_walk_under_jit_and_interpreter() {
-        let prog = storefn_vm::load_verified(
-            storefn_progs::must(super::PROGRAM),
-            None,
-            ProgType::Xrp,
-        )
-        .unwrap();
+        let prog =
+            storefn_vm::load_verified(storefn_progs::must(super::PROGRAM), None, ProgType::Xrp)
+                .unwrap();
         let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
         let mut interp = Instance::new(prog, Engine::Interp).unwrap();
         let mut x = 0x2545_f491_4f6c_dd1du64;
