@@ -196,7 +196,7 @@ mod tests {
         for (i, (k, seq, v)) in entries.iter().enumerate() {
             let mut ik = k.clone();
             ik.extend_from_slice(&(seq << 8 | 1).to_le_bytes());
-            let shared = if i % interval == 0 {
+            let shared = if i.is_multiple_of(interval) {
                 restarts.push(b.len() as u32);
                 0
             } else {
@@ -227,7 +227,7 @@ mod tests {
                 // Few distinct bytes, so neighbours share long prefixes.
                 let k = (0..len).map(|_| b"abc"[(rng() % 3) as usize]).collect();
                 // Mostly short values, some past a KiB (copied a word at a time).
-                let vl = if rng() % 16 == 0 { rng() % 1100 } else { rng() % 20 };
+                let vl = if rng().is_multiple_of(16) { rng() % 1100 } else { rng() % 20 };
                 let v = (0..vl).map(|_| rng() as u8).collect();
                 (k, rng() % 1000, v)
             })
