@@ -167,3 +167,139 @@ pub fn answer(s: &[u8]) -> Result<ChainAnswer, String> {
         st => Err(format!("status {st} is not in the scratch ABI (line {line})")),
     }
 }
+
+/// The function's walk of a data block, JIT and interpreter, against a plain walk of the
+/// entries the block was built from: keys of many lengths sharing prefixes of every length
+/// (the function compares a word at a time from the bytes the previous entry matched), several
+/// versions of a key, and search keys present, absent, between, before and past every entry.
+#[cfg(test)]
+mod tests {
+    use super::{abi, answer, ChainAnswer};
+    use crate::format::table::mask_crc;
+    use std::sync::Arc;
+    use storefn_vm::{Engine, Instance, ProgType, XrpCtx};
+
+    /// (user key, sequence, value), sorted as RocksDB sorts internal keys.
+    type Entries = Vec<(Vec<u8>, u64, Vec<u8>)>;
+
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A data block of `entries` with a restart every `interval`, and its trailer.
+    fn block(entries: &Entries, interval: usize) -> Vec<u8> {
+        let (mut b, mut restarts, mut prev) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (k, seq, v)) in entries.iter().enumerate() {
+            let mut ik = k.clone();
+            ik.extend_from_slice(&(seq << 8 | 1).to_le_bytes());
+            let shared = if i.is_multiple_of(interval) {
+                restarts.push(b.len() as u32);
+                0
+            } else {
+                prev.iter().zip(&ik).take_while(|(a, b)| a == b).count()
+            };
+            varint(&mut b, shared as u64);
+            varint(&mut b, (ik.len() - shared) as u64);
+            varint(&mut b, v.len() as u64);
+            b.extend_from_slice(&ik[shared..]);
+            b.extend_from_slice(v);
+            prev = ik;
+        }
+        for r in &restarts {
+            b.extend_from_slice(&r.to_le_bytes());
+        }
+        b.extend_from_slice(&(restarts.len() as u32).to_le_bytes());
+        let mut covered = b.clone();
+        covered.push(0);
+        b.push(0);
+        b.extend_from_slice(&mask_crc(crc32c::crc32c(&covered)).to_le_bytes());
+        b
+    }
+
+    fn entries(rng: &mut impl FnMut() -> u64) -> Entries {
+        let mut e: Entries = (0..300)
+            .map(|_| {
+                let len = (rng() % 40) as usize;
+                // Few distinct bytes, so neighbours share long prefixes.
+                let k = (0..len).map(|_| b"abc"[(rng() % 3) as usize]).collect();
+                // Mostly short values, some past a KiB (copied a word at a time).
+                let vl = if rng().is_multiple_of(16) { rng() % 1100 } else { rng() % 20 };
+                let v = (0..vl).map(|_| rng() as u8).collect();
+                (k, rng() % 1000, v)
+            })
+            .collect();
+        e.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        e.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        e
+    }
+
+    /// The plain walk: the newest entry of the key, or absent.
+    fn expect(e: &Entries, key: &[u8]) -> ChainAnswer {
+        match e.iter().find(|x| x.0.as_slice() >= key) {
+            Some((k, seq, v)) if k == key => ChainAnswer::Entry {
+                kind: crate::format::ValueType::Value,
+                sequence: *seq,
+                value: v.clone(),
+            },
+            _ => ChainAnswer::Absent,
+        }
+    }
+
+    fn run(inst: &mut Instance, data: &[u8], key: &[u8]) -> ChainAnswer {
+        let mut s = vec![0u8; abi::OUT_BYTES];
+        let n = (data.len() - 5) as u32;
+        s[abi::KEY_LEN..abi::KEY_LEN + 4].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        s[abi::FLAGS..abi::FLAGS + 4].copy_from_slice(&abi::FLAG_VERIFY.to_le_bytes());
+        s[abi::FILE_SIZE..abi::FILE_SIZE + 8].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        s[abi::CUR_SIZE..abi::CUR_SIZE + 4].copy_from_slice(&n.to_le_bytes());
+        s[abi::PHASE..abi::PHASE + 4].copy_from_slice(&abi::PHASE_DATA.to_le_bytes());
+        s[abi::HOP_MAX..abi::HOP_MAX + 4].copy_from_slice(&65536u32.to_le_bytes());
+        s[abi::KEY..abi::KEY + key.len()].copy_from_slice(key);
+        let mut ctx = XrpCtx::default();
+        inst.run_xrp(&mut ctx, data, &mut s).expect("the function runs");
+        assert_eq!(ctx.done, 1, "one hop answers a data block");
+        answer(&s).expect("a status of the ABI")
+    }
+
+    #[test]
+    fn the_functions_block_walk_equals_a_plain_walk_under_jit_and_interpreter() {
+        let prog =
+            storefn_vm::load_verified(storefn_progs::must(super::PROGRAM), None, ProgType::Xrp)
+                .unwrap();
+        let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
+        let mut interp = Instance::new(prog, Engine::Interp).unwrap();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rng = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..6 {
+            let e = entries(&mut rng);
+            let data = block(&e, [1, 2, 16, 16, 3, 64][round]);
+            let mut keys: Vec<Vec<u8>> = vec![Vec::new(), vec![0xff; 41]];
+            for (k, _, _) in &e {
+                keys.push(k.clone());
+                let mut more = k.clone();
+                more.push(b'b');
+                keys.push(more);
+                if let Some(l) = k.last().copied() {
+                    let mut less = k.clone();
+                    *less.last_mut().unwrap() = l - 1;
+                    keys.push(less);
+                    keys.push(k[..k.len() - 1].to_vec());
+                }
+            }
+            for k in &keys {
+                let want = expect(&e, k);
+                assert_eq!(run(&mut jit, &data, k), want, "jit, key {k:?}");
+                assert_eq!(run(&mut interp, &data, k), want, "interpreter, key {k:?}");
+            }
+        }
+    }
+}

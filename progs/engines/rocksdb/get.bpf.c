@@ -44,7 +44,8 @@ struct rk_scratch {
 	__u32 e_vlen;    /*   68 state: its value length (plain values) */
 	__u32 e_shared;  /*   72 state: its shared key bytes */
 	__u32 e_mode;    /*   76 state: 1 plain values, 2 internal keys */
-	__u8 pad[48];    /*   80 */
+	__u32 e_match;   /*   80 state: leading bytes of cur equal to the key's */
+	__u8 pad[44];    /*   84 */
 	__u8 key[KEY_MAX];     /*  128 in */
 	__u8 cur[CUR_MAX];     /*  640 state: the entry key being rebuilt */
 	__u8 value[VALUE_MAX]; /* 1168 out */
@@ -128,11 +129,19 @@ static __attribute__((noinline)) int entry_key(struct rk_scratch *s, const __u8 
 		return -1;
 	if (shared + non_shared > CUR_MAX)
 		return -2;
-	for (__u32 i = 0; i < CUR_MAX; i++) {
+	/* Eight bytes a load and a store: a byte at a time, each load from the block and store
+	 * to the scratch switched the runtime's memory region twice. A word may read up to 7
+	 * bytes past the key (still inside the block: its restart array and count follow, at
+	 * least 8 bytes) and write them past cur_len (inside the scratch: value follows cur); no
+	 * byte past cur_len is ever read as key. */
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < CUR_MAX; i += 8) {
 		if (i >= non_shared)
 			break;
-		s->cur[(shared + i) & 1023] = d[p + i];
+		*(__u64 *)&s->cur[(shared + i) & 1023] = *(const __u64 *)(d + p + i);
 	}
+	if (shared < s->e_match)
+		s->e_match = shared;
 	s->cur_len = shared + non_shared;
 	s->e_after = p + non_shared;
 	s->e_vlen = vl;
@@ -140,7 +149,10 @@ static __attribute__((noinline)) int entry_key(struct rk_scratch *s, const __u8 
 	return 0;
 }
 
-/* s->cur's user key (minus the 8-byte trailer when `internal`) against the search key. */
+/* s->cur's user key (minus the 8-byte trailer when `internal`) against the search key, from
+ * byte e_match on: the bytes before it are the previous entry's, kept by the shared prefix,
+ * which equalled the key's (entry_key lowers e_match to the shared length). Eight bytes a
+ * step; the first differing byte is the lowest nonzero byte of the words' xor. */
 static __attribute__((noinline)) int compare(struct rk_scratch *s)
 {
 	__u32 n = s->cur_len, k = s->key_len;
@@ -149,13 +161,35 @@ static __attribute__((noinline)) int compare(struct rk_scratch *s)
 			return -2;
 		n -= 8;
 	}
-	for (__u32 i = 0; i < KEY_MAX; i++) {
-		if (i >= n || i >= k)
+	__u32 m = n < k ? n : k;
+	__u32 i = s->e_match & ~7u;
+#pragma clang loop unroll(disable)
+	for (__u32 it = 0; it < KEY_MAX / 8 + 1; it++) {
+		if (i >= m)
 			break;
-		__u8 a = s->cur[i], b = s->key[i];
-		if (a != b)
-			return a < b ? -1 : 1;
+		__u64 a = *(const __u64 *)&s->cur[i & 511];
+		__u64 b = *(const __u64 *)&s->key[i & 511];
+		__u64 x = a ^ b;
+		if (m - i < 8)
+			x &= (1ULL << ((m - i) * 8)) - 1;
+		if (x) {
+			__u32 j = 0;
+			if (!(x & 0xffffffffULL)) {
+				j += 4;
+				x >>= 32;
+			}
+			if (!(x & 0xffff)) {
+				j += 2;
+				x >>= 16;
+			}
+			if (!(x & 0xff))
+				j += 1;
+			s->e_match = i + j;
+			return (__u8)(a >> (j * 8)) < (__u8)(b >> (j * 8)) ? -1 : 1;
+		}
+		i += 8;
 	}
+	s->e_match = m;
 	return n == k ? 0 : (n < k ? -1 : 1);
 }
 
@@ -173,6 +207,7 @@ static __attribute__((noinline)) int last_restart_below(struct rk_scratch *s, co
 		if (at >= ra)
 			return -1;
 		s->cur_len = 0;
+		s->e_match = 0;
 		int r = entry_key(s, d, at, ra);
 		if (r)
 			return r;
@@ -227,6 +262,7 @@ __u32 rocksdb_get(struct bpf_xrp *ctx)
 		STOP(CORRUPT);
 	pos = rd32(d, ra + (__u32)r * 4);
 	s->cur_len = 0;
+	s->e_match = 0;
 	__u64 prev_off = 0, prev_size = 0, ho = 0, hs = 0;
 	int have_prev = 0;
 	for (__u32 i = 0; i < MAX_BLOCK / 3; i++) {
@@ -291,10 +327,15 @@ __u32 rocksdb_get(struct bpf_xrp *ctx)
 			s->trailer = tr;
 			if (vlen > VALUE_MAX)
 				STOP(FALLBACK);
-			for (__u32 j = 0; j < VALUE_MAX; j++) {
+			/* Eight bytes a step, as entry_key's copy (a byte a step switched memory
+			 * regions twice per byte of a 1 KiB value). Reads stay inside the block
+			 * (vlen <= ra - after); j stays a multiple of 8 below VALUE_MAX (itself one),
+			 * so the last store ends inside the scratch. */
+#pragma clang loop unroll(disable)
+			for (__u32 j = 0; j < VALUE_MAX; j += 8) {
 				if (j >= vlen)
 					break;
-				s->value[j] = d[after + j];
+				*(__u64 *)&s->value[j] = *(const __u64 *)(d + after + j);
 			}
 			s->value_len = vlen;
 			STOP(ENTRY);

@@ -360,8 +360,9 @@ impl FnSession<'_> {
         match l {
             Lookup::Value(v) => {
                 sh.function_reads.fetch_add(1, Ordering::Relaxed);
-                out.clear();
-                out.extend_from_slice(&v);
+                // The answer's buffer becomes the caller's: one copy of the value (out of the
+                // chain's scratch), not a second into `out`.
+                *out = v;
                 Ok(true)
             }
             Lookup::NotFound => {
