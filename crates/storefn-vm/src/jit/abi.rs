@@ -109,6 +109,26 @@ fn declare_shim(
     Ok(id)
 }
 
+/// [`declare_shim`], and `callee` declared in the shim's function.
+fn declare_shim_calling(
+    module: &mut JITModule,
+    ctx: &mut cranelift_codegen::Context,
+    name: &str,
+    callee: FuncId,
+) -> Result<(FuncId, FuncRef), JitError> {
+    let id = declare_shim(module, ctx, name)?;
+    Ok((id, module.declare_func_in_func(callee, &mut ctx.func)))
+}
+
+/// Starts a shim's entry block; its parameters `(aux, addr, site)`.
+fn shim_params(b: &mut FunctionBuilder) -> (Value, Value, Value) {
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let p = b.block_params(entry);
+    (p[0], p[1], p[2])
+}
+
 /// Defines the function a window miss calls, `fn(aux, addr, site)` with the preserve-all
 /// convention (call sites in hot code clobber no register, so the loop around a check does
 /// not spill for it), which answers in `aux.found` and refreshes `aux`'s window like
@@ -125,16 +145,11 @@ pub(super) fn define_resolve_shim(
     fctx: &mut FunctionBuilderContext,
 ) -> Result<FuncId, JitError> {
     let slow = define_slow_shim(module, ctx, fctx)?;
-    let id = declare_shim(module, ctx, "storefn_resolve_hint")?;
-    let slow_ref = module.declare_func_in_func(slow, &mut ctx.func);
+    let (id, slow_ref) = declare_shim_calling(module, ctx, "storefn_resolve_hint", slow)?;
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-    let entry = b.create_block();
+    let (aux, addr, site) = shim_params(&mut b);
     let hit = b.create_block();
     let miss = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let p = b.block_params(entry).to_vec();
-    let (aux, addr, site) = (p[0], p[1], p[2]);
     let fl = MemFlagsData::trusted();
     // slot = pc * 2 + is_write; site = pc << 8 | is_write << 4 | len.
     let write = b.ins().ushr_imm_u(site, 4);
@@ -204,16 +219,11 @@ pub(super) fn define_check_read_shim(
     fctx: &mut FunctionBuilderContext,
     hint: FuncId,
 ) -> Result<FuncId, JitError> {
-    let id = declare_shim(module, ctx, "storefn_check_read")?;
-    let hint_ref = module.declare_func_in_func(hint, &mut ctx.func);
+    let (id, hint_ref) = declare_shim_calling(module, ctx, "storefn_check_read", hint)?;
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-    let entry = b.create_block();
+    let (aux, addr, site) = shim_params(&mut b);
     let done = b.create_block();
     let miss = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    let p = b.block_params(entry).to_vec();
-    let (aux, addr, site) = (p[0], p[1], p[2]);
     let fl = MemFlagsData::trusted();
     let lo = b.ins().load(I64, fl, aux, OFF_AUX_LO);
     let span = b.ins().load(I64, fl, aux, OFF_AUX_SPAN);
