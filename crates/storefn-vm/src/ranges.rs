@@ -28,7 +28,7 @@ use crate::insn::{
     Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_AND, BPF_ATOMIC, BPF_CALL, BPF_DIV, BPF_END, BPF_EXIT,
     BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLE, BPF_JLT, BPF_JMP, BPF_JMP32, BPF_JNE, BPF_JSGE,
     BPF_JSGT, BPF_JSLE, BPF_JSLT, BPF_LD, BPF_LDX, BPF_LSH, BPF_MEM, BPF_MOD, BPF_MOV, BPF_MUL,
-    BPF_RSH, BPF_STX, BPF_SUB, BPF_X,
+    BPF_RSH, BPF_ST, BPF_STX, BPF_SUB, BPF_X,
 };
 use crate::interp::size_bytes;
 use crate::program::{ProgType, Program};
@@ -253,48 +253,83 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
             }
         }
     }
+    // States are kept (and arrivals pruned) only where a block starts, which every join
+    // and every cycle passes, and at memory accesses, whose states the proofs read; within a
+    // block the state is stepped in place (copying 240-byte states in and out of the work
+    // list at every slot was most of the analysis' time).
+    let keep_at: Vec<bool> = (start..end)
+        .map(|pc| {
+            cfg.is_block_start(pc) || matches!(prog.insns[pc].class(), BPF_LDX | BPF_ST | BPF_STX)
+        })
+        .collect();
     let mut work = vec![(start, entry)];
-    // Counted when queued, so the queue and the kept states both stay within the bound.
+    // Counted when queued or stepped into, so the queue and the kept states both stay within
+    // the bound.
     let mut arrivals = 1usize;
-    while let Some((pc, st)) = work.pop() {
-        let slot = &mut kept[pc - start];
-        if slot.iter().any(|k| state_contains(k, &st)) {
-            continue;
-        }
-        if slot.len() < STATES_PER_SLOT {
-            slot.push(st);
-        } else {
-            // Summary mode: one state, grown (and eventually widened) by every arrival.
-            let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
-            growths[pc - start] += 1;
-            let g = growths[pc - start];
-            let new: State = if widens[pc - start] && g > WIDEN_AFTER {
-                let t: &[u64] = if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { &thresholds };
-                std::array::from_fn(|r| old[r].widen(st[r], t))
-            } else {
-                join_states(&old, &st)
-            };
-            slot.clear();
-            slot.push(new);
-        }
-        let before = work.len();
-        // The state just kept (by reference: states are 240 bytes, and copying them was
-        // most of this loop's time).
-        step(prog, cfg, pc, slot.last().expect("just pushed"), &mut work);
-        // Successors outside the function (or on an lddw's second slot: the verifier refused
-        // those jumps) are not followed.
-        let mut k = before;
-        while k < work.len() {
-            let succ = work[k].0;
-            if (start..end).contains(&succ) && !cfg.is_second_half(succ) {
-                k += 1;
-            } else {
-                work.swap_remove(k);
+    while let Some((mut pc, mut st)) = work.pop() {
+        loop {
+            if keep_at[pc - start] {
+                let slot = &mut kept[pc - start];
+                if slot.iter().any(|k| state_contains(k, &st)) {
+                    break;
+                }
+                if slot.len() < STATES_PER_SLOT {
+                    // Most slots keep one state: room for exactly one first (a fresh
+                    // allocation of four per slot was a page fault every few slots).
+                    if slot.capacity() == 0 {
+                        slot.reserve_exact(1);
+                    }
+                    slot.push(st);
+                } else {
+                    // Summary mode: one state, grown (and eventually widened) by every arrival.
+                    let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
+                    growths[pc - start] += 1;
+                    let g = growths[pc - start];
+                    st = if widens[pc - start] && g > WIDEN_AFTER {
+                        let t: &[u64] =
+                            if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { &thresholds };
+                        std::array::from_fn(|r| old[r].widen(st[r], t))
+                    } else {
+                        join_states(&old, &st)
+                    };
+                    slot.clear();
+                    slot.push(st);
+                }
             }
-        }
-        arrivals += work.len() - before;
-        if arrivals > MAX_ARRIVALS {
-            return None;
+            let next = if matches!(prog.insns[pc].class(), BPF_JMP | BPF_JMP32) {
+                None
+            } else {
+                let [next, _] = cfg.successors(&prog.insns, pc);
+                next
+            };
+            // Straight on within the block: the state stepped in place.
+            if let Some(n) = next.filter(|&n| n < end && !keep_at[n - start]) {
+                transfer(prog, pc, &mut st);
+                pc = n;
+                arrivals += 1;
+                if arrivals > MAX_ARRIVALS {
+                    return None;
+                }
+                continue;
+            }
+            let before = work.len();
+            step(prog, cfg, pc, &st, &mut work);
+            // Successors outside the function (or on an lddw's second slot: the verifier
+            // refused those jumps) are not followed.
+            let mut k = before;
+            while k < work.len() {
+                let succ = work[k].0;
+                if (start..end).contains(&succ) && !cfg.is_second_half(succ) {
+                    k += 1;
+                } else {
+                    work.swap_remove(k);
+                }
+            }
+            arrivals += work.len() - before;
+            if arrivals > MAX_ARRIVALS {
+                return None;
+            }
+            break;
         }
     }
     Some(kept)
@@ -324,9 +359,17 @@ fn step(prog: &Program, cfg: &Cfg, pc: usize, st: &State, out: &mut Vec<(usize, 
         return;
     }
     let mut st = *st;
+    transfer(prog, pc, &mut st);
+    out.extend([a, b].into_iter().flatten().map(|s| (s, st)));
+}
+
+/// The effect of the instruction at `pc` (not a conditional jump) on `st`.
+fn transfer(prog: &Program, pc: usize, st: &mut State) {
+    let insns = &prog.insns;
+    let i = insns[pc];
     let d = usize::from(i.dst).min(9);
     match i.class() {
-        BPF_ALU | BPF_ALU64 if i.dst < 10 => st[d] = alu(i, &st),
+        BPF_ALU | BPF_ALU64 if i.dst < 10 => st[d] = alu(i, st),
         BPF_LD if i.dst < 10 => {
             let hi = insns.get(pc + 1).map_or(0, |h| h.imm);
             // A relocated lddw is a globals address: not tracked (FULL).
@@ -334,7 +377,7 @@ fn step(prog: &Program, cfg: &Cfg, pc: usize, st: &State, out: &mut Vec<(usize, 
             let relocated = prog.global_relocs.binary_search_by_key(&pc, |&(at, _)| at).is_ok();
             st[d] = if i.src == 0 && !relocated { konst(v) } else { FULL };
         }
-        BPF_LDX if i.dst < 10 => st[d] = load(i, &st, prog.prog_type),
+        BPF_LDX if i.dst < 10 => st[d] = load(i, st, prog.prog_type),
         BPF_STX if i.op & 0xe0 == BPF_ATOMIC => {
             // Fetching atomics write src; cmpxchg writes r0.
             st[usize::from(i.src).min(9)] = FULL;
@@ -347,7 +390,6 @@ fn step(prog: &Program, cfg: &Cfg, pc: usize, st: &State, out: &mut Vec<(usize, 
         }
         _ => {}
     }
-    out.extend([a, b].into_iter().flatten().map(|s| (s, st)));
 }
 
 /// The second operand of an ALU or jump instruction, as a value.

@@ -12,7 +12,64 @@ pub(super) enum Access {
     Write,
 }
 
+/// A program with at least this many checked loads outside loops checks those out of line
+/// ([`Tx::check_out_of_line`]). Each inline check is a window compare and two Cranelift blocks
+/// (five after critical-edge splitting), ~10-30 µs of compile; a load outside a loop runs
+/// at most once per run of its function, so a call there costs a few nanoseconds per run
+/// while the blocks cost compile time on every load. Below this count (every bench
+/// workload) the inline checks stay, being the fastest.
+const OUT_OF_LINE_MIN_LOADS: usize = 64;
+
+/// Per slot: a checked load that calls the out-of-line check, when the program has at least
+/// [`OUT_OF_LINE_MIN_LOADS`] checked loads outside loops (else all false).
+pub(super) fn out_of_line_loads(verified: &VerifiedProgram, in_loop: &[bool]) -> Vec<bool> {
+    let cfg = verified.cfg();
+    let marks: Vec<bool> = verified
+        .insns
+        .iter()
+        .enumerate()
+        .map(|(pc, i)| {
+            i.class() == BPF_LDX
+                && !cfg.is_second_half(pc)
+                && !verified.in_bounds()[pc]
+                && !in_loop[pc]
+        })
+        .collect();
+    if marks.iter().filter(|&&m| m).count() >= OUT_OF_LINE_MIN_LOADS {
+        marks
+    } else {
+        vec![false; marks.len()]
+    }
+}
+
 impl Tx<'_, '_> {
+    /// The out-of-line check of a load of `len` bytes at `addr` ([`define_check_read_shim`]):
+    /// returns the address to load from, `addr` itself or, when the check failed (the fault
+    /// recorded), `aux.sink`. No block, no branch: the fault is tested by
+    /// [`Tx::flush_pending`] before the next instruction that is not register arithmetic or
+    /// a load, so the run stops before anything the loaded values could reach is seen, and
+    /// with the first fault (`resolve_region` keeps it), exactly where the interpreter stops.
+    fn check_out_of_line(&mut self, pc: usize, addr: Value, len: u64, shim: FuncRef) -> Value {
+        let site = (u64::try_from(pc).unwrap_or(0) << 8) | len;
+        let site = self.iconst(site.cast_signed());
+        self.b.ins().call(shim, &[self.aux, addr, site]);
+        self.pending = true;
+        self.b.ins().load(I64, MemFlagsData::trusted(), self.aux, OFF_AUX_CHECKED)
+    }
+
+    /// Ends the run at the first failed out-of-line check, if one was emitted since the last
+    /// test: `env.fault.kind` is set only by a failed check (or a fault that already returned).
+    pub(super) fn flush_pending(&mut self) {
+        if !std::mem::take(&mut self.pending) {
+            return;
+        }
+        let env = self.env();
+        let kind = self.b.ins().load(I32, MemFlagsData::trusted(), env, OFF_FAULT_KIND);
+        let cont = self.b.create_block();
+        self.b.ins().brif(kind, self.exit_block, &[], cont, &[]);
+        self.enter(cont);
+    }
+
     /// [`Tx::check`], unless the verifier proved this access in bounds (`proofs.rs`: the
     /// stack frame through r10, or a constant-offset context read); the proof rests on the
     /// run contract, under which that memory is always granted.
@@ -111,8 +168,11 @@ impl Tx<'_, '_> {
             BPF_MEMSX if len < 8 => true,
             _ => return Err(invalid(pc, format!("unsupported load op {:#04x}", insn.op))),
         };
-        let addr = self.addr(pc, insn.src, insn.off)?;
-        self.check_unless_proved(pc, addr, len, Access::Read);
+        let mut addr = self.addr(pc, insn.src, insn.off)?;
+        match self.check_read_shim.filter(|_| self.out_of_line[pc]) {
+            Some(shim) => addr = self.check_out_of_line(pc, addr, len, shim),
+            None => self.check_unless_proved(pc, addr, len, Access::Read),
+        }
         let f = MemFlagsData::new().with_notrap();
         let ins = self.b.ins();
         let v = match (len, sx) {

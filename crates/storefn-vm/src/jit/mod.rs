@@ -54,7 +54,9 @@ use crate::mem::{RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
 use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
-use abi::{bpf_signature, define_resolve_shim, entry_signature, EntryFn, RunAux};
+use abi::{
+    bpf_signature, define_check_read_shim, define_resolve_shim, entry_signature, EntryFn, RunAux,
+};
 use translate::translate_function;
 
 /// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
@@ -114,6 +116,8 @@ pub struct JitProgram {
     aux: std::cell::UnsafeCell<RunAux>,
     /// [`JitProgram::compiled_functions`].
     compiled_functions: usize,
+    /// [`JitProgram::out_of_line_loads`].
+    out_of_line_loads: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -157,6 +161,7 @@ impl JitProgram {
         let plan = inline::Plan::new(verified);
         let in_loop = translate::loop_slots(verified);
         let is_target = translate::jump_targets(verified);
+        let out_of_line = memcheck::out_of_line_loads(verified, &in_loop);
         let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
         let mut module = new_module(quick)?;
@@ -182,9 +187,15 @@ impl JitProgram {
         }
         let mut ctx = module.make_context();
         let mut fctx = FunctionBuilderContext::new();
-        let shim = define_resolve_shim(&mut module, &mut ctx, &mut fctx);
-        let mut result = shim.as_ref().map(|_| ()).map_err(Clone::clone);
-        let shim = shim.unwrap_or(ids[0].1);
+        let shims = define_resolve_shim(&mut module, &mut ctx, &mut fctx).and_then(|hint| {
+            let check = match out_of_line.iter().any(|&o| o) {
+                true => Some(define_check_read_shim(&mut module, &mut ctx, &mut fctx, hint)?),
+                false => None,
+            };
+            Ok((hint, check))
+        });
+        let mut result = shims.as_ref().map(|_| ()).map_err(Clone::clone);
+        let shims = shims.unwrap_or((ids[0].1, None));
         let disasm = std::env::var_os(DISASM_ENV).is_some();
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
@@ -196,9 +207,9 @@ impl JitProgram {
             let r = translate_function(
                 verified,
                 quick,
-                (&plan.inline_at, &in_loop, &is_target),
+                (&plan.inline_at, &in_loop, &is_target, &out_of_line),
                 (start, end),
-                shim,
+                shims,
                 &ids,
                 &mut module,
                 &mut ctx,
@@ -238,11 +249,14 @@ impl JitProgram {
             wr_span: 0,
             hints: hints.as_ptr(),
             found: 0,
+            checked: 0,
+            sink: 0,
             depth: 0,
             prog_type: prog.prog_type,
             helper_err: None,
         });
-        Ok(Self { code, entry, hints, aux, compiled_functions: funcs.len() })
+        let out_of_line_loads = out_of_line.iter().filter(|&&o| o).count();
+        Ok(Self { code, entry, hints, aux, compiled_functions: funcs.len(), out_of_line_loads })
     }
 
     /// How many of the program's functions have machine code of their own: the entry and
@@ -251,6 +265,14 @@ impl JitProgram {
     #[must_use]
     pub fn compiled_functions(&self) -> usize {
         self.compiled_functions
+    }
+
+    /// How many of the program's loads are checked out of line (a call per load, a fault
+    /// test before the next instruction that is not arithmetic or a load: programs with many
+    /// checked loads outside loops; a diagnostic).
+    #[must_use]
+    pub fn out_of_line_loads(&self) -> usize {
+        self.out_of_line_loads
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.
@@ -408,6 +430,8 @@ mod tests {
             wr_span: 0,
             hints: std::ptr::null(),
             found: 0,
+            checked: 0,
+            sink: 0,
             depth: 0,
             prog_type: ProgType::Xrp,
             helper_err: None,

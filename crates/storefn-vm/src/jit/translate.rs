@@ -41,6 +41,13 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) fault_block: Block,
     /// The preserve-all shim in front of [`resolve_region`].
     pub(super) resolve_shim: FuncRef,
+    /// The out-of-line read check ([`define_check_read_shim`]), where this function uses it.
+    pub(super) check_read_shim: Option<FuncRef>,
+    /// Per slot of the program: a checked load that calls the out-of-line check
+    /// ([`super::memcheck::out_of_line_loads`]).
+    pub(super) out_of_line: &'a [bool],
+    /// An out-of-line check was emitted since the last fault test ([`Tx::flush_pending`]).
+    pub(super) pending: bool,
     pub(super) helper_sig: SigRef,
     /// (function start, FuncRef) for every BPF function.
     pub(super) callees: Vec<(usize, FuncRef)>,
@@ -133,13 +140,31 @@ enum Copies {
 /// short counted loops could each be copied 64 times).
 const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 
+/// The program's slots plus one function's unrolled copies stay within this many in the
+/// quick tier, and within [`UNROLL_MAX_TOTAL_OPT_SLOTS`] in the optimising one: the copies
+/// go through Cranelift like any slot, and unrolling was ~40% of compiling a program of many
+/// short counted loops (the `loops` shape: at 4,096 slots 13-17 -> 7.5-9 ms; at 1,024,
+/// optimising, 10-12 ms with 2,048 copied slots). The largest programs of each tier get no
+/// copies; WiredTiger's `lookup` (1,390 slots, quick) and every bench workload keep theirs.
+const UNROLL_MAX_TOTAL_SLOTS: u64 = 4096;
+/// [`UNROLL_MAX_TOTAL_SLOTS`] for the optimising tier, whose cost per slot is a few times
+/// the quick tier's.
+const UNROLL_MAX_TOTAL_OPT_SLOTS: u64 = 2048;
+
+/// Unrolled slots a function of a program of `slots` slots may emit.
+fn unroll_allowance(slots: usize, quick: bool) -> u64 {
+    let slots = u64::try_from(slots).unwrap_or(u64::MAX);
+    let total = if quick { UNROLL_MAX_TOTAL_SLOTS } else { UNROLL_MAX_TOTAL_OPT_SLOTS };
+    UNROLL_MAX_FUNCTION_SLOTS.min(total.saturating_sub(slots))
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
-    (inline_at, in_loop, is_target): (&[bool], &[bool], &[bool]),
+    (inline_at, in_loop, is_target, out_of_line): (&[bool], &[bool], &[bool], &[bool]),
     (start, end): (usize, usize),
-    shim: FuncId,
+    (shim, check_shim): (FuncId, Option<FuncId>),
     ids: &[(usize, FuncId)],
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
@@ -157,6 +182,10 @@ pub(super) fn translate_function(
         Vec::new()
     };
     let resolve_shim = module.declare_func_in_func(shim, &mut ctx.func);
+    // Only where this function has an out-of-line check (an unused declaration still costs).
+    let check_read_shim = check_shim
+        .filter(|_| out_of_line[start..end].iter().any(|&o| o))
+        .map(|id| module.declare_func_in_func(id, &mut ctx.func));
     let helper_sig = ctx.func.import_signature(sig_of(module, 8));
 
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
@@ -206,7 +235,8 @@ pub(super) fn translate_function(
         if stores {
             clear.extend([OFF_AUX_WR_LO, OFF_AUX_WR_SPAN]);
         }
-        if loads && quick {
+        // The quick tier's read window, and the one the out-of-line checks read, are in `aux`.
+        if loads && (quick || check_shim.is_some()) {
             clear.extend([OFF_AUX_LO, OFF_AUX_SPAN]);
         }
         for off in clear {
@@ -247,11 +277,14 @@ pub(super) fn translate_function(
         exit_block,
         fault_block,
         resolve_shim,
+        check_read_shim,
+        out_of_line,
+        pending: false,
         helper_sig,
         callees,
         func_range: (start, end),
         counted: cfg.counted_loops(),
-        unroll_left: UNROLL_MAX_FUNCTION_SLOTS,
+        unroll_left: unroll_allowance(insns.len(), quick),
         back_target,
         cfg,
         inline_at,
@@ -332,8 +365,10 @@ impl Tx<'_, '_> {
         let end = self.func_range.1;
         if let Some(blk) = self.block(pc) {
             if open {
+                self.flush_pending();
                 self.b.ins().jump(blk, &[]);
             }
+            debug_assert!(!self.pending, "a block ended with an untested out-of-line check");
             self.b.switch_to_block(blk);
             // Sealed as soon as every predecessor is emitted (everything but a loop header:
             // code is emitted in slot order, and unrolled copies only jump forward), so the
@@ -526,6 +561,11 @@ impl Tx<'_, '_> {
 
     pub(super) fn insn(&mut self, pc: usize) -> Result<Flow, JitError> {
         let insn = self.insns[pc];
+        // Only register arithmetic and loads may run between a failed out-of-line check and
+        // its fault test: none of them can be seen, write memory, call, charge or branch.
+        if !matches!(insn.class(), BPF_ALU | BPF_ALU64 | BPF_LD | BPF_LDX) {
+            self.flush_pending();
+        }
         match insn.class() {
             BPF_ALU | BPF_ALU64 => self.alu(pc, insn).map(|()| Flow::Next),
             BPF_JMP | BPF_JMP32 => self.jmp(pc, insn),
@@ -867,5 +907,20 @@ impl Tx<'_, '_> {
             return Err(invalid(pc, format!("lddw with src {} and no relocation", insn.src)));
         };
         self.set_reg(pc, insn.dst, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_programs_get_no_unrolled_copies() {
+        assert_eq!(unroll_allowance(300, false), 1748);
+        assert_eq!(unroll_allowance(1024, false), 1024);
+        assert_eq!(unroll_allowance(1390, true), UNROLL_MAX_FUNCTION_SLOTS);
+        assert_eq!(unroll_allowance(3000, true), 1096);
+        assert_eq!(unroll_allowance(4096, true), 0);
+        assert_eq!(unroll_allowance(65_536, true), 0);
     }
 }
