@@ -12,6 +12,7 @@ pub use crate::helpers::{
     CRC32C_BYTES_PER_INSN, HELPER_BYTES_PER_INSN, HELPER_CALL_INSNS, MAX_FORMAT_BYTES,
     MAX_TRACE_LINES, MAX_TRACE_LINE_BYTES, TRACE_PRINTK_INSNS,
 };
+pub use crate::jit::QUICK_TIER_SLOTS;
 pub use crate::loops::MAX_LOOP_PRECHARGE_INSNS;
 pub use crate::mem::MAX_REGIONS;
 pub use crate::program::{

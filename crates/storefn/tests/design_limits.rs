@@ -178,6 +178,7 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ("vm", "TRACE_PRINTK_INSNS", v(storefn_vm::limits::TRACE_PRINTK_INSNS)),
         ("vm", "MAX_LOOP_PRECHARGE_INSNS", v(storefn_vm::limits::MAX_LOOP_PRECHARGE_INSNS)),
         ("vm", "MAX_REGIONS", v(storefn_vm::limits::MAX_REGIONS)),
+        ("vm", "QUICK_TIER_SLOTS", v(storefn_vm::limits::QUICK_TIER_SLOTS)),
         ("vm", "DEFAULT_INSN_BUDGET", v(storefn_vm::limits::DEFAULT_INSN_BUDGET)),
         ("vm", "LAMBDA_INSNS_PER_INPUT_BYTE", v(storefn_vm::limits::LAMBDA_INSNS_PER_INPUT_BYTE)),
         ("vm", "LAMBDA_INSNS_PER_OUTPUT_BYTE", v(storefn_vm::limits::LAMBDA_INSNS_PER_OUTPUT_BYTE)),

@@ -76,7 +76,7 @@ pub const DISASM_ENV: &str = "STOREFN_JIT_DISASM";
 /// optimising tier costs several microseconds per slot (measured 4-11 on a loaded machine,
 /// most for blocks and run-time checks), tens of milliseconds at `MAX_INSNS`; the quick tier
 /// a few times less. Every bench workload is below it (the largest, `straight`, 906 slots).
-const QUICK_TIER_SLOTS: usize = 1024;
+pub const QUICK_TIER_SLOTS: usize = 1024;
 /// Widest access: the fast-path window guarantees this many bytes past the address.
 const MAX_ACCESS_BYTES: u64 = 8;
 

@@ -145,7 +145,7 @@ const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
 /// go through Cranelift like any slot, and unrolling was ~40% of compiling a program of many
 /// short counted loops (the `loops` shape: at 4,096 slots 13-17 -> 7.5-9 ms; at 1,024,
 /// optimising, 10-12 ms with 2,048 copied slots). The largest programs of each tier get no
-/// copies; WiredTiger's `lookup` (1,390 slots, quick) and every bench workload keep theirs.
+/// copies; WiredTiger's `lookup` (958 slots, optimising) and every bench workload keep theirs.
 const UNROLL_MAX_TOTAL_SLOTS: u64 = 4096;
 /// [`UNROLL_MAX_TOTAL_SLOTS`] for the optimising tier, whose cost per slot is a few times
 /// the quick tier's.
