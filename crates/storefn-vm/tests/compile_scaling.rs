@@ -70,29 +70,35 @@ fn compile_and_verify_time_grow_linearly_with_size() {
     }
 }
 
-/// The bound on compile and verify time at `MAX_SHAPE_SLOTS`, stated against straight-line
-/// code of the same size (the cheapest shape: one block, no checks), in thread CPU time so
-/// load does not skew it: no shape costs more than a compile bound times straight-line code to
-/// compile, nor a verify bound times to verify. Straight-line code of 4,096 slots compiles in
-/// about 2.5 ms and verifies in about 1 ms on the reference machine (docs/results/vm.md), so
-/// the release bounds read as ~17 ms and ~5.5 ms there; what each shape costs is in the bench
-/// (`storefn prog bench --shapes 4096`). Measured ratios in a release build (callgrind
-/// instruction counts): compile 1.0-3.5x except `unproved` (5.4x: 1,365 checked loads, two
-/// blocks each), verify at most 3.9x (`loops`). An unoptimised build (the usual `cargo test`)
-/// spends relatively more in this crate's own translator and analysis than in Cranelift
-/// (measured up to 6.6x compile, 5.9x verify), so it gets looser bounds.
+/// The bound on compile and verify time at `MAX_SHAPE_SLOTS`, stated against compiling
+/// straight-line code of the same size (the cheapest shape: one block, no checks; Cranelift's
+/// time, not ours), in thread CPU time so load does not skew it: no shape costs more than a
+/// compile bound times that to compile, nor a verify bound times that to verify. Straight-line
+/// code of 4,096 slots compiles in about 2.5-3.8 ms on the reference machine
+/// (docs/results/vm.md), so the release bounds read as ~20-27 ms and ~4-6 ms there; what each
+/// shape costs is in the bench (`storefn prog bench --shapes 4096`). Measured in a release
+/// build: compile 1.0-3.5x except `unproved` (5.4x before its checked loads were called out of
+/// line), verify at most 0.6x (`loops`; 2.4x before range states were kept only at block
+/// starts and memory accesses). Verify is not stated against straight-line code's own verify
+/// time: that is now a few hundred microseconds, a quarter of what it was, and a ratio to it
+/// would say more about the baseline than about the shape. An unoptimised build (the usual
+/// `cargo test`; this crate itself is built at opt-level 2 there too) spends relatively more
+/// in this crate's translator than in Cranelift, so it gets a looser compile bound.
 #[test]
 fn no_shape_costs_much_more_than_straight_line_code() {
     let _alone = ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     const MAX_SHAPE_SLOTS: usize = 4096;
     let (compile_bound, verify_bound) =
-        if cfg!(debug_assertions) { (10.0, 8.0) } else { (7.0, 5.5) };
-    let (vs, cs) = cost("straight", MAX_SHAPE_SLOTS);
+        if cfg!(debug_assertions) { (10.0, 1.5) } else { (7.0, 1.5) };
+    let (_, cs) = cost("straight", MAX_SHAPE_SLOTS);
     for shape in SHAPES {
         let (v, c) = cost(shape, MAX_SHAPE_SLOTS);
-        let (vr, cr) = (v / vs.max(1.0), c / cs.max(1.0));
-        eprintln!("{shape}: verify {v:.0} us (x{vr:.1}), compile {c:.0} us (x{cr:.1})");
+        let (vr, cr) = (v / cs.max(1.0), c / cs.max(1.0));
+        eprintln!("{shape}: verify {v:.0} us (x{vr:.2}), compile {c:.0} us (x{cr:.1})");
         assert!(cr < compile_bound, "{shape}: compiles in {cr:.1}x straight-line code's time");
-        assert!(vr < verify_bound, "{shape}: verifies in {vr:.1}x straight-line code's time");
+        assert!(
+            vr < verify_bound,
+            "{shape}: verifies in {vr:.2}x straight-line code's compile time"
+        );
     }
 }
