@@ -25,4 +25,23 @@ static long (*const storefn_memcmp)(const void *a, const void *b, __u64 n) = (vo
  * chain as zlib's crc32 does). Charged one instruction per 8 bytes. */
 static __u32 (*const storefn_crc32c)(__u32 crc, const void *p, __u64 n) = (void *)0x1003;
 
+/* The index (0-7) of the lowest nonzero byte of x, x != 0: where two little-endian words
+ * loaded from the same place first differ (x = a ^ b). A binary search of three steps:
+ * unrolled byte loops cost a compare per byte and many more instruction slots. */
+static __attribute__((always_inline)) inline __u32 storefn_low_byte(__u64 x)
+{
+	__u32 i = 0;
+	if (!(x & 0xffffffffULL)) {
+		i += 4;
+		x >>= 32;
+	}
+	if (!(x & 0xffff)) {
+		i += 2;
+		x >>= 16;
+	}
+	if (!(x & 0xff))
+		i += 1;
+	return i;
+}
+
 #endif

@@ -173,17 +173,7 @@ static __attribute__((noinline)) int compare(struct rk_scratch *s)
 		if (m - i < 8)
 			x &= (1ULL << ((m - i) * 8)) - 1;
 		if (x) {
-			__u32 j = 0;
-			if (!(x & 0xffffffffULL)) {
-				j += 4;
-				x >>= 32;
-			}
-			if (!(x & 0xffff)) {
-				j += 2;
-				x >>= 16;
-			}
-			if (!(x & 0xff))
-				j += 1;
+			__u32 j = storefn_low_byte(x);
 			s->e_match = i + j;
 			return (__u8)(a >> (j * 8)) < (__u8)(b >> (j * 8)) ? -1 : 1;
 		}

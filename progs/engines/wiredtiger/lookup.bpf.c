@@ -262,18 +262,7 @@ static __always_inline int cmp_words(const __u8 *d, struct cell *c, struct order
 			continue;
 		/* The first differing byte is the lowest nonzero byte of a ^ b (a binary search:
 		 * unrolled byte loops pushed the program past the JIT's optimising tier). */
-		__u64 x = a ^ b;
-		__u32 i = 0;
-		if (!(x & 0xffffffffULL)) {
-			i += 4;
-			x >>= 32;
-		}
-		if (!(x & 0xffff)) {
-			i += 2;
-			x >>= 16;
-		}
-		if (!(x & 0xff))
-			i += 1;
+		__u32 i = storefn_low_byte(a ^ b);
 		o->match = j * 8 + i;
 		return (__u8)(a >> (i * 8)) < (__u8)(b >> (i * 8)) ? -1 : 1;
 	}
