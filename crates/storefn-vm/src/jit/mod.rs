@@ -293,14 +293,33 @@ impl JitProgram {
     /// one whose first `s` bytes are inside both `env.read` and `env.write`, neither field
     /// changing during the call (the proved data and scratch accesses are not checked).
     /// [`crate::Instance`] upholds all of it.
-    // Always inlined: `Instance::run_xrp` is the per-block hot path; a call here costs it a
-    // frame and the register saves around it.
-    #[inline(always)]
+    #[inline]
     pub unsafe fn run(
         &self,
         env: &mut RunEnv,
         ctx_addr: u64,
         stack_top: u64,
+    ) -> Result<u64, VmError> {
+        // SAFETY: the caller upholds `run`'s contract, which is `run_with_budget`'s with the
+        // budget taken from `env.insns_left`.
+        unsafe { self.run_with_budget(env, ctx_addr, stack_top, env.insns_left) }
+    }
+
+    /// [`JitProgram::run`] with the budget `insns` passed in (`env.insns_left` is neither read
+    /// nor needs to be set: the entry function takes the budget in a register); on return
+    /// `env.insns_left` holds what is left, as after `run`.
+    ///
+    /// # Safety
+    /// [`JitProgram::run`]'s contract.
+    // Always inlined: `Instance::run_xrp` is the per-block hot path; a call here costs it a
+    // frame and the register saves around it.
+    #[inline(always)]
+    pub(crate) unsafe fn run_with_budget(
+        &self,
+        env: &mut RunEnv,
+        ctx_addr: u64,
+        stack_top: u64,
+        insns: u64,
     ) -> Result<u64, VmError> {
         debug_assert!(self.code.0.is_some());
         // Only `kind` says whether a fault happened; every writer of a fault sets all fields.
@@ -327,7 +346,7 @@ impl JitProgram {
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets or where the verifier proved the access inside memory this function's
         // contract guarantees (the stack frame, the context, xrp's data/scratch views).
-        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, env.insns_left) };
+        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, insns) };
         env.insns_left = ret.insns_left;
         let r0 = ret.r0;
         if env.fault.kind == fault::NONE {
