@@ -118,7 +118,7 @@ fn a_budget_set_between_repeated_calls_binds_the_next_call() {
     let insns =
         asm![mov64_imm(0, 0), alu64_imm(BPF_ADD, 0, 1), jmp_imm(BPF_JLT, 0, 50, -2), exit()];
     let mut used = Vec::new();
-    for inst in instances(insns).iter_mut() {
+    for inst in &mut instances(insns) {
         let (mut ctx, data, mut scratch) = (XrpCtx::default(), vec![0u8; 64], vec![0u8; 64]);
         let mut run = |inst: &mut Instance| {
             let r = inst.run_xrp(&mut ctx, &data, &mut scratch);
