@@ -63,8 +63,10 @@ pub fn load_verified(
 
 #[derive(Debug)]
 // One Exec per instance, built once: its size does not matter, an extra indirection per call
-// would.
+// would. A tag byte of its own (not a niche in a pointer-sized field) makes `run_xrp`'s test
+// for the JIT one compare with an immediate.
 #[allow(clippy::large_enum_variant)]
+#[repr(u8)]
 enum Exec {
     Jit(JitProgram),
     Interp,
@@ -298,7 +300,8 @@ impl Instance {
         // unique borrow of the HostState since.
         env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
         let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-        // SAFETY: `env` was laid out by `lay_out_env` from this instance's own stack and
+        // SAFETY: `env` (whose fault kind is NONE: see `run_xrp`) was laid out by
+        // `lay_out_env` from this instance's own stack and
         // globals boxes (alive and not borrowed while `self` is mutably borrowed here) and the
         // caller of `run_*` patched the per-call slots from slices it lends us exclusively
         // (writable ones as `&mut`) for this call; `env.host` was just derived from our boxed
@@ -345,13 +348,7 @@ impl Instance {
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
         let key = xrp_key(c, data, scratch);
-        // Word by word (an array `==` becomes a `bcmp` call).
-        let fast = &self.xrp_jit_key;
-        let same = key[0] == fast[0]
-            && key[1] == fast[1]
-            && key[2] == fast[2]
-            && key[3] == fast[3]
-            && key[4] == fast[4];
+        let same = same_key(&key, &self.xrp_jit_key);
         match &self.exec {
             Exec::Jit(j) if same => {
                 let env = &mut self.env.0;
@@ -365,7 +362,9 @@ impl Instance {
                 // `xrp_min_bytes` long; the fixed slots come from our own stack and globals boxes
                 // (`lay_out_env`); `env.host` was just derived from our boxed HostState;
                 // `env.insn_budget` is `self.insn_budget` (kept so by `set_insn_budget`; the
-                // budget itself goes in a register) and `stack_top` is the stack region's end.
+                // budget itself goes in a register), `stack_top` is the stack region's end and
+                // `env.fault.kind` is NONE (from `new`; the interpreter never sets it and the
+                // JIT's every return leaves it so).
                 unsafe { j.run_with_budget(env, c, stack_top, self.insn_budget) }
             }
             // The key is rebuilt there, not passed: passing it would make this path spill it.
@@ -386,7 +385,7 @@ impl Instance {
     ) -> Result<u64, VmError> {
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
         let key = xrp_key(c, data, scratch);
-        if key != self.xrp_slots_key {
+        if !same_key(&key, &self.xrp_slots_key) {
             // The slots change: whatever key the in-line path trusted no longer describes them.
             self.xrp_jit_key = [0; 5];
             let scratch_region = region_or_empty(scratch);
@@ -486,6 +485,12 @@ impl Instance {
 fn xrp_key(ctx_addr: u64, data: &[u8], scratch: &[u8]) -> [u64; 5] {
     let (d, s) = (data.as_ptr() as u64, scratch.as_ptr() as u64);
     [ctx_addr, d, data.len() as u64, s, scratch.len() as u64]
+}
+
+/// `a == b`, word by word (an array `==` becomes a `bcmp` call).
+#[inline(always)]
+fn same_key(a: &[u64; 5], b: &[u64; 5]) -> bool {
+    a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4]
 }
 
 /// The region of a caller's buffer; an empty buffer grants nothing (not even its address).
