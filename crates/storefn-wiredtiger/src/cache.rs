@@ -423,3 +423,88 @@ impl TreeCache {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{TreeCache, SLOT_BYTES};
+    use crate::format::BlockAddr;
+
+    fn addr(i: u64) -> BlockAddr {
+        BlockAddr { offset: 4096 * (i + 1), size: 28 << 10, checksum: i as u32 ^ 0x5a5a }
+    }
+
+    /// A lookup of leaf `i` as the chains make it: a hit, or a miss that keeps the leaf when
+    /// it is admitted. Whether it hit.
+    fn lookup(c: &mut TreeCache, i: u64) -> bool {
+        let a = addr(i);
+        if c.leaf(a).is_some() {
+            c.count(a, true);
+            return true;
+        }
+        c.count(a, false);
+        if let Some(p) = c.pin_leaf(a) {
+            c.fill(p, &i.to_le_bytes());
+            c.commit(p, a);
+        }
+        false
+    }
+
+    #[test]
+    fn a_frequently_used_leaf_survives_a_scan_of_cold_ones() {
+        let mut c = TreeCache::new(64 * SLOT_BYTES as u64, 4096);
+        let hot: Vec<u64> = (0..8).collect();
+        for _ in 0..4 {
+            for &h in &hot {
+                lookup(&mut c, h);
+            }
+        }
+        // A scan of many more cold leaves than slots, each asked for once.
+        for i in 1000..1000 + 10 * c.slots() as u64 {
+            lookup(&mut c, i);
+        }
+        for &h in &hot {
+            assert!(c.leaf(addr(h)).is_some(), "hot leaf {h} evicted by the scan");
+        }
+        assert!(c.stats.leaf_rejected > 0);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_slots() {
+        let bytes = 40 * SLOT_BYTES as u64;
+        let mut c = TreeCache::new(bytes, 4096);
+        assert!(c.arena.len() as u64 <= bytes && c.slots() > 0);
+        // Leaves asked for twice each, so that every one beats a colder victim.
+        for i in 0..20 * c.slots() as u64 {
+            lookup(&mut c, i / 2);
+        }
+        let ready = c.slots.iter().filter(|s| matches!(s.state, super::SlotState::Ready(_)));
+        assert_eq!(ready.count(), c.slots(), "every slot in use");
+        assert!(c.leaves.len() <= c.slots());
+        assert_eq!(c.arena.len(), c.slots() * SLOT_BYTES, "the arena never grows");
+    }
+
+    #[test]
+    fn never_answers_for_a_replaced_block() {
+        let mut c = TreeCache::new(4 * SLOT_BYTES as u64, 4096);
+        let a = addr(1);
+        lookup(&mut c, 1);
+        assert_eq!(&c.leaf(a).expect("kept")[..8], &1u64.to_le_bytes());
+        // The same offset rewritten by a later checkpoint: another checksum, another block.
+        let rewritten = BlockAddr { checksum: a.checksum ^ 1, ..a };
+        assert!(c.leaf(rewritten).is_none());
+        // Evicted for others (asked for more often): the slot answers for them only.
+        for _ in 0..3 {
+            for i in 10..10 + c.slots() as u64 + 1 {
+                lookup(&mut c, i);
+            }
+        }
+        assert!(c.leaf(a).is_none(), "an evicted leaf answered");
+        for (i, s) in c.slots.iter().enumerate() {
+            if let super::SlotState::Ready(b) = s.state {
+                let at = i * SLOT_BYTES;
+                let k = u64::from_le_bytes(c.arena[at..at + 8].try_into().unwrap());
+                assert_eq!(addr(k), b, "slot {i} holds another leaf's bytes");
+            }
+        }
+    }
+}
