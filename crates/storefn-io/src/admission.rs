@@ -106,7 +106,7 @@ impl FrequencySketch {
 
     /// Halves every counter (the window's end): recent uses keep their weight over old ones.
     fn age(&mut self) {
-        for w in self.words.iter_mut() {
+        for w in &mut self.words {
             *w = (*w >> 1) & 0x7777_7777_7777_7777;
         }
         self.samples = 0;
