@@ -91,8 +91,11 @@ for k, rs in sorted(groups.items()):
     med[k] = (ops, cpu)
     hits = [r.get("leaf_hits", 0) / max(1, r.get("leaf_hits", 0) + r.get("leaf_misses", 0)) for r in rs]
     each = ", ".join("%.0f" % r["ops_per_sec"] for r in rs)
+    # Leaves read per read the function served (warm-up included, as the counters are).
+    reads = [r.get("leaf_misses", 0) / max(1, r.get("function_reads", 0)) for r in rs]
     print(f"{k}: median of {len(rs)}: {ops:.0f} ops/s, {cpu:.1f} us CPU/op (runs: {each})"
-          + (f", leaf hit rate {statistics.median(hits):.2f}" if rs[0]["store"] == "wiredtiger" else ""))
+          + (f", leaf hit rate {statistics.median(hits):.2f}, leaf reads per read"
+             f" {statistics.median(reads):.2f}" if rs[0]["store"] == "wiredtiger" else ""))
 def get(w, s, t, up=False):
     return next((v for k, v in med.items() if k[0] == w and k[1] == s and k[2] == t and k[4] == up), None)
 nc, fc, n16 = get("c", "wiredtiger-native", 1), get("c", "wiredtiger", 1), get("c", "wiredtiger-native", 16)

@@ -22,6 +22,7 @@
 //! [`limits::MAX_HOP_BYTES`] = 64 KiB); the context's `data_len` tells the function how many
 //! bytes `data` holds.
 
+mod admission;
 mod digest;
 mod engine;
 mod error;
@@ -32,6 +33,7 @@ pub mod limits;
 mod region;
 mod storage;
 
+pub use admission::{Doorkeeper, FrequencySketch};
 pub use digest::{
     find_block_device, lease_breaks_seen, BlockDeviceInfo, DeviceWindow, Digest, DigestError,
     Extent, ExtentProblem, FileIdentity, LeaseGuard, RawAccess, RawDevice, RetryGate, Timestamp,

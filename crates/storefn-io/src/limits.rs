@@ -105,6 +105,23 @@ const _: () = {
     assert!(MAX_OUTSTANDING_PER_CHAIN <= u8::MAX as usize);
 };
 
+// Admission filters of engines' block caches (the `admission` module).
+/// Smallest doorkeeper: below this its window (a quarter of the bits) ends too often to see any
+/// block twice.
+pub const DOORKEEPER_MIN_BITS: u64 = 1024;
+/// A frequency sketch's counter saturates here (4 bits): past a few uses per window a block is
+/// simply hot, and four counters per key fit one 64-bit word's quarters.
+pub const SKETCH_COUNTER_MAX: u64 = 15;
+/// Records per cache entry after which a frequency sketch halves its counters (TinyLFU's sample
+/// size is 10x the cache; a longer window ranks the long tail of a zipfian workload better, and
+/// 100x measured best for a leaf cache under YCSB's scrambled zipfian, docs/results/ycsb.md).
+pub const SKETCH_SAMPLES_PER_ENTRY: u64 = 100;
+/// A frequency sketch's 64-bit words (16 counters each) per cache entry: a window's keys are
+/// the file's blocks, many more than the cache holds, and with fewer counters the cold blocks'
+/// counts pile onto the hot ones' (measured: 1 word per entry kept 26% of a leaf cache's hits
+/// against 31% for 16, docs/results/ycsb.md). 128 bytes per entry: 0.4% of a 32 KiB slot.
+pub const SKETCH_WORDS_PER_ENTRY: usize = 16;
+
 // Raw mode (the metadata digest and its leases).
 /// Largest number of extents one digest holds (24 B each: 24 MiB). A file more fragmented than
 /// this is refused rather than letting a pathological file eat memory.

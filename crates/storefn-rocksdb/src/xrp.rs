@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use storefn_io::{Engine, EngineConfig, FileId, IoMode, StorageFn, VmError, XrpCtx};
+use storefn_io::{Doorkeeper, Engine, EngineConfig, FileId, IoMode, StorageFn, VmError, XrpCtx};
 
 use crate::chain::{self, abi, ChainAnswer, ChainStart};
 use crate::db::{settle, Db, LiveFile, Lookup, Source};
@@ -170,42 +170,13 @@ struct Local {
     seen: Doorkeeper,
 }
 
-/// Blocks missed once in the current window, as bits of a hashed set (a false positive admits
-/// a block at its first miss, as a cache without it would).
-#[derive(Debug)]
-struct Doorkeeper {
-    bits: Box<[u64]>,
-    set: usize,
-}
-
 /// Doorkeeper bits per block the cache holds (4 KiB blocks assumed): its memory is 1/4096 of
 /// the cache's budget.
 const DOORKEEPER_BITS_PER_BLOCK: u64 = 8;
 
-impl Doorkeeper {
-    fn new(cache_bytes: u64) -> Self {
-        let bits = (cache_bytes / 4096 * DOORKEEPER_BITS_PER_BLOCK).next_power_of_two().max(1024);
-        Doorkeeper { bits: vec![0; (bits / 64) as usize].into_boxed_slice(), set: 0 }
-    }
-
-    /// Whether `k` was missed before in this window (and marks it). The window ends, and every
-    /// mark is forgotten, once a quarter of the bits are set.
-    fn seen_before(&mut self, k: (u64, u64)) -> bool {
-        let n = self.bits.len() * 64;
-        let h = (k.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.1).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        let bit = (h >> 32) as usize & (n - 1);
-        let (w, m) = (bit / 64, 1u64 << (bit % 64));
-        if self.bits[w] & m != 0 {
-            return true;
-        }
-        self.bits[w] |= m;
-        self.set += 1;
-        if self.set >= n / 4 {
-            self.bits.fill(0);
-            self.set = 0;
-        }
-        false
-    }
+/// A block's doorkeeper key: its file number and offset, mixed into one word.
+fn door_key(k: (u64, u64)) -> u64 {
+    k.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.1
 }
 
 /// What the data cache says of a chain's data block.
@@ -219,7 +190,10 @@ enum CacheLookup {
 
 impl DataCache {
     pub fn new(bytes: u64) -> Self {
-        let local = Local { blocks: BlockCache::new(bytes), seen: Doorkeeper::new(bytes) };
+        let local = Local {
+            blocks: BlockCache::new(bytes),
+            seen: Doorkeeper::new(bytes / 4096 * DOORKEEPER_BITS_PER_BLOCK),
+        };
         DataCache(Arc::new(Mutex::new(local)))
     }
 
@@ -588,7 +562,7 @@ impl XrpDb {
         let mut c = cache.lock();
         let k = (j.file.meta.number, h.offset);
         let Some(Cached::Block(b)) = c.blocks.get(k) else {
-            return Ok(CacheLookup::Miss { keep: c.seen.seen_before(k) });
+            return Ok(CacheLookup::Miss { keep: c.seen.seen_before(door_key(k)) });
         };
         let found = j.file.table.search_data_block(h, j.key, b, &mut self.key)?;
         self.stats.cache_hits += 1;
@@ -645,31 +619,5 @@ impl XrpDb {
                 format!("the storage function found this block damaged (get.bpf.c line {line})"),
             )),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Doorkeeper;
-
-    #[test]
-    fn a_block_is_admitted_at_its_second_miss_within_a_window() {
-        let mut d = Doorkeeper::new(0);
-        let n = d.bits.len() * 64;
-        assert!(!d.seen_before((1, 4096)), "first miss");
-        assert!(d.seen_before((1, 4096)), "second miss");
-        assert!(d.seen_before((1, 4096)));
-        // Another file's block at the same offset is another block (bar a hash collision:
-        // these two do not collide).
-        assert!(!d.seen_before((2, 4096)));
-        // The window ends once a quarter of the bits are set: every mark is forgotten.
-        let mut k = 0u64;
-        while d.set != 0 {
-            k += 1;
-            d.seen_before((3, k * 4096));
-            assert!(k < n as u64, "the window never ended");
-        }
-        assert!(d.bits.iter().all(|w| *w == 0));
-        assert!(!d.seen_before((1, 4096)), "forgotten with the window");
     }
 }

@@ -5,7 +5,11 @@
 //! - Internal pages are kept parsed (every key rebuilt, every child address decoded) and
 //!   searched by binary search on the host.
 //! - Leaf blocks are kept whole, each in a fixed [`HOP_BYTES`] slot (the function's whole view,
-//!   so its proofs hold and it runs on the JIT), replaced by CLOCK.
+//!   so its proofs hold and it runs on the JIT), replaced by CLOCK behind TinyLFU's admission
+//!   ([`FrequencySketch`]): a missed leaf takes CLOCK's victim's slot only when it was asked
+//!   for more often lately. YCSB's zipfian keys are scattered over the leaves, so most missed
+//!   leaves hold no hot key and are never asked for again; admitting each would copy it and
+//!   evict one that is. A leaf not admitted is read and searched in the chain's own buffer.
 //!
 //! Entries are keyed by the address that names a block (offset, size, checksum), and a lookup
 //! hits only on the exact address its parent named: a block a newer checkpoint rewrote lives
@@ -19,6 +23,7 @@ use crate::limits::MAX_DEPTH;
 use crate::page::{child_of, Child, Fallback};
 use crate::xrp::HOP_BYTES;
 use std::collections::HashMap;
+use storefn_io::FrequencySketch;
 
 /// A slot's bytes: the longest block one hop reads.
 const SLOT_BYTES: usize = HOP_BYTES as usize;
@@ -53,6 +58,8 @@ pub struct CacheStats {
     pub internal_drops: u64,
     /// Chains that found every slot lent (their leaf was not kept).
     pub pins_refused: u64,
+    /// Missed leaves not admitted: asked for no more often lately than CLOCK's victim.
+    pub leaf_rejected: u64,
 }
 
 /// One internal page, parsed: entry i's key is `keys[ends[i-1]..ends[i]]`.
@@ -195,6 +202,8 @@ pub struct TreeCache {
     /// Offset -> the slot holding the leaf read there.
     leaves: HashMap<u64, u32>,
     hand: usize,
+    /// Recent uses of leaves, by offset: who is admitted.
+    sketch: FrequencySketch,
     pub stats: CacheStats,
 }
 
@@ -226,6 +235,7 @@ impl TreeCache {
             slots: vec![Slot { state: SlotState::Free, referenced: false }; n],
             leaves: HashMap::with_capacity(n),
             hand: 0,
+            sketch: FrequencySketch::new(n),
             stats: CacheStats::default(),
         }
     }
@@ -297,8 +307,9 @@ impl TreeCache {
         Some(&self.arena[at..at + SLOT_BYTES])
     }
 
-    /// Counts a lookup whose leaf was (`true`) or was not in a slot.
-    pub fn count(&mut self, hit: bool) {
+    /// Counts a lookup of the leaf at `addr`, which was (`true`) or was not in a slot.
+    pub fn count(&mut self, addr: BlockAddr, hit: bool) {
+        self.sketch.record(addr.offset);
         if hit {
             self.stats.leaf_hits += 1;
         } else {
@@ -306,32 +317,56 @@ impl TreeCache {
         }
     }
 
-    /// Lends a slot to a chain (CLOCK picks it); `None` when every slot is lent.
+    /// Lends a slot to a chain whose first block is not a known leaf (CLOCK picks it, no
+    /// admission: which leaf the chain reaches is not known yet); `None` when every slot is lent.
     pub fn pin(&mut self) -> Option<Pin> {
+        let i = self.victim()?;
+        Some(self.take(i))
+    }
+
+    /// Lends a slot to the chain that reads the leaf at `addr` (counted by [`Self::count`]):
+    /// CLOCK's victim's, if the leaf was asked for more often lately than the victim (a free
+    /// slot admits any leaf); `None` otherwise, or when every slot is lent.
+    pub fn pin_leaf(&mut self, addr: BlockAddr) -> Option<Pin> {
+        let i = self.victim()?;
+        if let SlotState::Ready(v) = self.slots[i].state {
+            if !self.sketch.admits(addr.offset, v.offset) {
+                // The hand stays: the victim is the next miss's to beat.
+                self.stats.leaf_rejected += 1;
+                return None;
+            }
+        }
+        Some(self.take(i))
+    }
+
+    /// The slot CLOCK evicts next (free, or ready without a second chance), the hand left on
+    /// it; `None` when every slot is lent.
+    fn victim(&mut self) -> Option<usize> {
         let n = self.slots.len();
         // Two sweeps clear every second chance; a third finds nothing only when all are lent.
         for _ in 0..3 * n {
-            let i = self.hand;
-            self.hand = (self.hand + 1) % n;
-            let s = &mut self.slots[i];
+            let s = &mut self.slots[self.hand];
             match s.state {
-                SlotState::Pinned => continue,
-                SlotState::Ready(_) if s.referenced => {
-                    s.referenced = false;
-                    continue;
-                }
-                SlotState::Ready(a) => {
-                    if self.leaves.get(&a.offset) == Some(&(i as u32)) {
-                        self.leaves.remove(&a.offset);
-                    }
-                }
-                SlotState::Free => {}
+                SlotState::Pinned => {}
+                SlotState::Ready(_) if s.referenced => s.referenced = false,
+                SlotState::Ready(_) | SlotState::Free => return Some(self.hand),
             }
-            s.state = SlotState::Pinned;
-            return Some(Pin(i as u32));
+            self.hand = (self.hand + 1) % n;
         }
         self.stats.pins_refused += 1;
         None
+    }
+
+    /// Evicts slot `i`'s leaf and lends the slot; the hand moves past it.
+    fn take(&mut self, i: usize) -> Pin {
+        if let SlotState::Ready(a) = self.slots[i].state {
+            if self.leaves.get(&a.offset) == Some(&(i as u32)) {
+                self.leaves.remove(&a.offset);
+            }
+        }
+        self.slots[i].state = SlotState::Pinned;
+        self.hand = (i + 1) % self.slots.len();
+        Pin(i as u32)
     }
 
     /// Copies a leaf block (at most [`HOP_BYTES`]) into a lent slot.
@@ -386,5 +421,90 @@ impl TreeCache {
             self.internal_bytes -= old.bytes();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TreeCache, SLOT_BYTES};
+    use crate::format::BlockAddr;
+
+    fn addr(i: u64) -> BlockAddr {
+        BlockAddr { offset: 4096 * (i + 1), size: 28 << 10, checksum: i as u32 ^ 0x5a5a }
+    }
+
+    /// A lookup of leaf `i` as the chains make it: a hit, or a miss that keeps the leaf when
+    /// it is admitted. Whether it hit.
+    fn lookup(c: &mut TreeCache, i: u64) -> bool {
+        let a = addr(i);
+        if c.leaf(a).is_some() {
+            c.count(a, true);
+            return true;
+        }
+        c.count(a, false);
+        if let Some(p) = c.pin_leaf(a) {
+            c.fill(p, &i.to_le_bytes());
+            c.commit(p, a);
+        }
+        false
+    }
+
+    #[test]
+    fn a_frequently_used_leaf_survives_a_scan_of_cold_ones() {
+        let mut c = TreeCache::new(64 * SLOT_BYTES as u64, 4096);
+        let hot: Vec<u64> = (0..8).collect();
+        for _ in 0..4 {
+            for &h in &hot {
+                lookup(&mut c, h);
+            }
+        }
+        // A scan of many more cold leaves than slots, each asked for once.
+        for i in 1000..1000 + 10 * c.slots() as u64 {
+            lookup(&mut c, i);
+        }
+        for &h in &hot {
+            assert!(c.leaf(addr(h)).is_some(), "hot leaf {h} evicted by the scan");
+        }
+        assert!(c.stats.leaf_rejected > 0);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_slots() {
+        let bytes = 40 * SLOT_BYTES as u64;
+        let mut c = TreeCache::new(bytes, 4096);
+        assert!(c.arena.len() as u64 <= bytes && c.slots() > 0);
+        // Leaves asked for twice each, so that every one beats a colder victim.
+        for i in 0..20 * c.slots() as u64 {
+            lookup(&mut c, i / 2);
+        }
+        let ready = c.slots.iter().filter(|s| matches!(s.state, super::SlotState::Ready(_)));
+        assert_eq!(ready.count(), c.slots(), "every slot in use");
+        assert!(c.leaves.len() <= c.slots());
+        assert_eq!(c.arena.len(), c.slots() * SLOT_BYTES, "the arena never grows");
+    }
+
+    #[test]
+    fn never_answers_for_a_replaced_block() {
+        let mut c = TreeCache::new(4 * SLOT_BYTES as u64, 4096);
+        let a = addr(1);
+        lookup(&mut c, 1);
+        assert_eq!(&c.leaf(a).expect("kept")[..8], &1u64.to_le_bytes());
+        // The same offset rewritten by a later checkpoint: another checksum, another block.
+        let rewritten = BlockAddr { checksum: a.checksum ^ 1, ..a };
+        assert!(c.leaf(rewritten).is_none());
+        // Evicted for others (asked for more often): the slot answers for them only.
+        for _ in 0..3 {
+            for i in 10..10 + c.slots() as u64 + 1 {
+                lookup(&mut c, i);
+            }
+        }
+        assert!(c.leaf(a).is_none(), "an evicted leaf answered");
+        for (i, s) in c.slots.iter().enumerate() {
+            if let super::SlotState::Ready(b) = s.state {
+                let at = i * SLOT_BYTES;
+                let k = u64::from_le_bytes(c.arena[at..at + 8].try_into().unwrap());
+                assert_eq!(addr(k), b, "slot {i} holds another leaf's bytes");
+            }
+        }
     }
 }

@@ -589,7 +589,7 @@ impl XrpTree {
                 return Cached::Done(Began::Answered);
             }
             Ok(Route::Leaf(a)) if c.leaf(a).is_some() => {
-                c.count(true);
+                c.count(a, true);
                 let (o, v) = self.run_cached(&mut c, st, a, key);
                 drop(c);
                 each(i, o, v_of(&self.scratch, v));
@@ -600,12 +600,17 @@ impl XrpTree {
                 return Cached::Done(Began::Waiting);
             }
             Ok(Route::Leaf(a)) => {
-                c.count(false);
+                c.count(a, false);
                 (a, Some(a))
             }
             Ok(Route::Chain(a)) => (a, None),
         };
-        Cached::Chain { from, pin: c.pin(), reads_leaf }
+        // A leaf not admitted has no slot: its chain reads and searches it in its own buffer.
+        let pin = match reads_leaf {
+            Some(a) => c.pin_leaf(a),
+            None => c.pin(),
+        };
+        Cached::Chain { from, pin, reads_leaf }
     }
 
     /// Runs the function on the cached leaf at `leaf` for `key`; the value, when found, is the

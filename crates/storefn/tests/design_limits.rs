@@ -216,6 +216,10 @@ fn all() -> Vec<(&'static str, &'static str, Val)> {
         ("io", "MAX_DIGEST_EXTENTS", v(storefn_io::limits::MAX_DIGEST_EXTENTS)),
         ("io", "MAX_LEASES", v(storefn_io::limits::MAX_LEASES)),
         ("io", "LEASE_POLL_INTERVAL", v(storefn_io::limits::LEASE_POLL_INTERVAL)),
+        ("io", "DOORKEEPER_MIN_BITS", v(storefn_io::limits::DOORKEEPER_MIN_BITS)),
+        ("io", "SKETCH_COUNTER_MAX", v(storefn_io::limits::SKETCH_COUNTER_MAX)),
+        ("io", "SKETCH_SAMPLES_PER_ENTRY", v(storefn_io::limits::SKETCH_SAMPLES_PER_ENTRY)),
+        ("io", "SKETCH_WORDS_PER_ENTRY", v(storefn_io::limits::SKETCH_WORDS_PER_ENTRY)),
         ("io", "MIN_NODE_BYTES", v(storefn_io::limits::MIN_NODE_BYTES)),
         ("io", "MAX_NODE_BYTES", v(storefn_io::limits::MAX_NODE_BYTES)),
         // storefn-kv

@@ -604,6 +604,7 @@ impl Store for FnStore {
         vec![
             ("leaf_hits", cache.leaf_hits),
             ("leaf_misses", cache.leaf_misses),
+            ("leaf_rejected", cache.leaf_rejected),
             ("internal_pages_parsed", cache.internal_parsed),
             ("function_reads", c(&sh.function_reads)),
             ("dirty_reads", c(&sh.dirty_reads)),
