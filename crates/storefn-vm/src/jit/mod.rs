@@ -18,8 +18,9 @@
 //!
 //! Files: `abi.rs` (the run-time structures generated code addresses, the signatures and the
 //! Rust trampolines it calls), `translate.rs` (eBPF to Cranelift IR: functions, blocks and the
-//! budget, ALU, jumps, calls), `memcheck.rs` (loads, stores and atomics with their region
-//! checks).
+//! budget, ALU, jumps, calls), `unroll.rs` (counted loops as copies of their body),
+//! `bytes.rs` (byte loads recomposed into a word, loaded at once), `memcheck.rs` (loads,
+//! stores and atomics with their region checks).
 
 mod abi;
 mod bytes;
