@@ -4,7 +4,8 @@
 # over that one block), `pushdown --no-internal-cache` (the chain starts at the root on the
 # server) and `rpc-read` (a READ frame per page), in alternating order, through the delay proxy;
 # then pushdown straight to the server (no proxy) to separate the server's part, and the bound's
-# parts: the STAT round trip through the proxy (each run's `rtt`), the device's QD1 read of the
+# parts: the STAT round trip through the proxy (probed before and after each run: its mean
+# bounds the lookups' mean, its median their median), the device's QD1 read of the
 # table's leaves (`wt leaf-bound --depth 1`) and the local O_DIRECT chain from the root.
 # The server's CPU per lookup is read from /proc around each run.
 #
@@ -77,14 +78,18 @@ for label in ["pushdown", "pushdown-root", "rpc-read", "pushdown-noproxy"]:
     if not rs:
         continue
     m = lambda k: statistics.median(r[k] for r in rs)
-    rtt = m("rtt_us")
+    # Like with like: the lookups' mean against the probes' mean RTT and the leaf's mean read,
+    # their median against the probes' median and the leaf's median read.
+    rtt, rtt_mean = m("rtt_us"), m("rtt_mean_us")
     # The lookup's device reads at QD1: its leaf, and the internal pages the server (or the
     # reader) reads first (pages per lookup - 1).
-    dev = leaf["qd1_mean_us"] + (m("pages_per_lookup") - 1) * leaf["internal_qd1_mean_us"]
-    bound = rtt + dev
+    internal = (m("pages_per_lookup") - 1) * leaf["internal_qd1_mean_us"]
+    bound = rtt_mean + leaf["qd1_mean_us"] + internal
+    bound50 = rtt + leaf["qd1_p50_us"] + internal
     print(f"{label}: median of {len(rs)}: mean {m('mean_us'):.1f} us, p50 {m('p50_us'):.1f},"
           f" p99 {m('p99_us'):.1f}; {m('round_trips_per_lookup'):.3f} round trips,"
-          f" {m('pages_per_lookup'):.2f} pages per lookup; rtt {rtt:.1f} us;"
-          f" bound (rtt + device reads) {bound:.1f} us: mean {m('mean_us') / bound:.2f}x,"
-          f" p50 {m('p50_us') / bound:.2f}x; server CPU {m('server_cpu_us'):.1f} us/lookup")
+          f" {m('pages_per_lookup'):.2f} pages per lookup; rtt mean {rtt_mean:.1f} us,"
+          f" p50 {rtt:.1f}; bound (rtt + device reads) mean {bound:.1f} us, p50 {bound50:.1f}:"
+          f" mean {m('mean_us') / bound:.2f}x, p50 {m('p50_us') / bound50:.2f}x;"
+          f" server CPU {m('server_cpu_us'):.1f} us/lookup")
 EOF

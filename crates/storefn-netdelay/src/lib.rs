@@ -16,10 +16,11 @@
 //! proxy.shutdown();
 //! ```
 
+use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -89,12 +90,6 @@ impl Link {
         self.last_deliver = (sent + one_way).max(self.last_deliver);
         self.last_deliver
     }
-}
-
-enum Msg {
-    Data(Instant, Vec<u8>),
-    /// The sender closed its write side: pass the half-close on after the queued bytes.
-    Eof(Instant),
 }
 
 impl DelayProxy {
@@ -247,7 +242,11 @@ fn accept_loop(listener: &TcpListener, route: &Route) {
     }
 }
 
-/// One forwarded connection: a reader and a writer per direction; returns when all four end.
+/// One forwarded connection, served by this one thread: it reads whatever either side sends,
+/// stamps it, and writes it to the other side at its stamp. One thread (not a reader and a
+/// writer per direction) means a chunk costs one wake-up when it arrives and at most one when
+/// it is due, never a hand-off between threads, whose wake-up latency would add to every
+/// emulated round trip and make it vary.
 fn serve(client: &TcpStream, route: &Route) {
     let Route { to, ref rtt_us, mbit, ref stop, ref stats } = *route;
     let Ok(target) = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT) else {
@@ -255,173 +254,182 @@ fn serve(client: &TcpStream, route: &Route) {
         return;
     };
     stats.connections.fetch_add(1, Ordering::Relaxed);
-    let dead = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::with_capacity(4);
-    for (from, into, up) in [(client, &target, true), (&target, client, false)] {
-        let (Ok(r), Ok(w)) = (from.try_clone(), into.try_clone()) else {
-            dead.store(true, Ordering::Release);
-            break;
-        };
-        let _ = r.set_nodelay(true);
-        let _ = w.set_nodelay(true);
-        let (tx, rx) = mpsc::sync_channel::<Msg>(QUEUE_CHUNKS);
-        let link = Link::new(rtt_us.clone(), mbit);
-        let ctl = Ctl { stop: stop.clone(), dead: dead.clone(), stats: stats.clone(), up };
-        let ctl2 = ctl.clone();
-        let (a, b) = (
-            thread::Builder::new()
-                .name("netdelay-rd".into())
-                .spawn(move || reader(r, &tx, link, &ctl)),
-            thread::Builder::new().name("netdelay-wr".into()).spawn(move || writer(w, &rx, &ctl2)),
-        );
-        threads.extend([a, b].into_iter().flatten());
+    fine_timer_slack();
+    let ends = [client, &target];
+    for s in ends {
+        let _ = s.set_nodelay(true);
     }
-    for h in threads {
-        let _ = h.join();
+    if ends.iter().all(|s| s.set_nonblocking(true).is_ok()) {
+        let mut pipes = [
+            Pipe::new(Link::new(rtt_us.clone(), mbit), true),
+            Pipe::new(Link::new(rtt_us.clone(), mbit), false),
+        ];
+        let mut buf = vec![0u8; CHUNK_BYTES];
+        while !stop.load(Ordering::Acquire) && !pipes.iter().all(Pipe::finished) {
+            // Acquire above pairs with the Release in `stop_and_join`.
+            if !step(ends, &mut pipes, &mut buf, stats) {
+                break;
+            }
+        }
     }
     let _ = client.shutdown(Shutdown::Both);
     let _ = target.shutdown(Shutdown::Both);
 }
 
-#[derive(Clone)]
-struct Ctl {
-    stop: Arc<AtomicBool>,
-    /// Set when either direction fails: the whole connection goes down.
-    dead: Arc<AtomicBool>,
-    stats: Arc<ProxyStats>,
+/// One direction of a forwarded connection: what was read from one side and waits for its
+/// delivery time to the other.
+struct Pipe {
+    link: Link,
+    /// Chunks in order of their stamps; the front one may be partly written (`sent` bytes).
+    queue: VecDeque<(Instant, Vec<u8>)>,
+    sent: usize,
+    /// The read side saw EOF at this stamp: a half-close follows the queued bytes.
+    eof: Option<Instant>,
+    /// The half-close was passed on.
+    closed: bool,
+    /// The last write would have blocked: wait for the socket to take more.
+    blocked: bool,
+    /// Client to target.
     up: bool,
 }
 
-impl Ctl {
-    fn halted(&self) -> bool {
-        // Acquire pairs with the Release stores of `stop` and `dead`.
-        self.stop.load(Ordering::Acquire) || self.dead.load(Ordering::Acquire)
+impl Pipe {
+    fn new(link: Link, up: bool) -> Self {
+        let queue = VecDeque::new();
+        Self { link, queue, sent: 0, eof: None, closed: false, blocked: false, up }
     }
 
-    fn kill(&self) {
-        self.dead.store(true, Ordering::Release);
+    fn finished(&self) -> bool {
+        self.closed
     }
-}
 
-fn reader(mut from: TcpStream, tx: &SyncSender<Msg>, mut link: Link, ctl: &Ctl) {
-    if from.set_read_timeout(Some(POLL_INTERVAL)).is_err() {
-        ctl.kill();
-        return;
+    /// Whether the source side may be read: not at EOF and the link's buffer not full.
+    fn reads(&self) -> bool {
+        self.eof.is_none() && self.queue.len() < QUEUE_CHUNKS
     }
-    let mut buf = vec![0u8; CHUNK_BYTES];
-    loop {
-        if ctl.halted() {
-            return;
+
+    /// When the next delivery is due, unless it waits for the socket.
+    fn due(&self) -> Option<Instant> {
+        if self.blocked || self.closed {
+            return None;
         }
-        match from.read(&mut buf) {
+        self.queue.front().map(|c| c.0).or(self.eof)
+    }
+
+    /// Reads what `from` has (one chunk) and stamps it. False on an error or EOF handled.
+    fn fill(&mut self, mut from: &TcpStream, buf: &mut [u8]) -> Result<(), ()> {
+        match from.read(buf) {
             Ok(0) => {
-                let _ = tx.send(Msg::Eof(link.stamp(Instant::now(), 0)));
-                return;
+                self.eof = Some(self.link.stamp(Instant::now(), 0));
+                Ok(())
             }
             Ok(n) => {
-                let at = link.stamp(Instant::now(), n);
-                if !send_polling(tx, Msg::Data(at, buf[..n].to_vec()), ctl) {
-                    return;
-                }
+                let at = self.link.stamp(Instant::now(), n);
+                self.queue.push_back((at, buf[..n].to_vec()));
+                Ok(())
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(_) => {
-                ctl.kill();
-                return;
-            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(()),
+            Err(_) => Err(()),
         }
     }
-}
 
-/// Queues `msg`, waiting while the link buffer is full but giving up when the proxy stops.
-fn send_polling(tx: &SyncSender<Msg>, mut msg: Msg, ctl: &Ctl) -> bool {
-    loop {
-        match tx.try_send(msg) {
-            Ok(()) => return true,
-            Err(mpsc::TrySendError::Full(m)) => {
-                if ctl.halted() {
-                    return false;
-                }
-                msg = m;
-                thread::sleep(Duration::from_micros(200));
+    /// Writes every chunk due by `now` to `into` (and the half-close after them).
+    fn deliver(
+        &mut self,
+        mut into: &TcpStream,
+        now: Instant,
+        stats: &ProxyStats,
+    ) -> Result<(), ()> {
+        self.blocked = false;
+        while let Some((at, bytes)) = self.queue.front() {
+            if *at > now {
+                return Ok(());
             }
-            Err(mpsc::TrySendError::Disconnected(_)) => return false,
-        }
-    }
-}
-
-fn writer(mut into: TcpStream, rx: &Receiver<Msg>, ctl: &Ctl) {
-    fine_timer_slack();
-    if into.set_write_timeout(Some(POLL_INTERVAL)).is_err() {
-        ctl.kill();
-        return;
-    }
-    loop {
-        match rx.recv_timeout(POLL_INTERVAL) {
-            Ok(Msg::Data(at, bytes)) => {
-                if !sleep_until(at, ctl) || !write_polling(&mut into, &bytes, ctl) {
-                    ctl.kill();
-                    return;
+            match into.write(&bytes[self.sent..]) {
+                Ok(0) => return Err(()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.blocked = true;
+                    return Ok(());
                 }
-                let c = if ctl.up { &ctl.stats.bytes_up } else { &ctl.stats.bytes_down };
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(()),
+            }
+            if self.sent == bytes.len() {
+                let c = if self.up { &stats.bytes_up } else { &stats.bytes_down };
                 c.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                self.queue.pop_front();
+                self.sent = 0;
             }
-            Ok(Msg::Eof(at)) => {
-                if sleep_until(at, ctl) {
-                    let _ = into.shutdown(Shutdown::Write);
-                }
-                return;
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                if ctl.halted() {
-                    return;
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => return,
         }
+        if self.eof.is_some_and(|at| at <= now) && !self.closed {
+            let _ = into.shutdown(Shutdown::Write);
+            self.closed = true;
+        }
+        Ok(())
     }
 }
 
-/// `write_all` that retries on the poll timeout (a slow peer) but gives up when halted.
-fn write_polling(into: &mut TcpStream, mut bytes: &[u8], ctl: &Ctl) -> bool {
-    while !bytes.is_empty() {
-        match into.write(bytes) {
-            Ok(0) => return false,
-            Ok(n) => bytes = &bytes[n..],
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                if ctl.halted() {
-                    return false;
-                }
-            }
-            Err(_) => return false,
+/// One turn of a connection's loop: deliver what is due, then wait (poll the sockets until the
+/// next stamp, yielding through its last [`SPIN_BELOW`]) and read what arrived. False when
+/// either side failed: the whole connection goes down.
+fn step(ends: [&TcpStream; 2], pipes: &mut [Pipe; 2], buf: &mut [u8], stats: &ProxyStats) -> bool {
+    let now = Instant::now();
+    for (i, p) in pipes.iter_mut().enumerate() {
+        if p.deliver(ends[1 - i], now, stats).is_err() {
+            return false;
+        }
+    }
+    let due = pipes.iter().filter_map(Pipe::due).min();
+    let wait = match due {
+        Some(at) => at.saturating_duration_since(Instant::now()),
+        None => POLL_INTERVAL,
+    };
+    // Within the last stretch, only look (a zero timeout) and yield, so an arrival is still
+    // stamped when it comes and the delivery is not late by a timer's overshoot.
+    let timeout =
+        if wait <= SPIN_BELOW { Duration::ZERO } else { (wait - SPIN_BELOW).min(POLL_INTERVAL) };
+    let mut fds = [0usize, 1].map(|i| {
+        let events = (if pipes[i].reads() { libc::POLLIN } else { 0 })
+            | (if pipes[1 - i].blocked { libc::POLLOUT } else { 0 });
+        // A socket with nothing to wait for is left out (a negative fd), or a hang-up it
+        // keeps reporting would turn the wait into a spin.
+        let fd = if events == 0 { -1 } else { ends[i].as_raw_fd() };
+        libc::pollfd { fd, events, revents: 0 }
+    });
+    let Some(ready) = poll(&mut fds, timeout) else { return false };
+    if ready == 0 && timeout.is_zero() && due.is_some() {
+        thread::yield_now();
+    }
+    for i in 0..2 {
+        let r = fds[i].revents;
+        if r & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+            && pipes[i].reads()
+            && pipes[i].fill(ends[i], buf).is_err()
+        {
+            return false;
+        }
+        if r & libc::POLLERR != 0 && !pipes[i].reads() {
+            return false;
         }
     }
     true
 }
 
-/// Waits until `at`: sleeps in [`POLL_INTERVAL`] steps (so a stop is seen), then yields for the
-/// last [`SPIN_BELOW`]. Returns false when halted first.
-fn sleep_until(at: Instant, ctl: &Ctl) -> bool {
-    loop {
-        if ctl.halted() {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= at {
-            return true;
-        }
-        let left = at - now;
-        if left > SPIN_BELOW {
-            thread::sleep((left - SPIN_BELOW).min(POLL_INTERVAL));
-        } else {
-            thread::yield_now();
-        }
+/// `ppoll` on `fds` for at most `timeout`: the number of ready descriptors, 0 on a timeout or a
+/// signal, `None` on an error.
+fn poll(fds: &mut [libc::pollfd; 2], timeout: Duration) -> Option<usize> {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+    };
+    // SAFETY: `fds` is a valid array of 2 pollfd that the kernel may write (`revents`) for
+    // the call's duration; `ts` outlives the call; a null sigmask leaves the mask unchanged.
+    let n = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+    match usize::try_from(n) {
+        Ok(n) => Some(n),
+        Err(_) if io::Error::last_os_error().kind() == ErrorKind::Interrupted => Some(0),
+        Err(_) => None,
     }
 }
 

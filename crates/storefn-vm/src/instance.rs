@@ -63,8 +63,10 @@ pub fn load_verified(
 
 #[derive(Debug)]
 // One Exec per instance, built once: its size does not matter, an extra indirection per call
-// would.
+// would. A tag byte of its own (not a niche in a pointer-sized field) makes `run_xrp`'s test
+// for the JIT one compare with an immediate.
 #[allow(clippy::large_enum_variant)]
+#[repr(u8)]
 enum Exec {
     Jit(JitProgram),
     Interp,
@@ -74,7 +76,11 @@ enum Exec {
 #[derive(Debug)]
 pub struct Instance {
     prog: Arc<VerifiedProgram>,
-    /// Instructions each invocation may execute ([`DEFAULT_INSN_BUDGET`] unless set).
+    /// `prog.prog_type`, kept here: `run_xrp` checks it on every call.
+    prog_type: ProgType,
+    /// Instructions each invocation may execute ([`DEFAULT_INSN_BUDGET`] unless set). For
+    /// `xrp` and `offload` instances `env.insn_budget` always equals it (`new`,
+    /// `set_insn_budget` and `exec` write both), so `run_xrp`'s in-line path stores neither.
     insn_budget: u64,
     /// `prog.xrp_min_bytes()` for the JIT (kept here: read on every `run_xrp`); `(0, 0)` for
     /// the interpreter, which needs nothing.
@@ -96,6 +102,11 @@ pub struct Instance {
     /// data length, scratch address, scratch length); `[0; 5]` (no context is at address 0)
     /// until the first call.
     xrp_slots_key: [u64; 5],
+    /// `xrp_slots_key` when the JIT may run on it directly (the instance has a JIT and those
+    /// buffers are at least `jit_min_bytes` long), else `[0; 5]`: a call whose key equals it
+    /// runs the compiled code with no other bookkeeping (`run_xrp`). Cleared whenever the
+    /// slots are patched.
+    xrp_jit_key: [u64; 5],
 }
 
 /// The instance's prebuilt [`RunEnv`]; a wrapper only to state why it may cross threads.
@@ -155,6 +166,7 @@ impl Instance {
         }
         let jit_min_bytes = if engine == Engine::Jit { prog.xrp_min_bytes() } else { (0, 0) };
         let mut inst = Self {
+            prog_type: prog.prog_type,
             prog,
             insn_budget: DEFAULT_INSN_BUDGET,
             jit_min_bytes,
@@ -169,11 +181,12 @@ impl Instance {
                 write: RegionSet::default(),
                 globals_base: 0,
                 insns_left: 0,
-                insn_budget: 0,
+                insn_budget: DEFAULT_INSN_BUDGET,
                 fault: FaultInfo::default(),
                 host: std::ptr::null_mut(),
             }),
             xrp_slots_key: [0; 5],
+            xrp_jit_key: [0; 5],
         };
         inst.lay_out_env();
         Ok(inst)
@@ -236,6 +249,7 @@ impl Instance {
     /// executes at most `h * insns` instructions.
     pub fn set_insn_budget(&mut self, insns: u64) {
         self.insn_budget = insns;
+        self.env.0.insn_budget = insns;
     }
 
     /// Instructions the last run charged against its budget (as the budget counts them:
@@ -274,7 +288,7 @@ impl Instance {
     }
 
     /// Resets the per-invocation scalars of the prebuilt env and runs; the caller has just
-    /// overwritten every per-call slot. Inlined into both `run_*`: it is the hot path.
+    /// overwritten every per-call slot (`run_xrp`'s in-line path does without it: see there).
     /// `interp`: run this call on the interpreter even when the instance has a JIT (the JIT's
     /// proofs need more memory than the call lends; see `run_xrp`).
     #[inline(always)]
@@ -286,7 +300,8 @@ impl Instance {
         // unique borrow of the HostState since.
         env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
         let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-        // SAFETY: `env` was laid out by `lay_out_env` from this instance's own stack and
+        // SAFETY: `env` (whose fault kind is NONE: see `run_xrp`) was laid out by
+        // `lay_out_env` from this instance's own stack and
         // globals boxes (alive and not borrowed while `self` is mutably borrowed here) and the
         // caller of `run_*` patched the per-call slots from slices it lends us exclusively
         // (writable ones as `&mut`) for this call; `env.host` was just derived from our boxed
@@ -295,7 +310,7 @@ impl Instance {
         // nothing about their buffers).
         unsafe {
             match &self.exec {
-                Exec::Jit(j) if !interp => j.run(env, ctx_addr, stack_top),
+                Exec::Jit(j) if !interp => j.run_with_budget(env, ctx_addr, stack_top, insn_budget),
                 _ => interp::run(&self.prog, env, ctx_addr, stack_top),
             }
         }
@@ -314,8 +329,10 @@ impl Instance {
     /// # Errors
     /// The fault that aborted the invocation.
     // Inline (also across crates): the io engine calls this once per completed block, and a
-    // call here costs the caller a frame, register saves and a Result through memory.
-    #[inline]
+    // call here costs the caller a frame, register saves and a Result through memory. Only the
+    // path of a call lending the last call's context and buffers to the JIT is in line (a
+    // compare of five words, then the compiled code); the rest is `run_xrp_slow`.
+    #[inline(always)]
     pub fn run_xrp(
         &mut self,
         ctx: &mut XrpCtx,
@@ -324,24 +341,53 @@ impl Instance {
     ) -> Result<u64, VmError> {
         // Not a debug assertion: the verifier's context proofs (proofs.rs) are per program type, so
         // running a program on another type's (smaller) context would let an elided load leave it.
-        assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
+        // (A copy of the type in the instance: one load, not two, on every call.)
+        assert_eq!(self.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
         ctx.data = data.as_ptr() as u64;
         ctx.data_len = data.len() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
-        // The per-call slots are a function of these five words alone; when they equal the
-        // last call's, the slots already hold exactly this call's regions (nothing else
-        // writes them), so the stores are skipped (the io engine and the bench reuse one
-        // context and one scratch per chain).
-        let key = [c, data.as_ptr() as u64, data.len() as u64, ctx.scratch, scratch.len() as u64];
-        // Word by word (an array `!=` becomes a `bcmp` call).
-        let old = &self.xrp_slots_key;
-        let same = key[0] == old[0]
-            && key[1] == old[1]
-            && key[2] == old[2]
-            && key[3] == old[3]
-            && key[4] == old[4];
-        if !same {
+        let key = xrp_key(c, data, scratch);
+        let same = same_key(&key, &self.xrp_jit_key);
+        match &self.exec {
+            Exec::Jit(j) if same => {
+                let env = &mut self.env.0;
+                // Derived afresh each call (not kept from `new`): `host_mut` may have handed
+                // out a unique borrow of the HostState since.
+                env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
+                let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
+                // SAFETY: `xrp_jit_key` equals this call's key, so (its invariant) the per-call
+                // slots hold exactly this call's context and buffer regions, lent to us for this
+                // call (the writable ones as `&mut`), and the buffers are at least
+                // `xrp_min_bytes` long; the fixed slots come from our own stack and globals boxes
+                // (`lay_out_env`); `env.host` was just derived from our boxed HostState;
+                // `env.insn_budget` is `self.insn_budget` (kept so by `set_insn_budget`; the
+                // budget itself goes in a register), `stack_top` is the stack region's end and
+                // `env.fault.kind` is NONE (from `new`; the interpreter never sets it and the
+                // JIT's every return leaves it so).
+                unsafe { j.run_with_budget(env, c, stack_top, self.insn_budget) }
+            }
+            // The key is rebuilt there, not passed: passing it would make this path spill it.
+            _ => self.run_xrp_slow(ctx, data, scratch),
+        }
+    }
+
+    /// [`Instance::run_xrp`] when this call's context or buffers are not the last JIT call's,
+    /// or the instance interprets: patches the per-call slots (unless the last call's key is
+    /// this one's), decides whether the JIT may run on these buffers and remembers the key
+    /// for the in-line path when it may.
+    #[inline(never)]
+    fn run_xrp_slow(
+        &mut self,
+        ctx: &mut XrpCtx,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Result<u64, VmError> {
+        let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
+        let key = xrp_key(c, data, scratch);
+        if !same_key(&key, &self.xrp_slots_key) {
+            // The slots change: whatever key the in-line path trusted no longer describes them.
+            self.xrp_jit_key = [0; 5];
             let scratch_region = region_or_empty(scratch);
             *self.env.0.read.first_mut::<XRP_CALL_READ>() = [
                 Region { start: c, end: c + XRP_CTX_BYTES as u64 },
@@ -360,6 +406,11 @@ impl Instance {
         // at the same instruction with the same error.
         let (need_data, need_scratch) = self.jit_min_bytes;
         let short = (data.len() as u64) < need_data || (scratch.len() as u64) < need_scratch;
+        if !short && matches!(self.exec, Exec::Jit(_)) {
+            // The slots hold `key`'s regions (just patched or already so) and its buffers are
+            // long enough: what the in-line path needs to run the JIT on a call of this key.
+            self.xrp_jit_key = key;
+        }
         self.exec(c, self.insn_budget, short)
     }
 
@@ -426,6 +477,20 @@ impl Instance {
         *self.env.0.write.first_mut::<OFFLOAD_CALL_WRITE>() = [region_or_empty(out)];
         self.exec(c, self.insn_budget, false)
     }
+}
+
+/// What the per-call slots of an `xrp` call are a function of: (context address, data
+/// address, data length, scratch address, scratch length).
+#[inline(always)]
+fn xrp_key(ctx_addr: u64, data: &[u8], scratch: &[u8]) -> [u64; 5] {
+    let (d, s) = (data.as_ptr() as u64, scratch.as_ptr() as u64);
+    [ctx_addr, d, data.len() as u64, s, scratch.len() as u64]
+}
+
+/// `a == b`, word by word (an array `==` becomes a `bcmp` call).
+#[inline(always)]
+fn same_key(a: &[u64; 5], b: &[u64; 5]) -> bool {
+    a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4]
 }
 
 /// The region of a caller's buffer; an empty buffer grants nothing (not even its address).

@@ -82,8 +82,12 @@ pub struct BenchResult {
     pub round_trips_per_lookup: f64,
     /// Pages read per lookup (chains' hops, READ pages).
     pub pages_per_lookup: f64,
-    /// Remote: median STAT round trip before the run, µs.
+    /// Remote: median STAT round trip, probed before and after the run, µs (the bound of a
+    /// lookup's median).
     pub rtt_us: f64,
+    /// Remote: mean of the same probes, µs: the bound of a lookup's mean, which a delay
+    /// proxy's jitter lifts above the median by as much as it lifts the lookups'.
+    pub rtt_mean_us: f64,
 }
 
 struct Rng(u64);
@@ -229,8 +233,14 @@ fn counters(r: &Reader) -> (u64, u64, u64) {
     }
 }
 
-/// Median STAT round trip over `n` probes, µs.
-fn probe_rtt(addr: &str, cfg: &ClientConfig, dir: &str, n: usize) -> Result<f64, WtError> {
+/// Appends `n` STAT round trips, µs.
+fn probe_rtt(
+    addr: &str,
+    cfg: &ClientConfig,
+    dir: &str,
+    n: usize,
+    out: &mut Vec<f64>,
+) -> Result<(), WtError> {
     let err = |e: storefn_wire::ClientError| WtError::Invalid(format!("{addr}: {e}"));
     let mut c = Client::connect(addr, cfg.clone()).map_err(err)?;
     let path = if dir.is_empty() {
@@ -238,15 +248,17 @@ fn probe_rtt(addr: &str, cfg: &ClientConfig, dir: &str, n: usize) -> Result<f64,
     } else {
         format!("{dir}/WiredTiger.turtle")
     };
-    let mut v: Vec<f64> = (0..n)
-        .map(|_| {
-            let t0 = Instant::now();
-            c.one(&Request::Stat { path: path.as_bytes() }).map_err(err)?;
-            Ok(t0.elapsed().as_secs_f64() * 1e6)
-        })
-        .collect::<Result<_, WtError>>()?;
-    Ok(storefn_stats::median(&mut v).unwrap_or(0.0))
+    for _ in 0..n {
+        let t0 = Instant::now();
+        c.one(&Request::Stat { path: path.as_bytes() }).map_err(err)?;
+        out.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(())
 }
+
+/// STAT round trips probed per side of a run (before and after it, so a drift of the link
+/// during the run shows in the bound as much as in the lookups).
+const RTT_PROBES: usize = 100;
 
 /// Runs the bench.
 ///
@@ -256,10 +268,10 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchResult, WtError> {
     if cfg.keys.is_empty() || cfg.threads == 0 || cfg.ops == 0 {
         return Err(WtError::Invalid("bench needs keys, threads >= 1 and ops >= 1".into()));
     }
-    let rtt_us = match &cfg.target {
-        Target::Remote { addr, cfg: c, dir, .. } => probe_rtt(addr, c, dir, 50)?,
-        Target::Local { .. } => 0.0,
-    };
+    let mut rtts = Vec::new();
+    if let Target::Remote { addr, cfg: c, dir, .. } = &cfg.target {
+        probe_rtt(addr, c, dir, RTT_PROBES, &mut rtts)?;
+    }
     let cdf = if cfg.workload == Workload::Zipfian { zipf_cdf(cfg.keys.len()) } else { Vec::new() };
     let t0 = Instant::now();
     let results: Vec<Result<Thread, WtError>> = std::thread::scope(|s| {
@@ -272,8 +284,13 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchResult, WtError> {
         hs.into_iter().map(|h| h.join().expect("bench thread")).collect()
     });
     let secs = t0.elapsed().as_secs_f64();
+    if let Target::Remote { addr, cfg: c, dir, .. } = &cfg.target {
+        probe_rtt(addr, c, dir, RTT_PROBES, &mut rtts)?;
+    }
+    let rtt_mean_us = rtts.iter().sum::<f64>() / rtts.len().max(1) as f64;
+    let rtt_us = storefn_stats::median(&mut rtts).unwrap_or(0.0);
     let mut lat = Vec::new();
-    let mut r = BenchResult { rtt_us, ..BenchResult::default() };
+    let mut r = BenchResult { rtt_us, rtt_mean_us, ..BenchResult::default() };
     let (mut rt, mut pages) = (0u64, 0u64);
     for t in results {
         let t = t?;

@@ -334,7 +334,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
     println!(
         "wt bench {path} {} threads {}: {:.0} ops/s, mean {:.1} us, p50 {:.1} us, p99 {:.1} us, \
          p99.9 {:.1} us, {} lookups ({} found), {} fallbacks, {:.3} round trips and {:.2} pages \
-         per lookup, rtt {:.1} us",
+         per lookup, rtt {:.1} us (mean {:.1})",
         a.workload,
         a.threads,
         r.ops_per_sec,
@@ -347,7 +347,8 @@ fn bench(a: &BenchArgs) -> CmdResult {
         r.fallbacks,
         r.round_trips_per_lookup,
         r.pages_per_lookup,
-        r.rtt_us
+        r.rtt_us,
+        r.rtt_mean_us
     );
     if let Some(j) = &a.json {
         let v = serde_json::json!({
@@ -357,6 +358,7 @@ fn bench(a: &BenchArgs) -> CmdResult {
             "p99_us": r.tail.p99_us, "p999_us": r.tail.p999_us, "fallbacks": r.fallbacks,
             "round_trips_per_lookup": r.round_trips_per_lookup,
             "pages_per_lookup": r.pages_per_lookup, "rtt_us": r.rtt_us,
+            "rtt_mean_us": r.rtt_mean_us,
         });
         std::fs::write(j, serde_json::to_vec_pretty(&v)?)?;
     }

@@ -316,18 +316,41 @@ impl JitProgram {
     /// one whose first `s` bytes are inside both `env.read` and `env.write`, neither field
     /// changing during the call (the proved data and scratch accesses are not checked).
     /// [`crate::Instance`] upholds all of it.
-    // Always inlined: `Instance::run_xrp` is the per-block hot path; a call here costs it a
-    // frame and the register saves around it.
-    #[inline(always)]
+    #[inline]
     pub unsafe fn run(
         &self,
         env: &mut RunEnv,
         ctx_addr: u64,
         stack_top: u64,
     ) -> Result<u64, VmError> {
-        debug_assert!(self.code.0.is_some());
         // Only `kind` says whether a fault happened; every writer of a fault sets all fields.
         env.fault.kind = fault::NONE;
+        // SAFETY: the caller upholds `run`'s contract, which is `run_with_budget`'s with the
+        // budget taken from `env.insns_left` and the fault kind just reset.
+        unsafe { self.run_with_budget(env, ctx_addr, stack_top, env.insns_left) }
+    }
+
+    /// [`JitProgram::run`] with the budget `insns` passed in (`env.insns_left` is neither read
+    /// nor needs to be set: the entry function takes the budget in a register); on return
+    /// `env.insns_left` holds what is left, as after `run`. Leaves `env.fault.kind` at
+    /// [`fault::NONE`] on every return (the fault is in the error), so a caller that keeps one
+    /// env (`Instance`) stores nothing per call for it.
+    ///
+    /// # Safety
+    /// [`JitProgram::run`]'s contract, and `env.fault.kind` is [`fault::NONE`] (the generated
+    /// code reads it as "a check failed in this call").
+    // Always inlined: `Instance::run_xrp` is the per-block hot path; a call here costs it a
+    // frame and the register saves around it.
+    #[inline(always)]
+    pub(crate) unsafe fn run_with_budget(
+        &self,
+        env: &mut RunEnv,
+        ctx_addr: u64,
+        stack_top: u64,
+        insns: u64,
+    ) -> Result<u64, VmError> {
+        debug_assert!(self.code.0.is_some());
+        debug_assert_eq!(env.fault.kind, fault::NONE);
         debug_assert!(!self.hints.is_empty());
         let aux = self.aux.get();
         // SAFETY: no other reference to `aux` exists during this call (JitProgram is !Sync and
@@ -350,7 +373,7 @@ impl JitProgram {
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets or where the verifier proved the access inside memory this function's
         // contract guarantees (the stack frame, the context, xrp's data/scratch views).
-        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, env.insns_left) };
+        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, insns) };
         env.insns_left = ret.insns_left;
         let r0 = ret.r0;
         if env.fault.kind == fault::NONE {
@@ -361,9 +384,12 @@ impl JitProgram {
     }
 }
 
+/// The error of the fault recorded in `env` (if any), which it then clears (the next call's
+/// generated code must start from [`fault::NONE`]).
 #[cold]
-fn fault_to_result(env: &RunEnv, r0: u64, aux: &mut RunAux) -> Result<u64, VmError> {
+fn fault_to_result(env: &mut RunEnv, r0: u64, aux: &mut RunAux) -> Result<u64, VmError> {
     let (f, budget) = (env.fault, env.insn_budget);
+    env.fault.kind = fault::NONE;
     let insn = f.insn as usize;
     match f.kind {
         fault::NONE => Ok(r0),
@@ -470,7 +496,9 @@ mod tests {
         };
         let mut f = |kind| {
             env.fault = FaultInfo { kind, insn: 3, addr: 0x10, len: 4 };
-            fault_to_result(&env, 9, &mut aux)
+            let r = fault_to_result(&mut env, 9, &mut aux);
+            assert_eq!(env.fault.kind, fault::NONE, "a reported fault is cleared");
+            r
         };
         assert_eq!(f(fault::NONE), Ok(9));
         assert_eq!(
