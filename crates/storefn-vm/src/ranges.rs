@@ -7,8 +7,8 @@
 //! by iteration, so a pointer stepping in lockstep with its counter keeps an exact offset);
 //! past that the slot's states are joined into one summary, and after [`WIDEN_AFTER`] growths
 //! of a summary at a backward jump's target every bound still moving is widened, to the next
-//! of the program's compare constants (or one below it, in the value's congruence class) or
-//! else its extreme, so the analysis ends (every cycle passes such a target). Scalars carry a
+//! of the program's compare constants or `% K` / `& K` limits (or one below it, in the
+//! value's congruence class) or else its extreme, so the analysis ends (every cycle passes such a target). Scalars carry a
 //! power-of-two congruence ([`Scal`]), so a counter stepping by `c` up to an exit test
 //! `== N` is bounded by `N - c` inside the loop. A
 //! state arriving at a slot is dropped when one already kept there contains it (its
@@ -213,14 +213,27 @@ fn widen_hi(s: Scal, thresholds: &[u64]) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The constants the program's conditional jumps compare with (64- and 32-bit readings),
-/// sorted: where [`Val::widen`] stops a growing bound before giving up on it.
+/// Where [`Val::widen`] stops a growing bound before giving up on it, sorted: the constants
+/// the program's conditional jumps compare with (64- and 32-bit readings), and one past the
+/// largest result of each `% K` and `& K` by a constant: a loop counter compared with a
+/// *register* (`for (i = 0; i < at; i++)` with `at = arg % 4000`) is bounded by that
+/// register's range, which such an operation set, and no compare constant says where it
+/// ends. Any threshold set is sound (a widened bound only grows; the fixpoint still holds
+/// every state that reaches a slot); these only make the bound found tighter.
 fn compare_constants(insns: &[Insn]) -> Vec<u64> {
-    let mut v: Vec<u64> = insns
+    let jumps = insns
         .iter()
         .filter(|i| matches!(i.class(), BPF_JMP | BPF_JMP32) && i.op & BPF_X == 0)
-        .flat_map(|i| [i64::from(i.imm).cast_unsigned(), u64::from(i.imm.cast_unsigned())])
-        .collect();
+        .flat_map(|i| [i64::from(i.imm).cast_unsigned(), u64::from(i.imm.cast_unsigned())]);
+    let limits = insns
+        .iter()
+        .filter(|i| matches!(i.class(), BPF_ALU | BPF_ALU64) && i.op & BPF_X == 0 && i.off == 0)
+        .filter_map(|i| match (i.op & 0xf0, u64::try_from(i.imm)) {
+            (BPF_MOD, Ok(k)) if k > 0 => Some(k),
+            (BPF_AND, Ok(k)) => Some(k + 1),
+            _ => None,
+        });
+    let mut v: Vec<u64> = jumps.chain(limits).collect();
     v.sort_unstable();
     v.dedup();
     v

@@ -69,8 +69,16 @@ fn gen(seed: u64) -> Vec<Insn> {
         let n = 8;
         let t = TEMPS[rng.gen_range(0..3)];
         let ptr = TEMPS[3 + rng.gen_range(0..2)];
-        match rng.gen_range(0..9) {
+        match rng.gen_range(0..10) {
             6 | 7 => clang_counted_loop(&mut rng, base, view, t, ptr, &mut p),
+            9 => register_bounded_loop(
+                &mut rng,
+                base,
+                view,
+                (t, TEMPS[(t as usize + 1) % 3]),
+                ptr,
+                &mut p,
+            ),
             8 => stack_array(&mut rng, t, ptr, &mut p),
             // A loaded value through random ALU ops and compares (every transfer rule of
             // ranges.rs, 32- and 64-bit, immediate and register), then used as an index.
@@ -229,6 +237,38 @@ fn clang_counted_loop(
     let class = if wide { BPF_JMP } else { BPF_JMP32 };
     p.push(ins(class | BPF_JEQ | BPF_K, t, 0, 1, end));
     p.push(ja(-6));
+}
+
+/// A loop bounded by a register (grep's `for (i = 0; i < at; i += step)`, `at = arg % K` or
+/// `arg & (K - 1)`): the counter's range comes from widening to the `%`/`&` limit. The last
+/// access ends exactly at the view's end, or a byte or a step past it (not provable: must
+/// fault at the same instruction when the loaded argument is large enough).
+fn register_bounded_loop(
+    rng: &mut SmallRng,
+    base: u8,
+    view: usize,
+    (limit, i): (u8, u8),
+    ptr: u8,
+    p: &mut Vec<Insn>,
+) {
+    let step = [8, 16][rng.gen_range(0..2)];
+    let view = view as i32;
+    // i < at <= k - 1, i a multiple of `step`: the widened header range ends at the class'
+    // value at or below k - 1; an 8-byte access there ends at or past the view.
+    let k = view - 8 + [1, 2, step + 1, step + 2, 2 * step + 1, 1 - step][rng.gen_range(0..6)];
+    p.push(ldx(BPF_DW, limit, SCRATCH, 8 * rng.gen_range(0..2)));
+    if rng.gen_bool(0.5) || k & (k - 1) != 0 {
+        p.push(alu64_imm(BPF_MOD, limit, k));
+    } else {
+        p.push(alu64_imm(BPF_AND, limit, k - 1));
+    }
+    p.push(mov64_imm(i, 0));
+    p.push(jmp_imm(BPF_JEQ, limit, 0, 5));
+    p.push(mov64_reg(ptr, base)); // header
+    p.push(alu64_reg(BPF_ADD, ptr, i));
+    p.push(ldx(BPF_DW, ptr, ptr, 0));
+    p.push(alu64_imm(BPF_ADD, i, step));
+    p.push(jmp_reg(BPF_JLT, i, limit, -5));
 }
 
 /// A stack array indexed by a loaded value (a histogram's `h[d[i] >> 4]++`): the index masked
@@ -405,4 +445,48 @@ fn just_outside_a_proved_view_still_faults_with_the_instruction_index() {
     let (r, ..) = run(&mut jit, &mut b);
     let at = Place::Region { name: RegionName::Data, offset: 4096, len: 4096 };
     assert_eq!(r, Err(VmError::BadRead { insn: 2, at, len: 1 }));
+}
+
+/// A loop bounded by a register that `% K` limited (grep's shape): its loads are proved when
+/// the last one ends inside the view, and with `K` one larger the last one is not proved and
+/// faults at its instruction on the JIT, as on the interpreter.
+#[test]
+fn a_loop_bounded_by_a_modulo_limit_is_proved_only_inside_the_view() {
+    let looped = |k: i32| {
+        vec![
+            ldx(BPF_DW, DATA, 1, 0),
+            ldx(BPF_DW, SCRATCH, 1, 272),
+            ldx(BPF_DW, 6, SCRATCH, 0),
+            alu64_imm(BPF_MOD, 6, k),
+            mov64_imm(7, 0),
+            mov64_imm(0, 0),
+            jmp_imm(BPF_JEQ, 6, 0, 5),
+            mov64_reg(8, DATA), // 7: header
+            alu64_reg(BPF_ADD, 8, 7),
+            ldx(BPF_B, 0, 8, 0), // 9: d[i]
+            alu64_imm(BPF_ADD, 7, 1),
+            jmp_reg(BPF_JLT, 7, 6, -5),
+            exit(),
+        ]
+    };
+    let view = XRP_DATA_VIEW_BYTES as i32;
+    // k = view: i < at <= view - 1, so i <= view - 2 (the widened header range: view - 1).
+    // k = view + 2: i reaches view, one byte past.
+    for (k, proved) in [(view, true), (view + 2, false)] {
+        let prog = Arc::new(VerifiedProgram::new(program(looped(k), ProgType::Xrp)).unwrap());
+        assert_eq!(prog.access_in_bounds(9), proved, "k = {k}");
+        let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
+        let mut interp = Instance::new(prog, Engine::Interp).unwrap();
+        let mut b = Buffers::new(&mut SmallRng::seed_from_u64(2), XRP_DATA_VIEW_BYTES, 16);
+        // at = k - 1: the loop reads d[0 ..= k - 2].
+        b.scratch[GUARD..GUARD + 8].copy_from_slice(&(k as u64 - 1).to_le_bytes());
+        let (j, i) = (run(&mut jit, &mut b), run(&mut interp, &mut b));
+        same(&j, &i);
+        if proved {
+            assert!(j.0.is_ok(), "{:?}", j.0);
+        } else {
+            let at = Place::Region { name: RegionName::Data, offset: 4096, len: 4096 };
+            assert_eq!(j.0, Err(VmError::BadRead { insn: 9, at, len: 1 }));
+        }
+    }
 }

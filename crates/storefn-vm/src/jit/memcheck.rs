@@ -168,11 +168,19 @@ impl Tx<'_, '_> {
             BPF_MEMSX if len < 8 => true,
             _ => return Err(invalid(pc, format!("unsupported load op {:#04x}", insn.op))),
         };
-        let mut addr = self.addr(pc, insn.src, insn.off)?;
-        match self.check_read_shim.filter(|_| self.out_of_line[pc]) {
-            Some(shim) => addr = self.check_out_of_line(pc, addr, len, shim),
-            None => self.check_unless_proved(pc, addr, len, Access::Read),
-        }
+        let base = self.reg(pc, insn.src)?;
+        let mut addr = self.b.ins().iadd_imm_s(base, i64::from(insn.off));
+        // A load checked out of line may read `aux.sink` instead of its address: no fact.
+        let own_address = match self.check_read_shim.filter(|_| self.out_of_line[pc]) {
+            Some(shim) => {
+                addr = self.check_out_of_line(pc, addr, len, shim);
+                false
+            }
+            None => {
+                self.check_unless_proved(pc, addr, len, Access::Read);
+                true
+            }
+        };
         let f = MemFlagsData::new().with_notrap();
         let ins = self.b.ins();
         let v = match (len, sx) {
@@ -184,6 +192,9 @@ impl Tx<'_, '_> {
             (4, true) => ins.sload32(f, addr, 0),
             _ => ins.load(I64, f, addr, 0),
         };
+        if (len, sx, own_address) == (1, false, true) {
+            self.bytes.byte_load(v, base, insn.off);
+        }
         self.set_reg(pc, insn.dst, v)
     }
 

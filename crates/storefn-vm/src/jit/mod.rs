@@ -18,14 +18,17 @@
 //!
 //! Files: `abi.rs` (the run-time structures generated code addresses, the signatures and the
 //! Rust trampolines it calls), `translate.rs` (eBPF to Cranelift IR: functions, blocks and the
-//! budget, ALU, jumps, calls), `memcheck.rs` (loads, stores and atomics with their region
-//! checks).
+//! budget, ALU, jumps, calls), `unroll.rs` (counted loops as copies of their body),
+//! `bytes.rs` (byte loads recomposed into a word, loaded at once), `memcheck.rs` (loads,
+//! stores and atomics with their region checks).
 
 mod abi;
+mod bytes;
 mod calls;
 mod inline;
 mod memcheck;
 mod translate;
+mod unroll;
 
 use std::cell::Cell;
 use std::mem::offset_of;
@@ -118,6 +121,8 @@ pub struct JitProgram {
     compiled_functions: usize,
     /// [`JitProgram::out_of_line_loads`].
     out_of_line_loads: usize,
+    /// [`JitProgram::fused_loads`].
+    fused_loads: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -197,6 +202,7 @@ impl JitProgram {
         let mut result = shims.as_ref().map(|_| ()).map_err(Clone::clone);
         let shims = shims.unwrap_or((ids[0].1, None));
         let disasm = std::env::var_os(DISASM_ENV).is_some();
+        let mut fused_loads = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -215,7 +221,8 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|()| {
+            .and_then(|fused| {
+                fused_loads += fused;
                 module
                     .define_function(ids[i].1, &mut ctx)
                     .map_err(|e| JitError::Codegen(format!("{e:?}")))
@@ -256,7 +263,15 @@ impl JitProgram {
             helper_err: None,
         });
         let out_of_line_loads = out_of_line.iter().filter(|&&o| o).count();
-        Ok(Self { code, entry, hints, aux, compiled_functions: funcs.len(), out_of_line_loads })
+        Ok(Self {
+            code,
+            entry,
+            hints,
+            aux,
+            compiled_functions: funcs.len(),
+            out_of_line_loads,
+            fused_loads,
+        })
     }
 
     /// How many of the program's functions have machine code of their own: the entry and
@@ -273,6 +288,14 @@ impl JitProgram {
     #[must_use]
     pub fn out_of_line_loads(&self) -> usize {
         self.out_of_line_loads
+    }
+
+    /// How many recompositions of byte loads into a word (`p[0] << 24 | ... | p[3]`) were
+    /// emitted as one wider load (a diagnostic; counted per emitted copy, so an unrolled
+    /// loop counts once per copy).
+    #[must_use]
+    pub fn fused_loads(&self) -> usize {
+        self.fused_loads
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

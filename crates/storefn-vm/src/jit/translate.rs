@@ -4,7 +4,6 @@
 
 use super::abi::*;
 use super::*;
-use crate::cfg::CountedLoop;
 
 /// Translation state for one BPF function.
 pub(super) struct Tx<'a, 'f> {
@@ -53,7 +52,7 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) callees: Vec<(usize, FuncRef)>,
     pub(super) func_range: (usize, usize),
     /// Counted loops ([`crate::cfg::Cfg::counted_loops`]): the short ones are unrolled.
-    pub(super) counted: &'a [CountedLoop],
+    pub(super) counted: &'a [crate::cfg::CountedLoop],
     /// Body slots this function may still emit as unrolled copies.
     pub(super) unroll_left: u64,
     /// `back_target[pc - start]`: some jump at `pc` or later lands on `pc`, so its block
@@ -66,6 +65,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) is_entry: bool,
     /// While an inlined callee is translated: where its `exit`s go.
     pub(super) inline_exit: Option<Block>,
+    /// Values recomposed from byte loads ([`super::bytes`]).
+    pub(super) bytes: super::bytes::ByteFacts,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -112,51 +113,9 @@ pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
         .collect()
 }
 
-/// Unroll a counted loop of at most this many trips ([`Tx::unroll`])...
-const UNROLL_MAX_TRIPS: u64 = 64;
-/// ... and at most this many body slots in all copies: code size and compile time stay
-/// within a few times the loop's own (BPF-KV's 31-key scan: 30 trips x 7 slots).
-const UNROLL_MAX_SLOTS: u64 = 512;
 /// Longest run of register arithmetic a conditional jump may skip and still be emitted as
 /// conditional moves ([`Tx::if_convert`]).
 const IFCONV_MAX_SLOTS: usize = 4;
-
-/// A counted loop of more trips (or slots) than full unrolling takes, but whose body is at most
-/// this many slots, is emitted as a ring of [`PARTIAL_COPIES`] copies ([`Tx::unroll`]).
-const PARTIAL_MAX_BODY_SLOTS: u64 = 24;
-const PARTIAL_COPIES: usize = 4;
-
-/// How a counted loop is emitted ([`Tx::unroll`]).
-#[derive(Clone, Copy)]
-enum Copies {
-    /// One copy per trip, then a copy that loops on itself.
-    Full,
-    /// This many copies in a ring.
-    Cyclic(usize),
-}
-
-/// Unrolled slots in all of a function's loops: bounds the compile time and code size an
-/// untrusted program can ask for (a program is at most `MAX_INSNS` slots; without this, many
-/// short counted loops could each be copied 64 times).
-const UNROLL_MAX_FUNCTION_SLOTS: u64 = 2048;
-
-/// The program's slots plus one function's unrolled copies stay within this many in the
-/// quick tier, and within [`UNROLL_MAX_TOTAL_OPT_SLOTS`] in the optimising one: the copies
-/// go through Cranelift like any slot, and unrolling was ~40% of compiling a program of many
-/// short counted loops (the `loops` shape: at 4,096 slots 13-17 -> 7.5-9 ms; at 1,024,
-/// optimising, 10-12 ms with 2,048 copied slots). The largest programs of each tier get no
-/// copies; WiredTiger's `lookup` (958 slots, optimising) and every bench workload keep theirs.
-const UNROLL_MAX_TOTAL_SLOTS: u64 = 4096;
-/// [`UNROLL_MAX_TOTAL_SLOTS`] for the optimising tier, whose cost per slot is a few times
-/// the quick tier's.
-const UNROLL_MAX_TOTAL_OPT_SLOTS: u64 = 2048;
-
-/// Unrolled slots a function of a program of `slots` slots may emit.
-fn unroll_allowance(slots: usize, quick: bool) -> u64 {
-    let slots = u64::try_from(slots).unwrap_or(u64::MAX);
-    let total = if quick { UNROLL_MAX_TOTAL_SLOTS } else { UNROLL_MAX_TOTAL_OPT_SLOTS };
-    UNROLL_MAX_FUNCTION_SLOTS.min(total.saturating_sub(slots))
-}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
@@ -169,7 +128,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(), JitError> {
+) -> Result<usize, JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -284,18 +243,23 @@ pub(super) fn translate_function(
         callees,
         func_range: (start, end),
         counted: cfg.counted_loops(),
-        unroll_left: unroll_allowance(insns.len(), quick),
+        unroll_left: super::unroll::unroll_allowance(insns.len(), quick),
         back_target,
         cfg,
         inline_at,
         is_entry: start == 0,
         inline_exit: None,
+        bytes: super::bytes::ByteFacts::default(),
     };
     tx.body()?;
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    Ok(())
+    let bytes = tx.bytes;
+    if bytes.fused > 0 {
+        super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
+    }
+    Ok(bytes.fused)
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
@@ -361,7 +325,7 @@ impl Tx<'_, '_> {
     /// continues past it, and its width in slots.
     /// Translates slot `pc` (starting its block if one starts there): whether control
     /// continues, and the next slot to translate.
-    fn step(&mut self, pc: usize, mut open: bool) -> Result<(bool, usize), JitError> {
+    pub(super) fn step(&mut self, pc: usize, mut open: bool) -> Result<(bool, usize), JitError> {
         let end = self.func_range.1;
         if let Some(blk) = self.block(pc) {
             if open {
@@ -369,6 +333,7 @@ impl Tx<'_, '_> {
                 self.b.ins().jump(blk, &[]);
             }
             debug_assert!(!self.pending, "a block ended with an untested out-of-line check");
+            self.bytes.clear();
             self.b.switch_to_block(blk);
             // Sealed as soon as every predecessor is emitted (everything but a loop header:
             // code is emitted in slot order, and unrolled copies only jump forward), so the
@@ -398,80 +363,6 @@ impl Tx<'_, '_> {
         Ok((open, next))
     }
 
-    /// The counted loop starting at `pc` that is unrolled ([`UNROLL_MAX_TRIPS`],
-    /// [`UNROLL_MAX_SLOTS`], within what is left of [`UNROLL_MAX_FUNCTION_SLOTS`]), if any;
-    /// takes its slots from what is left.
-    fn unrolled_loop_at(&mut self, pc: usize) -> Option<(CountedLoop, Copies)> {
-        // Sorted by header (`loops::counted_loops`): a search per slot, not a scan.
-        let k = self.counted.binary_search_by_key(&pc, |l| l.header).ok()?;
-        let l = self.counted[k];
-        let body = (l.latch + 1 - l.header) as u64;
-        let slots = body * l.trips;
-        let (copies, slots) = if l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS {
-            (Copies::Full, slots)
-        } else if body <= PARTIAL_MAX_BODY_SLOTS {
-            (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
-        } else {
-            return None;
-        };
-        (slots <= self.unroll_left).then(|| {
-            self.unroll_left -= slots;
-            (l, copies)
-        })
-    }
-
-    /// Emits counted loop `l` as `trips` copies of its body, copy k's back edge going to copy
-    /// k + 1's header, then one more copy whose back edge goes to itself: the same control flow
-    /// as the loop for any number of iterations (every exit stays in every copy), so the
-    /// unrolling rests on no proof; the trip bound only decides how many copies are worth
-    /// emitting (past it the rolled copy is never reached). The loop's budget was charged
-    /// before it (its header is not a charge point), so the copies charge nothing. Within a
-    /// copy the counter and the addresses it steps are constants or a constant away from the
-    /// copy before, which Cranelift folds. Returns whether control falls out of the last slot.
-    ///
-    /// A loop of more trips ([`Copies::Cyclic`]) is emitted as a few copies in a ring, copy
-    /// k's back edge entering copy k + 1 and the last copy's the first: again the loop's own
-    /// control flow for any number of iterations, with one taken jump per ring instead of
-    /// one per iteration and the steps of consecutive copies folded into address offsets.
-    fn unroll(&mut self, l: CountedLoop, copies: Copies, mut open: bool) -> Result<bool, JitError> {
-        debug_assert_eq!(self.charges[l.header], 0, "a counted loop's header charges nothing");
-        // `n` copies; copy k's back edge goes to `next(k)`.
-        let (n, cyclic) = match copies {
-            Copies::Full => (usize::try_from(l.trips).unwrap_or(usize::MAX) + 1, false),
-            Copies::Cyclic(n) => (n, true),
-        };
-        let next = |k: usize| if cyclic { (k + 1) % n } else { (k + 1).min(n - 1) };
-        let mut headers = Vec::with_capacity(n);
-        headers.push(self.block(l.header).expect("a loop header starts a block"));
-        for _ in 1..n {
-            headers.push(self.b.create_block());
-        }
-        for k in 0..n {
-            // Fresh blocks for this copy's interior (jumps inside the body only go forward, and
-            // nothing outside jumps past the header, so they are all created before use).
-            *self.block_slot(l.header) = Some(headers[k]);
-            for pc in l.header + 1..=l.latch {
-                if self.block(pc).is_some() {
-                    *self.block_slot(pc) = Some(self.b.create_block());
-                }
-            }
-            let mut pc = l.header;
-            while pc <= l.latch {
-                if pc == l.latch {
-                    // The back edge of this copy enters the next one (the last: itself, or
-                    // the first of a ring).
-                    *self.block_slot(l.header) = Some(headers[next(k)]);
-                }
-                (open, pc) = self.step(pc, open)?;
-            }
-            if open {
-                return Err(invalid(l.latch, "a loop's back edge that falls through"));
-            }
-        }
-        *self.block_slot(l.header) = Some(headers[0]);
-        Ok(open)
-    }
-
     /// The block starting at `pc`, if `pc` is a block start inside this function.
     pub(super) fn block(&self, pc: usize) -> Option<Block> {
         let k = pc.checked_sub(self.func_range.0)?;
@@ -479,7 +370,7 @@ impl Tx<'_, '_> {
     }
 
     /// The entry of `block_at` for `pc`, a slot of this function.
-    fn block_slot(&mut self, pc: usize) -> &mut Option<Block> {
+    pub(super) fn block_slot(&mut self, pc: usize) -> &mut Option<Block> {
         &mut self.block_at[pc - self.func_range.0]
     }
 
@@ -565,6 +456,8 @@ impl Tx<'_, '_> {
         // its fault test: none of them can be seen, write memory, call, charge or branch.
         if !matches!(insn.class(), BPF_ALU | BPF_ALU64 | BPF_LD | BPF_LDX) {
             self.flush_pending();
+            // Memory may change: byte loads before this are not recomposed with ones after.
+            self.bytes.clear();
         }
         match insn.class() {
             BPF_ALU | BPF_ALU64 => self.alu(pc, insn).map(|()| Flow::Next),
@@ -586,7 +479,14 @@ impl Tx<'_, '_> {
             return self.endian(pc, insn, is64);
         }
         let ty = if is64 { I64 } else { I32 };
+        let width = if is64 { 64 } else { 32 };
         let dst64 = self.reg(pc, insn.dst)?;
+        if op == BPF_OR && use_x {
+            let s = self.reg(pc, insn.src)?;
+            if let Some(r) = self.or_bytes(dst64, s, width) {
+                return self.set_reg(pc, insn.dst, r);
+            }
+        }
         let dst = if is64 { dst64 } else { self.b.ins().ireduce(I32, dst64) };
         let src = if use_x {
             let s = self.reg(pc, insn.src)?;
@@ -634,6 +534,9 @@ impl Tx<'_, '_> {
             _ => return Err(invalid(pc, format!("unknown ALU op {:#04x}", insn.op))),
         };
         let r = if is64 { r } else { self.b.ins().uextend(I64, r) };
+        if op == BPF_LSH && !use_x {
+            self.bytes.shift(r, dst64, i64::from(insn.imm), width);
+        }
         self.set_reg(pc, insn.dst, r)
     }
 
@@ -907,20 +810,5 @@ impl Tx<'_, '_> {
             return Err(invalid(pc, format!("lddw with src {} and no relocation", insn.src)));
         };
         self.set_reg(pc, insn.dst, v)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_largest_programs_get_no_unrolled_copies() {
-        assert_eq!(unroll_allowance(300, false), 1748);
-        assert_eq!(unroll_allowance(1024, false), 1024);
-        assert_eq!(unroll_allowance(1390, true), UNROLL_MAX_FUNCTION_SLOTS);
-        assert_eq!(unroll_allowance(3000, true), 1096);
-        assert_eq!(unroll_allowance(4096, true), 0);
-        assert_eq!(unroll_allowance(65_536, true), 0);
     }
 }
