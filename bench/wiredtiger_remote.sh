@@ -92,4 +92,10 @@ for label in ["pushdown", "pushdown-root", "rpc-read", "pushdown-noproxy"]:
           f" p50 {rtt:.1f}; bound (rtt + device reads) mean {bound:.1f} us, p50 {bound50:.1f}:"
           f" mean {m('mean_us') / bound:.2f}x, p50 {m('p50_us') / bound50:.2f}x;"
           f" server CPU {m('server_cpu_us'):.1f} us/lookup")
+    # Each round against its own probes: a round whose link ran slow is slow in both, so the
+    # median of these ratios does not mix one round's lookups with another's RTT.
+    per = lambda r: (r["mean_us"] / (r["rtt_mean_us"] + leaf["qd1_mean_us"] + internal))
+    ratios = [per(r) for r in rs]
+    print(f"{label}: mean / bound per round {', '.join(f'{x:.2f}' for x in ratios)};"
+          f" median {statistics.median(ratios):.2f}x")
 EOF
