@@ -8,9 +8,9 @@
 //! past that the slot's states are joined into one summary, and after [`WIDEN_AFTER`] growths
 //! of a summary at a backward jump's target every bound still moving is widened, to the next
 //! of the program's compare constants or `% K` / `& K` limits (or one below it, in the
-//! value's congruence class) or else its extreme, so the analysis ends (every cycle passes such a target). Scalars carry a
-//! power-of-two congruence ([`Scal`]), so a counter stepping by `c` up to an exit test
-//! `== N` is bounded by `N - c` inside the loop. A
+//! value's congruence class) or else its extreme, so the analysis ends (every cycle passes
+//! such a target). Scalars carry a power-of-two congruence ([`Scal`]), so a counter stepping
+//! by `c` up to an exit test `== N` is bounded by `N - c` inside the loop. A
 //! state arriving at a slot is dropped when one already kept there contains it (its
 //! continuations are covered). Branches refine the ranges they compare on each edge; an edge
 //! whose refined range is empty is not followed. More than [`MAX_ARRIVALS`] arrivals in all

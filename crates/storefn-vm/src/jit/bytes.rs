@@ -66,7 +66,8 @@ impl ByteFacts {
         self.facts.iter().rev().find(|(k, _)| *k == v).map(|&(_, f)| f)
     }
 
-    fn put(&mut self, v: Value, f: ByteLanes) {
+    /// `v`'s lanes are `f` (also an OR the translator emitted for [`OrBytes::Lanes`]).
+    pub(super) fn put(&mut self, v: Value, f: ByteLanes) {
         if self.facts.len() < MAX_FACTS {
             self.facts.push((v, f));
         }
@@ -151,9 +152,11 @@ impl super::translate::Tx<'_, '_> {
         }
     }
 
-    /// `a | b` (zero-extended from `width` bits): the recomposed word loaded at once when the
-    /// two complete one ([`word`]), else `None` (emit the OR). Records the result's fact.
-    pub(super) fn or_bytes(&mut self, a: Value, b: Value, width: usize) -> Option<Value> {
+    /// `a | b` (zero-extended from `width` bits) when both are facts over one base: the
+    /// recomposed word loaded at once when the two complete one ([`word`]; its fact recorded),
+    /// else their union, which the caller records on the OR it emits
+    /// ([`ByteFacts::put`]). `None` when the OR recomposes nothing.
+    pub(super) fn or_bytes(&mut self, a: Value, b: Value, width: usize) -> Option<OrBytes> {
         // `acc = 0; acc |= p[0] << 24; ...`: zero is the word of no bytes.
         for (z, other) in [(a, b), (b, a)] {
             if let (true, Some(f)) = (self.is_zero(z), self.bytes.get(other)) {
@@ -161,51 +164,41 @@ impl super::translate::Tx<'_, '_> {
             }
         }
         let f = self.bytes.union(a, b, width)?;
-        let r = match word(&f) {
-            Some((off, n, big)) => {
-                let addr = self.b.ins().iadd_imm_s(f.base, off);
-                let fl = MemFlagsData::new().with_notrap();
-                let ins = self.b.ins();
-                let w = match (n, big) {
-                    (2, false) => ins.uload16(I64, fl, addr, 0),
-                    (4, false) => ins.uload32(fl, addr, 0),
-                    (8, false) => ins.load(I64, fl, addr, 0),
-                    _ => {
-                        let ty = match n {
-                            2 => I16,
-                            4 => I32,
-                            _ => I64,
-                        };
-                        let w = ins.load(ty, fl, addr, 0);
-                        let s = self.b.ins().bswap(w);
-                        if n == 8 {
-                            s
-                        } else {
-                            self.b.ins().uextend(I64, s)
-                        }
-                    }
+        let Some((off, n, big)) = word(&f) else { return Some(OrBytes::Lanes(f)) };
+        let addr = self.b.ins().iadd_imm_s(f.base, off);
+        let fl = MemFlagsData::new().with_notrap();
+        let ins = self.b.ins();
+        let w = match (n, big) {
+            (2, false) => ins.uload16(I64, fl, addr, 0),
+            (4, false) => ins.uload32(fl, addr, 0),
+            (8, false) => ins.load(I64, fl, addr, 0),
+            _ => {
+                let ty = match n {
+                    2 => I16,
+                    4 => I32,
+                    _ => I64,
                 };
-                self.bytes.fused += 1;
-                w
-            }
-            None => {
-                let ty = if width == 64 { I64 } else { I32 };
-                let (x, y) = if width == 64 {
-                    (a, b)
+                let w = ins.load(ty, fl, addr, 0);
+                let s = self.b.ins().bswap(w);
+                if n == 8 {
+                    s
                 } else {
-                    (self.b.ins().ireduce(ty, a), self.b.ins().ireduce(ty, b))
-                };
-                let o = self.b.ins().bor(x, y);
-                if width == 64 {
-                    o
-                } else {
-                    self.b.ins().uextend(I64, o)
+                    self.b.ins().uextend(I64, s)
                 }
             }
         };
-        self.bytes.put(r, f);
-        Some(r)
+        self.bytes.fused += 1;
+        self.bytes.put(w, f);
+        Some(OrBytes::Word(w))
     }
+}
+
+/// What an OR of two byte-lane facts is ([`super::translate::Tx::or_bytes`]).
+pub(super) enum OrBytes {
+    /// The recomposed word, loaded at once: the OR's result.
+    Word(Value),
+    /// Not a whole word yet: the lanes of the OR the caller emits.
+    Lanes(ByteLanes),
 }
 
 /// Removes the byte loads in `loads` whose values nothing uses (after their recomposition was

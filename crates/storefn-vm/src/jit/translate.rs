@@ -3,6 +3,7 @@
 //! calls.
 
 use super::abi::*;
+use super::bytes::OrBytes;
 use super::*;
 
 /// Translation state for one BPF function.
@@ -481,10 +482,13 @@ impl Tx<'_, '_> {
         let ty = if is64 { I64 } else { I32 };
         let width = if is64 { 64 } else { 32 };
         let dst64 = self.reg(pc, insn.dst)?;
+        let mut or_lanes = None;
         if op == BPF_OR && use_x {
             let s = self.reg(pc, insn.src)?;
-            if let Some(r) = self.or_bytes(dst64, s, width) {
-                return self.set_reg(pc, insn.dst, r);
+            match self.or_bytes(dst64, s, width) {
+                Some(OrBytes::Word(r)) => return self.set_reg(pc, insn.dst, r),
+                Some(OrBytes::Lanes(f)) => or_lanes = Some(f),
+                None => {}
             }
         }
         let dst = if is64 { dst64 } else { self.b.ins().ireduce(I32, dst64) };
@@ -536,6 +540,9 @@ impl Tx<'_, '_> {
         let r = if is64 { r } else { self.b.ins().uextend(I64, r) };
         if op == BPF_LSH && !use_x {
             self.bytes.shift(r, dst64, i64::from(insn.imm), width);
+        }
+        if let Some(f) = or_lanes {
+            self.bytes.put(r, f);
         }
         self.set_reg(pc, insn.dst, r)
     }
