@@ -103,10 +103,15 @@ fn a_reused_descriptor_number_reads_the_new_file() {
     let h = Handles::new();
     let fd = std::fs::File::open(&big).unwrap().into_raw_fd();
     assert!(h.get(fd, 500).0, "key 500 is in the 2-level store");
-    // SAFETY: `fd` is ours (into_raw_fd) and closed once here.
-    unsafe { libc::close(fd) };
     let f2 = std::fs::File::open(&small).unwrap();
-    assert_eq!(f2.as_raw_fd(), fd, "the lowest free number is reused");
+    // The number now names the small file: dup2 closes the big one and reuses its number in
+    // one step (closing it and opening again relied on getting the lowest free number back,
+    // which another test thread closing its own file could take first).
+    // SAFETY: `fd` is ours (into_raw_fd); dup2 replaces it atomically, and the new
+    // descriptor at `fd` is closed once below.
+    assert_eq!(unsafe { libc::dup2(f2.as_raw_fd(), fd) }, fd, "dup2");
     assert!(!h.get(fd, 500).0, "key 500 is not in the 1-level store");
     assert!(h.get(fd, 30).0);
+    // SAFETY: the descriptor dup2 made, ours, closed once.
+    unsafe { libc::close(fd) };
 }
