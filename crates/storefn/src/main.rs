@@ -87,6 +87,14 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Prog(_)) {
+        // Listings and disassembly are read through `head` and pagers: a reader that stops early
+        // ends the process quietly, as it would any Unix filter. Rust's runtime ignores SIGPIPE,
+        // so without this the next print panics on EPIPE. Only here: the other commands write to
+        // sockets and pipes whose peers may hang up, and must see that as an error, not die.
+        // SAFETY: restoring a signal's default disposition before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.cmd {
         Cmd::Prog(c) => prog::run(&c),
         Cmd::Kv(c) => kv::run(&c),

@@ -253,3 +253,18 @@ fn verify_proofs_counts_the_proved_accesses() {
     );
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// Regression: `storefn prog list | head -1` panicked ("failed printing to stdout: Broken pipe")
+/// once the reader had gone; a listing whose reader stops early must end quietly.
+#[test]
+fn a_listing_whose_reader_hangs_up_ends_without_a_panic() {
+    use std::process::Stdio;
+    let mut child =
+        bin().args(["prog", "list"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Close the read end before the child writes: every write it makes meets a hung-up reader.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "stderr: {err}");
+    assert!(err.is_empty(), "stderr: {err}");
+}
