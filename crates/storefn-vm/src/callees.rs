@@ -45,10 +45,11 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Vec<Vec<State>> {
                 add_entry(&mut entries[g], ranges::callee_entry(st));
             }
         };
-        let Some(states) = analysis.function(f, &from, &mut at_call) else { break };
-        let start = cfg.func_range(f).0;
-        for (k, s) in states.into_iter().enumerate() {
-            out[start + k] = s;
+        let (start, end) = cfg.func_range(f);
+        if analysis.function(f, &from, &mut at_call, &mut out[start..end]).is_none() {
+            // Nothing of this function, nor of any after it (the budget is spent).
+            out[start..end].iter_mut().for_each(Vec::clear);
+            break;
         }
     }
     out
