@@ -441,7 +441,7 @@ pub(crate) mod random {
 
     /// (result, instructions charged, instructions executed, budget left) on the interpreter;
     /// (result, budget left) on the JIT.
-    pub(crate) fn run(
+    fn run(
         prog: &VerifiedProgram,
         budget: u64,
         jit: Option<&JitProgram>,
@@ -462,6 +462,36 @@ pub(crate) mod random {
         (r, budget - env.insns_left, executed)
     }
 
+    /// Runs `prog` under `budget` on both engines and checks that the interpreter executed
+    /// no more than it charged, the JIT gives the same result with the same budget left, and
+    /// a finished run fits exactly what it spent (one less stops it). Whether it finished
+    /// (else the budget stopped it; any other error fails).
+    pub(crate) fn same_stop(
+        prog: &VerifiedProgram,
+        jit: &JitProgram,
+        budget: u64,
+        what: &str,
+    ) -> bool {
+        let (r, charged, executed) = run(prog, budget, None);
+        let what = format!("{what} budget {budget}: {:?}", prog.insns);
+        assert!(executed <= charged, "{what}: ran {executed}, charged {charged}");
+        assert_eq!(run(prog, budget, Some(jit)).0, r, "{what}: JIT");
+        assert_eq!(run(prog, budget, Some(jit)).1, charged, "{what}: JIT budget left");
+        match r {
+            Ok(v) => {
+                assert_eq!(run(prog, charged, None).0, Ok(v), "{what}: exact fit");
+                let short = run(prog, charged - 1, None).0;
+                assert!(
+                    matches!(short, Err(VmError::BudgetExhausted { .. })),
+                    "{what}: one short gave {short:?}"
+                );
+                true
+            }
+            Err(VmError::BudgetExhausted { .. }) => false,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+
     #[test]
     fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
         let (mut counted, mut finished, mut stopped) = (0, 0, 0);
@@ -476,23 +506,10 @@ pub(crate) mod random {
             // Just short of the entry charge (which holds a counted loop's whole charge), the
             // entry charge exactly, one more, small random ones (inside uncounted loops), plenty.
             for budget in [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000] {
-                let (r, charged, executed) = run(&prog, budget, None);
-                let what = format!("seed {seed} budget {budget}: {:?}", prog.insns);
-                assert!(executed <= charged, "{what}: ran {executed}, charged {charged}");
-                assert_eq!(run(&prog, budget, Some(&jit)).0, r, "{what}: JIT");
-                assert_eq!(run(&prog, budget, Some(&jit)).1, charged, "{what}: JIT budget left");
-                match r {
-                    Ok(v) => {
-                        finished += 1;
-                        assert_eq!(run(&prog, charged, None).0, Ok(v), "{what}: exact fit");
-                        let short = run(&prog, charged - 1, None).0;
-                        assert!(
-                            matches!(short, Err(VmError::BudgetExhausted { .. })),
-                            "{what}: one short gave {short:?}"
-                        );
-                    }
-                    Err(VmError::BudgetExhausted { .. }) => stopped += 1,
-                    Err(e) => panic!("{what}: {e}"),
+                if same_stop(&prog, &jit, budget, &format!("seed {seed}")) {
+                    finished += 1;
+                } else {
+                    stopped += 1;
                 }
             }
         }
