@@ -28,6 +28,7 @@
 //! # }
 //! ```
 
+mod callees;
 mod cfg;
 mod disasm;
 mod elf;

@@ -1,6 +1,7 @@
-//! Counted loops: loops of the entry function whose number of iterations the range analysis
-//! bounds, so their whole budget charge is paid once, before the loop, instead of at the
-//! header on every iteration ([`crate::cfg::Cfg::precharge`]; docs/design/vm.md, "Budget").
+//! Counted loops: loops of any function whose number of iterations the range analysis bounds
+//! (a callee's from the states at its call sites, [`crate::callees`]), so their whole budget
+//! charge is paid once, before the loop (by the charge point of the function start or loop
+//! header before it, in the same function), instead of at the header on every iteration ([`crate::cfg::Cfg::precharge`]; docs/design/vm.md, "Budget").
 //!
 //! A loop qualifies when all of this holds (every item checked here, syntactically or on the
 //! range analysis' states):
@@ -67,18 +68,30 @@ fn written(i: Insn) -> [Option<u8>; 2] {
     }
 }
 
-/// The counted loops of the entry function, given the range analysis' states per slot of it
-/// (`None`: the analysis gave up, nothing is counted).
-pub(crate) fn counted_loops(
+/// The counted loops of every function, given the range analysis' states per slot of the
+/// program ([`crate::callees::analyze`]: a callee's from its call sites; none where the
+/// analysis gave up, and then nothing there is counted). Sorted by header.
+pub(crate) fn counted_loops(prog: &Program, cfg: &Cfg, states: &[Vec<State>]) -> Vec<CountedLoop> {
+    let mut out = Vec::new();
+    for f in 0..cfg.functions().len() {
+        counted_in(prog, cfg, cfg.func_range(f), states, &mut out);
+    }
+    // Sorted by header: the JIT looks a slot's loop up by binary search.
+    out.sort_unstable_by_key(|l| l.header);
+    out
+}
+
+/// Appends the counted loops of the function of slots `[start, end)` to `out`.
+fn counted_in(
     prog: &Program,
     cfg: &Cfg,
-    states: Option<&[Vec<State>]>,
-) -> Vec<CountedLoop> {
-    let Some(states) = states else { return Vec::new() };
+    (start, end): (usize, usize),
+    states: &[Vec<State>],
+    out: &mut Vec<CountedLoop>,
+) {
     let insns = &prog.insns;
-    let (start, end) = cfg.func_range(0);
-    // Backward edges of the entry function (from, to), and for every slot the lowest and
-    // highest slot with an edge into it (fall-through included).
+    // Backward edges of the function (from, to), and for every slot the lowest and highest
+    // slot with an edge into it (fall-through included).
     let mut back: Vec<(usize, usize)> = Vec::new();
     let mut sources: Vec<(usize, usize)> = vec![(usize::MAX, 0); end - start];
     for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
@@ -98,7 +111,6 @@ pub(crate) fn counted_loops(
     let within = |v: &[usize], lo: usize, hi: usize| {
         v.partition_point(|&x| x <= hi) - v.partition_point(|&x| x < lo)
     };
-    let mut out = Vec::new();
     for &(latch, header) in &back {
         // The latch is the only backward jump in the body and the header the only backward
         // target in it: so the bodies left are disjoint, and the scans below cost O(slots).
@@ -116,7 +128,7 @@ pub(crate) fn counted_loops(
         if !closed {
             continue;
         }
-        let Some(reaching) = states.get(header - start).filter(|s| !s.is_empty()) else {
+        let Some(reaching) = states.get(header).filter(|s| !s.is_empty()) else {
             continue;
         };
         let trips = (0..10u8).filter_map(|r| trips_for(insns, cfg, header, latch, r, reaching));
@@ -124,9 +136,6 @@ pub(crate) fn counted_loops(
             out.push(CountedLoop { header, latch, trips, exact });
         }
     }
-    // Sorted by header: the JIT looks a slot's loop up by binary search.
-    out.sort_unstable_by_key(|l| l.header);
-    out
 }
 
 /// The slot that tests whether to go round again: the latch itself when it is a conditional
@@ -362,7 +371,7 @@ mod tests {
 
 /// Random counted loops on both engines: what the budget charges covers what runs.
 #[cfg(test)]
-mod random {
+pub(crate) mod random {
     use crate::insn::{
         Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JLE, BPF_JLT,
         BPF_JMP, BPF_JNE, BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
@@ -378,7 +387,7 @@ mod random {
     /// now and then), stack traffic and forward jumps (inside the body, onto the latch
     /// block, out of the loop), a latch block `r += c; if r <op> K goto header` (or clang's
     /// `r += c; if r == K goto out; goto header`), a tail.
-    fn gen(seed: u64) -> Vec<Insn> {
+    pub(crate) fn gen(seed: u64) -> Vec<Insn> {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut v: Vec<Insn> = (0..10)
             .map(|r| ins(BPF_ALU64 | BPF_MOV | BPF_K, r, 0, 0, rng.gen_range(0..40)))
@@ -453,6 +462,36 @@ mod random {
         (r, budget - env.insns_left, executed)
     }
 
+    /// Runs `prog` under `budget` on both engines and checks that the interpreter executed
+    /// no more than it charged, the JIT gives the same result with the same budget left, and
+    /// a finished run fits exactly what it spent (one less stops it). Whether it finished
+    /// (else the budget stopped it; any other error fails).
+    pub(crate) fn same_stop(
+        prog: &VerifiedProgram,
+        jit: &JitProgram,
+        budget: u64,
+        what: &str,
+    ) -> bool {
+        let (r, charged, executed) = run(prog, budget, None);
+        let what = format!("{what} budget {budget}: {:?}", prog.insns);
+        assert!(executed <= charged, "{what}: ran {executed}, charged {charged}");
+        assert_eq!(run(prog, budget, Some(jit)).0, r, "{what}: JIT");
+        assert_eq!(run(prog, budget, Some(jit)).1, charged, "{what}: JIT budget left");
+        match r {
+            Ok(v) => {
+                assert_eq!(run(prog, charged, None).0, Ok(v), "{what}: exact fit");
+                let short = run(prog, charged - 1, None).0;
+                assert!(
+                    matches!(short, Err(VmError::BudgetExhausted { .. })),
+                    "{what}: one short gave {short:?}"
+                );
+                true
+            }
+            Err(VmError::BudgetExhausted { .. }) => false,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+
     #[test]
     fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
         let (mut counted, mut finished, mut stopped) = (0, 0, 0);
@@ -467,23 +506,10 @@ mod random {
             // Just short of the entry charge (which holds a counted loop's whole charge), the
             // entry charge exactly, one more, small random ones (inside uncounted loops), plenty.
             for budget in [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000] {
-                let (r, charged, executed) = run(&prog, budget, None);
-                let what = format!("seed {seed} budget {budget}: {:?}", prog.insns);
-                assert!(executed <= charged, "{what}: ran {executed}, charged {charged}");
-                assert_eq!(run(&prog, budget, Some(&jit)).0, r, "{what}: JIT");
-                assert_eq!(run(&prog, budget, Some(&jit)).1, charged, "{what}: JIT budget left");
-                match r {
-                    Ok(v) => {
-                        finished += 1;
-                        assert_eq!(run(&prog, charged, None).0, Ok(v), "{what}: exact fit");
-                        let short = run(&prog, charged - 1, None).0;
-                        assert!(
-                            matches!(short, Err(VmError::BudgetExhausted { .. })),
-                            "{what}: one short gave {short:?}"
-                        );
-                    }
-                    Err(VmError::BudgetExhausted { .. }) => stopped += 1,
-                    Err(e) => panic!("{what}: {e}"),
+                if same_stop(&prog, &jit, budget, &format!("seed {seed}")) {
+                    finished += 1;
+                } else {
+                    stopped += 1;
                 }
             }
         }

@@ -18,12 +18,16 @@
 //!   contract is that `data` / `scratch` are at least that long, and `run_xrp` runs a call
 //!   whose buffers are shorter on the interpreter (which checks every access) instead.
 //!
-//! - **stack through a copy**: on every path the base register is the entry function's r10
-//!   plus an offset range such that the access lies inside its 512-byte frame (the entry
-//!   runs in frame 0; the whole stack block is in both region sets).
+//! - **stack through a copy**: on every path the base register is the function's own r10
+//!   plus an offset range such that the access lies inside its 512-byte frame (a function
+//!   runs in frame k < `MAX_CALL_DEPTH`, the engines check the depth before every call; the
+//!   whole stack block is in both region sets). A pointer into a caller's frame passed as an
+//!   argument is forgotten at the call ([`crate::ranges::callee_entry`]), so it is never
+//!   taken for one into the callee's.
 //!
-//! Anything else (atomics outside the stack, globals, pointers the analysis lost, anything in
-//! a BPF-to-BPF callee) keeps the run-time check.
+//! Every function is analysed, a BPF-to-BPF callee from the states at its call sites
+//! ([`crate::callees`]). Anything else (atomics outside the stack, globals, pointers the
+//! analysis lost, pointers into a caller's frame) keeps the run-time check.
 
 use crate::cfg::Cfg;
 use crate::insn::{BPF_LDX, BPF_MEM, BPF_ST, BPF_STX};
@@ -72,12 +76,8 @@ fn ctx_writable(t: ProgType) -> &'static [(i64, i64)] {
 }
 
 /// The proofs for `prog` (module documentation), given the range analysis' states per slot of
-/// the entry function ([`ranges::analyze`]; `None`: it gave up).
-pub(crate) fn in_bounds(
-    prog: &Program,
-    cfg: &Cfg,
-    states: Option<&[Vec<ranges::State>]>,
-) -> InBounds {
+/// the program ([`crate::callees::analyze`]; none where it gave up).
+pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg, states: &[Vec<ranges::State>]) -> InBounds {
     let insns = &prog.insns;
     let mut out = InBounds { at: vec![false; insns.len()], ..InBounds::default() };
     for (pc, i) in insns.iter().enumerate() {
@@ -90,11 +90,8 @@ pub(crate) fn in_bounds(
             _ => false,
         };
     }
-    let Some(states) = states else { return out };
-    let (start, _) = cfg.func_range(0);
     let (mut data, mut scratch) = (0u64, 0u64);
-    for (k, reaching) in states.iter().enumerate() {
-        let pc = start + k;
+    for (pc, reaching) in states.iter().enumerate() {
         let i = insns[pc];
         let load = i.class() == BPF_LDX;
         let store = (i.class() == BPF_ST || i.class() == BPF_STX) && i.op & 0xe0 == BPF_MEM;
@@ -124,8 +121,8 @@ pub(crate) fn in_bounds(
                     need.1 = need.1.max(hi.unsigned_abs());
                     true
                 }
-                // The entry's frame, reached through a copy of r10 moved by a bounded
-                // offset (a stack array indexed by data).
+                // The function's own frame, reached through a copy of its r10 moved by a
+                // bounded offset (a stack array indexed by data).
                 Base::Stack => lo >= -(STACK_FRAME_BYTES as i64) && hi <= 0,
                 Base::Data | Base::Scratch => false,
             }
@@ -375,6 +372,8 @@ mod tests {
             "bench/fnv1a",
             "bench/classify",
             "bench/knn",
+            // Its loads are in a called function, proved from the call's arguments.
+            "bench/alternate",
         ] {
             let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
             let unproved: Vec<usize> = (0..p.insns.len())

@@ -1,6 +1,9 @@
-//! Range analysis over the entry function: which registers hold a pointer into the context,
-//! the xrp `data` block or `scratch` at a bounded offset, and which hold a scalar in a known
-//! unsigned range. `proofs.rs` turns the states reaching each access into proofs.
+//! Range analysis of each function: which registers hold a pointer into the context, the xrp
+//! `data` block, `scratch` or the function's own frame at a bounded offset, and which hold a
+//! scalar in a known unsigned range. `proofs.rs` turns the states reaching each access into
+//! proofs. A function is analysed from the states it may start in: the entry from
+//! [`entry_state`], a BPF-to-BPF callee from the states at its call sites
+//! ([`callee_entry`]; `callees.rs` orders the functions, callers first).
 //!
 //! Abstract interpretation, path-sensitive up to a point: each slot keeps up to
 //! [`STATES_PER_SLOT`] distinct states (a loop with a constant trip count is followed iteration
@@ -14,7 +17,8 @@
 //! state arriving at a slot is dropped when one already kept there contains it (its
 //! continuations are covered). Branches refine the ranges they compare on each edge; an edge
 //! whose refined range is empty is not followed. More than [`MAX_ARRIVALS`] arrivals in all
-//! and the analysis gives up: nothing is proved (every access keeps its check).
+//! (over the program's functions) and the analysis gives up: nothing is proved in the function
+//! it was in nor in any analysed after it (every access there keeps its check).
 //!
 //! Every fact is about the value a register holds at run time on every path that reaches the
 //! slot: `Ptr(Data, [a, b])` means the register equals `ctx.data + k` for some `a <= k <= b`
@@ -57,7 +61,7 @@ pub(crate) enum Base {
     Data,
     /// The xrp `scratch` buffer (`ctx.scratch`).
     Scratch,
-    /// The entry function's frame: offsets from its r10 (the top of the frame).
+    /// The analysed function's own frame: offsets from its r10 (the top of the frame).
     Stack,
 }
 
@@ -242,19 +246,80 @@ fn compare_constants(insns: &[Insn]) -> Vec<u64> {
 /// Registers r0-r9 (r10 is the frame pointer; its accesses are proved syntactically).
 pub(crate) type State = [Val; 10];
 
-fn state_contains(a: &State, b: &State) -> bool {
+pub(crate) fn state_contains(a: &State, b: &State) -> bool {
     a.iter().zip(b).all(|(x, y)| x.contains(*y))
 }
 
-/// Per slot of the entry function: the states that reach it, or `None` when the analysis gave
-/// up. An empty list: no path reaches the slot.
-pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
-    let (start, end) = cfg.func_range(0);
-    let mut kept: Vec<Vec<State>> = vec![Vec::new(); end - start];
-    let mut growths = vec![0u32; end - start];
+/// The state the entry function starts in: r1 is the context, the rest anything.
+pub(crate) fn entry_state() -> State {
     let mut entry = [FULL; 10];
     entry[1] = Val::Ptr(Base::Ctx, Span { lo: 0, hi: 0 });
-    let thresholds = compare_constants(&prog.insns);
+    entry
+}
+
+/// The state a BPF-to-BPF callee starts in when called in state `st`: r1-r5 as the caller
+/// left them, except pointers into the caller's frame (the callee's r10 is another frame, and
+/// `Base::Stack` in its analysis means its own), r0 and r6-r9 anything (the verifier makes
+/// the callee write them before it reads them).
+pub(crate) fn callee_entry(st: &State) -> State {
+    let mut entry = [FULL; 10];
+    for r in 1..=5 {
+        if !matches!(st[r], Val::Ptr(Base::Stack, _)) {
+            entry[r] = st[r];
+        }
+    }
+    entry
+}
+
+/// The analysis of one program, one function at a time ([`Analysis::function`]), callers
+/// before callees (`crate::callees`).
+pub(crate) struct Analysis<'a> {
+    prog: &'a Program,
+    cfg: &'a Cfg,
+    /// [`compare_constants`] of the whole program: a callee's counter may be compared with a
+    /// value its caller bounded.
+    thresholds: Vec<u64>,
+    /// Arrivals so far over all functions analysed, against [`MAX_ARRIVALS`].
+    arrivals: usize,
+}
+
+impl<'a> Analysis<'a> {
+    pub(crate) fn new(prog: &'a Program, cfg: &'a Cfg) -> Self {
+        Analysis { prog, cfg, thresholds: compare_constants(&prog.insns), arrivals: 0 }
+    }
+
+    /// Fills `kept` (function `f`'s slots, from its first; empty on entry) with the states
+    /// that reach each slot, starting from `entries` (every way into `f` starts in a state
+    /// one of them contains); `None` when the analysis gave up (the arrivals of all functions
+    /// analysed so far passed [`MAX_ARRIVALS`]; then `kept` means nothing). An empty list: no
+    /// path reaches the slot. `at_call(pc, st)` sees every state reaching a BPF-to-BPF call
+    /// of `f` (before the call), so its callee's entry states can be made from them. Into the
+    /// caller's table: a second table per program, copied over, doubled the page faults of
+    /// verifying a 4,096-slot program (glibc returns the freed top of the heap each time).
+    pub(crate) fn function(
+        &mut self,
+        f: usize,
+        entries: &[State],
+        at_call: &mut dyn FnMut(usize, &State),
+        kept: &mut [Vec<State>],
+    ) -> Option<()> {
+        let ctx = (&self.thresholds[..], &mut self.arrivals);
+        analyze(self.prog, self.cfg, f, entries, ctx, at_call, kept)
+    }
+}
+
+fn analyze(
+    prog: &Program,
+    cfg: &Cfg,
+    f: usize,
+    entries: &[State],
+    (thresholds, arrivals): (&[u64], &mut usize),
+    at_call: &mut dyn FnMut(usize, &State),
+    kept: &mut [Vec<State>],
+) -> Option<()> {
+    let (start, end) = cfg.func_range(f);
+    debug_assert_eq!(kept.len(), end - start);
+    let mut growths = vec![0u32; end - start];
     // Widening only where a backward jump lands: every cycle passes one, so the analysis
     // still ends, and the slots of a loop body keep the exact offsets derived from the
     // header's (widened) ranges instead of widening them again.
@@ -275,10 +340,10 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
             cfg.is_block_start(pc) || matches!(prog.insns[pc].class(), BPF_LDX | BPF_ST | BPF_STX)
         })
         .collect();
-    let mut work = vec![(start, entry)];
+    let mut work: Vec<(usize, State)> = entries.iter().map(|&e| (start, e)).collect();
     // Counted when queued or stepped into, so the queue and the kept states both stay within
     // the bound.
-    let mut arrivals = 1usize;
+    *arrivals += work.len();
     while let Some((mut pc, mut st)) = work.pop() {
         loop {
             if keep_at[pc - start] {
@@ -300,7 +365,7 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
                     let g = growths[pc - start];
                     st = if widens[pc - start] && g > WIDEN_AFTER {
                         let t: &[u64] =
-                            if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { &thresholds };
+                            if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { thresholds };
                         std::array::from_fn(|r| old[r].widen(st[r], t))
                     } else {
                         join_states(&old, &st)
@@ -319,11 +384,14 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
             if let Some(n) = next.filter(|&n| n < end && !keep_at[n - start]) {
                 transfer(prog, pc, &mut st);
                 pc = n;
-                arrivals += 1;
-                if arrivals > MAX_ARRIVALS {
+                *arrivals += 1;
+                if *arrivals > MAX_ARRIVALS {
                     return None;
                 }
                 continue;
+            }
+            if crate::cfg::is_pseudo_call(prog.insns[pc]) {
+                at_call(pc, &st);
             }
             let before = work.len();
             step(prog, cfg, pc, &st, &mut work);
@@ -338,17 +406,17 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Option<Vec<Vec<State>>> {
                     work.swap_remove(k);
                 }
             }
-            arrivals += work.len() - before;
-            if arrivals > MAX_ARRIVALS {
+            *arrivals += work.len() - before;
+            if *arrivals > MAX_ARRIVALS {
                 return None;
             }
             break;
         }
     }
-    Some(kept)
+    Some(())
 }
 
-fn join_states(a: &State, b: &State) -> State {
+pub(crate) fn join_states(a: &State, b: &State) -> State {
     std::array::from_fn(|r| a[r].join(b[r]))
 }
 
@@ -409,7 +477,8 @@ fn transfer(prog: &Program, pc: usize, st: &mut State) {
 fn operand(i: Insn, st: &State, is64: bool) -> Val {
     if i.op & BPF_X != 0 {
         if i.src == 10 {
-            // The entry's frame pointer (the analysis covers the entry function only).
+            // This function's own frame pointer (pointers into a caller's frame are
+            // forgotten at the call: `callee_entry`).
             return Val::Ptr(Base::Stack, Span { lo: 0, hi: 0 });
         }
         if i.src > 10 {

@@ -146,9 +146,9 @@ impl VerifiedProgram {
     /// The first violation found, as `insn #N: reason`.
     pub fn new(prog: Program) -> Result<Self, VerifyError> {
         let (stats, mut cfg) = analyze(&prog)?;
-        let states = crate::ranges::analyze(&prog, &cfg);
-        let in_bounds = crate::proofs::in_bounds(&prog, &cfg, states.as_deref());
-        let counted = crate::loops::counted_loops(&prog, &cfg, states.as_deref());
+        let states = crate::callees::analyze(&prog, &cfg);
+        let in_bounds = crate::proofs::in_bounds(&prog, &cfg, &states);
+        let counted = crate::loops::counted_loops(&prog, &cfg, &states);
         cfg.precharge(&prog.insns, &counted);
         Ok(Self { prog, cfg, stats, in_bounds })
     }
