@@ -514,6 +514,22 @@ mod tests {
     }
 
     #[test]
+    fn a_scratch_store_inside_the_view_on_some_path_counts_into_the_bytes_the_jit_needs() {
+        // r6 = scratch (path A) or scratch + 8000 (path B); a word stored at r6 + 4000: in
+        // the view on A only. Not proved, but the analysis took A's store to miss the frame,
+        // which holds only if scratch is at least 4008 bytes long on the JIT.
+        let v = xrp(&[
+            ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),    // 2
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 3, 0, 0),  // 3
+            ins(JMP_K | BPF_JEQ, 4, 0, 1, 0),              // 4
+            ins(ALU_K | BPF_ADD, 6, 0, 0, 8000),           // 5
+            ins(BPF_ST | BPF_MEM | BPF_DW, 6, 0, 4000, 1), // 6
+        ]);
+        assert!(!v.access_in_bounds(6));
+        assert_eq!(v.xrp_min_bytes(), (0, 4008));
+    }
+
+    #[test]
     fn a_narrow_spill_reloads_its_zero_extended_range_and_a_call_forgets_every_slot() {
         // *(u16 *)(r10 - 2) = (byte & 0xff) << 4; reloaded as an index into data.
         let prog = |between: &[Insn]| {

@@ -254,7 +254,23 @@ fn linked_index(
 ) {
     let k = [8, 1, -8, 0, 4096][rng.gen_range(0..5)];
     let wide = rng.gen_bool(0.5);
-    p.push(ldx([BPF_H, BPF_W, BPF_DW][rng.gen_range(0..3)], v, SCRATCH, 8 * rng.gen_range(0..4)));
+    let limit = view as i32 - 8 - k + rng.gen_range(-1..=1);
+    p.push(ldx(
+        [BPF_B, BPF_H, BPF_W, BPF_DW][rng.gen_range(0..4)],
+        v,
+        SCRATCH,
+        8 * rng.gen_range(0..4),
+    ));
+    let edge = rng.gen_bool(0.7);
+    if edge {
+        // `limit` or one more (the analysis: anything in [16, 0xffff + 16]): the access runs
+        // at the edge half the time, and only the link bounds `c` there (its range was taken
+        // before the compare). A mistaken link offset shows as a proved access one byte past.
+        p.push(alu64_imm(BPF_AND, v, 1));
+        p.push(alu64_imm(BPF_ADD, v, limit - 16));
+        p.push(alu64_imm(BPF_AND, v, 0xffff));
+        p.push(alu64_imm(BPF_ADD, v, 16));
+    }
     p.push(if wide { mov64_reg(c, v) } else { alu32_reg(BPF_MOV, c, v) });
     p.push(if wide { alu64_imm(BPF_ADD, c, k) } else { alu32_imm(BPF_ADD, c, k) });
     match rng.gen_range(0..6) {
@@ -262,13 +278,17 @@ fn linked_index(
         1 => p.push(ldx(BPF_W, [v, c][rng.gen_range(0..2)], SCRATCH, 8)),
         _ => {}
     }
-    let limit = view as i32 - 8 - k + rng.gen_range(-1..=1);
     let class = if rng.gen_bool(0.5) { BPF_JMP } else { BPF_JMP32 };
     let op = [BPF_JGT, BPF_JGE, BPF_JSGT][rng.gen_range(0..3)];
     p.push(ins(class | op | BPF_K, v, 0, 3, limit));
     p.push(mov64_reg(ptr, base));
     p.push(alu64_reg(BPF_ADD, ptr, c));
-    access(rng, ptr, 0, p);
+    if edge {
+        // 8 bytes: the last fitting word, or one byte past the view.
+        p.push(ldx(BPF_DW, TEMPS[0], ptr, 0));
+    } else {
+        access(rng, ptr, 0, p);
+    }
 }
 
 /// A pointer at the view's last word (or a byte past) spilled to the frame, a store beside
