@@ -546,18 +546,13 @@ fn a_loop_bounded_by_a_modulo_limit_is_proved_only_inside_the_view() {
     for (k, proved) in [(view, true), (view + 2, false)] {
         let prog = Arc::new(VerifiedProgram::new(program(looped(k), ProgType::Xrp)).unwrap());
         assert_eq!(prog.access_in_bounds(9), proved, "k = {k}");
-        let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
-        let mut interp = Instance::new(prog, Engine::Interp).unwrap();
-        let mut b = Buffers::new(&mut SmallRng::seed_from_u64(2), XRP_DATA_VIEW_BYTES, 16);
         // at = k - 1: the loop reads d[0 ..= k - 2].
-        b.scratch[GUARD..GUARD + 8].copy_from_slice(&(k as u64 - 1).to_le_bytes());
-        let (j, i) = (run(&mut jit, &mut b), run(&mut interp, &mut b));
-        same(&j, &i);
+        let r = jit_as_interp(prog, k as u64 - 1);
         if proved {
-            assert!(j.0.is_ok(), "{:?}", j.0);
+            assert!(r.is_ok(), "{r:?}");
         } else {
             let at = Place::Region { name: RegionName::Data, offset: 4096, len: 4096 };
-            assert_eq!(j.0, Err(VmError::BadRead { insn: 9, at, len: 1 }));
+            assert_eq!(r, Err(VmError::BadRead { insn: 9, at, len: 1 }));
         }
     }
 }
@@ -600,18 +595,25 @@ fn a_linked_or_spilled_bound_one_past_the_view_still_faults_at_its_instruction()
         for (what, insns) in [("linked", linked(k)), ("spilled", spilled(k))] {
             let prog = Arc::new(VerifiedProgram::new(program(insns, ProgType::Xrp)).unwrap());
             assert_eq!(prog.access_in_bounds(8), proved, "{what}, k = {k}");
-            let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
-            let mut interp = Instance::new(prog, Engine::Interp).unwrap();
-            let mut b = Buffers::new(&mut SmallRng::seed_from_u64(3), XRP_DATA_VIEW_BYTES, 16);
-            b.scratch[GUARD..GUARD + 8].copy_from_slice(&4080u64.to_le_bytes());
-            let (j, i) = (run(&mut jit, &mut b), run(&mut interp, &mut b));
-            same(&j, &i);
+            let r = jit_as_interp(prog, 4080);
             if proved {
-                assert!(j.0.is_ok(), "{what}: {:?}", j.0);
+                assert!(r.is_ok(), "{what}: {r:?}");
             } else {
                 let at = Place::Region { name: RegionName::Data, offset: 4089, len: 4096 };
-                assert_eq!(j.0, Err(VmError::BadRead { insn: 8, at, len: 8 }), "{what}");
+                assert_eq!(r, Err(VmError::BadRead { insn: 8, at, len: 8 }), "{what}");
             }
         }
     }
+}
+
+/// Runs `prog` once on a JIT and an interpreter instance over exact-size data (scratch word 0
+/// = `arg`), checks they agree, and returns the JIT's result.
+fn jit_as_interp(prog: Arc<VerifiedProgram>, arg: u64) -> Result<u64, VmError> {
+    let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
+    let mut interp = Instance::new(prog, Engine::Interp).unwrap();
+    let mut b = Buffers::new(&mut SmallRng::seed_from_u64(2), XRP_DATA_VIEW_BYTES, 16);
+    b.scratch[GUARD..GUARD + 8].copy_from_slice(&arg.to_le_bytes());
+    let (j, i) = (run(&mut jit, &mut b), run(&mut interp, &mut b));
+    same(&j, &i);
+    j.0
 }
