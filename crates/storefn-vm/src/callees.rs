@@ -4,7 +4,7 @@
 //! The verifier refuses recursion, so the call graph is acyclic: functions are analysed in a
 //! topological order of it, callers first, and when a function's turn comes every call site
 //! that can reach it has been seen, with every state the caller's analysis keeps there. The
-//! callee starts from those states ([`ranges::callee_entry`]: r1-r5 as at the call, pointers
+//! callee starts from those states ([`State::callee_entry`]: r1-r5 as at the call, pointers
 //! into the caller's frame forgotten; r0 and r6-r9 anything), distinct ones kept apart up to
 //! [`ENTRY_STATES`], past that joined into one. So a function called from two sites gets both
 //! sites' states (or their join), and an argument unknown at any site is unknown in it: every
@@ -20,7 +20,7 @@
 
 use crate::cfg::{is_pseudo_call, rel_target, Cfg};
 use crate::program::Program;
-use crate::ranges::{self, join_states, state_contains, Analysis, State};
+use crate::ranges::{Analysis, State};
 
 /// Distinct entry states a callee keeps before they are joined into one: a function called
 /// from a few sites with different arguments is analysed once per site's state, while one
@@ -33,7 +33,7 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Vec<Vec<State>> {
     let mut out = vec![Vec::new(); prog.insns.len()];
     let nfuncs = cfg.functions().len();
     let mut entries: Vec<Vec<State>> = vec![Vec::new(); nfuncs];
-    entries[0].push(ranges::entry_state());
+    entries[0].push(State::entry());
     let mut analysis = Analysis::new(prog, cfg);
     for f in callers_first(prog, cfg) {
         let from = std::mem::take(&mut entries[f]);
@@ -42,7 +42,7 @@ pub(crate) fn analyze(prog: &Program, cfg: &Cfg) -> Vec<Vec<State>> {
         }
         let mut at_call = |pc: usize, st: &State| {
             if let Some(g) = callee(prog, cfg, pc) {
-                add_entry(&mut entries[g], ranges::callee_entry(st));
+                add_entry(&mut entries[g], State::callee_entry(st));
             }
         };
         let (start, end) = cfg.func_range(f);
@@ -65,12 +65,12 @@ fn callee(prog: &Program, cfg: &Cfg, pc: usize) -> Option<usize> {
 /// Adds `st` to a callee's entry states: dropped when one of them contains it; past
 /// [`ENTRY_STATES`] all are joined into one.
 fn add_entry(entries: &mut Vec<State>, st: State) {
-    if entries.iter().any(|e| state_contains(e, &st)) {
+    if entries.iter().any(|e| e.contains(&st)) {
         return;
     }
     entries.push(st);
     if entries.len() > ENTRY_STATES {
-        let joined = entries.iter().skip(1).fold(entries[0], |acc, s| join_states(&acc, s));
+        let joined = entries.iter().skip(1).fold(entries[0], |acc, s| acc.merge(s, None));
         entries.clear();
         entries.push(joined);
     }

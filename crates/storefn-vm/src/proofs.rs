@@ -22,7 +22,7 @@
 //!   plus an offset range such that the access lies inside its 512-byte frame (a function
 //!   runs in frame k < `MAX_CALL_DEPTH`, the engines check the depth before every call; the
 //!   whole stack block is in both region sets). A pointer into a caller's frame passed as an
-//!   argument is forgotten at the call ([`crate::ranges::callee_entry`]), so it is never
+//!   argument is forgotten at the call ([`crate::ranges::State::callee_entry`]), so it is never
 //!   taken for one into the callee's.
 //!
 //! Every function is analysed, a BPF-to-BPF callee from the states at its call sites
@@ -54,7 +54,7 @@ pub(crate) struct InBounds {
 }
 
 /// Bytes of the context every invocation of `t` may read.
-fn ctx_bytes(t: ProgType) -> i64 {
+pub(crate) fn ctx_bytes(t: ProgType) -> i64 {
     match t {
         ProgType::Xrp => XRP_CTX_BYTES as i64,
         ProgType::Lambda => LAMBDA_CTX_BYTES as i64,
@@ -96,6 +96,11 @@ pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg, states: &[Vec<ranges::State>]
         let load = i.class() == BPF_LDX;
         let store = (i.class() == BPF_ST || i.class() == BPF_STX) && i.op & 0xe0 == BPF_MEM;
         let base = if load { i.src } else { i.dst };
+        if matches!(i.class(), BPF_ST | BPF_STX) {
+            // Every scratch store the analysis took to miss the frame (proved or not).
+            let ends = reaching.iter().filter_map(|st| ranges::scratch_store_end(i, st));
+            scratch = scratch.max(ends.max().unwrap_or(0).unsigned_abs());
+        }
         if out.at[pc] || reaching.is_empty() || !(load || store) || base >= R10 {
             continue;
         }
@@ -142,8 +147,9 @@ pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg, states: &[Vec<ranges::State>]
 mod tests {
     use super::*;
     use crate::insn::{
-        Insn, BPF_ADD, BPF_ALU64, BPF_AND, BPF_B, BPF_DW, BPF_EXIT, BPF_H, BPF_JA, BPF_JEQ,
-        BPF_JGE, BPF_JLT, BPF_JMP, BPF_JNE, BPF_K, BPF_LSH, BPF_MEM, BPF_MOV, BPF_W, BPF_X,
+        Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_AND, BPF_B, BPF_DW, BPF_EXIT, BPF_H, BPF_JA,
+        BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JLT, BPF_JMP, BPF_JMP32, BPF_JNE, BPF_K, BPF_LSH, BPF_MEM,
+        BPF_MOV, BPF_MUL, BPF_ST, BPF_STX, BPF_W, BPF_X,
     };
     use crate::VerifiedProgram;
 
@@ -374,6 +380,9 @@ mod tests {
             "bench/knn",
             // Its loads are in a called function, proved from the call's arguments.
             "bench/alternate",
+            "bench/bsearch32",
+            "bench/mismatch",
+            "bench/matmul",
         ] {
             let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
             let unproved: Vec<usize> = (0..p.insns.len())
@@ -384,5 +393,164 @@ mod tests {
                 .collect();
             assert!(unproved.is_empty(), "{name}: accesses checked: {unproved:?}");
         }
+    }
+
+    const ALU_K: u8 = BPF_ALU64 | BPF_K;
+    const LDX_W: u8 = BPF_LDX | BPF_MEM | BPF_W;
+
+    /// `r4` = any u64 (or `w4` = any u32), `r0 = r4 + c` made by `link`, `between` run, then
+    /// `if r4 > 4080 goto out` and a data word at `data + r0`: proved iff `r0 <= 4088`
+    /// follows from the link on every path.
+    fn linked(load4: Insn, link: &[Insn], between: &[Insn], test: Insn) -> bool {
+        let mut body = vec![load4];
+        body.extend_from_slice(link);
+        body.extend_from_slice(between);
+        body.extend([
+            test,                                         // if r4 > 4080 goto out
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0), // r5 = data
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 5, 0, 0, 0), // r5 += r0
+            ins(LDX_DW, 6, 5, 0, 0),                      // the access
+        ]);
+        let n = body.len();
+        // The access is the last body slot (after the two context loads of `xrp`).
+        xrp(&body).access_in_bounds(n + 1)
+    }
+
+    #[test]
+    fn a_branch_on_a_copy_refines_the_linked_register_with_its_offset() {
+        let any = ins(LDX_DW, 4, 3, 0, 0);
+        let any32 = ins(LDX_W, 4, 3, 0, 0);
+        let mov = ins(BPF_ALU64 | BPF_MOV | BPF_X, 0, 4, 0, 0);
+        let mov32 = ins(BPF_ALU | BPF_MOV | BPF_X, 0, 4, 0, 0);
+        let add = |c| ins(ALU_K | BPF_ADD, 0, 0, 0, c);
+        let add32 = |c| ins(BPF_ALU | BPF_K | BPF_ADD, 0, 0, 0, c);
+        let jgt = ins(JMP_K | BPF_JGT, 4, 0, 3, 4080);
+        let jgt32 = ins(BPF_JMP32 | BPF_K | BPF_JGT, 4, 0, 3, 4080);
+        // r0 = r4 + 8 <= 4088: the word ends at 4096.
+        assert!(linked(any, &[mov, add(8)], &[], jgt));
+        let u16 = ins(BPF_LDX | BPF_MEM | BPF_H, 4, 3, 0, 0);
+        assert!(linked(u16, &[mov32, add32(8)], &[], jgt32));
+        // The compare's register stepped after the copy: the offset follows (r0 = r4 + 7).
+        assert!(linked(any, &[mov, add(8)], &[ins(ALU_K | BPF_ADD, 4, 0, 0, 1)], jgt));
+        // One byte further: r0 <= 4089.
+        assert!(!linked(any, &[mov, add(9)], &[], jgt));
+        // r0 = r4 - 8 wraps below zero for r4 < 8: no bound.
+        assert!(!linked(any, &[mov, add(-8)], &[], jgt));
+        // A 32-bit add that may wrap (w4 - 8), and a 32-bit copy of a 64-bit value: no link.
+        assert!(!linked(u16, &[mov32, add32(-8)], &[], jgt32));
+        assert!(!linked(any32, &[mov32, add32(8)], &[], jgt32)); // may wrap: no link
+        assert!(!linked(any, &[mov32, add32(8)], &[], jgt));
+        // Either register written after the copy: the link is gone.
+        assert!(!linked(any, &[mov, add(8)], &[ins(LDX_DW, 4, 3, 8, 0)], jgt));
+        assert!(!linked(any, &[mov, add(8)], &[ins(LDX_DW, 0, 3, 8, 0)], jgt));
+        let clobber = ins(BPF_ALU64 | BPF_MUL | BPF_K, 0, 0, 0, 1);
+        assert!(!linked(any, &[mov, add(8)], &[clobber], jgt));
+        // The copy made on one path only (the other skips it): the join keeps no link.
+        let skip = [ins(JMP_K | BPF_JEQ, 6, 0, 2, 0), mov, add(8)];
+        assert!(!linked(any, &[ins(LDX_DW, 0, 3, 8, 0), ins(LDX_DW, 6, 3, 16, 0)], &skip, jgt));
+    }
+
+    #[test]
+    fn a_register_compare_refines_both_sides_and_their_copies() {
+        // w3 = scratch byte (<= 255); w7 = any u32; w0 = w7; if w7 >= w3 goto out;
+        // then w0 <= 254 and w0 << 4 ends its word at 4072.
+        let body = |shift: i32| {
+            xrp(&[
+                ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),   // 2
+                ins(LDX_W, 7, 3, 4, 0),                       // 3
+                ins(BPF_ALU | BPF_MOV | BPF_X, 0, 7, 0, 0),   // 4
+                ins(BPF_JMP32 | BPF_X | BPF_JGE, 7, 4, 4, 0), // 5
+                ins(ALU_K | BPF_LSH, 0, 0, 0, shift),         // 6
+                ins(BPF_ALU64 | BPF_MOV | BPF_X, 5, 2, 0, 0), // 7
+                ins(BPF_ALU64 | BPF_ADD | BPF_X, 5, 0, 0, 0), // 8
+                ins(LDX_DW, 6, 5, 0, 0),                      // 9
+            ])
+        };
+        assert!(body(4).access_in_bounds(9));
+        assert!(!body(5).access_in_bounds(9)); // 254 << 5 + 8 > 4096
+    }
+
+    /// `r2` (data) spilled to `r10 - 8`, then `between`, r2 overwritten, the slot reloaded
+    /// (`reload`) into r5, and the data's last word read through it.
+    fn spilled(between: &[Insn], reload: Insn) -> bool {
+        let mut body = vec![ins(BPF_STX | BPF_MEM | BPF_DW, 10, 2, -8, 0)];
+        body.extend_from_slice(between);
+        body.extend([mov(2, 0), reload, ins(LDX_DW, 6, 5, 4088, 0)]);
+        let n = body.len();
+        xrp(&body).access_in_bounds(n + 1)
+    }
+
+    #[test]
+    fn a_spilled_pointer_is_proved_until_a_store_may_overwrite_it() {
+        let reload = ins(LDX_DW, 5, 10, -8, 0);
+        let st = |size, dst, off| ins(BPF_ST | BPF_MEM | size, dst, 0, off, 7);
+        assert!(spilled(&[], reload));
+        // Stores beside the slot, and into the context's writable fields, leave it.
+        assert!(spilled(&[st(BPF_DW, 10, -16), st(BPF_B, 10, -1 - 8 - 1)], reload));
+        assert!(spilled(&[st(BPF_W, 1, 8)], reload));
+        // A store into it, even one byte of it, replaces it.
+        assert!(!spilled(&[st(BPF_B, 10, -1)], reload));
+        assert!(spilled(&[st(BPF_W, 10, -12)], reload)); // bytes -12..-8: beside it
+        assert!(!spilled(&[st(BPF_DW, 10, -8)], reload));
+        // A copy of r10 at -16 + (0 or 8): may hit it.
+        let maybe = [
+            ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),
+            ins(ALU_K | BPF_AND, 4, 0, 0, 8),
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 10, 0, 0),
+            ins(ALU_K | BPF_ADD, 6, 0, 0, -16),
+            ins(BPF_ALU64 | BPF_ADD | BPF_X, 6, 4, 0, 0),
+            st(BPF_DW, 6, 0),
+        ];
+        assert!(!spilled(&maybe, reload));
+        // A store inside the scratch view misses it (the JIT's scratch covers every such
+        // store); past the view, or through a loaded pointer, it may not.
+        assert!(spilled(&[st(BPF_DW, 3, 4088)], reload));
+        assert!(!spilled(&[st(BPF_DW, 3, 4096)], reload));
+        assert!(!spilled(&[ins(LDX_DW, 6, 3, 0, 0), st(BPF_B, 6, 0)], reload));
+        // A narrower reload reads only part of the pointer; another slot holds nothing known.
+        assert!(!spilled(&[], ins(LDX_W, 5, 10, -8, 0)));
+        assert!(!spilled(&[], ins(LDX_DW, 5, 10, -16, 0)));
+    }
+
+    #[test]
+    fn a_scratch_store_inside_the_view_on_some_path_counts_into_the_bytes_the_jit_needs() {
+        // r6 = scratch (path A) or scratch + 8000 (path B); a word stored at r6 + 4000: in
+        // the view on A only. Not proved, but the analysis took A's store to miss the frame,
+        // which holds only if scratch is at least 4008 bytes long on the JIT.
+        let v = xrp(&[
+            ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),    // 2
+            ins(BPF_ALU64 | BPF_MOV | BPF_X, 6, 3, 0, 0),  // 3
+            ins(JMP_K | BPF_JEQ, 4, 0, 1, 0),              // 4
+            ins(ALU_K | BPF_ADD, 6, 0, 0, 8000),           // 5
+            ins(BPF_ST | BPF_MEM | BPF_DW, 6, 0, 4000, 1), // 6
+        ]);
+        assert!(!v.access_in_bounds(6));
+        assert_eq!(v.xrp_min_bytes(), (0, 4008));
+    }
+
+    #[test]
+    fn a_narrow_spill_reloads_its_zero_extended_range_and_a_call_forgets_every_slot() {
+        // *(u16 *)(r10 - 2) = (byte & 0xff) << 4; reloaded as an index into data.
+        let prog = |between: &[Insn]| {
+            let mut body = vec![
+                ins(BPF_ALU64 | BPF_MOV | BPF_X, 7, 2, 0, 0),
+                ins(BPF_LDX | BPF_MEM | BPF_B, 4, 3, 0, 0),
+                ins(ALU_K | BPF_LSH, 4, 0, 0, 4),
+                ins(BPF_STX | BPF_MEM | BPF_H, 10, 4, -2, 0),
+                mov(4, 0),
+            ];
+            body.extend_from_slice(between);
+            body.extend([
+                ins(BPF_LDX | BPF_MEM | BPF_H, 4, 10, -2, 0),
+                ins(BPF_ALU64 | BPF_ADD | BPF_X, 4, 7, 0, 0),
+                ins(LDX_DW, 6, 4, 0, 0),
+            ]);
+            let n = body.len();
+            xrp(&body).access_in_bounds(n + 1)
+        };
+        assert!(prog(&[]));
+        // A helper call: it may write the frame through a pointer it was given.
+        let call = ins(BPF_JMP | crate::insn::BPF_CALL, 0, 0, 0, 6);
+        assert!(!prog(&[ins(BPF_ALU64 | BPF_MOV | BPF_X, 1, 10, 0, 0), call]));
     }
 }

@@ -1,4 +1,4 @@
-//! The range proofs (src/ranges.rs, src/proofs.rs) against the interpreter, through
+//! The range proofs (src/ranges/, src/proofs.rs) against the interpreter, through
 //! `Instance::run_xrp` with `data` and `scratch` exactly as long as the xrp views (separate
 //! allocations): random xrp programs index data and scratch with constants just inside and
 //! just outside the views, masked and compared indices, and pointers stepping through loops.
@@ -69,7 +69,9 @@ fn gen(seed: u64) -> Vec<Insn> {
         let n = 8;
         let t = TEMPS[rng.gen_range(0..3)];
         let ptr = TEMPS[3 + rng.gen_range(0..2)];
-        match rng.gen_range(0..10) {
+        match rng.gen_range(0..12) {
+            10 => linked_index(&mut rng, base, view, (t, TEMPS[(t as usize + 1) % 3]), ptr, &mut p),
+            11 => spilled_pointer(&mut rng, base, view, ptr, &mut p),
             6 | 7 => clang_counted_loop(&mut rng, base, view, t, ptr, &mut p),
             9 => register_bounded_loop(
                 &mut rng,
@@ -81,7 +83,7 @@ fn gen(seed: u64) -> Vec<Insn> {
             ),
             8 => stack_array(&mut rng, t, ptr, &mut p),
             // A loaded value through random ALU ops and compares (every transfer rule of
-            // ranges.rs, 32- and 64-bit, immediate and register), then used as an index.
+            // ranges/, 32- and 64-bit, immediate and register), then used as an index.
             5 => {
                 p.push(ldx(SIZES[rng.gen_range(0..4)], t, SCRATCH, 8 * rng.gen_range(0..4)));
                 for _ in 0..rng.gen_range(1..4) {
@@ -237,6 +239,75 @@ fn clang_counted_loop(
     let class = if wide { BPF_JMP } else { BPF_JMP32 };
     p.push(ins(class | BPF_JEQ | BPF_K, t, 0, 1, end));
     p.push(ja(-6));
+}
+
+/// A copy of a loaded value moved by a constant (`c = v + k`, 32- or 64-bit), sometimes
+/// broken after (either register written) or stepped (`v += 1`), then `v` compared and `c`
+/// used as the index: the links of ranges/state.rs, with bounds at the view's edge or a byte past.
+fn linked_index(
+    rng: &mut SmallRng,
+    base: u8,
+    view: usize,
+    (v, c): (u8, u8),
+    ptr: u8,
+    p: &mut Vec<Insn>,
+) {
+    let k = [8, 1, -8, 0, 4096][rng.gen_range(0..5)];
+    let wide = rng.gen_bool(0.5);
+    let limit = view as i32 - 8 - k + rng.gen_range(-1..=1);
+    p.push(ldx(
+        [BPF_B, BPF_H, BPF_W, BPF_DW][rng.gen_range(0..4)],
+        v,
+        SCRATCH,
+        8 * rng.gen_range(0..4),
+    ));
+    let edge = rng.gen_bool(0.7);
+    if edge {
+        // `limit` or one more (the analysis: anything in [16, 0xffff + 16]): the access runs
+        // at the edge half the time, and only the link bounds `c` there (its range was taken
+        // before the compare). A mistaken link offset shows as a proved access one byte past.
+        p.push(alu64_imm(BPF_AND, v, 1));
+        p.push(alu64_imm(BPF_ADD, v, limit - 16));
+        p.push(alu64_imm(BPF_AND, v, 0xffff));
+        p.push(alu64_imm(BPF_ADD, v, 16));
+    }
+    p.push(if wide { mov64_reg(c, v) } else { alu32_reg(BPF_MOV, c, v) });
+    p.push(if wide { alu64_imm(BPF_ADD, c, k) } else { alu32_imm(BPF_ADD, c, k) });
+    match rng.gen_range(0..6) {
+        0 => p.push(alu64_imm(BPF_ADD, v, 1)),
+        1 => p.push(ldx(BPF_W, [v, c][rng.gen_range(0..2)], SCRATCH, 8)),
+        _ => {}
+    }
+    let class = if rng.gen_bool(0.5) { BPF_JMP } else { BPF_JMP32 };
+    let op = [BPF_JGT, BPF_JGE, BPF_JSGT][rng.gen_range(0..3)];
+    p.push(ins(class | op | BPF_K, v, 0, 3, limit));
+    p.push(mov64_reg(ptr, base));
+    p.push(alu64_reg(BPF_ADD, ptr, c));
+    if edge {
+        // 8 bytes: the last fitting word, or one byte past the view.
+        p.push(ldx(BPF_DW, TEMPS[0], ptr, 0));
+    } else {
+        access(rng, ptr, 0, p);
+    }
+}
+
+/// A pointer at the view's last word (or a byte past) spilled to the frame, a store beside
+/// it, over its low bytes (the address stays near the buffer, so both engines fault alike)
+/// or through scratch, then reloaded (8 or 4 bytes) and used: the frame slots of ranges/state.rs.
+fn spilled_pointer(rng: &mut SmallRng, base: u8, view: usize, ptr: u8, p: &mut Vec<Insn>) {
+    let at = -8 * rng.gen_range(1..4i16);
+    p.push(mov64_reg(ptr, base));
+    p.push(alu64_imm(BPF_ADD, ptr, view as i32 - 8 + rng.gen_range(-1..=1)));
+    p.push(stx(BPF_DW, 10, ptr, at));
+    match rng.gen_range(0..5) {
+        0 => p.push(st(BPF_DW, 10, at - 8, 1)),
+        1 => p.push(st([BPF_B, BPF_H][rng.gen_range(0..2)], 10, at, rng.gen())),
+        2 => p.push(st(BPF_B, SCRATCH, edge_off(rng, 1, XRP_SCRATCH_BYTES), 1)),
+        _ => {}
+    }
+    p.push(mov64_imm(ptr, 0));
+    p.push(ldx(if rng.gen_bool(0.8) { BPF_DW } else { BPF_W }, ptr, 10, at));
+    access(rng, ptr, 0, p);
 }
 
 /// A loop bounded by a register (grep's `for (i = 0; i < at; i += step)`, `at = arg % K` or
@@ -475,18 +546,74 @@ fn a_loop_bounded_by_a_modulo_limit_is_proved_only_inside_the_view() {
     for (k, proved) in [(view, true), (view + 2, false)] {
         let prog = Arc::new(VerifiedProgram::new(program(looped(k), ProgType::Xrp)).unwrap());
         assert_eq!(prog.access_in_bounds(9), proved, "k = {k}");
-        let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
-        let mut interp = Instance::new(prog, Engine::Interp).unwrap();
-        let mut b = Buffers::new(&mut SmallRng::seed_from_u64(2), XRP_DATA_VIEW_BYTES, 16);
         // at = k - 1: the loop reads d[0 ..= k - 2].
-        b.scratch[GUARD..GUARD + 8].copy_from_slice(&(k as u64 - 1).to_le_bytes());
-        let (j, i) = (run(&mut jit, &mut b), run(&mut interp, &mut b));
-        same(&j, &i);
+        let r = jit_as_interp(prog, k as u64 - 1);
         if proved {
-            assert!(j.0.is_ok(), "{:?}", j.0);
+            assert!(r.is_ok(), "{r:?}");
         } else {
             let at = Place::Region { name: RegionName::Data, offset: 4096, len: 4096 };
-            assert_eq!(j.0, Err(VmError::BadRead { insn: 9, at, len: 1 }));
+            assert_eq!(r, Err(VmError::BadRead { insn: 9, at, len: 1 }));
         }
     }
+}
+
+/// mismatch's shape: `r0 = r4 + k; if r4 > 4080 goto out; load data[r0]`, the bound coming
+/// from the compare on the copy. With `k` = 8 the last word ends at the view's end and is
+/// proved; with `k` = 9 it is one byte past: not proved, and the JIT faults at its
+/// instruction as the interpreter does. The same for a data pointer spilled to the frame.
+#[test]
+fn a_linked_or_spilled_bound_one_past_the_view_still_faults_at_its_instruction() {
+    let linked = |k: i32| {
+        vec![
+            ldx(BPF_DW, DATA, 1, 0),
+            ldx(BPF_DW, SCRATCH, 1, 272),
+            ldx(BPF_DW, 4, SCRATCH, 0),
+            mov64_reg(0, 4),
+            alu64_imm(BPF_ADD, 0, k),
+            jmp_imm(BPF_JGT, 4, 4080, 3),
+            mov64_reg(5, DATA),
+            alu64_reg(BPF_ADD, 5, 0),
+            ldx(BPF_DW, 0, 5, 0), // 8
+            exit(),
+        ]
+    };
+    let spilled = |k: i32| {
+        vec![
+            ldx(BPF_DW, DATA, 1, 0),
+            ldx(BPF_DW, SCRATCH, 1, 272),
+            alu64_imm(BPF_ADD, DATA, 4080 + k),
+            stx(BPF_DW, 10, DATA, -16),
+            st(BPF_DW, 10, -8, 0),
+            mov64_imm(DATA, 0),
+            ldx(BPF_DW, 6, 10, -16),
+            mov64_imm(0, 0),
+            ldx(BPF_DW, 0, 6, 0), // 8
+            exit(),
+        ]
+    };
+    for (k, proved) in [(8, true), (9, false)] {
+        for (what, insns) in [("linked", linked(k)), ("spilled", spilled(k))] {
+            let prog = Arc::new(VerifiedProgram::new(program(insns, ProgType::Xrp)).unwrap());
+            assert_eq!(prog.access_in_bounds(8), proved, "{what}, k = {k}");
+            let r = jit_as_interp(prog, 4080);
+            if proved {
+                assert!(r.is_ok(), "{what}: {r:?}");
+            } else {
+                let at = Place::Region { name: RegionName::Data, offset: 4089, len: 4096 };
+                assert_eq!(r, Err(VmError::BadRead { insn: 8, at, len: 8 }), "{what}");
+            }
+        }
+    }
+}
+
+/// Runs `prog` once on a JIT and an interpreter instance over exact-size data (scratch word 0
+/// = `arg`), checks they agree, and returns the JIT's result.
+fn jit_as_interp(prog: Arc<VerifiedProgram>, arg: u64) -> Result<u64, VmError> {
+    let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
+    let mut interp = Instance::new(prog, Engine::Interp).unwrap();
+    let mut b = Buffers::new(&mut SmallRng::seed_from_u64(2), XRP_DATA_VIEW_BYTES, 16);
+    b.scratch[GUARD..GUARD + 8].copy_from_slice(&arg.to_le_bytes());
+    let (j, i) = (run(&mut jit, &mut b), run(&mut interp, &mut b));
+    same(&j, &i);
+    j.0
 }

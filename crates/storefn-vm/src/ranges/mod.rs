@@ -2,8 +2,8 @@
 //! `data` block, `scratch` or the function's own frame at a bounded offset, and which hold a
 //! scalar in a known unsigned range. `proofs.rs` turns the states reaching each access into
 //! proofs. A function is analysed from the states it may start in: the entry from
-//! [`entry_state`], a BPF-to-BPF callee from the states at its call sites
-//! ([`callee_entry`]; `callees.rs` orders the functions, callers first).
+//! [`State::entry`], a BPF-to-BPF callee from the states at its call sites
+//! ([`State::callee_entry`]; `callees.rs` orders the functions, callers first).
 //!
 //! Abstract interpretation, path-sensitive up to a point: each slot keeps up to
 //! [`STATES_PER_SLOT`] distinct states (a loop with a constant trip count is followed iteration
@@ -19,6 +19,9 @@
 //! whose refined range is empty is not followed. More than [`MAX_ARRIVALS`] arrivals in all
 //! (over the program's functions) and the analysis gives up: nothing is proved in the function
 //! it was in nor in any analysed after it (every access there keeps its check).
+//!
+//! A state also links scalar registers (`rX == rY + c`, refined together by branches) and
+//! tracks a few scalars and pointers spilled to the analysed function's own frame ([`State`], `state.rs`).
 //!
 //! Every fact is about the value a register holds at run time on every path that reaches the
 //! slot: `Ptr(Data, [a, b])` means the register equals `ctx.data + k` for some `a <= k <= b`
@@ -36,7 +39,11 @@ use crate::insn::{
 };
 use crate::interp::size_bytes;
 use crate::program::{ProgType, Program};
-use crate::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH};
+use crate::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH, XRP_SCRATCH_BYTES};
+
+mod state;
+
+pub(crate) use state::State;
 
 /// Distinct states a slot keeps before it joins them into one summary: enough for a loop of
 /// this many iterations to be followed exactly (BPF-KV's 31-key node scan needs 31).
@@ -48,9 +55,14 @@ const WIDEN_AFTER: u32 = 8;
 /// them one by one, re-running its body each time (verification time quadratic in size).
 const THRESHOLD_STEPS: u32 = 4;
 /// States queued in all before the analysis gives up: bounds verification time and memory (the
-/// queue and the kept states hold at most this many 240-byte states, ~48 MB, transiently).
+/// queue and the kept states hold at most this many states of [`STATE_BYTES`] or less,
+/// ~120 MB, transiently).
 /// BPF-KV's fan-out lookup (`progs/bpfkv_get_fanout`) needs between 100 000 and 200 000.
 pub(crate) const MAX_ARRIVALS: usize = 200_000;
+/// The size of a [`State`] is at most this (registers, links, frame slots): with
+/// [`MAX_ARRIVALS`], what bounds the analysis' memory.
+pub(crate) const STATE_BYTES: usize = 600;
+const _: () = assert!(std::mem::size_of::<State>() <= STATE_BYTES);
 
 /// What a pointer points into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,34 +255,6 @@ fn compare_constants(insns: &[Insn]) -> Vec<u64> {
     v
 }
 
-/// Registers r0-r9 (r10 is the frame pointer; its accesses are proved syntactically).
-pub(crate) type State = [Val; 10];
-
-pub(crate) fn state_contains(a: &State, b: &State) -> bool {
-    a.iter().zip(b).all(|(x, y)| x.contains(*y))
-}
-
-/// The state the entry function starts in: r1 is the context, the rest anything.
-pub(crate) fn entry_state() -> State {
-    let mut entry = [FULL; 10];
-    entry[1] = Val::Ptr(Base::Ctx, Span { lo: 0, hi: 0 });
-    entry
-}
-
-/// The state a BPF-to-BPF callee starts in when called in state `st`: r1-r5 as the caller
-/// left them, except pointers into the caller's frame (the callee's r10 is another frame, and
-/// `Base::Stack` in its analysis means its own), r0 and r6-r9 anything (the verifier makes
-/// the callee write them before it reads them).
-pub(crate) fn callee_entry(st: &State) -> State {
-    let mut entry = [FULL; 10];
-    for r in 1..=5 {
-        if !matches!(st[r], Val::Ptr(Base::Stack, _)) {
-            entry[r] = st[r];
-        }
-    }
-    entry
-}
-
 /// The analysis of one program, one function at a time ([`Analysis::function`]), callers
 /// before callees (`crate::callees`).
 pub(crate) struct Analysis<'a> {
@@ -348,7 +332,7 @@ fn analyze(
         loop {
             if keep_at[pc - start] {
                 let slot = &mut kept[pc - start];
-                if slot.iter().any(|k| state_contains(k, &st)) {
+                if slot.iter().any(|k| k.contains(&st)) {
                     break;
                 }
                 if slot.len() < STATES_PER_SLOT {
@@ -360,15 +344,15 @@ fn analyze(
                     slot.push(st);
                 } else {
                     // Summary mode: one state, grown (and eventually widened) by every arrival.
-                    let old = slot.iter().skip(1).fold(slot[0], |acc, s| join_states(&acc, s));
+                    let old = slot.iter().skip(1).fold(slot[0], |acc, s| acc.merge(s, None));
                     growths[pc - start] += 1;
                     let g = growths[pc - start];
                     st = if widens[pc - start] && g > WIDEN_AFTER {
                         let t: &[u64] =
                             if g > WIDEN_AFTER + THRESHOLD_STEPS { &[] } else { thresholds };
-                        std::array::from_fn(|r| old[r].widen(st[r], t))
+                        old.merge(&st, Some(t))
                     } else {
-                        join_states(&old, &st)
+                        old.merge(&st, None)
                     };
                     slot.clear();
                     slot.push(st);
@@ -416,10 +400,6 @@ fn analyze(
     Some(())
 }
 
-pub(crate) fn join_states(a: &State, b: &State) -> State {
-    std::array::from_fn(|r| a[r].join(b[r]))
-}
-
 /// Pushes the successor states of `pc` onto `out` (at most two; an infeasible branch edge is
 /// left out). Into the work list directly: the analysis steps up to `MAX_ARRIVALS` times, and
 /// an allocation, then the copies of 240-byte states, were most of its time.
@@ -450,25 +430,24 @@ fn transfer(prog: &Program, pc: usize, st: &mut State) {
     let i = insns[pc];
     let d = usize::from(i.dst).min(9);
     match i.class() {
-        BPF_ALU | BPF_ALU64 if i.dst < 10 => st[d] = alu(i, st),
+        BPF_ALU | BPF_ALU64 if i.dst < 10 => st.assign(d, alu(i, st), link(i, st)),
         BPF_LD if i.dst < 10 => {
             let hi = insns.get(pc + 1).map_or(0, |h| h.imm);
             // A relocated lddw is a globals address: not tracked (FULL).
             let v = (u64::from(hi.cast_unsigned()) << 32) | u64::from(i.imm.cast_unsigned());
             let relocated = prog.global_relocs.binary_search_by_key(&pc, |&(at, _)| at).is_ok();
-            st[d] = if i.src == 0 && !relocated { konst(v) } else { FULL };
+            st.assign(d, if i.src == 0 && !relocated { konst(v) } else { FULL }, None);
         }
-        BPF_LDX if i.dst < 10 => st[d] = load(i, st, prog.prog_type),
-        BPF_STX if i.op & 0xe0 == BPF_ATOMIC => {
-            // Fetching atomics write src; cmpxchg writes r0.
-            st[usize::from(i.src).min(9)] = FULL;
-            st[0] = FULL;
-        }
-        BPF_JMP if i.op == BPF_JMP | BPF_CALL => {
-            for r in &mut st[0..=5] {
-                *r = FULL;
+        BPF_LDX if i.dst < 10 => st.assign(d, load(i, st, prog.prog_type), None),
+        BPF_ST | BPF_STX => {
+            store(i, st, prog.prog_type);
+            if i.op & 0xe0 == BPF_ATOMIC {
+                // Fetching atomics write src; cmpxchg writes r0.
+                st.assign(usize::from(i.src).min(9), FULL, None);
+                st.assign(0, FULL, None);
             }
         }
+        BPF_JMP if i.op == BPF_JMP | BPF_CALL => st.clobber_call(),
         _ => {}
     }
 }
@@ -478,7 +457,7 @@ fn operand(i: Insn, st: &State, is64: bool) -> Val {
     if i.op & BPF_X != 0 {
         if i.src == 10 {
             // This function's own frame pointer (pointers into a caller's frame are
-            // forgotten at the call: `callee_entry`).
+            // forgotten at the call: `State::callee_entry`).
             return Val::Ptr(Base::Stack, Span { lo: 0, hi: 0 });
         }
         if i.src > 10 {
@@ -636,7 +615,12 @@ fn load(i: Insn, st: &State, t: ProgType) -> Val {
     if i.op & 0xe0 != BPF_MEM {
         return FULL; // sign-extending loads
     }
-    let base = st.get(usize::from(i.src)).copied().unwrap_or(FULL);
+    if let Some(v) = frame_place(i.src, i.off, st)
+        .and_then(|(lo, hi)| (lo == hi).then(|| st.slot(lo, n as u8)).flatten())
+    {
+        return v;
+    }
+    let base = if i.src < 10 { st[usize::from(i.src)] } else { FULL };
     if let (ProgType::Xrp, Val::Ptr(Base::Ctx, o)) = (t, base) {
         let field = o.lo == o.hi && n == 8;
         let at = o.lo.checked_add(i64::from(i.off));
@@ -708,9 +692,9 @@ fn branch(i: Insn, mut st: State, taken: bool) -> Option<State> {
         BPF_JLT => (a, b) = less(a, b, 1)?,
         _ => (a, b) = less(a, b, 0)?, // JLE
     }
-    st[usize::from(i.dst)] = Val::Scalar(a);
+    st.refine(usize::from(i.dst), a)?;
     if i.op & BPF_X != 0 && i.src < 10 {
-        st[usize::from(i.src)] = Val::Scalar(b);
+        st.refine(usize::from(i.src), b)?;
     }
     Some(st)
 }
@@ -744,4 +728,83 @@ fn shave(s: Scal, v: u64) -> Option<Scal> {
     } else {
         Some(s)
     }
+}
+
+/// `(q, c)` when the ALU instruction `i` leaves `dst == q + c` (mod 2^64) on every path:
+/// `rX = rY` (32-bit only when `rY` fits in 32 bits) and `rX += c` / `rX -= c` (32-bit only
+/// when no value wraps).
+fn link(i: Insn, st: &State) -> Option<(usize, i64)> {
+    let is64 = i.class() == BPF_ALU64;
+    if i.off != 0 {
+        return None;
+    }
+    let k = i64::from(i.imm);
+    let d = usize::from(i.dst);
+    match (i.op & 0xf0, i.op & BPF_X != 0) {
+        (BPF_MOV, true) if i.src < 10 => {
+            let s = usize::from(i.src);
+            let fits = matches!(st[s], Val::Scalar(x) if x.hi <= U32_MAX);
+            (is64 || fits).then_some((s, 0))
+        }
+        (BPF_ADD | BPF_SUB, false) => {
+            let c = if i.op & 0xf0 == BPF_ADD { k } else { -k };
+            (is64 || state::add32_exact(st[d], c)).then_some((d, c))
+        }
+        _ => None,
+    }
+}
+
+/// The offsets from the entry's r10 an access through `base + off` may start at, when `base`
+/// is r10 or a pointer into the analysed function's own frame.
+fn frame_place(base: u8, off: i16, st: &State) -> Option<(i64, i64)> {
+    let off = i64::from(off);
+    if base == 10 {
+        return Some((off, off));
+    }
+    match st[usize::from(base).min(9)] {
+        Val::Ptr(Base::Stack, s) => Some((s.lo.checked_add(off)?, s.hi.checked_add(off)?)),
+        _ => None,
+    }
+}
+
+/// The end offset in `scratch` of the store (or atomic) `i` when every byte it may write lies
+/// inside the scratch view. The analysis takes such a store not to touch the frame: on the
+/// JIT, the only engine its proofs serve, `scratch` is at least as long as every such end
+/// (proofs.rs counts them into the scratch bytes the JIT requires), so the store lands inside
+/// the scratch buffer. (Without that, a checked store past a short buffer could land in the
+/// stack, which is a region too.)
+pub(crate) fn scratch_store_end(i: Insn, st: &State) -> Option<i64> {
+    let Val::Ptr(Base::Scratch, s) = st[usize::from(i.dst).min(9)] else { return None };
+    let off = i64::from(i.off);
+    let (lo, end) = (s.lo.checked_add(off)?, s.hi.checked_add(off + size_bytes(i.op) as i64)?);
+    (i.dst < 10 && lo >= 0 && end <= XRP_SCRATCH_BYTES as i64).then_some(end)
+}
+
+/// A store's (or atomic's) effect on the tracked frame slots: those it may overlap are
+/// forgotten, all of them when it may land anywhere. A store inside the context cannot reach
+/// the stack (another object), nor one inside the scratch view ([`scratch_store_end`]); one
+/// through a `data` pointer might (a checked store past a short buffer).
+fn store(i: Insn, st: &mut State, t: ProgType) {
+    let n = size_bytes(i.op) as u8;
+    let place = frame_place(i.dst, i.off, st);
+    if place.is_none() && i.dst < 10 {
+        if scratch_store_end(i, st).is_some() {
+            return;
+        }
+        if let Val::Ptr(Base::Ctx, s) = st[usize::from(i.dst)] {
+            let (off, n) = (i64::from(i.off), i64::from(n));
+            let end = s.hi.saturating_add(off + n);
+            if s.lo.saturating_add(off) >= 0 && end <= crate::proofs::ctx_bytes(t) {
+                return;
+            }
+        }
+    }
+    let mask = if n >= 8 { u64::MAX } else { (1u64 << (8 * u32::from(n))) - 1 };
+    let v = match i.class() {
+        _ if i.op & 0xe0 != BPF_MEM => None,
+        BPF_STX if i.src == 10 => Some(Val::Ptr(Base::Stack, Span { lo: 0, hi: 0 })),
+        BPF_STX => Some(st[usize::from(i.src).min(9)]),
+        _ => Some(konst(i64::from(i.imm).cast_unsigned() & mask)),
+    };
+    st.store(place, n, v);
 }
