@@ -19,8 +19,11 @@ const DATA_REG: u8 = 9;
 /// Byte offset in data of a word holding the entry frame's r10 (the stack's top), so a
 /// program can write its frame without r10 escaping.
 const FP_WORD: i16 = 4096;
-/// Registers the generated code writes: r0..r7 (r8 = scratch pointer, r9 = data).
-const REGS: u8 = 8;
+/// Registers the generated code writes: r0..r5 (r6 = loop counter, r8 = frame pointer from
+/// data, r9 = data).
+const REGS: u8 = 6;
+/// Loop counter of each generated function (the JIT keeps only slots loaded in loops).
+const LOOP_REG: u8 = 6;
 /// Slot offsets the generated code uses (a frame of 64 bytes).
 const SLOT_OFFS: &[i16] = &[-8, -16, -24, -32, -40, -48, -56, -64];
 
@@ -141,15 +144,16 @@ fn gen_insn(rng: &mut SmallRng, slots: &[(i16, u8)], calls: bool) -> Vec<Insn> {
     }
 }
 
-/// A function body: r9 = r1 (the data base), registers set, random instructions with forward
-/// and backward conditional jumps (the budget bounds the loops), `exit`; its calls (when
-/// `calls`) are patched by [`gen_program`].
+/// A function body: r9 = r1 (the data base), registers set, a loop of 1-5 trips around random
+/// instructions with forward and backward conditional jumps (the budget bounds those loops),
+/// `exit`; its calls (when `calls`) are patched by [`gen_program`].
 fn gen_function(rng: &mut SmallRng, slots: &[(i16, u8)], calls: bool) -> Vec<Insn> {
     let mut v = vec![mov64_reg(DATA_REG, 1)];
     for r in 0..REGS {
         v.push(mov64(r, rng.gen_range(-1000..1000)));
     }
     let len = rng.gen_range(4..40);
+    v.push(mov64(LOOP_REG, rng.gen_range(1..6)));
     let body_start = v.len();
     for _ in 0..len {
         if rng.gen_range(0..8) == 0 {
@@ -167,8 +171,16 @@ fn gen_function(rng: &mut SmallRng, slots: &[(i16, u8)], calls: bool) -> Vec<Ins
             }
         }
     }
+    v.push(alu64_imm(BPF_SUB, LOOP_REG, 1));
+    let at = v.len();
+    v.push(jmp_imm(
+        BPF_JNE,
+        LOOP_REG,
+        0,
+        i16::try_from(body_start as i64 - at as i64 - 1).unwrap(),
+    ));
     let end = v.len();
-    for pc in body_start..end {
+    for pc in body_start..end - 2 {
         if v[pc].op == BPF_JMP | BPF_JGT | BPF_K {
             let to = rng.gen_range(body_start..=end) as i64;
             v[pc].off = i16::try_from(to - pc as i64 - 1).unwrap();
@@ -220,13 +232,17 @@ fn a_store_through_a_frame_pointer_from_data_reaches_a_promoted_slot() {
     let (promoted, r) = check(
         vec![
             ldx(BPF_DW, DATA_REG, 1, 0),
+            mov64(7, 2),
             mov64(2, 1),
             stx(BPF_DW, 10, 2, -8),
+            // Twice: r0 = slot; *(fp - 8) = 2 through the pointer from data; r4 = slot.
             ldx(BPF_DW, 0, 10, -8),
             ldx(BPF_DW, 8, DATA_REG, FP_WORD),
             mov64(3, 2),
             stx(BPF_DW, 8, 3, -8),
             ldx(BPF_DW, 4, 10, -8),
+            alu64_imm(BPF_SUB, 7, 1),
+            jmp_imm(BPF_JNE, 7, 0, -7),
             alu64_imm(BPF_LSH, 0, 8),
             alu64_reg(BPF_OR, 0, 4),
             exit(),
@@ -234,32 +250,39 @@ fn a_store_through_a_frame_pointer_from_data_reaches_a_promoted_slot() {
         "frame store",
     );
     assert_eq!(promoted, 3);
-    assert_eq!(r, Ok(0x102));
+    assert_eq!(r, Ok(0x202));
 }
 
 /// A slot this call never wrote reads what the stack holds (an earlier call's bytes), in a
-/// slot kept in a variable as on the interpreter; a slot read at two sizes stays in memory.
+/// slot kept in a variable as on the interpreter; a slot read at two sizes, or overlapping
+/// another, stays in memory; a slot loaded only outside loops stays in memory too.
 #[test]
-fn unwritten_and_differently_sized_slots_read_memory() {
-    let (promoted, r) = check(vec![ldx(BPF_W, 0, 10, -12), exit()], "unwritten slot");
+fn unwritten_overlapping_and_loop_free_slots() {
+    let looped = |body: &[Insn]| {
+        let mut v = vec![mov64(7, 3)];
+        v.extend_from_slice(body);
+        let back = -(body.len() as i16) - 2;
+        v.extend([alu64_imm(BPF_SUB, 7, 1), jmp_imm(BPF_JNE, 7, 0, back), exit()]);
+        v
+    };
+    let (promoted, r) = check(looped(&[ldx(BPF_W, 0, 10, -12)]), "unwritten slot");
     assert_eq!(promoted, 1);
     assert!(matches!(r, Ok(v) if v != 0 && v <= u64::from(u32::MAX)), "{r:?}");
-    let (promoted, _) = check(
-        vec![
-            lddw(2, 0x1122_3344_5566_7788)[0],
-            lddw(2, 0x1122_3344_5566_7788)[1],
-            stx(BPF_DW, 10, 2, -16),
-            ldx(BPF_W, 0, 10, -16),
-            ldx(BPF_W, 3, 10, -12),
-            alu64_reg(BPF_ADD, 0, 3),
-            stx(BPF_B, 10, 2, -24),
-            ldx(BPF_H, 3, 10, -24),
-            alu64_reg(BPF_ADD, 0, 3),
-            exit(),
-        ],
-        "overlaps",
-    );
-    assert_eq!(promoted, 0);
+    let [lo, hi] = lddw(2, 0x1122_3344_5566_7788);
+    let overlaps = [
+        lo,
+        hi,
+        stx(BPF_DW, 10, 2, -16),
+        ldx(BPF_W, 0, 10, -16),
+        ldx(BPF_W, 3, 10, -12),
+        alu64_reg(BPF_ADD, 0, 3),
+        stx(BPF_B, 10, 2, -24),
+        ldx(BPF_H, 3, 10, -24),
+        alu64_reg(BPF_ADD, 0, 3),
+    ];
+    assert_eq!(check(looped(&overlaps), "overlaps").0, 0);
+    let once = vec![mov64(2, 9), stx(BPF_DW, 10, 2, -8), ldx(BPF_DW, 0, 10, -8), exit()];
+    assert_eq!(check(once, "no loop"), (0, Ok(9)));
 }
 
 /// Random programs over a few slots: the JIT (slots in variables) equals the interpreter
@@ -290,9 +313,12 @@ fn a_callee_storing_into_its_callers_slot_is_seen_after_the_call() {
             mov64(2, 5),
             stx(BPF_DW, 10, 2, -16),
             ldx(BPF_DW, 6, 10, -16),
+            mov64(7, 2),
             mov64_reg(1, DATA_REG),
-            call_local(3),
+            call_local(5),
             ldx(BPF_DW, 0, 10, -16),
+            alu64_imm(BPF_SUB, 7, 1),
+            jmp_imm(BPF_JNE, 7, 0, -5),
             alu64_reg(BPF_ADD, 0, 6),
             exit(),
             // The callee: r8 = the entry's frame pointer; *(r8 - 16) = 7.

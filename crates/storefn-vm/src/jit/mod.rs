@@ -171,7 +171,7 @@ impl JitProgram {
         let in_loop = translate::loop_slots(verified);
         let is_target = translate::jump_targets(verified);
         let out_of_line = memcheck::out_of_line_loads(verified, &in_loop);
-        let slot_plan = slots::plan(verified);
+        let slot_plan = slots::plan(verified, &in_loop);
         let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
         let mut module = new_module(quick)?;

@@ -104,7 +104,11 @@ pub(super) fn may_write_frames(i: Insn, in_bounds: bool) -> bool {
 }
 
 /// Finds the promoted slots of every function (none when some function lets r10 escape).
-pub(super) fn plan(verified: &VerifiedProgram) -> SlotPlan {
+/// Only slots loaded inside a loop (`in_loop`, per slot of the program) are worth it: a
+/// variable is live from its store to its last load, and one that lives across a hot loop
+/// it is not used in takes a register there (grep's result pointer, stored before its scan
+/// and loaded after it, made the scan spill: 1,280 -> 1,850 ns per call).
+pub(super) fn plan(verified: &VerifiedProgram, in_loop: &[bool]) -> SlotPlan {
     let (insns, cfg) = (&verified.insns, verified.cfg());
     let mut plan = SlotPlan { at: vec![false; insns.len()], slots: Vec::new() };
     let live = |pc: &usize| !cfg.is_second_half(*pc);
@@ -113,7 +117,16 @@ pub(super) fn plan(verified: &VerifiedProgram) -> SlotPlan {
     }
     for f in 0..cfg.functions().len() {
         let (start, end) = cfg.func_range(f);
-        let slots = promotable(&insns[start..end], |pc| live(&(start + pc)));
+        let mut slots = promotable(&insns[start..end], |pc| live(&(start + pc)));
+        let mut in_loops: Vec<(i16, u8)> = (start..end)
+            .filter(|&pc| live(&pc) && in_loop[pc] && insns[pc].class() == BPF_LDX)
+            .filter_map(|pc| match frame_use(insns[pc]) {
+                FrameUse::Access { off, len, plain: true } => Some((off, len)),
+                _ => None,
+            })
+            .collect();
+        in_loops.sort_unstable();
+        slots.retain(|s| in_loops.binary_search(s).is_ok());
         let reloads = (start..end)
             .filter(|&pc| live(&pc) && may_write_frames(insns[pc], verified.in_bounds()[pc]));
         // Each reload site, and the function's start, loads every slot.
