@@ -98,15 +98,6 @@ fn check(insns: Vec<Insn>, what: &str) -> (usize, Result<u64, VmError>) {
 
 const SIZES: &[u8] = &[BPF_B, BPF_H, BPF_W, BPF_DW];
 
-fn size_bytes(size: u8) -> i16 {
-    match size {
-        BPF_B => 1,
-        BPF_H => 2,
-        BPF_W => 4,
-        _ => 8,
-    }
-}
-
 /// One random instruction of a body over `slots` (offset, size); jumps are placed later.
 fn gen_insn(rng: &mut SmallRng, slots: &[(i16, u8)], calls: bool) -> Vec<Insn> {
     let r = rng.gen_range(0..REGS);
@@ -180,10 +171,10 @@ fn gen_function(rng: &mut SmallRng, slots: &[(i16, u8)], calls: bool) -> Vec<Ins
         i16::try_from(body_start as i64 - at as i64 - 1).unwrap(),
     ));
     let end = v.len();
-    for pc in body_start..end - 2 {
-        if v[pc].op == BPF_JMP | BPF_JGT | BPF_K {
+    for (pc, i) in v.iter_mut().enumerate().take(end - 2).skip(body_start) {
+        if i.op == BPF_JMP | BPF_JGT | BPF_K {
             let to = rng.gen_range(body_start..=end) as i64;
-            v[pc].off = i16::try_from(to - pc as i64 - 1).unwrap();
+            i.off = i16::try_from(to - pc as i64 - 1).unwrap();
         }
     }
     v.push(exit());
@@ -193,7 +184,7 @@ fn gen_function(rng: &mut SmallRng, slots: &[(i16, u8)], calls: bool) -> Vec<Ins
 /// A program: the entry (r1 = ctx; r9 = ctx->data) and, sometimes, a callee (short: inlined;
 /// long: a real call) with slots of its own.
 fn gen_program(seed: u64) -> Program {
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5107_5);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x0005_1075);
     let slots = |rng: &mut SmallRng| -> Vec<(i16, u8)> {
         (0..rng.gen_range(1..=6))
             .map(|_| {
@@ -216,9 +207,9 @@ fn gen_program(seed: u64) -> Program {
             let at = main.len() - 1;
             main.splice(at..at, (0..70).map(|k| alu64_imm(BPF_ADD, 0, k)));
         }
-        for pc in 0..start {
-            if main[pc].op == BPF_JMP | BPF_CALL {
-                main[pc].imm = i32::try_from(start as i64 - pc as i64 - 1).unwrap();
+        for (pc, i) in main.iter_mut().enumerate().take(start) {
+            if i.op == BPF_JMP | BPF_CALL {
+                i.imm = i32::try_from(start as i64 - pc as i64 - 1).unwrap();
             }
         }
     }

@@ -4,9 +4,10 @@
 //!
 //! A slot `(off, len)` of a function's frame is *promoted* when every access of that
 //! function touching one of its bytes is a plain (`BPF_MEM`, not sign-extending, not atomic)
-//! load or store `r10 + off` of exactly `len` bytes, and no function of the program lets r10
-//! escape: r10 appears only as the base of a fixed-offset load, store or atomic (never copied,
-//! added, compared or stored), so no pointer into any frame exists except r10 itself.
+//! load or store `r10 + off` of exactly `len` bytes, some load of it is inside a loop (see
+//! [`plan`]), and no function of the program lets r10 escape: r10 appears only as the base
+//! of a fixed-offset load, store or atomic (never copied, added, compared or stored), so no
+//! pointer into any frame exists except r10 itself.
 //!
 //! What the translation keeps true, so a promoted load returns exactly what the interpreter's
 //! load returns (the slot's bytes in memory, zero-extended):
@@ -23,6 +24,7 @@
 //!   which no function has), so it cannot reach a frame, and the other `r10 + off` accesses
 //!   of the function touch no byte of a promoted slot (the condition above). Callees' own
 //!   `r10 + off` accesses stay in their own frames (the verifier bounds them to 512 bytes).
+//!
 //! Promoted accesses are `r10 + off` accesses, which the verifier proved inside the frame:
 //! they never fault, so no check and no fault is lost.
 
@@ -76,11 +78,8 @@ fn frame_use(i: Insn) -> FrameUse {
         BPF_LDX if i.src == FRAME_REG => {
             FrameUse::Access { off: i.off, len, plain: mode == BPF_MEM }
         }
-        BPF_ST if i.dst == FRAME_REG => {
-            FrameUse::Access { off: i.off, len, plain: mode == BPF_MEM }
-        }
         BPF_STX if i.src == FRAME_REG => FrameUse::Escape,
-        BPF_STX if i.dst == FRAME_REG => {
+        BPF_ST | BPF_STX if i.dst == FRAME_REG => {
             FrameUse::Access { off: i.off, len, plain: mode == BPF_MEM }
         }
         BPF_ALU | BPF_ALU64 | BPF_JMP | BPF_JMP32
