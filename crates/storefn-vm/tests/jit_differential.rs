@@ -198,15 +198,6 @@ fn data_off(rng: &mut SmallRng, size: i16) -> i16 {
     }
 }
 
-fn size_bytes(size: u8) -> i16 {
-    match size {
-        BPF_B => 1,
-        BPF_H => 2,
-        BPF_W => 4,
-        _ => 8,
-    }
-}
-
 fn gen_mem(rng: &mut SmallRng) -> Insn {
     let size = SIZES[rng.gen_range(0..SIZES.len())];
     let n = size_bytes(size);

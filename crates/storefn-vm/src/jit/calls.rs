@@ -86,6 +86,9 @@ impl Tx<'_, '_> {
         for r in 1..=5 {
             self.set_reg(pc, r, z)?;
         }
+        // A helper may write memory, a callee may make checked stores: promoted stack slots
+        // are read from the frame again.
+        self.reload_slots();
         Ok(())
     }
 
@@ -143,7 +146,6 @@ impl Tx<'_, '_> {
             .map(|q| self.cfg.is_block_start(q).then(|| self.b.create_block()))
             .collect();
         let first = block_at[0].expect("a function start is a block start");
-        self.b.ins().jump(first, &[]);
         let saved = (
             std::mem::replace(&mut self.regs, regs),
             std::mem::replace(&mut self.block_at, block_at),
@@ -151,9 +153,13 @@ impl Tx<'_, '_> {
             std::mem::replace(&mut self.back_target, back_targets(self.cfg, self.insns, callee)),
             self.inline_exit.replace(back),
         );
+        // The callee's own promoted slots, loaded from its frame before its first block.
+        let caller_slots = self.start_slots(callee.0);
+        self.b.ins().jump(first, &[]);
         let r = self.body();
         let callee_r0 = self.regs[0];
         (self.regs, self.block_at, self.func_range, self.back_target, self.inline_exit) = saved;
+        self.slot_vars = caller_slots;
         r?;
         self.enter(back);
         let r0 = self.b.use_var(callee_r0);
@@ -161,6 +167,7 @@ impl Tx<'_, '_> {
         for r in 1..=5 {
             self.set_reg(pc, r, zero)?;
         }
+        self.reload_slots();
         Ok(())
     }
 }

@@ -161,6 +161,9 @@ impl Tx<'_, '_> {
     }
 
     pub(super) fn ldx(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
+        if self.slot_plan.at[pc] {
+            return self.slot_load(pc, insn);
+        }
         let mode = insn.op & 0xe0;
         let len = Self::size_of(pc, insn)?;
         let sx = match mode {
@@ -203,15 +206,25 @@ impl Tx<'_, '_> {
         let len = Self::size_of(pc, insn)?;
         let is_stx = insn.class() == BPF_STX;
         if mode == BPF_ATOMIC && is_stx {
-            return self.atomic(pc, insn, len);
+            self.atomic(pc, insn, len)?;
+            if super::slots::may_write_frames(insn, self.in_bounds[pc]) {
+                self.reload_slots();
+            }
+            return Ok(());
         }
         if mode != BPF_MEM {
             return Err(invalid(pc, format!("unsupported store op {:#04x}", insn.op)));
         }
         let v = if is_stx { self.reg(pc, insn.src)? } else { self.iconst(i64::from(insn.imm)) };
+        if self.slot_plan.at[pc] {
+            self.slot_store(pc, insn, v)?;
+        }
         let addr = self.addr(pc, insn.dst, insn.off)?;
         self.check_unless_proved(pc, addr, len, Access::Write);
         self.store_n(len, v, addr);
+        if super::slots::may_write_frames(insn, self.in_bounds[pc]) {
+            self.reload_slots();
+        }
         Ok(())
     }
 

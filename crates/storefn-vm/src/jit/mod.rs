@@ -20,13 +20,15 @@
 //! Rust trampolines it calls), `translate.rs` (eBPF to Cranelift IR: functions, blocks and the
 //! budget, ALU, jumps, calls), `unroll.rs` (counted loops as copies of their body),
 //! `bytes.rs` (byte loads recomposed into a word, loaded at once), `memcheck.rs` (loads,
-//! stores and atomics with their region checks).
+//! stores and atomics with their region checks), `slots.rs` (stack slots kept in SSA
+//! variables).
 
 mod abi;
 mod bytes;
 mod calls;
 mod inline;
 mod memcheck;
+mod slots;
 mod translate;
 mod unroll;
 
@@ -123,6 +125,8 @@ pub struct JitProgram {
     out_of_line_loads: usize,
     /// [`JitProgram::fused_loads`].
     fused_loads: usize,
+    /// [`JitProgram::promoted_accesses`].
+    promoted_accesses: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -167,6 +171,7 @@ impl JitProgram {
         let in_loop = translate::loop_slots(verified);
         let is_target = translate::jump_targets(verified);
         let out_of_line = memcheck::out_of_line_loads(verified, &in_loop);
+        let slot_plan = slots::plan(verified, &in_loop);
         let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
         let mut module = new_module(quick)?;
@@ -214,6 +219,7 @@ impl JitProgram {
                 verified,
                 quick,
                 (&plan.inline_at, &in_loop, &is_target, &out_of_line),
+                &slot_plan,
                 (start, end),
                 shims,
                 &ids,
@@ -271,6 +277,7 @@ impl JitProgram {
             compiled_functions: funcs.len(),
             out_of_line_loads,
             fused_loads,
+            promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
         })
     }
 
@@ -296,6 +303,14 @@ impl JitProgram {
     #[must_use]
     pub fn fused_loads(&self) -> usize {
         self.fused_loads
+    }
+
+    /// Loads and stores of stack slots kept in SSA variables (`jit/slots.rs`: every access of
+    /// the slot is a plain `r10 + off` access of one size, and r10 escapes nowhere); a
+    /// diagnostic, counted per instruction.
+    #[must_use]
+    pub fn promoted_accesses(&self) -> usize {
+        self.promoted_accesses
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

@@ -68,6 +68,10 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) inline_exit: Option<Block>,
     /// Values recomposed from byte loads ([`super::bytes`]).
     pub(super) bytes: super::bytes::ByteFacts,
+    /// Stack slots kept in variables ([`super::slots`]), and those of the frame being
+    /// translated (this function's, or an inlined callee's): `(off, len, variable)`.
+    pub(super) slot_plan: &'a super::slots::SlotPlan,
+    pub(super) slot_vars: Vec<(i16, u8, Variable)>,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -123,6 +127,7 @@ pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
     (inline_at, in_loop, is_target, out_of_line): (&[bool], &[bool], &[bool], &[bool]),
+    slot_plan: &super::slots::SlotPlan,
     (start, end): (usize, usize),
     (shim, check_shim): (FuncId, Option<FuncId>),
     ids: &[(usize, FuncId)],
@@ -215,8 +220,6 @@ pub(super) fn translate_function(
         b.append_block_param(fault_block, I64);
     }
     let first = block_at[0].expect("start is a target");
-    b.ins().jump(first, &[]);
-    b.seal_block(entry);
     let back_target = back_targets(cfg, insns, (start, end));
 
     let mut tx = Tx {
@@ -251,7 +254,13 @@ pub(super) fn translate_function(
         is_entry: start == 0,
         inline_exit: None,
         bytes: super::bytes::ByteFacts::default(),
+        slot_plan,
+        slot_vars: Vec::new(),
     };
+    // Promoted stack slots are loaded from the frame before the first block.
+    tx.start_slots(start);
+    tx.b.ins().jump(first, &[]);
+    tx.b.seal_block(entry);
     tx.body()?;
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();

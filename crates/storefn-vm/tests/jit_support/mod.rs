@@ -30,6 +30,16 @@ pub fn atomic(size: u8, dst: u8, src: u8, off: i16, op: i32) -> Insn {
     ins(BPF_STX | BPF_ATOMIC | size, dst, src, off, op)
 }
 /// BPF-to-BPF call, `rel` = target - (pc + 1).
+/// Bytes of a load/store size field (`BPF_B` .. `BPF_DW`).
+pub fn size_bytes(size: u8) -> i16 {
+    match size {
+        BPF_B => 1,
+        BPF_H => 2,
+        BPF_W => 4,
+        _ => 8,
+    }
+}
+
 pub fn call_local(rel: i32) -> Insn {
     ins(BPF_JMP | BPF_CALL, 0, BPF_PSEUDO_CALL, 0, rel)
 }
