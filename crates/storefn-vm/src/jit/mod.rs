@@ -25,8 +25,10 @@
 mod abi;
 mod bytes;
 mod calls;
+mod idioms;
 mod inline;
 mod memcheck;
+mod reduce;
 mod translate;
 mod unroll;
 
@@ -123,6 +125,10 @@ pub struct JitProgram {
     out_of_line_loads: usize,
     /// [`JitProgram::fused_loads`].
     fused_loads: usize,
+    /// [`JitProgram::reduction_loops`].
+    reduction_loops: usize,
+    /// [`JitProgram::idioms`].
+    idioms: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -203,6 +209,8 @@ impl JitProgram {
         let shims = shims.unwrap_or((ids[0].1, None));
         let disasm = std::env::var_os(DISASM_ENV).is_some();
         let mut fused_loads = 0;
+        let mut reduction_loops = 0;
+        let mut idioms = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -221,8 +229,10 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|fused| {
+            .and_then(|(fused, reduced, found)| {
                 fused_loads += fused;
+                reduction_loops += reduced;
+                idioms += found;
                 module
                     .define_function(ids[i].1, &mut ctx)
                     .map_err(|e| JitError::Codegen(format!("{e:?}")))
@@ -271,6 +281,8 @@ impl JitProgram {
             compiled_functions: funcs.len(),
             out_of_line_loads,
             fused_loads,
+            reduction_loops,
+            idioms,
         })
     }
 
@@ -296,6 +308,20 @@ impl JitProgram {
     #[must_use]
     pub fn fused_loads(&self) -> usize {
         self.fused_loads
+    }
+
+    /// How many counted loops were emitted as reductions with partial accumulators (a
+    /// diagnostic; `reduce.rs`).
+    #[must_use]
+    pub fn reduction_loops(&self) -> usize {
+        self.reduction_loops
+    }
+
+    /// How many bit-trick idioms (SWAR population counts) were emitted as one instruction
+    /// (a diagnostic; `idioms.rs`).
+    #[must_use]
+    pub fn idioms(&self) -> usize {
+        self.idioms
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

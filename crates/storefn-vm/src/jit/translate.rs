@@ -68,6 +68,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) inline_exit: Option<Block>,
     /// Values recomposed from byte loads ([`super::bytes`]).
     pub(super) bytes: super::bytes::ByteFacts,
+    /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
+    pub(super) reductions: usize,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -129,7 +131,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<usize, JitError> {
+) -> Result<(usize, usize, usize), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -251,16 +253,18 @@ pub(super) fn translate_function(
         is_entry: start == 0,
         inline_exit: None,
         bytes: super::bytes::ByteFacts::default(),
+        reductions: 0,
     };
     tx.body()?;
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let bytes = tx.bytes;
+    let (bytes, reductions) = (tx.bytes, tx.reductions);
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
-    Ok(bytes.fused)
+    let idioms = super::idioms::popcounts(&mut ctx.func);
+    Ok((bytes.fused, reductions, idioms))
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
