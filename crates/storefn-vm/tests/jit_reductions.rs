@@ -112,8 +112,14 @@ fn random_loop(rng: &mut SmallRng) -> Loop {
     } else {
         room + rng.gen_range(1..4)
     };
-    let spoilers =
-        [Spoiler::Store, Spoiler::Copy, Spoiler::Shift, Spoiler::Mul, Spoiler::Alu32, Spoiler::Mixed];
+    let spoilers = [
+        Spoiler::Store,
+        Spoiler::Copy,
+        Spoiler::Shift,
+        Spoiler::Mul,
+        Spoiler::Alu32,
+        Spoiler::Mixed,
+    ];
     Loop {
         op,
         swapped: op != BPF_SUB && rng.gen_bool(0.4),
@@ -224,7 +230,11 @@ fn popcount_program(w64: bool, spoil: Option<usize>, reuse: bool) -> Vec<Insn> {
     let (alu_k, alu_x, mov) = if w64 {
         (alu64_imm as fn(u8, u8, i32) -> Insn, alu64_reg as fn(u8, u8, u8) -> Insn, mov64_reg(3, 2))
     } else {
-        (alu32_imm as fn(u8, u8, i32) -> Insn, alu32_reg as fn(u8, u8, u8) -> Insn, alu32_reg(BPF_MOV, 3, 2))
+        (
+            alu32_imm as fn(u8, u8, i32) -> Insn,
+            alu32_reg as fn(u8, u8, u8) -> Insn,
+            alu32_reg(BPF_MOV, 3, 2),
+        )
     };
     // A mask `m` applied to r`dst`: through r4 at 64 bits (the masks need lddw).
     let and_mask = |v: &mut Vec<Insn>, dst: u8, m: u64| {

@@ -133,7 +133,12 @@ fn reduction_step(i: Insn, d: u16, op: &mut Option<u8>) -> Result<Option<u16>, (
 
 /// The partial registers at the test and the operation family, if `acc` is a reduction's
 /// accumulator over the straight-line `[header, test)` (module documentation).
-fn partials(insns: &[Insn], cfg: &Cfg, (header, test): (usize, usize), acc: u8) -> Option<(u8, u16)> {
+fn partials(
+    insns: &[Insn],
+    cfg: &Cfg,
+    (header, test): (usize, usize),
+    acc: u8,
+) -> Option<(u8, u16)> {
     let mut d = bit(acc);
     let mut op = None;
     for pc in (header..=test).filter(|&pc| !cfg.is_second_half(pc)) {
@@ -167,7 +172,12 @@ fn partials(insns: &[Insn], cfg: &Cfg, (header, test): (usize, usize), acc: u8) 
 }
 
 /// The loop's reduction, if it is one (module documentation).
-pub(super) fn find(insns: &[Insn], cfg: &Cfg, charges: &[u32], l: CountedLoop) -> Option<Reduction> {
+pub(super) fn find(
+    insns: &[Insn],
+    cfg: &Cfg,
+    charges: &[u32],
+    l: CountedLoop,
+) -> Option<Reduction> {
     let body = l.latch + 1 - l.header;
     let test = l.latch.checked_sub(1)?;
     let t = insns[test];
@@ -175,7 +185,10 @@ pub(super) fn find(insns: &[Insn], cfg: &Cfg, charges: &[u32], l: CountedLoop) -
         return None;
     }
     let exit_on = matches!(t.op & 0xf0, BPF_JEQ | BPF_JGT | BPF_JGE);
-    if t.class() != BPF_JMP || t.op & BPF_X != 0 || !exit_on || insns[l.latch].op != BPF_JMP | BPF_JA
+    if t.class() != BPF_JMP
+        || t.op & BPF_X != 0
+        || !exit_on
+        || insns[l.latch].op != BPF_JMP | BPF_JA
     {
         return None;
     }
@@ -321,10 +334,8 @@ impl Tx<'_, '_> {
     /// then the loop's real exit.
     fn fold_partials(&mut self, blk: Block, red: &Reduction, parts: &[Variable], p: usize) {
         self.enter(blk);
-        let others: Vec<Value> = (0..parts.len())
-            .filter(|&j| j != p)
-            .map(|j| self.b.use_var(parts[j]))
-            .collect();
+        let others: Vec<Value> =
+            (0..parts.len()).filter(|&j| j != p).map(|j| self.b.use_var(parts[j])).collect();
         let mut defs = Vec::new();
         for r in (0..FRAME_REG).filter(|&r| red.at_exit & bit(r) != 0) {
             let var = if r == red.acc { parts[p] } else { self.regs[usize::from(r)] };
@@ -348,5 +359,58 @@ impl Tx<'_, '_> {
         }
         let out = self.block(red.exit).expect("a jump target starts a block");
         self.b.ins().jump(out, &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reduction [`find`] sees in bench program `name`'s one counted loop, if any.
+    fn bench_reduction(name: &str) -> Option<Reduction> {
+        let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
+        let cfg = p.cfg();
+        let [l] = cfg.counted_loops() else { panic!("{name}: {:?}", cfg.counted_loops()) };
+        find(&p.insns, cfg, cfg.charges(), *l)
+    }
+
+    #[test]
+    fn the_bench_sums_are_reductions() {
+        // sum64: `r0 = *(r4 + r2); r0 += r5; r2 += 8; r5 = r0; if r2 == 4096 ...`: r5 is the
+        // accumulator, r0 holds the sum too at the test.
+        let r = bench_reduction("bench/sum64").unwrap();
+        assert_eq!((r.acc, r.op, r.counter, r.copies), (5, BPF_ADD, 2, SMALL_BODY_COPIES));
+        assert_eq!((r.at_exit, r.guard), (bit(0) | bit(5), 4096 - 7 * 8));
+        let r = bench_reduction("bench/sum32").unwrap();
+        assert_eq!((r.acc, r.at_exit, r.guard), (5, bit(5), 4096 - 7 * 4));
+        // popcount's body (23 slots) gets the smaller ring.
+        let r = bench_reduction("bench/popcount").unwrap();
+        assert_eq!((r.acc, r.copies), (5, COPIES));
+    }
+
+    #[test]
+    fn loops_that_are_not_reductions_are_refused() {
+        // bitrev32's xor chain goes through 32-bit arithmetic (and its body is past the
+        // ring's size).
+        assert_eq!(bench_reduction("bench/bitrev32"), None);
+    }
+
+    #[test]
+    fn partial_values_may_flow_only_through_the_reduction() {
+        let add = |d, s| Insn { op: BPF_ALU64 | BPF_ADD | BPF_X, dst: d, src: s, off: 0, imm: 0 };
+        let sub = |d, s| Insn { op: BPF_ALU64 | BPF_SUB | BPF_X, dst: d, src: s, off: 0, imm: 0 };
+        let mut op = None;
+        // acc += whole; whole += acc (commutative): both partial.
+        assert_eq!(reduction_step(add(5, 0), bit(5), &mut op), Ok(Some(bit(5))));
+        assert_eq!(reduction_step(add(0, 5), bit(5), &mut op), Ok(Some(bit(0) | bit(5))));
+        // whole -= acc is not `acc op whole`; acc += acc doubles the others.
+        assert_eq!(reduction_step(sub(0, 5), bit(5), &mut op), Ok(None));
+        assert_eq!(reduction_step(add(5, 5), bit(5), &mut op), Ok(None));
+        // A second family is refused.
+        let xor = Insn { op: BPF_ALU64 | BPF_XOR | BPF_X, dst: 5, src: 0, off: 0, imm: 0 };
+        assert_eq!(reduction_step(xor, bit(5), &mut op), Err(()));
+        // A byte swap reads its destination only (BPF_X there means big-endian).
+        let be = Insn { op: BPF_ALU | BPF_END | BPF_X, dst: 1, src: 5, off: 0, imm: 32 };
+        assert_eq!(uses(be), Some((bit(1), bit(1))));
     }
 }

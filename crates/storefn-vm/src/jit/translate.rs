@@ -263,7 +263,7 @@ pub(super) fn translate_function(
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
-    let idioms = super::idioms::popcounts(&mut ctx.func);
+    let idioms = super::idioms::popcounts(ctx, module.isa())?;
     Ok((bytes.fused, reductions, idioms))
 }
 
