@@ -27,7 +27,8 @@
 //! operation's identity), copy `j` of the ring reads and writes A as `P_{j mod k}`, and at
 //! every point in copy `j` each partial register `X` stands for `X op (op of P_i, i != j mod
 //! k)`: true at the header (the copy before left its partial in its P), kept by each of the
-//! allowed operations (reassociation), and made whole again on the way out (the test's exit
+//! allowed operations (reassociation), and made whole again on the way out (the ring keeps
+//! no exit test; the rolled copy that finishes the loop accumulates into `P_0`, and its exit
 //! edge goes through a block that folds the other partials into every partial register).
 //! Loads, stores and their checks are the body's own, in the same order, with whole
 //! (unchanged) addresses and values: a fault happens at the same instruction, with the same
@@ -211,11 +212,11 @@ pub(super) fn find(
         return None;
     }
     let copies = if body <= SMALL_BODY_SLOTS { SMALL_BODY_COPIES } else { COPIES };
-    // The tests of copies 0..copies-2 see `v + c .. v + (copies-1) c`, all below the bound
-    // when `v < N - (copies-1) c`: none of them can jump out (nor wrap).
+    // The ring's tests see `v + c .. v + copies c`, all below the bound when `v < N -
+    // copies c`: none of them can jump out (nor wrap).
     let bound = i64::from(t.imm).cast_unsigned();
     let step = u64::from(inc.imm.unsigned_abs());
-    let guard = bound.checked_sub(step.checked_mul(copies as u64 - 1)?)?;
+    let guard = bound.checked_sub(step.checked_mul(copies as u64)?)?;
     if guard == 0 {
         return None;
     }
@@ -228,10 +229,10 @@ pub(super) fn find(
 impl Tx<'_, '_> {
     /// Emits reduction loop `l` ([`find`]): its header's block sets the extra partials to
     /// the identity and enters the guard, which enters the ring (copies without their exit
-    /// test but the last, whose back edge returns to the guard) while the counter is below
-    /// [`Reduction::guard`], else a rolled copy that loops on itself. The two copies that
-    /// keep the test leave through a block that folds the partials. Returns whether control
-    /// falls out of the last slot (never).
+    /// tests in one block, the last one's back edge returning to the guard) while the
+    /// counter is below [`Reduction::guard`], else a rolled copy that loops on itself. The
+    /// rolled copy alone keeps the test; it leaves through a block that folds the partials.
+    /// Returns whether control falls out of the last slot (never).
     pub(super) fn unroll_reduction(
         &mut self,
         l: CountedLoop,
@@ -261,35 +262,32 @@ impl Tx<'_, '_> {
         let v = self.b.use_var(self.regs[usize::from(red.counter)]);
         let go = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, v, red.guard.cast_signed());
         self.b.ins().brif(go, ring, &[], rolled, &[]);
-        let mut exits = Vec::new();
         for k in 0..red.copies {
             let last = k + 1 == red.copies;
-            let p = k % parts.len();
             let head = (k == 0).then_some(ring);
-            let fix = self.reduction_copy(l, &red, (head, last.then_some(guard)), parts[p])?;
-            exits.extend(fix.map(|f| (f, p)));
+            let p = parts[k % parts.len()];
+            self.reduction_copy(l, &red, (head, last.then_some(guard)), p, false)?;
         }
-        let fix = self.reduction_copy(l, &red, (Some(rolled), Some(rolled)), parts[0])?;
-        exits.extend(fix.map(|f| (f, 0)));
+        let exit = self.reduction_copy(l, &red, (Some(rolled), Some(rolled)), parts[0], true)?;
         *self.block_slot(l.header) = Some(entry);
-        for (blk, p) in exits {
-            self.fold_partials(blk, &red, &parts, p);
-        }
+        let exit = exit.ok_or_else(|| invalid(red.test, "a kept test without its exit"))?;
+        self.fold_partials(exit, &red, &parts);
         Ok(false)
     }
 
     /// One copy of the body, reading and writing the accumulator as `part`: entered at
-    /// `head` (`None`: it goes on in the current block, after the copy before), its test
-    /// and back edge kept and going to `back`, or, when `None`, both dropped (the guard
-    /// proved the test does not jump) and the next copy following in the same block: the
+    /// `head` (`None`: it goes on in the current block, after the copy before), its back
+    /// edge going to `back` (`None`: dropped, the next copy follows in the same block), its
+    /// exit test kept when `test` (else dropped: the guard proved it does not jump). The
     /// ring is one block, so its loads can be folded into the adds that use them. Returns
-    /// the block its exit goes to.
+    /// the block the kept test's exit goes to.
     fn reduction_copy(
         &mut self,
         l: CountedLoop,
         red: &Reduction,
         (head, back): (Option<Block>, Option<Block>),
         part: Variable,
+        test: bool,
     ) -> Result<Option<Block>, JitError> {
         let own = std::mem::replace(&mut self.regs[usize::from(red.acc)], part);
         *self.block_slot(l.header) = head;
@@ -298,9 +296,10 @@ impl Tx<'_, '_> {
                 *self.block_slot(pc) = Some(self.b.create_block());
             }
         }
-        // The latch starts a block ([`find`]) where it is emitted.
-        *self.block_slot(l.latch) = back.map(|_| self.b.create_block());
-        let fix = back.map(|_| self.b.create_block());
+        // The latch starts a block ([`find`]) after a kept test; without the test, the back
+        // edge goes on in the same block.
+        *self.block_slot(l.latch) = test.then(|| self.b.create_block());
+        let fix = test.then(|| self.b.create_block());
         let out = self.block(red.exit);
         if fix.is_some() {
             *self.block_slot(red.exit) = fix;
@@ -309,6 +308,10 @@ impl Tx<'_, '_> {
         let mut r = Ok(());
         let end = if back.is_some() { l.latch + 1 } else { red.test };
         while pc < end {
+            if pc == red.test && !test {
+                pc += 1;
+                continue;
+            }
             if pc == l.latch {
                 *self.block_slot(l.header) = back;
             }
@@ -329,17 +332,15 @@ impl Tx<'_, '_> {
         Ok(fix)
     }
 
-    /// The exit of a copy that accumulated into partial `p`: every register holding a
-    /// partial value gets the others folded in (the accumulator's own variable included),
-    /// then the loop's real exit.
-    fn fold_partials(&mut self, blk: Block, red: &Reduction, parts: &[Variable], p: usize) {
+    /// The exit of the rolled copy (which accumulates into `parts[0]`, the accumulator's own
+    /// variable): every register holding a partial value gets the others folded in, then
+    /// the loop's real exit.
+    fn fold_partials(&mut self, blk: Block, red: &Reduction, parts: &[Variable]) {
         self.enter(blk);
-        let others: Vec<Value> =
-            (0..parts.len()).filter(|&j| j != p).map(|j| self.b.use_var(parts[j])).collect();
+        let others: Vec<Value> = parts[1..].iter().map(|&v| self.b.use_var(v)).collect();
         let mut defs = Vec::new();
         for r in (0..FRAME_REG).filter(|&r| red.at_exit & bit(r) != 0) {
-            let var = if r == red.acc { parts[p] } else { self.regs[usize::from(r)] };
-            let mut v = self.b.use_var(var);
+            let mut v = self.b.use_var(self.regs[usize::from(r)]);
             for &o in &others {
                 v = match red.op {
                     BPF_ADD => self.b.ins().iadd(v, o),
@@ -349,10 +350,6 @@ impl Tx<'_, '_> {
                 };
             }
             defs.push((r, v));
-        }
-        if red.at_exit & bit(red.acc) == 0 && p != 0 {
-            // The accumulator register holds a whole value there, kept in this copy's part.
-            defs.push((red.acc, self.b.use_var(parts[p])));
         }
         for (r, v) in defs {
             self.b.def_var(self.regs[usize::from(r)], v);
@@ -380,9 +377,9 @@ mod tests {
         // accumulator, r0 holds the sum too at the test.
         let r = bench_reduction("bench/sum64").unwrap();
         assert_eq!((r.acc, r.op, r.counter, r.copies), (5, BPF_ADD, 2, SMALL_BODY_COPIES));
-        assert_eq!((r.at_exit, r.guard), (bit(0) | bit(5), 4096 - 7 * 8));
+        assert_eq!((r.at_exit, r.guard), (bit(0) | bit(5), 4096 - 8 * 8));
         let r = bench_reduction("bench/sum32").unwrap();
-        assert_eq!((r.acc, r.at_exit, r.guard), (5, bit(5), 4096 - 7 * 4));
+        assert_eq!((r.acc, r.at_exit, r.guard), (5, bit(5), 4096 - 8 * 4));
         // popcount's body (23 slots) gets the smaller ring.
         let r = bench_reduction("bench/popcount").unwrap();
         assert_eq!((r.acc, r.copies), (5, COPIES));
