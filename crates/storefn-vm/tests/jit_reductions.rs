@@ -221,7 +221,7 @@ fn the_bench_reductions_are_taken() {
 fn popcount_program(w64: bool, spoil: Option<usize>, reuse: bool) -> Vec<Insn> {
     let mut k: [u64; 8] = [1, M1, M2, 2, 4, M4, H01, 56];
     if !w64 {
-        k = [1, M1 as u32 as u64, M2 as u32 as u64, 2, 4, M4 as u32 as u64, H01 as u32 as u64, 24];
+        k = [1, M1 & 0xffff_ffff, M2 & 0xffff_ffff, 2, 4, M4 & 0xffff_ffff, H01 & 0xffff_ffff, 24];
     }
     if let Some(s) = spoil {
         k[s] ^= if s == 0 || s == 3 || s == 4 || s == 7 { 1 } else { 1 << 9 };
@@ -293,6 +293,30 @@ fn swar_popcounts_jit_equals_interp_and_only_exact_ones_are_replaced() {
                     let j = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), seed);
                     assert_eq!(j, outcome(&prog, DEFAULT_INSN_BUDGET, None, seed), "{what}");
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn wide_swaps_of_narrow_words_jit_equals_interp() {
+    // `r0 = *(u32 *)(data + 4); r0 = be64 r0; r0 >>= k`: narrowed to a 32-bit swap for
+    // 32 <= k < 64 of a 32-bit load only.
+    for size in [BPF_W, BPF_DW] {
+        for k in [0, 8, 31, 32, 36, 40, 63] {
+            let prog = verified(vec![
+                ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16),
+                ldx(size, 0, 9, 4),
+                ins(BPF_ALU | BPF_END | BPF_X, 0, 0, 0, 64),
+                alu64_imm(BPF_RSH, 0, k),
+                exit(),
+            ]);
+            let jit = JitProgram::compile(&prog).unwrap();
+            let narrowed = size == BPF_W && k >= 32;
+            assert_eq!(jit.idioms(), usize::from(narrowed), "size {size:#x}, k {k}");
+            for seed in 0..8 {
+                let j = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), seed);
+                assert_eq!(j, outcome(&prog, DEFAULT_INSN_BUDGET, None, seed), "k {k}");
             }
         }
     }

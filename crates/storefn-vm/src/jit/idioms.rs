@@ -1,5 +1,6 @@
 //! Bit-trick idioms found in a function's Cranelift IR once it is built, replaced by the
-//! one instruction that computes the same value (docs/design/vm.md, "Idioms").
+//! one instruction that computes the same value, or a cheaper form of it
+//! (docs/design/vm.md, "Idioms").
 //!
 //! The SWAR population count (`x - ((x >> 1) & m1)`, `(x & m2) + ((x >> 2) & m2)`,
 //! `(x + (x >> 4)) & m4`, `(x * h01) >> 56`, at 64 bits, or at 32 bits with `>> 24`) is
@@ -11,7 +12,8 @@
 //! is on the values, whatever registers the program kept them in, and needs every constant
 //! and shift exact.
 
-use cranelift_codegen::ir::{DataFlowGraph, InstructionData, Opcode};
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
+use cranelift_codegen::ir::{DataFlowGraph, Function, InstructionData, Opcode};
 
 use super::*;
 
@@ -55,6 +57,31 @@ pub(super) fn popcounts(
         func.dfg.insts[inst] = InstructionData::Unary { opcode: Opcode::Popcnt, arg: x };
     }
     Ok(found.len())
+}
+
+/// Replaces `bswap.i64(x) >> k` (32 <= k < 64) where `x` is a 32-bit value widened (a 32-bit
+/// load or an extension) by `uextend(bswap.i32(x32) >> (k - 32))`: the same bits (x's high
+/// half is zero, so the 64-bit swap is the 32-bit one shifted up by 32), and Cranelift's
+/// value numbering then shares the 32-bit swap with a `be32` of the same word (bitrev32
+/// swaps one word both ways). Returns how many.
+pub(super) fn narrow_swaps(func: &mut Function) -> usize {
+    let mut found = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if let Some(x) = Match(&func.dfg).wide_swap_of_narrow(inst) {
+                found.push((inst, x));
+            }
+        }
+    }
+    for &(inst, (x, k)) in &found {
+        let mut pos = FuncCursor::new(func).at_inst(inst);
+        let narrow = pos.ins().ireduce(I32, x);
+        let swapped = pos.ins().bswap(narrow);
+        let shifted = pos.ins().ushr_imm_u(swapped, k - 32);
+        // Same result value and type (i64).
+        pos.func.dfg.insts[inst] = InstructionData::Unary { opcode: Opcode::Uextend, arg: shifted };
+    }
+    found.len()
 }
 
 /// Pattern matching over one function's values.
@@ -139,6 +166,33 @@ impl Match<'_> {
     ) -> Option<(T, Value)> {
         let [a, b] = self.bin(v, op)?;
         first(a).map(|t| (t, b)).or_else(|| first(b).map(|t| (t, a)))
+    }
+
+    /// `(x, k)` if `inst` is `ushr(bswap.i64(x), k)`, `k` in 32..64, `x` zero above bit 31.
+    fn wide_swap_of_narrow(&self, inst: cranelift_codegen::ir::Inst) -> Option<(Value, i64)> {
+        let InstructionData::Binary { opcode: Opcode::Ushr, args: [b, k] } = self.0.insts[inst]
+        else {
+            return None;
+        };
+        let b = self.0.resolve_aliases(b);
+        let k = self.0.resolve_aliases(k);
+        let k = match self.0.insts[self.0.value_def(k).inst()?] {
+            InstructionData::UnaryImm { opcode: Opcode::Iconst, imm } => imm.bits(),
+            _ => return None,
+        };
+        let x = match self.0.insts[self.0.value_def(b).inst()?] {
+            InstructionData::Unary { opcode: Opcode::Bswap, arg } => self.0.resolve_aliases(arg),
+            _ => return None,
+        };
+        let widened = match self.0.insts[self.0.value_def(x).inst()?] {
+            InstructionData::Load { opcode: Opcode::Uload32, .. } => true,
+            InstructionData::Unary { opcode: Opcode::Uextend, arg } => {
+                self.0.value_type(arg) == I32
+            }
+            _ => false,
+        };
+        let wide = self.0.value_type(b) == I64;
+        (wide && widened && (32..64).contains(&k)).then_some((x, k))
     }
 
     /// The `x` whose population count the result of `inst` is, if it is the SWAR sequence.

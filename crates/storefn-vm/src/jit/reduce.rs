@@ -47,9 +47,13 @@ const SMALL_BODY_COPIES: usize = 8;
 const SMALL_BODY_SLOTS: usize = 12;
 const COPIES: usize = 4;
 const MAX_BODY_SLOTS: usize = 24;
-/// Partial accumulators: enough for adds of a 1-cycle latency to keep up with two or three
-/// loads a cycle, few enough to stay in registers beside the body's own.
+/// Partial accumulators for a body of at most [`SMALL_BODY_SLOTS`]: enough for adds of a
+/// 1-cycle latency to keep up with two or three loads a cycle, few enough to stay in
+/// registers beside the body's own.
 const PARTIALS: usize = 4;
+/// Partial accumulators for a longer body, whose own work hides the chain's latency: more
+/// only take registers its copies need (knn, be32: spills in the ring with 4).
+const LONG_BODY_PARTIALS: usize = 2;
 
 /// A reduction loop ([`find`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,7 +253,8 @@ impl Tx<'_, '_> {
         self.reductions += 1;
         let mut parts = vec![self.regs[usize::from(red.acc)]];
         let identity = self.iconst(if red.op == BPF_AND { -1 } else { 0 });
-        for _ in 1..PARTIALS.min(red.copies) {
+        let partials = if red.copies == SMALL_BODY_COPIES { PARTIALS } else { LONG_BODY_PARTIALS };
+        for _ in 1..partials {
             let p = self.b.declare_var(I64);
             self.b.def_var(p, identity);
             parts.push(p);
@@ -290,6 +295,9 @@ impl Tx<'_, '_> {
         test: bool,
     ) -> Result<Option<Block>, JitError> {
         let own = std::mem::replace(&mut self.regs[usize::from(red.acc)], part);
+        // The ring is one straight run: the byte-load facts are per copy (forgetting them is
+        // always sound), so a copy does not find the table full of the copies' before it.
+        self.bytes.clear();
         *self.block_slot(l.header) = head;
         for pc in l.header + 1..l.latch {
             if self.block(pc).is_some() {

@@ -263,7 +263,8 @@ pub(super) fn translate_function(
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
-    let idioms = super::idioms::popcounts(ctx, module.isa())?;
+    let idioms =
+        super::idioms::popcounts(ctx, module.isa())? + super::idioms::narrow_swaps(&mut ctx.func);
     Ok((bytes.fused, reductions, idioms))
 }
 
