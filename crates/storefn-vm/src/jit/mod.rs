@@ -26,8 +26,10 @@
 mod abi;
 mod bytes;
 mod calls;
+mod idioms;
 mod inline;
 mod memcheck;
+mod reduce;
 mod slots;
 mod translate;
 mod unroll;
@@ -127,6 +129,10 @@ pub struct JitProgram {
     fused_loads: usize,
     /// [`JitProgram::promoted_accesses`].
     promoted_accesses: usize,
+    /// [`JitProgram::reduction_loops`].
+    reduction_loops: usize,
+    /// [`JitProgram::idioms`].
+    idioms: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -208,6 +214,8 @@ impl JitProgram {
         let shims = shims.unwrap_or((ids[0].1, None));
         let disasm = std::env::var_os(DISASM_ENV).is_some();
         let mut fused_loads = 0;
+        let mut reduction_loops = 0;
+        let mut idioms = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -227,8 +235,10 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|fused| {
+            .and_then(|(fused, reduced, found)| {
                 fused_loads += fused;
+                reduction_loops += reduced;
+                idioms += found;
                 module
                     .define_function(ids[i].1, &mut ctx)
                     .map_err(|e| JitError::Codegen(format!("{e:?}")))
@@ -278,6 +288,8 @@ impl JitProgram {
             out_of_line_loads,
             fused_loads,
             promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
+            reduction_loops,
+            idioms,
         })
     }
 
@@ -311,6 +323,20 @@ impl JitProgram {
     #[must_use]
     pub fn promoted_accesses(&self) -> usize {
         self.promoted_accesses
+    }
+
+    /// How many counted loops were emitted as reductions with partial accumulators (a
+    /// diagnostic; `reduce.rs`).
+    #[must_use]
+    pub fn reduction_loops(&self) -> usize {
+        self.reduction_loops
+    }
+
+    /// How many bit-trick idioms (SWAR population counts) were emitted as one instruction
+    /// (a diagnostic; `idioms.rs`).
+    #[must_use]
+    pub fn idioms(&self) -> usize {
+        self.idioms
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

@@ -72,6 +72,8 @@ pub(super) struct Tx<'a, 'f> {
     /// translated (this function's, or an inlined callee's): `(off, len, variable)`.
     pub(super) slot_plan: &'a super::slots::SlotPlan,
     pub(super) slot_vars: Vec<(i16, u8, Variable)>,
+    /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
+    pub(super) reductions: usize,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -134,7 +136,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<usize, JitError> {
+) -> Result<(usize, usize, usize), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -256,6 +258,7 @@ pub(super) fn translate_function(
         bytes: super::bytes::ByteFacts::default(),
         slot_plan,
         slot_vars: Vec::new(),
+        reductions: 0,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -265,11 +268,13 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let bytes = tx.bytes;
+    let (bytes, reductions) = (tx.bytes, tx.reductions);
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
-    Ok(bytes.fused)
+    let idioms =
+        super::idioms::popcounts(ctx, module.isa())? + super::idioms::narrow_swaps(&mut ctx.func);
+    Ok((bytes.fused, reductions, idioms))
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.

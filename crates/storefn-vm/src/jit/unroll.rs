@@ -24,6 +24,8 @@ pub(super) enum Copies {
     Full,
     /// This many copies in a ring.
     Cyclic(usize),
+    /// A guarded ring with partial accumulators ([`super::reduce`]).
+    Reduce(super::reduce::Reduction),
 }
 
 /// Unrolled slots in all of a function's loops: bounds the compile time and code size an
@@ -59,8 +61,12 @@ impl Tx<'_, '_> {
         let l = self.counted[k];
         let body = (l.latch + 1 - l.header) as u64;
         let slots = body * l.trips;
+        let reduction = || super::reduce::find(self.insns, self.cfg, self.charges, l);
         let (copies, slots) = if l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS {
             (Copies::Full, slots)
+        } else if let Some(r) = reduction() {
+            // The ring's copies and the rolled one.
+            (Copies::Reduce(r), body * (r.copies as u64 + 1))
         } else if body <= PARTIAL_MAX_BODY_SLOTS {
             (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
         } else {
@@ -96,6 +102,7 @@ impl Tx<'_, '_> {
         let (n, cyclic) = match copies {
             Copies::Full => (usize::try_from(l.trips).unwrap_or(usize::MAX) + 1, false),
             Copies::Cyclic(n) => (n, true),
+            Copies::Reduce(r) => return self.unroll_reduction(l, r, open),
         };
         let next = |k: usize| if cyclic { (k + 1) % n } else { (k + 1).min(n - 1) };
         let mut headers = Vec::with_capacity(n);

@@ -1,0 +1,323 @@
+//! Counted loops that reduce (`s += d[i]`, xor, or, and), which the JIT emits with partial
+//! accumulators in a guarded ring: JIT against the interpreter on random loops (operation,
+//! operand order, load width, step, start, trip count, exit test, budget), loads proved and
+//! loads that run past their region (the fault must name the same load), and loops that must
+//! not be taken for reductions (the accumulator read in another way, two operation families,
+//! 32-bit arithmetic on it).
+
+mod jit_support;
+
+use jit_support::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use storefn_vm::insn::*;
+use storefn_vm::xrp::XRP_OFF_DATA;
+use storefn_vm::{JitProgram, RunEnv, VerifiedProgram, VmError};
+
+/// A way the loop's body uses its accumulator (r5) that must keep it from being a reduction,
+/// or none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Spoiler {
+    None,
+    /// `*(u64 *)(r10 - 8) = r5`: a store of the partial value.
+    Store,
+    /// `r6 = r5; r6 += 1`, r6 read after the loop: a second register holding a partial
+    /// value, made whole on the way out (a reduction still).
+    Copy,
+    /// `r6 = r5; r6 <<= 1`, r6 read after the loop: a shift of a partial value.
+    Shift,
+    /// `r5 *= 3`: another operation on it.
+    Mul,
+    /// `w5 += w0`: 32-bit arithmetic.
+    Alu32,
+    /// `r5 ^= r0` beside `r5 += r0`: two families.
+    Mixed,
+}
+
+#[derive(Clone, Debug)]
+struct Loop {
+    op: u8,
+    /// `r5 op= r0`, or `r0 op= r5; r5 = r0`.
+    swapped: bool,
+    size: u8,
+    off: i16,
+    start: i32,
+    step: i32,
+    trips: i32,
+    cond: u8,
+    init: u64,
+    spoiler: Spoiler,
+}
+
+fn size_bytes(size: u8) -> i32 {
+    match size {
+        BPF_B => 1,
+        BPF_H => 2,
+        BPF_W => 4,
+        _ => 8,
+    }
+}
+
+/// `r9 = ctx.data; r5 = init; r6 = 7; r2 = start; loop { r0 = *(r9 + r2 + off); r5 op= r0;
+/// r2 += step; if r2 cond N goto out } out: r0 = r5 ^ r6`.
+fn program(l: &Loop) -> Vec<Insn> {
+    let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
+    v.extend(lddw(5, l.init));
+    v.push(mov64(6, 7));
+    v.push(mov64(2, l.start));
+    let header = v.len();
+    v.push(mov64_reg(0, 9));
+    v.push(alu64_reg(BPF_ADD, 0, 2));
+    v.push(ldx(l.size, 0, 0, l.off));
+    if l.swapped {
+        v.push(alu64_reg(l.op, 0, 5));
+        v.push(mov64_reg(5, 0));
+    } else {
+        v.push(alu64_reg(l.op, 5, 0));
+    }
+    match l.spoiler {
+        Spoiler::None => {}
+        Spoiler::Store => v.push(stx(BPF_DW, 10, 5, -8)),
+        Spoiler::Copy => v.extend([mov64_reg(6, 5), alu64_imm(BPF_ADD, 6, 1)]),
+        Spoiler::Shift => v.extend([mov64_reg(6, 5), alu64_imm(BPF_LSH, 6, 1)]),
+        Spoiler::Mul => v.push(alu64_imm(BPF_MUL, 5, 3)),
+        Spoiler::Alu32 => v.push(alu32_reg(BPF_ADD, 5, 0)),
+        Spoiler::Mixed => {
+            let other = if l.op == BPF_XOR { BPF_ADD } else { BPF_XOR };
+            v.push(alu64_reg(other, 5, 0));
+        }
+    }
+    v.push(alu64_imm(BPF_ADD, 2, l.step));
+    let end = l.start + l.trips * l.step;
+    let bound = if l.cond == BPF_JGT { end - 1 } else { end };
+    v.push(jmp_imm(l.cond, 2, bound, 1));
+    let back = i16::try_from(header).unwrap() - i16::try_from(v.len()).unwrap() - 1;
+    v.push(ja(back));
+    v.extend([mov64_reg(0, 5), alu64_reg(BPF_XOR, 0, 6), exit()]);
+    v
+}
+
+fn random_loop(rng: &mut SmallRng) -> Loop {
+    const OPS: [u8; 5] = [BPF_ADD, BPF_SUB, BPF_XOR, BPF_OR, BPF_AND];
+    const SIZES: [u8; 4] = [BPF_B, BPF_H, BPF_W, BPF_DW];
+    let op = OPS[rng.gen_range(0..OPS.len())];
+    let size = SIZES[rng.gen_range(0..SIZES.len())];
+    let step = [1, 2, 4, 8, 12][rng.gen_range(0..5)];
+    let start = rng.gen_range(0..64) * step;
+    // Most loops stay inside the data (proved loads); some run up to a few words past it
+    // (checked loads that fault on the way).
+    let room = (DATA_BYTES as i32 - start - size_bytes(size)) / step;
+    let trips = if rng.gen_bool(0.8) {
+        rng.gen_range(1..=room.min(700))
+    } else {
+        room + rng.gen_range(1..4)
+    };
+    let spoilers = [
+        Spoiler::Store,
+        Spoiler::Copy,
+        Spoiler::Shift,
+        Spoiler::Mul,
+        Spoiler::Alu32,
+        Spoiler::Mixed,
+    ];
+    Loop {
+        op,
+        swapped: op != BPF_SUB && rng.gen_bool(0.4),
+        size,
+        off: 0,
+        start,
+        step,
+        trips,
+        cond: [BPF_JEQ, BPF_JGT, BPF_JGE][rng.gen_range(0..3)],
+        init: rng.gen(),
+        spoiler: if rng.gen_bool(0.75) {
+            Spoiler::None
+        } else {
+            spoilers[rng.gen_range(0..spoilers.len())]
+        },
+    }
+}
+
+/// r0 or the fault, and the budget left, of one engine (`jit` or the interpreter).
+fn outcome(
+    prog: &VerifiedProgram,
+    budget: u64,
+    jit: Option<&JitProgram>,
+    seed: u64,
+) -> (Result<u64, VmError>, u64) {
+    let mut sb = Sandbox::new();
+    sb.ctx[XRP_OFF_DATA / 8] = sb.data_addr();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for w in &mut sb.data {
+        *w = rng.gen();
+    }
+    let mut env: RunEnv = sb.env(budget);
+    let (ctx, top) = (sb.ctx_addr(), sb.stack_top());
+    let result = match jit {
+        Some(j) => run_jit(j, &mut env, ctx, top),
+        // SAFETY: the env grants only the sandbox's own buffers, alive for the call; no host.
+        None => unsafe { storefn_vm::interpret(prog, &mut env, ctx, top) },
+    };
+    (result, env.insns_left)
+}
+
+#[test]
+fn reductions_jit_equals_interp() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0001);
+    let (mut reduced, mut faulted, mut exhausted) = (0, 0, 0);
+    for case in 0..400 {
+        let l = random_loop(&mut rng);
+        let prog = verified(program(&l));
+        let jit = JitProgram::compile(&prog).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+        if !matches!(l.spoiler, Spoiler::None | Spoiler::Copy) {
+            assert_eq!(jit.reduction_loops(), 0, "{l:?}: taken for a reduction");
+        }
+        reduced += jit.reduction_loops();
+        // The whole budget, or one that runs out before or inside the loop.
+        let budget = match rng.gen_range(0..4) {
+            0 => rng.gen_range(1..64),
+            1 => rng.gen_range(1..8 * 1024),
+            _ => DEFAULT_INSN_BUDGET,
+        };
+        let seed = rng.gen();
+        let j = outcome(&prog, budget, Some(&jit), seed);
+        let i = outcome(&prog, budget, None, seed);
+        assert_eq!(j, i, "case {case}: {l:?}, budget {budget}");
+        faulted += usize::from(matches!(i.0, Err(VmError::BadRead { .. })));
+        exhausted += usize::from(matches!(i.0, Err(VmError::BudgetExhausted { .. })));
+    }
+    // The generator reaches every kind of case.
+    assert!(reduced > 150, "only {reduced} loops taken for reductions");
+    assert!(faulted > 10 && exhausted > 10, "faults {faulted}, budget {exhausted}");
+}
+
+#[test]
+fn the_bench_reductions_are_taken() {
+    // sum64 and popcount shapes: `r0 = r4; r0 += r2; r0 = *(u64 *)(r0 + 0); r0 += r5; ...`.
+    for swapped in [false, true] {
+        let l = Loop {
+            op: BPF_ADD,
+            swapped,
+            size: BPF_DW,
+            off: 0,
+            start: 0,
+            step: 8,
+            trips: 512,
+            cond: BPF_JEQ,
+            init: 3,
+            spoiler: Spoiler::None,
+        };
+        let prog = verified(program(&l));
+        let jit = JitProgram::compile(&prog).unwrap();
+        assert_eq!(jit.reduction_loops(), 1, "{l:?}");
+        let (r, _) = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), 9);
+        assert_eq!(r, outcome(&prog, DEFAULT_INSN_BUDGET, None, 9).0);
+    }
+}
+
+/// The SWAR population count of the word at `data + 8`, in 64- or 32-bit arithmetic, with
+/// constant or shift number `spoil` (0..7) off by one bit (`None`: the exact sequence), and
+/// an intermediate value read after it when `reuse`.
+fn popcount_program(w64: bool, spoil: Option<usize>, reuse: bool) -> Vec<Insn> {
+    let mut k: [u64; 8] = [1, M1, M2, 2, 4, M4, H01, 56];
+    if !w64 {
+        k = [1, M1 & 0xffff_ffff, M2 & 0xffff_ffff, 2, 4, M4 & 0xffff_ffff, H01 & 0xffff_ffff, 24];
+    }
+    if let Some(s) = spoil {
+        k[s] ^= if s == 0 || s == 3 || s == 4 || s == 7 { 1 } else { 1 << 9 };
+    }
+    let imm = |v: u64| i32::try_from(v).unwrap();
+    let (alu_k, alu_x, mov) = if w64 {
+        (alu64_imm as fn(u8, u8, i32) -> Insn, alu64_reg as fn(u8, u8, u8) -> Insn, mov64_reg(3, 2))
+    } else {
+        (
+            alu32_imm as fn(u8, u8, i32) -> Insn,
+            alu32_reg as fn(u8, u8, u8) -> Insn,
+            alu32_reg(BPF_MOV, 3, 2),
+        )
+    };
+    // A mask `m` applied to r`dst`: through r4 at 64 bits (the masks need lddw).
+    let and_mask = |v: &mut Vec<Insn>, dst: u8, m: u64| {
+        if w64 {
+            v.extend(lddw(4, m));
+            v.push(alu_x(BPF_AND, dst, 4));
+        } else {
+            v.push(alu_k(BPF_AND, dst, imm(m)));
+        }
+    };
+    let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16), ldx(BPF_DW, 2, 9, 8)];
+    v.extend([mov, alu_k(BPF_RSH, 3, imm(k[0]))]);
+    and_mask(&mut v, 3, k[1]);
+    v.push(alu_x(BPF_SUB, 2, 3));
+    v.push(if w64 { mov64_reg(3, 2) } else { alu32_reg(BPF_MOV, 3, 2) });
+    and_mask(&mut v, 3, k[2]);
+    v.push(alu_k(BPF_RSH, 2, imm(k[3])));
+    and_mask(&mut v, 2, k[2]);
+    v.push(alu_x(BPF_ADD, 3, 2));
+    v.push(if w64 { mov64_reg(2, 3) } else { alu32_reg(BPF_MOV, 2, 3) });
+    v.push(alu_k(BPF_RSH, 2, imm(k[4])));
+    v.push(alu_x(BPF_ADD, 3, 2));
+    and_mask(&mut v, 3, k[5]);
+    if w64 {
+        v.extend(lddw(4, k[6]));
+        v.push(alu_x(BPF_MUL, 3, 4));
+    } else {
+        v.push(alu_k(BPF_MUL, 3, imm(k[6])));
+    }
+    v.push(alu_k(BPF_RSH, 3, imm(k[7])));
+    v.push(mov64_reg(0, 3));
+    if reuse {
+        v.push(alu64_reg(BPF_XOR, 0, 2));
+    }
+    v.push(exit());
+    v
+}
+
+const M1: u64 = 0x5555_5555_5555_5555;
+const M2: u64 = 0x3333_3333_3333_3333;
+const M4: u64 = 0x0f0f_0f0f_0f0f_0f0f;
+const H01: u64 = 0x0101_0101_0101_0101;
+
+#[test]
+fn swar_popcounts_jit_equals_interp_and_only_exact_ones_are_replaced() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0002);
+    for w64 in [true, false] {
+        for spoil in std::iter::once(None).chain((0..8).map(Some)) {
+            for reuse in [false, true] {
+                let prog = verified(popcount_program(w64, spoil, reuse));
+                let jit = JitProgram::compile(&prog).unwrap();
+                let what = format!("w64 {w64}, spoil {spoil:?}, reuse {reuse}");
+                assert_eq!(jit.idioms(), usize::from(spoil.is_none()), "{what}");
+                for _ in 0..20 {
+                    let seed = rng.gen();
+                    let j = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), seed);
+                    assert_eq!(j, outcome(&prog, DEFAULT_INSN_BUDGET, None, seed), "{what}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn wide_swaps_of_narrow_words_jit_equals_interp() {
+    // `r0 = *(u32 *)(data + 4); r0 = be64 r0; r0 >>= k`: narrowed to a 32-bit swap for
+    // 32 <= k < 64 of a 32-bit load only.
+    for size in [BPF_W, BPF_DW] {
+        for k in [0, 8, 31, 32, 36, 40, 63] {
+            let prog = verified(vec![
+                ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16),
+                ldx(size, 0, 9, 4),
+                ins(BPF_ALU | BPF_END | BPF_X, 0, 0, 0, 64),
+                alu64_imm(BPF_RSH, 0, k),
+                exit(),
+            ]);
+            let jit = JitProgram::compile(&prog).unwrap();
+            let narrowed = size == BPF_W && k >= 32;
+            assert_eq!(jit.idioms(), usize::from(narrowed), "size {size:#x}, k {k}");
+            for seed in 0..8 {
+                let j = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), seed);
+                assert_eq!(j, outcome(&prog, DEFAULT_INSN_BUDGET, None, seed), "k {k}");
+            }
+        }
+    }
+}
