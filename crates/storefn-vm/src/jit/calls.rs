@@ -112,8 +112,7 @@ impl Tx<'_, '_> {
         let fail = self.cold_block();
         self.b.ins().brif(too_deep, fail, &[], ok, &[]);
         self.enter(fail);
-        let z = self.iconst(0);
-        self.jump_fault(fault::CALL_DEPTH, pc, z, z);
+        self.jump_fault(fault::CALL_DEPTH, pc);
         self.enter(ok);
         (depth, deeper)
     }

@@ -37,7 +37,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) block_at: Vec<Option<Block>>,
     /// Shared exit path after a callee or helper recorded a fault: return 0.
     pub(super) exit_block: Block,
-    /// Shared fault path: params (kind, insn, addr, len) stored into env.fault, then return 0.
+    /// Shared fault path for the faults without an address (budget, call depth): one param,
+    /// `kind << 32 | insn` ([`Tx::jump_fault`]), stored into env.fault, then return 0.
     pub(super) fault_block: Block,
     /// The preserve-all shim in front of [`resolve_region`].
     pub(super) resolve_shim: FuncRef,
@@ -218,9 +219,7 @@ pub(super) fn translate_function(
     b.set_cold_block(exit_block);
     let fault_block = b.create_block();
     b.set_cold_block(fault_block);
-    for _ in 0..4 {
-        b.append_block_param(fault_block, I64);
-    }
+    b.append_block_param(fault_block, I64);
     let first = block_at[0].expect("start is a target");
     let back_target = back_targets(cfg, insns, (start, end));
 
@@ -413,16 +412,17 @@ impl Tx<'_, '_> {
         self.ret(zero);
 
         self.enter(self.fault_block);
-        let p = self.b.block_params(self.fault_block).to_vec();
+        let tag = self.b.block_params(self.fault_block)[0];
         let env = self.env();
         let f = MemFlagsData::trusted();
-        let kind = self.b.ins().ireduce(I32, p[0]);
-        let insn = self.b.ins().ireduce(I32, p[1]);
+        let kind = self.b.ins().ushr_imm_u(tag, 32);
+        let kind = self.b.ins().ireduce(I32, kind);
+        let insn = self.b.ins().ireduce(I32, tag);
+        let zero = self.b.ins().iconst(I64, 0);
         self.b.ins().store(f, kind, env, OFF_FAULT_KIND);
         self.b.ins().store(f, insn, env, OFF_FAULT_INSN);
-        self.b.ins().store(f, p[2], env, OFF_FAULT_ADDR);
-        self.b.ins().store(f, p[3], env, OFF_FAULT_LEN);
-        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().store(f, zero, env, OFF_FAULT_ADDR);
+        self.b.ins().store(f, zero, env, OFF_FAULT_LEN);
         self.ret(zero);
     }
 
@@ -457,12 +457,15 @@ impl Tx<'_, '_> {
         self.b.ins().iconst(I64, v)
     }
 
-    /// Jumps to the shared fault block with constant kind/insn and the given addr/len.
-    pub(super) fn jump_fault(&mut self, kind: u32, pc: usize, addr: Value, len: Value) {
-        let k = self.iconst(i64::from(kind));
-        let i = self.iconst(i64::try_from(pc).unwrap_or(i64::MAX));
-        let args = [BlockArg::Value(k), BlockArg::Value(i), addr.into(), len.into()];
-        self.b.ins().jump(self.fault_block, &args);
+    /// Jumps to the shared fault block with the fault's kind and instruction packed in one
+    /// constant. One constant per site, not a kind, an index and zeros: Cranelift merges equal
+    /// constants function-wide and places the merged value where it dominates every use, so
+    /// a kind or a zero shared by the cold paths of a loop's charge points was materialised
+    /// before the loop and held a register through it (grep's scan spilled its budget for it).
+    pub(super) fn jump_fault(&mut self, kind: u32, pc: usize) {
+        let pc = u32::try_from(pc).unwrap_or(u32::MAX);
+        let tag = self.iconst(((u64::from(kind) << 32) | u64::from(pc)).cast_signed());
+        self.b.ins().jump(self.fault_block, &[BlockArg::Value(tag)]);
     }
 
     pub(super) fn insn(&mut self, pc: usize) -> Result<Flow, JitError> {
@@ -803,8 +806,7 @@ impl Tx<'_, '_> {
         let fail = self.cold_block();
         self.b.ins().brif(fits, ok, &[], fail, &[]);
         self.enter(fail);
-        let z = self.iconst(0);
-        self.jump_fault(fault::BUDGET, pc, z, z);
+        self.jump_fault(fault::BUDGET, pc);
         self.enter(ok);
         let rest = self.b.ins().iadd_imm_s(left, -i64::from(len));
         self.b.def_var(self.budget, rest);
