@@ -71,9 +71,9 @@ impl State {
     /// the callee write them before it reads them); no link and no slot (its frame is new).
     pub(crate) fn callee_entry(st: &State) -> State {
         let mut regs = [FULL; 10];
-        for r in 1..=5 {
-            if !matches!(st.regs[r], Val::Ptr(Base::Stack, _)) {
-                regs[r] = st.regs[r];
+        for (to, &from) in regs[1..=5].iter_mut().zip(&st.regs[1..=5]) {
+            if !matches!(from, Val::Ptr(Base::Stack, _)) {
+                *to = from;
             }
         }
         State { regs, ..State::entry() }
