@@ -232,8 +232,8 @@ pub(super) fn find(
 
 impl Tx<'_, '_> {
     /// Emits reduction loop `l` ([`find`]): its header's block sets the extra partials to
-    /// the identity and enters the guard, which enters the ring (copies without their exit
-    /// tests in one block, the last one's back edge returning to the guard) while the
+    /// the identity and tests the guard, which enters the ring (copies without their exit
+    /// tests in one block, the last one's back edge returning to a second guard test) while the
     /// counter is below [`Reduction::guard`], else a rolled copy that loops on itself. The
     /// rolled copy alone keeps the test; it leaves through a block that folds the partials.
     /// Returns whether control falls out of the last slot (never).
@@ -262,11 +262,14 @@ impl Tx<'_, '_> {
         let guard = self.b.create_block();
         let rolled = self.b.create_block();
         let ring = self.b.create_block();
-        self.b.ins().jump(guard, &[]);
+        // The first test in the header's own block, the ring's back edge to a second one:
+        // then that block is inside the ring's loop only, and both loops' headers have the
+        // header's block as immediate dominator, where Cranelift hoists their invariants.
+        // With one shared test block, the rolled loop's invariants were hoisted into it, so
+        // inside the ring's loop (alternate recomputed its caller's `at % 3840` every pass).
+        self.guard_test(&red, ring, rolled);
         self.b.switch_to_block(guard);
-        let v = self.b.use_var(self.regs[usize::from(red.counter)]);
-        let go = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, v, red.guard.cast_signed());
-        self.b.ins().brif(go, ring, &[], rolled, &[]);
+        self.guard_test(&red, ring, rolled);
         for k in 0..red.copies {
             let last = k + 1 == red.copies;
             let head = (k == 0).then_some(ring);
@@ -278,6 +281,13 @@ impl Tx<'_, '_> {
         let exit = exit.ok_or_else(|| invalid(red.test, "a kept test without its exit"))?;
         self.fold_partials(exit, &red, &parts);
         Ok(false)
+    }
+
+    /// Enters the ring while the counter is below the guard, else the rolled copy.
+    fn guard_test(&mut self, red: &Reduction, ring: Block, rolled: Block) {
+        let v = self.b.use_var(self.regs[usize::from(red.counter)]);
+        let go = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, v, red.guard.cast_signed());
+        self.b.ins().brif(go, ring, &[], rolled, &[]);
     }
 
     /// One copy of the body, reading and writing the accumulator as `part`: entered at
