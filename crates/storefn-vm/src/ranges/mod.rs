@@ -21,7 +21,8 @@
 //! it was in nor in any analysed after it (every access there keeps its check).
 //!
 //! A state also links scalar registers (`rX == rY + c`, refined together by branches) and
-//! tracks a few scalars and pointers spilled to the analysed function's own frame ([`State`], `state.rs`).
+//! tracks a few scalars and pointers spilled to the analysed function's own frame ([`State`],
+//! `state.rs`).
 //!
 //! Every fact is about the value a register holds at run time on every path that reaches the
 //! slot: `Ptr(Data, [a, b])` means the register equals `ctx.data + k` for some `a <= k <= b`

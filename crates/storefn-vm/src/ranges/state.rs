@@ -11,8 +11,8 @@
 //! class by the same range shifted by their offset difference, when the shifted range does not
 //! wrap (the link itself holds modulo 2^64; only the range transfer needs the check).
 //!
-//! **Slots**: up to [`SLOTS`] spills `[r10 + at, r10 + at + size)` of the analysed function's frame, each
-//! with the value the last store there wrote (a store narrower than 8 bytes: zero-extended on
+//! **Slots**: up to [`SLOTS`] spills `[r10 + at, r10 + at + size)` of the analysed function's
+//! frame, each with the value the last store there wrote (a store narrower than 8 bytes: zero-extended on
 //! the matching load). A store that may overlap a slot forgets it; a store the analysis cannot
 //! place (through a pointer it lost, or one that may lie outside its object, where the stack
 //! may be) and every call (helpers and callees may write the frame through a pointer) forget
