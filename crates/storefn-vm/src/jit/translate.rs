@@ -532,6 +532,13 @@ impl Tx<'_, '_> {
         let r = match op {
             BPF_ADD => ins.iadd(dst, src),
             BPF_SUB => ins.isub(dst, src),
+            // `x * (2^k + 1)` as `x + (x << k)`, one `lea` (collatz's `3n + 1`: a multiply's
+            // 3-cycle latency on the loop's one dependency chain).
+            BPF_MUL if !use_x && matches!(insn.imm, 3 | 5 | 9) => {
+                let k = i64::from((insn.imm - 1).trailing_zeros());
+                let shifted = ins.ishl_imm(dst, k);
+                self.b.ins().iadd(dst, shifted)
+            }
             BPF_MUL => ins.imul(dst, src),
             BPF_OR => ins.bor(dst, src),
             BPF_AND => ins.band(dst, src),

@@ -201,7 +201,6 @@ impl Val {
     fn widen(self, new: Val, thresholds: &[u64]) -> Val {
         match (self, self.join(new)) {
             (Val::Scalar(a), Val::Scalar(b)) => {
-                let mask = low_mask(b.m);
                 let lo = if b.lo < a.lo { widen_lo(b, thresholds) } else { b.lo };
                 let hi = if b.hi > a.hi { widen_hi(b, thresholds) } else { b.hi };
                 scalar_m(lo, hi, b.m)
