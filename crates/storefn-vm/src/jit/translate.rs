@@ -536,7 +536,7 @@ impl Tx<'_, '_> {
             // 3-cycle latency on the loop's one dependency chain).
             BPF_MUL if !use_x && matches!(insn.imm, 3 | 5 | 9) => {
                 let k = i64::from((insn.imm - 1).trailing_zeros());
-                let shifted = ins.ishl_imm(dst, k);
+                let shifted = ins.ishl_imm_u(dst, k);
                 self.b.ins().iadd(dst, shifted)
             }
             BPF_MUL => ins.imul(dst, src),
