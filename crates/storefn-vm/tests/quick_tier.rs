@@ -3,12 +3,12 @@
 //! of 1,100-1,600 slots mix conditional jumps over short runs of arithmetic (if-converted,
 //! their targets continuing the jump's block), targets two jumps land on (not merged), runs
 //! ended by a `goto`, branches over loads, checked loads through pointers that sometimes lie
-//! outside every region, stores, and loops with a budget charge per trip; each runs on both
+//! outside every region, stores, loops with a budget charge per trip, and calls to functions
+//! of converted runs (short ones inlined, long ones compiled on their own); each runs on both
 //! engines over the same buffers with the default budget and with one that runs out part
 //! way: the result (the faulting instruction and error included), the scratch bytes and the
-//! instructions charged must agree. It fails when a merged target drops or reorders a
-//! register write of the converted run, or when a block that another jump enters is merged
-//! (the other path then skips code).
+//! instructions charged must agree. It fails when a block that another jump enters is merged
+//! (the compile panics in Cranelift: tried).
 
 mod common;
 
@@ -18,7 +18,7 @@ use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
-use storefn_vm::{Engine, Instance, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
+use storefn_vm::{Engine, Instance, JitProgram, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
 
 /// r6 = ctx->data, r7 = ctx->scratch.
 const DATA: u8 = 6;
@@ -98,6 +98,24 @@ fn piece(rng: &mut SmallRng, p: &mut Vec<Insn>) {
     }
 }
 
+/// A function of `r1` for [`gen`]'s calls: converted runs and arithmetic on r0, r8 and r9;
+/// short ones are inlined, long ones (over the inliner's 64 slots) compiled on their own.
+fn function(rng: &mut SmallRng, long: bool) -> Vec<Insn> {
+    let mut f = vec![mov64_reg(0, 1), mov64_reg(8, 1), mov64_imm(9, 7)];
+    let len = if long { rng.gen_range(80..120) } else { rng.gen_range(8..40) };
+    while f.len() < len {
+        if rng.gen_bool(0.6) {
+            let k = rng.gen_range(1..=4);
+            f.push(cond(rng, k));
+            (0..k).for_each(|_| f.push(arith(rng)));
+        } else {
+            f.push(arith(rng));
+        }
+    }
+    f.push(exit());
+    f
+}
+
 fn gen(rng: &mut SmallRng) -> Vec<Insn> {
     let mut p = vec![
         ldx(BPF_DW, DATA, 1, 0),
@@ -106,12 +124,30 @@ fn gen(rng: &mut SmallRng) -> Vec<Insn> {
         mov64_imm(8, 1),
         mov64_imm(9, 2),
     ];
+    let funcs: Vec<Vec<Insn>> = (0..4).map(|k| function(rng, k % 2 == 1)).collect();
+    // (call slot, function index), patched once the functions' places are known.
+    let mut calls = Vec::new();
     let len = rng.gen_range(MIN_SLOTS..1600);
     while p.len() < len {
-        piece(rng, &mut p);
+        if rng.gen_bool(0.03) {
+            p.push(mov64_reg(1, 8));
+            calls.push((p.len(), rng.gen_range(0..funcs.len())));
+            p.push(call_pc(0));
+            p.push(alu64_reg(BPF_XOR, 9, 0));
+        } else {
+            piece(rng, &mut p);
+        }
     }
     p.push(stx(BPF_DW, SCRATCH, 0, 4088));
     p.push(exit());
+    let mut starts = Vec::new();
+    for f in &funcs {
+        starts.push(p.len());
+        p.extend_from_slice(f);
+    }
+    for (at, f) in calls {
+        p[at] = call_pc(i32::try_from(starts[f] - at - 1).unwrap());
+    }
     p
 }
 
@@ -146,12 +182,15 @@ fn run(inst: &mut Instance, data: &[u8], scratch: &[u8]) -> (Result<u64, VmError
 
 #[test]
 fn quick_tier_programs_run_as_on_the_interpreter() {
-    let (mut oks, mut faults, mut budget_stops) = (0, 0, 0);
+    let (mut oks, mut faults, mut budget_stops, mut called) = (0, 0, 0, 0);
     for seed in 0..120u64 {
         let mut rng = SmallRng::seed_from_u64(seed);
         let insns = gen(&mut rng);
         assert!(insns.len() > MIN_SLOTS);
         let prog = Arc::new(VerifiedProgram::new(program(insns, ProgType::Xrp)).unwrap());
+        if JitProgram::compile(&prog).unwrap().compiled_functions() > 1 {
+            called += 1;
+        }
         let mut jit = Instance::new(Arc::clone(&prog), Engine::Jit).unwrap();
         let mut interp = Instance::new(prog, Engine::Interp).unwrap();
         for round in 0..4 {
@@ -174,7 +213,8 @@ fn quick_tier_programs_run_as_on_the_interpreter() {
         }
     }
     assert!(
-        oks > 80 && faults > 30 && budget_stops > 80,
-        "{oks} clean runs, {faults} faults, {budget_stops} budget stops"
+        oks > 80 && faults > 30 && budget_stops > 80 && called > 60,
+        "{oks} clean runs, {faults} faults, {budget_stops} budget stops, {called} programs \
+         with a function compiled on its own"
     );
 }
