@@ -18,7 +18,7 @@ use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
-use storefn_vm::{Engine, Instance, JitProgram, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
+use storefn_vm::{Engine, Instance, JitProgram, ProgType, VerifiedProgram, VmError, XrpCtx};
 
 /// r6 = ctx->data, r7 = ctx->scratch.
 const DATA: u8 = 6;
@@ -170,14 +170,7 @@ fn buffers(rng: &mut SmallRng) -> (Vec<u8>, Vec<u8>) {
 fn run(inst: &mut Instance, data: &[u8], scratch: &[u8]) -> (Result<u64, VmError>, Vec<u8>, u64) {
     let mut scratch = scratch.to_vec();
     let r = inst.run_xrp(&mut XrpCtx::default(), data, &mut scratch);
-    // The place is named from the nearest region, and the two instances' stacks differ.
-    let r = match r {
-        Err(VmError::BadRead { insn, len, .. }) => {
-            Err(VmError::BadRead { insn, at: Place::Wild, len })
-        }
-        r => r,
-    };
-    (r, scratch, inst.insns_used())
+    (without_place(r), scratch, inst.insns_used())
 }
 
 #[test]
