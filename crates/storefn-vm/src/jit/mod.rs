@@ -257,7 +257,7 @@ impl JitProgram {
                 break;
             }
         }
-        scratch::keep(ctx, fctx);
+        scratch::keep(ctx, fctx, prog.insns.len());
         let finalized = result.and_then(|()| {
             module.finalize_definitions().map_err(|e| JitError::Codegen(e.to_string()))
         });

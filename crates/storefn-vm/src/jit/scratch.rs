@@ -2,10 +2,11 @@
 //!
 //! A `Context` (the IR function, its CFG and dominator tree, the register allocator's state)
 //! and a `FunctionBuilderContext` grow to the largest function built with them and keep that
-//! capacity when cleared. Made afresh per compile, a program of `MAX_INSNS` slots paid for
-//! hundreds of page faults each time (glibc serves blocks this large from fresh pages), a
-//! tenth of its compile time; kept, a thread pays for them once, holding them (a few MiB at
-//! most) for its lifetime.
+//! capacity when cleared. Made afresh per compile, a program of 4,096 slots paid for ~420
+//! page faults each time (glibc serves blocks this large from fresh pages), ~290 with them
+//! kept; a thread then holds them (a few MiB) for its lifetime. Only after a program of at
+//! most [`KEEP_MAX_SLOTS`] slots: one larger (up to `MAX_INSNS`, tens of MiB of contexts)
+//! drops them, so a thread that once compiled a huge program does not keep its memory.
 
 use std::cell::RefCell;
 
@@ -13,6 +14,10 @@ use cranelift_codegen::Context;
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::JITModule;
 use cranelift_module::Module;
+
+/// Contexts are kept after compiling a program of at most this many slots (the size the
+/// compile-time bound is stated for, docs/design/vm.md), dropped after a larger one.
+const KEEP_MAX_SLOTS: usize = 4096;
 
 thread_local! {
     /// `None` while a compile on this thread holds it (or before the first).
@@ -31,9 +36,13 @@ pub(super) fn take(module: &JITModule) -> (Context, FunctionBuilderContext) {
     }
 }
 
-/// Keeps the contexts for the thread's next compile. A `FunctionBuilderContext` is left
-/// clear by every finished `FunctionBuilder`; the `Context` is cleared by [`take`].
-pub(super) fn keep(ctx: Context, fctx: FunctionBuilderContext) {
+/// Keeps the contexts for the thread's next compile, after a program of `slots` slots (see
+/// [`KEEP_MAX_SLOTS`]). A `FunctionBuilderContext` is left clear by every finished
+/// `FunctionBuilder`; the `Context` is cleared by [`take`].
+pub(super) fn keep(ctx: Context, fctx: FunctionBuilderContext, slots: usize) {
+    if slots > KEEP_MAX_SLOTS {
+        return;
+    }
     // During thread teardown the slot may be gone: the contexts are then just dropped.
     let _ = SCRATCH.try_with(|s| *s.borrow_mut() = Some((ctx, fctx)));
 }
