@@ -75,6 +75,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) slot_vars: Vec<(i16, u8, Variable)>,
     /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
     pub(super) reductions: usize,
+    /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
+    pub(super) mergeable: &'a [bool],
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -130,7 +132,7 @@ pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
     (inline_at, in_loop, is_target, out_of_line): (&[bool], &[bool], &[bool], &[bool]),
-    slot_plan: &super::slots::SlotPlan,
+    (slot_plan, mergeable): (&super::slots::SlotPlan, &[bool]),
     (start, end): (usize, usize),
     (shim, check_shim): (FuncId, Option<FuncId>),
     ids: &[(usize, FuncId)],
@@ -258,6 +260,7 @@ pub(super) fn translate_function(
         slot_plan,
         slot_vars: Vec::new(),
         reductions: 0,
+        mergeable,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -791,6 +794,7 @@ impl Tx<'_, '_> {
             self.goto(target)?;
             return Ok(Flow::Resume(side.end + 1));
         }
+        self.merge_converted_target(target);
         Ok(Flow::SkipTo(target))
     }
 
