@@ -370,11 +370,11 @@ impl Instance {
         // program is an xrp program (see above), whose context proofs fit `ctx`; the fixed
         // slots come from our own stack and globals boxes (`lay_out_env`); `env.host` was
         // derived from our boxed HostState by the `exec` that followed storing the key, and no
-        // unique borrow of it was handed out since (`host_mut` clears the key, so the next call
-        // takes `run_xrp_slow`, which derives it again); `env.insn_budget` is `self.insn_budget` (kept so by
-        // `set_insn_budget`; the budget itself goes in a register), `stack_top` is the stack
-        // region's end and `env.fault.kind` is NONE (from `new`; the interpreter never sets it
-        // and the JIT's every return leaves it so).
+        // unique borrow of it was handed out since (`host_mut` clears the key, so the next
+        // call takes `run_xrp_slow`, which derives it again); `env.insn_budget` is
+        // `self.insn_budget` (kept so by `set_insn_budget`; the budget itself goes in a
+        // register), `stack_top` is the stack region's end and `env.fault.kind` is NONE (from
+        // `new`; the interpreter never sets it and the JIT's every return leaves it so).
         unsafe { j.run_with_budget(&mut self.env.0, c, self.stack_top, self.insn_budget) }
     }
 
