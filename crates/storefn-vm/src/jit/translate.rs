@@ -75,6 +75,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) slot_vars: Vec<(i16, u8, Variable)>,
     /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
     pub(super) reductions: usize,
+    /// Of those, the ones emitted as vector code ([`super::vector`]).
+    pub(super) vectors: usize,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -137,7 +139,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, usize, usize), JitError> {
+) -> Result<(usize, (usize, usize), usize), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -258,6 +260,7 @@ pub(super) fn translate_function(
         slot_plan,
         slot_vars: Vec::new(),
         reductions: 0,
+        vectors: 0,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -267,7 +270,7 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions) = (tx.bytes, tx.reductions);
+    let (bytes, reductions) = (tx.bytes, (tx.reductions, tx.vectors));
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
