@@ -373,6 +373,9 @@ struct VectorLoop {
     trips: i32,
     cond: u8,
     init: u64,
+    /// Slots of padding before the loop: past `QUICK_TIER_SLOTS`, the quick tier compiles it
+    /// (its read windows live in memory, not in variables).
+    pad: usize,
 }
 
 /// `r9 = ctx.data; r5 = init; r6 = 7; r8 = invariant; r2 = first; [r7 = r9 + start]; loop
@@ -382,6 +385,7 @@ fn vector_program(l: &VectorLoop) -> Vec<Insn> {
     let bytes = i32::from(size_bytes(l.size));
     let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
     v.extend(lddw(5, l.init));
+    v.extend(std::iter::repeat_n(mov64(6, 7), l.pad));
     v.extend([mov64(6, 7), mov64(8, 0x0ff0_f00f)]);
     let (first, step) = match l.address {
         Address::Offset => (l.start, bytes),
@@ -481,6 +485,7 @@ fn random_vector_loop(rng: &mut SmallRng) -> VectorLoop {
         trips,
         cond: [BPF_JEQ, BPF_JGT, BPF_JGE][rng.gen_range(0..3)],
         init: rng.gen(),
+        pad: if rng.gen_bool(0.15) { QUICK_TIER_PAD } else { 0 },
     }
 }
 
@@ -529,6 +534,7 @@ fn partial_values_in_an_address_or_a_store_keep_the_loop_scalar() {
         trips: 512,
         cond: BPF_JEQ,
         init: 5,
+        pad: 0,
     };
     let jit = JitProgram::compile(&verified(vector_program(&base))).unwrap();
     assert_eq!((jit.reduction_loops(), jit.vector_loops()), (1, 1));
@@ -562,3 +568,6 @@ fn fix_back_edge(mut insns: Vec<Insn>) -> Vec<Insn> {
     insns[at] = ja(6 - i16::try_from(at).unwrap() - 1);
     insns
 }
+
+/// Slots of padding that put a test program past the JIT's `QUICK_TIER_SLOTS` (1,024).
+const QUICK_TIER_PAD: usize = 1030;

@@ -469,17 +469,18 @@ impl Tx<'_, '_> {
         let f = MemFlagsData::new().with_notrap();
         let sx = i.op & 0xe0 == BPF_MEMSX;
         let mut out = [addr; GROUPS];
-        for (g, v) in out.iter_mut().enumerate() {
-            // 64-bit words: two per vector; 32-bit ones: four per load, widened by halves.
-            let at = i32::try_from(16 * if len == 8 { g } else { g / 2 }).unwrap_or(0);
-            *v = self.b.ins().load(if len == 8 { I64X2 } else { I32X4 }, f, addr, at);
-            if len == 4 {
-                let ins = self.b.ins();
-                *v = match (g % 2 == 0, sx) {
-                    (true, false) => ins.uwiden_low(*v),
-                    (false, false) => ins.uwiden_high(*v),
-                    (true, true) => ins.swiden_low(*v),
-                    (false, true) => ins.swiden_high(*v),
+        if len == 8 {
+            for (g, v) in out.iter_mut().enumerate() {
+                *v = self.b.ins().load(I64X2, f, addr, i32::try_from(16 * g).unwrap_or(0));
+            }
+        } else {
+            // Four 32-bit words per load, widened by halves into two groups.
+            for (k, pair) in out.chunks_exact_mut(2).enumerate() {
+                let w = self.b.ins().load(I32X4, f, addr, i32::try_from(16 * k).unwrap_or(0));
+                (pair[0], pair[1]) = if sx {
+                    (self.b.ins().swiden_low(w), self.b.ins().swiden_high(w))
+                } else {
+                    (self.b.ins().uwiden_low(w), self.b.ins().uwiden_high(w))
                 };
             }
         }
