@@ -161,6 +161,30 @@ fn outcome(
     (result, env.insns_left)
 }
 
+/// One run of `prog` by the JIT and the interpreter on the same random data, with the whole
+/// budget or one that runs out before or inside the loop: asserts they agree, and returns
+/// whether the run faulted on a read and whether it ran out of budget.
+fn compare_once(
+    prog: &VerifiedProgram,
+    jit: &JitProgram,
+    rng: &mut SmallRng,
+    what: &str,
+) -> (bool, bool) {
+    let budget = match rng.gen_range(0..4) {
+        0 => rng.gen_range(1..64),
+        1 => rng.gen_range(1..8 * 1024),
+        _ => DEFAULT_INSN_BUDGET,
+    };
+    let seed = rng.gen();
+    let j = outcome(prog, budget, Some(jit), seed);
+    let i = outcome(prog, budget, None, seed);
+    assert_eq!(j, i, "{what}, budget {budget}");
+    (
+        matches!(i.0, Err(VmError::BadRead { .. })),
+        matches!(i.0, Err(VmError::BudgetExhausted { .. })),
+    )
+}
+
 #[test]
 fn reductions_jit_equals_interp() {
     let mut rng = SmallRng::seed_from_u64(0x5eed_0001);
@@ -173,18 +197,9 @@ fn reductions_jit_equals_interp() {
             assert_eq!(jit.reduction_loops(), 0, "{l:?}: taken for a reduction");
         }
         reduced += jit.reduction_loops();
-        // The whole budget, or one that runs out before or inside the loop.
-        let budget = match rng.gen_range(0..4) {
-            0 => rng.gen_range(1..64),
-            1 => rng.gen_range(1..8 * 1024),
-            _ => DEFAULT_INSN_BUDGET,
-        };
-        let seed = rng.gen();
-        let j = outcome(&prog, budget, Some(&jit), seed);
-        let i = outcome(&prog, budget, None, seed);
-        assert_eq!(j, i, "case {case}: {l:?}, budget {budget}");
-        faulted += usize::from(matches!(i.0, Err(VmError::BadRead { .. })));
-        exhausted += usize::from(matches!(i.0, Err(VmError::BudgetExhausted { .. })));
+        let (fault, budget) = compare_once(&prog, &jit, &mut rng, &format!("case {case}: {l:?}"));
+        faulted += usize::from(fault);
+        exhausted += usize::from(budget);
     }
     // The generator reaches every kind of case.
     assert!(reduced > 150, "only {reduced} loops taken for reductions");
@@ -505,17 +520,9 @@ fn vector_reductions_jit_equals_interp() {
             assert_eq!(jit.vector_loops(), 1, "{l:?}: not vectorised");
         }
         vectors += jit.vector_loops();
-        let budget = match rng.gen_range(0..5) {
-            0 => rng.gen_range(1..64),
-            1 => rng.gen_range(1..8 * 1024),
-            _ => DEFAULT_INSN_BUDGET,
-        };
-        let seed = rng.gen();
-        let j = outcome(&prog, budget, Some(&jit), seed);
-        let i = outcome(&prog, budget, None, seed);
-        assert_eq!(j, i, "case {case}: {l:?}, budget {budget}");
-        faulted += usize::from(matches!(i.0, Err(VmError::BadRead { .. })));
-        exhausted += usize::from(matches!(i.0, Err(VmError::BudgetExhausted { .. })));
+        let (fault, budget) = compare_once(&prog, &jit, &mut rng, &format!("case {case}: {l:?}"));
+        faulted += usize::from(fault);
+        exhausted += usize::from(budget);
     }
     assert!(vectors > 120, "only {vectors} loops vectorised");
     assert!(faulted > 20 && exhausted > 10, "faults {faulted}, budget {exhausted}");

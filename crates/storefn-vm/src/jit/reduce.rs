@@ -386,15 +386,23 @@ impl Tx<'_, '_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// The reduction [`find`] sees in bench program `name`'s one counted loop, if any.
-    fn bench_reduction(name: &str) -> Option<Reduction> {
+    /// Bench program `name`, its one counted loop, and the reduction [`find`] sees there.
+    pub(in crate::jit) fn bench_loop(
+        name: &str,
+    ) -> (std::sync::Arc<crate::VerifiedProgram>, CountedLoop, Option<Reduction>) {
         let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
         let cfg = p.cfg();
         let [l] = cfg.counted_loops() else { panic!("{name}: {:?}", cfg.counted_loops()) };
-        find(&p.insns, cfg, cfg.charges(), *l)
+        let red = find(&p.insns, cfg, cfg.charges(), *l);
+        let l = *l;
+        (p, l, red)
+    }
+
+    fn bench_reduction(name: &str) -> Option<Reduction> {
+        bench_loop(name).2
     }
 
     #[test]

@@ -516,16 +516,12 @@ impl Tx<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ProgType;
 
     /// Whether bench program `name`'s one counted loop is a reduction that runs as vector
     /// code (`None`: not a reduction).
     fn bench_vectorises(name: &str) -> Option<bool> {
-        let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
-        let cfg = p.cfg();
-        let [l] = cfg.counted_loops() else { panic!("{name}: {:?}", cfg.counted_loops()) };
-        let red = super::super::reduce::find(&p.insns, cfg, cfg.charges(), *l)?;
-        Some(qualifies(&p.insns, *l, &red, |_| true))
+        let (p, l, red) = super::super::reduce::tests::bench_loop(name);
+        Some(qualifies(&p.insns, l, &red?, |_| true))
     }
 
     #[test]
