@@ -397,7 +397,7 @@ struct VectorLoop {
 /// { r0 = element; r0 = value(r0); r5 op= r0; r2 += step; [r7 += size]; if r2 cond N goto
 /// out } out: r0 = r5 ^ r6`.
 fn vector_program(l: &VectorLoop) -> Vec<Insn> {
-    let bytes = i32::from(size_bytes(l.size));
+    let bytes = size_bytes(l.size);
     let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
     v.extend(lddw(5, l.init));
     v.extend(std::iter::repeat_n(mov64(6, 7), l.pad));
@@ -474,7 +474,7 @@ fn random_vector_loop(rng: &mut SmallRng) -> VectorLoop {
     ];
     let op = OPS[rng.gen_range(0..OPS.len())];
     let size = if rng.gen_bool(0.5) { BPF_W } else { BPF_DW };
-    let bytes = i32::from(size_bytes(size));
+    let bytes = size_bytes(size);
     let start = rng.gen_range(0..200);
     // Most loops stay inside the data; some run a few elements past it (the pass's check
     // fails, and the scalar copy faults at the load).

@@ -95,7 +95,7 @@ fn body(l: CountedLoop, red: &Reduction) -> std::ops::Range<usize> {
 /// The registers' kinds at the start of a pass: the accumulator a vector, a register whose
 /// one write in the body is `r += imm` (the counter, a pointer stepped beside it) affine
 /// with that stride, any other written register unset, the rest scalar.
-fn start_kinds(insns: &[Insn], l: CountedLoop, red: &Reduction) -> Option<[Kind; NUM_REGS]> {
+fn start_kinds(insns: &[Insn], l: CountedLoop, red: &Reduction) -> [Kind; NUM_REGS] {
     let mut kinds = [Kind::Scalar; NUM_REGS];
     for r in 0..FRAME_REG {
         let writes: Vec<Insn> = body(l, red)
@@ -111,7 +111,7 @@ fn start_kinds(insns: &[Insn], l: CountedLoop, red: &Reduction) -> Option<[Kind;
         };
     }
     kinds[usize::from(red.acc)] = Kind::Vector;
-    Some(kinds)
+    kinds
 }
 
 /// The kind an ALU instruction makes from its destination's kind `d` and its source's `s`
@@ -136,9 +136,7 @@ fn alu_kind(i: Insn, d: Kind, s: Kind) -> Option<Kind> {
     let imm = (!x).then_some(i64::from(i.imm));
     Some(match (o, d, s) {
         (BPF_MOV, _, k) => k,
-        (BPF_ADD, Affine(a), Scalar)
-        | (BPF_ADD, Scalar, Affine(a))
-        | (BPF_SUB, Affine(a), Scalar) => Affine(a),
+        (BPF_ADD | BPF_SUB, Affine(a), Scalar) | (BPF_ADD, Scalar, Affine(a)) => Affine(a),
         (BPF_SUB, Scalar, Affine(a)) | (BPF_NEG, Affine(a), _) => Affine(a.wrapping_neg()),
         (BPF_ADD, Affine(a), Affine(b)) => Affine(a.wrapping_add(b)),
         (BPF_SUB, Affine(a), Affine(b)) => Affine(a.wrapping_sub(b)),
@@ -198,7 +196,7 @@ fn kinds_at_end(
     red: &Reduction,
     plain: impl Fn(usize) -> bool,
 ) -> Option<[Kind; NUM_REGS]> {
-    let mut kinds = start_kinds(insns, l, red)?;
+    let mut kinds = start_kinds(insns, l, red);
     for pc in body(l, red) {
         let (dst, k) = step_kind(insns, pc, &kinds, &plain)?;
         *kinds.get_mut(usize::from(dst))? = k;
@@ -320,7 +318,7 @@ impl Tx<'_, '_> {
         miss: Block,
     ) -> Result<(), JitError> {
         let plain = |_: usize| true;
-        let start = start_kinds(self.insns, l, red).ok_or_else(|| invalid(l.header, "kinds"))?;
+        let start = start_kinds(self.insns, l, red);
         let mut lanes = [Lanes::Scalar; NUM_REGS];
         for (r, k) in start.iter().enumerate() {
             lanes[r] = match *k {
