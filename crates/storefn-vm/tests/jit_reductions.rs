@@ -161,6 +161,30 @@ fn outcome(
     (result, env.insns_left)
 }
 
+/// One run of `prog` by the JIT and the interpreter on the same random data, with the whole
+/// budget or one that runs out before or inside the loop: asserts they agree, and returns
+/// whether the run faulted on a read and whether it ran out of budget.
+fn compare_once(
+    prog: &VerifiedProgram,
+    jit: &JitProgram,
+    rng: &mut SmallRng,
+    what: &str,
+) -> (bool, bool) {
+    let budget = match rng.gen_range(0..4) {
+        0 => rng.gen_range(1..64),
+        1 => rng.gen_range(1..8 * 1024),
+        _ => DEFAULT_INSN_BUDGET,
+    };
+    let seed = rng.gen();
+    let j = outcome(prog, budget, Some(jit), seed);
+    let i = outcome(prog, budget, None, seed);
+    assert_eq!(j, i, "{what}, budget {budget}");
+    (
+        matches!(i.0, Err(VmError::BadRead { .. })),
+        matches!(i.0, Err(VmError::BudgetExhausted { .. })),
+    )
+}
+
 #[test]
 fn reductions_jit_equals_interp() {
     let mut rng = SmallRng::seed_from_u64(0x5eed_0001);
@@ -173,18 +197,9 @@ fn reductions_jit_equals_interp() {
             assert_eq!(jit.reduction_loops(), 0, "{l:?}: taken for a reduction");
         }
         reduced += jit.reduction_loops();
-        // The whole budget, or one that runs out before or inside the loop.
-        let budget = match rng.gen_range(0..4) {
-            0 => rng.gen_range(1..64),
-            1 => rng.gen_range(1..8 * 1024),
-            _ => DEFAULT_INSN_BUDGET,
-        };
-        let seed = rng.gen();
-        let j = outcome(&prog, budget, Some(&jit), seed);
-        let i = outcome(&prog, budget, None, seed);
-        assert_eq!(j, i, "case {case}: {l:?}, budget {budget}");
-        faulted += usize::from(matches!(i.0, Err(VmError::BadRead { .. })));
-        exhausted += usize::from(matches!(i.0, Err(VmError::BudgetExhausted { .. })));
+        let (fault, budget) = compare_once(&prog, &jit, &mut rng, &format!("case {case}: {l:?}"));
+        faulted += usize::from(fault);
+        exhausted += usize::from(budget);
     }
     // The generator reaches every kind of case.
     assert!(reduced > 150, "only {reduced} loops taken for reductions");
@@ -321,3 +336,245 @@ fn wide_swaps_of_narrow_words_jit_equals_interp() {
         }
     }
 }
+
+/// How a vector loop's body finds its element.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Address {
+    /// `r0 = r9; r0 += r2`: the counter steps by the element's size.
+    Offset,
+    /// `r0 = r2; r0 <<= log2(size); r0 += r9`: the counter counts elements.
+    Index,
+    /// `r7` stepped by the element's size beside the counter, which counts elements.
+    Pointer,
+}
+
+/// What a vector loop's body does to the loaded value before reducing it: an operation the
+/// lanes can do, or one that must keep the loop scalar (`Alu32`, `Mul`, `Arsh`, `Carried`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Value {
+    Plain,
+    Xor,
+    AddK,
+    Shl,
+    Shr,
+    Neg,
+    AndInvariant,
+    /// `w0 += 1`: 32-bit arithmetic on a lane.
+    Alu32,
+    /// `r0 *= 3`.
+    Mul,
+    /// `r0 s>>= 3`.
+    Arsh,
+    /// `r0 ^= r6; r6 = r2`: r6 carries the iteration before's counter.
+    Carried,
+}
+
+impl Value {
+    fn lane_wise(self) -> bool {
+        !matches!(self, Value::Alu32 | Value::Mul | Value::Arsh | Value::Carried)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct VectorLoop {
+    op: u8,
+    swapped: bool,
+    size: u8,
+    signed: bool,
+    address: Address,
+    value: Value,
+    /// Byte offset of the first element in the data (any alignment).
+    start: i32,
+    trips: i32,
+    cond: u8,
+    init: u64,
+    /// Slots of padding before the loop: past `QUICK_TIER_SLOTS`, the quick tier compiles it
+    /// (its read windows live in memory, not in variables).
+    pad: usize,
+}
+
+/// `r9 = ctx.data; r5 = init; r6 = 7; r8 = invariant; r2 = first; [r7 = r9 + start]; loop
+/// { r0 = element; r0 = value(r0); r5 op= r0; r2 += step; [r7 += size]; if r2 cond N goto
+/// out } out: r0 = r5 ^ r6`.
+fn vector_program(l: &VectorLoop) -> Vec<Insn> {
+    let bytes = size_bytes(l.size);
+    let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
+    v.extend(lddw(5, l.init));
+    v.extend(std::iter::repeat_n(mov64(6, 7), l.pad));
+    v.extend([mov64(6, 7), mov64(8, 0x0ff0_f00f)]);
+    let (first, step) = match l.address {
+        Address::Offset => (l.start, bytes),
+        Address::Index | Address::Pointer => (0, 1),
+    };
+    v.push(mov64(2, first));
+    if l.address == Address::Pointer {
+        v.extend([mov64_reg(7, 9), alu64_imm(BPF_ADD, 7, l.start)]);
+    }
+    let header = v.len();
+    let load = if l.signed { ldsx(l.size, 0, 0, 0) } else { ldx(l.size, 0, 0, 0) };
+    match l.address {
+        Address::Offset => v.extend([mov64_reg(0, 9), alu64_reg(BPF_ADD, 0, 2), load]),
+        Address::Index => v.extend([
+            mov64_reg(0, 2),
+            alu64_imm(BPF_LSH, 0, bytes.trailing_zeros() as i32),
+            alu64_reg(BPF_ADD, 0, 9),
+            alu64_imm(BPF_ADD, 0, l.start),
+            load,
+        ]),
+        Address::Pointer => {
+            let p = if l.signed { ldsx(l.size, 0, 7, 0) } else { ldx(l.size, 0, 7, 0) };
+            v.push(p);
+        }
+    }
+    v.extend(match l.value {
+        Value::Plain => vec![],
+        Value::Xor => vec![alu64_imm(BPF_XOR, 0, -0x1234_5679)],
+        Value::AddK => vec![alu64_imm(BPF_ADD, 0, 77)],
+        Value::Shl => vec![alu64_imm(BPF_LSH, 0, 13)],
+        Value::Shr => vec![alu64_imm(BPF_RSH, 0, 29)],
+        Value::Neg => vec![ins(BPF_ALU64 | BPF_NEG, 0, 0, 0, 0)],
+        Value::AndInvariant => vec![alu64_reg(BPF_AND, 0, 8)],
+        Value::Alu32 => vec![alu32_imm(BPF_ADD, 0, 1)],
+        Value::Mul => vec![alu64_imm(BPF_MUL, 0, 3)],
+        Value::Arsh => vec![alu64_imm(BPF_ARSH, 0, 3)],
+        Value::Carried => vec![alu64_reg(BPF_XOR, 0, 6), mov64_reg(6, 2)],
+    });
+    if l.swapped {
+        v.extend([alu64_reg(l.op, 0, 5), mov64_reg(5, 0)]);
+    } else {
+        v.push(alu64_reg(l.op, 5, 0));
+    }
+    v.push(alu64_imm(BPF_ADD, 2, step));
+    if l.address == Address::Pointer {
+        v.push(alu64_imm(BPF_ADD, 7, bytes));
+    }
+    let end = first + l.trips * step;
+    let bound = if l.cond == BPF_JGT { end - 1 } else { end };
+    v.push(jmp_imm(l.cond, 2, bound, 1));
+    let back = i16::try_from(header).unwrap() - i16::try_from(v.len()).unwrap() - 1;
+    v.push(ja(back));
+    v.extend([mov64_reg(0, 5), alu64_reg(BPF_XOR, 0, 6), exit()]);
+    v
+}
+
+fn random_vector_loop(rng: &mut SmallRng) -> VectorLoop {
+    const OPS: [u8; 5] = [BPF_ADD, BPF_SUB, BPF_XOR, BPF_OR, BPF_AND];
+    const VALUES: [Value; 11] = [
+        Value::Plain,
+        Value::Xor,
+        Value::AddK,
+        Value::Shl,
+        Value::Shr,
+        Value::Neg,
+        Value::AndInvariant,
+        Value::Alu32,
+        Value::Mul,
+        Value::Arsh,
+        Value::Carried,
+    ];
+    let op = OPS[rng.gen_range(0..OPS.len())];
+    let size = if rng.gen_bool(0.5) { BPF_W } else { BPF_DW };
+    let bytes = size_bytes(size);
+    let start = rng.gen_range(0..200);
+    // Most loops stay inside the data; some run a few elements past it (the pass's check
+    // fails, and the scalar copy faults at the load).
+    let room = (DATA_BYTES as i32 - start) / bytes;
+    let trips = match rng.gen_range(0..10) {
+        0..=1 => room + rng.gen_range(1..12),
+        2 => rng.gen_range(1..40),
+        _ => rng.gen_range(40..=room.min(900)),
+    };
+    let value = if rng.gen_bool(0.7) {
+        VALUES[rng.gen_range(0..7)]
+    } else {
+        VALUES[rng.gen_range(0..VALUES.len())]
+    };
+    VectorLoop {
+        op,
+        swapped: op != BPF_SUB && rng.gen_bool(0.4),
+        size,
+        signed: size == BPF_W && rng.gen_bool(0.3),
+        address: [Address::Offset, Address::Index, Address::Pointer][rng.gen_range(0..3)],
+        value,
+        start,
+        trips,
+        cond: [BPF_JEQ, BPF_JGT, BPF_JGE][rng.gen_range(0..3)],
+        init: rng.gen(),
+        pad: if rng.gen_bool(0.15) { QUICK_TIER_PAD } else { 0 },
+    }
+}
+
+#[test]
+fn vector_reductions_jit_equals_interp() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0003);
+    let (mut vectors, mut faulted, mut exhausted) = (0, 0, 0);
+    for case in 0..300 {
+        let l = random_vector_loop(&mut rng);
+        let prog = verified(vector_program(&l));
+        let jit = JitProgram::compile(&prog).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+        assert!(jit.vector_loops() <= jit.reduction_loops(), "{l:?}");
+        if !l.value.lane_wise() {
+            assert_eq!(jit.vector_loops(), 0, "{l:?}: vectorised");
+        }
+        if l.value.lane_wise() && l.trips >= 100 {
+            assert_eq!(jit.vector_loops(), 1, "{l:?}: not vectorised");
+        }
+        vectors += jit.vector_loops();
+        let (fault, budget) = compare_once(&prog, &jit, &mut rng, &format!("case {case}: {l:?}"));
+        faulted += usize::from(fault);
+        exhausted += usize::from(budget);
+    }
+    assert!(vectors > 120, "only {vectors} loops vectorised");
+    assert!(faulted > 20 && exhausted > 10, "faults {faulted}, budget {exhausted}");
+}
+
+#[test]
+fn partial_values_in_an_address_or_a_store_keep_the_loop_scalar() {
+    let base = VectorLoop {
+        op: BPF_ADD,
+        swapped: false,
+        size: BPF_DW,
+        signed: false,
+        address: Address::Offset,
+        value: Value::Plain,
+        start: 0,
+        trips: 512,
+        cond: BPF_JEQ,
+        init: 5,
+        pad: 0,
+    };
+    let jit = JitProgram::compile(&verified(vector_program(&base))).unwrap();
+    assert_eq!((jit.reduction_loops(), jit.vector_loops()), (1, 1));
+    // The accumulator stored to the stack in the body: no reduction at all.
+    let mut stored = vector_program(&base);
+    let at = stored.iter().position(|i| i.op == BPF_ALU64 | BPF_ADD | BPF_X && i.dst == 5);
+    stored.insert(at.unwrap() + 1, stx(BPF_DW, 10, 5, -8));
+    let jit = JitProgram::compile(&verified(fix_back_edge(stored))).unwrap();
+    assert_eq!((jit.reduction_loops(), jit.vector_loops()), (0, 0));
+    // A second load whose address is the counter plus a constant stride of another size
+    // (not consecutive elements): a reduction, kept scalar.
+    let mut strided = vector_program(&base);
+    let at = strided.iter().position(|i| i.op == BPF_ALU64 | BPF_ADD | BPF_X && i.dst == 5);
+    strided.splice(
+        at.unwrap() + 1..at.unwrap() + 1,
+        [mov64_reg(3, 2), alu64_imm(BPF_LSH, 3, 1), alu64_reg(BPF_ADD, 3, 9), ldx(BPF_DW, 3, 3, 0)],
+    );
+    strided.splice(at.unwrap() + 5..at.unwrap() + 5, [alu64_reg(BPF_ADD, 5, 3)]);
+    let prog = verified(fix_back_edge(strided));
+    let jit = JitProgram::compile(&prog).unwrap();
+    assert_eq!((jit.reduction_loops(), jit.vector_loops()), (1, 0));
+    for seed in 0..4 {
+        let j = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), seed);
+        assert_eq!(j, outcome(&prog, DEFAULT_INSN_BUDGET, None, seed));
+    }
+}
+
+/// `insns` with the loop's back edge (the one `ja`) retargeted at the header (slot 6).
+fn fix_back_edge(mut insns: Vec<Insn>) -> Vec<Insn> {
+    let at = insns.iter().position(|i| i.op == BPF_JMP | BPF_JA).unwrap();
+    insns[at] = ja(6 - i16::try_from(at).unwrap() - 1);
+    insns
+}
+
+/// Slots of padding that put a test program past the JIT's `QUICK_TIER_SLOTS` (1,024).
+const QUICK_TIER_PAD: usize = 1030;

@@ -132,7 +132,7 @@ impl Tx<'_, '_> {
 
     /// The read window the load at `pc` checks against: its own while the function's pool
     /// lasts if it sits in a loop, else the function's shared one (`None`: in `aux`).
-    fn read_window(&mut self, pc: usize) -> Option<(Variable, Variable)> {
+    pub(super) fn read_window(&mut self, pc: usize) -> Option<(Variable, Variable)> {
         if let Some(&(_, w)) = self.site_windows.iter().find(|(at, _)| *at == pc) {
             return Some(w);
         }

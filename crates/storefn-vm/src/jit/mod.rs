@@ -36,6 +36,7 @@ mod scratch;
 mod slots;
 mod translate;
 mod unroll;
+mod vector;
 
 use std::cell::Cell;
 use std::mem::offset_of;
@@ -134,6 +135,8 @@ pub struct JitProgram {
     promoted_accesses: usize,
     /// [`JitProgram::reduction_loops`].
     reduction_loops: usize,
+    /// [`JitProgram::vector_loops`].
+    vector_loops: usize,
     /// [`JitProgram::idioms`].
     idioms: usize,
 }
@@ -218,6 +221,7 @@ impl JitProgram {
         let disasm = std::env::var_os(DISASM_ENV).is_some();
         let mut fused_loads = 0;
         let mut reduction_loops = 0;
+        let mut vector_loops = 0;
         let mut idioms = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
@@ -240,7 +244,8 @@ impl JitProgram {
             )
             .and_then(|(fused, reduced, found)| {
                 fused_loads += fused;
-                reduction_loops += reduced;
+                reduction_loops += reduced.0;
+                vector_loops += reduced.1;
                 idioms += found;
                 module
                     .define_function(ids[i].1, &mut ctx)
@@ -293,6 +298,7 @@ impl JitProgram {
             fused_loads,
             promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
             reduction_loops,
+            vector_loops,
             idioms,
         })
     }
@@ -334,6 +340,13 @@ impl JitProgram {
     #[must_use]
     pub fn reduction_loops(&self) -> usize {
         self.reduction_loops
+    }
+
+    /// How many of those reduction loops run as vector code first (a diagnostic;
+    /// `vector.rs`).
+    #[must_use]
+    pub fn vector_loops(&self) -> usize {
+        self.vector_loops
     }
 
     /// How many bit-trick idioms (SWAR population counts) were emitted as one instruction

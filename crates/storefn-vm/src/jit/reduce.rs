@@ -74,6 +74,10 @@ pub(super) struct Reduction {
     pub copies: usize,
     /// Registers that hold a partial value at the test (bit r for register r).
     pub at_exit: u16,
+    /// The counter's step per iteration.
+    pub step: u64,
+    /// The loop runs as vector code first ([`super::vector`]).
+    pub vector: bool,
 }
 
 /// Bit of register `r`.
@@ -82,7 +86,7 @@ fn bit(r: u8) -> u16 {
 }
 
 /// The registers `i` reads and writes, or `None` for a call or an exit.
-fn uses(i: Insn) -> Option<(u16, u16)> {
+pub(super) fn uses(i: Insn) -> Option<(u16, u16)> {
     let (d, s) = (bit(i.dst), bit(i.src));
     let x = i.op & BPF_X != 0;
     Some(match i.class() {
@@ -227,7 +231,7 @@ pub(super) fn find(
     let (acc, (op, at_exit)) = (0..FRAME_REG)
         .filter(|&a| a != counter)
         .find_map(|a| partials(insns, cfg, (l.header, test), a).map(|p| (a, p)))?;
-    Some(Reduction { acc, op, counter, test, exit, guard, copies, at_exit })
+    Some(Reduction { acc, op, counter, test, exit, guard, copies, at_exit, step, vector: false })
 }
 
 impl Tx<'_, '_> {
@@ -251,6 +255,10 @@ impl Tx<'_, '_> {
         self.bytes.clear();
         self.b.switch_to_block(entry);
         self.reductions += 1;
+        if red.vector {
+            let scalar = self.vector_ring(l, &red)?;
+            self.enter(scalar);
+        }
         let mut parts = vec![self.regs[usize::from(red.acc)]];
         let identity = self.iconst(if red.op == BPF_AND { -1 } else { 0 });
         let partials = if red.copies == SMALL_BODY_COPIES { PARTIALS } else { LONG_BODY_PARTIALS };
@@ -296,7 +304,7 @@ impl Tx<'_, '_> {
     /// exit test kept when `test` (else dropped: the guard proved it does not jump). The
     /// ring is one block, so its loads can be folded into the adds that use them. Returns
     /// the block the kept test's exit goes to.
-    fn reduction_copy(
+    pub(super) fn reduction_copy(
         &mut self,
         l: CountedLoop,
         red: &Reduction,
@@ -353,7 +361,7 @@ impl Tx<'_, '_> {
     /// The exit of the rolled copy (which accumulates into `parts[0]`, the accumulator's own
     /// variable): every register holding a partial value gets the others folded in, then
     /// the loop's real exit.
-    fn fold_partials(&mut self, blk: Block, red: &Reduction, parts: &[Variable]) {
+    pub(super) fn fold_partials(&mut self, blk: Block, red: &Reduction, parts: &[Variable]) {
         self.enter(blk);
         let others: Vec<Value> = parts[1..].iter().map(|&v| self.b.use_var(v)).collect();
         let mut defs = Vec::new();
@@ -378,15 +386,23 @@ impl Tx<'_, '_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// The reduction [`find`] sees in bench program `name`'s one counted loop, if any.
-    fn bench_reduction(name: &str) -> Option<Reduction> {
+    /// Bench program `name`, its one counted loop, and the reduction [`find`] sees there.
+    pub(in crate::jit) fn bench_loop(
+        name: &str,
+    ) -> (std::sync::Arc<crate::VerifiedProgram>, CountedLoop, Option<Reduction>) {
         let p = crate::load_verified(storefn_progs::must(name), None, ProgType::Xrp).unwrap();
         let cfg = p.cfg();
         let [l] = cfg.counted_loops() else { panic!("{name}: {:?}", cfg.counted_loops()) };
-        find(&p.insns, cfg, cfg.charges(), *l)
+        let red = find(&p.insns, cfg, cfg.charges(), *l);
+        let l = *l;
+        (p, l, red)
+    }
+
+    fn bench_reduction(name: &str) -> Option<Reduction> {
+        bench_loop(name).2
     }
 
     #[test]

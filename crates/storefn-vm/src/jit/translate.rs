@@ -77,6 +77,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) reductions: usize,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
     pub(super) mergeable: &'a [bool],
+    /// Of those, the ones emitted as vector code ([`super::vector`]).
+    pub(super) vectors: usize,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -139,7 +141,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, usize, usize), JitError> {
+) -> Result<(usize, (usize, usize), usize), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -261,6 +263,7 @@ pub(super) fn translate_function(
         slot_vars: Vec::new(),
         reductions: 0,
         mergeable,
+        vectors: 0,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -270,7 +273,7 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions) = (tx.bytes, tx.reductions);
+    let (bytes, reductions) = (tx.bytes, (tx.reductions, tx.vectors));
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }

@@ -65,8 +65,10 @@ impl Tx<'_, '_> {
         let (copies, slots) = if l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS {
             (Copies::Full, slots)
         } else if let Some(r) = reduction() {
-            // The ring's copies and the rolled one.
-            (Copies::Reduce(r), body * (r.copies as u64 + 1))
+            // The ring's copies and the rolled one, and a vector pass and its scalar copy.
+            let r = super::reduce::Reduction { vector: self.vectorises(l, &r), ..r };
+            let vector = if r.vector { 2 } else { 0 };
+            (Copies::Reduce(r), body * (r.copies as u64 + 1 + vector))
         } else if body <= PARTIAL_MAX_BODY_SLOTS {
             (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
         } else {
