@@ -141,7 +141,7 @@ fn counted_in(
 /// The slot that tests whether to go round again: the latch itself when it is a conditional
 /// jump, or in clang's shape (`r += c; if r == N goto out; goto header`) the conditional jump
 /// just before an unconditional latch that only it falls into.
-fn latch_test(insns: &[Insn], cfg: &Cfg, header: usize, latch: usize) -> usize {
+pub(crate) fn latch_test(insns: &[Insn], cfg: &Cfg, header: usize, latch: usize) -> usize {
     let i = insns[latch];
     let prev = latch.checked_sub(1).filter(|&p| p > header && !cfg.is_second_half(p));
     let only_fallen_into = |p: usize| {

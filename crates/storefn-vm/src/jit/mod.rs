@@ -26,6 +26,7 @@
 mod abi;
 mod bytes;
 mod calls;
+mod guard;
 mod idioms;
 mod inline;
 mod memcheck;
@@ -133,6 +134,8 @@ pub struct JitProgram {
     reduction_loops: usize,
     /// [`JitProgram::idioms`].
     idioms: usize,
+    /// [`JitProgram::guarded_loops`].
+    guarded_loops: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -216,6 +219,7 @@ impl JitProgram {
         let mut fused_loads = 0;
         let mut reduction_loops = 0;
         let mut idioms = 0;
+        let mut guarded_loops = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -235,7 +239,8 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|(fused, reduced, found)| {
+            .and_then(|(fused, reduced, found, guarded)| {
+                guarded_loops += guarded;
                 fused_loads += fused;
                 reduction_loops += reduced;
                 idioms += found;
@@ -290,6 +295,7 @@ impl JitProgram {
             promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
             reduction_loops,
             idioms,
+            guarded_loops,
         })
     }
 
@@ -337,6 +343,13 @@ impl JitProgram {
     #[must_use]
     pub fn idioms(&self) -> usize {
         self.idioms
+    }
+
+    /// How many bounded loops charged per iteration were emitted behind one budget guard,
+    /// with copies whose headers charge without a test (a diagnostic; `guard.rs`).
+    #[must_use]
+    pub fn guarded_loops(&self) -> usize {
+        self.guarded_loops
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

@@ -75,6 +75,10 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) slot_vars: Vec<(i16, u8, Variable)>,
     /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
     pub(super) reductions: usize,
+    /// Bounded loops emitted behind a budget guard ([`super::guard`]), and while one's
+    /// unchecked copies are emitted, its header (charged there without a test).
+    pub(super) guarded_loops: usize,
+    pub(super) unchecked_header: Option<usize>,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -137,7 +141,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, usize, usize), JitError> {
+) -> Result<(usize, usize, usize, usize), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -258,6 +262,8 @@ pub(super) fn translate_function(
         slot_plan,
         slot_vars: Vec::new(),
         reductions: 0,
+        guarded_loops: 0,
+        unchecked_header: None,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -267,13 +273,13 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions) = (tx.bytes, tx.reductions);
+    let (bytes, reductions, guarded) = (tx.bytes, tx.reductions, tx.guarded_loops);
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
     let idioms =
         super::idioms::popcounts(ctx, module.isa())? + super::idioms::narrow_swaps(&mut ctx.func);
-    Ok((bytes.fused, reductions, idioms))
+    Ok((bytes.fused, reductions, idioms, guarded))
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
@@ -330,6 +336,12 @@ impl Tx<'_, '_> {
                 pc = l.latch + 1;
                 continue;
             }
+            if let Some(g) = self.guarded_loop_at(pc) {
+                let latch = g.latch();
+                open = self.guarded(g, open)?;
+                pc = latch + 1;
+                continue;
+            }
             (open, pc) = self.step(pc, open)?;
         }
         Ok(())
@@ -360,7 +372,9 @@ impl Tx<'_, '_> {
         }
         let mut next = pc + if self.insns[pc].is_lddw() { 2 } else { 1 };
         if open {
-            if self.charges[pc] != 0 {
+            if self.unchecked_header == Some(pc) {
+                self.free_charge(self.charges[pc]);
+            } else if self.charges[pc] != 0 {
                 self.charge(pc, self.charges[pc]);
             }
             match self.insn(pc)? {
