@@ -59,7 +59,7 @@ pub struct CountedLoop {
 
 /// The registers `i` may write (at most two; `None` for none). Calls write r0-r5, reported
 /// as r0 (loop bodies with calls are refused before this is asked).
-fn written(i: Insn) -> [Option<u8>; 2] {
+pub(crate) fn written(i: Insn) -> [Option<u8>; 2] {
     match i.class() {
         BPF_ALU | BPF_ALU64 | BPF_LDX | BPF_LD => [Some(i.dst), None],
         // Fetching atomics write src; cmpxchg writes r0 (conservatively: any atomic, both).

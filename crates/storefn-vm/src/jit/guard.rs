@@ -24,6 +24,7 @@
 use super::translate::Tx;
 use super::*;
 use crate::cfg::CountedLoop;
+use crate::insn::BPF_K;
 
 /// Copies in the unchecked ring of a loop body of at most [`RING_MAX_BODY_SLOTS`] slots
 /// (longer bodies get one copy).
@@ -43,6 +44,21 @@ pub(super) struct Guarded {
     unlikely: std::ops::Range<usize>,
     /// The slots outside the body that the body jumps or falls to.
     exits: Vec<usize>,
+    /// The latch's test when the ring may skip it ([`latch_skip`]).
+    skip: Option<LatchSkip>,
+}
+
+/// A latch `if r < B goto header` (64-bit, unsigned; `B` a constant or a register the body
+/// does not write) whose only write of `r` in the body is `r += step` (64-bit, `step >= 1`):
+/// entered at the ring's first header with `r + (copies - 1) * step < B`, the tests of all
+/// copies but the last see `r + step .. r + (copies - 1) * step`, all below `B` (no wrap:
+/// below `B`), so each jumps back and the ring drops them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LatchSkip {
+    counter: u8,
+    step: u64,
+    /// `Ok(register)` or `Err(constant)`.
+    bound: Result<u8, u64>,
 }
 
 impl Guarded {
@@ -61,8 +77,8 @@ impl Tx<'_, '_> {
         let whole = l.trips.checked_mul(c).filter(|&w| c > 0 && w <= MAX_GUARDED_CHARGE)?;
         let body = (l.latch + 1 - l.header) as u64;
         let copies = if body <= RING_MAX_BODY_SLOTS { RING_COPIES } else { 1 };
-        // The ring and the checked copy.
-        let slots = body * (copies as u64 + 1);
+        // The ring, the rolled unchecked copy behind the latch skip, and the checked copy.
+        let slots = body * (copies as u64 + 2);
         if slots > self.unroll_left {
             return None;
         }
@@ -70,7 +86,8 @@ impl Tx<'_, '_> {
         self.guarded_loops += 1;
         let unlikely = unlikely_slots(self.insns, self.cfg, l);
         let exits = exits(self.insns, self.cfg, l);
-        Some(Guarded { l, whole, copies, unlikely, exits })
+        let skip = latch_skip(self.insns, self.cfg, l).filter(|_| copies > 1);
+        Some(Guarded { l, whole, copies, unlikely, exits, skip })
     }
 
     /// Emits `g`: the guard in the header's block (where every entry of the loop arrives),
@@ -91,18 +108,55 @@ impl Tx<'_, '_> {
         let fits = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, whole);
         let ring: Vec<Block> = (0..g.copies).map(|_| self.b.create_block()).collect();
         let checked = self.cold_block();
-        self.b.ins().brif(fits, ring[0], &[], checked, &[]);
+        let test = g.skip.map(|_| self.b.create_block());
+        self.b.ins().brif(fits, test.unwrap_or(ring[0]), &[], checked, &[]);
         self.unchecked_header = Some(l.header);
-        let r = self.loop_copies(l, &ring, Some((&g.unlikely, &g.exits)));
+        let r = self.unchecked(&g, &ring, test);
         self.unchecked_header = None;
         r?;
-        self.loop_copies(l, &[checked], None)?;
+        self.loop_copies(l, &[checked], checked, None)?;
         *self.block_slot(l.header) = Some(guard);
         Ok(false)
     }
 
+    /// The unchecked copies: the ring, and with a [`LatchSkip`] a test in front of it that
+    /// enters it only while its copies' latch tests cannot leave (else a rolled copy that
+    /// keeps its test, out of line; the ring's last copy returns to the test).
+    fn unchecked(
+        &mut self,
+        g: &Guarded,
+        ring: &[Block],
+        test: Option<Block>,
+    ) -> Result<(), JitError> {
+        let hot = Some((&g.unlikely, &g.exits[..]));
+        let (Some(skip), Some(test)) = (g.skip, test) else {
+            return self.loop_copies(g.l, ring, ring[0], hot);
+        };
+        let rolled = self.cold_block();
+        self.b.switch_to_block(test);
+        let v = self.b.use_var(self.regs[usize::from(skip.counter)]);
+        let span = i64::try_from(skip.step * (g.copies as u64 - 1)).expect("small");
+        let bound = match skip.bound {
+            Ok(r) => self.b.use_var(self.regs[usize::from(r)]),
+            Err(k) => self.iconst(k.cast_signed()),
+        };
+        // `v + span < bound` without wrapping: `bound > span && v < bound - span`.
+        let room = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, bound, span);
+        let limit = self.b.ins().iadd_imm_s(bound, -span);
+        let below = self.b.ins().icmp(IntCC::UnsignedLessThan, v, limit);
+        let go = self.b.ins().band(room, below);
+        self.b.ins().brif(go, ring[0], &[], rolled, &[]);
+        self.skip_latch = Some(g.l.latch);
+        let r = self.loop_copies(g.l, ring, test, hot);
+        self.skip_latch = None;
+        r?;
+        self.loop_copies(g.l, &[rolled], rolled, None)?;
+        self.b.seal_block(test);
+        Ok(())
+    }
+
     /// Emits `l` once per header in `headers`, copy k's back edge entering copy k + 1 and
-    /// the last copy's the first. `hot`: body slots whose blocks go out of line and the
+    /// the last copy's `back`. `hot`: body slots whose blocks go out of line and the
     /// loop's exits, left through blocks of the copy's own laid out of line (`None`: every
     /// block of the copies is out of line).
     ///
@@ -114,6 +168,7 @@ impl Tx<'_, '_> {
         &mut self,
         l: CountedLoop,
         headers: &[Block],
+        back: Block,
         hot: Option<(&std::ops::Range<usize>, &[usize])>,
     ) -> Result<(), JitError> {
         let unlikely = hot.map(|h| h.0);
@@ -139,9 +194,17 @@ impl Tx<'_, '_> {
                 }
             }
             let (mut pc, mut open) = (l.header, false);
+            let next = headers.get(k + 1).copied();
             while pc <= l.latch {
                 if pc == l.latch {
-                    *self.block_slot(l.header) = Some(headers[(k + 1) % headers.len()]);
+                    *self.block_slot(l.header) = Some(next.unwrap_or(back));
+                    if let (Some(to), true) = (next, self.skip_latch == Some(pc) && open) {
+                        // A test the ring's guard proved jumps back (`LatchSkip`).
+                        self.flush_pending();
+                        self.b.ins().jump(to, &[]);
+                        (open, pc) = (false, pc + 1);
+                        continue;
+                    }
                 }
                 (open, pc) = self.step(pc, open)?;
             }
@@ -164,6 +227,32 @@ impl Tx<'_, '_> {
         let rest = self.b.ins().iadd_imm_s(left, -i64::from(len));
         self.b.def_var(self.budget, rest);
     }
+}
+
+/// `l`'s latch test, if the ring may skip it ([`LatchSkip`]).
+fn latch_skip(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Option<LatchSkip> {
+    let t = insns[l.latch];
+    let header_ok = jump_target(l.latch, &t, insns.len()).ok()? == Some(l.header);
+    // Mid-block (no block starts at the latch) and not the header itself: the latch's slot
+    // is only its test, reached by falling from the slot before it.
+    if t.op & !BPF_X != BPF_JMP | BPF_JLT || !header_ok || cfg.is_block_start(l.latch) {
+        return None;
+    }
+    let body = (l.header..=l.latch).filter(|&pc| !cfg.is_second_half(pc));
+    let writes =
+        |r: u8| body.clone().filter(move |&pc| crate::loops::written(insns[pc]).contains(&Some(r)));
+    let [at] = writes(t.dst).collect::<Vec<_>>()[..] else { return None };
+    let i = insns[at];
+    if i.op != BPF_ALU64 | BPF_ADD | BPF_K || i.off != 0 || i.imm < 1 {
+        return None;
+    }
+    let bound = if t.op & BPF_X != 0 {
+        (t.src != t.dst && writes(t.src).next().is_none()).then_some(Ok(t.src))?
+    } else {
+        // A 64-bit compare sign-extends its immediate.
+        Err(i64::from(t.imm).cast_unsigned())
+    };
+    Some(LatchSkip { counter: t.dst, step: u64::from(i.imm.unsigned_abs()), bound })
 }
 
 /// The slots outside `l`'s body that its slots jump or fall to, sorted, once each.

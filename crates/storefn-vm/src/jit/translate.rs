@@ -79,6 +79,8 @@ pub(super) struct Tx<'a, 'f> {
     /// unchecked copies are emitted, its header (charged there without a test).
     pub(super) guarded_loops: usize,
     pub(super) unchecked_header: Option<usize>,
+    /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
+    pub(super) skip_latch: Option<usize>,
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -264,6 +266,7 @@ pub(super) fn translate_function(
         reductions: 0,
         guarded_loops: 0,
         unchecked_header: None,
+        skip_latch: None,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
