@@ -105,7 +105,7 @@ impl Tx<'_, '_> {
     /// Emits `g`: the guard in the header's block (where every entry of the loop arrives),
     /// the unchecked ring, then the checked loop out of line. Control never falls out of the
     /// latch (a loop's back edge), so returns `false` (no open block).
-    pub(super) fn guarded(&mut self, g: Guarded, open: bool) -> Result<bool, JitError> {
+    pub(super) fn guarded(&mut self, g: &Guarded, open: bool) -> Result<bool, JitError> {
         let l = g.l;
         let guard = self.block(l.header).expect("a loop header starts a block");
         if open {
@@ -123,7 +123,7 @@ impl Tx<'_, '_> {
         let test = g.skip.map(|_| self.b.create_block());
         self.b.ins().brif(fits, test.unwrap_or(ring[0]), &[], checked, &[]);
         self.unchecked_header = Some(l.header);
-        let r = self.unchecked(&g, &ring, test);
+        let r = self.unchecked(g, &ring, test);
         self.unchecked_header = None;
         r?;
         self.loop_copies(l, &[checked], checked, None)?;

@@ -341,7 +341,7 @@ impl Tx<'_, '_> {
             }
             if let Some(g) = self.guarded_loop_at(pc) {
                 let latch = g.latch();
-                open = self.guarded(g, open)?;
+                open = self.guarded(&g, open)?;
                 pc = latch + 1;
                 continue;
             }
