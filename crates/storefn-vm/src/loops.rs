@@ -439,9 +439,9 @@ pub(crate) mod random {
         v
     }
 
-    /// (result, instructions charged, instructions executed, budget left) on the interpreter;
-    /// (result, budget left) on the JIT.
-    fn run(
+    /// (result, instructions charged, instructions executed) on the interpreter; (result,
+    /// instructions charged, 0) on the JIT.
+    pub(crate) fn run(
         prog: &VerifiedProgram,
         budget: u64,
         jit: Option<&JitProgram>,

@@ -3,8 +3,7 @@ use crate::insn::{
     BPF_ALU64, BPF_AND, BPF_B, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JLT, BPF_JMP, BPF_JNE, BPF_K,
     BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_SUB, BPF_X, BPF_XOR,
 };
-use crate::program::STACK_BYTES;
-use crate::testutil::{ins, stack_env, xrp_program};
+use crate::testutil::{ins, xrp_program};
 use crate::{ProgType, VerifiedProgram, VmError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -147,32 +146,21 @@ fn gen(seed: u64) -> Vec<Insn> {
             None => v.push(ins(BPF_JMP | BPF_JLT | BPF_K, r, 0, back, k)),
         }
     }
-    for _ in 0..2 {
-        v.push(ins(BPF_ALU64 | BPF_ADD | BPF_K, rng.gen_range(0..10), 0, 0, 1));
-    }
-    v.push(ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
-    assert_eq!(v.len(), exit + 1);
+    // The tail: two adds and the exit.
+    let tail = (0..2).map(|_| ins(BPF_ALU64 | BPF_ADD | BPF_K, rng.gen_range(0..10), 0, 0, 1));
+    v.extend(tail.chain([ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0)]));
+    assert_eq!(v.len(), exit + 1, "seed {seed}");
     v
 }
 
-/// (result, budget left) of one run on the interpreter, or on `jit`.
+/// (result, instructions charged) of one run on the interpreter, or on `jit`.
 fn run(
     prog: &VerifiedProgram,
     budget: u64,
     jit: Option<&JitProgram>,
 ) -> (Result<u64, VmError>, u64) {
-    let mut stack = vec![0u64; STACK_BYTES / 8];
-    let top = stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-    let mut env = stack_env(top, budget);
-    // SAFETY: the only region is `stack`, alive and not borrowed during the call; no host
-    // state; nothing about data or scratch is proved (checked below: xrp_min_bytes is 0).
-    let r = unsafe {
-        match jit {
-            Some(j) => j.run(&mut env, 0, top),
-            None => crate::interp::run(prog, &mut env, 0, top),
-        }
-    };
-    (r, env.insns_left)
+    let (r, charged, _) = crate::loops::random::run(prog, budget, jit);
+    (r, charged)
 }
 
 #[test]
