@@ -76,8 +76,6 @@ enum Exec {
 #[derive(Debug)]
 pub struct Instance {
     prog: Arc<VerifiedProgram>,
-    /// `prog.prog_type`, kept here: `run_xrp` checks it on every call.
-    prog_type: ProgType,
     /// Instructions each invocation may execute ([`DEFAULT_INSN_BUDGET`] unless set). For
     /// `xrp` and `offload` instances `env.insn_budget` always equals it (`new`,
     /// `set_insn_budget` and `exec` write both), so `run_xrp`'s in-line path stores neither.
@@ -91,6 +89,9 @@ pub struct Instance {
     globals_len: usize,
     /// Stack for every frame; `u64` backing keeps it 8-byte aligned.
     stack: Box<[u64]>,
+    /// The stack region's end (r10 of the entry frame): the box never moves, so it is
+    /// computed once in `new` rather than on every call.
+    stack_top: u64,
     /// Boxed so `RunEnv::host` stays valid if the instance moves between invocations.
     host: Box<HostState>,
     lambda_ctx: Box<LambdaCtx>,
@@ -105,7 +106,8 @@ pub struct Instance {
     /// `xrp_slots_key` when the JIT may run on it directly (the instance has a JIT and those
     /// buffers are at least `jit_min_bytes` long), else `[0; 5]`: a call whose key equals it
     /// runs the compiled code with no other bookkeeping (`run_xrp`). Cleared whenever the
-    /// slots are patched.
+    /// slots are patched; stored only by `run_xrp_slow`, after its assertion that the program
+    /// is an xrp program, so it stays all zero on any other instance.
     xrp_jit_key: [u64; 5],
 }
 
@@ -166,7 +168,6 @@ impl Instance {
         }
         let jit_min_bytes = if engine == Engine::Jit { prog.xrp_min_bytes() } else { (0, 0) };
         let mut inst = Self {
-            prog_type: prog.prog_type,
             prog,
             insn_budget: DEFAULT_INSN_BUDGET,
             jit_min_bytes,
@@ -174,6 +175,7 @@ impl Instance {
             globals,
             globals_len,
             stack: vec![0u64; STACK_BYTES / WORD].into_boxed_slice(),
+            stack_top: 0,
             host: Box::default(),
             lambda_ctx: Box::default(),
             env: OwnedEnv(RunEnv {
@@ -219,6 +221,7 @@ impl Instance {
         env.globals_base = self.globals.as_mut_ptr() as u64;
         let stack = self.stack.as_mut_ptr() as u64;
         let stack = Region { start: stack, end: stack + STACK_BYTES as u64 };
+        self.stack_top = stack.end;
         env.read.push_named(stack, RegionName::Stack);
         env.write.push_named(stack, RegionName::Stack);
         if self.globals_len > 0 {
@@ -276,6 +279,10 @@ impl Instance {
     }
 
     pub fn host_mut(&mut self) -> &mut HostState {
+        // The unique borrow handed out here ends the validity of the `env.host` pointer the
+        // last run derived; `run_xrp`'s in-line path does not derive it again, so a cleared key
+        // sends the next call through `run_xrp_slow`, which does.
+        self.xrp_jit_key = [0; 5];
         &mut self.host
     }
 
@@ -299,7 +306,7 @@ impl Instance {
         // Derived afresh each call (not kept from `new`): `host_mut` may have handed out a
         // unique borrow of the HostState since.
         env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
-        let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
+        let stack_top = self.stack_top;
         // SAFETY: `env` (whose fault kind is NONE: see `run_xrp`) was laid out by
         // `lay_out_env` from this instance's own stack and
         // globals boxes (alive and not borrowed while `self` is mutably borrowed here) and the
@@ -339,37 +346,36 @@ impl Instance {
         data: &[u8],
         scratch: &mut [u8],
     ) -> Result<u64, VmError> {
-        // Not a debug assertion: the verifier's context proofs (proofs.rs) are per program type, so
-        // running a program on another type's (smaller) context would let an elided load leave it.
-        // (A copy of the type in the instance: one load, not two, on every call.)
-        assert_eq!(self.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
         ctx.data = data.as_ptr() as u64;
         ctx.data_len = data.len() as u64;
         ctx.scratch = scratch.as_mut_ptr() as u64;
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
         let key = xrp_key(c, data, scratch);
-        let same = same_key(&key, &self.xrp_jit_key);
-        match &self.exec {
-            Exec::Jit(j) if same => {
-                let env = &mut self.env.0;
-                // Derived afresh each call (not kept from `new`): `host_mut` may have handed
-                // out a unique borrow of the HostState since.
-                env.host = std::ptr::from_mut::<HostState>(&mut self.host).cast();
-                let stack_top = self.stack.as_mut_ptr() as u64 + STACK_BYTES as u64;
-                // SAFETY: `xrp_jit_key` equals this call's key, so (its invariant) the per-call
-                // slots hold exactly this call's context and buffer regions, lent to us for this
-                // call (the writable ones as `&mut`), and the buffers are at least
-                // `xrp_min_bytes` long; the fixed slots come from our own stack and globals boxes
-                // (`lay_out_env`); `env.host` was just derived from our boxed HostState;
-                // `env.insn_budget` is `self.insn_budget` (kept so by `set_insn_budget`; the
-                // budget itself goes in a register), `stack_top` is the stack region's end and
-                // `env.fault.kind` is NONE (from `new`; the interpreter never sets it and the
-                // JIT's every return leaves it so).
-                unsafe { j.run_with_budget(env, c, stack_top, self.insn_budget) }
-            }
+        if !same_key(&key, &self.xrp_jit_key) {
             // The key is rebuilt there, not passed: passing it would make this path spill it.
-            _ => self.run_xrp_slow(ctx, data, scratch),
+            return self.run_xrp_slow(ctx, data, scratch);
         }
+        // The in-line path tests nothing else: a key equal to `xrp_jit_key` (never all zero
+        // here: `c` is a reference's address) was stored by `run_xrp_slow`, and only after its
+        // assertion that the program is an xrp program and only when the instance has a JIT
+        // (`exec` never changes after `new`).
+        let Exec::Jit(j) = &self.exec else {
+            // SAFETY: unreachable by the invariant just stated (`xrp_jit_key` is all zero
+            // on an interpreting instance, and `key[0]` is not).
+            unsafe { std::hint::unreachable_unchecked() }
+        };
+        // SAFETY: `xrp_jit_key` equals this call's key, so (its invariant) the per-call slots
+        // hold exactly this call's context and buffer regions, lent to us for this call (the
+        // writable ones as `&mut`), and the buffers are at least `xrp_min_bytes` long; the
+        // program is an xrp program (see above), whose context proofs fit `ctx`; the fixed
+        // slots come from our own stack and globals boxes (`lay_out_env`); `env.host` was
+        // derived from our boxed HostState by the `exec` that followed storing the key, and no
+        // unique borrow of it was handed out since (`host_mut` clears the key, so the next
+        // call takes `run_xrp_slow`, which derives it again); `env.insn_budget` is
+        // `self.insn_budget` (kept so by `set_insn_budget`; the budget itself goes in a
+        // register), `stack_top` is the stack region's end and `env.fault.kind` is NONE (from
+        // `new`; the interpreter never sets it and the JIT's every return leaves it so).
+        unsafe { j.run_with_budget(&mut self.env.0, c, self.stack_top, self.insn_budget) }
     }
 
     /// [`Instance::run_xrp`] when this call's context or buffers are not the last JIT call's,
@@ -383,6 +389,11 @@ impl Instance {
         data: &[u8],
         scratch: &mut [u8],
     ) -> Result<u64, VmError> {
+        // Not a debug assertion: the verifier's context proofs (proofs.rs) are per program
+        // type, so running a program on another type's (smaller) context would let an elided
+        // load leave it. Checked here only: the in-line path runs only on a key this path
+        // stored after the check passed.
+        assert_eq!(self.prog.prog_type, ProgType::Xrp, "run_xrp on a non-xrp program");
         let c = std::ptr::from_mut::<XrpCtx>(ctx) as u64;
         let key = xrp_key(c, data, scratch);
         if !same_key(&key, &self.xrp_slots_key) {

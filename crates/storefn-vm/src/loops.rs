@@ -10,16 +10,18 @@
 //! - nothing outside `[h, l]` jumps into `(h, l]` (the loop is entered only at `h`, by a
 //!   path that has passed a charge point), no slot of the body jumps backward except `l` to
 //!   `h` (so the body holds no other loop and no charge point), and the body makes no call;
-//! - one register `r` is written exactly once in the body, by `r += c` (`c >= 1`, a constant),
+//! - one register `r` is written exactly once in the body, by `r += c` (`c != 0`, a constant),
 //!   in the latch's basic block (so every iteration that takes the back edge runs it once),
 //!   or, in clang's shape `r += c; if r == N goto out; goto header`, in the block of the
 //!   conditional jump that alone falls into an unconditional latch, before that jump;
-//! - on every state the range analysis sees at `h`, `r` is a scalar in `[a, b]`, and `b + c`
-//!   does not wrap (at 32 bits for `w` += c).
+//! - on every state the range analysis sees at `h`, `r` is a scalar in `[a, b]`, and for a
+//!   rising counter (`c > 0`) `b + c` does not wrap (at 32 bits for `w += c`), for a falling
+//!   one (`c < 0`, clang's `for (n = N; n != 0; n--)`) `a >= |c|` (and `b` fits 32 bits for
+//!   `w += c`), so `r + c` does not wrap either.
 //!
 //! Then, within one entry of the loop, the values `r` holds at `h` are `e, e + c, e + 2c, ...`
-//! (strictly rising, no wrap), each inside `[a, b]`, so `h` runs at most
-//! `trips = (b - a) / c + 1` times. The engines run these loops exactly as any other code;
+//! (strictly rising or strictly falling, no wrap), each inside `[a, b]`, so `h` runs at most
+//! `trips = (b - a) / |c| + 1` times. The engines run these loops exactly as any other code;
 //! only the place and amount of the charge change, in the table both read.
 
 use crate::cfg::{is_pseudo_call, Cfg};
@@ -205,7 +207,7 @@ fn trips_for(
     let i = insns[at];
     let is64 = i.class() == BPF_ALU64;
     let add_k = (is64 || i.class() == BPF_ALU) && i.op & 0xf0 == BPF_ADD && i.op & 0x08 == BPF_K;
-    if at < latch_block || at > test || !add_k || i.off != 0 || i.imm < 1 {
+    if at < latch_block || at > test || !add_k || i.off != 0 || i.imm == 0 {
         return None;
     }
     let step = u64::from(i.imm.unsigned_abs());
@@ -216,7 +218,10 @@ fn trips_for(
     }
     let (lo, hi) = span?;
     let limit = if is64 { u64::MAX } else { u64::from(u32::MAX) };
-    if hi.checked_add(step)? > limit {
+    // No visit of the header may step the counter across the end of its width: then the
+    // values it holds there are strictly monotonic (module documentation).
+    let wraps = if i.imm > 0 { hi.checked_add(step)? > limit } else { lo < step || hi > limit };
+    if wraps {
         return None;
     }
     let exact = exits_only_at_test(insns, cfg, (header, latch), test, r);
@@ -226,7 +231,9 @@ fn trips_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::insn::{BPF_DW, BPF_EXIT, BPF_JLT, BPF_JNE, BPF_MEM, BPF_MOV, BPF_X, BPF_XOR};
+    use crate::insn::{
+        BPF_DW, BPF_EXIT, BPF_JGT, BPF_JLT, BPF_JNE, BPF_MEM, BPF_MOV, BPF_X, BPF_XOR,
+    };
     use crate::program::ProgType;
     use crate::testutil::{ins, xrp_program};
     use crate::VerifiedProgram;
@@ -280,6 +287,32 @@ mod tests {
         let p = verified(counted(5, 3, 20, None));
         // r3 at the header: 5, 8, ..., 17 (the analysis keeps each).
         assert_eq!(p.cfg().counted_loops()[0].trips, 5);
+    }
+
+    #[test]
+    fn falling_counters_are_counted_unless_they_may_wrap() {
+        // lcg: `w3 = 1024; loop: ...; w3 += -1; if w3 == 0 goto out; goto loop`.
+        let p =
+            crate::load_verified(storefn_progs::must("bench/lcg"), None, ProgType::Xrp).unwrap();
+        assert_eq!(
+            p.cfg().counted_loops(),
+            &[CountedLoop { header: 8, latch: 16, trips: 1024, exact: true }]
+        );
+        // `r3 = 10; loop: r0 ^= 5; r3 += -3; if r3 > 0 goto loop`: r3 is 10, 7, 4, 1 at the
+        // header, but 1 - 3 wraps to a huge value that `> 0` takes back round, so the
+        // analysis sees no bound below 3 and the loop is not counted (the budget stops it).
+        let mut v = counted(10, -3, 0, None);
+        v[4] = ins(BPF_JMP | BPF_JGT | BPF_K, 3, 0, -3, 0);
+        let p = verified(v);
+        assert!(p.cfg().counted_loops().is_empty(), "{:?}", p.cfg().counted_loops());
+        // `r3 = 12; loop: ...; r3 += -3; if r3 > 0 goto loop`: 12, 9, 6, 3 (then 0 leaves).
+        let mut v = counted(12, -3, 0, None);
+        v[4] = ins(BPF_JMP | BPF_JGT | BPF_K, 3, 0, -3, 0);
+        let p = verified(v);
+        assert_eq!(
+            p.cfg().counted_loops(),
+            &[CountedLoop { header: 2, latch: 4, trips: 4, exact: true }]
+        );
     }
 
     #[test]
@@ -373,8 +406,8 @@ mod tests {
 #[cfg(test)]
 pub(crate) mod random {
     use crate::insn::{
-        Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JLE, BPF_JLT,
-        BPF_JMP, BPF_JNE, BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
+        Insn, BPF_ADD, BPF_ALU, BPF_ALU64, BPF_DW, BPF_EXIT, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JGT,
+        BPF_JLE, BPF_JLT, BPF_JMP, BPF_JNE, BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
     };
     use crate::jit::JitProgram;
     use crate::program::STACK_BYTES;
@@ -393,7 +426,10 @@ pub(crate) mod random {
             .map(|r| ins(BPF_ALU64 | BPF_MOV | BPF_K, r, 0, 0, rng.gen_range(0..40)))
             .collect();
         let r = rng.gen_range(0..10u8);
-        let a = rng.gen_range(0..20);
+        // A falling counter now and then (`for (n = a; n != k; n -= step)`), started high
+        // enough that most of them stay above zero.
+        let down = rng.gen_bool(0.25);
+        let a = if down { rng.gen_range(40..200) } else { rng.gen_range(0..20) };
         v.push(ins(BPF_ALU64 | BPF_MOV | BPF_K, r, 0, 0, a));
         let header = v.len();
         let body = rng.gen_range(1..10usize);
@@ -414,12 +450,14 @@ pub(crate) mod random {
                 }
             });
         }
-        let step = rng.gen_range(1..4);
+        let step = rng.gen_range(1..4) * if down { -1 } else { 1 };
         let class = if rng.gen_bool(0.3) { BPF_ALU } else { BPF_ALU64 };
         v.push(ins(class | BPF_ADD | BPF_K, r, 0, 0, step));
         let (op, k) = match rng.gen_range(0..3) {
             0 => (BPF_JNE, a + step * rng.gen_range(1..60)),
+            1 if down => (BPF_JGT, rng.gen_range(0..a)),
             1 => (BPF_JLT, rng.gen_range(0..200)),
+            _ if down => (BPF_JGE, rng.gen_range(0..a)),
             _ => (BPF_JLE, rng.gen_range(0..200)),
         };
         let back = (header as i16) - (latch as i16) - 1;
@@ -494,13 +532,17 @@ pub(crate) mod random {
 
     #[test]
     fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
-        let (mut counted, mut finished, mut stopped) = (0, 0, 0);
+        let (mut counted, mut falling, mut finished, mut stopped) = (0, 0, 0, 0);
         for seed in 0..3000u64 {
             let Ok(prog) = VerifiedProgram::new(xrp_program(gen(seed))) else { continue };
             assert_eq!(prog.xrp_min_bytes(), (0, 0));
             let jit = JitProgram::compile(&prog).unwrap();
             let counts = !prog.cfg().counted_loops().is_empty();
             counted += usize::from(counts);
+            // The generator adds a negative constant only as a falling counter's step.
+            let add_k = [BPF_ALU | BPF_ADD | BPF_K, BPF_ALU64 | BPF_ADD | BPF_K];
+            let step_down = |i: &Insn| add_k.contains(&i.op) && i.imm < 0;
+            falling += usize::from(counts && prog.insns.iter().any(step_down));
             let entry = u64::from(prog.cfg().charge(0));
             let mut rng = SmallRng::seed_from_u64(seed ^ 0xabcd);
             // Just short of the entry charge (which holds a counted loop's whole charge), the
@@ -514,8 +556,8 @@ pub(crate) mod random {
             }
         }
         assert!(
-            counted > 500 && finished > 1000 && stopped > 1000,
-            "counted {counted}, finished {finished}, stopped {stopped}"
+            counted > 500 && falling > 100 && finished > 1000 && stopped > 1000,
+            "counted {counted} ({falling} falling), finished {finished}, stopped {stopped}"
         );
     }
 }

@@ -138,3 +138,54 @@ fn a_budget_set_between_repeated_calls_binds_the_next_call() {
     }
     assert_eq!(used[0], used[1], "JIT and interpreter");
 }
+
+#[test]
+fn the_host_log_borrowed_between_repeated_calls_sees_every_call() {
+    // Regression: the in-line path stopped deriving the helpers' HostState pointer on every
+    // call; `host_mut` must send the next call back through the path that derives it.
+    // trace_printk("hi") from the stack, then r0 = 0.
+    let insns = asm![
+        st(BPF_W, 10, -8, 0x6968),
+        mov64_reg(1, 10),
+        alu64_imm(BPF_ADD, 1, -8),
+        mov64_imm(2, 3),
+        call_helper(6),
+        mov64_imm(0, 0),
+        exit()
+    ];
+    let mut logs = Vec::new();
+    for inst in &mut instances(insns) {
+        let (mut ctx, data, mut scratch) = (XrpCtx::default(), vec![0u8; 64], vec![0u8; 64]);
+        let mut log = Vec::new();
+        for call in 0..6 {
+            assert_eq!(kind(&inst.run_xrp(&mut ctx, &data, &mut scratch)), "ok 0", "call {call}");
+            log.push(inst.host().trace.len());
+            if call % 2 == 1 {
+                inst.host_mut().trace.clear();
+            }
+        }
+        assert_eq!(log, [1, 2, 1, 2, 1, 2], "trace lines after each call");
+        logs.push(log);
+    }
+    assert_eq!(logs[0], logs[1], "JIT and interpreter");
+}
+
+#[test]
+fn run_xrp_refuses_another_program_type_on_every_call() {
+    // Regression: the in-line path no longer tests the program type; it must never be
+    // reached by a program of another type, however often it is called with the same buffers.
+    let prog = Arc::new(
+        VerifiedProgram::new(program(asm![mov64_imm(0, 1), exit()], ProgType::Lambda)).unwrap(),
+    );
+    for engine in [Engine::Jit, Engine::Interp] {
+        let mut inst = Instance::new(Arc::clone(&prog), engine).unwrap();
+        let (mut ctx, data, mut scratch) = (XrpCtx::default(), vec![0u8; 64], vec![0u8; 64]);
+        for call in 0..3 {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                inst.run_xrp(&mut ctx, &data, &mut scratch)
+            }));
+            assert!(r.is_err(), "{engine:?}, call {call}: ran a λ program as xrp");
+        }
+        assert_eq!(inst.run_lambda(&data, &mut scratch), Ok(1), "{engine:?}");
+    }
+}

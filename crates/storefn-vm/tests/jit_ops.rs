@@ -542,3 +542,16 @@ fn ctx_in_r1_and_frame_in_r10() {
     let top = sb.stack_top();
     assert_eq!(run_with(vec![mov64_reg(0, 10), exit()], &mut sb).unwrap(), top);
 }
+
+/// Regression: multiplying by 3, 5 or 9 is emitted as `x + (x << k)` (one `lea`); it must wrap
+/// exactly as the multiply at either width, for every operand.
+#[test]
+fn multiply_by_two_to_the_k_plus_one_wraps_like_a_multiply() {
+    for k in [3u64, 5, 9] {
+        for &a in VALUES.iter().chain(&[0x5555_5555_5555_5555, 0x3333_3333]) {
+            assert_eq!(alu(true, BPF_MUL, 0, a, k, false), a.wrapping_mul(k), "{a:#x} * {k}");
+            let want = u64::from((a as u32).wrapping_mul(k as u32));
+            assert_eq!(alu(false, BPF_MUL, 0, a, k, false), want, "w: {a:#x} * {k}");
+        }
+    }
+}

@@ -18,7 +18,7 @@ use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
-use storefn_vm::{Engine, Instance, Place, ProgType, VerifiedProgram, VmError, XrpCtx};
+use storefn_vm::{Engine, Instance, ProgType, VerifiedProgram, VmError, XrpCtx};
 
 /// r6 = ctx->data, r7 = ctx->scratch (callee-saved: they survive helper calls).
 const DATA: u8 = 6;
@@ -130,14 +130,7 @@ fn run(inst: &mut Instance, b: &mut Buffers) -> (Result<u64, VmError>, Vec<u8>, 
         &mut b.scratch[GUARD..GUARD + SCRATCH_LEN],
     );
     let after = std::mem::replace(&mut b.scratch, before);
-    // The place is named from the nearest region, and the two instances' stacks differ.
-    let r = match r {
-        Err(VmError::BadRead { insn, len, .. }) => {
-            Err(VmError::BadRead { insn, at: Place::Wild, len })
-        }
-        r => r,
-    };
-    (r, after, inst.insns_used())
+    (without_place(r), after, inst.insns_used())
 }
 
 #[test]

@@ -110,9 +110,13 @@ fn print_summary(records: &[harness::Record], args: &BenchArgs) {
 
 fn run_shapes(n: usize, args: &BenchArgs) -> CmdResult {
     let rows = harness::shapes::time_shapes(n, args.rounds.max(1))?;
-    println!("{:<10} {:>6} {:>10} {:>11}", "shape", "insns", "verify_us", "compile_us");
+    let head = ["shape", "insns", "verify_us", "compile_us", "compile_max_us"];
+    println!("{:<10} {:>6} {:>10} {:>11} {:>15}", head[0], head[1], head[2], head[3], head[4]);
     for r in &rows {
-        println!("{:<10} {:>6} {:>10.0} {:>11.0}", r.shape, r.insns, r.verify_us, r.compile_us);
+        println!(
+            "{:<10} {:>6} {:>10.0} {:>11.0} {:>15.0}",
+            r.shape, r.insns, r.verify_us, r.compile_us, r.compile_max_us
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

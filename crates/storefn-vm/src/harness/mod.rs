@@ -276,8 +276,17 @@ fn median(v: &mut [f64]) -> f64 {
 fn time_us<T, E: std::fmt::Display>(
     what: &str,
     n: usize,
-    mut f: impl FnMut() -> Result<T, E>,
+    f: impl FnMut() -> Result<T, E>,
 ) -> Result<f64, String> {
+    Ok(median(&mut samples_us(what, n, f)?))
+}
+
+/// `n` (at least one) runs of `f`, each in µs of thread CPU time, in run order.
+fn samples_us<T, E: std::fmt::Display>(
+    what: &str,
+    n: usize,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> Result<Vec<f64>, String> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n.max(1) {
         let t = thread_cpu_ns();
@@ -285,7 +294,7 @@ fn time_us<T, E: std::fmt::Display>(
         samples.push((thread_cpu_ns() - t) / 1000.0);
         drop(out);
     }
-    Ok(median(&mut samples))
+    Ok(samples)
 }
 
 /// The linked instructions as bytes (what a peer VM loads).

@@ -157,7 +157,16 @@ impl Tx<'_, '_> {
 
     pub(super) fn addr(&mut self, pc: usize, base: u8, off: i16) -> Result<Value, JitError> {
         let b = self.reg(pc, base)?;
-        Ok(self.b.ins().iadd_imm_s(b, i64::from(off)))
+        Ok(self.offset(b, off))
+    }
+
+    /// `base + off`: `base` itself at offset 0, which the quick tier would otherwise add (the
+    /// optimising tier folds the add away either way).
+    pub(super) fn offset(&mut self, base: Value, off: i16) -> Value {
+        match off {
+            0 => base,
+            _ => self.b.ins().iadd_imm_s(base, i64::from(off)),
+        }
     }
 
     pub(super) fn ldx(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {
@@ -172,7 +181,7 @@ impl Tx<'_, '_> {
             _ => return Err(invalid(pc, format!("unsupported load op {:#04x}", insn.op))),
         };
         let base = self.reg(pc, insn.src)?;
-        let mut addr = self.b.ins().iadd_imm_s(base, i64::from(insn.off));
+        let mut addr = self.offset(base, insn.off);
         // A load checked out of line may read `aux.sink` instead of its address: no fact.
         let own_address = match self.check_read_shim.filter(|_| self.out_of_line[pc]) {
             Some(shim) => {

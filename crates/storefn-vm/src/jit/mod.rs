@@ -21,9 +21,11 @@
 //! budget, ALU, jumps, calls), `unroll.rs` (counted loops as copies of their body),
 //! `bytes.rs` (byte loads recomposed into a word, loaded at once), `memcheck.rs` (loads,
 //! stores and atomics with their region checks), `slots.rs` (stack slots kept in SSA
-//! variables).
+//! variables), `blocks.rs` (blocks the quick tier merges), `scratch.rs` (Cranelift's working
+//! memory, kept per thread between compiles).
 
 mod abi;
+mod blocks;
 mod bytes;
 mod calls;
 mod guard;
@@ -31,6 +33,7 @@ mod idioms;
 mod inline;
 mod memcheck;
 mod reduce;
+mod scratch;
 mod slots;
 mod translate;
 mod unroll;
@@ -183,6 +186,7 @@ impl JitProgram {
         let slot_plan = slots::plan(verified, &in_loop);
         let funcs: Vec<(usize, usize)> = plan.compiled.iter().map(|&f| cfg.func_range(f)).collect();
         let quick = prog.insns.len() > QUICK_TIER_SLOTS;
+        let mergeable = blocks::mergeable(verified, quick);
         let mut module = new_module(quick)?;
         let ptr_ty = module.target_config().pointer_type();
         if ptr_ty != I64 {
@@ -204,8 +208,7 @@ impl JitProgram {
                 .map_err(|e| JitError::Codegen(e.to_string()))?;
             ids.push((start, id));
         }
-        let mut ctx = module.make_context();
-        let mut fctx = FunctionBuilderContext::new();
+        let (mut ctx, mut fctx) = scratch::take(&module);
         let shims = define_resolve_shim(&mut module, &mut ctx, &mut fctx).and_then(|hint| {
             let check = match out_of_line.iter().any(|&o| o) {
                 true => Some(define_check_read_shim(&mut module, &mut ctx, &mut fctx, hint)?),
@@ -231,7 +234,7 @@ impl JitProgram {
                 verified,
                 quick,
                 (&plan.inline_at, &in_loop, &is_target, &out_of_line),
-                &slot_plan,
+                (&slot_plan, &mergeable),
                 (start, end),
                 shims,
                 &ids,
@@ -259,6 +262,7 @@ impl JitProgram {
                 break;
             }
         }
+        scratch::keep(ctx, fctx, prog.insns.len());
         let finalized = result.and_then(|()| {
             module.finalize_definitions().map_err(|e| JitError::Codegen(e.to_string()))
         });

@@ -81,6 +81,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) unchecked_header: Option<usize>,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
+    /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
+    pub(super) mergeable: &'a [bool],
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -136,7 +138,7 @@ pub(super) fn translate_function(
     verified: &VerifiedProgram,
     quick: bool,
     (inline_at, in_loop, is_target, out_of_line): (&[bool], &[bool], &[bool], &[bool]),
-    slot_plan: &super::slots::SlotPlan,
+    (slot_plan, mergeable): (&super::slots::SlotPlan, &[bool]),
     (start, end): (usize, usize),
     (shim, check_shim): (FuncId, Option<FuncId>),
     ids: &[(usize, FuncId)],
@@ -267,6 +269,7 @@ pub(super) fn translate_function(
         guarded_loops: 0,
         unchecked_header: None,
         skip_latch: None,
+        mergeable,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -549,6 +552,13 @@ impl Tx<'_, '_> {
         let r = match op {
             BPF_ADD => ins.iadd(dst, src),
             BPF_SUB => ins.isub(dst, src),
+            // `x * (2^k + 1)` as `x + (x << k)`, one `lea` (collatz's `3n + 1`: a multiply's
+            // 3-cycle latency on the loop's one dependency chain).
+            BPF_MUL if !use_x && matches!(insn.imm, 3 | 5 | 9) => {
+                let k = i64::from((insn.imm - 1).trailing_zeros());
+                let shifted = ins.ishl_imm_u(dst, k);
+                self.b.ins().iadd(dst, shifted)
+            }
             BPF_MUL => ins.imul(dst, src),
             BPF_OR => ins.bor(dst, src),
             BPF_AND => ins.band(dst, src),
@@ -801,6 +811,7 @@ impl Tx<'_, '_> {
             self.goto(target)?;
             return Ok(Flow::Resume(side.end + 1));
         }
+        self.merge_converted_target(target);
         Ok(Flow::SkipTo(target))
     }
 

@@ -201,8 +201,7 @@ impl Val {
     fn widen(self, new: Val, thresholds: &[u64]) -> Val {
         match (self, self.join(new)) {
             (Val::Scalar(a), Val::Scalar(b)) => {
-                let mask = low_mask(b.m);
-                let lo = if b.lo < a.lo { b.lo & mask } else { b.lo };
+                let lo = if b.lo < a.lo { widen_lo(b, thresholds) } else { b.lo };
                 let hi = if b.hi > a.hi { widen_hi(b, thresholds) } else { b.hi };
                 scalar_m(lo, hi, b.m)
             }
@@ -228,6 +227,23 @@ fn widen_hi(s: Scal, thresholds: &[u64]) -> u64 {
         .min()
         .or_else(|| down(u64::MAX))
         .unwrap_or(u64::MAX)
+}
+
+/// The largest value of `s`'s class at or below `s.lo` that is a threshold `t` or `t + 1`
+/// rounded up into the class (the last value a falling counter's test `!= t`, `> t` or
+/// `>= t + 1` lets through: `for (n = 1024; n != 0; n--)` stays at or above 1), else the
+/// class' smallest value.
+fn widen_lo(s: Scal, thresholds: &[u64]) -> u64 {
+    let mask = low_mask(s.m);
+    let up = |v: u64| v.checked_add(s.lo.wrapping_sub(v) & mask);
+    let to = thresholds.partition_point(|&t| t <= s.lo);
+    thresholds[..to]
+        .iter()
+        .flat_map(|&t| [t.checked_add(1).and_then(up), up(t)])
+        .flatten()
+        .filter(|&v| v <= s.lo)
+        .max()
+        .unwrap_or(s.lo & mask)
 }
 
 /// Where [`Val::widen`] stops a growing bound before giving up on it, sorted: the constants
@@ -488,9 +504,22 @@ fn alu(i: Insn, st: &State) -> Val {
     }
     if is64 {
         alu64(op, i, dst, src)
+    } else if let Some(v) = add32_neg_k(op, i, dst) {
+        v
     } else {
         alu32(op, dst, src)
     }
+}
+
+/// `wX += -c` (clang's `n--` on a 32-bit counter): for every value at least `c` the 32-bit
+/// sum `v + 2^32 - c` wraps to exactly `v - c`, so it is a subtraction, not "any u32".
+fn add32_neg_k(op: u8, i: Insn, dst: Val) -> Option<Val> {
+    if op != BPF_ADD || i.op & BPF_X != 0 || i.imm >= 0 {
+        return None;
+    }
+    let c = u64::from(i.imm.unsigned_abs());
+    let a = trunc32(dst).span().filter(|a| a.lo >= c)?;
+    Some(sub_span(a, Scal { lo: c, hi: c, m: EXACT }))
 }
 
 fn alu64(op: u8, i: Insn, dst: Val, src: Val) -> Val {
