@@ -40,6 +40,9 @@ pub struct Cfg {
     /// Loops charged as a whole before they run ([`Cfg::precharge`]); their headers are not
     /// charge points.
     counted: Vec<CountedLoop>,
+    /// Loops with a proved trip bound that [`Cfg::precharge`] left charged per iteration
+    /// ([`Cfg::bounded_loops`]).
+    bounded: Vec<CountedLoop>,
 }
 
 impl Cfg {
@@ -55,8 +58,14 @@ impl Cfg {
         for f in 0..funcs.len() {
             check_function(insns, &second, &funcs, f, &mut leader)?;
         }
-        let mut cfg =
-            Self { second, funcs, leader, charge: vec![0; insns.len()], counted: Vec::new() };
+        let mut cfg = Self {
+            second,
+            funcs,
+            leader,
+            charge: vec![0; insns.len()],
+            counted: Vec::new(),
+            bounded: Vec::new(),
+        };
         cfg.charge = cfg.charges_for(insns, &[]).expect("no counted loops: charges fit");
         Ok(cfg)
     }
@@ -83,6 +92,10 @@ impl Cfg {
             self.charge = charge;
             self.counted = keep;
         }
+        // Every loop not charged whole keeps its header a charge point (the table without
+        // any counted loop makes every backward target one).
+        let kept = |l: &CountedLoop| self.counted.binary_search_by_key(&l.header, |k| k.header);
+        self.bounded = loops.iter().filter(|l| kept(l).is_err()).copied().collect();
     }
 
     /// The longest path from `l`'s header to its back edge, both included (its body is
@@ -107,6 +120,15 @@ impl Cfg {
     #[must_use]
     pub fn counted_loops(&self) -> &[CountedLoop] {
         &self.counted
+    }
+
+    /// Loops whose trip bound [`crate::loops`] proved but which stay charged per iteration
+    /// (their charge would pass [`MAX_LOOP_PRECHARGE_INSNS`] or
+    /// [`MAX_EXACT_LOOP_PRECHARGE_INSNS`]): their header is a charge point, reached at most
+    /// `trips` times per entry of the loop, and the only one in the body. Sorted by header.
+    #[must_use]
+    pub fn bounded_loops(&self) -> &[CountedLoop] {
+        &self.bounded
     }
 
     /// The charge of every charge point (see the module documentation), with `counted` loops

@@ -61,7 +61,7 @@ pub struct CountedLoop {
 
 /// The registers `i` may write (at most two; `None` for none). Calls write r0-r5, reported
 /// as r0 (loop bodies with calls are refused before this is asked).
-fn written(i: Insn) -> [Option<u8>; 2] {
+pub(crate) fn written(i: Insn) -> [Option<u8>; 2] {
     match i.class() {
         BPF_ALU | BPF_ALU64 | BPF_LDX | BPF_LD => [Some(i.dst), None],
         // Fetching atomics write src; cmpxchg writes r0 (conservatively: any atomic, both).
@@ -143,7 +143,7 @@ fn counted_in(
 /// The slot that tests whether to go round again: the latch itself when it is a conditional
 /// jump, or in clang's shape (`r += c; if r == N goto out; goto header`) the conditional jump
 /// just before an unconditional latch that only it falls into.
-fn latch_test(insns: &[Insn], cfg: &Cfg, header: usize, latch: usize) -> usize {
+pub(crate) fn latch_test(insns: &[Insn], cfg: &Cfg, header: usize, latch: usize) -> usize {
     let i = insns[latch];
     let prev = latch.checked_sub(1).filter(|&p| p > header && !cfg.is_second_half(p));
     let only_fallen_into = |p: usize| {
@@ -477,9 +477,9 @@ pub(crate) mod random {
         v
     }
 
-    /// (result, instructions charged, instructions executed, budget left) on the interpreter;
-    /// (result, budget left) on the JIT.
-    fn run(
+    /// (result, instructions charged, instructions executed) on the interpreter; (result,
+    /// instructions charged, 0) on the JIT.
+    pub(crate) fn run(
         prog: &VerifiedProgram,
         budget: u64,
         jit: Option<&JitProgram>,

@@ -28,6 +28,7 @@ mod abi;
 mod blocks;
 mod bytes;
 mod calls;
+mod guard;
 mod idioms;
 mod inline;
 mod memcheck;
@@ -139,6 +140,8 @@ pub struct JitProgram {
     vector_loops: usize,
     /// [`JitProgram::idioms`].
     idioms: usize,
+    /// [`JitProgram::guarded_loops`].
+    guarded_loops: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -223,6 +226,7 @@ impl JitProgram {
         let mut reduction_loops = 0;
         let mut vector_loops = 0;
         let mut idioms = 0;
+        let mut guarded_loops = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -242,7 +246,8 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|(fused, reduced, found)| {
+            .and_then(|(fused, reduced, found, guarded)| {
+                guarded_loops += guarded;
                 fused_loads += fused;
                 reduction_loops += reduced.0;
                 vector_loops += reduced.1;
@@ -300,6 +305,7 @@ impl JitProgram {
             reduction_loops,
             vector_loops,
             idioms,
+            guarded_loops,
         })
     }
 
@@ -354,6 +360,13 @@ impl JitProgram {
     #[must_use]
     pub fn idioms(&self) -> usize {
         self.idioms
+    }
+
+    /// How many bounded loops charged per iteration were emitted behind one budget guard,
+    /// with copies whose headers charge without a test (a diagnostic; `guard.rs`).
+    #[must_use]
+    pub fn guarded_loops(&self) -> usize {
+        self.guarded_loops
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

@@ -75,10 +75,16 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) slot_vars: Vec<(i16, u8, Variable)>,
     /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
     pub(super) reductions: usize,
-    /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
-    pub(super) mergeable: &'a [bool],
     /// Of those, the ones emitted as vector code ([`super::vector`]).
     pub(super) vectors: usize,
+    /// Bounded loops emitted behind a budget guard ([`super::guard`]), and while one's
+    /// unchecked copies are emitted, its header (charged there without a test).
+    pub(super) guarded_loops: usize,
+    pub(super) unchecked_header: Option<usize>,
+    /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
+    pub(super) skip_latch: Option<usize>,
+    /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
+    pub(super) mergeable: &'a [bool],
 }
 
 /// Checked loads inside loops that get a read window of their own, per function (the
@@ -141,7 +147,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, (usize, usize), usize), JitError> {
+) -> Result<(usize, (usize, usize), usize, usize), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -262,6 +268,9 @@ pub(super) fn translate_function(
         slot_plan,
         slot_vars: Vec::new(),
         reductions: 0,
+        guarded_loops: 0,
+        unchecked_header: None,
+        skip_latch: None,
         mergeable,
         vectors: 0,
     };
@@ -273,13 +282,13 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions) = (tx.bytes, (tx.reductions, tx.vectors));
+    let (bytes, reductions, guarded) = (tx.bytes, (tx.reductions, tx.vectors), tx.guarded_loops);
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
     let idioms =
         super::idioms::popcounts(ctx, module.isa())? + super::idioms::narrow_swaps(&mut ctx.func);
-    Ok((bytes.fused, reductions, idioms))
+    Ok((bytes.fused, reductions, idioms, guarded))
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
@@ -336,6 +345,12 @@ impl Tx<'_, '_> {
                 pc = l.latch + 1;
                 continue;
             }
+            if let Some(g) = self.guarded_loop_at(pc) {
+                let latch = g.latch();
+                open = self.guarded(&g, open)?;
+                pc = latch + 1;
+                continue;
+            }
             (open, pc) = self.step(pc, open)?;
         }
         Ok(())
@@ -366,7 +381,9 @@ impl Tx<'_, '_> {
         }
         let mut next = pc + if self.insns[pc].is_lddw() { 2 } else { 1 };
         if open {
-            if self.charges[pc] != 0 {
+            if self.unchecked_header == Some(pc) {
+                self.free_charge(self.charges[pc]);
+            } else if self.charges[pc] != 0 {
                 self.charge(pc, self.charges[pc]);
             }
             match self.insn(pc)? {
