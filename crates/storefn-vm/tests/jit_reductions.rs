@@ -3,7 +3,8 @@
 //! operand order, load width, step, start, trip count, exit test, budget), loads proved and
 //! loads that run past their region (the fault must name the same load), and loops that must
 //! not be taken for reductions (the accumulator read in another way, two operation families,
-//! 32-bit arithmetic on it).
+//! 64- and 32-bit arithmetic on it in one loop). The reduction's steps are 64-bit or all
+//! 32-bit (`w5 op= w0`, `w5 = w0`: the fold at the exit is exact at 32 bits).
 
 mod jit_support;
 
@@ -28,7 +29,7 @@ enum Spoiler {
     Shift,
     /// `r5 *= 3`: another operation on it.
     Mul,
-    /// `w5 += w0`: 32-bit arithmetic.
+    /// `w5 += w0` in a 64-bit loop, `r5 op= r0` in a 32-bit one: a second width.
     Alu32,
     /// `r5 ^= r0` beside `r5 += r0`: two families.
     Mixed,
@@ -37,6 +38,8 @@ enum Spoiler {
 #[derive(Clone, Debug)]
 struct Loop {
     op: u8,
+    /// The reduction's steps (and the copy spoiler's) are 32-bit.
+    narrow: bool,
     /// `r5 op= r0`, or `r0 op= r5; r5 = r0`.
     swapped: bool,
     size: u8,
@@ -69,18 +72,21 @@ fn program(l: &Loop) -> Vec<Insn> {
     v.push(mov64_reg(0, 9));
     v.push(alu64_reg(BPF_ADD, 0, 2));
     v.push(ldx(l.size, 0, 0, l.off));
+    let class = if l.narrow { BPF_ALU } else { BPF_ALU64 };
+    let alu = |op, dst, src| ins(class | op | BPF_X, dst, src, 0, 0);
     if l.swapped {
-        v.push(alu64_reg(l.op, 0, 5));
-        v.push(mov64_reg(5, 0));
+        v.push(alu(l.op, 0, 5));
+        v.push(alu(BPF_MOV, 5, 0));
     } else {
-        v.push(alu64_reg(l.op, 5, 0));
+        v.push(alu(l.op, 5, 0));
     }
     match l.spoiler {
         Spoiler::None => {}
         Spoiler::Store => v.push(stx(BPF_DW, 10, 5, -8)),
-        Spoiler::Copy => v.extend([mov64_reg(6, 5), alu64_imm(BPF_ADD, 6, 1)]),
+        Spoiler::Copy => v.extend([alu(BPF_MOV, 6, 5), ins(class | BPF_ADD | BPF_K, 6, 0, 0, 1)]),
         Spoiler::Shift => v.extend([mov64_reg(6, 5), alu64_imm(BPF_LSH, 6, 1)]),
         Spoiler::Mul => v.push(alu64_imm(BPF_MUL, 5, 3)),
+        Spoiler::Alu32 if l.narrow => v.push(alu64_reg(l.op, 5, 0)),
         Spoiler::Alu32 => v.push(alu32_reg(BPF_ADD, 5, 0)),
         Spoiler::Mixed => {
             let other = if l.op == BPF_XOR { BPF_ADD } else { BPF_XOR };
@@ -122,6 +128,7 @@ fn random_loop(rng: &mut SmallRng) -> Loop {
     ];
     Loop {
         op,
+        narrow: rng.gen_bool(0.4),
         swapped: op != BPF_SUB && rng.gen_bool(0.4),
         size,
         off: 0,
@@ -188,7 +195,7 @@ fn compare_once(
 #[test]
 fn reductions_jit_equals_interp() {
     let mut rng = SmallRng::seed_from_u64(0x5eed_0001);
-    let (mut reduced, mut faulted, mut exhausted) = (0, 0, 0);
+    let (mut reduced, mut narrow, mut faulted, mut exhausted) = (0, 0, 0, 0);
     for case in 0..400 {
         let l = random_loop(&mut rng);
         let prog = verified(program(&l));
@@ -197,12 +204,16 @@ fn reductions_jit_equals_interp() {
             assert_eq!(jit.reduction_loops(), 0, "{l:?}: taken for a reduction");
         }
         reduced += jit.reduction_loops();
+        narrow += if l.narrow { jit.reduction_loops() } else { 0 };
+        // A 32-bit reduction is never vector code (its lanes are 64-bit).
+        assert!(!l.narrow || jit.vector_loops() == 0, "{l:?}: vectorised");
         let (fault, budget) = compare_once(&prog, &jit, &mut rng, &format!("case {case}: {l:?}"));
         faulted += usize::from(fault);
         exhausted += usize::from(budget);
     }
     // The generator reaches every kind of case.
     assert!(reduced > 150, "only {reduced} loops taken for reductions");
+    assert!(narrow > 60, "only {narrow} 32-bit loops taken for reductions");
     assert!(faulted > 10 && exhausted > 10, "faults {faulted}, budget {exhausted}");
 }
 
@@ -212,6 +223,7 @@ fn the_bench_reductions_are_taken() {
     for swapped in [false, true] {
         let l = Loop {
             op: BPF_ADD,
+            narrow: false,
             swapped,
             size: BPF_DW,
             off: 0,
@@ -228,6 +240,49 @@ fn the_bench_reductions_are_taken() {
         let (r, _) = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), 9);
         assert_eq!(r, outcome(&prog, DEFAULT_INSN_BUDGET, None, 9).0);
     }
+}
+
+#[test]
+fn narrow_reductions_fold_exactly_at_32_bits() {
+    // Every family, with an accumulator whose upper half starts set (the 32-bit steps clear
+    // it) and sums that carry past 32 bits (the fold must drop the carry).
+    for (op, swapped) in [(BPF_ADD, false), (BPF_SUB, false), (BPF_XOR, true), (BPF_AND, false)] {
+        let l = Loop {
+            op,
+            narrow: true,
+            swapped,
+            size: BPF_W,
+            off: 0,
+            start: 0,
+            step: 4,
+            trips: 512,
+            cond: BPF_JEQ,
+            init: 0xdead_beef_0000_0001,
+            // `w6 = w5; w6 += 1`: a second partial register (same family for add and sub).
+            spoiler: if matches!(op, BPF_ADD | BPF_SUB) { Spoiler::Copy } else { Spoiler::None },
+        };
+        let prog = verified(program(&l));
+        let jit = JitProgram::compile(&prog).unwrap();
+        assert_eq!((jit.reduction_loops(), jit.vector_loops()), (1, 0), "{l:?}");
+        for seed in 0..4 {
+            let (r, _) = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), seed);
+            assert_eq!(r, outcome(&prog, DEFAULT_INSN_BUDGET, None, seed).0, "{l:?}");
+        }
+    }
+    // `w6 = w5; w6 ^= w0` with r5 never written: r5 keeps its upper half, which a 32-bit
+    // fold would clear, so the loop is refused.
+    let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
+    v.extend(lddw(5, 0xdead_beef_0000_0001));
+    v.extend([mov64(6, 7), mov64(2, 0)]);
+    v.extend([mov64_reg(0, 9), alu64_reg(BPF_ADD, 0, 2), ldx(BPF_W, 0, 0, 0)]);
+    v.extend([ins(BPF_ALU | BPF_MOV | BPF_X, 6, 5, 0, 0), alu32_reg(BPF_XOR, 6, 0)]);
+    v.extend([alu64_imm(BPF_ADD, 2, 4), jmp_imm(BPF_JEQ, 2, 2048, 1), ja(-8)]);
+    v.extend([mov64_reg(0, 5), alu64_reg(BPF_XOR, 0, 6), exit()]);
+    let prog = verified(v);
+    let jit = JitProgram::compile(&prog).unwrap();
+    assert_eq!(jit.reduction_loops(), 0);
+    let (r, _) = outcome(&prog, DEFAULT_INSN_BUDGET, Some(&jit), 1);
+    assert_eq!(r, outcome(&prog, DEFAULT_INSN_BUDGET, None, 1).0);
 }
 
 /// The SWAR population count of the word at `data + 8`, in 64- or 32-bit arithmetic, with

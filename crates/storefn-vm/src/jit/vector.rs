@@ -179,13 +179,15 @@ fn step_kind(
 
 /// Whether reduction loop `l` runs as vector code (module documentation); `plain(pc)`: a
 /// load at `pc` is an ordinary one ([`step_kind`]).
+/// A narrow (32-bit) reduction never does: its steps are 32-bit, which 64-bit lanes do
+/// not model, and the accumulators' fold is 64-bit.
 pub(super) fn qualifies(
     insns: &[Insn],
     l: CountedLoop,
     red: &Reduction,
     plain: impl Fn(usize) -> bool,
 ) -> bool {
-    vector_guard(red).is_some() && kinds_at_end(insns, l, red, plain).is_some()
+    !red.narrow && vector_guard(red).is_some() && kinds_at_end(insns, l, red, plain).is_some()
 }
 
 /// The registers' kinds after a pass's body, if every slot qualifies and the accumulator is
