@@ -94,13 +94,18 @@ fn program(l: &Loop) -> Vec<Insn> {
         }
     }
     v.push(alu64_imm(BPF_ADD, 2, l.step));
-    let end = l.start + l.trips * l.step;
-    let bound = if l.cond == BPF_JGT { end - 1 } else { end };
-    v.push(jmp_imm(l.cond, 2, bound, 1));
+    close_loop(&mut v, header, l.cond, l.start + l.trips * l.step);
+    v
+}
+
+/// Ends a generated loop whose counter r2 was just stepped: clang's latch `if r2 <cond> bound
+/// goto out; goto header` for a counter that reaches `end`, then `r0 = r5 ^ r6; exit`.
+fn close_loop(v: &mut Vec<Insn>, header: usize, cond: u8, end: i32) {
+    let bound = if cond == BPF_JGT { end - 1 } else { end };
+    v.push(jmp_imm(cond, 2, bound, 1));
     let back = i16::try_from(header).unwrap() - i16::try_from(v.len()).unwrap() - 1;
     v.push(ja(back));
     v.extend([mov64_reg(0, 5), alu64_reg(BPF_XOR, 0, 6), exit()]);
-    v
 }
 
 fn random_loop(rng: &mut SmallRng) -> Loop {
@@ -503,12 +508,7 @@ fn vector_program(l: &VectorLoop) -> Vec<Insn> {
     if l.address == Address::Pointer {
         v.push(alu64_imm(BPF_ADD, 7, bytes));
     }
-    let end = first + l.trips * step;
-    let bound = if l.cond == BPF_JGT { end - 1 } else { end };
-    v.push(jmp_imm(l.cond, 2, bound, 1));
-    let back = i16::try_from(header).unwrap() - i16::try_from(v.len()).unwrap() - 1;
-    v.push(ja(back));
-    v.extend([mov64_reg(0, 5), alu64_reg(BPF_XOR, 0, 6), exit()]);
+    close_loop(&mut v, header, l.cond, first + l.trips * step);
     v
 }
 
