@@ -29,6 +29,7 @@
 //! back changes; every other exit stays in every copy.
 
 use super::translate::Tx;
+use super::unroll::Layout;
 use super::*;
 use crate::cfg::CountedLoop;
 use crate::insn::BPF_K;
@@ -126,7 +127,7 @@ impl Tx<'_, '_> {
         let r = self.unchecked(g, &ring, test);
         self.unchecked_header = None;
         r?;
-        self.loop_copies(l, &[checked], checked, None)?;
+        self.loop_copies(l, &[checked], checked, Layout::Cold)?;
         *self.block_slot(l.header) = Some(guard);
         Ok(false)
     }
@@ -140,7 +141,7 @@ impl Tx<'_, '_> {
         ring: &[Block],
         test: Option<Block>,
     ) -> Result<(), JitError> {
-        let hot = Some((&g.unlikely, &g.exits[..]));
+        let hot = Layout::Hot { unlikely: &g.unlikely, exits: &g.exits };
         let (Some(skip), Some(test)) = (g.skip, test) else {
             return self.loop_copies(g.l, ring, ring[0], hot);
         };
@@ -162,73 +163,8 @@ impl Tx<'_, '_> {
         let r = self.loop_copies(g.l, ring, test, hot);
         self.skip_latch = None;
         r?;
-        self.loop_copies(g.l, &[rolled], rolled, None)?;
+        self.loop_copies(g.l, &[rolled], rolled, Layout::Cold)?;
         self.b.seal_block(test);
-        Ok(())
-    }
-
-    /// Emits `l` once per header in `headers`, copy k's back edge entering copy k + 1 and
-    /// the last copy's `back`. `hot`: body slots whose blocks go out of line and the
-    /// loop's exits, left through blocks of the copy's own laid out of line (`None`: every
-    /// block of the copies is out of line).
-    ///
-    /// Why the exits' blocks: the registers a copy leaves with differ from the other copies',
-    /// so Cranelift splits each exit edge into a block of moves, which it places right after
-    /// the branch's block and which then stands between a copy and the next one (a taken
-    /// jump per copy); out of line, the next copy falls through.
-    fn loop_copies(
-        &mut self,
-        l: CountedLoop,
-        headers: &[Block],
-        back: Block,
-        hot: Option<(&std::ops::Range<usize>, &[usize])>,
-    ) -> Result<(), JitError> {
-        let unlikely = hot.map(|h| h.0);
-        let exits = hot.map_or(&[][..], |h| h.1);
-        for k in 0..headers.len() {
-            let outer: Vec<(usize, Block, Block)> = exits
-                .iter()
-                .map(|&t| {
-                    let to = self.block(t).expect("a jump target starts a block");
-                    let via = self.cold_block();
-                    *self.block_slot(t) = Some(via);
-                    (t, to, via)
-                })
-                .collect();
-            *self.block_slot(l.header) = Some(headers[k]);
-            // Fresh blocks for this copy's interior: jumps inside the body only go forward and
-            // nothing outside enters past the header, so all are created before use.
-            for pc in l.header + 1..=l.latch {
-                if self.block(pc).is_some() {
-                    let cold = unlikely.is_none_or(|u| u.contains(&pc));
-                    let blk = if cold { self.cold_block() } else { self.b.create_block() };
-                    *self.block_slot(pc) = Some(blk);
-                }
-            }
-            let (mut pc, mut open) = (l.header, false);
-            let next = headers.get(k + 1).copied();
-            while pc <= l.latch {
-                if pc == l.latch {
-                    *self.block_slot(l.header) = Some(next.unwrap_or(back));
-                    if let (Some(to), true) = (next, self.skip_latch == Some(pc) && open) {
-                        // A test the ring's guard proved jumps back (`LatchSkip`).
-                        self.flush_pending();
-                        self.b.ins().jump(to, &[]);
-                        (open, pc) = (false, pc + 1);
-                        continue;
-                    }
-                }
-                (open, pc) = self.step(pc, open)?;
-            }
-            if open {
-                return Err(invalid(l.latch, "a loop's back edge that falls through"));
-            }
-            for (t, to, via) in outer {
-                *self.block_slot(t) = Some(to);
-                self.enter(via);
-                self.b.ins().jump(to, &[]);
-            }
-        }
         Ok(())
     }
 

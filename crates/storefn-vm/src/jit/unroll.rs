@@ -87,7 +87,8 @@ impl Tx<'_, '_> {
     /// emitting (past it the rolled copy is never reached). The loop's budget was charged
     /// before it (its header is not a charge point), so the copies charge nothing. Within a
     /// copy the counter and the addresses it steps are constants or a constant away from the
-    /// copy before, which Cranelift folds. Returns whether control falls out of the last slot.
+    /// copy before, which Cranelift folds. Returns whether control falls out of the last slot
+    /// (never: the last copy ends with its back edge).
     ///
     /// A loop of more trips ([`Copies::Cyclic`]) is emitted as a few copies in a ring, copy
     /// k's back edge entering copy k + 1 and the last copy's the first: again the loop's own
@@ -97,46 +98,111 @@ impl Tx<'_, '_> {
         &mut self,
         l: CountedLoop,
         copies: Copies,
-        mut open: bool,
+        open: bool,
     ) -> Result<bool, JitError> {
         debug_assert_eq!(self.charges[l.header], 0, "a counted loop's header charges nothing");
-        // `n` copies; copy k's back edge goes to `next(k)`.
+        // `n` copies, a ring or a line whose last copy loops on itself.
         let (n, cyclic) = match copies {
             Copies::Full => (usize::try_from(l.trips).unwrap_or(usize::MAX) + 1, false),
             Copies::Cyclic(n) => (n, true),
             Copies::Reduce(r) => return self.unroll_reduction(l, r, open),
         };
-        let next = |k: usize| if cyclic { (k + 1) % n } else { (k + 1).min(n - 1) };
         let mut headers = Vec::with_capacity(n);
         headers.push(self.block(l.header).expect("a loop header starts a block"));
         for _ in 1..n {
             headers.push(self.b.create_block());
         }
-        for k in 0..n {
-            // Fresh blocks for this copy's interior (jumps inside the body only go forward, and
-            // nothing outside jumps past the header, so they are all created before use).
+        if open {
+            self.flush_pending();
+            self.b.ins().jump(headers[0], &[]);
+        }
+        // The last copy's back edge: the first (a ring) or itself.
+        let back = if cyclic { headers[0] } else { headers[n - 1] };
+        self.loop_copies(l, &headers, back, Layout::Inline)?;
+        *self.block_slot(l.header) = Some(headers[0]);
+        Ok(false)
+    }
+
+    /// Emits `l` once per header in `headers`, copy k's back edge entering copy k + 1 and
+    /// the last copy's `back`; `layout` places the copies' blocks. Control enters `headers[0]`
+    /// by jumps the caller emitted, and never falls out of a copy (a loop's back edge).
+    pub(super) fn loop_copies(
+        &mut self,
+        l: CountedLoop,
+        headers: &[Block],
+        back: Block,
+        layout: Layout<'_>,
+    ) -> Result<(), JitError> {
+        let (unlikely, exits) = match layout {
+            Layout::Hot { unlikely, exits } => (Some(unlikely), exits),
+            Layout::Inline | Layout::Cold => (None, &[][..]),
+        };
+        for k in 0..headers.len() {
+            let outer: Vec<(usize, Block, Block)> = exits
+                .iter()
+                .map(|&t| {
+                    let to = self.block(t).expect("a jump target starts a block");
+                    let via = self.cold_block();
+                    *self.block_slot(t) = Some(via);
+                    (t, to, via)
+                })
+                .collect();
             *self.block_slot(l.header) = Some(headers[k]);
+            // Fresh blocks for this copy's interior: jumps inside the body only go forward and
+            // nothing outside enters past the header, so all are created before use.
             for pc in l.header + 1..=l.latch {
                 if self.block(pc).is_some() {
-                    *self.block_slot(pc) = Some(self.b.create_block());
+                    let cold = match layout {
+                        Layout::Hot { .. } => unlikely.is_some_and(|u| u.contains(&pc)),
+                        Layout::Cold => true,
+                        Layout::Inline => false,
+                    };
+                    let blk = if cold { self.cold_block() } else { self.b.create_block() };
+                    *self.block_slot(pc) = Some(blk);
                 }
             }
-            let mut pc = l.header;
+            let (mut pc, mut open) = (l.header, false);
+            let next = headers.get(k + 1).copied();
             while pc <= l.latch {
                 if pc == l.latch {
-                    // The back edge of this copy enters the next one (the last: itself, or
-                    // the first of a ring).
-                    *self.block_slot(l.header) = Some(headers[next(k)]);
+                    *self.block_slot(l.header) = Some(next.unwrap_or(back));
+                    if let (Some(to), true) = (next, self.skip_latch == Some(pc) && open) {
+                        // A test the ring's guard proved jumps back (`super::guard`).
+                        self.flush_pending();
+                        self.b.ins().jump(to, &[]);
+                        (open, pc) = (false, pc + 1);
+                        continue;
+                    }
                 }
                 (open, pc) = self.step(pc, open)?;
             }
             if open {
                 return Err(invalid(l.latch, "a loop's back edge that falls through"));
             }
+            for (t, to, via) in outer {
+                *self.block_slot(t) = Some(to);
+                self.enter(via);
+                self.b.ins().jump(to, &[]);
+            }
         }
-        *self.block_slot(l.header) = Some(headers[0]);
-        Ok(open)
+        Ok(())
     }
+}
+
+/// Where [`Tx::loop_copies`] places a copy's blocks.
+#[derive(Clone, Copy)]
+pub(super) enum Layout<'a> {
+    /// In line, in slot order (unrolled counted loops).
+    Inline,
+    /// All out of line (a guarded loop's checked copy and its rolled unchecked one).
+    Cold,
+    /// In line but for the `unlikely` body slots' blocks, and every exit to one of `exits`
+    /// (the slots outside the body it reaches) through a block of the copy's own out of line:
+    /// the registers a copy leaves with differ from the other copies', so Cranelift splits
+    /// each exit edge into a block of moves, which it places right after the branch's block
+    /// and which then stands between a copy and the next one (a taken jump per copy); out of
+    /// line, the next copy falls through (a guarded loop's ring, `super::guard`).
+    Hot { unlikely: &'a std::ops::Range<usize>, exits: &'a [usize] },
 }
 
 #[cfg(test)]
