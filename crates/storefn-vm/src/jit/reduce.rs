@@ -100,6 +100,17 @@ struct Steps {
     class: Option<u8>,
 }
 
+impl Reduction {
+    /// The operation family's identity: all ones for AND, else zero.
+    pub(super) fn identity(&self) -> i64 {
+        if self.op == BPF_AND {
+            -1
+        } else {
+            0
+        }
+    }
+}
+
 /// Bit of register `r`.
 fn bit(r: u8) -> u16 {
     1 << (r & 15)
@@ -311,7 +322,7 @@ impl Tx<'_, '_> {
             self.enter(scalar);
         }
         let mut parts = vec![self.regs[usize::from(red.acc)]];
-        let identity = self.iconst(if red.op == BPF_AND { -1 } else { 0 });
+        let identity = self.iconst(red.identity());
         let partials = if red.copies == SMALL_BODY_COPIES { PARTIALS } else { LONG_BODY_PARTIALS };
         for _ in 1..partials {
             let p = self.b.declare_var(I64);
@@ -409,6 +420,16 @@ impl Tx<'_, '_> {
         Ok(fix)
     }
 
+    /// `a op b` for a reduction's operation family (scalars, or vectors lane by lane).
+    pub(super) fn combine(&mut self, op: u8, a: Value, b: Value) -> Value {
+        match op {
+            BPF_ADD => self.b.ins().iadd(a, b),
+            BPF_XOR => self.b.ins().bxor(a, b),
+            BPF_OR => self.b.ins().bor(a, b),
+            _ => self.b.ins().band(a, b),
+        }
+    }
+
     /// The exit of the rolled copy (which accumulates into `parts[0]`, the accumulator's own
     /// variable): every register holding a partial value gets the others folded in, then
     /// the loop's real exit.
@@ -419,12 +440,7 @@ impl Tx<'_, '_> {
         for r in (0..FRAME_REG).filter(|&r| red.at_exit & bit(r) != 0) {
             let mut v = self.b.use_var(self.regs[usize::from(r)]);
             for &o in &others {
-                v = match red.op {
-                    BPF_ADD => self.b.ins().iadd(v, o),
-                    BPF_XOR => self.b.ins().bxor(v, o),
-                    BPF_OR => self.b.ins().bor(v, o),
-                    _ => self.b.ins().band(v, o),
-                };
+                v = self.combine(red.op, v, o);
             }
             if red.narrow {
                 // Partials are zero-extended (or AND's all-ones identity): the fold is exact

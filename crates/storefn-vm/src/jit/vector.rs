@@ -277,7 +277,7 @@ impl Tx<'_, '_> {
 
     /// Accumulator vector 0 gets the accumulator in lane 0, every other lane the identity.
     fn init_accumulators(&mut self, red: &Reduction, accs: &[Variable; GROUPS]) {
-        let identity = self.iconst(if red.op == BPF_AND { -1 } else { 0 });
+        let identity = self.iconst(red.identity());
         let id = self.b.ins().splat(I64X2, identity);
         let a = self.b.use_var(self.regs[usize::from(red.acc)]);
         let first = self.b.ins().insertlane(id, a, 0);
@@ -297,16 +297,6 @@ impl Tx<'_, '_> {
         let (l0, l1) = (self.b.ins().extractlane(v, 0), self.b.ins().extractlane(v, 1));
         let a = self.combine(red.op, l0, l1);
         self.b.def_var(self.regs[usize::from(red.acc)], a);
-    }
-
-    /// `a op b` for the reduction's operation family.
-    fn combine(&mut self, op: u8, a: Value, b: Value) -> Value {
-        match op {
-            BPF_ADD => self.b.ins().iadd(a, b),
-            BPF_XOR => self.b.ins().bxor(a, b),
-            BPF_OR => self.b.ins().bor(a, b),
-            _ => self.b.ins().band(a, b),
-        }
     }
 
     /// One pass: every slot of the body for [`ELEMENTS`] elements at once, each checked load
