@@ -124,17 +124,21 @@ fn a_leaf_near_a_file_cut_below_its_checkpoint_size_is_still_answered() {
     let mut value = Vec::new();
     let mut checked = 0;
     // Tables at WiredTiger's default page sizes; which leaves lie where is WiredTiger's choice.
-    for name in ["pfx32", "big"] {
+    // pfx32's layout varies from run to run with its checkpoints' timing (one build in three had
+    // no leaf in the window, and the test failed in CI); words, small enough to be written whole
+    // at its checkpoint, has one in every build seen, so the test no longer rests on luck.
+    for name in ["pfx32", "big", "words"] {
         let rows = native_rows(&dir.0, name);
         let Some((leaves, cut)) = cut_near_a_leaf(&dir.0, name, &rows, false) else { continue };
         let file = dir.0.join(format!("{name}.wt"));
         let pristine = std::fs::read(&file).unwrap();
         for path in [ReadPath::Xrp, ReadPath::XrpBatch] {
             let mut l = Lookups::open(&dir.0, name, path).unwrap();
+            let f = l.table().key_format;
             std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(cut).unwrap();
             for ((k, v), a) in rows.iter().zip(&leaves) {
                 if a.offset + a.size <= cut && a.offset + view > cut {
-                    let r = l.get(&k[..k.len() - 1], &mut value);
+                    let r = l.get(&user(f, k), &mut value);
                     assert!(
                         matches!(r, Ok(Answer::Found)),
                         "{name} {path:?} {k:?} in {a:?}: {r:?}"
