@@ -250,8 +250,21 @@ fn stats64(b: &Block, a: u64) -> u64 {
     (mx.wrapping_sub(mn)) ^ s ^ a
 }
 
+/// The program's own search (lo/hi halves), as node4k's twin is: std's `partition_point`
+/// is another algorithm (base and shrinking size, no `lo + hi`), which rustc unrolls whole for
+/// this fixed length, so it measured a different search, not the same one compiled natively.
 fn bsearch32(b: &Block, key: u64) -> u64 {
-    u32s(b).partition_point(|&k| u64::from(k) < key) as u64
+    let keys = u32s(b);
+    let (mut lo, mut hi) = (0usize, keys.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if u64::from(keys[mid]) < key {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo as u64
 }
 
 fn crc32(b: &Block, a: u64) -> u64 {
