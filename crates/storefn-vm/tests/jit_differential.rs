@@ -659,3 +659,108 @@ fn if_converted_branches_jit_equals_interp() {
     }
     assert!(stops > 300, "only {stops} budget stops compared");
 }
+
+/// The bench's search and min/max loops (clang's shape: `if c goto T; A; T:` and a second
+/// back edge `if c goto H; A; goto H`) keep no branch on their data: both jumps of each
+/// become conditional moves. The same programs under budgets that stop inside their loops
+/// leave what the interpreter leaves (result, faulting instruction, budget left).
+#[test]
+fn bench_search_loops_are_if_converted_and_equal_interp() {
+    use storefn_vm::xrp::{XRP_OFF_DATA, XRP_OFF_SCRATCH};
+    let setup = |sb: &mut Sandbox| {
+        gen_setup(sb);
+        sb.ctx[XRP_OFF_DATA / 8] = sb.data_addr();
+        sb.ctx[XRP_OFF_SCRATCH / 8] = sb.data_addr() + DATA_BYTES as u64 / 2;
+        // A rising first half (node4k: a count, then keys), so the searches take their
+        // data-dependent paths.
+        for (i, w) in sb.data.iter_mut().take(DATA_BYTES / 16).enumerate() {
+            *w = (i as u64 + 1) * 0x0001_0003_0000_0007;
+        }
+    };
+    // bsearch32 and stats64: the two jumps of their loop; node4k also its clamp of the count.
+    for (name, jumps) in [("bench/bsearch32", 2), ("bench/stats64", 2), ("bench_node4k", 3)] {
+        let elf = storefn_progs::must(name);
+        let prog = storefn_vm::load(elf, None, storefn_vm::ProgType::Xrp).unwrap();
+        let prog = VerifiedProgram::new(prog).unwrap();
+        let jit = JitProgram::compile(&prog).unwrap();
+        assert_eq!(jit.if_converted(), jumps, "{name}: its jumps over moves converted");
+        let mut stops = 0;
+        for budget in (5..400).step_by(7).chain([4_000, DEFAULT_INSN_BUDGET]) {
+            let (j, i) = both(&prog, budget, &setup);
+            assert_same(&j, &i, &format!("{name} budget {budget}"));
+            stops += usize::from(matches!(j.result, Err(VmError::BudgetExhausted { .. })));
+        }
+        assert!(stops > 10, "{name}: only {stops} budget stops compared");
+    }
+}
+
+/// Loops whose body holds jumps over short runs: register arithmetic (emitted as conditional
+/// moves, counted by `if_converted`), and loads (never: a load on one path only may fault, or
+/// be proved in bounds only by the jump's own test, so it must stay behind its branch). The
+/// loads read `data[x * 8]` with `x` bounded by the jump on one path and not on the other,
+/// so a hoisted load would fault where the interpreter does not. Same result, faulting
+/// instruction, memory and budget left as the interpreter, under budgets that stop the loop
+/// on either side of every jump.
+#[test]
+fn loops_with_converted_and_refused_jumps_jit_equal_interp() {
+    let (mut stops, mut faults, mut converted) = (0, 0, 0);
+    for seed in 0..500u64 {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5e1e_c7);
+        let mut insns = vec![ldx(BPF_DW, DATA_REG, 1, 0)];
+        for r in 0..8 {
+            insns.push(mov64(r, rand_imm(&mut rng)));
+        }
+        // H: r8 -= 1; if r8 == 0 goto out; <jumps over runs>; goto H; out: exit
+        insns.push(mov64(8, rng.gen_range(1..30)));
+        let head = insns.len();
+        insns.push(alu64_imm(BPF_SUB, 8, 1));
+        let exit_at = insns.len();
+        insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
+        let (mut alu_runs, mut load_runs) = (0, 0);
+        for _ in 0..rng.gen_range(1..5) {
+            let x = rng.gen_range(0..8);
+            if rng.gen_bool(0.6) {
+                let n = rng.gen_range(1..=4usize);
+                let op = JMP_OPS[rng.gen_range(0..JMP_OPS.len())];
+                insns.push(jmp_reg(op, x, rng.gen_range(0..8), n as i16));
+                for _ in 0..n {
+                    let mut a = gen_alu(&mut rng);
+                    a.dst = rng.gen_range(0..8);
+                    insns.push(a);
+                }
+                alu_runs += 1;
+            } else {
+                // Skip when x is large (the run's load is then proved by the test) or when
+                // it is small (the run's load may then leave the data).
+                let bounded = rng.gen_bool(0.5);
+                let (op, k) = if bounded { (BPF_JGT, 511) } else { (BPF_JLT, 600) };
+                let dst = rng.gen_range(0..8);
+                insns.push(jmp_imm(op, x, k, 4));
+                insns.push(mov64_reg(dst, x));
+                insns.push(alu64_imm(BPF_LSH, dst, 3));
+                insns.push(alu64_reg(BPF_ADD, dst, DATA_REG));
+                insns.push(ldx(BPF_DW, dst, dst, 0));
+                load_runs += 1;
+            }
+        }
+        let at = insns.len();
+        insns.push(ja(i16::try_from(head as i64 - at as i64 - 1).unwrap()));
+        insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
+        insns.push(exit());
+        let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
+        let jit = JitProgram::compile(&prog).unwrap();
+        if alu_runs == 0 {
+            assert_eq!(jit.if_converted(), 0, "seed {seed}: a run with a load converted");
+        } else {
+            assert!(jit.if_converted() >= 1, "seed {seed}: no run converted: {:?}", prog.insns);
+        }
+        converted += usize::from(load_runs > 0 && jit.if_converted() > 0);
+        for budget in [3, 11, 29, 64, GEN_BUDGET, 100_000] {
+            let (j, i) = both(&prog, budget, &gen_setup);
+            assert_same(&j, &i, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+            stops += usize::from(matches!(j.result, Err(VmError::BudgetExhausted { .. })));
+            faults += usize::from(matches!(j.result, Err(VmError::BadRead { .. })));
+        }
+    }
+    assert!(stops > 300 && faults > 50 && converted > 50, "{stops} stops, {faults} faults");
+}
