@@ -764,3 +764,63 @@ fn loops_with_converted_and_refused_jumps_jit_equal_interp() {
     }
     assert!(stops > 300 && faults > 50 && converted > 50, "{stops} stops, {faults} faults");
 }
+
+/// Running minima and maxima in loops (`d = v; if v < m goto T; d = m; T: m = d`, as clang
+/// writes λ-IO's Stats64), which Cranelift makes min/max instructions of: every compare, both
+/// operand orders, both arms' orders, on data with equal values and the signed and unsigned
+/// extremes, under budgets stopping inside the loop. Same result and budget left as the
+/// interpreter.
+#[test]
+fn running_min_max_loops_jit_equal_interp() {
+    const EDGES: [u64; 6] = [0, 1, 5, u64::MAX, 1 << 63, (1 << 63) - 1];
+    let setup = |sb: &mut Sandbox| {
+        gen_setup(sb);
+        for (i, w) in sb.data.iter_mut().enumerate() {
+            let h = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58;
+            *w = if h < 40 { EDGES[h as usize % EDGES.len()] } else { h.wrapping_mul(*w) };
+        }
+    };
+    let ops = [BPF_JLT, BPF_JLE, BPF_JGT, BPF_JGE, BPF_JSLT, BPF_JSLE, BPF_JSGT, BPF_JSGE];
+    let mut stops = 0;
+    for seed in 0..300u64 {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x3a_11);
+        let mut insns = vec![ldx(BPF_DW, DATA_REG, 1, 0), mov64(2, rng.gen_range(0..1024))];
+        for r in [0, 6, 7] {
+            insns.push(mov64(r, rand_imm(&mut rng)));
+        }
+        // H: r8 -= 1; if r8 == 0 goto out; r4 = data[r2 & 1023]; r2 += 1; <runs>; goto H
+        insns.push(mov64(8, rng.gen_range(1..60)));
+        let head = insns.len();
+        insns.push(alu64_imm(BPF_SUB, 8, 1));
+        let exit_at = insns.len();
+        insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
+        insns.push(mov64_reg(3, 2));
+        insns.push(alu64_imm(BPF_AND, 3, 1023));
+        insns.push(alu64_imm(BPF_LSH, 3, 3));
+        insns.push(alu64_reg(BPF_ADD, 3, DATA_REG));
+        insns.push(ldx(BPF_DW, 4, 3, 0));
+        insns.push(alu64_imm(BPF_ADD, 2, 1));
+        let runs = rng.gen_range(1..4);
+        for _ in 0..runs {
+            let m = [0, 6, 7][rng.gen_range(0..3)];
+            let op = ops[rng.gen_range(0..ops.len())];
+            let (first, second) = if rng.gen_bool(0.5) { (4, m) } else { (m, 4) };
+            insns.push(mov64_reg(5, first));
+            insns.push(if rng.gen_bool(0.5) { jmp_reg(op, 4, m, 1) } else { jmp_reg(op, m, 4, 1) });
+            insns.push(mov64_reg(5, second));
+            insns.push(mov64_reg(m, 5));
+        }
+        let at = insns.len();
+        insns.push(ja(i16::try_from(head as i64 - at as i64 - 1).unwrap()));
+        insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
+        insns.extend([alu64_reg(BPF_XOR, 0, 6), alu64_reg(BPF_ADD, 0, 7), exit()]);
+        let prog = VerifiedProgram::new(program(insns)).unwrap();
+        assert!(JitProgram::compile(&prog).unwrap().if_converted() >= runs, "seed {seed}");
+        for budget in [3, 20, 57, 150, GEN_BUDGET, 100_000] {
+            let (j, i) = both(&prog, budget, &setup);
+            assert_same(&j, &i, &format!("seed {seed} budget {budget}: {:?}", prog.insns));
+            stops += usize::from(matches!(j.result, Err(VmError::BudgetExhausted { .. })));
+        }
+    }
+    assert!(stops > 300, "only {stops} budget stops compared");
+}
