@@ -710,42 +710,35 @@ fn loops_with_converted_and_refused_jumps_jit_equal_interp() {
         for r in 0..8 {
             insns.push(mov64(r, rand_imm(&mut rng)));
         }
-        // H: r8 -= 1; if r8 == 0 goto out; <jumps over runs>; goto H; out: exit
-        insns.push(mov64(8, rng.gen_range(1..30)));
-        let head = insns.len();
-        insns.push(alu64_imm(BPF_SUB, 8, 1));
-        let exit_at = insns.len();
-        insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
         let (mut alu_runs, mut load_runs) = (0, 0);
-        for _ in 0..rng.gen_range(1..5) {
-            let x = rng.gen_range(0..8);
-            if rng.gen_bool(0.6) {
-                let n = rng.gen_range(1..=4usize);
-                let op = JMP_OPS[rng.gen_range(0..JMP_OPS.len())];
-                insns.push(jmp_reg(op, x, rng.gen_range(0..8), n as i16));
-                for _ in 0..n {
-                    let mut a = gen_alu(&mut rng);
-                    a.dst = rng.gen_range(0..8);
-                    insns.push(a);
+        counted_loop(&mut insns, rng.gen_range(1..30), |insns| {
+            for _ in 0..rng.gen_range(1..5) {
+                let x = rng.gen_range(0..8);
+                if rng.gen_bool(0.6) {
+                    let n = rng.gen_range(1..=4usize);
+                    let op = JMP_OPS[rng.gen_range(0..JMP_OPS.len())];
+                    insns.push(jmp_reg(op, x, rng.gen_range(0..8), n as i16));
+                    for _ in 0..n {
+                        let mut a = gen_alu(&mut rng);
+                        a.dst = rng.gen_range(0..8);
+                        insns.push(a);
+                    }
+                    alu_runs += 1;
+                } else {
+                    // Skip when x is large (the run's load is then proved by the test) or when
+                    // it is small (the run's load may then leave the data).
+                    let bounded = rng.gen_bool(0.5);
+                    let (op, k) = if bounded { (BPF_JGT, 511) } else { (BPF_JLT, 600) };
+                    let dst = rng.gen_range(0..8);
+                    insns.push(jmp_imm(op, x, k, 4));
+                    insns.push(mov64_reg(dst, x));
+                    insns.push(alu64_imm(BPF_LSH, dst, 3));
+                    insns.push(alu64_reg(BPF_ADD, dst, DATA_REG));
+                    insns.push(ldx(BPF_DW, dst, dst, 0));
+                    load_runs += 1;
                 }
-                alu_runs += 1;
-            } else {
-                // Skip when x is large (the run's load is then proved by the test) or when
-                // it is small (the run's load may then leave the data).
-                let bounded = rng.gen_bool(0.5);
-                let (op, k) = if bounded { (BPF_JGT, 511) } else { (BPF_JLT, 600) };
-                let dst = rng.gen_range(0..8);
-                insns.push(jmp_imm(op, x, k, 4));
-                insns.push(mov64_reg(dst, x));
-                insns.push(alu64_imm(BPF_LSH, dst, 3));
-                insns.push(alu64_reg(BPF_ADD, dst, DATA_REG));
-                insns.push(ldx(BPF_DW, dst, dst, 0));
-                load_runs += 1;
             }
-        }
-        let at = insns.len();
-        insns.push(ja(i16::try_from(head as i64 - at as i64 - 1).unwrap()));
-        insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
+        });
         insns.push(exit());
         let Ok(prog) = VerifiedProgram::new(program(insns)) else { continue };
         let jit = JitProgram::compile(&prog).unwrap();
@@ -788,31 +781,29 @@ fn running_min_max_loops_jit_equal_interp() {
         for r in [0, 6, 7] {
             insns.push(mov64(r, rand_imm(&mut rng)));
         }
-        // H: r8 -= 1; if r8 == 0 goto out; r4 = data[r2 & 1023]; r2 += 1; <runs>; goto H
-        insns.push(mov64(8, rng.gen_range(1..60)));
-        let head = insns.len();
-        insns.push(alu64_imm(BPF_SUB, 8, 1));
-        let exit_at = insns.len();
-        insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
-        insns.push(mov64_reg(3, 2));
-        insns.push(alu64_imm(BPF_AND, 3, 1023));
-        insns.push(alu64_imm(BPF_LSH, 3, 3));
-        insns.push(alu64_reg(BPF_ADD, 3, DATA_REG));
-        insns.push(ldx(BPF_DW, 4, 3, 0));
-        insns.push(alu64_imm(BPF_ADD, 2, 1));
         let runs = rng.gen_range(1..4);
-        for _ in 0..runs {
-            let m = [0, 6, 7][rng.gen_range(0..3)];
-            let op = ops[rng.gen_range(0..ops.len())];
-            let (first, second) = if rng.gen_bool(0.5) { (4, m) } else { (m, 4) };
-            insns.push(mov64_reg(5, first));
-            insns.push(if rng.gen_bool(0.5) { jmp_reg(op, 4, m, 1) } else { jmp_reg(op, m, 4, 1) });
-            insns.push(mov64_reg(5, second));
-            insns.push(mov64_reg(m, 5));
-        }
-        let at = insns.len();
-        insns.push(ja(i16::try_from(head as i64 - at as i64 - 1).unwrap()));
-        insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
+        // Each trip: r4 = data[r2 & 1023]; r2 += 1; <runs>
+        counted_loop(&mut insns, rng.gen_range(1..60), |insns| {
+            insns.push(mov64_reg(3, 2));
+            insns.push(alu64_imm(BPF_AND, 3, 1023));
+            insns.push(alu64_imm(BPF_LSH, 3, 3));
+            insns.push(alu64_reg(BPF_ADD, 3, DATA_REG));
+            insns.push(ldx(BPF_DW, 4, 3, 0));
+            insns.push(alu64_imm(BPF_ADD, 2, 1));
+            for _ in 0..runs {
+                let m = [0, 6, 7][rng.gen_range(0..3)];
+                let op = ops[rng.gen_range(0..ops.len())];
+                let (first, second) = if rng.gen_bool(0.5) { (4, m) } else { (m, 4) };
+                insns.push(mov64_reg(5, first));
+                insns.push(if rng.gen_bool(0.5) {
+                    jmp_reg(op, 4, m, 1)
+                } else {
+                    jmp_reg(op, m, 4, 1)
+                });
+                insns.push(mov64_reg(5, second));
+                insns.push(mov64_reg(m, 5));
+            }
+        });
         insns.extend([alu64_reg(BPF_XOR, 0, 6), alu64_reg(BPF_ADD, 0, 7), exit()]);
         let prog = VerifiedProgram::new(program(insns)).unwrap();
         assert!(JitProgram::compile(&prog).unwrap().if_converted() >= runs, "seed {seed}");
@@ -823,4 +814,18 @@ fn running_min_max_loops_jit_equal_interp() {
         }
     }
     assert!(stops > 300, "only {stops} budget stops compared");
+}
+
+/// Appends `r8 = trips; H: r8 -= 1; if r8 == 0 goto out; <body>; goto H; out:` (the body
+/// must not write r8).
+fn counted_loop(insns: &mut Vec<Insn>, trips: i32, body: impl FnOnce(&mut Vec<Insn>)) {
+    insns.push(mov64(8, trips));
+    let head = insns.len();
+    insns.push(alu64_imm(BPF_SUB, 8, 1));
+    let exit_at = insns.len();
+    insns.push(jmp_imm(BPF_JEQ, 8, 0, 0));
+    body(insns);
+    let at = insns.len();
+    insns.push(ja(i16::try_from(head as i64 - at as i64 - 1).unwrap()));
+    insns[exit_at].off = i16::try_from(insns.len() - exit_at - 1).unwrap();
 }
