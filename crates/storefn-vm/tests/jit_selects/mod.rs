@@ -48,7 +48,7 @@ fn bench_search_loops_are_if_converted_and_equal_interp() {
 fn loops_with_converted_and_refused_jumps_jit_equal_interp() {
     let (mut stops, mut faults, mut converted) = (0, 0, 0);
     for seed in 0..500u64 {
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5e1e_c7);
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x005e_1ec7);
         let mut insns = vec![ldx(BPF_DW, DATA_REG, 1, 0)];
         for r in 0..8 {
             insns.push(mov64(r, rand_imm(&mut rng)));
@@ -119,7 +119,7 @@ fn running_min_max_loops_jit_equal_interp() {
     let ops = [BPF_JLT, BPF_JLE, BPF_JGT, BPF_JGE, BPF_JSLT, BPF_JSLE, BPF_JSGT, BPF_JSGE];
     let mut stops = 0;
     for seed in 0..300u64 {
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x3a_11);
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x3a11);
         let mut insns = vec![ldx(BPF_DW, DATA_REG, 1, 0), mov64(2, rng.gen_range(0..1024))];
         for r in [0, 6, 7] {
             insns.push(mov64(r, rand_imm(&mut rng)));
