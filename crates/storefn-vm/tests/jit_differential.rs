@@ -8,6 +8,8 @@
 //! JIT-against-JIT (determinism; every generated program must compile).
 
 mod jit_support;
+// Loops with jumps emitted as conditional moves (and jumps that must stay branches).
+mod jit_selects;
 
 use jit_support::*;
 use rand::rngs::SmallRng;

@@ -142,6 +142,8 @@ pub struct JitProgram {
     idioms: usize,
     /// [`JitProgram::guarded_loops`].
     guarded_loops: usize,
+    /// [`JitProgram::if_converted`].
+    if_converted: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -227,6 +229,7 @@ impl JitProgram {
         let mut vector_loops = 0;
         let mut idioms = 0;
         let mut guarded_loops = 0;
+        let mut if_converted = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -246,8 +249,9 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|(fused, reduced, found, guarded)| {
+            .and_then(|(fused, reduced, found, (guarded, converted))| {
                 guarded_loops += guarded;
+                if_converted += converted;
                 fused_loads += fused;
                 reduction_loops += reduced.0;
                 vector_loops += reduced.1;
@@ -306,6 +310,7 @@ impl JitProgram {
             vector_loops,
             idioms,
             guarded_loops,
+            if_converted,
         })
     }
 
@@ -367,6 +372,14 @@ impl JitProgram {
     #[must_use]
     pub fn guarded_loops(&self) -> usize {
         self.guarded_loops
+    }
+
+    /// How many conditional jumps over a short run of register arithmetic were emitted as
+    /// conditional moves instead of a branch (a diagnostic; `translate.rs::Tx::if_convert`:
+    /// counted per emitted copy, so a jump in an unrolled loop counts once per copy).
+    #[must_use]
+    pub fn if_converted(&self) -> usize {
+        self.if_converted
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

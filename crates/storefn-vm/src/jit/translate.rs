@@ -81,6 +81,8 @@ pub(super) struct Tx<'a, 'f> {
     /// unchecked copies are emitted, its header (charged there without a test).
     pub(super) guarded_loops: usize,
     pub(super) unchecked_header: Option<usize>,
+    /// Conditional jumps emitted as conditional moves ([`Tx::if_convert`]), per emitted copy.
+    pub(super) if_converted: usize,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
@@ -135,6 +137,10 @@ pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
 /// conditional moves ([`Tx::if_convert`]).
 const IFCONV_MAX_SLOTS: usize = 4;
 
+/// What [`translate_function`] counts for `JitProgram`'s diagnostics: fused loads,
+/// (reduction loops, vector loops), idioms, (guarded loops, if-converted jumps).
+pub(super) type Counts = (usize, (usize, usize), usize, (usize, usize));
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
@@ -147,7 +153,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, (usize, usize), usize, usize), JitError> {
+) -> Result<Counts, JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -270,6 +276,7 @@ pub(super) fn translate_function(
         reductions: 0,
         guarded_loops: 0,
         unchecked_header: None,
+        if_converted: 0,
         skip_latch: None,
         mergeable,
         vectors: 0,
@@ -282,13 +289,14 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions, guarded) = (tx.bytes, (tx.reductions, tx.vectors), tx.guarded_loops);
+    let (bytes, reductions) = (tx.bytes, (tx.reductions, tx.vectors));
+    let loops = (tx.guarded_loops, tx.if_converted);
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
     let idioms =
         super::idioms::popcounts(ctx, module.isa())? + super::idioms::narrow_swaps(&mut ctx.func);
-    Ok((bytes.fused, reductions, idioms, guarded))
+    Ok((bytes.fused, reductions, idioms, loops))
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
@@ -795,6 +803,7 @@ impl Tx<'_, '_> {
         (side, goto): (std::ops::Range<usize>, bool),
         target: usize,
     ) -> Result<Flow, JitError> {
+        self.if_converted += 1;
         let mut written: Vec<(u8, Value)> = Vec::new();
         let mut q = side.start;
         while q < side.end {
