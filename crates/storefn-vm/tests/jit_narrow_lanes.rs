@@ -218,7 +218,8 @@ fn registers_stepped_beside_the_counter_wrap_in_32_bit_lanes_as_the_scalar_code(
     // `w3 = w4; w3 <<= 3; w0 += w3` with r4 stepped beside the counter from near 2^32 or
     // 2^64, down, or by large strides: the low half of `v + e * stride` per lane.
     let starts = [0, 0xffff_ff80, 0xffff_ffff_ffff_ffc0, 0x1234_5678_9abc_def0];
-    for (start, stride) in starts.into_iter().flat_map(|s| [1, 3, -5, 0x7fff_ffff].map(|k| (s, k))) {
+    for (start, stride) in starts.into_iter().flat_map(|s| [1, 3, -5, 0x7fff_ffff].map(|k| (s, k)))
+    {
         let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
         v.extend(lddw(5, 1));
         v.push(mov64(6, 7));

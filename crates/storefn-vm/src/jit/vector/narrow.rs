@@ -370,3 +370,76 @@ impl Tx<'_, '_> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn::BPF_K;
+
+    fn op(class: u8, o: u8, x: bool, imm: i32) -> Insn {
+        Insn { op: class | o | if x { BPF_X } else { BPF_K }, dst: 0, src: 1, off: 0, imm }
+    }
+
+    #[test]
+    fn halves_follow_the_operations() {
+        use Kind::{Affine, Halves, Scalar, Unset, Vector};
+        let h = |hi, lo| Halves { hi, lo };
+        // 32-bit operations zero-extend, whatever they read; shifts only by a constant.
+        for o in [BPF_ADD, BPF_SUB, BPF_XOR, BPF_OR, BPF_AND, BPF_MOV] {
+            assert_eq!(alu_kind(op(BPF_ALU, o, true, 0), h(true, true), Affine(1)), Some(LOW));
+        }
+        assert_eq!(alu_kind(op(BPF_ALU, BPF_LSH, false, 40), h(true, false), Scalar), Some(LOW));
+        assert_eq!(alu_kind(op(BPF_ALU, BPF_NEG, false, 0), LOW, Scalar), Some(LOW));
+        // A 64-bit byte swap of a zero-extended word leaves its bits in the high half; a
+        // shift right by 32 or more brings them back.
+        let be64 = op(BPF_ALU, BPF_END, true, 64);
+        assert_eq!(alu_kind(be64, LOW, Scalar), Some(h(true, false)));
+        let rsh = |k| op(BPF_ALU64, BPF_RSH, false, k);
+        assert_eq!(alu_kind(rsh(36), h(true, false), Scalar), Some(LOW));
+        assert_eq!(alu_kind(rsh(4), h(true, false), Scalar), Some(h(true, true)));
+        assert_eq!(alu_kind(rsh(64), LOW, Scalar), Some(LOW));
+        assert_eq!(alu_kind(op(BPF_ALU64, BPF_LSH, false, 32), LOW, Scalar), Some(h(true, false)));
+        // 64-bit logic: a constant's zero half clears (and) or keeps (or, xor) a half.
+        assert_eq!(alu_kind(op(BPF_ALU64, BPF_AND, false, 0xff), h(true, true), Scalar), Some(LOW));
+        assert_eq!(alu_kind(op(BPF_ALU64, BPF_OR, false, -1), LOW, Scalar), Some(h(true, true)));
+        assert_eq!(alu_kind(op(BPF_ALU64, BPF_XOR, true, 0), LOW, Scalar), Some(h(true, true)));
+        assert_eq!(
+            alu_kind(op(BPF_ALU64, BPF_AND, true, 0), LOW, h(true, false)),
+            Some(h(false, false))
+        );
+        // Refused: carries across the halves, signed or multiplying operations, shifts by a
+        // register, signed moves, 64-bit operations between halves and affine values.
+        for (class, o, x) in [
+            (BPF_ALU64, BPF_ADD, true),
+            (BPF_ALU64, BPF_SUB, false),
+            (BPF_ALU64, BPF_NEG, false),
+            (BPF_ALU64, BPF_MUL, false),
+            (BPF_ALU, BPF_MUL, false),
+            (BPF_ALU, BPF_DIV, false),
+            (BPF_ALU, BPF_MOD, true),
+            (BPF_ALU, BPF_ARSH, false),
+            (BPF_ALU64, BPF_ARSH, false),
+            (BPF_ALU, BPF_LSH, true),
+            (BPF_ALU64, BPF_RSH, true),
+        ] {
+            assert_eq!(alu_kind(op(class, o, x, 3), LOW, Scalar), None, "{class:#x} {o:#x}");
+        }
+        let movsx = Insn { off: 8, ..op(BPF_ALU, BPF_MOV, true, 0) };
+        assert_eq!(alu_kind(movsx, Scalar, LOW), None);
+        assert_eq!(alu_kind(op(BPF_ALU64, BPF_XOR, true, 0), LOW, Affine(4)), None);
+        assert_eq!(alu_kind(op(BPF_ALU, BPF_END, true, 32), Affine(4), Scalar), None);
+        assert_eq!(alu_kind(op(BPF_ALU, BPF_ADD, true, 0), LOW, Unset), None);
+        assert_eq!(alu_kind(op(BPF_ALU, BPF_ADD, true, 0), Vector, Scalar), None);
+        // Scalars stay the scalar code, whatever the operation; affine values keep the
+        // 64-bit lanes' rules.
+        assert_eq!(alu_kind(op(BPF_ALU, BPF_MUL, false, 3), Scalar, Scalar), Some(Scalar));
+        assert_eq!(alu_kind(op(BPF_ALU64, BPF_LSH, false, 2), Affine(1), Scalar), Some(Affine(4)));
+        // Loads: u32 words at consecutive addresses only.
+        let load = |size: u8, mode: u8| Insn { op: BPF_LDX | mode | size, ..op(0, 0, false, 0) };
+        assert_eq!(load_kind(load(BPF_W, BPF_MEM), Affine(4)), Some(LOW));
+        assert_eq!(load_kind(load(BPF_W, BPF_MEMSX), Affine(4)), Some(h(true, true)));
+        assert_eq!(load_kind(load(BPF_W, BPF_MEM), Affine(8)), None);
+        assert_eq!(load_kind(load(BPF_DW, BPF_MEM), Affine(8)), None);
+        assert_eq!(load_kind(load(BPF_B, BPF_MEM), Affine(1)), None);
+    }
+}
