@@ -291,8 +291,14 @@ impl Tx<'_, '_> {
 
     /// Every 32-bit lane byte-swapped: one byte shuffle per quad.
     fn bswap_quads(&mut self, v: Quads) -> Quads {
-        let mask: Vec<u8> = (0..16u8).map(|b| b & !3 | (3 - b % 4)).collect();
-        let mask = self.b.func.dfg.immediates.push(ConstantData::from(mask));
+        let mask = ConstantData::from((0..16u8).map(|b| b & !3 | (3 - b % 4)).collect::<Vec<_>>());
+        // One immediate for every swap, so that swaps of the same quad are one instruction
+        // (a 64-bit swap of a zero-extended word and a 32-bit one of it: bitrev32).
+        let imms = &mut self.b.func.dfg.immediates;
+        let mask = match imms.iter().find(|(_, d)| **d == mask) {
+            Some((k, _)) => k,
+            None => imms.push(mask),
+        };
         let le = MemFlagsData::new().with_endianness(Endianness::Little);
         v.map(|q| {
             let bytes = self.b.ins().bitcast(I8X16, le, q);
