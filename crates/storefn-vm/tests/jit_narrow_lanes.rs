@@ -38,6 +38,9 @@ struct NarrowLoop {
     trips: i32,
     cond: u8,
     init: u64,
+    /// Slots of padding before the loop: past `QUICK_TIER_SLOTS`, the quick tier compiles it
+    /// (its read windows live in memory, not in variables).
+    pad: usize,
 }
 
 /// One random body slot on r0 or r3 (both written before) the lanes do, but for a 64-bit
@@ -143,16 +146,17 @@ fn random_loop(rng: &mut SmallRng) -> NarrowLoop {
         trips,
         cond: [BPF_JEQ, BPF_JGT, BPF_JGE][rng.gen_range(0..3)],
         init: rng.gen(),
+        pad: if rng.gen_bool(0.15) { QUICK_TIER_PAD } else { 0 },
     }
 }
 
-/// `r9 = ctx.data; r5 = init; r6 = 7; r8 = invariant; r2 = first; [r7 = r9 + start]; loop
+/// `r9 = ctx.data; r5 = init; r6 = 7 (pad + 1 times); r8 = invariant; r2 = first; [r7 = r9 + start]; loop
 /// { r0 = word; body; w5 op= w0; r2 += step; [r7 += 4]; if r2 cond N goto out } out:
 /// r0 = r5 ^ r6`.
 fn program(l: &NarrowLoop) -> Vec<Insn> {
     let mut v = vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16)];
     v.extend(lddw(5, l.init));
-    v.push(mov64(6, 7));
+    v.extend(std::iter::repeat_n(mov64(6, 7), l.pad + 1));
     v.extend(lddw(8, 0x8765_4321_0ff0_f00f));
     let (first, step) = match l.address {
         Address::Offset => (l.start, 4),
@@ -190,7 +194,9 @@ fn program(l: &NarrowLoop) -> Vec<Insn> {
 #[test]
 fn narrow_vector_reductions_jit_equals_interp() {
     let mut rng = SmallRng::seed_from_u64(0x5eed_0004);
-    let (mut vectors, mut refused, mut faulted, mut exhausted) = (0, 0, 0, 0);
+    let (mut vectors, mut refused) = (0, 0);
+    // Faults and budgets running out in vectorised loops.
+    let (mut faulted, mut exhausted) = (0, 0);
     for case in 0..400 {
         let l = random_loop(&mut rng);
         let prog = verified(program(&l));
@@ -206,11 +212,11 @@ fn narrow_vector_reductions_jit_equals_interp() {
         }
         vectors += jit.vector_loops();
         let (fault, budget) = compare_once(&prog, &jit, &mut rng, &format!("case {case}: {l:?}"));
-        faulted += usize::from(fault);
-        exhausted += usize::from(budget);
+        faulted += usize::from(fault) * jit.vector_loops();
+        exhausted += usize::from(budget) * jit.vector_loops();
     }
     assert!(vectors > 120 && refused > 40, "vectorised {vectors}, refused {refused}");
-    assert!(faulted > 20 && exhausted > 10, "faults {faulted}, budget {exhausted}");
+    assert!(faulted > 15 && exhausted > 10, "faults {faulted}, budget {exhausted}");
 }
 
 #[test]

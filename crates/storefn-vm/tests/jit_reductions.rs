@@ -585,6 +585,3 @@ fn fix_back_edge(mut insns: Vec<Insn>) -> Vec<Insn> {
     insns[at] = ja(6 - i16::try_from(at).unwrap() - 1);
     insns
 }
-
-/// Slots of padding that put a test program past the JIT's `QUICK_TIER_SLOTS` (1,024).
-const QUICK_TIER_PAD: usize = 1030;

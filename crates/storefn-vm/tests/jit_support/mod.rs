@@ -156,6 +156,9 @@ fn bytes_of(v: &[u64]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
+/// Slots of padding that put a test program past the JIT's `QUICK_TIER_SLOTS` (1,024).
+pub const QUICK_TIER_PAD: usize = 1030;
+
 /// r0 or the fault, and the budget left, of one engine (`jit` or the interpreter).
 pub fn outcome(
     prog: &VerifiedProgram,
