@@ -476,19 +476,25 @@ impl Tx<'_, '_> {
         let amount = self.iconst(i64::from(i.imm & 63));
         let mut out = d;
         for g in 0..GROUPS {
-            let ins = self.b.ins();
-            out[g] = match o {
-                BPF_ADD => ins.iadd(d[g], s[g]),
-                BPF_SUB => ins.isub(d[g], s[g]),
-                BPF_XOR => ins.bxor(d[g], s[g]),
-                BPF_OR => ins.bor(d[g], s[g]),
-                BPF_AND => ins.band(d[g], s[g]),
-                BPF_LSH => ins.ishl(d[g], amount),
-                BPF_RSH => ins.ushr(d[g], amount),
-                _ => ins.ineg(d[g]),
-            };
+            out[g] = self.lane_op(o, d[g], s[g], amount);
         }
         Ok(Lanes::Vector(out))
+    }
+
+    /// `d op s` lane by lane for one of the operations the lanes do exactly (add, sub, xor,
+    /// or, and; shifts by `amount`, already masked to the lane width; else neg of `d`).
+    fn lane_op(&mut self, o: u8, d: Value, s: Value, amount: Value) -> Value {
+        let ins = self.b.ins();
+        match o {
+            BPF_ADD => ins.iadd(d, s),
+            BPF_SUB => ins.isub(d, s),
+            BPF_XOR => ins.bxor(d, s),
+            BPF_OR => ins.bor(d, s),
+            BPF_AND => ins.band(d, s),
+            BPF_LSH => ins.ishl(d, amount),
+            BPF_RSH => ins.ushr(d, amount),
+            _ => ins.ineg(d),
+        }
     }
 
     /// A load at consecutive addresses ([`load_kind`]): its whole range in the pass checked

@@ -205,17 +205,7 @@ impl Tx<'_, '_> {
         let amount = self.b.ins().iconst(I32, i64::from(i.imm & 31));
         let mut out = d;
         for q in 0..QUADS {
-            let ins = self.b.ins();
-            out[q] = match o {
-                BPF_ADD => ins.iadd(d[q], s[q]),
-                BPF_SUB => ins.isub(d[q], s[q]),
-                BPF_XOR => ins.bxor(d[q], s[q]),
-                BPF_OR => ins.bor(d[q], s[q]),
-                BPF_AND => ins.band(d[q], s[q]),
-                BPF_LSH => ins.ishl(d[q], amount),
-                BPF_RSH => ins.ushr(d[q], amount),
-                _ => ins.ineg(d[q]),
-            };
+            out[q] = self.lane_op(o, d[q], s[q], amount);
         }
         out
     }
