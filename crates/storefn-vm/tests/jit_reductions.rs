@@ -13,7 +13,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
 use storefn_vm::xrp::XRP_OFF_DATA;
-use storefn_vm::{JitProgram, VerifiedProgram, VmError};
+use storefn_vm::JitProgram;
 
 /// A way the loop's body uses its accumulator (r5) that must keep it from being a reduction,
 /// or none.
