@@ -302,7 +302,8 @@ impl Tx<'_, '_> {
     /// tests in one block, the last one's back edge returning to a second guard test) while the
     /// counter is below [`Reduction::guard`], else a rolled copy that loops on itself. The
     /// rolled copy alone keeps the test; it leaves through a block that folds the partials.
-    /// Returns whether control falls out of the last slot (never).
+    /// A loop that runs as vector code has its vector ring there instead of the scalar one
+    /// ([`Tx::rolled_reduction`]). Returns whether control falls out of the last slot (never).
     pub(super) fn unroll_reduction(
         &mut self,
         l: CountedLoop,

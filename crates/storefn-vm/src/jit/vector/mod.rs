@@ -24,7 +24,8 @@
 //! as Cranelift does); a load makes a vector when its address is `v + e * size` (64-bit
 //! words, or 32-bit ones zero- or sign-extended: consecutive elements). Anything else
 //! (32-bit arithmetic on lanes, multiplication of lanes, compares, stores, calls) refuses
-//! the loop, which keeps its scalar ring.
+//! the loop, which keeps its scalar ring. A narrow (32-bit) reduction computes in 32-bit
+//! lanes instead ([`narrow`]), with the same ring, checks and fold.
 //!
 //! Memory: each vector load covers several elements' loads, so before a pass reads
 //! anything, every load site the verifier did not prove checks the whole range the pass
@@ -35,7 +36,7 @@
 //! exactly where the interpreter does, or refreshes the window, and goes back to the vector
 //! ring. The ring is entered only while the counter is below [`Reduction::guard`] for
 //! [`ELEMENTS`] copies, so no element's exit test could fire; its leftovers run in the
-//! scalar ring. The budget was charged before the loop for all of its iterations.
+//! rolled copy of the body. The budget was charged before the loop for all of its iterations.
 
 mod narrow;
 
@@ -244,10 +245,10 @@ impl Tx<'_, '_> {
     }
 
     /// Emits the vector ring of reduction loop `l` from the header's block (current, open)
-    /// and returns the block, not yet entered, where the scalar ring takes over the loop's
+    /// and returns the block, not yet entered, where the rolled copy takes over the loop's
     /// leftovers. Shape: `init` (accumulator vectors from the accumulator, the guard) ->
     /// pass (the guard again at its end) -> pass; a failed check of a pass goes to one scalar copy of the body
-    /// and back to `init`; a failed guard folds the partials and leaves for the scalar ring.
+    /// and back to `init`; a failed guard folds the partials and leaves for the rolled copy.
     pub(super) fn vector_ring(
         &mut self,
         l: CountedLoop,
