@@ -303,7 +303,7 @@ impl Tx<'_, '_> {
     /// counter is below [`Reduction::guard`], else a rolled copy that loops on itself. The
     /// rolled copy alone keeps the test; it leaves through a block that folds the partials.
     /// A loop that runs as vector code has its vector ring there instead of the scalar one
-    /// ([`Tx::rolled_reduction`]). Returns whether control falls out of the last slot (never).
+    /// (`rolled_reduction`). Returns whether control falls out of the last slot (never).
     pub(super) fn unroll_reduction(
         &mut self,
         l: CountedLoop,

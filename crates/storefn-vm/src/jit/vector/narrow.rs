@@ -1,11 +1,11 @@
 //! Narrow (32-bit) reductions in 32-bit lanes: the vector ring of the parent module with
 //! each element's 64-bit register values held as two 32-bit halves in vectors of four
-//! lanes (docs/design/vm.md, "Vector reductions").
+//! lanes (docs/design/vm.md, "Narrow vector reductions").
 //!
 //! Why: a narrow reduction (`x ^= rev(d[i]) + (u32)i`) computes in 32 bits; four 32-bit
 //! lanes do twice the work of two 64-bit ones, and clang's code for such a body mixes
 //! widths (a 64-bit byte swap and shift of a zero-extended word), which the halves model
-//! exactly: each half is either known zero or a vector per [`QUADS`] elements.
+//! exactly: each half is either known zero or in [`QUADS`] vectors of four elements each.
 //!
 //! The values, per element `e` (exact, 64-bit): a [`Kind::Halves`] register holds
 //! `hi << 32 | lo`, an absent half being zero. What makes halves:
