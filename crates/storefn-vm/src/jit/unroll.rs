@@ -65,10 +65,11 @@ impl Tx<'_, '_> {
         let (copies, slots) = if l.trips <= UNROLL_MAX_TRIPS && slots <= UNROLL_MAX_SLOTS {
             (Copies::Full, slots)
         } else if let Some(r) = reduction() {
-            // The ring's copies and the rolled one, and a vector pass and its scalar copy.
+            // The ring's copies and the rolled one; or a vector pass (counted as two bodies),
+            // its scalar copy and the rolled one.
             let r = super::reduce::Reduction { vector: self.vectorises(l, &r), ..r };
-            let vector = if r.vector { 2 } else { 0 };
-            (Copies::Reduce(r), body * (r.copies as u64 + 1 + vector))
+            let copies = if r.vector { 4 } else { r.copies as u64 + 1 };
+            (Copies::Reduce(r), body * copies)
         } else if body <= PARTIAL_MAX_BODY_SLOTS {
             (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
         } else {

@@ -1,10 +1,12 @@
 //! Shared by the jit_* tests: a tiny assembler and a sandbox (regions + RunEnv).
 #![allow(dead_code, unused_imports)]
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use storefn_vm::insn::*;
 pub use storefn_vm::limits::DEFAULT_INSN_BUDGET;
 use storefn_vm::limits::STACK_BYTES;
-use storefn_vm::xrp::{XRP_OFF_DONE, XRP_OFF_SCRATCH};
+use storefn_vm::xrp::{XRP_OFF_DATA, XRP_OFF_DONE, XRP_OFF_SCRATCH};
 use storefn_vm::FaultInfo;
 use storefn_vm::JitProgram;
 use storefn_vm::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
@@ -152,4 +154,54 @@ impl Sandbox {
 fn bytes_of(v: &[u64]) -> &[u8] {
     // SAFETY: u64 has no padding and any byte pattern is a valid u8; length in bytes is exact.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// Slots of padding that put a test program past the JIT's `QUICK_TIER_SLOTS` (1,024).
+pub const QUICK_TIER_PAD: usize = 1030;
+
+/// r0 or the fault, and the budget left, of one engine (`jit` or the interpreter).
+pub fn outcome(
+    prog: &VerifiedProgram,
+    budget: u64,
+    jit: Option<&JitProgram>,
+    seed: u64,
+) -> (Result<u64, VmError>, u64) {
+    let mut sb = Sandbox::new();
+    sb.ctx[XRP_OFF_DATA / 8] = sb.data_addr();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for w in &mut sb.data {
+        *w = rng.gen();
+    }
+    let mut env: RunEnv = sb.env(budget);
+    let (ctx, top) = (sb.ctx_addr(), sb.stack_top());
+    let result = match jit {
+        Some(j) => run_jit(j, &mut env, ctx, top),
+        // SAFETY: the env grants only the sandbox's own buffers, alive for the call; no host.
+        None => unsafe { storefn_vm::interpret(prog, &mut env, ctx, top) },
+    };
+    (result, env.insns_left)
+}
+
+/// One run of `prog` by the JIT and the interpreter on the same random data, with the whole
+/// budget or one that runs out before or inside the loop: asserts they agree, and returns
+/// whether the run faulted on a read and whether it ran out of budget.
+pub fn compare_once(
+    prog: &VerifiedProgram,
+    jit: &JitProgram,
+    rng: &mut SmallRng,
+    what: &str,
+) -> (bool, bool) {
+    let budget = match rng.gen_range(0..4) {
+        0 => rng.gen_range(1..64),
+        1 => rng.gen_range(1..8 * 1024),
+        _ => DEFAULT_INSN_BUDGET,
+    };
+    let seed = rng.gen();
+    let j = outcome(prog, budget, Some(jit), seed);
+    let i = outcome(prog, budget, None, seed);
+    assert_eq!(j, i, "{what}, budget {budget}");
+    (
+        matches!(i.0, Err(VmError::BadRead { .. })),
+        matches!(i.0, Err(VmError::BudgetExhausted { .. })),
+    )
 }

@@ -24,7 +24,8 @@
 //! as Cranelift does); a load makes a vector when its address is `v + e * size` (64-bit
 //! words, or 32-bit ones zero- or sign-extended: consecutive elements). Anything else
 //! (32-bit arithmetic on lanes, multiplication of lanes, compares, stores, calls) refuses
-//! the loop, which keeps its scalar ring.
+//! the loop, which keeps its scalar ring. A narrow (32-bit) reduction computes in 32-bit
+//! lanes instead ([`narrow`]), with the same ring, checks and fold.
 //!
 //! Memory: each vector load covers several elements' loads, so before a pass reads
 //! anything, every load site the verifier did not prove checks the whole range the pass
@@ -35,7 +36,9 @@
 //! exactly where the interpreter does, or refreshes the window, and goes back to the vector
 //! ring. The ring is entered only while the counter is below [`Reduction::guard`] for
 //! [`ELEMENTS`] copies, so no element's exit test could fire; its leftovers run in the
-//! scalar ring. The budget was charged before the loop for all of its iterations.
+//! rolled copy of the body. The budget was charged before the loop for all of its iterations.
+
+mod narrow;
 
 use super::abi::{OFF_AUX_LO, OFF_AUX_SPAN};
 use super::reduce::{uses, Reduction};
@@ -53,6 +56,11 @@ const GROUPS: usize = 8;
 const LANES: usize = 2;
 /// Elements (loop iterations) per pass.
 const ELEMENTS: usize = GROUPS * LANES;
+/// 128-bit vectors of four 32-bit lanes per pass in a narrow reduction ([`narrow`]).
+const QUADS: usize = ELEMENTS / 4;
+
+/// One 32-bit half of a 64-bit value per element, in [`QUADS`] vectors of four lanes.
+type Quads = [Value; QUADS];
 
 /// What a register holds during a pass, per element `e` (module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +71,9 @@ enum Kind {
     Affine(i64),
     /// One value per element, in vectors.
     Vector,
+    /// One value per element in a narrow reduction ([`narrow`]): its two 32-bit halves in
+    /// 32-bit lanes, each either known zero (`false`) or in vectors.
+    Halves { hi: bool, lo: bool },
     /// Written in the body and not yet in this element: reading it refuses the loop.
     Unset,
 }
@@ -73,6 +84,7 @@ enum Lanes {
     Scalar,
     Affine(Value, i64),
     Vector([Value; GROUPS]),
+    Halves(Option<Quads>, Option<Quads>),
     Unset,
 }
 
@@ -82,6 +94,7 @@ impl Lanes {
             Lanes::Scalar => Kind::Scalar,
             Lanes::Affine(_, s) => Kind::Affine(s),
             Lanes::Vector(_) => Kind::Vector,
+            Lanes::Halves(hi, lo) => Kind::Halves { hi: hi.is_some(), lo: lo.is_some() },
             Lanes::Unset => Kind::Unset,
         }
     }
@@ -110,8 +123,18 @@ fn start_kinds(insns: &[Insn], l: CountedLoop, red: &Reduction) -> [Kind; NUM_RE
             _ => Kind::Unset,
         };
     }
-    kinds[usize::from(red.acc)] = Kind::Vector;
+    kinds[usize::from(red.acc)] = accumulator_kind(red);
     kinds
+}
+
+/// The accumulator's kind at the start and end of a pass: 64-bit lanes, or for a narrow
+/// reduction the low halves in 32-bit lanes (its steps read and write nothing else).
+fn accumulator_kind(red: &Reduction) -> Kind {
+    if red.narrow {
+        narrow::LOW
+    } else {
+        Kind::Vector
+    }
 }
 
 /// The kind an ALU instruction makes from its destination's kind `d` and its source's `s`
@@ -164,30 +187,30 @@ fn load_kind(i: Insn, a: Kind) -> Option<Kind> {
 /// is an ordinary checked or proved one (not a promoted stack slot, not out of line).
 fn step_kind(
     insns: &[Insn],
-    pc: usize,
+    (pc, narrow): (usize, bool),
     kinds: &[Kind; NUM_REGS],
     plain: impl Fn(usize) -> bool,
 ) -> Option<(u8, Kind)> {
     let i = insns[pc];
-    let (d, s) = (kinds.get(usize::from(i.dst))?, kinds.get(usize::from(i.src))?);
-    match i.class() {
-        BPF_ALU | BPF_ALU64 => Some((i.dst, alu_kind(i, *d, *s)?)),
-        BPF_LDX if plain(pc) => Some((i.dst, load_kind(i, *s)?)),
+    let (d, s) = (*kinds.get(usize::from(i.dst))?, *kinds.get(usize::from(i.src))?);
+    match (i.class(), narrow) {
+        (BPF_ALU | BPF_ALU64, false) => Some((i.dst, alu_kind(i, d, s)?)),
+        (BPF_ALU | BPF_ALU64, true) => Some((i.dst, narrow::alu_kind(i, d, s)?)),
+        (BPF_LDX, false) if plain(pc) => Some((i.dst, load_kind(i, s)?)),
+        (BPF_LDX, true) if plain(pc) => Some((i.dst, narrow::load_kind(i, s)?)),
         _ => None,
     }
 }
 
-/// Whether reduction loop `l` runs as vector code (module documentation); `plain(pc)`: a
-/// load at `pc` is an ordinary one ([`step_kind`]).
-/// A narrow (32-bit) reduction never does: its steps are 32-bit, which 64-bit lanes do
-/// not model, and the accumulators' fold is 64-bit.
+/// Whether reduction loop `l` runs as vector code (module documentation; a narrow one in
+/// 32-bit lanes, [`narrow`]); `plain(pc)`: a load at `pc` is an ordinary one ([`step_kind`]).
 pub(super) fn qualifies(
     insns: &[Insn],
     l: CountedLoop,
     red: &Reduction,
     plain: impl Fn(usize) -> bool,
 ) -> bool {
-    !red.narrow && vector_guard(red).is_some() && kinds_at_end(insns, l, red, plain).is_some()
+    vector_guard(red).is_some() && kinds_at_end(insns, l, red, plain).is_some()
 }
 
 /// The registers' kinds after a pass's body, if every slot qualifies and the accumulator is
@@ -200,10 +223,10 @@ fn kinds_at_end(
 ) -> Option<[Kind; NUM_REGS]> {
     let mut kinds = start_kinds(insns, l, red);
     for pc in body(l, red) {
-        let (dst, k) = step_kind(insns, pc, &kinds, &plain)?;
+        let (dst, k) = step_kind(insns, (pc, red.narrow), &kinds, &plain)?;
         *kinds.get_mut(usize::from(dst))? = k;
     }
-    (kinds[usize::from(red.acc)] == Kind::Vector).then_some(kinds)
+    (kinds[usize::from(red.acc)] == accumulator_kind(red)).then_some(kinds)
 }
 
 /// The vector ring is entered while the counter is below this: then the [`ELEMENTS`]
@@ -222,10 +245,10 @@ impl Tx<'_, '_> {
     }
 
     /// Emits the vector ring of reduction loop `l` from the header's block (current, open)
-    /// and returns the block, not yet entered, where the scalar ring takes over the loop's
+    /// and returns the block, not yet entered, where the rolled copy takes over the loop's
     /// leftovers. Shape: `init` (accumulator vectors from the accumulator, the guard) ->
     /// pass (the guard again at its end) -> pass; a failed check of a pass goes to one scalar copy of the body
-    /// and back to `init`; a failed guard folds the partials and leaves for the scalar ring.
+    /// and back to `init`; a failed guard folds the partials and leaves for the rolled copy.
     pub(super) fn vector_ring(
         &mut self,
         l: CountedLoop,
@@ -233,7 +256,8 @@ impl Tx<'_, '_> {
     ) -> Result<Block, JitError> {
         let guard = vector_guard(red).ok_or_else(|| invalid(l.header, "no vector guard"))?;
         self.vectors += 1;
-        let accs: [Variable; GROUPS] = std::array::from_fn(|_| self.b.declare_var(I64X2));
+        let (ty, n) = if red.narrow { (I32X4, QUADS) } else { (I64X2, GROUPS) };
+        let accs: Vec<Variable> = (0..n).map(|_| self.b.declare_var(ty)).collect();
         let (init, pass, miss, out) = (
             self.b.create_block(),
             self.b.create_block(),
@@ -275,11 +299,19 @@ impl Tx<'_, '_> {
         self.b.ins().brif(go, pass, &[], out, &[]);
     }
 
-    /// Accumulator vector 0 gets the accumulator in lane 0, every other lane the identity.
-    fn init_accumulators(&mut self, red: &Reduction, accs: &[Variable; GROUPS]) {
-        let identity = self.iconst(red.identity());
-        let id = self.b.ins().splat(I64X2, identity);
-        let a = self.b.use_var(self.regs[usize::from(red.acc)]);
+    /// Accumulator vector 0 gets the accumulator in lane 0, every other lane the identity
+    /// (a narrow reduction's, their low halves: its steps read nothing else).
+    fn init_accumulators(&mut self, red: &Reduction, accs: &[Variable]) {
+        let mut identity = self.iconst(red.identity());
+        let mut a = self.b.use_var(self.regs[usize::from(red.acc)]);
+        let ty = if red.narrow {
+            identity = self.b.ins().ireduce(I32, identity);
+            a = self.b.ins().ireduce(I32, a);
+            I32X4
+        } else {
+            I64X2
+        };
+        let id = self.b.ins().splat(ty, identity);
         let first = self.b.ins().insertlane(id, a, 0);
         self.b.def_var(accs[0], first);
         for &v in &accs[1..] {
@@ -287,15 +319,22 @@ impl Tx<'_, '_> {
         }
     }
 
-    /// The accumulator gets every lane of every accumulator vector folded in.
-    fn fold_accumulators(&mut self, red: &Reduction, accs: &[Variable; GROUPS]) {
+    /// The accumulator gets every lane of every accumulator vector folded in (a narrow
+    /// reduction's mod 2^32 and zero-extended, what its last 32-bit step leaves: `reduce.rs`).
+    fn fold_accumulators(&mut self, red: &Reduction, accs: &[Variable]) {
         let mut v = self.b.use_var(accs[0]);
         for &o in &accs[1..] {
             let o = self.b.use_var(o);
             v = self.combine(red.op, v, o);
         }
-        let (l0, l1) = (self.b.ins().extractlane(v, 0), self.b.ins().extractlane(v, 1));
-        let a = self.combine(red.op, l0, l1);
+        let mut a = self.b.ins().extractlane(v, 0);
+        for lane in 1..if red.narrow { 4 } else { LANES as u8 } {
+            let o = self.b.ins().extractlane(v, lane);
+            a = self.combine(red.op, a, o);
+        }
+        if red.narrow {
+            a = self.b.ins().uextend(I64, a);
+        }
         self.b.def_var(self.regs[usize::from(red.acc)], a);
     }
 
@@ -306,7 +345,7 @@ impl Tx<'_, '_> {
         &mut self,
         l: CountedLoop,
         red: &Reduction,
-        accs: &[Variable; GROUPS],
+        accs: &[Variable],
         miss: Block,
     ) -> Result<(), JitError> {
         let plain = |_: usize| true;
@@ -319,19 +358,29 @@ impl Tx<'_, '_> {
                 _ => Lanes::Scalar,
             };
         }
-        lanes[usize::from(red.acc)] = Lanes::Vector(accs.map(|v| self.b.use_var(v)));
+        let acc: Vec<Value> = accs.iter().map(|&v| self.b.use_var(v)).collect();
+        lanes[usize::from(red.acc)] = if red.narrow {
+            Lanes::Halves(None, acc.try_into().ok())
+        } else {
+            Lanes::Vector(acc.try_into().map_err(|_| invalid(l.header, "accumulators"))?)
+        };
         for pc in body(l, red) {
             let kinds = lanes.map(Lanes::kind);
-            let (dst, kind) = step_kind(self.insns, pc, &kinds, plain)
+            let (dst, kind) = step_kind(self.insns, (pc, red.narrow), &kinds, plain)
                 .ok_or_else(|| invalid(pc, "a vector pass the plan refused"))?;
-            let new = if kind == Kind::Scalar {
-                self.alu(pc, self.insns[pc])?;
-                Lanes::Scalar
-            } else if self.insns[pc].class() == BPF_LDX {
-                self.vector_load(pc, &lanes, miss)?
-            } else {
-                self.vector_alu(pc, &lanes)?
+            let new = match (kind, self.insns[pc].class(), red.narrow) {
+                (Kind::Scalar, ..) => {
+                    self.alu(pc, self.insns[pc])?;
+                    Lanes::Scalar
+                }
+                (_, BPF_LDX, false) => self.vector_load(pc, &lanes, miss)?,
+                (_, BPF_LDX, true) => self.narrow_load(pc, &lanes, miss)?,
+                (_, _, false) => self.vector_alu(pc, &lanes)?,
+                (_, _, true) => self.narrow_alu(pc, &lanes, kind)?,
             };
+            if new.kind() != kind {
+                return Err(invalid(pc, "a vector slot emitted as another kind than planned"));
+            }
             lanes[usize::from(dst)] = new;
         }
         for (r, now) in lanes.iter().enumerate() {
@@ -347,7 +396,12 @@ impl Tx<'_, '_> {
                         self.b.def_var(*a, v);
                     }
                 }
-                (Kind::Affine(_) | Kind::Vector, _) => {
+                (Kind::Halves { .. }, Lanes::Halves(None, Some(vs))) => {
+                    for (a, v) in accs.iter().zip(vs) {
+                        self.b.def_var(*a, v);
+                    }
+                }
+                (Kind::Affine(_) | Kind::Vector | Kind::Halves { .. }, _) => {
                     return Err(invalid(l.latch, "a vector pass ending in another kind"))
                 }
                 // Written before read in every element: dead at the header.
@@ -423,19 +477,25 @@ impl Tx<'_, '_> {
         let amount = self.iconst(i64::from(i.imm & 63));
         let mut out = d;
         for g in 0..GROUPS {
-            let ins = self.b.ins();
-            out[g] = match o {
-                BPF_ADD => ins.iadd(d[g], s[g]),
-                BPF_SUB => ins.isub(d[g], s[g]),
-                BPF_XOR => ins.bxor(d[g], s[g]),
-                BPF_OR => ins.bor(d[g], s[g]),
-                BPF_AND => ins.band(d[g], s[g]),
-                BPF_LSH => ins.ishl(d[g], amount),
-                BPF_RSH => ins.ushr(d[g], amount),
-                _ => ins.ineg(d[g]),
-            };
+            out[g] = self.lane_op(o, d[g], s[g], amount);
         }
         Ok(Lanes::Vector(out))
+    }
+
+    /// `d op s` lane by lane for one of the operations the lanes do exactly (add, sub, xor,
+    /// or, and; shifts by `amount`, already masked to the lane width; else neg of `d`).
+    fn lane_op(&mut self, o: u8, d: Value, s: Value, amount: Value) -> Value {
+        let ins = self.b.ins();
+        match o {
+            BPF_ADD => ins.iadd(d, s),
+            BPF_SUB => ins.isub(d, s),
+            BPF_XOR => ins.bxor(d, s),
+            BPF_OR => ins.bor(d, s),
+            BPF_AND => ins.band(d, s),
+            BPF_LSH => ins.ishl(d, amount),
+            BPF_RSH => ins.ushr(d, amount),
+            _ => ins.ineg(d),
+        }
     }
 
     /// A load at consecutive addresses ([`load_kind`]): its whole range in the pass checked
@@ -448,14 +508,7 @@ impl Tx<'_, '_> {
         miss: Block,
     ) -> Result<Lanes, JitError> {
         let i = self.insns[pc];
-        let Lanes::Affine(base, _) = lanes[usize::from(i.src)] else {
-            return Err(invalid(pc, "a vector load from a non-affine address"));
-        };
-        let len = Self::size_of(pc, i)?;
-        let addr = self.b.ins().iadd_imm_s(base, i64::from(i.off));
-        if !self.in_bounds[pc] {
-            self.range_check(pc, addr, len * ELEMENTS as u64, miss);
-        }
+        let (addr, len) = self.pass_address(pc, lanes, miss)?;
         let f = MemFlagsData::new().with_notrap();
         let sx = i.op & 0xe0 == BPF_MEMSX;
         let mut out = [addr; GROUPS];
@@ -475,6 +528,26 @@ impl Tx<'_, '_> {
             }
         }
         Ok(Lanes::Vector(out))
+    }
+
+    /// The address of load `pc`'s first element in a pass and its size, after the check of
+    /// the pass's whole range at that site unless proved (a miss goes to `miss`).
+    fn pass_address(
+        &mut self,
+        pc: usize,
+        lanes: &[Lanes; NUM_REGS],
+        miss: Block,
+    ) -> Result<(Value, u64), JitError> {
+        let i = self.insns[pc];
+        let Lanes::Affine(base, _) = lanes[usize::from(i.src)] else {
+            return Err(invalid(pc, "a vector load from a non-affine address"));
+        };
+        let len = Self::size_of(pc, i)?;
+        let addr = self.b.ins().iadd_imm_s(base, i64::from(i.off));
+        if !self.in_bounds[pc] {
+            self.range_check(pc, addr, len * ELEMENTS as u64, miss);
+        }
+        Ok((addr, len))
     }
 
     /// Continues where `bytes` bytes at `addr` lie inside load `pc`'s read window, else
@@ -518,6 +591,9 @@ mod tests {
     fn the_bench_sums_run_as_vector_code() {
         assert_eq!(bench_vectorises("bench/sum64"), Some(true));
         assert_eq!(bench_vectorises("bench/sum32"), Some(true));
+        // bitrev32: a narrow xor chain over a 64-bit byte swap and shifts of u32 words,
+        // reading the counter in a 32-bit add (32-bit lanes).
+        assert_eq!(bench_vectorises("bench/bitrev32"), Some(true));
         // popcount's body multiplies the loaded word (no 64-bit lane multiply).
         assert_eq!(bench_vectorises("bench/popcount"), Some(false));
     }
