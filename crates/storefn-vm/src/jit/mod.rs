@@ -33,6 +33,7 @@ mod idioms;
 mod inline;
 mod memcheck;
 mod reduce;
+mod rmw;
 mod scratch;
 mod slots;
 mod translate;
@@ -142,6 +143,8 @@ pub struct JitProgram {
     idioms: usize,
     /// [`JitProgram::guarded_loops`].
     guarded_loops: usize,
+    /// [`JitProgram::rmw_triples`].
+    rmw_triples: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -227,6 +230,7 @@ impl JitProgram {
         let mut vector_loops = 0;
         let mut idioms = 0;
         let mut guarded_loops = 0;
+        let mut rmw_triples = 0;
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -246,8 +250,9 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|(fused, reduced, found, guarded)| {
+            .and_then(|(fused, reduced, found, (guarded, rmw))| {
                 guarded_loops += guarded;
+                rmw_triples += rmw;
                 fused_loads += fused;
                 reduction_loops += reduced.0;
                 vector_loops += reduced.1;
@@ -306,6 +311,7 @@ impl JitProgram {
             vector_loops,
             idioms,
             guarded_loops,
+            rmw_triples,
         })
     }
 
@@ -367,6 +373,13 @@ impl JitProgram {
     #[must_use]
     pub fn guarded_loops(&self) -> usize {
         self.guarded_loops
+    }
+
+    /// How many load / ALU op / store triples on one address were emitted so that the
+    /// backend can fold them into one instruction on memory (a diagnostic; `rmw.rs`).
+    #[must_use]
+    pub fn rmw_triples(&self) -> usize {
+        self.rmw_triples
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

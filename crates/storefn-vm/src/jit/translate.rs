@@ -83,6 +83,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) unchecked_header: Option<usize>,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
+    /// Read-modify-write triples emitted fused ([`super::rmw`]).
+    pub(super) rmw_triples: usize,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
     pub(super) mergeable: &'a [bool],
 }
@@ -147,7 +149,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, (usize, usize), usize, usize), JitError> {
+) -> Result<(usize, (usize, usize), usize, (usize, usize)), JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).
@@ -271,6 +273,7 @@ pub(super) fn translate_function(
         guarded_loops: 0,
         unchecked_header: None,
         skip_latch: None,
+        rmw_triples: 0,
         mergeable,
         vectors: 0,
     };
@@ -282,7 +285,8 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions, guarded) = (tx.bytes, (tx.reductions, tx.vectors), tx.guarded_loops);
+    let (bytes, reductions) = (tx.bytes, (tx.reductions, tx.vectors));
+    let guarded = (tx.guarded_loops, tx.rmw_triples);
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
@@ -386,7 +390,7 @@ impl Tx<'_, '_> {
             } else if self.charges[pc] != 0 {
                 self.charge(pc, self.charges[pc]);
             }
-            match self.insn(pc)? {
+            match self.insn_or_rmw(pc)? {
                 Flow::Next => {}
                 Flow::Stop => open = false,
                 Flow::SkipTo(t) => next = t,
@@ -521,7 +525,11 @@ impl Tx<'_, '_> {
         }
         let ty = if is64 { I64 } else { I32 };
         let width = if is64 { 64 } else { 32 };
-        let dst64 = self.reg(pc, insn.dst)?;
+        // A move does not read its destination: no use of it, which in a block entered
+        // before all its predecessors (a loop header) would give the block a parameter for a
+        // dead value, kept live around the loop (and a counter bump's result with it, so its
+        // load could not fold into the store: `super::rmw`).
+        let dst64 = if op == BPF_MOV { self.iconst(0) } else { self.reg(pc, insn.dst)? };
         let mut or_lanes = None;
         if op == BPF_OR && use_x {
             let s = self.reg(pc, insn.src)?;
