@@ -4,7 +4,8 @@
 //! just inside its end, and straddling it, which faults at the load), the read-only context
 //! (the load passes and the store faults, at the store), its writable fields, and a stack
 //! array indexed by data (proved), in straight code and in a counted loop (a ring of copies),
-//! with the register used after the store or dead. Same r0, error, data, stack and budget.
+//! with the register used after the store or dead, the address a sum with a constant in
+//! each of the places the JIT moves it into the displacement from. Same r0, error, data, stack and budget.
 
 mod jit_support;
 
@@ -40,7 +41,14 @@ fn gen(rng: &mut SmallRng, target: Target, len: u8, trips: Option<i32>, live: bo
         vec![ldx(BPF_DW, 9, 1, XRP_OFF_DATA as i16), ldx(BPF_DW, 2, 9, (OFF_WORD * 8) as i16)];
     match target {
         Target::Data => v.extend([alu64_reg(BPF_MOV, 3, 9), alu64_reg(BPF_ADD, 3, 2)]),
-        Target::Ctx => v.extend([alu64_reg(BPF_MOV, 3, 1), alu64_reg(BPF_ADD, 3, 2)]),
+        // `r1 + (r2 - 8)`, which the JIT's address split reads as `(r1 + r2) - 8`; the
+        // offsets tried are 8 higher.
+        Target::Ctx => v.extend([
+            alu64_reg(BPF_MOV, 8, 2),
+            alu64_imm(BPF_ADD, 8, -8),
+            alu64_reg(BPF_MOV, 3, 1),
+            alu64_reg(BPF_ADD, 3, 8),
+        ]),
         Target::Stack => v.extend([
             ldx(BPF_DW, 2, 9, (IDX_WORD * 8) as i16),
             alu64_imm(BPF_AND, 2, 15),
@@ -128,6 +136,9 @@ fn offsets(rng: &mut SmallRng, target: Target, len: u64) -> Vec<u64> {
     let mut v = vec![inside, 0u64.wrapping_sub(8)];
     for k in 0..=16 {
         v.push(size - len - 8 + k);
+    }
+    if matches!(target, Target::Ctx) {
+        v.iter_mut().for_each(|o| *o = o.wrapping_add(8));
     }
     v
 }

@@ -18,6 +18,7 @@
 use super::memcheck::Access;
 use super::translate::{Flow, Tx};
 use super::*;
+use cranelift_codegen::ir::{InstructionData, Opcode, ValueDef};
 
 /// A triple at some slot `pc` ([`Tx::rmw_at`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +109,8 @@ impl Tx<'_, '_> {
         self.check_unless_proved(pc, addr, r.len, Access::Read);
         self.check_unless_proved(pc + 2, addr, r.len, Access::Write);
         let f = MemFlagsData::new().with_notrap();
-        let old = self.b.ins().load(ty, f, addr, 0);
+        let (addr, disp) = self.displaced(addr);
+        let old = self.b.ins().load(ty, f, addr, disp);
         let ins = self.b.ins();
         let new = match r.op {
             BPF_ADD => ins.iadd(old, src),
@@ -117,7 +119,7 @@ impl Tx<'_, '_> {
             BPF_OR => ins.bor(old, src),
             _ => ins.bxor(old, src),
         };
-        self.b.ins().store(f, new, addr, 0);
+        self.b.ins().store(f, new, addr, disp);
         let x = if r.len == 4 { self.b.ins().uextend(I64, new) } else { new };
         self.set_reg(pc + 1, ld.dst, x)?;
         if super::slots::may_write_frames(self.insns[pc + 2], self.in_bounds[pc + 2]) {
@@ -125,6 +127,49 @@ impl Tx<'_, '_> {
         }
         self.rmw_triples += 1;
         Ok(())
+    }
+}
+
+impl Tx<'_, '_> {
+    /// `addr` as `(base, k)` with `base + k == addr`, the constant moved out of one level of
+    /// adds (`(r + k) + q` as `r + q` and `k`; `r + k` as `r` and `k`): the load and the store
+    /// then carry `k` as their displacement, and Cranelift's backend, which builds the
+    /// address mode twice for a folded load (once for the load it then drops), does not leave
+    /// `r + k` computed into a register for nothing each time.
+    fn displaced(&mut self, addr: Value) -> (Value, i32) {
+        let dfg = &self.b.func.dfg;
+        let konst = |v: Value| match dfg.value_def(dfg.resolve_aliases(v)) {
+            ValueDef::Result(i, _) => match dfg.insts[i] {
+                InstructionData::UnaryImm { opcode: Opcode::Iconst, imm } => {
+                    i32::try_from(imm.bits()).ok()
+                }
+                _ => None,
+            },
+            ValueDef::Param(..) | ValueDef::Union(..) => None,
+        };
+        let add = |v: Value| match dfg.value_def(dfg.resolve_aliases(v)) {
+            ValueDef::Result(i, _) => match dfg.insts[i] {
+                InstructionData::Binary { opcode: Opcode::Iadd, args } => Some(args),
+                _ => None,
+            },
+            ValueDef::Param(..) | ValueDef::Union(..) => None,
+        };
+        let Some([p, q]) = add(addr) else { return (addr, 0) };
+        if let Some(k) = konst(q) {
+            return (p, k);
+        }
+        let split = |v: Value| add(v).and_then(|[r, c]| Some((r, konst(c)?)));
+        match (split(p), split(q)) {
+            (Some((r, k)), _) => {
+                let base = self.b.ins().iadd(r, q);
+                (base, k)
+            }
+            (None, Some((r, k))) => {
+                let base = self.b.ins().iadd(p, r);
+                (base, k)
+            }
+            (None, None) => (addr, 0),
+        }
     }
 }
 

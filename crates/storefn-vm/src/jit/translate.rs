@@ -137,6 +137,10 @@ pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
 /// conditional moves ([`Tx::if_convert`]).
 const IFCONV_MAX_SLOTS: usize = 4;
 
+/// What [`translate_function`] emitted, for [`JitProgram`]'s diagnostics: fused byte loads,
+/// (reduction loops, of them vector ones), idioms, (guarded loops, read-modify-write triples).
+pub(super) type Counts = (usize, (usize, usize), usize, (usize, usize));
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
     verified: &VerifiedProgram,
@@ -149,7 +153,7 @@ pub(super) fn translate_function(
     module: &mut JITModule,
     ctx: &mut cranelift_codegen::Context,
     fctx: &mut FunctionBuilderContext,
-) -> Result<(usize, (usize, usize), usize, (usize, usize)), JitError> {
+) -> Result<Counts, JitError> {
     let (prog, cfg): (&Program, &Cfg) = (verified, verified.cfg());
     let insns = &prog.insns[..];
     // One Cranelift block per basic block (the verifier checked every jump lands on one).

@@ -143,14 +143,8 @@ impl Tx<'_, '_> {
         skip: LatchSkip,
         open: bool,
     ) -> Result<bool, JitError> {
-        let test = self.block(l.header).expect("a loop header starts a block");
-        if open {
-            self.flush_pending();
-            self.b.ins().jump(test, &[]);
-        }
-        self.bytes.clear();
         // Sealed once the ring's last copy, its other predecessor, is emitted.
-        self.b.switch_to_block(test);
+        let test = self.enter_header(l, open);
         let ring: Vec<Block> = (0..n).map(|_| self.b.create_block()).collect();
         let rolled = self.cold_block();
         self.ring_test(skip, n, ring[0], rolled);
@@ -162,6 +156,19 @@ impl Tx<'_, '_> {
         self.b.seal_block(test);
         *self.block_slot(l.header) = Some(test);
         Ok(false)
+    }
+
+    /// Switches to the block of `l`'s header (after a jump there from the open block, if
+    /// any), unsealed: the loop's back edges are yet to come. Returns it.
+    pub(super) fn enter_header(&mut self, l: CountedLoop, open: bool) -> Block {
+        let header = self.block(l.header).expect("a loop header starts a block");
+        if open {
+            self.flush_pending();
+            self.b.ins().jump(header, &[]);
+        }
+        self.bytes.clear();
+        self.b.switch_to_block(header);
+        header
     }
 
     /// Emits `l` once per header in `headers`, copy k's back edge entering copy k + 1 and
