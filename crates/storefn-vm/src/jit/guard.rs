@@ -21,7 +21,7 @@
 //! copies, so one position's code is straight-line and a ring of copies takes one taken
 //! branch.
 //!
-//! Latch tests: when the latch is `if r < B goto header` with `r += step` the body's only
+//! Latch tests: when the latch is `if r < B goto header` (or `r != B`) with `r += step` the body's only
 //! write of `r` and `B` not written in the body ([`LatchSkip`]), a test in front of the ring
 //! enters it only while `r + (copies - 1) * step < B` (without wrapping), so the tests of all
 //! its copies but the last would jump back: they become jumps. Else (the last few trips) a
@@ -58,13 +58,15 @@ pub(super) struct Guarded {
     skip: Option<LatchSkip>,
 }
 
-/// A latch `if r < B goto header` (64-bit, unsigned; `B` a constant or a register the body
-/// does not write) whose only write of `r` in the body is `r += step` (64-bit, `step >= 1`):
-/// entered at the ring's first header with `r + (copies - 1) * step < B`, the tests of all
-/// copies but the last see `r + step .. r + (copies - 1) * step`, all below `B` (no wrap:
-/// below `B`), so each jumps back and the ring drops them.
+/// A latch `if r < B goto header` or `if r != B goto header` (64-bit, `<` unsigned; `B` a
+/// constant or a register the body does not write) whose only write of `r` in the body is
+/// `r += step` (64-bit, `step >= 1`; the body makes no call): entered at the ring's first
+/// header with `r + (copies - 1) * step < B`, the tests of all copies but the last see values
+/// in `r .. r + (copies - 1) * step` (the add may be skipped on some path, never undone), all
+/// below `B` (no wrap: below `B`), so all differ from `B` and each test jumps back; the ring
+/// drops them. Used by guarded rings and by counted loops' rings ([`super::unroll`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct LatchSkip {
+pub(super) struct LatchSkip {
     counter: u8,
     step: u64,
     /// `Ok(register)` or `Err(constant)`.
@@ -147,8 +149,22 @@ impl Tx<'_, '_> {
         };
         let rolled = self.cold_block();
         self.b.switch_to_block(test);
+        self.ring_test(skip, g.copies, ring[0], rolled);
+        self.skip_latch = Some(g.l.latch);
+        let r = self.loop_copies(g.l, ring, test, hot);
+        self.skip_latch = None;
+        r?;
+        self.loop_copies(g.l, &[rolled], rolled, Layout::Cold)?;
+        self.b.seal_block(test);
+        Ok(())
+    }
+
+    /// Ends the current block with [`LatchSkip`]'s test in front of a ring of `copies`:
+    /// to `ring` while the counter has room for `copies - 1` more steps below its bound (the
+    /// tests of all copies but the last then jump back), else to `rolled`.
+    pub(super) fn ring_test(&mut self, skip: LatchSkip, copies: usize, ring: Block, rolled: Block) {
         let v = self.b.use_var(self.regs[usize::from(skip.counter)]);
-        let span = i64::try_from(skip.step * (g.copies as u64 - 1)).expect("small");
+        let span = i64::try_from(skip.step * (copies as u64 - 1)).expect("small");
         let bound = match skip.bound {
             Ok(r) => self.b.use_var(self.regs[usize::from(r)]),
             Err(k) => self.iconst(k.cast_signed()),
@@ -158,14 +174,7 @@ impl Tx<'_, '_> {
         let limit = self.b.ins().iadd_imm_s(bound, -span);
         let below = self.b.ins().icmp(IntCC::UnsignedLessThan, v, limit);
         let go = self.b.ins().band(room, below);
-        self.b.ins().brif(go, ring[0], &[], rolled, &[]);
-        self.skip_latch = Some(g.l.latch);
-        let r = self.loop_copies(g.l, ring, test, hot);
-        self.skip_latch = None;
-        r?;
-        self.loop_copies(g.l, &[rolled], rolled, Layout::Cold)?;
-        self.b.seal_block(test);
-        Ok(())
+        self.b.ins().brif(go, ring, &[], rolled, &[]);
     }
 
     /// The unchecked charge of a guarded loop's header: `c` off the budget, which the guard
@@ -178,15 +187,21 @@ impl Tx<'_, '_> {
 }
 
 /// `l`'s latch test, if the ring may skip it ([`LatchSkip`]).
-fn latch_skip(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Option<LatchSkip> {
+pub(super) fn latch_skip(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Option<LatchSkip> {
     let t = insns[l.latch];
     let header_ok = jump_target(l.latch, &t, insns.len()).ok()? == Some(l.header);
+    let test_ok = [BPF_JMP | BPF_JLT, BPF_JMP | BPF_JNE].contains(&(t.op & !BPF_X));
     // Mid-block (no block starts at the latch) and not the header itself: the latch's slot
     // is only its test, reached by falling from the slot before it.
-    if t.op & !BPF_X != BPF_JMP | BPF_JLT || !header_ok || cfg.is_block_start(l.latch) {
+    if !test_ok || !header_ok || cfg.is_block_start(l.latch) {
         return None;
     }
     let body = (l.header..=l.latch).filter(|&pc| !cfg.is_second_half(pc));
+    // A call writes r1-r5, which `written` does not list (the loops found refuse calls;
+    // checked here too, so the proof stands on its own).
+    if body.clone().any(|pc| insns[pc].class() == BPF_JMP && insns[pc].op & 0xf0 == BPF_CALL) {
+        return None;
+    }
     let writes =
         |r: u8| body.clone().filter(move |&pc| crate::loops::written(insns[pc]).contains(&Some(r)));
     let [at] = writes(t.dst).collect::<Vec<_>>()[..] else { return None };

@@ -33,6 +33,7 @@ mod idioms;
 mod inline;
 mod memcheck;
 mod reduce;
+mod rmw;
 mod scratch;
 mod slots;
 mod translate;
@@ -69,7 +70,7 @@ use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 use abi::{
     bpf_signature, define_check_read_shim, define_resolve_shim, entry_signature, EntryFn, RunAux,
 };
-use translate::translate_function;
+use translate::{translate_function, Counts};
 
 /// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
 const ATOMIC_FETCH: i32 = 0x01;
@@ -144,6 +145,8 @@ pub struct JitProgram {
     guarded_loops: usize,
     /// [`JitProgram::if_converted`].
     if_converted: usize,
+    /// [`JitProgram::rmw_triples`].
+    rmw_triples: usize,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -224,12 +227,7 @@ impl JitProgram {
         let mut result = shims.as_ref().map(|_| ()).map_err(Clone::clone);
         let shims = shims.unwrap_or((ids[0].1, None));
         let disasm = std::env::var_os(DISASM_ENV).is_some();
-        let mut fused_loads = 0;
-        let mut reduction_loops = 0;
-        let mut vector_loops = 0;
-        let mut idioms = 0;
-        let mut guarded_loops = 0;
-        let mut if_converted = 0;
+        let mut counts = Counts::default();
         for (i, &(start, end)) in funcs.iter().enumerate() {
             if result.is_err() {
                 break;
@@ -249,13 +247,8 @@ impl JitProgram {
                 &mut ctx,
                 &mut fctx,
             )
-            .and_then(|(fused, reduced, found, (guarded, converted))| {
-                guarded_loops += guarded;
-                if_converted += converted;
-                fused_loads += fused;
-                reduction_loops += reduced.0;
-                vector_loops += reduced.1;
-                idioms += found;
+            .and_then(|c| {
+                counts.add(&c);
                 module
                     .define_function(ids[i].1, &mut ctx)
                     .map_err(|e| JitError::Codegen(format!("{e:?}")))
@@ -304,13 +297,14 @@ impl JitProgram {
             aux,
             compiled_functions: funcs.len(),
             out_of_line_loads,
-            fused_loads,
+            fused_loads: counts.fused_loads,
             promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
-            reduction_loops,
-            vector_loops,
-            idioms,
-            guarded_loops,
-            if_converted,
+            reduction_loops: counts.reductions,
+            vector_loops: counts.vectors,
+            idioms: counts.idioms,
+            guarded_loops: counts.guarded_loops,
+            if_converted: counts.if_converted,
+            rmw_triples: counts.rmw_triples,
         })
     }
 
@@ -380,6 +374,13 @@ impl JitProgram {
     #[must_use]
     pub fn if_converted(&self) -> usize {
         self.if_converted
+    }
+
+    /// How many load / ALU op / store triples on one address were emitted so that the
+    /// backend can fold them into one instruction on memory (a diagnostic; `rmw.rs`).
+    #[must_use]
+    pub fn rmw_triples(&self) -> usize {
+        self.rmw_triples
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

@@ -310,13 +310,7 @@ impl Tx<'_, '_> {
         red: Reduction,
         open: bool,
     ) -> Result<bool, JitError> {
-        let entry = self.block(l.header).expect("a loop header starts a block");
-        if open {
-            self.flush_pending();
-            self.b.ins().jump(entry, &[]);
-        }
-        self.bytes.clear();
-        self.b.switch_to_block(entry);
+        let entry = self.enter_header(l, open);
         self.reductions += 1;
         if red.vector {
             let scalar = self.vector_ring(l, &red)?;

@@ -85,6 +85,8 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) if_converted: usize,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
+    /// Read-modify-write triples emitted fused ([`super::rmw`]).
+    pub(super) rmw_triples: usize,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
     pub(super) mergeable: &'a [bool],
 }
@@ -137,9 +139,37 @@ pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
 /// conditional moves ([`Tx::if_convert`]).
 const IFCONV_MAX_SLOTS: usize = 4;
 
-/// What [`translate_function`] counts for `JitProgram`'s diagnostics: fused loads,
-/// (reduction loops, vector loops), idioms, (guarded loops, if-converted jumps).
-pub(super) type Counts = (usize, (usize, usize), usize, (usize, usize));
+/// What [`translate_function`] emitted, for [`JitProgram`]'s diagnostics (each counted per
+/// emitted copy where a loop is unrolled).
+#[derive(Default)]
+pub(super) struct Counts {
+    /// Byte loads fused into one word load.
+    pub fused_loads: usize,
+    /// Reduction loops, and of them the vector ones.
+    pub reductions: usize,
+    pub vectors: usize,
+    /// Idioms matched after translation (popcounts, narrow byte swaps).
+    pub idioms: usize,
+    /// Loops run behind one budget guard.
+    pub guarded_loops: usize,
+    /// Conditional jumps emitted as conditional moves.
+    pub if_converted: usize,
+    /// Read-modify-write triples emitted fused.
+    pub rmw_triples: usize,
+}
+
+impl Counts {
+    /// Adds one function's counts to a program's.
+    pub fn add(&mut self, c: &Counts) {
+        self.fused_loads += c.fused_loads;
+        self.reductions += c.reductions;
+        self.vectors += c.vectors;
+        self.idioms += c.idioms;
+        self.guarded_loops += c.guarded_loops;
+        self.if_converted += c.if_converted;
+        self.rmw_triples += c.rmw_triples;
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn translate_function(
@@ -278,6 +308,7 @@ pub(super) fn translate_function(
         unchecked_header: None,
         if_converted: 0,
         skip_latch: None,
+        rmw_triples: 0,
         mergeable,
         vectors: 0,
     };
@@ -289,14 +320,22 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let (bytes, reductions) = (tx.bytes, (tx.reductions, tx.vectors));
-    let loops = (tx.guarded_loops, tx.if_converted);
+    let bytes = tx.bytes;
+    let mut counts = Counts {
+        fused_loads: bytes.fused,
+        reductions: tx.reductions,
+        vectors: tx.vectors,
+        idioms: 0,
+        guarded_loops: tx.guarded_loops,
+        if_converted: tx.if_converted,
+        rmw_triples: tx.rmw_triples,
+    };
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }
-    let idioms =
+    counts.idioms =
         super::idioms::popcounts(ctx, module.isa())? + super::idioms::narrow_swaps(&mut ctx.func);
-    Ok((bytes.fused, reductions, idioms, loops))
+    Ok(counts)
 }
 
 /// Per slot of `[start, end)`: whether a jump at that slot or later lands on it.
@@ -394,7 +433,7 @@ impl Tx<'_, '_> {
             } else if self.charges[pc] != 0 {
                 self.charge(pc, self.charges[pc]);
             }
-            match self.insn(pc)? {
+            match self.insn_or_rmw(pc)? {
                 Flow::Next => {}
                 Flow::Stop => open = false,
                 Flow::SkipTo(t) => next = t,
@@ -529,7 +568,11 @@ impl Tx<'_, '_> {
         }
         let ty = if is64 { I64 } else { I32 };
         let width = if is64 { 64 } else { 32 };
-        let dst64 = self.reg(pc, insn.dst)?;
+        // A move does not read its destination: no use of it, which in a block entered
+        // before all its predecessors (a loop header) would give the block a parameter for a
+        // dead value, kept live around the loop (and a counter bump's result with it, so its
+        // load could not fold into the store: `super::rmw`).
+        let dst64 = if op == BPF_MOV { self.iconst(0) } else { self.reg(pc, insn.dst)? };
         let mut or_lanes = None;
         if op == BPF_OR && use_x {
             let s = self.reg(pc, insn.src)?;

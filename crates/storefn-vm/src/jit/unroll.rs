@@ -2,6 +2,7 @@
 //! their trips when few, else a ring of a few copies (docs/design/vm.md, "Unrolled counted
 //! loops").
 
+use super::guard::LatchSkip;
 use super::translate::Tx;
 use super::*;
 use crate::cfg::CountedLoop;
@@ -22,8 +23,9 @@ const PARTIAL_COPIES: usize = 4;
 pub(super) enum Copies {
     /// One copy per trip, then a copy that loops on itself.
     Full,
-    /// This many copies in a ring.
-    Cyclic(usize),
+    /// This many copies in a ring; with a [`LatchSkip`], behind a test per pass that lets
+    /// all copies but the last drop the latch's test ([`Tx::skipping_ring`]).
+    Cyclic(usize, Option<LatchSkip>),
     /// A guarded ring with partial accumulators ([`super::reduce`]).
     Reduce(super::reduce::Reduction),
 }
@@ -71,7 +73,10 @@ impl Tx<'_, '_> {
             let copies = if r.vector { 4 } else { r.copies as u64 + 1 };
             (Copies::Reduce(r), body * copies)
         } else if body <= PARTIAL_MAX_BODY_SLOTS {
-            (Copies::Cyclic(PARTIAL_COPIES), body * PARTIAL_COPIES as u64)
+            // With a latch skip, the ring and a rolled copy for the last few trips.
+            let skip = super::guard::latch_skip(self.insns, self.cfg, l);
+            let copies = PARTIAL_COPIES as u64 + u64::from(skip.is_some());
+            (Copies::Cyclic(PARTIAL_COPIES, skip), body * copies)
         } else {
             return None;
         };
@@ -105,7 +110,8 @@ impl Tx<'_, '_> {
         // `n` copies, a ring or a line whose last copy loops on itself.
         let (n, cyclic) = match copies {
             Copies::Full => (usize::try_from(l.trips).unwrap_or(usize::MAX) + 1, false),
-            Copies::Cyclic(n) => (n, true),
+            Copies::Cyclic(n, Some(skip)) => return self.skipping_ring(l, n, skip, open),
+            Copies::Cyclic(n, None) => (n, true),
             Copies::Reduce(r) => return self.unroll_reduction(l, r, open),
         };
         let mut headers = Vec::with_capacity(n);
@@ -122,6 +128,48 @@ impl Tx<'_, '_> {
         self.loop_copies(l, &headers, back, Layout::Inline)?;
         *self.block_slot(l.header) = Some(headers[0]);
         Ok(false)
+    }
+
+    /// Emits counted loop `l` as a ring of `n` copies behind `skip`'s test: the header's
+    /// block holds the test, which enters the ring while the counter has room for `n - 1`
+    /// more steps below the latch's bound, else a rolled copy out of line (the last few
+    /// trips). In the ring the latch tests of all copies but the last are jumps (they would
+    /// jump back: [`LatchSkip`]), and the last copy's back edge returns to the test. Every
+    /// other exit stays in every copy, so this rests on nothing but that proof. Returns
+    /// `false`, as [`Tx::unroll`].
+    fn skipping_ring(
+        &mut self,
+        l: CountedLoop,
+        n: usize,
+        skip: LatchSkip,
+        open: bool,
+    ) -> Result<bool, JitError> {
+        // Sealed once the ring's last copy, its other predecessor, is emitted.
+        let test = self.enter_header(l, open);
+        let ring: Vec<Block> = (0..n).map(|_| self.b.create_block()).collect();
+        let rolled = self.cold_block();
+        self.ring_test(skip, n, ring[0], rolled);
+        self.skip_latch = Some(l.latch);
+        let r = self.loop_copies(l, &ring, test, Layout::Inline);
+        self.skip_latch = None;
+        r?;
+        self.loop_copies(l, &[rolled], rolled, Layout::Cold)?;
+        self.b.seal_block(test);
+        *self.block_slot(l.header) = Some(test);
+        Ok(false)
+    }
+
+    /// Switches to the block of `l`'s header (after a jump there from the open block, if
+    /// any), unsealed: the loop's back edges are yet to come. Returns it.
+    pub(super) fn enter_header(&mut self, l: CountedLoop, open: bool) -> Block {
+        let header = self.block(l.header).expect("a loop header starts a block");
+        if open {
+            self.flush_pending();
+            self.b.ins().jump(header, &[]);
+        }
+        self.bytes.clear();
+        self.b.switch_to_block(header);
+        header
     }
 
     /// Emits `l` once per header in `headers`, copy k's back edge entering copy k + 1 and
