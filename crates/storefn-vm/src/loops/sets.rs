@@ -53,18 +53,25 @@ pub(crate) fn block_loops(
     let mut out = Vec::new();
     for f in 0..cfg.functions().len() {
         let range = cfg.func_range(f);
-        // Only a function with a backward jump has a cycle.
-        let has_back = (range.0..range.1).any(|pc| {
+        // Every cycle holds a backward jump; one whose target heads a range loop counted
+        // lies in that loop's component, which is not tried: so only a function with a
+        // backward jump to another slot may hold a loop of blocks.
+        let simple_header = |s: usize| simple.binary_search_by_key(&s, |l| l.header).is_ok();
+        let other_back = (range.0..range.1).any(|pc| {
             !cfg.is_second_half(pc)
-                && cfg.successors(&prog.insns, pc).into_iter().flatten().any(|s| s <= pc)
+                && cfg
+                    .successors(&prog.insns, pc)
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s <= pc && !simple_header(s))
         });
-        if !has_back {
+        if !other_back {
             continue;
         }
         let comp = components(&prog.insns, cfg, range);
         let entry = entries(&prog.insns, cfg, range, &comp);
         for body in group(&comp, range) {
-            if body.iter().any(|&pc| simple.binary_search_by_key(&pc, |l| l.header).is_ok()) {
+            if body.iter().any(|&pc| simple_header(pc)) {
                 continue;
             }
             if let Some(l) = qualify(prog, cfg, states, range.0, (&comp, &entry), body) {
