@@ -544,6 +544,22 @@ pub(crate) mod random {
         }
     }
 
+    /// [`same_stop`] under budgets just short of `prog`'s entry charge (which holds a counted
+    /// loop's whole charge), exactly it, one more, a small random one (inside uncounted
+    /// loops) and plenty: how many runs finished and how many the budget stopped.
+    pub(crate) fn around_the_entry_charge(
+        prog: &VerifiedProgram,
+        jit: &JitProgram,
+        seed: u64,
+    ) -> (usize, usize) {
+        let entry = u64::from(prog.cfg().charge(0));
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xabcd);
+        let budgets = [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000];
+        let finished =
+            budgets.iter().filter(|&&b| same_stop(prog, jit, b, &format!("seed {seed}"))).count();
+        (finished, budgets.len() - finished)
+    }
+
     #[test]
     fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
         let (mut counted, mut falling, mut finished, mut stopped) = (0, 0, 0, 0);
@@ -557,17 +573,8 @@ pub(crate) mod random {
             let add_k = [BPF_ALU | BPF_ADD | BPF_K, BPF_ALU64 | BPF_ADD | BPF_K];
             let step_down = |i: &Insn| add_k.contains(&i.op) && i.imm < 0;
             falling += usize::from(counts && prog.insns.iter().any(step_down));
-            let entry = u64::from(prog.cfg().charge(0));
-            let mut rng = SmallRng::seed_from_u64(seed ^ 0xabcd);
-            // Just short of the entry charge (which holds a counted loop's whole charge), the
-            // entry charge exactly, one more, small random ones (inside uncounted loops), plenty.
-            for budget in [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000] {
-                if same_stop(&prog, &jit, budget, &format!("seed {seed}")) {
-                    finished += 1;
-                } else {
-                    stopped += 1;
-                }
-            }
+            let (f, s) = around_the_entry_charge(&prog, &jit, seed);
+            (finished, stopped) = (finished + f, stopped + s);
         }
         assert!(
             counted > 500 && falling > 100 && finished > 1000 && stopped > 1000,

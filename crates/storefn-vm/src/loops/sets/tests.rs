@@ -3,7 +3,7 @@ use crate::insn::{
     BPF_JMP, BPF_JNE, BPF_K, BPF_LDX, BPF_MEM, BPF_MOV, BPF_STX, BPF_XOR,
 };
 use crate::jit::JitProgram;
-use crate::loops::random::same_stop;
+use crate::loops::random::around_the_entry_charge;
 use crate::loops::CountedLoop;
 use crate::program::ProgType;
 use crate::testutil::{ins, xrp_program};
@@ -23,11 +23,7 @@ fn verified(insns: Vec<Insn>) -> VerifiedProgram {
 
 /// Both engines under budgets around the entry charge: same result, same budget left.
 fn agree(p: &VerifiedProgram) {
-    let jit = JitProgram::compile(p).unwrap();
-    let entry = u64::from(p.cfg().charge(0));
-    for budget in [entry - 1, entry, entry + 1, 7, 5000] {
-        same_stop(p, &jit, budget, "");
-    }
+    around_the_entry_charge(p, &JitProgram::compile(p).unwrap(), 0);
 }
 
 /// classify's shape: `h: r4 ^= 3; if r4 > 4 goto b; r0 += 1; step: r3 += 1; if r3 < 10 goto h;
@@ -259,15 +255,8 @@ fn random_loops_of_blocks_stop_at_the_same_instruction_on_both_engines() {
         counted += usize::from(!blocks.is_empty());
         let first = if prog.insns[11].op == MOV { 12 } else { 11 };
         rotated += usize::from(!blocks.is_empty() && prog.insns[first].op == JA);
-        let entry = u64::from(prog.cfg().charge(0));
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
-        for budget in [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000] {
-            if same_stop(&prog, &jit, budget, &format!("seed {seed}")) {
-                finished += 1;
-            } else {
-                stopped += 1;
-            }
-        }
+        let (f, s) = around_the_entry_charge(&prog, &jit, seed);
+        (finished, stopped) = (finished + f, stopped + s);
     }
     assert!(
         counted > 300 && rotated > 50 && finished > 1000 && stopped > 1000,
