@@ -19,8 +19,12 @@
 //! by the charge point before it ([`Cfg::precharge`]), and its header charges nothing.
 
 use crate::insn::{Insn, BPF_CALL, BPF_EXIT, BPF_JA, BPF_JMP, BPF_JMP32, BPF_PSEUDO_CALL};
+use crate::loops::BlockLoop;
 pub use crate::loops::{CountedLoop, MAX_EXACT_LOOP_PRECHARGE_INSNS, MAX_LOOP_PRECHARGE_INSNS};
 use crate::verifier::VerifyError;
+
+/// No loop charged whole holds this slot ([`Cfg::longest_paths`]).
+const NO_LOOP: u32 = u32::MAX;
 
 fn err<T>(insn: usize, reason: impl Into<String>) -> Result<T, VerifyError> {
     Err(VerifyError { insn, reason: reason.into() })
@@ -40,6 +44,9 @@ pub struct Cfg {
     /// Loops charged as a whole before they run ([`Cfg::precharge`]); their headers are not
     /// charge points.
     counted: Vec<CountedLoop>,
+    /// Loops whose body is a set of blocks ([`crate::loops::block_loops`]) charged as a whole
+    /// before they run; no slot of their body is a charge point.
+    blocks: Vec<CountedLoop>,
     /// Loops with a proved trip bound that [`Cfg::precharge`] left charged per iteration
     /// ([`Cfg::bounded_loops`]).
     bounded: Vec<CountedLoop>,
@@ -64,36 +71,51 @@ impl Cfg {
             leader,
             charge: vec![0; insns.len()],
             counted: Vec::new(),
+            blocks: Vec::new(),
             bounded: Vec::new(),
         };
-        cfg.charge = cfg.charges_for(insns, &[]).expect("no counted loops: charges fit");
+        cfg.charge = cfg.charges_for(insns, &[], &[]).expect("no counted loops: charges fit");
         Ok(cfg)
     }
 
-    /// Charges each of `loops` (proved by [`crate::loops`]) as a whole where control enters
-    /// it: its header stops being a charge point, and a path through the loop counts
-    /// `(trips - 1)` times its longest iteration (header to back edge) plus its longest pass
-    /// (an iteration, or the way out). A loop whose `(trips - 1)` extra iterations would
-    /// charge more than [`MAX_LOOP_PRECHARGE_INSNS`] ([`MAX_EXACT_LOOP_PRECHARGE_INSNS`] for a
-    /// loop that leaves only through its counter's test) stays charged per iteration; if the
-    /// charges would not fit the table, nothing changes.
-    pub(crate) fn precharge(&mut self, insns: &[Insn], loops: &[CountedLoop]) {
-        let keep: Vec<CountedLoop> = loops
-            .iter()
-            .filter(|l| {
-                let extra = (l.trips - 1).checked_mul(self.longest_iteration(insns, l));
-                let most =
-                    if l.exact { MAX_EXACT_LOOP_PRECHARGE_INSNS } else { MAX_LOOP_PRECHARGE_INSNS };
-                extra.is_some_and(|x| x <= most)
-            })
-            .copied()
-            .collect();
-        if let Some(charge) = self.charges_for(insns, &keep) {
+    /// Charges each of `loops` (proved by [`crate::loops`]; `blocks`, loops whose body is a
+    /// set of blocks, by [`crate::loops::block_loops`]) as a whole where control enters it:
+    /// its header stops being a charge point (for `blocks`, every slot of its body), and a path
+    /// through the loop counts `(trips - 1)` times its longest iteration (header to back edge)
+    /// plus its longest pass (an iteration, or the way out). A loop whose `(trips - 1)` extra
+    /// iterations would charge more than [`MAX_LOOP_PRECHARGE_INSNS`]
+    /// ([`MAX_EXACT_LOOP_PRECHARGE_INSNS`] for a loop that leaves only through its counter's
+    /// test) stays charged per iteration; if the charges would not fit the table, `blocks`
+    /// are left per iteration, and if they still do not fit, nothing changes.
+    pub(crate) fn precharge(
+        &mut self,
+        insns: &[Insn],
+        loops: &[CountedLoop],
+        blocks: &[BlockLoop],
+    ) {
+        let fits = |l: &CountedLoop, iteration: u64| {
+            let extra = (l.trips - 1).checked_mul(iteration);
+            let most =
+                if l.exact { MAX_EXACT_LOOP_PRECHARGE_INSNS } else { MAX_LOOP_PRECHARGE_INSNS };
+            extra.is_some_and(|x| x <= most)
+        };
+        let keep: Vec<CountedLoop> =
+            loops.iter().filter(|l| fits(l, self.longest_iteration(insns, l))).copied().collect();
+        let mut whole: Vec<&BlockLoop> =
+            blocks.iter().filter(|b| fits(&b.l, b.iteration)).collect();
+        let mut charge = self.charges_for(insns, &keep, &whole);
+        if charge.is_none() && !whole.is_empty() {
+            whole.clear();
+            charge = self.charges_for(insns, &keep, &whole);
+        }
+        if let Some(charge) = charge {
             self.charge = charge;
             self.counted = keep;
+            self.blocks = whole.iter().map(|b| b.l).collect();
         }
         // Every loop not charged whole keeps its header a charge point (the table without
-        // any counted loop makes every backward target one).
+        // any counted loop makes every backward target one). Loops of `blocks` left per
+        // iteration are not listed: their body may hold other charge points.
         let kept = |l: &CountedLoop| self.counted.binary_search_by_key(&l.header, |k| k.header);
         self.bounded = loops.iter().filter(|l| kept(l).is_err()).copied().collect();
     }
@@ -122,6 +144,15 @@ impl Cfg {
         &self.counted
     }
 
+    /// Loops whose body is a set of blocks rather than a slot range (several back edges to
+    /// one header, or entered mid-range: [`crate::loops::block_loops`]) charged as a whole
+    /// before they run. `latch` is the highest slot of the body, not necessarily a back edge.
+    /// Sorted by header.
+    #[must_use]
+    pub fn block_loops(&self) -> &[CountedLoop] {
+        &self.blocks
+    }
+
     /// Loops whose trip bound [`crate::loops`] proved but which stay charged per iteration
     /// (their charge would pass [`MAX_LOOP_PRECHARGE_INSNS`] or
     /// [`MAX_EXACT_LOOP_PRECHARGE_INSNS`]): their header is a charge point, reached at most
@@ -131,10 +162,16 @@ impl Cfg {
         &self.bounded
     }
 
-    /// The charge of every charge point (see the module documentation), with `counted` loops
-    /// charged as a whole; `None` when a charge does not fit in a `u32`.
-    fn charges_for(&self, insns: &[Insn], counted: &[CountedLoop]) -> Option<Vec<u32>> {
-        let (longest, point) = self.longest_paths(insns, counted)?;
+    /// The charge of every charge point (see the module documentation), with `counted` and
+    /// `blocks` loops charged as a whole; `None` when a charge does not fit in a `u32` (or
+    /// the loops leave a cycle without a charge point, which their proofs exclude).
+    fn charges_for(
+        &self,
+        insns: &[Insn],
+        counted: &[CountedLoop],
+        blocks: &[&BlockLoop],
+    ) -> Option<Vec<u32>> {
+        let (longest, point) = self.longest_paths(insns, counted, blocks)?;
         (0..insns.len())
             .map(|pc| if point[pc] { u32::try_from(longest[pc]).ok() } else { Some(0) })
             .collect()
@@ -142,13 +179,16 @@ impl Cfg {
 
     /// Per slot, the longest path in instructions (an `lddw` counts one, a `call` one) from it
     /// to the next charge point or `exit`, `pc` included, a counted loop's header standing for
-    /// its whole charge; and which slots are charge points. A pass from the last slot down,
-    /// which sees every successor first: only backward jumps go down, and their targets are
-    /// charge points or counted loops' headers (whose back edge ends the path it is on).
+    /// its whole charge; and which slots are charge points. Slots are visited successors
+    /// first: from the last slot down when only range loops are charged whole (only backward
+    /// jumps go down, and their targets are charge points or counted loops' headers, whose back
+    /// edge ends the path it is on), else in a depth-first postorder of the same graph
+    /// ([`Cfg::postorder`]), since a loop made of blocks jumps backward inside its body.
     fn longest_paths(
         &self,
         insns: &[Insn],
         counted: &[CountedLoop],
+        blocks: &[&BlockLoop],
     ) -> Option<(Vec<u64>, Vec<bool>)> {
         let n = insns.len();
         let mut point = vec![false; n];
@@ -162,37 +202,47 @@ impl Cfg {
                 }
             }
         }
-        // Per slot of a counted loop's body: (the loop, the longest path from here that ends by
-        // taking the back edge, if any).
-        let mut body: Vec<Option<(CountedLoop, Option<u64>)>> = vec![None; n];
+        // Per slot of a body charged whole, its loop in `heads` (header, trips); its body's
+        // slots are no charge points.
+        let mut heads: Vec<(usize, u64)> = Vec::with_capacity(counted.len() + blocks.len());
+        let mut member = vec![NO_LOOP; n];
         for l in counted {
             debug_assert!(point[l.header] && l.header <= l.latch);
             point[l.header] = false;
-            for b in &mut body[l.header..=l.latch] {
-                *b = Some((*l, None));
-            }
+            member[l.header..=l.latch].fill(u32::try_from(heads.len()).ok()?);
+            heads.push((l.header, l.trips));
         }
+        for b in blocks {
+            for &pc in &b.body {
+                point[pc] = false;
+                member[pc] = u32::try_from(heads.len()).ok()?;
+            }
+            heads.push((b.l.header, b.l.trips));
+        }
+        let order: Vec<usize> = if blocks.is_empty() {
+            (0..n).rev().filter(|&pc| !self.second[pc]).collect()
+        } else {
+            self.postorder(insns, &point, &member, &heads)?
+        };
+        // Per slot of a body: the longest path from it that ends by taking a back edge.
+        let mut cycles = vec![None::<u64>; n];
         let mut longest = vec![0u64; n];
-        for pc in (0..n).rev().filter(|&pc| !self.second[pc]) {
-            let inside = body[pc].map(|(l, _)| l);
+        for pc in order {
+            let k = member[pc];
+            let inside = heads.get(k as usize).copied();
             let (mut out, mut cycle): (Option<u64>, Option<u64>) = (None, None);
             let mut no_successor = true;
             for s in self.successors(insns, pc).into_iter().flatten() {
                 no_successor = false;
-                if let Some(l) = inside {
-                    if pc == l.latch && s == l.header {
+                if let Some((header, _)) = inside {
+                    if s == header {
                         cycle = cycle.max(Some(0));
                         continue;
                     }
-                    if (l.header..=l.latch).contains(&s) {
-                        debug_assert!(
-                            s > pc,
-                            "the only backward edge in a counted body is its latch"
-                        );
-                        cycle = cycle.max(body[s].and_then(|(_, c)| c));
+                    if member[s] == k {
+                        cycle = cycle.max(cycles[s]);
                     }
                 }
-                debug_assert!(point[s] || s > pc, "a backward edge ends at a charge point");
                 out = out.max(Some(if point[s] { 0 } else { longest[s] }));
             }
             if no_successor {
@@ -200,19 +250,65 @@ impl Cfg {
             }
             let out = out.map(|o| o + 1);
             let cycle = cycle.map(|c| c + 1);
-            if let Some(l) = inside {
-                body[pc] = Some((l, cycle));
-            }
+            cycles[pc] = cycle;
             longest[pc] = match inside {
                 // The header: `trips - 1` iterations back to it, then one more pass.
-                Some(l) if pc == l.header => {
+                Some((header, trips)) if pc == header => {
                     let c = cycle.unwrap_or(0);
-                    (l.trips - 1).checked_mul(c)?.checked_add(c.max(out.unwrap_or(0)))?
+                    (trips - 1).checked_mul(c)?.checked_add(c.max(out.unwrap_or(0)))?
                 }
                 _ => out.unwrap_or(0),
             };
         }
         Some((longest, point))
+    }
+
+    /// The slots in a depth-first postorder (every slot after its successors) of the control
+    /// flow without its edges into charge points and its back edges of loops charged whole
+    /// (`member`, `heads` as in [`Cfg::longest_paths`]); `None` if those edges still make a
+    /// cycle.
+    fn postorder(
+        &self,
+        insns: &[Insn],
+        point: &[bool],
+        member: &[u32],
+        heads: &[(usize, u64)],
+    ) -> Option<Vec<usize>> {
+        const NEW: u8 = 0;
+        const OPEN: u8 = 1;
+        let n = insns.len();
+        let mut state = vec![NEW; n];
+        let mut order = Vec::with_capacity(n);
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        let cut = |pc: usize, s: usize| {
+            point[s] || heads.get(member[pc] as usize).is_some_and(|&(h, _)| h == s)
+        };
+        for root in (0..n).rev().filter(|&pc| !self.second[pc]) {
+            if state[root] != NEW {
+                continue;
+            }
+            state[root] = OPEN;
+            stack.push((root, 0));
+            while let Some(&mut (pc, ref mut k)) = stack.last_mut() {
+                if *k == 2 {
+                    state[pc] = OPEN + 1;
+                    order.push(pc);
+                    stack.pop();
+                    continue;
+                }
+                let next = self.successors(insns, pc)[*k];
+                *k += 1;
+                match next.filter(|&s| !cut(pc, s)) {
+                    Some(s) if state[s] == NEW => {
+                        state[s] = OPEN;
+                        stack.push((s, 0));
+                    }
+                    Some(s) if state[s] == OPEN => return None,
+                    _ => {}
+                }
+            }
+        }
+        Some(order)
     }
 
     /// Function start slots, sorted, entry first.

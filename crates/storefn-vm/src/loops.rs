@@ -32,6 +32,9 @@ use crate::insn::{
 use crate::program::Program;
 use crate::ranges::{State, Val};
 
+mod sets;
+pub(crate) use sets::{block_loops, BlockLoop};
+
 /// Largest charge a counted loop may be collapsed into (`(trips - 1)` iterations plus the
 /// longest pass through it, in instructions). Charging a loop up front charges for every
 /// iteration it may run, so a loop that leaves early is charged more than it ran; this bounds
@@ -204,10 +207,22 @@ fn trips_for(
     let [at] = writes[..] else { return None };
     let test = latch_test(insns, cfg, header, latch);
     let latch_block = (header..=test).rev().find(|&pc| cfg.is_block_start(pc))?;
-    let i = insns[at];
+    if at < latch_block || at > test {
+        return None;
+    }
+    let trips = counter_trips(insns[at], r, reaching)?;
+    let exact = exits_only_at_test(insns, cfg, (header, latch), test, r);
+    Some((trips, exact))
+}
+
+/// The most times a loop header runs per entry, when `i`, the body's only write of `r`, runs
+/// once on every iteration and `reaching` are the range analysis' states at the header: for
+/// `r += c` (constant `c != 0`) with `r` a scalar in `[a, b]` on every state and `r + c` not
+/// wrapping, `(b - a) / |c| + 1` (module documentation).
+fn counter_trips(i: Insn, r: u8, reaching: &[State]) -> Option<u64> {
     let is64 = i.class() == BPF_ALU64;
     let add_k = (is64 || i.class() == BPF_ALU) && i.op & 0xf0 == BPF_ADD && i.op & 0x08 == BPF_K;
-    if at < latch_block || at > test || !add_k || i.off != 0 || i.imm == 0 {
+    if !add_k || i.dst != r || i.off != 0 || i.imm == 0 {
         return None;
     }
     let step = u64::from(i.imm.unsigned_abs());
@@ -224,8 +239,7 @@ fn trips_for(
     if wraps {
         return None;
     }
-    let exact = exits_only_at_test(insns, cfg, (header, latch), test, r);
-    Some(((hi - lo) / step + 1, exact))
+    Some((hi - lo) / step + 1)
 }
 
 #[cfg(test)]
@@ -530,6 +544,22 @@ pub(crate) mod random {
         }
     }
 
+    /// [`same_stop`] under budgets just short of `prog`'s entry charge (which holds a counted
+    /// loop's whole charge), exactly it, one more, a small random one (inside uncounted
+    /// loops) and plenty: how many runs finished and how many the budget stopped.
+    pub(crate) fn around_the_entry_charge(
+        prog: &VerifiedProgram,
+        jit: &JitProgram,
+        seed: u64,
+    ) -> (usize, usize) {
+        let entry = u64::from(prog.cfg().charge(0));
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0xabcd);
+        let budgets = [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000];
+        let finished =
+            budgets.iter().filter(|&&b| same_stop(prog, jit, b, &format!("seed {seed}"))).count();
+        (finished, budgets.len() - finished)
+    }
+
     #[test]
     fn counted_loops_charge_at_least_what_runs_the_same_on_both_engines() {
         let (mut counted, mut falling, mut finished, mut stopped) = (0, 0, 0, 0);
@@ -543,17 +573,8 @@ pub(crate) mod random {
             let add_k = [BPF_ALU | BPF_ADD | BPF_K, BPF_ALU64 | BPF_ADD | BPF_K];
             let step_down = |i: &Insn| add_k.contains(&i.op) && i.imm < 0;
             falling += usize::from(counts && prog.insns.iter().any(step_down));
-            let entry = u64::from(prog.cfg().charge(0));
-            let mut rng = SmallRng::seed_from_u64(seed ^ 0xabcd);
-            // Just short of the entry charge (which holds a counted loop's whole charge), the
-            // entry charge exactly, one more, small random ones (inside uncounted loops), plenty.
-            for budget in [entry - 1, entry, entry + 1, rng.gen_range(1..64), 5000] {
-                if same_stop(&prog, &jit, budget, &format!("seed {seed}")) {
-                    finished += 1;
-                } else {
-                    stopped += 1;
-                }
-            }
+            let (f, s) = around_the_entry_charge(&prog, &jit, seed);
+            (finished, stopped) = (finished + f, stopped + s);
         }
         assert!(
             counted > 500 && falling > 100 && finished > 1000 && stopped > 1000,

@@ -149,7 +149,8 @@ impl VerifiedProgram {
         let states = crate::callees::analyze(&prog, &cfg);
         let in_bounds = crate::proofs::in_bounds(&prog, &cfg, &states);
         let counted = crate::loops::counted_loops(&prog, &cfg, &states);
-        cfg.precharge(&prog.insns, &counted);
+        let blocks = crate::loops::block_loops(&prog, &cfg, &states, &counted);
+        cfg.precharge(&prog.insns, &counted, &blocks);
         Ok(Self { prog, cfg, stats, in_bounds })
     }
 

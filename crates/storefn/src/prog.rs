@@ -143,6 +143,13 @@ fn verify(file: &Path, section: Option<&str>, t: ProgType, proofs: bool) -> CmdR
                         l.header, l.latch, l.trips
                     );
                 }
+                for l in v.cfg().block_loops() {
+                    println!(
+                        "counted loop of blocks: header #{} (body up to #{}), at most {} trips, \
+                         charged before it runs",
+                        l.header, l.latch, l.trips
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

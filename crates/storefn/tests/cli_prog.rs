@@ -251,6 +251,12 @@ fn verify_proofs_counts_the_proved_accesses() {
          proved: 6 of 6 memory accesses in bounds (needs data >= 264 bytes, scratch >= 16 bytes)\n\
          counted loop: #5..#11, at most 30 trips, charged before it runs\n"
     );
+    // classify's loop: four classes jump back to the shared counter step.
+    let o = run(&["prog", "verify", obj(&d, "bench/classify").to_str().unwrap(), "--proofs"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let want = "counted loop of blocks: header #7 (body up to #38), at most 1024 trips, charged \
+                before it runs\n";
+    assert!(stdout(&o).ends_with(want), "{}", stdout(&o));
     std::fs::remove_dir_all(&d).ok();
 }
 
