@@ -35,6 +35,7 @@ mod memcheck;
 mod reduce;
 mod rmw;
 mod scratch;
+mod select;
 mod slots;
 mod translate;
 mod unroll;
