@@ -107,6 +107,12 @@ impl Insn {
     pub fn is_lddw(&self) -> bool {
         self.op == BPF_LD | BPF_IMM | BPF_DW
     }
+
+    /// Is this a call (a helper's or a BPF-to-BPF one), which writes r0-r5?
+    #[must_use]
+    pub(crate) fn is_call(&self) -> bool {
+        self.class() == BPF_JMP && self.op & 0xf0 == BPF_CALL
+    }
 }
 
 /// Decodes a byte stream of whole slots; `None` when the length is not a multiple of 8.

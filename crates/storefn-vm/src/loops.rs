@@ -125,10 +125,9 @@ fn counted_in(
         let closed = (header..=latch).filter(|&pc| !cfg.is_second_half(pc)).all(|pc| {
             let i = insns[pc];
             debug_assert!(!is_pseudo_call(i) || i.op & 0xf0 == BPF_CALL);
-            let call = i.class() == BPF_JMP && i.op & 0xf0 == BPF_CALL;
             // Entered only at the header: every edge into the rest comes from the body.
             let (lo, hi) = sources[pc - start];
-            !call && (pc == header || lo == usize::MAX || (lo >= header && hi <= latch))
+            !i.is_call() && (pc == header || lo == usize::MAX || (lo >= header && hi <= latch))
         });
         if !closed {
             continue;

@@ -199,7 +199,7 @@ pub(super) fn latch_skip(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Option<La
     let body = (l.header..=l.latch).filter(|&pc| !cfg.is_second_half(pc));
     // A call writes r1-r5, which `written` does not list (the loops found refuse calls;
     // checked here too, so the proof stands on its own).
-    if body.clone().any(|pc| insns[pc].class() == BPF_JMP && insns[pc].op & 0xf0 == BPF_CALL) {
+    if body.clone().any(|pc| insns[pc].is_call()) {
         return None;
     }
     let writes =

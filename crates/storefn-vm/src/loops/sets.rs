@@ -26,7 +26,7 @@
 
 use super::{counter_trips, is_cond_jump, written, CountedLoop};
 use crate::cfg::Cfg;
-use crate::insn::{Insn, BPF_CALL, BPF_JMP, BPF_K};
+use crate::insn::{Insn, BPF_K};
 use crate::program::Program;
 use crate::ranges::State;
 
@@ -194,9 +194,12 @@ fn qualify(
 ) -> Option<BlockLoop> {
     let insns = &prog.insns;
     let header = entry[comp[body[0] - start] as usize];
-    let call = |pc: &usize| insns[*pc].class() == BPF_JMP && insns[*pc].op & 0xf0 == BPF_CALL;
     // The function's start is entered from its caller: a body holding it has two entries.
-    if header == NONE || header == MANY || body[0] == start || body.iter().any(call) {
+    if header == NONE
+        || header == MANY
+        || body[0] == start
+        || body.iter().any(|&pc| insns[pc].is_call())
+    {
         return None;
     }
     let header = header as usize;
