@@ -98,7 +98,7 @@ impl Tx<'_, '_> {
             return None;
         }
         self.unroll_left -= slots;
-        self.guarded_loops += 1;
+        self.counts.guarded_loops += 1;
         let unlikely = unlikely_slots(self.insns, self.cfg, l);
         let exits = exits(self.insns, self.cfg, l);
         let skip = latch_skip(self.insns, self.cfg, l);

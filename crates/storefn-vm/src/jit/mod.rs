@@ -132,22 +132,11 @@ pub struct JitProgram {
     compiled_functions: usize,
     /// [`JitProgram::out_of_line_loads`].
     out_of_line_loads: usize,
-    /// [`JitProgram::fused_loads`].
-    fused_loads: usize,
     /// [`JitProgram::promoted_accesses`].
     promoted_accesses: usize,
-    /// [`JitProgram::reduction_loops`].
-    reduction_loops: usize,
-    /// [`JitProgram::vector_loops`].
-    vector_loops: usize,
-    /// [`JitProgram::idioms`].
-    idioms: usize,
-    /// [`JitProgram::guarded_loops`].
-    guarded_loops: usize,
-    /// [`JitProgram::if_converted`].
-    if_converted: usize,
-    /// [`JitProgram::rmw_triples`].
-    rmw_triples: usize,
+    /// What the translation emitted, summed over the compiled functions
+    /// ([`JitProgram::fused_loads`], [`JitProgram::reduction_loops`], ...).
+    counts: Counts,
 }
 
 /// Owns the JIT module; frees the executable memory on drop.
@@ -298,14 +287,8 @@ impl JitProgram {
             aux,
             compiled_functions: funcs.len(),
             out_of_line_loads,
-            fused_loads: counts.fused_loads,
             promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
-            reduction_loops: counts.reductions,
-            vector_loops: counts.vectors,
-            idioms: counts.idioms,
-            guarded_loops: counts.guarded_loops,
-            if_converted: counts.if_converted,
-            rmw_triples: counts.rmw_triples,
+            counts,
         })
     }
 
@@ -330,7 +313,7 @@ impl JitProgram {
     /// loop counts once per copy).
     #[must_use]
     pub fn fused_loads(&self) -> usize {
-        self.fused_loads
+        self.counts.fused_loads
     }
 
     /// Loads and stores of stack slots kept in SSA variables (`jit/slots.rs`: every access of
@@ -345,43 +328,43 @@ impl JitProgram {
     /// diagnostic; `reduce.rs`).
     #[must_use]
     pub fn reduction_loops(&self) -> usize {
-        self.reduction_loops
+        self.counts.reductions
     }
 
     /// How many of those reduction loops run as vector code first (a diagnostic;
     /// `vector.rs`).
     #[must_use]
     pub fn vector_loops(&self) -> usize {
-        self.vector_loops
+        self.counts.vectors
     }
 
     /// How many bit-trick idioms (SWAR population counts) were emitted as one instruction
     /// (a diagnostic; `idioms.rs`).
     #[must_use]
     pub fn idioms(&self) -> usize {
-        self.idioms
+        self.counts.idioms
     }
 
     /// How many bounded loops charged per iteration were emitted behind one budget guard,
     /// with copies whose headers charge without a test (a diagnostic; `guard.rs`).
     #[must_use]
     pub fn guarded_loops(&self) -> usize {
-        self.guarded_loops
+        self.counts.guarded_loops
     }
 
     /// How many conditional jumps over a short run of register arithmetic were emitted as
-    /// conditional moves instead of a branch (a diagnostic; `translate.rs::Tx::if_convert`:
+    /// conditional moves instead of a branch (a diagnostic; `select.rs::Tx::if_convert`:
     /// counted per emitted copy, so a jump in an unrolled loop counts once per copy).
     #[must_use]
     pub fn if_converted(&self) -> usize {
-        self.if_converted
+        self.counts.if_converted
     }
 
     /// How many load / ALU op / store triples on one address were emitted so that the
     /// backend can fold them into one instruction on memory (a diagnostic; `rmw.rs`).
     #[must_use]
     pub fn rmw_triples(&self) -> usize {
-        self.rmw_triples
+        self.counts.rmw_triples
     }
 
     /// Runs once. `ctx_addr` goes in r1, r10 = `stack_top` for the entry frame.

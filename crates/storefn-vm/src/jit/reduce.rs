@@ -311,7 +311,7 @@ impl Tx<'_, '_> {
         open: bool,
     ) -> Result<bool, JitError> {
         let entry = self.enter_header(l, open);
-        self.reductions += 1;
+        self.counts.reductions += 1;
         if red.vector {
             let scalar = self.vector_ring(l, &red)?;
             self.enter(scalar);

@@ -125,7 +125,7 @@ impl Tx<'_, '_> {
         if super::slots::may_write_frames(self.insns[pc + 2], self.in_bounds[pc + 2]) {
             self.reload_slots();
         }
-        self.rmw_triples += 1;
+        self.counts.rmw_triples += 1;
         Ok(())
     }
 }

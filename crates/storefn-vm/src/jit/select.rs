@@ -56,7 +56,7 @@ impl Tx<'_, '_> {
         (side, goto): (std::ops::Range<usize>, bool),
         target: usize,
     ) -> Result<Flow, JitError> {
-        self.if_converted += 1;
+        self.counts.if_converted += 1;
         let mut written: Vec<(u8, Value)> = Vec::new();
         let mut q = side.start;
         while q < side.end {

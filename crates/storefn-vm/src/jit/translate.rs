@@ -73,20 +73,13 @@ pub(super) struct Tx<'a, 'f> {
     /// translated (this function's, or an inlined callee's): `(off, len, variable)`.
     pub(super) slot_plan: &'a super::slots::SlotPlan,
     pub(super) slot_vars: Vec<(i16, u8, Variable)>,
-    /// Reduction loops emitted with partial accumulators ([`super::reduce`]).
-    pub(super) reductions: usize,
-    /// Of those, the ones emitted as vector code ([`super::vector`]).
-    pub(super) vectors: usize,
-    /// Bounded loops emitted behind a budget guard ([`super::guard`]), and while one's
-    /// unchecked copies are emitted, its header (charged there without a test).
-    pub(super) guarded_loops: usize,
+    /// What this function's translation emitted, for [`JitProgram`]'s diagnostics.
+    pub(super) counts: Counts,
+    /// While a guarded loop's unchecked copies are emitted ([`super::guard`]), its header
+    /// (charged there without a test).
     pub(super) unchecked_header: Option<usize>,
-    /// Conditional jumps emitted as conditional moves ([`Tx::if_convert`]), per emitted copy.
-    pub(super) if_converted: usize,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
-    /// Read-modify-write triples emitted fused ([`super::rmw`]).
-    pub(super) rmw_triples: usize,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
     pub(super) mergeable: &'a [bool],
 }
@@ -137,20 +130,21 @@ pub(super) fn loop_slots(verified: &VerifiedProgram) -> Vec<bool> {
 
 /// What [`translate_function`] emitted, for [`JitProgram`]'s diagnostics (each counted per
 /// emitted copy where a loop is unrolled).
-#[derive(Default)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Counts {
-    /// Byte loads fused into one word load.
+    /// Byte loads fused into one word load ([`super::bytes`]).
     pub fused_loads: usize,
-    /// Reduction loops, and of them the vector ones.
+    /// Reduction loops emitted with partial accumulators ([`super::reduce`]), and of them
+    /// the ones emitted as vector code ([`super::vector`]).
     pub reductions: usize,
     pub vectors: usize,
-    /// Idioms matched after translation (popcounts, narrow byte swaps).
+    /// Idioms matched after translation (popcounts, narrow byte swaps: [`super::idioms`]).
     pub idioms: usize,
-    /// Loops run behind one budget guard.
+    /// Bounded loops emitted behind one budget guard ([`super::guard`]).
     pub guarded_loops: usize,
-    /// Conditional jumps emitted as conditional moves.
+    /// Conditional jumps emitted as conditional moves ([`Tx::if_convert`]).
     pub if_converted: usize,
-    /// Read-modify-write triples emitted fused.
+    /// Read-modify-write triples emitted fused ([`super::rmw`]).
     pub rmw_triples: usize,
 }
 
@@ -299,14 +293,10 @@ pub(super) fn translate_function(
         bytes: super::bytes::ByteFacts::default(),
         slot_plan,
         slot_vars: Vec::new(),
-        reductions: 0,
-        guarded_loops: 0,
+        counts: Counts::default(),
         unchecked_header: None,
-        if_converted: 0,
         skip_latch: None,
-        rmw_triples: 0,
         mergeable,
-        vectors: 0,
     };
     // Promoted stack slots are loaded from the frame before the first block.
     tx.start_slots(start);
@@ -316,16 +306,8 @@ pub(super) fn translate_function(
     tx.finish_shared_blocks();
     tx.b.seal_all_blocks();
     tx.b.finalize(module.target_config());
-    let bytes = tx.bytes;
-    let mut counts = Counts {
-        fused_loads: bytes.fused,
-        reductions: tx.reductions,
-        vectors: tx.vectors,
-        idioms: 0,
-        guarded_loops: tx.guarded_loops,
-        if_converted: tx.if_converted,
-        rmw_triples: tx.rmw_triples,
-    };
+    let (bytes, mut counts) = (tx.bytes, tx.counts);
+    counts.fused_loads = bytes.fused;
     if bytes.fused > 0 {
         super::bytes::drop_dead_byte_loads(&mut ctx.func, &bytes.loads);
     }

@@ -255,7 +255,7 @@ impl Tx<'_, '_> {
         red: &Reduction,
     ) -> Result<Block, JitError> {
         let guard = vector_guard(red).ok_or_else(|| invalid(l.header, "no vector guard"))?;
-        self.vectors += 1;
+        self.counts.vectors += 1;
         let (ty, n) = if red.narrow { (I32X4, QUADS) } else { (I64X2, GROUPS) };
         let accs: Vec<Variable> = (0..n).map(|_| self.b.declare_var(ty)).collect();
         let (init, pass, miss, out) = (
