@@ -436,10 +436,13 @@ impl Tx<'_, '_> {
         Ok(fix)
     }
 
-    /// `a op b` for a reduction's operation family (scalars, or vectors lane by lane).
+    /// `a op b` for `op` one of add, sub, xor, or and (the default) of eBPF's ALU operations,
+    /// at `a`'s type (scalars, or vectors lane by lane): a reduction's operation family, a
+    /// lane operation ([`super::vector`]), a fused read-modify-write's ([`super::rmw`]).
     pub(super) fn combine(&mut self, op: u8, a: Value, b: Value) -> Value {
         match op {
             BPF_ADD => self.b.ins().iadd(a, b),
+            BPF_SUB => self.b.ins().isub(a, b),
             BPF_XOR => self.b.ins().bxor(a, b),
             BPF_OR => self.b.ins().bor(a, b),
             _ => self.b.ins().band(a, b),

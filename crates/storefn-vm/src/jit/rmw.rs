@@ -111,14 +111,7 @@ impl Tx<'_, '_> {
         let f = MemFlagsData::new().with_notrap();
         let (addr, disp) = self.displaced(addr);
         let old = self.b.ins().load(ty, f, addr, disp);
-        let ins = self.b.ins();
-        let new = match r.op {
-            BPF_ADD => ins.iadd(old, src),
-            BPF_SUB => ins.isub(old, src),
-            BPF_AND => ins.band(old, src),
-            BPF_OR => ins.bor(old, src),
-            _ => ins.bxor(old, src),
-        };
+        let new = self.combine(r.op, old, src);
         self.b.ins().store(f, new, addr, disp);
         let x = if r.len == 4 { self.b.ins().uextend(I64, new) } else { new };
         self.set_reg(pc + 1, ld.dst, x)?;

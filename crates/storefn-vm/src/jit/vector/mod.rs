@@ -482,19 +482,15 @@ impl Tx<'_, '_> {
         Ok(Lanes::Vector(out))
     }
 
-    /// `d op s` lane by lane for one of the operations the lanes do exactly (add, sub, xor,
-    /// or, and; shifts by `amount`, already masked to the lane width; else neg of `d`).
+    /// `d op s` lane by lane for one of the operations the lanes do exactly: shifts by
+    /// `amount` (already masked to the lane width), neg of `d`, else add, sub, xor, or, and
+    /// ([`Tx::combine`]).
     fn lane_op(&mut self, o: u8, d: Value, s: Value, amount: Value) -> Value {
-        let ins = self.b.ins();
         match o {
-            BPF_ADD => ins.iadd(d, s),
-            BPF_SUB => ins.isub(d, s),
-            BPF_XOR => ins.bxor(d, s),
-            BPF_OR => ins.bor(d, s),
-            BPF_AND => ins.band(d, s),
-            BPF_LSH => ins.ishl(d, amount),
-            BPF_RSH => ins.ushr(d, amount),
-            _ => ins.ineg(d),
+            BPF_LSH => self.b.ins().ishl(d, amount),
+            BPF_RSH => self.b.ins().ushr(d, amount),
+            BPF_NEG => self.b.ins().ineg(d),
+            _ => self.combine(o, d, s),
         }
     }
 
