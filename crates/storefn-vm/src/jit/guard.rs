@@ -110,14 +110,9 @@ impl Tx<'_, '_> {
     /// latch (a loop's back edge), so returns `false` (no open block).
     pub(super) fn guarded(&mut self, g: &Guarded, open: bool) -> Result<bool, JitError> {
         let l = g.l;
-        let guard = self.block(l.header).expect("a loop header starts a block");
-        if open {
-            self.flush_pending();
-            self.b.ins().jump(guard, &[]);
-        }
-        self.bytes.clear();
+        let guard = self.enter_header(l, open);
         // Every predecessor is emitted: the back edges go to the copies' headers.
-        self.enter(guard);
+        self.b.seal_block(guard);
         let left = self.b.use_var(self.budget);
         let whole = i64::try_from(g.whole).expect("at most MAX_GUARDED_CHARGE");
         let fits = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, left, whole);

@@ -160,7 +160,8 @@ impl Tx<'_, '_> {
     }
 
     /// Switches to the block of `l`'s header (after a jump there from the open block, if
-    /// any), unsealed: the loop's back edges are yet to come. Returns it.
+    /// any), unsealed: the caller seals it once its predecessors are all emitted (the loop's
+    /// back edges, unless they go to copies' headers). Returns it.
     pub(super) fn enter_header(&mut self, l: CountedLoop, open: bool) -> Block {
         let header = self.block(l.header).expect("a loop header starts a block");
         if open {
