@@ -276,6 +276,7 @@ impl Cfg {
     ) -> Option<Vec<usize>> {
         const NEW: u8 = 0;
         const OPEN: u8 = 1;
+        const DONE: u8 = 2;
         let n = insns.len();
         let mut state = vec![NEW; n];
         let mut order = Vec::with_capacity(n);
@@ -291,7 +292,7 @@ impl Cfg {
             stack.push((root, 0));
             while let Some(&mut (pc, ref mut k)) = stack.last_mut() {
                 if *k == 2 {
-                    state[pc] = OPEN + 1;
+                    state[pc] = DONE;
                     order.push(pc);
                     stack.pop();
                     continue;

@@ -68,9 +68,9 @@ pub(crate) fn block_loops(
         if !other_back {
             continue;
         }
-        let comp = components(&prog.insns, cfg, range);
-        let entry = entries(&prog.insns, cfg, range, &comp);
-        for body in group(&comp, range) {
+        let (comp, count) = components(&prog.insns, cfg, range);
+        let entry = entries(&prog.insns, cfg, range, (&comp, count));
+        for body in group((&comp, count), range) {
             if body.iter().any(|&pc| simple_header(pc)) {
                 continue;
             }
@@ -88,10 +88,14 @@ const NONE: u32 = u32::MAX;
 /// More than one entry.
 const MANY: u32 = u32::MAX - 1;
 
-/// Per component, its one entry: the slot of it that edges from outside it reach (`NONE`
-/// for none, `MANY` for more than one).
-fn entries(insns: &[Insn], cfg: &Cfg, (start, end): (usize, usize), comp: &[u32]) -> Vec<u32> {
-    let count = comp.iter().filter(|&&c| c != NONE).map(|&c| c as usize + 1).max().unwrap_or(0);
+/// Per component (`comp` and `count` from [`components`]), its one entry: the slot of it
+/// that edges from outside it reach (`NONE` for none, `MANY` for more than one).
+fn entries(
+    insns: &[Insn],
+    cfg: &Cfg,
+    (start, end): (usize, usize),
+    (comp, count): (&[u32], usize),
+) -> Vec<u32> {
     let mut entry = vec![NONE; count];
     for pc in (start..end).filter(|&pc| !cfg.is_second_half(pc)) {
         for s in cfg.successors(insns, pc).into_iter().flatten() {
@@ -108,8 +112,9 @@ fn entries(insns: &[Insn], cfg: &Cfg, (start, end): (usize, usize), comp: &[u32]
 }
 
 /// Per slot of the function `[start, end)`, the index of its strongly connected component
-/// (`NONE` for second halves), by Tarjan's algorithm without recursion.
-fn components(insns: &[Insn], cfg: &Cfg, (start, end): (usize, usize)) -> Vec<u32> {
+/// (`NONE` for second halves), by Tarjan's algorithm without recursion; and how many
+/// components there are.
+fn components(insns: &[Insn], cfg: &Cfg, (start, end): (usize, usize)) -> (Vec<u32>, usize) {
     let n = end - start;
     let mut index = vec![NONE; n];
     let mut low = vec![0u32; n];
@@ -161,13 +166,12 @@ fn components(insns: &[Insn], cfg: &Cfg, (start, end): (usize, usize)) -> Vec<u3
             }
         }
     }
-    comp
+    (comp, next_comp as usize)
 }
 
 /// The components of more than one slot, or of one slot jumping to itself, as sorted lists of
 /// absolute slots.
-fn group(comp: &[u32], (start, _): (usize, usize)) -> Vec<Vec<usize>> {
-    let count = comp.iter().filter(|&&c| c != NONE).map(|&c| c as usize + 1).max().unwrap_or(0);
+fn group((comp, count): (&[u32], usize), (start, _): (usize, usize)) -> Vec<Vec<usize>> {
     let mut sizes = vec![0u32; count];
     for &c in comp.iter().filter(|&&c| c != NONE) {
         sizes[c as usize] += 1;
