@@ -310,37 +310,37 @@ impl Tx<'_, '_> {
         r: Option<u8>,
         imm: i32,
     ) -> Result<(Option<Quads>, Option<Quads>), JitError> {
-        Ok(match r.map(|r| lanes[usize::from(r)]) {
-            Some(Lanes::Halves(hi, lo)) => (hi, lo),
-            Some(Lanes::Scalar) => {
-                let v = self.b.use_var(self.regs[usize::from(r.unwrap_or(0))]);
+        let Some(r) = r else {
+            let hi = (imm < 0).then(|| self.splat_quads(u32::MAX));
+            let lo = (imm != 0).then(|| self.splat_quads(imm.cast_unsigned()));
+            return Ok((hi, lo));
+        };
+        Ok(match lanes[usize::from(r)] {
+            Lanes::Halves(hi, lo) => (hi, lo),
+            Lanes::Scalar => {
+                let v = self.b.use_var(self.regs[usize::from(r)]);
                 let h = self.b.ins().ushr_imm_u(v, 32);
                 let h = self.b.ins().ireduce(I32, h);
                 let l = self.b.ins().ireduce(I32, v);
                 let (h, l) = (self.b.ins().splat(I32X4, h), self.b.ins().splat(I32X4, l));
                 (Some([h; QUADS]), Some([l; QUADS]))
             }
-            Some(_) => return Err(invalid(0, "64-bit halves of an affine or unset register")),
-            None => {
-                let hi = (imm < 0).then(|| self.splat_quads(u32::MAX));
-                let lo = (imm != 0).then(|| self.splat_quads(imm.cast_unsigned()));
-                (hi, lo)
-            }
+            _ => return Err(invalid(0, "64-bit halves of an affine or unset register")),
         })
     }
 
     /// Operand `r`'s low 32 bits per element (`imm` when `None`).
     fn low_quads(&mut self, lanes: &[Lanes; NUM_REGS], r: Option<u8>, imm: i32) -> Quads {
-        match r.map(|r| lanes[usize::from(r)]) {
-            Some(Lanes::Halves(_, Some(lo))) => lo,
-            Some(Lanes::Halves(_, None)) => self.splat_quads(0),
-            Some(Lanes::Affine(v, stride)) => self.iota_quads(v, stride),
-            Some(_) => {
-                let v = self.b.use_var(self.regs[usize::from(r.unwrap_or(0))]);
+        let Some(r) = r else { return self.splat_quads(imm.cast_unsigned()) };
+        match lanes[usize::from(r)] {
+            Lanes::Halves(_, Some(lo)) => lo,
+            Lanes::Halves(_, None) => self.splat_quads(0),
+            Lanes::Affine(v, stride) => self.iota_quads(v, stride),
+            _ => {
+                let v = self.b.use_var(self.regs[usize::from(r)]);
                 let l = self.b.ins().ireduce(I32, v);
                 [self.b.ins().splat(I32X4, l); QUADS]
             }
-            None => self.splat_quads(imm.cast_unsigned()),
         }
     }
 
