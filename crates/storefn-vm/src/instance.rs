@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::elf::{self, LoadError};
 use crate::helpers::HostState;
-use crate::jit::{JitError, JitProgram};
+use crate::jit::{JitError, JitProgram, Preloaded};
 use crate::mem::{Region, RegionName, RegionSet, MAX_REGIONS};
 use crate::program::{
     FaultInfo, ProgType, RunEnv, DEFAULT_INSN_BUDGET, LAMBDA_INSNS_PER_INPUT_BYTE,
@@ -314,10 +314,13 @@ impl Instance {
         // (writable ones as `&mut`) for this call; `env.host` was just derived from our boxed
         // HostState; `stack_top` is the end of the stack region. The JIT runs only when the
         // caller checked its xrp buffers against `xrp_min_bytes` (run_xrp; other types prove
-        // nothing about their buffers).
+        // nothing about their buffers), which is also what `preloaded_from` reads under.
         unsafe {
             match &self.exec {
-                Exec::Jit(j) if !interp => j.run_with_budget(env, ctx_addr, stack_top, insn_budget),
+                Exec::Jit(j) if !interp => {
+                    let pre = j.preloaded_from(ctx_addr);
+                    j.run_with_budget(env, ctx_addr, stack_top, insn_budget, pre)
+                }
                 _ => interp::run(&self.prog, env, ctx_addr, stack_top),
             }
         }
@@ -364,6 +367,13 @@ impl Instance {
             // on an interpreting instance, and `key[0]` is not).
             unsafe { std::hint::unreachable_unchecked() }
         };
+        // What the compiled code's preloaded loads take instead of reading them: this call's
+        // `ctx.scratch` (set above) and scratch's first word (the program's proof of that
+        // load made `xrp_min_bytes` at least 8, so the word is there whenever it is used).
+        let pre = Preloaded {
+            scratch: ctx.scratch,
+            word0: scratch.first_chunk::<8>().map_or(0, |w| u64::from_le_bytes(*w)),
+        };
         // SAFETY: `xrp_jit_key` equals this call's key, so (its invariant) the per-call slots
         // hold exactly this call's context and buffer regions, lent to us for this call (the
         // writable ones as `&mut`), and the buffers are at least `xrp_min_bytes` long; the
@@ -374,8 +384,9 @@ impl Instance {
         // call takes `run_xrp_slow`, which derives it again); `env.insn_budget` is
         // `self.insn_budget` (kept so by `set_insn_budget`; the budget itself goes in a
         // register), `stack_top` is the stack region's end and `env.fault.kind` is NONE (from
-        // `new`; the interpreter never sets it and the JIT's every return leaves it so).
-        unsafe { j.run_with_budget(&mut self.env.0, c, self.stack_top, self.insn_budget) }
+        // `new`; the interpreter never sets it and the JIT's every return leaves it so); `pre`
+        // holds this call's context's scratch address and first word.
+        unsafe { j.run_with_budget(&mut self.env.0, c, self.stack_top, self.insn_budget, pre) }
     }
 
     /// [`Instance::run_xrp`] when this call's context or buffers are not the last JIT call's,

@@ -30,7 +30,7 @@
 //! analysis lost, pointers into a caller's frame) keeps the run-time check.
 
 use crate::cfg::Cfg;
-use crate::insn::{BPF_LDX, BPF_MEM, BPF_ST, BPF_STX};
+use crate::insn::{BPF_DW, BPF_JMP, BPF_JMP32, BPF_LDX, BPF_MEM, BPF_ST, BPF_STX};
 use crate::interp::size_bytes;
 use crate::program::{ProgType, Program, STACK_FRAME_BYTES};
 use crate::ranges::{self, Base, Val};
@@ -51,6 +51,27 @@ pub(crate) struct InBounds {
     pub(crate) data_bytes: u64,
     /// Bytes of `scratch` the proved scratch accesses need (0: none proved).
     pub(crate) scratch_bytes: u64,
+    /// `preload[pc]`: the load at `pc` reads a value the caller of an xrp entry function
+    /// passes in a register ([`Preload`]).
+    pub(crate) preload: Vec<Option<Preload>>,
+}
+
+/// A load of the entry function whose value an xrp invocation already holds when it calls
+/// the compiled code, so the JIT takes it from a register of the entry function instead of
+/// reading memory the caller has just written (the key a node search compares with is then
+/// not a store-to-load forward away, twice, on every call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Preload {
+    /// `ctx.scratch` (8 bytes): on every path the base is the context at a fixed offset
+    /// that puts the load on [`XRP_OFF_SCRATCH`]. The field is read-only to the program (not
+    /// in [`ctx_writable`]) and does not change during a call (the run contract), so this
+    /// holds anywhere in the entry function.
+    ScratchAddr,
+    /// The first 8 bytes of `scratch`, proved in bounds: on every path the base is
+    /// `ctx.scratch` at a fixed offset that puts the load at 0, and the load is in the entry
+    /// function's straight-line start (no store, call or jump before it, nothing jumps into
+    /// it), so nothing the program does can have changed those bytes since the call began.
+    ScratchWord0,
 }
 
 /// Bytes of the context every invocation of `t` may read.
@@ -140,6 +161,53 @@ pub(crate) fn in_bounds(prog: &Program, cfg: &Cfg, states: &[Vec<ranges::State>]
     }
     out.data_bytes = data;
     out.scratch_bytes = scratch;
+    out.preload = preloads(prog, cfg, states, &out.at);
+    out
+}
+
+/// [`InBounds::preload`] (see [`Preload`]): only xrp programs, only 8-byte loads of the entry
+/// function (the compiled entry function is the one that receives the values).
+fn preloads(
+    prog: &Program,
+    cfg: &Cfg,
+    states: &[Vec<ranges::State>],
+    at: &[bool],
+) -> Vec<Option<Preload>> {
+    let insns = &prog.insns;
+    let mut out = vec![None; insns.len()];
+    if prog.prog_type != ProgType::Xrp || insns.is_empty() {
+        return out;
+    }
+    let (start, end) = cfg.func_range(0);
+    // True while every slot before `pc` is straight-line code that writes no memory.
+    let mut prefix = true;
+    for pc in start..end.min(states.len()) {
+        let i = insns[pc];
+        if pc > start && cfg.is_block_start(pc) {
+            prefix = false;
+        }
+        let fixed = |want: Base, at_off: i64| {
+            !states[pc].is_empty()
+                && states[pc].iter().all(|st| match st[usize::from(i.src)] {
+                    Val::Ptr(b, o) => {
+                        b == want && o.lo == o.hi && o.lo + i64::from(i.off) == at_off
+                    }
+                    Val::Scalar(_) => false,
+                })
+        };
+        if !cfg.is_second_half(pc) && i.op == BPF_LDX | BPF_MEM | BPF_DW && i.src < R10 {
+            out[pc] = if fixed(Base::Ctx, XRP_OFF_SCRATCH as i64) {
+                Some(Preload::ScratchAddr)
+            } else if prefix && at[pc] && fixed(Base::Scratch, 0) {
+                Some(Preload::ScratchWord0)
+            } else {
+                None
+            };
+        }
+        if matches!(i.class(), BPF_ST | BPF_STX | BPF_JMP | BPF_JMP32) {
+            prefix = false;
+        }
+    }
     out
 }
 
@@ -552,5 +620,66 @@ mod tests {
         // A helper call: it may write the frame through a pointer it was given.
         let call = ins(BPF_JMP | crate::insn::BPF_CALL, 0, 0, 0, 6);
         assert!(!prog(&[ins(BPF_ALU64 | BPF_MOV | BPF_X, 1, 10, 0, 0), call]));
+    }
+
+    /// `preloads()` of `prog`, as `(pc, fact)` for the slots that have one.
+    fn preload_facts(prog: Program) -> Vec<(usize, Preload)> {
+        let v = VerifiedProgram::new(prog).unwrap();
+        v.preloads().iter().enumerate().filter_map(|(pc, p)| Some((pc, (*p)?))).collect()
+    }
+
+    #[test]
+    fn the_scratch_address_anywhere_and_its_first_word_only_before_any_store_or_jump() {
+        let (sa, w0) = (Preload::ScratchAddr, Preload::ScratchWord0);
+        let scratch = ins(LDX_DW, 2, 1, 272, 0);
+        let word0 = ins(LDX_DW, 3, 2, 0, 0);
+        let with = |mid: &[Insn], tail: &[Insn]| {
+            let mut p = vec![scratch];
+            p.extend_from_slice(mid);
+            p.push(word0);
+            p.extend_from_slice(tail);
+            p.extend(exit());
+            preload_facts(xrp_program(p))
+        };
+        assert_eq!(with(&[], &[]), [(0, sa), (1, w0)]);
+        // Arithmetic and other loads keep the start straight-line.
+        assert_eq!(with(&[mov(5, 1), ins(LDX_DW, 4, 1, 0, 0)], &[]), [(0, sa), (3, w0)]);
+        // A store anywhere (here the stack) may have written those bytes: read them.
+        assert_eq!(with(&[ins(BPF_ST | BPF_MEM | BPF_DW, 10, 0, -8, 1)], &[]), [(0, sa)]);
+        // After a jump the load is no longer on the one path from the call's start.
+        let unknown = ins(BPF_LDX | BPF_MEM | BPF_B, 5, 2, 8, 0);
+        assert_eq!(with(&[unknown, ins(JMP_K | BPF_JEQ, 5, 0, 0, 0)], &[]), [(0, sa)]);
+        // Another width or offset of scratch, or the scratch address read again after a
+        // store: only the address is a preload.
+        let narrow = ins(BPF_LDX | BPF_MEM | BPF_W, 3, 2, 0, 0);
+        let p = vec![scratch, narrow, ins(LDX_DW, 4, 2, 8, 0)];
+        assert_eq!(preload_facts(xrp_program([p, exit().to_vec()].concat())), [(0, sa)]);
+        let again = [ins(BPF_STX | BPF_MEM | BPF_DW, 2, 3, 0, 0), ins(LDX_DW, 6, 1, 272, 0)];
+        assert_eq!(with(&[], &again), [(0, sa), (1, w0), (3, sa)]);
+        // Not through a pointer that may sit elsewhere on some path.
+        let maybe =
+            [ins(JMP_K | BPF_JEQ, 5, 0, 1, 0), ins(BPF_ALU64 | BPF_ADD | BPF_K, 2, 0, 0, 8)];
+        let p = [vec![scratch, unknown], maybe.to_vec(), vec![word0], exit().to_vec()];
+        assert_eq!(preload_facts(xrp_program(p.concat())), [(0, sa)]);
+    }
+
+    #[test]
+    fn no_preloads_outside_the_entry_function_or_an_xrp_program() {
+        // The entry calls a function that reads scratch's address and first word.
+        let p = vec![
+            ins(BPF_JMP | crate::insn::BPF_CALL, 0, crate::insn::BPF_PSEUDO_CALL, 0, 2),
+            mov(0, 0),
+            ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
+            ins(LDX_DW, 2, 1, 272, 0),
+            ins(LDX_DW, 3, 2, 0, 0),
+            mov(0, 0),
+            ins(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
+        ];
+        assert_eq!(preload_facts(xrp_program(p)), []);
+        let lambda = Program {
+            prog_type: ProgType::Lambda,
+            ..xrp_program([vec![ins(LDX_DW, 2, 1, 0, 0)], exit().to_vec()].concat())
+        };
+        assert_eq!(preload_facts(lambda), []);
     }
 }

@@ -169,6 +169,13 @@ impl VerifiedProgram {
         &self.in_bounds.at
     }
 
+    /// Per slot: the load there reads a value an xrp call passes the entry function in a
+    /// register (`proofs.rs`, [`crate::proofs::Preload`]).
+    #[must_use]
+    pub(crate) fn preloads(&self) -> &[Option<crate::proofs::Preload>] {
+        &self.in_bounds.preload
+    }
+
     /// `(proved, all)`: the program's loads, stores and atomics, and how many of them
     /// [`VerifiedProgram::access_in_bounds`] holds for (`storefn prog verify --proofs`).
     #[must_use]

@@ -45,15 +45,26 @@ pub(super) struct EntryRet {
     pub(super) insns_left: u64,
 }
 
-/// Signature of the compiled entry function, callable from Rust: `(aux, r1, r10, budget)`.
-/// The budget comes and goes in registers (no store in `run` and load in the code, nor the
-/// reverse, on the path every call takes); r2-r5 are 0 at entry and not passed.
-pub(super) type EntryFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64) -> EntryRet;
+/// What an xrp call passes the entry function besides the context: `ctx.scratch` and the
+/// first 8 bytes it points to, which its [`Preload`] loads take instead of reading them
+/// (both zero for a program without such loads).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Preloaded {
+    pub(crate) scratch: u64,
+    pub(crate) word0: u64,
+}
+
+/// Signature of the compiled entry function, callable from Rust:
+/// `(aux, r1, r10, budget, scratch, scratch word 0)`. The budget comes and goes in registers
+/// (no store in `run` and load in the code, nor the reverse, on the path every call takes);
+/// r2-r5 are 0 at entry and not passed. The last two are an xrp call's [`Preloaded`] values
+/// (0 for other program types, which have no [`Preload`] loads).
+pub(super) type EntryFn = unsafe extern "C" fn(*mut RunAux, u64, u64, u64, u64, u64) -> EntryRet;
 
 /// [`EntryFn`] as a Cranelift signature.
 pub(super) fn entry_signature(module: &JITModule) -> Signature {
     let mut sig = module.make_signature();
-    for _ in 0..4 {
+    for _ in 0..6 {
         sig.params.push(AbiParam::new(I64));
     }
     sig.returns.push(AbiParam::new(I64));

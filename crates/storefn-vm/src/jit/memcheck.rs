@@ -173,6 +173,9 @@ impl Tx<'_, '_> {
         if self.slot_plan.at[pc] {
             return self.slot_load(pc, insn);
         }
+        if let Some(v) = self.preloaded_value(pc) {
+            return self.set_reg(pc, insn.dst, v);
+        }
         let mode = insn.op & 0xe0;
         let len = Self::size_of(pc, insn)?;
         let sx = match mode {
@@ -208,6 +211,16 @@ impl Tx<'_, '_> {
             self.bytes.byte_load(v, base, insn.off);
         }
         self.set_reg(pc, insn.dst, v)
+    }
+
+    /// The entry function's parameter holding what the load at `pc` reads, if the verifier
+    /// found it one of those ([`Preload`]).
+    fn preloaded_value(&self, pc: usize) -> Option<Value> {
+        let [scratch, word0] = self.preloaded?;
+        match self.preload[pc]? {
+            Preload::ScratchAddr => Some(scratch),
+            Preload::ScratchWord0 => Some(word0),
+        }
     }
 
     pub(super) fn store(&mut self, pc: usize, insn: Insn) -> Result<(), JitError> {

@@ -66,12 +66,16 @@ use crate::insn::{
 };
 use crate::mem::{RegionSet, MAX_REGIONS};
 use crate::program::{fault, FaultInfo, MAX_CALL_DEPTH, STACK_FRAME_BYTES};
+use crate::proofs::Preload;
+use crate::xrp::XRP_OFF_SCRATCH;
 use crate::{ProgType, Program, RunEnv, VerifiedProgram, VmError};
 
 use abi::{
     bpf_signature, define_check_read_shim, define_resolve_shim, entry_signature, EntryFn, RunAux,
 };
 use translate::{translate_function, Counts};
+
+pub(crate) use abi::Preloaded;
 
 /// Atomic `imm` values (RFC 9669 §5.3): the ALU op, optionally with FETCH.
 const ATOMIC_FETCH: i32 = 0x01;
@@ -91,6 +95,9 @@ pub const DISASM_ENV: &str = "STOREFN_JIT_DISASM";
 /// most for blocks and run-time checks), tens of milliseconds at `MAX_INSNS`; the quick tier
 /// a few times less. Every bench workload is below it (the largest, `straight`, 906 slots).
 pub const QUICK_TIER_SLOTS: usize = 1024;
+/// Compiled functions start at multiples of 2^this bytes: a 64-byte instruction-cache line
+/// ([`new_module`]); Cranelift's own minimum on x86-64 is 1.
+const FUNCTION_ALIGN_LOG2: u8 = 6;
 /// Widest access: the fast-path window guarantees this many bytes past the address.
 const MAX_ACCESS_BYTES: u64 = 8;
 
@@ -130,6 +137,9 @@ pub struct JitProgram {
     aux: std::cell::UnsafeCell<RunAux>,
     /// [`JitProgram::compiled_functions`].
     compiled_functions: usize,
+    /// Which [`Preloaded`] values the entry function takes from its parameters (a caller that
+    /// has only the context reads those for it): `ctx.scratch`, and `scratch`'s first word.
+    preloads: (bool, bool),
     /// [`JitProgram::out_of_line_loads`].
     out_of_line_loads: usize,
     /// [`JitProgram::promoted_accesses`].
@@ -286,6 +296,10 @@ impl JitProgram {
             hints,
             aux,
             compiled_functions: funcs.len(),
+            preloads: (
+                verified.preloads().contains(&Some(Preload::ScratchAddr)),
+                verified.preloads().contains(&Some(Preload::ScratchWord0)),
+            ),
             out_of_line_loads,
             promoted_accesses: slot_plan.at.iter().filter(|&&a| a).count(),
             counts,
@@ -394,9 +408,34 @@ impl JitProgram {
     ) -> Result<u64, VmError> {
         // Only `kind` says whether a fault happened; every writer of a fault sets all fields.
         env.fault.kind = fault::NONE;
+        // SAFETY: `run`'s contract is what `preloaded_from` needs.
+        let pre = unsafe { self.preloaded_from(ctx_addr) };
         // SAFETY: the caller upholds `run`'s contract, which is `run_with_budget`'s with the
-        // budget taken from `env.insns_left` and the fault kind just reset.
-        unsafe { self.run_with_budget(env, ctx_addr, stack_top, env.insns_left) }
+        // budget taken from `env.insns_left`, the fault kind just reset and `pre` read from
+        // the context and scratch this call runs on.
+        unsafe { self.run_with_budget(env, ctx_addr, stack_top, env.insns_left, pre) }
+    }
+
+    /// The [`Preloaded`] values of a call on the context at `ctx_addr`, read from it; zero
+    /// where the program has no such load ([`Preload`]: only xrp programs have them), and then
+    /// nothing is read.
+    ///
+    /// # Safety
+    /// [`JitProgram::run`]'s contract for a call on `ctx_addr`: a program with such loads reads
+    /// its context (which is then valid memory holding `scratch`), and a `ScratchWord0` load is
+    /// a proved 8-byte scratch access (`scratch` then holds at least 8 bytes).
+    pub(crate) unsafe fn preloaded_from(&self, ctx_addr: u64) -> Preloaded {
+        let (addr, word0) = self.preloads;
+        if !addr && !word0 {
+            return Preloaded::default();
+        }
+        // SAFETY: see the function's contract; the reads do not assume alignment.
+        unsafe {
+            let at = (ctx_addr + XRP_OFF_SCRATCH as u64) as *const u64;
+            let scratch = std::ptr::read_unaligned(at);
+            let word0 = if word0 { std::ptr::read_unaligned(scratch as *const u64) } else { 0 };
+            Preloaded { scratch, word0 }
+        }
     }
 
     /// [`JitProgram::run`] with the budget `insns` passed in (`env.insns_left` is neither read
@@ -417,6 +456,7 @@ impl JitProgram {
         ctx_addr: u64,
         stack_top: u64,
         insns: u64,
+        pre: Preloaded,
     ) -> Result<u64, VmError> {
         debug_assert!(self.code.0.is_some());
         debug_assert_eq!(env.fault.kind, fault::NONE);
@@ -442,7 +482,7 @@ impl JitProgram {
         // fixed field offsets, and program memory only after a region check against `env`'s
         // region sets or where the verifier proved the access inside memory this function's
         // contract guarantees (the stack frame, the context, xrp's data/scratch views).
-        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, insns) };
+        let ret = unsafe { (self.entry)(aux, ctx_addr, stack_top, insns, pre.scratch, pre.word0) };
         env.insns_left = ret.insns_left;
         let r0 = ret.r0;
         if env.fault.kind == fault::NONE {
@@ -495,6 +535,10 @@ fn new_module(quick: bool) -> Result<JITModule, JitError> {
     set(&mut flags, "regalloc_algorithm", regalloc)?;
     set(&mut flags, "use_colocated_libcalls", "false")?;
     set(&mut flags, "is_pic", "false")?;
+    // Every function starts on a cache line: where a call enters and where its unrolled
+    // search's branches fall within lines is then the same on every compile (unaligned, the
+    // fixed cost of a call moved by 10% between builds with the same code).
+    set(&mut flags, "log2_min_function_alignment", &FUNCTION_ALIGN_LOG2.to_string())?;
     // The IR verifier costs compile time; debug builds keep it as a check on this translator.
     set(&mut flags, "enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })?;
     let isa = cranelift_native::builder()

@@ -15,6 +15,10 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) charges: &'a [u32],
     /// Accesses the verifier proved in bounds: no run-time region check there.
     pub(super) in_bounds: &'a [bool],
+    /// Per slot: a load whose value the entry function receives as a parameter.
+    pub(super) preload: &'a [Option<Preload>],
+    /// In the entry function: its `scratch` and `scratch word 0` parameters ([`EntryFn`]).
+    pub(super) preloaded: Option<[Value; 2]>,
     pub(super) regs: [Variable; NUM_REGS],
     /// The read window (lo, span) in variables ([`Tx::check`]); `None`: in `aux`, like the
     /// write window (the quick tier: there every value that crosses a block lives in a stack
@@ -80,6 +84,9 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) unchecked_header: Option<usize>,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
+    /// The body of the fully unrolled copy being emitted, if any: its conditional exits leave
+    /// through an out-of-line block of their own (`Tx::jmp`).
+    pub(super) exit_edges: Option<std::ops::RangeInclusive<usize>>,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
     pub(super) mergeable: &'a [bool],
 }
@@ -203,8 +210,8 @@ pub(super) fn translate_function(
     let zero = b.ins().iconst(I64, 0);
     b.def_var(regs[0], zero);
     let is_entry = start == 0;
-    // The entry: (aux, r1, r10, budget), r2-r5 zero; any other function: (aux, r1..r5, r10)
-    // with the budget in `env.insns_left` (see `EntryFn`).
+    // The entry: (aux, r1, r10, budget, scratch, scratch word 0), r2-r5 zero; any other
+    // function: (aux, r1..r5, r10) with the budget in `env.insns_left` (see `EntryFn`).
     let (r10, last_arg) = if is_entry { (params[2], 1) } else { (params[6], 5) };
     for r in 1..=5 {
         b.def_var(regs[r], if r <= last_arg { params[r] } else { zero });
@@ -265,6 +272,8 @@ pub(super) fn translate_function(
         prog,
         charges: cfg.charges(),
         in_bounds: verified.in_bounds(),
+        preload: verified.preloads(),
+        preloaded: is_entry.then(|| [params[4], params[5]]),
         regs,
         win_read,
         window_pool,
@@ -296,6 +305,7 @@ pub(super) fn translate_function(
         counts: Counts::default(),
         unchecked_header: None,
         skip_latch: None,
+        exit_edges: None,
         mergeable,
     };
     // Promoted stack slots are loaded from the frame before the first block.
@@ -777,6 +787,16 @@ impl Tx<'_, '_> {
             return self.if_convert(cond, side, target);
         }
         let blk = self.block(target).expect("checked above");
+        if self.exit_edges.as_ref().is_some_and(|body| !body.contains(&target)) {
+            // A copy's exit: what the copy leaves with (its own constants) is set on this edge
+            // only, out of line, not before the test on the path that stays in the loop.
+            let edge = self.cold_block();
+            self.b.ins().brif(cond, edge, &[], fall, &[]);
+            self.b.seal_block(edge);
+            self.b.switch_to_block(edge);
+            self.b.ins().jump(blk, &[]);
+            return Ok(Flow::Stop);
+        }
         self.b.ins().brif(cond, blk, &[], fall, &[]);
         Ok(Flow::Stop)
     }

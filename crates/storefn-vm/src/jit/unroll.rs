@@ -125,7 +125,10 @@ impl Tx<'_, '_> {
         }
         // The last copy's back edge: the first (a ring) or itself.
         let back = if cyclic { headers[0] } else { headers[n - 1] };
-        self.loop_copies(l, &headers, back, Layout::Inline)?;
+        let outer = self.exit_edges.replace(l.header..=l.latch);
+        let r = self.loop_copies(l, &headers, back, Layout::Inline);
+        self.exit_edges = outer;
+        r?;
         *self.block_slot(l.header) = Some(headers[0]);
         Ok(false)
     }
