@@ -100,7 +100,7 @@ impl Tx<'_, '_> {
         self.unroll_left -= slots;
         self.counts.guarded_loops += 1;
         let unlikely = unlikely_slots(self.insns, self.cfg, l);
-        let exits = exits(self.insns, self.cfg, l);
+        let exits = exit_targets(self.insns, self.cfg, l);
         let skip = latch_skip(self.insns, self.cfg, l);
         Some(Guarded { l, whole, copies, unlikely, exits, skip })
     }
@@ -214,7 +214,7 @@ pub(super) fn latch_skip(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Option<La
 }
 
 /// The slots outside `l`'s body that its slots jump or fall to, sorted, once each.
-fn exits(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Vec<usize> {
+fn exit_targets(insns: &[Insn], cfg: &Cfg, l: CountedLoop) -> Vec<usize> {
     let mut out: Vec<usize> = (l.header..=l.latch)
         .filter(|&pc| !cfg.is_second_half(pc))
         .flat_map(|pc| cfg.successors(insns, pc).into_iter().flatten())

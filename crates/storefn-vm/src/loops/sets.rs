@@ -210,7 +210,7 @@ fn qualify(
     let order = topological(insns, cfg, &body, header)?;
     let iteration = longest_iteration(insns, cfg, &body, header, &order);
     let reaching = states.get(header).filter(|s| !s.is_empty())?;
-    let exits = exits(insns, cfg, &body);
+    let exits = exiting_slots(insns, cfg, &body);
     let trips = (0..10u8).filter_map(|r| {
         let [at] = writes(insns, &body, r)[..] else { return None };
         if !on_every_iteration(insns, cfg, &body, header, at) {
@@ -233,7 +233,7 @@ fn writes(insns: &[Insn], body: &[usize], r: u8) -> Vec<usize> {
 }
 
 /// The slots of `body` with an edge out of it.
-fn exits(insns: &[Insn], cfg: &Cfg, body: &[usize]) -> Vec<usize> {
+fn exiting_slots(insns: &[Insn], cfg: &Cfg, body: &[usize]) -> Vec<usize> {
     let out = |pc: &usize| {
         cfg.successors(insns, *pc).iter().flatten().any(|s| body.binary_search(s).is_err())
     };

@@ -26,7 +26,7 @@ fn greps_scan_is_bounded_and_runs_behind_the_guard() {
     // The header's block (#14..#17) jumps to the latch's block (#26) on a mismatch: #18..#25
     // (the rest of the compare) go out of line; the loop leaves to #28.
     assert_eq!(unlikely_slots(&p.insns, cfg, l), 18..26);
-    assert_eq!(exits(&p.insns, cfg, l), [28]);
+    assert_eq!(exit_targets(&p.insns, cfg, l), [28]);
     // `if r3 < r4 goto header`, r3 stepped by 1 and r4 not written: the ring's copies but
     // the last drop the test.
     let skip = LatchSkip { counter: 3, step: 1, bound: Ok(4) };

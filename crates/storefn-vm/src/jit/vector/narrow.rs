@@ -128,14 +128,6 @@ pub(super) fn load_kind(i: Insn, a: Kind) -> Option<Kind> {
     }
 }
 
-/// A 64-bit operation that works half by half.
-#[derive(Clone, Copy)]
-enum Op {
-    And,
-    Or,
-    Xor,
-}
-
 impl Tx<'_, '_> {
     /// A narrow pass's load ([`load_kind`]): the pass's range checked, one vector per quad.
     pub(super) fn narrow_load(
@@ -186,10 +178,10 @@ impl Tx<'_, '_> {
             return Ok(self.shift_halves(o == BPF_LSH, i.imm & 63, dh, dl));
         }
         let (sh, sl) = self.halves(lanes, src, i.imm)?;
+        // The 64-bit operations that work half by half.
         let op = match o {
-            BPF_AND => Op::And,
-            BPF_OR => Op::Or,
-            _ => Op::Xor,
+            BPF_AND | BPF_OR => o,
+            _ => BPF_XOR,
         };
         Ok(Lanes::Halves(self.half_op(op, dh, sh), self.half_op(op, dl, sl)))
     }
@@ -210,21 +202,17 @@ impl Tx<'_, '_> {
         out
     }
 
-    /// `a op b` half by half, an absent half being zero.
-    fn half_op(&mut self, op: Op, a: Option<Quads>, b: Option<Quads>) -> Option<Quads> {
-        let (a, b) = match (a, b, op) {
-            (Some(a), Some(b), _) => (a, b),
-            (None, _, Op::And) | (_, None, Op::And) => return None,
-            (x, None, _) | (None, x, _) => return x,
+    /// `a op b` (`op` one of `BPF_AND`, `BPF_OR`, `BPF_XOR`) half by half, an absent half
+    /// being zero.
+    fn half_op(&mut self, op: u8, a: Option<Quads>, b: Option<Quads>) -> Option<Quads> {
+        let (a, b) = match (a, b) {
+            (Some(a), Some(b)) => (a, b),
+            (None, _) | (_, None) if op == BPF_AND => return None,
+            (x, None) | (None, x) => return x,
         };
         let mut out = a;
         for q in 0..QUADS {
-            let ins = self.b.ins();
-            out[q] = match op {
-                Op::And => ins.band(a[q], b[q]),
-                Op::Or => ins.bor(a[q], b[q]),
-                Op::Xor => ins.bxor(a[q], b[q]),
-            };
+            out[q] = self.combine(op, a[q], b[q]);
         }
         Some(out)
     }
@@ -248,7 +236,7 @@ impl Tx<'_, '_> {
                 let kept = self.shift_quads(left, k, into);
                 let carried = self.shift_quads(!left, 32 - k, from);
                 let moved = self.shift_quads(left, k, from);
-                (self.half_op(Op::Or, kept, carried), moved)
+                (self.half_op(BPF_OR, kept, carried), moved)
             }
             _ => (self.shift_quads(left, k - 32, from), None),
         };
@@ -266,7 +254,7 @@ impl Tx<'_, '_> {
         match (i.imm, swap) {
             (16, false) => {
                 let mask = self.splat_quads(0xffff);
-                Lanes::Halves(None, self.half_op(Op::And, lo, Some(mask)))
+                Lanes::Halves(None, self.half_op(BPF_AND, lo, Some(mask)))
             }
             (16, true) => {
                 let s = lo.map(|q| self.bswap_quads(q));
