@@ -84,8 +84,9 @@ pub(super) struct Tx<'a, 'f> {
     pub(super) unchecked_header: Option<usize>,
     /// While a guarded ring's copies are emitted: the latch whose test its guard decided.
     pub(super) skip_latch: Option<usize>,
-    /// The body of the fully unrolled copy being emitted, if any: its conditional exits leave
-    /// through an out-of-line block of their own (`Tx::jmp`).
+    /// The body of the loop whose copies are being emitted in line (all its trips, or a ring
+    /// without a latch skip: `Tx::unroll`), if any: a copy's conditional exits leave through an
+    /// out-of-line block of their own (`Tx::jmp`).
     pub(super) exit_edges: Option<std::ops::RangeInclusive<usize>>,
     /// Per slot: its block may continue the one before it ([`super::blocks::mergeable`]).
     pub(super) mergeable: &'a [bool],
