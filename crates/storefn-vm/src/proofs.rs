@@ -190,7 +190,9 @@ fn preloads(
             !states[pc].is_empty()
                 && states[pc].iter().all(|st| match st[usize::from(i.src)] {
                     Val::Ptr(b, o) => {
-                        b == want && o.lo == o.hi && o.lo + i64::from(i.off) == at_off
+                        b == want
+                            && o.lo == o.hi
+                            && o.lo.checked_add(i64::from(i.off)) == Some(at_off)
                     }
                     Val::Scalar(_) => false,
                 })

@@ -445,8 +445,12 @@ impl JitProgram {
     /// env (`Instance`) stores nothing per call for it.
     ///
     /// # Safety
-    /// [`JitProgram::run`]'s contract, and `env.fault.kind` is [`fault::NONE`] (the generated
-    /// code reads it as "a check failed in this call").
+    /// [`JitProgram::run`]'s contract, `env.fault.kind` is [`fault::NONE`] (the generated
+    /// code reads it as "a check failed in this call"), and `pre` holds what
+    /// [`JitProgram::preloaded_from`] reads for this call: the context's `scratch` field and,
+    /// when the program has a `ScratchWord0` load, the 8 bytes it points to as they are when
+    /// the call begins (the generated code takes them instead of reading memory, and accesses
+    /// through the scratch address unchecked where the verifier proved them).
     // Always inlined: `Instance::run_xrp` is the per-block hot path; a call here costs it a
     // frame and the register saves around it.
     #[inline(always)]
